@@ -1,0 +1,53 @@
+"""axle: a compiler SDK for linear algebra on custom accelerators.
+
+    import axle, axle.numpy as anp
+
+    @axle.jit
+    def f(x, y, z):
+        return anp.sum(x + y * z)
+
+    f(x, y, z)                          # traced, optimized, compiled for the default device
+    with axle.device("interpreter:0"):  # named placement
+        ...
+"""
+from __future__ import annotations
+
+from . import errors, ir
+from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
+from .config import config
+from .frontend.array import Array
+from .frontend.jit import jit
+from .frontend.pytree import tree_map
+from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
+from .placement import default_device, device, device_put, devices
+from .registry import REGISTRY
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "API_VERSION", "Array", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
+    "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
+    "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
+]
+
+
+def stats() -> dict:
+    """Counters since start (or the last ``axle.reset_stats()``): traces, compiles, cache
+    hits and misses, kernel launches, eager ops; totals, per function and per device."""
+    from . import counters as _stats
+
+    return _stats.snapshot()
+
+
+def reset_stats() -> None:
+    from . import counters as _stats
+
+    _stats.reset()
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
+    import importlib
+
+    if name in ("numpy", "lax", "interpreter", "passes", "testing"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'axle' has no attribute {name!r}")

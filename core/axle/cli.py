@@ -1,0 +1,55 @@
+"""The ``axle`` command."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """Lists installed backends, their devices, and why a backend is unavailable."""
+    from .registry import REGISTRY
+
+    statuses = REGISTRY.statuses()
+    if not statuses:
+        print("no axle backends are installed (entry-point group 'axle.backends')")
+        return 1
+    try:
+        default = REGISTRY.default_device().name
+    except Exception:  # noqa: BLE001 - nothing available is reported below
+        default = None
+    for st in statuses.values():
+        if not st.available or st.backend is None:
+            print(f"{st.name:<12} unavailable: {st.reason}")
+            continue
+        b = st.backend
+        print(f"{st.name:<12} api {b.api_version[0]}.{b.api_version[1]}  ({type(b).__module__})")
+        for d in b.devices():
+            mark = "*" if d.name == default else " "
+            extra = ", ".join(f"{k}={v}" for k, v in d.properties.items())
+            print(f"  {mark} {d.name:<14} {d.kind:<6} {d.description}" + (f"  [{extra}]" if extra else ""))
+    if default:
+        print(f"default device: {default}")
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "devices": (cmd_devices, "list backends and devices"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="axle", description="axle compiler SDK")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command][0](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Exceptions a user can cause. Each names the op, shapes, dtypes and, where known,
+the user's source line (``where``)."""
+from __future__ import annotations
+
+
+class AxleError(Exception):
+    """Base class of every error axle raises for bad input."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(message + (f"\n  at {where}" if where else ""))
+
+
+class ShapeError(AxleError, ValueError):
+    """Operand shapes that an op cannot accept."""
+
+
+class DTypeError(AxleError, TypeError):
+    """Operand dtypes that an op refuses."""
+
+
+class AttributeError_(AxleError, ValueError):
+    """An op attribute that is missing or invalid."""
+
+
+class VerifierError(AxleError):
+    """A malformed module (a node whose recorded type disagrees with its op's rules...)."""
+
+
+class ParseError(AxleError, ValueError):
+    """IR text that does not parse."""
+
+
+class TracingError(AxleError):
+    """Python control flow on a traced value, or another misuse of tracing."""
+
+
+class DeviceError(AxleError, LookupError):
+    """An unknown or unavailable device name."""
+
+
+class BackendError(AxleError):
+    """A backend that failed to load, compile or run."""
+
+
+class PlacementError(AxleError):
+    """Strict placement: an op the device cannot run."""

@@ -1,0 +1,66 @@
+"""Eager (op-by-op) execution: each primitive outside jit runs as its own one-op
+executable on the operands' device, compiled once per signature and cached."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .. import counters as stats
+from ..backend import Device, Executable
+from ..errors import DeviceError
+from ..ir.builder import Builder, make_node
+from ..ir.module import Computation, Module
+from ..ir.ops import Op, canonical_attrs
+from ..ir.types import TensorType
+from .array import Array
+from .source import user_location
+from .tracing import aval_of, is_weak
+
+_cache: dict[tuple, Executable] = {}
+_lock = threading.Lock()
+
+
+def _device_of(operands: Sequence[Any]) -> Device:
+    from ..placement import default_device
+
+    devs = {x.device for x in operands if isinstance(x, Array)}
+    if len(devs) > 1:
+        names = ", ".join(sorted(d.name for d in devs))
+        raise DeviceError(f"operands live on different devices ({names}); move them with axle.device_put",
+                          where=user_location())
+    return devs.pop() if devs else default_device()
+
+
+def one_op_module(op: Op, types: Sequence[TensorType], attrs: dict[str, Any]) -> Module:
+    b = Builder(op.value.replace("-", "_"))
+    params = [b.parameter(t) for t in types]
+    b.loc = user_location()
+    node = make_node(op, params, attrs, loc=b.loc)
+    return Module(b.name, Computation(b.name, tuple(params), node))
+
+
+def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any], device: Device) -> Executable:
+    from ..compiler import compile_module
+
+    key = (op, canonical_attrs(op, attrs), types, device)
+    exe = _cache.get(key)
+    if exe is None:
+        module = one_op_module(op, types, attrs)
+        exe = compile_module(module, device, optimize=False)
+        stats.record("compiles", function=f"eager:{op.value}", device=device.name)
+        with _lock:
+            _cache[key] = exe
+    return exe
+
+
+def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
+    from ..placement import to_buffer
+
+    device = _device_of(operands)
+    types = tuple(aval_of(x) for x in operands)
+    exe = executable_for(op, types, attrs, device)
+    (out,) = exe.execute([to_buffer(x, device) for x in operands])
+    stats.record("eager_ops", device=device.name)
+    stats.record("kernel_launches", function=f"eager:{op.value}", device=device.name)
+    return Array(out, weak=bool(operands) and all(is_weak(x) for x in operands))

@@ -1,0 +1,222 @@
+"""axle.jit: trace a Python function into a module, compile it for a device, cache it."""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import counters as stats
+from ..backend import Device, Executable
+from ..ir.builder import make_node
+from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
+from ..ir.module import Computation, Module
+from ..ir.ops import Op
+from ..ir.types import TensorType
+from ..ir.verifier import verify
+from .array import Array
+from .pytree import TreeDef, flatten, unflatten
+from .tracing import Trace, Tracer, trace_context
+
+
+def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
+    if isinstance(x, (Array, Tracer)):
+        return x.aval, bool(x.weak)
+    if isinstance(x, (bool, int, float)):
+        arr = np.asarray(x)
+        return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), ()), True
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"jit argument of type {type(x).__name__} is not an array; "
+                        f"mark it static with static_argnums")
+    return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), arr.shape), False
+
+
+def _arg_names(fn: Callable[..., Any], n: int) -> list[str]:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return params + [f"arg{i}" for i in range(len(params), n)]
+
+
+def _leaf_names(base: str, td: TreeDef) -> list[str]:
+    if td.num_leaves == 1 and td.kind == "leaf":
+        return [base]
+    return [f"{base}_{i}" for i in range(td.num_leaves)]
+
+
+def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+                   static_argnums: tuple[int, ...], name: str) -> tuple[Module, TreeDef]:
+    """Traces fn over abstract versions of its non-static arguments."""
+    trace = Trace(name)
+    names = _arg_names(fn, len(args))
+    with trace_context(trace):
+        traced_args: list[Any] = []
+        for i, a in enumerate(args):
+            if i in static_argnums:
+                traced_args.append(a)
+                continue
+            leaves, td = flatten(a)
+            tracers = []
+            for leaf, leaf_name in zip(leaves, _leaf_names(names[i], td)):
+                t, weak = _leaf_aval(leaf)
+                tracers.append(trace.new_arg(t, leaf_name, weak))
+            traced_args.append(unflatten(td, tracers))
+        kw_leaves, kw_td = flatten(kwargs)
+        kw_tracers = []
+        for leaf, leaf_name in zip(kw_leaves, _leaf_names("kw", kw_td)):
+            t, weak = _leaf_aval(leaf)
+            kw_tracers.append(trace.new_arg(t, leaf_name, weak))
+        out = fn(*traced_args, **unflatten(kw_td, kw_tracers))
+        out_leaves, out_td = flatten(out)
+        nodes = [trace.to_node(o) for o in out_leaves]
+    root = nodes[0] if len(nodes) == 1 else make_node(Op.TUPLE, nodes)
+    module = Module(name, Computation(name, tuple(trace.builder.params), root))
+    verify(module)
+    return module, out_td
+
+
+@dataclass
+class _Entry:
+    module: Module
+    out_tree: TreeDef
+    executable: Executable
+    device: Device
+    kernels: int
+
+
+class Lowered:
+    """A traced (not yet optimized) module for one signature and device."""
+
+    def __init__(self, module: Module, device: Device, out_tree: TreeDef) -> None:
+        self.module = module
+        self.device = device
+        self.out_tree = out_tree
+
+    def as_text(self) -> str:
+        return self.module.as_text()
+
+    def as_dot(self) -> str:
+        return self.module.as_dot()
+
+    def optimize(self) -> Module:
+        """The module after the optimizer pipeline for this device's backend."""
+        from ..compiler import optimize_for
+
+        return optimize_for(self.module, self.device)
+
+    def compile(self) -> "Compiled":
+        from ..compiler import compile_module
+
+        return Compiled(self, compile_module(self.module, self.device))
+
+
+class Compiled:
+    """A compiled executable plus the signature it was compiled for."""
+
+    def __init__(self, lowered: Lowered, executable: Executable) -> None:
+        self.lowered = lowered
+        self.executable = executable
+
+    def report(self) -> dict[str, Any]:
+        return self.executable.report()
+
+    def as_text(self) -> str:
+        return self.lowered.optimize().as_text()
+
+    def __call__(self, *args: Any) -> Any:
+        from ..placement import to_buffer
+
+        leaves = flatten(list(args))[0]
+        bufs = [to_buffer(x, self.lowered.device) for x in leaves]
+        outs = self.executable.execute(bufs)
+        return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
+
+
+class JitFunction:
+    """A function compiled on first call per (shapes, dtypes, static args, device)."""
+
+    def __init__(self, fn: Callable[..., Any], device: Any = None, static_argnums: int | Sequence[int] = ()) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.device_spec = device
+        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self.name = getattr(fn, "__name__", "fn").replace("<", "").replace(">", "") or "fn"
+        self._cache: dict[tuple, _Entry] = {}
+        self._lock = threading.Lock()
+        self.trace_count = 0
+        self.cache_hits = 0
+
+    def _device(self) -> Device:
+        from ..placement import resolve
+
+        return resolve(self.device_spec)
+
+    def _key(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device) -> tuple[tuple, list[Any]]:
+        dyn: list[Any] = []
+        static: list[Any] = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                static.append(a)
+            else:
+                dyn.append(a)
+        leaves, td = flatten((dyn, kwargs))
+        avals = tuple(_leaf_aval(x) for x in leaves)
+        try:
+            static_key = tuple(static)
+            hash(static_key)
+        except TypeError:
+            raise TypeError(f"{self.name}: static arguments must be hashable, got {static!r}") from None
+        return (td, avals, static_key, device), leaves
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        device = self._device()
+        module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
+        return Lowered(module, device, out_td)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from ..placement import to_buffer
+
+        device = self._device()
+        key, leaves = self._key(args, kwargs, device)
+        entry = self._cache.get(key)
+        if entry is None:
+            from ..compiler import compile_module
+
+            module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
+            self.trace_count += 1
+            exe = compile_module(module, device)
+            entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
+            stats.record("traces", function=self.name, device=device.name)
+            stats.record("compiles", function=self.name, device=device.name)
+            stats.record("cache_misses", function=self.name, device=device.name)
+            with self._lock:
+                self._cache[key] = entry
+        else:
+            self.cache_hits += 1
+            stats.record("cache_hits", function=self.name, device=device.name)
+        bufs = [to_buffer(x, device) for x in leaves]
+        outs = entry.executable.execute(bufs)
+        stats.record("executions", function=self.name, device=device.name)
+        stats.record("kernel_launches", entry.kernels, function=self.name, device=device.name)
+        return unflatten(entry.out_tree, [Array(b) for b in outs])
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"<axle.jit {self.name}>"
+
+
+def jit(fn: Callable[..., Any] | None = None, *, device: Any = None,
+        static_argnums: int | Sequence[int] = ()) -> Any:
+    """Compiles ``fn`` for a device: ``axle.jit(f)``, ``@axle.jit``, ``@axle.jit(device="cpu:0")``."""
+    if fn is None:
+        return lambda f: JitFunction(f, device=device, static_argnums=static_argnums)
+    return JitFunction(fn, device=device, static_argnums=static_argnums)

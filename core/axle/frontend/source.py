@@ -1,0 +1,18 @@
+"""Finding the user's source line for error messages."""
+from __future__ import annotations
+
+import os
+import sys
+
+_AXLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str | None:
+    """'file.py:12 (fn)' of the innermost frame outside the axle package."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_AXLE_DIR) and not fn.startswith("<frozen"):
+            return f"{fn}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back  # type: ignore[assignment]
+    return None

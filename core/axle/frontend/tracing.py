@@ -1,0 +1,156 @@
+"""Tracing: abstract values (Tracer) recorded into a Builder, and the single entry point
+``bind`` through which every primitive is applied, traced or eager."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AxleError, TracingError
+from ..ir.builder import Builder, make_node
+from ..ir.dtypes import DType, dtype as to_dtype
+from ..ir.literal import Literal
+from ..ir.module import Node
+from ..ir.ops import Op
+from ..ir.types import TensorType
+from .arrayops import ArrayOps
+from .source import user_location
+
+
+class Trace:
+    """One tracing session: a builder and the tracers it made."""
+
+    def __init__(self, name: str) -> None:
+        self.builder = Builder(name)
+        self.active = True
+
+    def new_arg(self, t: TensorType, name: str, weak: bool = False) -> "Tracer":
+        return Tracer(self, self.builder.parameter(t, name=name), weak=weak)
+
+    def to_node(self, x: Any) -> Node:
+        if isinstance(x, Tracer):
+            if x.trace is not self:
+                raise TracingError(
+                    "a traced value escaped its jit function (it was stored outside and used later); "
+                    "return it from the function instead", where=user_location())
+            return x.node
+        arr = np.asarray(x)
+        if arr.dtype not in (np.bool_, np.int32, np.int64, np.float16, np.float32, np.float64):
+            arr = arr.astype(to_dtype(arr.dtype).np) if arr.dtype.kind != "O" else arr
+        return make_node(Op.CONSTANT, (), {"value": Literal(arr)}, loc=user_location())
+
+
+_state = threading.local()
+
+
+def current_trace() -> Trace | None:
+    stack = getattr(_state, "traces", None)
+    return stack[-1] if stack else None
+
+
+class trace_context:
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    def __enter__(self) -> Trace:
+        if not hasattr(_state, "traces"):
+            _state.traces = []
+        _state.traces.append(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc: object) -> None:
+        _state.traces.pop()
+        self.trace.active = False
+
+
+class Tracer(ArrayOps):
+    """An abstract array inside a jit function: shape and dtype known, values not."""
+
+    __slots__ = ("trace", "node", "weak")
+    __array_priority__ = 1000
+
+    def __init__(self, trace: Trace, node: Node, weak: bool = False) -> None:
+        self.trace = trace
+        self.node = node
+        self.weak = weak
+
+    @property
+    def aval(self) -> TensorType:
+        return self.node.tensor_type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.tensor_type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.node.tensor_type.dtype.np
+
+    def _concrete_error(self, what: str) -> TracingError:
+        return TracingError(
+            f"{what} needs the value of a traced array ({self.aval}, produced by "
+            f"{self.node.op.value}), which is unknown while tracing; use axle.numpy.where or "
+            f"mark the argument static (static_argnums)", where=user_location())
+
+    def __bool__(self) -> bool:
+        raise self._concrete_error("Python control flow (if/while/and/or/bool())")
+
+    def __int__(self) -> int:
+        raise self._concrete_error("int()")
+
+    def __float__(self) -> float:
+        raise self._concrete_error("float()")
+
+    def __index__(self) -> int:
+        raise self._concrete_error("using it as an index")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise self._concrete_error("conversion to a NumPy array")
+
+    def __repr__(self) -> str:
+        return f"Tracer<{self.aval}>"
+
+
+def aval_of(x: Any) -> TensorType:
+    if isinstance(x, (Tracer,)):
+        return x.aval
+    from .array import Array
+
+    if isinstance(x, Array):
+        return x.aval
+    arr = np.asarray(x)
+    return TensorType(to_dtype(arr.dtype), arr.shape)
+
+
+def is_weak(x: Any) -> bool:
+    return isinstance(x, (bool, int, float)) or bool(getattr(x, "weak", False))
+
+
+def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
+    """Applies a primitive: staged into the current trace, or run eagerly on a device."""
+    trace = current_trace()
+    if trace is None:
+        for x in operands:
+            if isinstance(x, Tracer):
+                trace = x.trace
+                break
+    if trace is not None:
+        if not trace.active:
+            raise TracingError("a traced value escaped its jit function and was used after tracing ended",
+                               where=user_location())
+        loc = user_location()
+        nodes = [trace.to_node(x) for x in operands]
+        return Tracer(trace, make_node(op, nodes, attrs, loc=loc))
+    from .eager import apply_eager
+
+    return apply_eager(op, operands, attrs)
+
+
+def check_dtype(x: Any) -> DType:
+    return aval_of(x).dtype
+
+
+__all__ = ["Trace", "Tracer", "bind", "current_trace", "trace_context", "aval_of", "is_weak", "AxleError",
+           "Sequence"]

@@ -1,0 +1,118 @@
+"""Building modules directly, op by op (like XlaBuilder).
+
+    b = Builder("seed")
+    x, y, z = (b.parameter(f32[1024]) for _ in range(3))   # or b.parameter("f32[1024]")
+    r = b.reduce(b.add(x, b.mul(y, z)), kind="sum", axes=(0,))
+    module = b.build(r)
+
+Every op of the table is a method: ``b.add(x, y)``, ``b.op(Op.ADD, x, y)``.
+Shape and dtype errors are raised here, naming the op, the operands and the source line.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AxleError
+from .dtypes import DType, dtype as to_dtype
+from .literal import Literal
+from .module import Computation, Module, Node
+from .ops import OPS, Op, canonical_attrs, check_arity, infer_type
+from .types import TensorType, TupleType, Type
+
+# Method names for ops whose enum value is not a Python identifier or is long.
+_ALIASES: dict[str, Op] = {
+    "neg": Op.NEG, "exp": Op.EXP, "sin": Op.SIN, "cos": Op.COS, "sub": Op.SUB, "mul": Op.MUL,
+    "div": Op.DIV, "rem": Op.REM, "pow": Op.POW, "max": Op.MAX, "min": Op.MIN,
+    "and_": Op.AND, "or_": Op.OR, "not_": Op.NOT, "dot_general": Op.DOT_GENERAL,
+    "broadcast_in_dim": Op.BROADCAST_IN_DIM, "get_tuple_element": Op.GET_TUPLE_ELEMENT,
+    "rng_bit_generator": Op.RNG_BIT_GENERATOR, "custom_call": Op.CUSTOM_CALL,
+}
+for _op in Op:
+    _ALIASES.setdefault(_op.name.lower(), _op)
+
+
+def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
+              loc: str | None = None, name: str | None = None, type: Type | None = None) -> Node:
+    """Creates a checked node. ``type`` is given only for parameters."""
+    attrs = dict(attrs or {})
+    try:
+        check_arity(op, len(operands))
+        canon = canonical_attrs(op, attrs)
+        if op is Op.PARAMETER:
+            assert type is not None, "parameters need a type"
+            t = type
+        elif op is Op.CONSTANT:
+            t = dict(canon)["value"].type
+        else:
+            t = infer_type(op, [o.type for o in operands], dict(canon))
+    except AxleError as e:
+        if loc and not e.where:
+            raise e.__class__(e.message, where=loc) from None
+        raise
+    return Node(op, tuple(operands), canon, t, loc=loc, name=name)
+
+
+def parse_type(text: str) -> TensorType:
+    """'f32[2,3]' -> TensorType."""
+    from .parser import parse_type as _pt
+
+    return _pt(text)
+
+
+class Builder:
+    def __init__(self, name: str = "main") -> None:
+        self.name = name
+        self.params: list[Node] = []
+        self.loc: str | None = None  # source line attached to nodes built next
+
+    def parameter(self, t: TensorType | str | tuple[Sequence[int], Any], name: str | None = None) -> Node:
+        if isinstance(t, str):
+            t = parse_type(t)
+        elif not isinstance(t, TensorType):
+            shape, dt = t
+            t = TensorType(to_dtype(dt), tuple(int(s) for s in shape))
+        node = make_node(Op.PARAMETER, (), {"index": len(self.params)}, type=t,
+                         name=name or f"p{len(self.params)}", loc=self.loc)
+        self.params.append(node)
+        return node
+
+    def constant(self, value: object, dtype: DType | str | None = None) -> Node:
+        lit = value if isinstance(value, Literal) else Literal(value, None if dtype is None else to_dtype(dtype))
+        return make_node(Op.CONSTANT, (), {"value": lit}, loc=self.loc)
+
+    def op(self, op: Op, *operands: Node, **attrs: Any) -> Node:
+        return make_node(op, operands, attrs, loc=self.loc)
+
+    def __getattr__(self, name: str) -> Any:
+        op = _ALIASES.get(name)
+        if op is None:
+            raise AttributeError(f"Builder has no op {name!r}")
+
+        def build(*operands: Node, **attrs: Any) -> Node:
+            return self.op(op, *operands, **attrs)
+
+        build.__name__ = name
+        build.__doc__ = OPS[op].doc
+        return build
+
+    def computation(self, *roots: Node, name: str | None = None) -> Computation:
+        root = roots[0] if len(roots) == 1 else make_node(Op.TUPLE, roots)
+        return Computation(name or self.name, tuple(self.params), root)
+
+    def build(self, *roots: Node) -> Module:
+        """The module whose entry returns ``roots`` (a tuple when there are several)."""
+        from .verifier import verify
+
+        module = Module(self.name, self.computation(*roots))
+        verify(module)
+        return module
+
+
+def constant_like(value: object, t: TensorType) -> Literal:
+    return Literal(np.full(t.shape, value, dtype=t.dtype.np))
+
+
+__all__ = ["Builder", "make_node", "TensorType", "TupleType", "constant_like"]

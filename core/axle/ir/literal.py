@@ -1,0 +1,37 @@
+"""Constant payloads: an immutable, hashable NumPy array."""
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import DType, dtype as to_dtype
+from .types import TensorType
+
+
+class Literal:
+    """A read-only array with structural equality (dtype, shape, bytes)."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, value: object, dt: DType | None = None) -> None:
+        arr = np.asarray(value, dtype=None if dt is None else dt.np)
+        to_dtype(arr.dtype)  # refuse unsupported dtypes early
+        arr = np.array(arr, copy=True, order="C")
+        arr.setflags(write=False)
+        self.array = arr
+        self._hash = hash((arr.dtype.str, arr.shape, arr.tobytes()))
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(to_dtype(self.array.dtype), tuple(self.array.shape))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Literal):
+            return NotImplemented
+        a, b = self.array, other.array
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Literal({self.array!r})"

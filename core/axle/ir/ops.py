@@ -1,0 +1,798 @@
+"""The op table: every primitive defined once, with its rules beside it.
+
+Each entry (an :class:`OpDef`) gives the arity, the attribute schema, the shape and dtype
+rules, the traits that passes ask about, and the NumPy reference implementation, which is
+the specification every backend is tested against. Passes ask traits; they never compare
+op names.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import AttributeError_, DTypeError, ShapeError
+from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
+from .dtypes import dtype as to_dtype
+from .literal import Literal
+from .types import Shape, TensorType, TupleType, Type
+
+
+class Op(enum.Enum):
+    # structure
+    PARAMETER = "parameter"
+    CONSTANT = "constant"
+    IOTA = "iota"
+    CONVERT = "convert"
+    TUPLE = "tuple"
+    GET_TUPLE_ELEMENT = "get-tuple-element"
+    FUSION = "fusion"
+    # unary elementwise
+    NEG = "negate"
+    ABS = "abs"
+    EXP = "exponential"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    TANH = "tanh"
+    LOGISTIC = "logistic"
+    SIN = "sine"
+    COS = "cosine"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    SIGN = "sign"
+    NOT = "not"
+    # binary elementwise
+    ADD = "add"
+    SUB = "subtract"
+    MUL = "multiply"
+    DIV = "divide"
+    REM = "remainder"
+    POW = "power"
+    MAX = "maximum"
+    MIN = "minimum"
+    AND = "and"
+    OR = "or"
+    COMPARE = "compare"
+    SELECT = "select"
+    # reductions and contractions
+    REDUCE = "reduce"
+    DOT_GENERAL = "dot"
+    # data movement
+    BROADCAST_IN_DIM = "broadcast"
+    RESHAPE = "reshape"
+    TRANSPOSE = "transpose"
+    SLICE = "slice"
+    PAD = "pad"
+    CONCATENATE = "concatenate"
+    REVERSE = "reverse"
+    # others
+    RNG_BIT_GENERATOR = "rng-bit-generator"
+    CUSTOM_CALL = "custom-call"
+
+    def __repr__(self) -> str:
+        return f"Op.{self.name}"
+
+
+class AttrKind(enum.Enum):
+    INT = "int"
+    INTS = "ints"  # tuple of ints, printed {1,2}
+    DTYPE = "dtype"
+    SHAPE = "shape"
+    STR = "str"
+    ENUM = "enum"
+    LITERAL = "literal"
+    COMPUTATION = "computation"
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    name: str
+    kind: AttrKind
+    default: Any = _REQUIRED
+    choices: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    def coerce(self, op: "Op", value: object) -> object:
+        """Canonical, hashable form of an attribute value (tuples, DType...)."""
+        k = self.kind
+        try:
+            if k is AttrKind.INT:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise TypeError
+                return int(value)
+            if k in (AttrKind.INTS, AttrKind.SHAPE):
+                vals = tuple(int(v) for v in value)  # type: ignore[union-attr]
+                if k is AttrKind.SHAPE and any(v < 0 for v in vals):
+                    raise ValueError
+                return vals
+            if k is AttrKind.DTYPE:
+                return to_dtype(value)
+            if k is AttrKind.STR:
+                if not isinstance(value, str):
+                    raise TypeError
+                return value
+            if k is AttrKind.ENUM:
+                v = str(value).lower()
+                if v not in self.choices:
+                    raise ValueError
+                return v
+            if k is AttrKind.LITERAL:
+                return value if isinstance(value, Literal) else Literal(value)
+            if k is AttrKind.COMPUTATION:
+                from .module import Computation
+
+                if not isinstance(value, Computation):
+                    raise TypeError
+                return value
+        except (TypeError, ValueError, OverflowError):
+            pass
+        expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
+        raise AttributeError_(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}")
+
+
+@dataclass(frozen=True)
+class Traits:
+    elementwise: bool = False
+    commutative: bool = False
+    reduction: bool = False
+    movement: bool = False  # pure data movement: reshape, transpose, slice...
+    cheap: bool = False  # cheap enough to recompute in several fusions
+    side_effect: bool = False  # never merged by CSE, never constant-folded
+    structural: bool = False  # parameter, tuple plumbing: not computation
+    transcendental: bool = False
+    fusible: bool = True  # may sit inside a fusion
+
+
+ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
+DTypeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], DType]
+Reference = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    op: Op
+    arity: int | None  # None: variadic (min_arity or more)
+    attrs: tuple[AttrSpec, ...]
+    shape_rule: ShapeRule | None
+    dtype_rule: DTypeRule | None
+    reference: Reference
+    traits: Traits = field(default_factory=Traits)
+    operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
+    min_arity: int = 0
+    doc: str = ""
+
+    def attr_spec(self, name: str) -> AttrSpec:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _types_str(types: Sequence[Type]) -> str:
+    return ", ".join(str(t) for t in types)
+
+
+def _shape_error(op: Op, types: Sequence[Type], why: str) -> ShapeError:
+    return ShapeError(f"{op.value}: {why} (operands: {_types_str(types)})")
+
+
+def _same_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    shapes = {t.shape for t in ts}
+    if len(shapes) != 1:
+        raise _shape_error(op, ts, "operands must have the same shape; broadcast them first")
+    return ts[0].shape
+
+
+def _same_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    dts = {t.dtype for t in ts}
+    if len(dts) != 1:
+        raise DTypeError(f"{op.value}: operands must have the same dtype (operands: {_types_str(ts)})")
+    return ts[0].dtype
+
+
+def _first_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    return ts[0].shape
+
+
+def _bool_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    _same_dtype(op, ts, attrs)
+    return DType.BOOL
+
+
+def _attr_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    return attrs["dtype"]
+
+
+def _attr_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    return attrs["shape"]
+
+
+def _check_axes(op: Op, ts: Sequence[TensorType], axes: Sequence[int], rank: int, what: str) -> None:
+    if any(a < 0 or a >= rank for a in axes) or len(set(axes)) != len(axes):
+        raise _shape_error(op, ts, f"{what} {tuple(axes)} must be distinct and in [0, {rank})")
+
+
+def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def run(*args: Any, **kw: Any) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return fn(*args, **kw)
+
+    run.__name__ = getattr(fn, "__name__", "reference")
+    return run
+
+
+# ------------------------------------------------------------------ reference semantics
+
+
+def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> Reference:
+    # float16 is computed in float32 and rounded once, like the backends do.
+    def ref(x: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float16:
+            return f(x.astype(np.float32)).astype(np.float16)
+        return f(x).astype(x.dtype, copy=False)
+
+    return _quiet(ref)
+
+
+def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # XLA semantics: truncating; x/0 = -1; INT_MIN/-1 = INT_MIN. Never traps.
+    info = np.iinfo(x.dtype)
+    zero = y == 0
+    overflow = (x == info.min) & (y == -1)
+    safe_y = np.where(zero | overflow, 1, y)
+    q = np.trunc(np.true_divide(x, safe_y)).astype(x.dtype) if x.dtype == np.int32 else _trunc_div64(x, safe_y)
+    q = np.where(zero, np.array(-1, x.dtype), q)
+    return np.where(overflow, np.array(info.min, x.dtype), q).astype(x.dtype)
+
+
+def _trunc_div64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    q = np.floor_divide(x, y)
+    fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+    return (q + fix).astype(x.dtype)
+
+
+def _int_rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # Sign of the dividend (C/XLA); x % 0 = x; INT_MIN % -1 = 0.
+    zero = y == 0
+    safe_y = np.where(zero | (y == -1), 1, y)
+    r = np.fmod(x, safe_y)
+    r = np.where(y == -1, np.array(0, x.dtype), r)
+    return np.where(zero, x, r).astype(x.dtype)
+
+
+def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "i":
+        return _int_div(x, y)
+    return np.true_divide(x, y).astype(x.dtype, copy=False)
+
+
+def _rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "i":
+        return _int_rem(x, y)
+    return np.fmod(x, y).astype(x.dtype, copy=False)
+
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind != "i":
+        return np.power(x, y).astype(x.dtype, copy=False)
+    # Integer power by squaring; negative exponents give 0 except for bases 1 and -1.
+    x, y = np.broadcast_arrays(x, y)
+    result = np.ones_like(x)
+    base = x.copy()
+    e = np.where(y < 0, 0, y)
+    while np.any(e > 0):
+        odd = (e & 1) == 1
+        result = np.where(odd, result * base, result)
+        base = base * base
+        e = e >> 1
+    neg = y < 0
+    neg_val = np.where(x == 1, 1, np.where(x == -1, np.where((y & 1) == 1, -1, 1), 0)).astype(x.dtype)
+    return np.where(neg, neg_val, result).astype(x.dtype)
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    return np.sign(x).astype(x.dtype, copy=False)
+
+
+def _logical_not(x: np.ndarray) -> np.ndarray:
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+_COMPARE = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def _compare(x: np.ndarray, y: np.ndarray, *, direction: str) -> np.ndarray:
+    return _COMPARE[direction](x, y)
+
+
+def convert_array(x: np.ndarray, dt: DType) -> np.ndarray:
+    """Element conversion: float to int saturates and maps NaN to 0 (like LLVM's
+    fptosi.sat and OpenCL's convert_<int>_sat); anything to bool is ``!= 0``."""
+    target = dt.np
+    if dt is DType.BOOL:
+        return x != 0
+    if x.dtype.kind == "f" and target.kind == "i":
+        info = np.iinfo(target)
+        t = np.trunc(x.astype(np.float64))
+        out = np.where(np.isnan(t), 0, np.clip(t, info.min, info.max))
+        # float64 cannot hold INT64_MAX exactly: saturate explicitly.
+        res = out.astype(target)
+        res = np.where(t >= float(info.max), info.max, res)
+        return np.where(t <= float(info.min), info.min, res).astype(target)
+    return x.astype(target)
+
+
+_IDENTITY = {
+    "sum": lambda d: 0,
+    "prod": lambda d: 1,
+    "max": lambda d: -np.inf if d.kind == "f" else (np.iinfo(d).min if d.kind == "i" else False),
+    "min": lambda d: np.inf if d.kind == "f" else (np.iinfo(d).max if d.kind == "i" else True),
+    "and": lambda d: True if d == np.bool_ else -1,
+    "or": lambda d: False if d == np.bool_ else 0,
+}
+_REDUCER = {
+    "sum": np.add,
+    "prod": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+}
+
+
+def reduce_identity(kind: str, dt: DType) -> object:
+    """The value a reduction of this kind over no elements produces."""
+    return np.array(_IDENTITY[kind](dt.np)).astype(dt.np)[()]
+
+
+def _reduce(x: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
+    ident = reduce_identity(kind, to_dtype(x.dtype))
+    work = x.astype(np.float32) if x.dtype == np.float16 and kind in ("sum", "prod") else x
+    out = _REDUCER[kind].reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident))
+    return np.asarray(out).astype(x.dtype)
+
+
+def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...], rhs_batch: tuple[int, ...],
+                 lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...]) -> np.ndarray:
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    lsub = [""] * lhs.ndim
+    rsub = [""] * rhs.ndim
+    batch = []
+    for lb, rb in zip(lhs_batch, rhs_batch):
+        c = next(letters)
+        lsub[lb] = rsub[rb] = c
+        batch.append(c)
+    for lc, rc in zip(lhs_contracting, rhs_contracting):
+        c = next(letters)
+        lsub[lc] = rsub[rc] = c
+    lfree = []
+    for i in range(lhs.ndim):
+        if not lsub[i]:
+            lsub[i] = next(letters)
+            lfree.append(lsub[i])
+    rfree = []
+    for i in range(rhs.ndim):
+        if not rsub[i]:
+            rsub[i] = next(letters)
+            rfree.append(rsub[i])
+    spec = f"{''.join(lsub)},{''.join(rsub)}->{''.join(batch + lfree + rfree)}"
+    work_dt = np.float32 if lhs.dtype == np.float16 else lhs.dtype
+    out = np.einsum(spec, lhs.astype(work_dt, copy=False), rhs.astype(work_dt, copy=False), optimize=True)
+    return np.asarray(out).astype(lhs.dtype)
+
+
+def _broadcast_in_dim(x: np.ndarray, *, shape: Shape, broadcast_dimensions: tuple[int, ...]) -> np.ndarray:
+    expanded = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        expanded[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(expanded), shape).copy()
+
+
+def _pad(x: np.ndarray, pv: np.ndarray, *, low: tuple[int, ...], high: tuple[int, ...],
+         interior: tuple[int, ...]) -> np.ndarray:
+    out_shape = _pad_shape(x.shape, low, high, interior)
+    out = np.full(out_shape, pv, dtype=x.dtype)
+    if x.size:
+        idx = tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1) for lo, n, it in zip(low, x.shape, interior))
+        out[idx] = x
+    return out
+
+
+def _pad_shape(shape: Shape, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Shape:
+    return tuple(lo + hi + n + max(n - 1, 0) * it for n, lo, hi, it in zip(shape, low, high, interior))
+
+
+def _iota(*, shape: Shape, dtype: DType, dimension: int) -> np.ndarray:
+    ar = np.arange(shape[dimension], dtype=np.int64).astype(dtype.np)
+    view = [1] * len(shape)
+    view[dimension] = shape[dimension]
+    return np.broadcast_to(ar.reshape(view), shape).copy()
+
+
+_M64 = (1 << 64) - 1
+
+
+def rng_bits(key: int, shape: Shape, dt: DType) -> np.ndarray:
+    """Counter-based bits (splitmix64 of key + (i+1)*golden ratio): element i of the
+    row-major output depends only on the key and i, so every backend can compute it
+    in parallel and produce exactly these bits."""
+    n = math.prod(shape)
+    i = np.arange(1, n + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(key & _M64) + i * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    if dt is DType.INT32:
+        return (z >> np.uint64(32)).astype(np.uint32).view(np.int32).reshape(shape)
+    return z.view(np.int64).reshape(shape)
+
+
+def _rng(key: np.ndarray, *, shape: Shape, dtype: DType) -> np.ndarray:
+    return rng_bits(int(np.asarray(key).astype(np.int64)) & _M64, shape, dtype)
+
+
+# custom_call targets: name -> (reference implementation). Backends may claim them.
+CUSTOM_CALL_TARGETS: dict[str, Callable[..., np.ndarray]] = {}
+
+
+def register_custom_call(name: str, reference: Callable[..., np.ndarray]) -> None:
+    """Registers the NumPy reference of a custom_call target ``name``."""
+    CUSTOM_CALL_TARGETS[name] = reference
+
+
+def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, config: str) -> np.ndarray:
+    if target not in CUSTOM_CALL_TARGETS:
+        raise AttributeError_(f"custom-call: no reference registered for target {target!r}")
+    out = CUSTOM_CALL_TARGETS[target](*xs, config=config)
+    return np.asarray(out, dtype=dtype.np).reshape(shape)
+
+
+# ------------------------------------------------------------------------ shape rules
+
+
+def _reduce_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    (t,) = ts
+    _check_axes(op, ts, attrs["axes"], t.rank, "axes")
+    return tuple(d for i, d in enumerate(t.shape) if i not in attrs["axes"])
+
+
+def _reduce_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    dt = ts[0].dtype
+    kind = attrs["kind"]
+    if kind in ("sum", "prod") and dt is DType.BOOL:
+        raise DTypeError(f"reduce: kind={kind} needs a numeric operand, got {ts[0]}; convert it first")
+    if kind in ("and", "or") and dt.is_float:
+        raise DTypeError(f"reduce: kind={kind} needs a bool or integer operand, got {ts[0]}")
+    return dt
+
+
+def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    lhs, rhs = ts
+    lb, rb = attrs["lhs_batch"], attrs["rhs_batch"]
+    lc, rc = attrs["lhs_contracting"], attrs["rhs_contracting"]
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise _shape_error(op, ts, "batch and contracting dimension lists must pair up")
+    _check_axes(op, ts, lb + lc, lhs.rank, "lhs batch+contracting dims")
+    _check_axes(op, ts, rb + rc, rhs.rank, "rhs batch+contracting dims")
+    for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise _shape_error(op, ts, f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
+    batch = tuple(lhs.shape[a] for a in lb)
+    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lb + lc)
+    rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rb + rc)
+    return batch + lfree + rfree
+
+
+def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    (t,) = ts
+    shape, dims = attrs["shape"], attrs["broadcast_dimensions"]
+    if len(dims) != t.rank:
+        raise _shape_error(op, ts, f"broadcast_dimensions {dims} must name one output dim per operand dim")
+    _check_axes(op, ts, dims, len(shape), "broadcast_dimensions")
+    if list(dims) != sorted(dims):
+        raise _shape_error(op, ts, f"broadcast_dimensions {dims} must be increasing; transpose first")
+    for i, d in enumerate(dims):
+        if t.shape[i] not in (1, shape[d]):
+            raise _shape_error(op, ts, f"operand dim {i} (size {t.shape[i]}) cannot broadcast to output dim {d} (size {shape[d]})")
+    return shape
+
+
+def _reshape_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    (t,) = ts
+    if math.prod(attrs["shape"]) != t.size:
+        raise _shape_error(op, ts, f"cannot reshape {t.size} elements into shape {attrs['shape']}")
+    return attrs["shape"]
+
+
+def _transpose_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    (t,) = ts
+    perm = attrs["permutation"]
+    if sorted(perm) != list(range(t.rank)):
+        raise _shape_error(op, ts, f"permutation {perm} is not a permutation of {t.rank} dims")
+    return tuple(t.shape[p] for p in perm)
+
+
+def _slice_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    (t,) = ts
+    start, limit, stride = attrs["start"], attrs["limit"], attrs["stride"]
+    if not (len(start) == len(limit) == len(stride) == t.rank):
+        raise _shape_error(op, ts, f"start/limit/stride need {t.rank} entries each")
+    out = []
+    for s, l, st, n in zip(start, limit, stride, t.shape):
+        if st < 1 or s < 0 or l > n or s > l:
+            raise _shape_error(op, ts, f"slice start={start} limit={limit} stride={stride} is out of bounds")
+        out.append((l - s + st - 1) // st)
+    return tuple(out)
+
+
+def _pad_rule(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    t, pv = ts
+    low, high, interior = attrs["low"], attrs["high"], attrs["interior"]
+    if pv.rank != 0:
+        raise _shape_error(op, ts, "the padding value must be a scalar")
+    if not (len(low) == len(high) == len(interior) == t.rank):
+        raise _shape_error(op, ts, f"low/high/interior need {t.rank} entries each")
+    if any(v < 0 for v in low + high + interior):
+        raise _shape_error(op, ts, "negative padding is not supported; slice instead")
+    return _pad_shape(t.shape, low, high, interior)
+
+
+def _concat_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    dim = attrs["dimension"]
+    rank = ts[0].rank
+    if not 0 <= dim < rank:
+        raise _shape_error(op, ts, f"dimension {dim} is out of range for rank {rank}")
+    for t in ts:
+        if t.rank != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != dim):
+            raise _shape_error(op, ts, f"operands must agree on every dim but {dim}")
+    out = list(ts[0].shape)
+    out[dim] = sum(t.shape[dim] for t in ts)
+    return tuple(out)
+
+
+def _reverse_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    _check_axes(op, ts, attrs["dimensions"], ts[0].rank, "dimensions")
+    return ts[0].shape
+
+
+def _iota_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    shape = attrs["shape"]
+    if not 0 <= attrs["dimension"] < max(len(shape), 1) or not shape:
+        raise ShapeError(f"iota: dimension {attrs['dimension']} is out of range for shape {shape}")
+    return shape
+
+
+def _select_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    return _same_shape(op, ts, attrs)
+
+
+def _select_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    if ts[0].dtype is not DType.BOOL:
+        raise DTypeError(f"select: the predicate must be pred, got {ts[0]}")
+    return _same_dtype(op, ts[1:], attrs)
+
+
+def _rng_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    if ts[0].rank != 0 or ts[0].dtype is not DType.INT64:
+        raise ShapeError(f"rng-bit-generator: the key must be an s64[] scalar, got {ts[0]}")
+    if attrs["dtype"] not in (DType.INT32, DType.INT64):
+        raise DTypeError(f"rng-bit-generator: dtype must be s32 or s64, got {attrs['dtype']}")
+    return attrs["shape"]
+
+
+def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return convert_array(x, dtype)
+
+
+# -------------------------------------------------------------------------- the table
+
+OPS: dict[Op, OpDef] = {}
+
+
+def _def(op: Op, arity: int | None, shape_rule: ShapeRule | None, dtype_rule: DTypeRule | None,
+         reference: Reference, *, attrs: tuple[AttrSpec, ...] = (), traits: Traits = Traits(),
+         operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES), min_arity: int = 0, doc: str = "") -> None:
+    assert op not in OPS, f"{op} defined twice"
+    OPS[op] = OpDef(op, arity, attrs, shape_rule, dtype_rule, reference, traits, operand_dtypes, min_arity, doc)
+
+
+_EW = Traits(elementwise=True, cheap=True)
+_EW_C = Traits(elementwise=True, commutative=True, cheap=True)
+_EW_T = Traits(elementwise=True, transcendental=True)
+_MOVE = Traits(movement=True, cheap=True)
+
+# structure
+_def(Op.PARAMETER, 0, None, None, lambda: None,
+     attrs=(AttrSpec("index", AttrKind.INT),), traits=Traits(structural=True, fusible=False),
+     doc="The index-th argument of the computation; its type is recorded on the node.")
+_def(Op.CONSTANT, 0, None, None, lambda *, value: np.array(value.array),
+     attrs=(AttrSpec("value", AttrKind.LITERAL),), traits=Traits(cheap=True), doc="A literal array.")
+_def(Op.IOTA, 0, _iota_shape, _attr_dtype, _iota,
+     attrs=(AttrSpec("shape", AttrKind.SHAPE), AttrSpec("dtype", AttrKind.DTYPE), AttrSpec("dimension", AttrKind.INT)),
+     traits=Traits(cheap=True), doc="Indices 0..n-1 along `dimension`, broadcast along the others.")
+_def(Op.CONVERT, 1, _first_shape, _attr_dtype, _convert_ref, attrs=(AttrSpec("dtype", AttrKind.DTYPE),),
+     traits=_EW, doc="Element type conversion; float->int saturates, NaN->0.")
+_def(Op.TUPLE, None, None, None, lambda *xs: tuple(xs), traits=Traits(structural=True, fusible=False),
+     doc="Groups values (multiple results).")
+_def(Op.GET_TUPLE_ELEMENT, 1, None, None, lambda t, *, index: t[index],
+     attrs=(AttrSpec("index", AttrKind.INT),), traits=Traits(structural=True, fusible=False),
+     doc="Element `index` of a tuple value.")
+_def(Op.FUSION, None, None, None, lambda *xs, kind, computation: None,
+     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=("loop", "input", "output")),
+            AttrSpec("computation", AttrKind.COMPUTATION)),
+     traits=Traits(structural=True, fusible=False),
+     doc="A fused sub-computation compiled as one kernel; operands bind its parameters.")
+
+# unary elementwise
+for _op, _f, _dts, _tr in [
+    (Op.NEG, np.negative, NUMERIC, _EW),
+    (Op.ABS, np.abs, NUMERIC, _EW),
+    (Op.SIGN, _sign, NUMERIC, _EW),
+    (Op.NOT, _logical_not, INTEGRAL, _EW),
+]:
+    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f), traits=_tr, operand_dtypes=_dts)
+
+for _op, _f, _tr in [
+    (Op.EXP, np.exp, _EW_T),
+    (Op.LOG, np.log, _EW_T),
+    (Op.SQRT, np.sqrt, _EW),
+    (Op.RSQRT, lambda x: 1 / np.sqrt(x), _EW),
+    (Op.TANH, np.tanh, _EW_T),
+    (Op.LOGISTIC, lambda x: 1 / (1 + np.exp(-x)), _EW_T),
+    (Op.SIN, np.sin, _EW_T),
+    (Op.COS, np.cos, _EW_T),
+    (Op.FLOOR, np.floor, _EW),
+    (Op.CEIL, np.ceil, _EW),
+]:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f), traits=_tr, operand_dtypes=FLOATS)
+
+# binary elementwise
+for _op, _f, _dts, _tr in [
+    (Op.ADD, np.add, NUMERIC, _EW_C),
+    (Op.SUB, np.subtract, NUMERIC, _EW),
+    (Op.MUL, np.multiply, NUMERIC, _EW_C),
+    (Op.DIV, _div, NUMERIC, _EW),
+    (Op.REM, _rem, NUMERIC, _EW),
+    (Op.POW, _pow, NUMERIC, Traits(elementwise=True, transcendental=True)),
+    (Op.MAX, np.maximum, frozenset(ALL_DTYPES), _EW_C),
+    (Op.MIN, np.minimum, frozenset(ALL_DTYPES), _EW_C),
+    (Op.AND, np.bitwise_and, INTEGRAL, _EW_C),
+    (Op.OR, np.bitwise_or, INTEGRAL, _EW_C),
+]:
+    _def(_op, 2, _same_shape, _same_dtype, _quiet(lambda x, y, _f=_f: np.asarray(_f(x, y)).astype(x.dtype, copy=False)),
+         traits=_tr, operand_dtypes=_dts)
+
+_def(Op.COMPARE, 2, _same_shape, _bool_dtype, _quiet(_compare),
+     attrs=(AttrSpec("direction", AttrKind.ENUM, choices=tuple(_COMPARE)),), traits=_EW,
+     doc="Elementwise comparison; NaN compares unequal to everything.")
+_def(Op.SELECT, 3, _select_shape, _select_dtype, lambda p, a, b: np.where(p, a, b), traits=_EW,
+     doc="Elementwise pred ? on_true : on_false.")
+
+# reductions and contractions
+_def(Op.REDUCE, 1, _reduce_shape, _reduce_dtype, _quiet(_reduce),
+     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=tuple(_REDUCER)), AttrSpec("axes", AttrKind.INTS)),
+     traits=Traits(reduction=True), doc="Reduces `axes` with sum/prod/max/min/and/or; empty -> identity.")
+_def(Op.DOT_GENERAL, 2, _dot_shape, _same_dtype, _quiet(_dot_general),
+     attrs=(AttrSpec("lhs_batch", AttrKind.INTS, ()), AttrSpec("rhs_batch", AttrKind.INTS, ()),
+            AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS)),
+     traits=Traits(), operand_dtypes=NUMERIC,
+     doc="Output dims: batch, lhs free, rhs free (XLA order).")
+
+# data movement
+_def(Op.BROADCAST_IN_DIM, 1, _broadcast_shape, _same_dtype, _broadcast_in_dim,
+     attrs=(AttrSpec("shape", AttrKind.SHAPE), AttrSpec("broadcast_dimensions", AttrKind.INTS)), traits=_MOVE)
+_def(Op.RESHAPE, 1, _reshape_shape, _same_dtype, lambda x, *, shape: x.reshape(shape).copy(),
+     attrs=(AttrSpec("shape", AttrKind.SHAPE),), traits=_MOVE, doc="Row-major reshape.")
+_def(Op.TRANSPOSE, 1, _transpose_shape, _same_dtype,
+     lambda x, *, permutation: np.transpose(x, permutation).copy(),
+     attrs=(AttrSpec("permutation", AttrKind.INTS),), traits=_MOVE)
+_def(Op.SLICE, 1, _slice_shape, _same_dtype,
+     lambda x, *, start, limit, stride: x[tuple(slice(s, l, st) for s, l, st in zip(start, limit, stride))].copy(),
+     attrs=(AttrSpec("start", AttrKind.INTS), AttrSpec("limit", AttrKind.INTS), AttrSpec("stride", AttrKind.INTS)),
+     traits=_MOVE)
+_def(Op.PAD, 2, _pad_rule, _same_dtype, _pad,
+     attrs=(AttrSpec("low", AttrKind.INTS), AttrSpec("high", AttrKind.INTS), AttrSpec("interior", AttrKind.INTS)),
+     traits=_MOVE, doc="Edge (low/high) and interior padding with a scalar value; all >= 0.")
+_def(Op.CONCATENATE, None, _concat_shape, _same_dtype, lambda *xs, dimension: np.concatenate(xs, axis=dimension),
+     attrs=(AttrSpec("dimension", AttrKind.INT),), traits=_MOVE, min_arity=1)
+_def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.flip(x, dimensions).copy(),
+     attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
+
+# others
+_def(Op.RNG_BIT_GENERATOR, 1, _rng_shape, _attr_dtype, _rng,
+     attrs=(AttrSpec("shape", AttrKind.SHAPE), AttrSpec("dtype", AttrKind.DTYPE)),
+     traits=Traits(side_effect=True),
+     doc="Counter-based random bits from an s64 key (splitmix64); see ops.rng_bits.")
+_def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
+     attrs=(AttrSpec("target", AttrKind.STR), AttrSpec("shape", AttrKind.SHAPE), AttrSpec("dtype", AttrKind.DTYPE),
+            AttrSpec("config", AttrKind.STR, "")),
+     traits=Traits(side_effect=True, fusible=False),
+     doc="Calls a named external function; its reference is registered with register_custom_call.")
+
+# The core primitive set every backend must implement (plumbing ops excluded).
+CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION}
+BY_NAME: dict[str, Op] = {op.value: op for op in Op}
+
+
+def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
+    """Checks operands and attributes against the op's rules and returns the result type."""
+    d = OPS[op]
+    if op is Op.TUPLE:
+        if any(isinstance(t, TupleType) for t in operand_types):
+            raise ShapeError("tuple: nested tuples are not supported")
+        return TupleType(tuple(operand_types))  # type: ignore[arg-type]
+    if op is Op.GET_TUPLE_ELEMENT:
+        (t,) = operand_types
+        if not isinstance(t, TupleType) or not 0 <= attrs["index"] < len(t.elements):
+            raise ShapeError(f"get-tuple-element: index {attrs['index']} is out of range for {t}")
+        return t.elements[attrs["index"]]
+    if op is Op.FUSION:
+        comp = attrs["computation"]
+        params = [p.type for p in comp.parameters]
+        if list(params) != list(operand_types):
+            raise ShapeError(f"fusion: operands ({_types_str(operand_types)}) do not match the fused "
+                             f"computation's parameters ({_types_str(params)})")
+        return comp.root.type
+    for t in operand_types:
+        if not isinstance(t, TensorType):
+            raise ShapeError(f"{op.value}: operands must be arrays, got {t}")
+    ts: Sequence[TensorType] = operand_types  # type: ignore[assignment]
+    bad = [t for t in ts if t.dtype not in d.operand_dtypes]
+    if bad and op is not Op.SELECT:
+        allowed = ", ".join(sorted(x.value for x in d.operand_dtypes))
+        raise DTypeError(f"{op.value}: operand dtype {bad[0].dtype.value} is not supported (operands: "
+                         f"{_types_str(ts)}; allowed: {allowed})")
+    assert d.shape_rule is not None and d.dtype_rule is not None, f"{op} has no rules"
+    dt = d.dtype_rule(op, ts, attrs)
+    shape = d.shape_rule(op, ts, attrs)
+    return TensorType(dt, tuple(shape))
+
+
+def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Validates attribute names/values against the schema and returns them sorted by name."""
+    d = OPS[op]
+    names = {a.name for a in d.attrs}
+    unknown = set(attrs) - names
+    if unknown:
+        raise AttributeError_(f"{op.value}: unknown attribute(s) {sorted(unknown)}; expected {sorted(names)}")
+    out = []
+    for spec in d.attrs:
+        if spec.name in attrs:
+            out.append((spec.name, spec.coerce(op, attrs[spec.name])))
+        elif spec.required:
+            raise AttributeError_(f"{op.value}: missing attribute {spec.name!r}")
+        else:
+            out.append((spec.name, spec.default))
+    return tuple(sorted(out))
+
+
+def check_arity(op: Op, n: int) -> None:
+    d = OPS[op]
+    if d.arity is None:
+        if n < d.min_arity:
+            raise ShapeError(f"{op.value}: needs at least {d.min_arity} operand(s), got {n}")
+    elif n != d.arity:
+        raise ShapeError(f"{op.value}: takes {d.arity} operand(s), got {n}")

@@ -1,0 +1,142 @@
+"""The HLO-like text form. ``parse_module(print_module(m))`` rebuilds an equal module.
+
+    module @seed
+
+    entry %main (x: f32[1024], y: f32[1024], z: f32[1024]) -> f32[] {
+      %x = f32[1024] parameter(0)
+      ...
+      %multiply.3 = f32[1024] multiply(%y, %z)
+      %add.4 = f32[1024] add(%x, %multiply.3)
+      ROOT %reduce.5 = f32[] reduce(%add.4), axes={0}, kind=sum
+    }
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from .dtypes import DType
+from .literal import Literal
+from .module import Computation, Module, Node
+from .ops import OPS, AttrKind, Op
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+def format_scalar(v: Any, dt: np.dtype) -> str:
+    if dt == np.bool_:
+        return "true" if v else "false"
+    if dt.kind == "f":
+        f = float(v)
+        if math.isnan(f):
+            return "nan"
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        return repr(f)
+    return str(int(v))
+
+
+def format_literal(lit: Literal) -> str:
+    arr = lit.array
+
+    def rec(a: np.ndarray) -> str:
+        if a.ndim == 0:
+            return format_scalar(a[()], arr.dtype)
+        return "{" + ", ".join(rec(x) for x in a) + "}"
+
+    if arr.ndim > 0 and arr.size == 0:
+        return "{}"
+    return rec(arr)
+
+
+def format_attr(kind: AttrKind, value: Any, names: dict[int, str]) -> str:
+    if kind in (AttrKind.INTS,):
+        return "{" + ",".join(map(str, value)) + "}"
+    if kind is AttrKind.SHAPE:
+        return "[" + ",".join(map(str, value)) + "]"
+    if kind is AttrKind.DTYPE:
+        return value.value
+    if kind is AttrKind.STR:
+        return json.dumps(value)
+    if kind is AttrKind.COMPUTATION:
+        return "%" + names[id(value)]
+    return str(value)
+
+
+def safe_name(name: str) -> str:
+    """A name the parser accepts: letters, digits, '_', '.', '-' (others become '_')."""
+    out = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "v"
+    return out if _IDENT.match(out) else "v" + out
+
+
+class _Namer:
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.counter = 0
+
+    def fresh(self, hint: str) -> str:
+        base = safe_name(hint)
+        name = base
+        while name in self.used:
+            self.counter += 1
+            name = f"{base}.{self.counter}"
+        self.used.add(name)
+        return name
+
+
+def _node_names(comp: Computation) -> dict[int, str]:
+    namer = _Namer()
+    names: dict[int, str] = {}
+    for p in comp.parameters:
+        names[p.uid] = namer.fresh(p.name or f"p{p.attr['index']}")
+    for n in comp.nodes:
+        if n.uid not in names:
+            names[n.uid] = namer.fresh(n.name or n.op.value)
+    return names
+
+
+def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False) -> str:
+    d = OPS[n.op]
+    lhs = ("ROOT " if root else "") + f"%{names[n.uid]} = {n.type}"
+    if n.op is Op.PARAMETER:
+        return f"{lhs} parameter({n.attr['index']})"
+    if n.op is Op.CONSTANT:
+        return f"{lhs} constant({format_literal(n.attr['value'])})"
+    args = ", ".join("%" + names[o.uid] for o in n.operands)
+    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs)
+    return f"{lhs} {n.op.value}({args})" + (f", {attrs}" if attrs else "")
+
+
+def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool = False) -> str:
+    names = _node_names(comp)
+    sig = ", ".join(f"{names[p.uid]}: {p.type}" for p in comp.parameters)
+    head = ("entry " if entry else "") + f"%{comp_names[id(comp)]} ({sig}) -> {comp.root.type} {{"
+    lines = [head]
+    for n in comp.nodes:
+        lines.append("  " + print_node(n, names, comp_names, root=n is comp.root))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def computation_names(module: Module) -> dict[int, str]:
+    namer = _Namer()
+    return {id(c): namer.fresh(c.name) for c in module.computations()}
+
+
+def print_module(module: Module) -> str:
+    comp_names = computation_names(module)
+    parts = [f"module @{safe_name(module.name)}"]
+    for c in module.computations():
+        parts.append(print_computation(c, comp_names, entry=c is module.entry))
+    return "\n\n".join(parts) + "\n"
+
+
+def print_computation_alone(comp: Computation) -> str:
+    return print_computation(comp, {id(comp): comp.name})
+
+
+__all__ = ["print_module", "format_literal", "format_scalar", "DType"]

@@ -1,0 +1,100 @@
+"""Thin wrappers over the primitives (one function per op), traced or eager.
+
+No broadcasting or promotion happens here: operands must already agree, as in the IR.
+axle.numpy builds NumPy semantics on top of these."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .frontend.tracing import bind
+from .ir.dtypes import DType, dtype as to_dtype
+from .ir.ops import Op
+
+Value = Any
+
+
+def _un(op: Op):  # noqa: ANN202
+    def f(x: Value) -> Value:
+        return bind(op, x)
+
+    f.__name__ = op.name.lower()
+    return f
+
+
+def _bin(op: Op):  # noqa: ANN202
+    def f(x: Value, y: Value) -> Value:
+        return bind(op, x, y)
+
+    f.__name__ = op.name.lower()
+    return f
+
+
+neg, abs, exp, log, sqrt, rsqrt, tanh, logistic, sin, cos, floor, ceil, sign, not_ = (
+    _un(o) for o in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN,
+                     Op.COS, Op.FLOOR, Op.CEIL, Op.SIGN, Op.NOT))
+add, sub, mul, div, rem, pow, max, min, and_, or_ = (
+    _bin(o) for o in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR))
+
+
+def compare(x: Value, y: Value, direction: str) -> Value:
+    return bind(Op.COMPARE, x, y, direction=direction)
+
+
+def select(pred: Value, on_true: Value, on_false: Value) -> Value:
+    return bind(Op.SELECT, pred, on_true, on_false)
+
+
+def convert(x: Value, dtype: Any) -> Value:
+    return bind(Op.CONVERT, x, dtype=to_dtype(dtype))
+
+
+def reduce(x: Value, kind: str, axes: Sequence[int]) -> Value:
+    return bind(Op.REDUCE, x, kind=kind, axes=tuple(axes))
+
+
+def dot_general(lhs: Value, rhs: Value, lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
+                lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = ()) -> Value:
+    return bind(Op.DOT_GENERAL, lhs, rhs, lhs_contracting=tuple(lhs_contracting),
+                rhs_contracting=tuple(rhs_contracting), lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch))
+
+
+def broadcast_in_dim(x: Value, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Value:
+    return bind(Op.BROADCAST_IN_DIM, x, shape=tuple(shape), broadcast_dimensions=tuple(broadcast_dimensions))
+
+
+def reshape(x: Value, shape: Sequence[int]) -> Value:
+    return bind(Op.RESHAPE, x, shape=tuple(shape))
+
+
+def transpose(x: Value, permutation: Sequence[int]) -> Value:
+    return bind(Op.TRANSPOSE, x, permutation=tuple(permutation))
+
+
+def slice(x: Value, start: Sequence[int], limit: Sequence[int], stride: Sequence[int] | None = None) -> Value:
+    stride = tuple(stride) if stride is not None else (1,) * len(start)
+    return bind(Op.SLICE, x, start=tuple(start), limit=tuple(limit), stride=stride)
+
+
+def pad(x: Value, padding_value: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Value:
+    return bind(Op.PAD, x, padding_value, low=tuple(low), high=tuple(high), interior=tuple(interior))
+
+
+def concatenate(xs: Sequence[Value], dimension: int) -> Value:
+    return bind(Op.CONCATENATE, *xs, dimension=dimension)
+
+
+def reverse(x: Value, dimensions: Sequence[int]) -> Value:
+    return bind(Op.REVERSE, x, dimensions=tuple(dimensions))
+
+
+def iota(dtype: Any, shape: Sequence[int], dimension: int = 0) -> Value:
+    return bind(Op.IOTA, shape=tuple(shape), dtype=to_dtype(dtype), dimension=dimension)
+
+
+def rng_bit_generator(key: Value, shape: Sequence[int], dtype: Any = DType.INT32) -> Value:
+    return bind(Op.RNG_BIT_GENERATOR, key, shape=tuple(shape), dtype=to_dtype(dtype))
+
+
+def custom_call(target: str, operands: Sequence[Value], shape: Sequence[int], dtype: Any, config: str = "") -> Value:
+    return bind(Op.CUSTOM_CALL, *operands, target=target, shape=tuple(shape), dtype=to_dtype(dtype), config=config)

@@ -1,0 +1,158 @@
+"""Backend discovery through the ``axle.backends`` entry-point group (stevedore).
+
+Plugins are loaded lazily, once, under a lock. A plugin that fails to import, to
+initialize, that reports no device, or that was built for another contract version is
+recorded with its reason (``axle devices`` shows it) and never stops the others.
+``AXLE_BACKENDS=cpu,interpreter`` selects and orders the backends.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import traceback
+from dataclasses import dataclass
+
+from .backend import API_VERSION, Backend, BackendUnavailable, Device
+from .errors import DeviceError
+
+NAMESPACE = "axle.backends"
+log = logging.getLogger("axle.registry")
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    available: bool
+    reason: str = ""
+    backend: Backend | None = None
+    module: str = ""
+
+
+def _compatible(version: object) -> str | None:
+    """None if a plugin's api_version fits this core; otherwise why not."""
+    if not (isinstance(version, tuple) and len(version) == 2 and all(isinstance(v, int) for v in version)):
+        return f"api_version {version!r} is not a (major, minor) tuple"
+    major, minor = version
+    if major != API_VERSION[0]:
+        return (f"built for backend API {major}.{minor}, but this axle provides {API_VERSION[0]}.x "
+                f"(>= {API_VERSION[0]}.0); install a plugin release for API {API_VERSION[0]}")
+    return None
+
+
+class Registry:
+    def __init__(self, namespace: str = NAMESPACE) -> None:
+        self.namespace = namespace
+        self._lock = threading.RLock()
+        self._statuses: dict[str, BackendStatus] | None = None
+
+    # -- loading ---------------------------------------------------------------------
+    def _load(self) -> dict[str, BackendStatus]:
+        from stevedore import ExtensionManager
+
+        statuses: dict[str, BackendStatus] = {}
+
+        def on_failure(manager: object, entrypoint: object, exc: BaseException) -> None:
+            name = getattr(entrypoint, "name", str(entrypoint))
+            statuses[name] = BackendStatus(name, False, f"import failed: {type(exc).__name__}: {exc}",
+                                           module=getattr(entrypoint, "value", ""))
+            log.warning("axle backend %r failed to import: %s", name, exc)
+
+        # stevedore keeps a class-level entry-point cache per namespace; drop it so a
+        # reload sees plugins installed since (tests, `axle new-backend` + pip install).
+        getattr(ExtensionManager, "ENTRY_POINT_CACHE", {}).pop(self.namespace, None)
+        mgr = ExtensionManager(self.namespace, invoke_on_load=False, on_load_failure_callback=on_failure)
+        for ext in mgr.extensions:
+            statuses[ext.name] = self._init(ext.name, ext.plugin, ext.entry_point.value)
+        return statuses
+
+    def _init(self, name: str, cls: type, module: str) -> BackendStatus:
+        why = _compatible(getattr(cls, "api_version", None))
+        if why:
+            return BackendStatus(name, False, why, module=module)
+        try:
+            backend = cls()
+            if not isinstance(backend, Backend):
+                return BackendStatus(name, False, f"{module} is not an axle.Backend subclass", module=module)
+            devices = list(backend.devices())
+        except BackendUnavailable as e:
+            return BackendStatus(name, False, str(e), module=module)
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not break the others
+            log.warning("axle backend %r failed to initialize:\n%s", name, traceback.format_exc())
+            return BackendStatus(name, False, f"initialization failed: {type(e).__name__}: {e}", module=module)
+        if not devices:
+            return BackendStatus(name, False, "no devices found", backend=None, module=module)
+        if getattr(backend, "name", name) != name:
+            return BackendStatus(name, False, f"entry point {name!r} names a backend called {backend.name!r}",
+                                 module=module)
+        return BackendStatus(name, True, "", backend, module)
+
+    def statuses(self) -> dict[str, BackendStatus]:
+        """Every backend found (available or not), in selection order."""
+        with self._lock:
+            if self._statuses is None:
+                self._statuses = self._load()
+            found = self._statuses
+        wanted = os.environ.get("AXLE_BACKENDS", "").strip()
+        if wanted:
+            names = [n.strip() for n in wanted.split(",") if n.strip()]
+            return {n: found.get(n, BackendStatus(n, False, "not installed (named in AXLE_BACKENDS)"))
+                    for n in names}
+        ordered = sorted(found.values(), key=lambda s: (-(s.backend.priority if s.backend else -1), s.name))
+        return {s.name: s for s in ordered}
+
+    def reset(self) -> None:
+        """Forgets loaded plugins (tests, or after installing a plugin in-process)."""
+        with self._lock:
+            self._statuses = None
+
+    # -- queries ---------------------------------------------------------------------
+    def backends(self) -> dict[str, Backend]:
+        return {n: s.backend for n, s in self.statuses().items() if s.available and s.backend}
+
+    def backend(self, name: str) -> Backend:
+        st = self.statuses().get(name)
+        if st is None or not st.available or st.backend is None:
+            reason = st.reason if st else "not installed"
+            raise DeviceError(f"backend {name!r} is not available: {reason}")
+        return st.backend
+
+    def devices(self) -> list[Device]:
+        out: list[Device] = []
+        for b in self.backends().values():
+            out.extend(b.devices())
+        return out
+
+    def device(self, name: str | Device) -> Device:
+        """Resolves 'cpu:0', 'cpu' (index 0) or a backend alias such as 'opencl:0:1'."""
+        if isinstance(name, Device):
+            return name
+        backend_name = name.split(":", 1)[0]
+        for dev in self.devices():
+            if dev.backend == backend_name and (name in (dev.name, *dev.aliases) or name == dev.backend and dev.index == 0):
+                return dev
+        available = ", ".join(d.name for d in self.devices()) or "none"
+        reason = ""
+        st = self.statuses().get(backend_name)
+        if st is not None and not st.available:
+            reason = f" (backend {backend_name!r} is unavailable: {st.reason})"
+        raise DeviceError(f"unknown device {name!r}{reason}; available devices: {available}")
+
+    def backend_for(self, device: Device) -> Backend:
+        return self.backend(device.backend)
+
+    def default_device(self) -> Device:
+        best: tuple[int, int, Device] | None = None
+        for rank, b in enumerate(self.backends().values()):
+            for d in b.devices():
+                # AXLE_BACKENDS order dominates; otherwise device priority decides.
+                score = -rank if os.environ.get("AXLE_BACKENDS") else b.device_priority(d)
+                if best is None or score > best[0]:
+                    best = (score, -d.index, d)
+        if best is None:
+            reasons = "; ".join(f"{s.name}: {s.reason}" for s in self.statuses().values()) or "no plugins installed"
+            raise DeviceError(f"no axle device is available ({reasons})")
+        return best[2]
+
+
+REGISTRY = Registry()

@@ -1,0 +1,355 @@
+"""Test cases for every core primitive: modules plus inputs, run on a device and compared
+with the reference interpreter.
+
+Shapes cover scalars, size-0 and size-1 dims and odd sizes that divide no vector or
+work-group width; float inputs carry NaN, ±inf and -0.0; integer inputs carry the
+division corner cases (0, -1, INT_MIN)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device
+from ..interpreter import evaluate
+from ..ir.builder import Builder
+from ..ir.dtypes import DType
+from ..ir.module import Module
+from ..ir.ops import OPS, Op
+from ..ir.types import TensorType
+
+FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+ALL = tuple(DType)
+
+#: Elementwise shapes: scalar, empty, single, odd 1-D (not a multiple of 4/8/16/64),
+#: a 2-D shape with an odd minor dim, a 3-D shape with a zero dim, and a large-ish one.
+EW_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (1,), (7,), (3, 5), (2, 0, 3), (1, 1, 1), (1029,))
+REDUCE_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((7,), (0,)), ((0,), (0,)), ((1,), (0,)), ((3, 5), (1,)), ((3, 5), (0,)), ((3, 5), (0, 1)),
+    ((4, 0), (1,)), ((2, 3, 5), (0, 2)), ((129, 33), (1,)), ((33, 129), (0,)), ((1000,), (0,)), ((5,), ()),
+)
+
+
+@dataclass
+class OpCase:
+    id: str
+    module: Module
+    inputs: list[np.ndarray]
+    ops: frozenset[Op] = field(default_factory=frozenset)
+
+    @property
+    def dtypes(self) -> frozenset[DType]:
+        out = set()
+        for n in self.module.entry.nodes:
+            if isinstance(n.type, TensorType):
+                out.add(n.type.dtype)
+        return frozenset(out)
+
+
+def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = True, positive: bool = False,
+                 small: bool = False) -> np.ndarray:
+    """Random values of type t, with edge values mixed in where the array is big enough."""
+    n = t.size
+    dt = t.dtype
+    if dt.is_bool:
+        return rng.random(t.shape) < 0.5
+    if dt.is_int:
+        hi = 4 if small else 100
+        x = rng.integers(-hi if not positive else 1, hi, size=t.shape).astype(dt.np)
+        if special and n >= 6 and not positive and not small:
+            flat = x.reshape(-1)
+            info = np.iinfo(dt.np)
+            flat[:4] = [0, -1, info.min, info.max]
+        return x
+    x = rng.standard_normal(t.shape) * (1 if small else 3)
+    if positive:
+        x = np.abs(x) + 0.1
+    x = x.astype(dt.np)
+    if special and n >= 8 and not positive:
+        flat = x.reshape(-1)
+        flat[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    return x
+
+
+def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
+    """(rtol, atol) a backend must meet against the interpreter."""
+    transcendental = op is not None and OPS[op].traits.transcendental
+    base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
+    if transcendental:
+        base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
+    if n_reduced > 1:
+        base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
+    atol = {DType.FLOAT16: 1e-3, DType.FLOAT32: 1e-6, DType.FLOAT64: 1e-12}.get(dt, 0.0) * (
+        math.sqrt(n_reduced) if n_reduced > 1 else 1)
+    return base, atol
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str = "") -> None:
+    """Exact for integers and bools; NaN-aware, inf-exact allclose for floats."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != expected {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != expected {expected.dtype}"
+    if expected.dtype.kind in "biu" or (rtol == 0 and atol == 0):
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+    else:
+        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                                   equal_nan=True, err_msg=what)
+
+
+def _case(name: str, build: Callable[[Builder, list[Any]], Any], types: Sequence[TensorType],
+          rng: np.random.Generator, **input_kw: Any) -> OpCase:
+    b = Builder(name.replace("-", "_").replace("[", "_").replace("]", "").replace(",", "x").replace(" ", "")[:60])
+    params = [b.parameter(t, name=f"a{i}") for i, t in enumerate(types)]
+    root = build(b, params)
+    module = b.build(*root) if isinstance(root, tuple) else b.build(root)
+    inputs = [random_input(rng, t, **input_kw) for t in types]
+    ops = frozenset(n.op for n in module.entry.nodes)
+    return OpCase(name, module, inputs, ops)
+
+
+def _t(dt: DType, shape: Sequence[int]) -> TensorType:
+    return TensorType(dt, tuple(shape))
+
+
+def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
+    """Cases exercising ``op`` alone over its dtypes and edge shapes."""
+    rng = rng or np.random.default_rng(hash(op.value) % 2**32)
+    d = OPS[op]
+    out: list[OpCase] = []
+    tr = d.traits
+    dts = [dt for dt in ALL if dt in d.operand_dtypes]
+
+    if tr.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
+        arity = d.arity or 1
+        for dt in dts:
+            for shape in EW_SHAPES:
+                kw: dict[str, Any] = {}
+                if op is Op.POW:
+                    kw = {"small": True}
+                out.append(_case(f"{op.value}-{dt.value}{list(shape)}", lambda b, p: b.op(op, *p),
+                                 [_t(dt, shape)] * arity, rng, **kw))
+        return out
+    if op is Op.COMPARE:
+        for direction in ("eq", "ne", "lt", "le", "gt", "ge"):
+            for dt in ALL:
+                for shape in ((), (7,), (3, 5), (0,)):
+                    out.append(_case(f"compare.{direction}-{dt.value}{list(shape)}",
+                                     lambda b, p, d=direction: b.compare(*p, direction=d), [_t(dt, shape)] * 2, rng))
+        return out
+    if op is Op.SELECT:
+        for dt in ALL:
+            for shape in ((), (7,), (3, 5), (0,)):
+                out.append(_case(f"select-{dt.value}{list(shape)}", lambda b, p: b.select(*p),
+                                 [_t(DType.BOOL, shape), _t(dt, shape), _t(dt, shape)], rng))
+        return out
+    if op is Op.CONVERT:
+        for src in ALL:
+            for dst in ALL:
+                out.append(_case(f"convert-{src.value}-to-{dst.value}", lambda b, p, dst=dst: b.convert(p[0], dtype=dst),
+                                 [_t(src, (37,))], rng))
+        return out
+    if op is Op.REDUCE:
+        for kind in ("sum", "prod", "max", "min", "and", "or"):
+            for dt in ALL:
+                if kind in ("sum", "prod") and dt.is_bool or kind in ("and", "or") and dt.is_float:
+                    continue
+                for shape, axes in REDUCE_SHAPES:
+                    small = kind == "prod"
+                    out.append(_case(f"reduce.{kind}-{dt.value}{list(shape)}-axes{list(axes)}",
+                                     lambda b, p, k=kind, a=axes: b.reduce(p[0], kind=k, axes=a),
+                                     [_t(dt, shape)], rng, small=small, special=not small))
+        return out
+    if op is Op.DOT_GENERAL:
+        specs = [
+            ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+            ("matmul-odd", (33, 65), (65, 17), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+            ("matvec", (4, 6), (6,), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+            ("vecvec", (9,), (9,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+            ("lhs-transposed", (7, 5), (7, 3), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+            ("rhs-transposed", (5, 7), (3, 7), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
+            ("batch", (2, 3, 4), (2, 4, 5), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+            ("batch-middle", (3, 2, 4), (4, 2, 5), dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
+            ("empty-contract", (3, 0), (0, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+            ("empty-free", (0, 3), (3, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+            ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
+        ]
+        for dt in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64):
+            for name, ls, rs, attrs in specs:
+                out.append(_case(f"dot.{name}-{dt.value}", lambda b, p, a=attrs: b.dot_general(*p, **a),
+                                 [_t(dt, ls), _t(dt, rs)], rng, special=False, small=dt is DType.FLOAT16))
+        return out
+    if op is Op.BROADCAST_IN_DIM:
+        specs = [((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
+                 ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))]
+        for dt in ALL:
+            for src, shape, dims in specs:
+                out.append(_case(f"broadcast-{dt.value}{list(src)}-to{list(shape)}",
+                                 lambda b, p, s=shape, d=dims: b.broadcast_in_dim(p[0], shape=s, broadcast_dimensions=d),
+                                 [_t(dt, src)], rng))
+        return out
+    if op is Op.RESHAPE:
+        specs = [((6,), (2, 3)), ((2, 3), (3, 2)), ((1,), ()), ((), (1, 1)), ((0, 3), (3, 0)), ((2, 3, 4), (4, 6))]
+        for dt in ALL:
+            for src, shape in specs:
+                out.append(_case(f"reshape-{dt.value}{list(src)}-to{list(shape)}",
+                                 lambda b, p, s=shape: b.reshape(p[0], shape=s), [_t(dt, src)], rng))
+        return out
+    if op is Op.TRANSPOSE:
+        specs = [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)), ((0, 3), (1, 0)), ((33, 17), (1, 0)), ((), ())]
+        for dt in ALL:
+            for src, perm in specs:
+                out.append(_case(f"transpose-{dt.value}{list(src)}-{list(perm)}",
+                                 lambda b, p, pm=perm: b.transpose(p[0], permutation=pm), [_t(dt, src)], rng))
+        return out
+    if op is Op.SLICE:
+        specs = [((10,), (2,), (9,), (3,)), ((5, 7), (1, 0), (4, 7), (1, 2)), ((5,), (2,), (2,), (1,)),
+                 ((4, 6, 3), (0, 1, 1), (4, 6, 3), (2, 4, 1)), ((0, 3), (0, 1), (0, 3), (1, 1))]
+        for dt in ALL:
+            for src, s, l, st in specs:
+                out.append(_case(f"slice-{dt.value}{list(src)}-{list(s)}:{list(l)}:{list(st)}",
+                                 lambda b, p, s=s, l=l, st=st: b.slice(p[0], start=s, limit=l, stride=st),
+                                 [_t(dt, src)], rng))
+        return out
+    if op is Op.PAD:
+        specs = [((3,), (1,), (2,), (0,)), ((3,), (0,), (0,), (2,)), ((2, 3), (1, 0), (0, 2), (1, 1)),
+                 ((0,), (2,), (1,), (3,)), ((), (), (), ()), ((1, 4), (0, 0), (0, 0), (0, 0))]
+        for dt in ALL:
+            for src, lo, hi, it in specs:
+                out.append(_case(f"pad-{dt.value}{list(src)}-{list(lo)}-{list(hi)}-{list(it)}",
+                                 lambda b, p, lo=lo, hi=hi, it=it: b.pad(p[0], p[1], low=lo, high=hi, interior=it),
+                                 [_t(dt, src), _t(dt, ())], rng))
+        return out
+    if op is Op.CONCATENATE:
+        specs = [([(3,), (4,)], 0), ([(2, 3), (2, 1), (2, 0)], 1), ([(1, 2), (3, 2)], 0), ([(5,)], 0), ([(0, 2), (0, 2)], 1)]
+        for dt in ALL:
+            for srcs, dim in specs:
+                out.append(_case(f"concatenate-{dt.value}-{srcs}-dim{dim}",
+                                 lambda b, p, dim=dim: b.concatenate(*p, dimension=dim), [_t(dt, s) for s in srcs], rng))
+        return out
+    if op is Op.REVERSE:
+        specs = [((7,), (0,)), ((3, 5), (1,)), ((3, 5), (0, 1)), ((0, 2), (0,)), ((2, 3, 4), (0, 2))]
+        for dt in ALL:
+            for src, dims in specs:
+                out.append(_case(f"reverse-{dt.value}{list(src)}-{list(dims)}",
+                                 lambda b, p, d=dims: b.reverse(p[0], dimensions=d), [_t(dt, src)], rng))
+        return out
+    if op is Op.IOTA:
+        for dt in (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64):
+            for shape, dim in (((5,), 0), ((3, 4), 1), ((3, 4), 0), ((0, 4), 1), ((2, 3, 33), 2)):
+                out.append(_case(f"iota-{dt.value}{list(shape)}-dim{dim}",
+                                 lambda b, p, s=shape, d=dim, dt=dt: b.add(b.iota(shape=s, dtype=dt, dimension=d), p[0]),
+                                 [_t(dt, shape)], rng, special=False))
+        return out
+    if op is Op.CONSTANT:
+        for dt in ALL:
+            for shape in ((), (3,), (2, 2), (0,)):
+                vals = random_input(rng, _t(dt, shape))
+                out.append(_case(f"constant-{dt.value}{list(shape)}",
+                                 lambda b, p, v=vals: b.op(Op.MAX if dt.is_bool else Op.ADD, b.constant(v), p[0]),
+                                 [_t(dt, shape)], rng, special=False))
+        return out
+    if op is Op.RNG_BIT_GENERATOR:
+        for dt in (DType.INT32, DType.INT64):
+            for shape in ((), (5,), (3, 7), (0,), (1000,)):
+                out.append(_case(f"rng-{dt.value}{list(shape)}",
+                                 lambda b, p, s=shape, dt=dt: b.rng_bit_generator(p[0], shape=s, dtype=dt),
+                                 [_t(DType.INT64, ())], rng))
+        return out
+    if op is Op.PARAMETER:
+        for dt in ALL:
+            out.append(_case(f"parameter-{dt.value}", lambda b, p: p[0], [_t(dt, (3,))], rng))
+        return out
+    if op is Op.CUSTOM_CALL:
+        from ..ir.ops import CUSTOM_CALL_TARGETS, register_custom_call
+
+        if "axle.testing.cumsum" not in CUSTOM_CALL_TARGETS:
+            register_custom_call("axle.testing.cumsum", lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
+        for dt in (DType.FLOAT32, DType.INT32):
+            out.append(_case(f"custom-call-{dt.value}",
+                             lambda b, p, dt=dt: b.custom_call(p[0], target="axle.testing.cumsum", shape=(3, 5), dtype=dt),
+                             [_t(dt, (3, 5))], rng, special=False))
+        return out
+    raise AssertionError(f"no cases for {op}")
+
+
+def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
+    """Small programs mixing ops, so that fusions form once the optimizer runs."""
+    rng = rng or np.random.default_rng(7)
+    out = []
+    for dt in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16):
+        for n in (1, 7, 1029):
+            t = _t(dt, (n,))
+            out.append(_case(f"seed-{dt.value}[{n}]",
+                             lambda b, p: b.reduce(b.add(p[0], b.mul(p[1], p[2])), kind="sum", axes=(0,)),
+                             [t, t, t], rng, special=False))
+            out.append(_case(f"gelu-ish-{dt.value}[{n}]",
+                             lambda b, p, t=t: b.mul(p[0], b.logistic(b.mul(p[0], b.constant(np.full(t.shape, 1.7, dt.np))))),
+                             [t], rng))
+        for shape in ((4, 5), (33, 17), (1, 1)):
+            t = _t(dt, shape)
+
+            def softmax(b: Builder, p: list[Any], t: TensorType = t) -> Any:
+                m = b.reduce(p[0], kind="max", axes=(1,))
+                mb = b.broadcast_in_dim(m, shape=t.shape, broadcast_dimensions=(0,))
+                e = b.exp(b.sub(p[0], mb))
+                s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(1,)), shape=t.shape, broadcast_dimensions=(0,))
+                return b.div(e, s)
+
+            out.append(_case(f"softmax-{dt.value}{list(shape)}", softmax, [t], rng, special=False))
+
+            def moments(b: Builder, p: list[Any], t: TensorType = t) -> Any:
+                s = b.reduce(p[0], kind="sum", axes=(1,))
+                q = b.reduce(b.mul(p[0], p[0]), kind="sum", axes=(1,))
+                return (s, q)
+
+            out.append(_case(f"moments-{dt.value}{list(shape)}", moments, [t], rng, special=False))
+    for dt in (DType.INT32, DType.INT64):
+        t = _t(dt, (3, 7))
+        out.append(_case(f"int-chain-{dt.value}", lambda b, p: b.select(b.compare(p[0], p[1], direction="lt"),
+                                                                        b.div(p[0], p[1]), b.rem(p[1], p[0])),
+                         [t, t], rng))
+    return out
+
+
+def core_cases(ops: Sequence[Op] | None = None) -> Iterator[OpCase]:
+    from ..ir.ops import CORE_PRIMITIVES
+
+    for op in sorted(ops or CORE_PRIMITIVES, key=lambda o: o.value):
+        yield from cases_for(op)
+
+
+def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.ndarray]:
+    """Compiles and runs a case on a device; returns host arrays."""
+    from ..compiler import compile_module
+    from ..placement import to_buffer
+    from ..registry import REGISTRY
+
+    exe = compile_module(case.module, device, optimize=optimize)
+    outs = exe.execute([to_buffer(x, device) for x in case.inputs])
+    backend = REGISTRY.backend_for(device)
+    return [np.asarray(backend.to_host(o)) for o in outs]
+
+
+def check_case(case: OpCase, device: Device, *, optimize: bool = True) -> None:
+    """Asserts the device's results equal the interpreter's within the op's tolerance."""
+    expected = evaluate(case.module, *case.inputs)
+    actual = run_case(case, device, optimize=optimize)
+    assert len(actual) == len(expected), f"{case.id}: {len(actual)} results, expected {len(expected)}"
+    root_ops = [n.op for n in case.module.entry.nodes]
+    main_op = next((o for o in reversed(root_ops) if OPS[o].traits.transcendental), None)
+    n_reduced = max((math.prod(n.operands[0].shape[a] for a in n.attr["axes"]) if n.op is Op.REDUCE else
+                     (n.operands[0].shape[n.attr["lhs_contracting"][0]] if n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"] else 1))
+                    for n in case.module.entry.nodes if isinstance(n.type, TensorType)) if case.module.entry.nodes else 1
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        rtol, atol = tolerance(DType(_dtype_value(e.dtype)), main_op, max(n_reduced, 1))
+        assert_close(a, e, rtol, atol, f"{case.id} (result {i}) on {device.name}")
+
+
+def _dtype_value(npd: np.dtype) -> str:
+    from ..ir.dtypes import dtype
+
+    return dtype(npd).value

@@ -1,0 +1,144 @@
+"""IR: builder checks, printer/parser round trip on every op, verifier, DOT."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from axle.errors import AttributeError_, DTypeError, ParseError, ShapeError, VerifierError
+from axle.ir import Builder, DType, Module, Op, parse_module, verify
+from axle.ir.module import Computation, Node
+from axle.ir.types import TensorType
+from axle.testing.cases import core_cases, fused_cases
+
+
+def seed_module() -> Module:
+    b = Builder("seed")
+    x, y, z = (b.parameter("f32[1024]", name=n) for n in "xyz")
+    return b.build(b.reduce(b.add(x, b.mul(y, z)), kind="sum", axes=(0,)))
+
+
+def test_seed_text_is_hlo_like():
+    text = seed_module().as_text()
+    assert "%multiply = f32[1024] multiply(%y, %z)" in text
+    assert "ROOT %reduce = f32[] reduce(%add), axes={0}, kind=sum" in text
+
+
+@pytest.mark.parametrize("case", list(core_cases()) + fused_cases(), ids=lambda c: c.id)
+def test_round_trip_every_case(case):
+    text = case.module.as_text()
+    again = parse_module(text)
+    assert again.as_text() == text
+    assert again.entry == case.module.entry  # structural equality
+
+
+def test_round_trip_constants_with_special_values():
+    b = Builder("c")
+    vals = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38, 0.1], np.float32)
+    c = b.constant(vals)
+    m = b.build(b.add(c, c))
+    again = parse_module(m.as_text())
+    got = again.entry.root.operands[0].attr["value"].array
+    np.testing.assert_array_equal(got, vals)
+    assert np.signbit(got[3])
+
+
+def test_round_trip_fusion_and_tuple():
+    inner = Builder("fused")
+    a, c = inner.parameter("f32[4]"), inner.parameter("f32[4]")
+    comp = inner.computation(inner.exp(inner.add(a, c)))
+    b = Builder("outer")
+    x, y = b.parameter("f32[4]"), b.parameter("f32[4]")
+    f = b.fusion(x, y, kind="loop", computation=comp)
+    m = b.build(f, b.neg(f))
+    text = m.as_text()
+    assert "fusion(%p0, %p1), computation=%fused, kind=loop" in text
+    again = parse_module(text)
+    assert again.as_text() == text
+
+
+def test_builder_errors_name_op_shapes_and_line():
+    b = Builder("bad")
+    x, y = b.parameter("f32[3]"), b.parameter("f32[4]")
+    with pytest.raises(ShapeError, match=r"add: operands must have the same shape.*f32\[3\], f32\[4\]"):
+        b.add(x, y)
+    i = b.parameter("s32[3]")
+    with pytest.raises(DTypeError, match=r"add: operands must have the same dtype.*f32\[3\], s32\[3\]"):
+        b.add(x, i)
+    with pytest.raises(DTypeError, match=r"exponential: operand dtype s32 is not supported"):
+        b.exp(i)
+    with pytest.raises(AttributeError_, match=r"reduce: attribute kind='mean'"):
+        b.reduce(x, kind="mean", axes=(0,))
+    with pytest.raises(AttributeError_, match=r"missing attribute 'axes'"):
+        b.reduce(x, kind="sum")
+    with pytest.raises(ShapeError, match=r"dot: lhs dim 1 \(size 3\) does not match rhs dim 0 \(size 4\)"):
+        b.dot_general(b.parameter("f32[2,3]"), b.parameter("f32[4,5]"), lhs_contracting=(1,), rhs_contracting=(0,))
+    with pytest.raises(ShapeError, match=r"cannot reshape 3 elements"):
+        b.reshape(x, shape=(2, 2))
+    with pytest.raises(ShapeError, match=r"slice .* out of bounds"):
+        b.slice(x, start=(0,), limit=(5,), stride=(1,))
+    with pytest.raises(ShapeError, match=r"negative padding"):
+        b.pad(x, b.parameter("f32[]"), low=(-1,), high=(0,), interior=(0,))
+    b.loc = "model.py:12 (f)"
+    with pytest.raises(ShapeError) as ei:
+        b.add(x, y)
+    assert "model.py:12" in str(ei.value)
+
+
+def _malformed(node: Node, params) -> Module:
+    return Module("m", Computation("m", tuple(params), node))
+
+
+def test_verifier_rejects_wrong_recorded_type():
+    b = Builder("v")
+    x = b.parameter("f32[3]")
+    good = b.neg(x)
+    bad = good.replace(type=TensorType(DType.FLOAT32, (4,)))
+    with pytest.raises(VerifierError, match=r"%negate.*recorded type f32\[4\] but the op's rules give f32\[3\]"):
+        verify(_malformed(bad, [x]))
+
+
+def test_verifier_rejects_bad_operands_attrs_and_params():
+    b = Builder("v")
+    x = b.parameter("f32[3]")
+    y = b.parameter("s32[3]")
+    mixed = Node(Op.ADD, (x, y), (), TensorType(DType.FLOAT32, (3,)))
+    with pytest.raises(VerifierError, match=r"add.*f32\[3\], s32\[3\].*same dtype"):
+        verify(_malformed(mixed, [x, y]))
+    arity = Node(Op.NEG, (x, x), (), x.type)
+    with pytest.raises(VerifierError, match=r"negate: takes 1 operand"):
+        verify(_malformed(arity, [x]))
+    attrs = Node(Op.REDUCE, (x,), (("axes", (0,)), ("kind", "avg")), TensorType(DType.FLOAT32, ()))
+    with pytest.raises(VerifierError, match=r"kind='avg'"):
+        verify(_malformed(attrs, [x]))
+    stray = Builder("other").parameter("f32[3]")
+    foreign = Node(Op.NEG, (stray,), (), x.type)
+    with pytest.raises(VerifierError, match=r"parameters|does not belong"):
+        verify(_malformed(foreign, [x]))
+
+
+def test_parser_errors_are_clear():
+    with pytest.raises(ParseError, match="unknown op 'frobnicate'"):
+        parse_module("module @m\nentry %m (x: f32[1]) -> f32[1] {\n  %x = f32[1] parameter(0)\n"
+                     "  ROOT %y = f32[1] frobnicate(%x)\n}\n")
+    with pytest.raises(ParseError, match=r"declared f32\[2\] but negate gives f32\[1\]"):
+        parse_module("module @m\nentry %m (x: f32[1]) -> f32[2] {\n  %x = f32[1] parameter(0)\n"
+                     "  ROOT %y = f32[2] negate(%x)\n}\n")
+    with pytest.raises(ParseError, match="used before it is defined"):
+        parse_module("module @m\nentry %m () -> f32[1] {\n  ROOT %y = f32[1] negate(%x)\n}\n")
+
+
+def test_dot_export():
+    dot = seed_module().as_dot()
+    assert dot.startswith('digraph "seed"')
+    for op in ("multiply", "add", "reduce"):
+        assert op in dot
+    assert dot.count("->") == 5  # y,z -> mul; x,mul -> add; add -> reduce
+
+
+def test_structural_key_and_equality():
+    a, b = seed_module(), seed_module()
+    assert a.entry == b.entry and hash(a.entry) == hash(b.entry)
+    bb = Builder("s")
+    x = bb.parameter("f32[2]")
+    n1, n2 = bb.exp(x), bb.exp(x)
+    assert n1 is not n2 and n1.key == n2.key
