@@ -48,6 +48,6 @@ def reset_stats() -> None:
 def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
     import importlib
 
-    if name in ("numpy", "lax", "interpreter", "passes", "testing"):
+    if name in ("numpy", "lax", "interpreter", "passes", "testing", "profiler"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

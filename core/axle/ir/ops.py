@@ -609,6 +609,9 @@ def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
 
 # -------------------------------------------------------------------------- the table
 
+#: How a backend generates a fusion's kernel (see docs/ir.md, "Fusions").
+FUSION_KINDS = ("loop", "input", "row", "output")
+
 OPS: dict[Op, OpDef] = {}
 
 
@@ -641,7 +644,7 @@ _def(Op.GET_TUPLE_ELEMENT, 1, None, None, lambda t, *, index: t[index],
      attrs=(AttrSpec("index", AttrKind.INT),), traits=Traits(structural=True, fusible=False),
      doc="Element `index` of a tuple value.")
 _def(Op.FUSION, None, None, None, lambda *xs, kind, computation: None,
-     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=("loop", "input", "output")),
+     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=FUSION_KINDS),
             AttrSpec("computation", AttrKind.COMPUTATION)),
      traits=Traits(structural=True, fusible=False),
      doc="A fused sub-computation compiled as one kernel; operands bind its parameters.")

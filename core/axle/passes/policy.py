@@ -1,0 +1,22 @@
+"""What a backend lets the fusion pass build (returned by ``Backend.fusion_policy()``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    #: most nodes in one fused computation
+    max_fusion_nodes: int = 128
+    #: allow kind=row fusions (reductions over trailing axes broadcast back and consumed
+    #: in the same kernel, e.g. a whole softmax or layer norm per row)
+    row_fusion: bool = True
+    #: allow tuple roots (sibling outputs computed in one pass)
+    multi_output: bool = True
+    #: allow kind=output fusions: a dot_general with an elementwise epilogue
+    dot_epilogue: bool = False
+    #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
+    duplicate_cheap: bool = True
+
+
+DEFAULT_POLICY = FusionPolicy()
