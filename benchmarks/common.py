@@ -1,0 +1,64 @@
+"""Shared benchmark helpers: interleaved repeated timing, medians, result rows.
+
+A benchmark module ``benchmarks/bench_<name>.py`` defines ``run(quick: bool) -> list[Row]``.
+``benchmarks/run.py`` runs every module, prints the tables and writes docs/benchmarks.md.
+Figures are always compared within one run (ratios), never against stored absolute times.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Row:
+    """One workload measured with several implementations (ms per call, median)."""
+
+    suite: str
+    workload: str
+    times_ms: dict[str, float]
+    #: e.g. {"GFLOP/s": {...}} for matmul; free-form extra columns
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the implementation the others are compared with (ratios = baseline / impl)
+    baseline: str = "numpy"
+
+    def ratio(self, impl: str) -> float:
+        return self.times_ms[self.baseline] / self.times_ms[impl]
+
+
+def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2,
+            sync: Callable[[Any], Any] | None = None) -> dict[str, float]:
+    """Median milliseconds per call of each function, timed interleaved (round-robin) so
+    that machine noise hits every implementation alike. ``sync`` waits for a result
+    (e.g. np.asarray on a device array) and is included in the time."""
+    done = sync or (lambda r: r)
+    for fn in fns.values():
+        for _ in range(warmup):
+            done(fn())
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            done(fn())
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def machine() -> str:
+    """A one-line description of this machine (CPU model, cores, Python)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import os
+
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
