@@ -30,8 +30,8 @@ class OpenCLExecutable(Executable):
         for s in self.kernel_steps:
             rt.kernel(s.kernel)
             # constants are uploaded once; their buffers live as long as the executable
-            s.inputs = [("constbuf", rt.upload(v)) if isinstance(v, tuple) and v[0] == "const" else v
-                        for v in (_const_input(x) for x in s.inputs)]
+            s.inputs = [("constbuf", rt.upload(v[1])) if isinstance(v, tuple) and v[0] == "const" else v
+                        for v in s.inputs]
         self.constants = {slot: rt.upload(a) for slot, a in plan.constants.items()}
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
@@ -93,6 +93,3 @@ class OpenCLExecutable(Executable):
     def kernel_sources(self) -> dict[str, str]:
         return {s.kernel.name: s.kernel.source for s in self.kernel_steps}
 
-
-def _const_input(x: Any) -> Any:
-    return x

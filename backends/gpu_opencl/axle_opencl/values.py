@@ -189,7 +189,10 @@ class Renderer:
             return padv
         c = self.em.coords(idx)
         conds, oc = [], []
-        for ci, lo, it, size in zip(c, n.attr["low"], n.attr["interior"], x.shape):
+        for ci, lo, hi, it, size in zip(c, n.attr["low"], n.attr["high"], n.attr["interior"], x.shape):
+            if lo == hi == it == 0:  # this dim is not padded: no test, no clamp
+                oc.append(ci)
+                continue
             t = f"({ci} - {lo})" if lo else ci
             step = it + 1
             q = t if step == 1 else f"({t} / {step})"

@@ -1,0 +1,91 @@
+"""Hand-built fusions for tests (the optimizer builds them once it lands): wrap a whole
+entry computation into one fusion node, optionally routing every parameter and result
+through an exact elementwise identity (neg(neg(x)), not(not(p))) so that movement ops,
+reductions and dots read fused producer values instead of loading their inputs."""
+from __future__ import annotations
+
+from axle.ir.builder import Builder, make_node
+from axle.ir.dtypes import DType
+from axle.ir.module import Computation, Module, Node
+from axle.ir.ops import Op
+from axle.ir.verifier import verify
+
+
+def _ident(b: Builder, x: Node) -> Node:
+    if x.dtype is DType.BOOL:
+        return b.not_(b.not_(x))
+    return b.neg(b.neg(x))
+
+
+def fusion_kind(comp: Computation) -> str:
+    roots = list(comp.root.operands) if comp.root.op is Op.TUPLE else [comp.root]
+    ops = {n.op for n in comp.nodes}
+    if Op.DOT_GENERAL in ops:
+        return "output"
+    if all(r.op is Op.REDUCE for r in roots):
+        return "input"
+    if Op.REDUCE in ops:
+        return "row"
+    return "loop"
+
+
+def fuse_whole(module: Module, *, wrap: bool = True, kind: str | None = None) -> Module:
+    """The module with its entry's computation moved into one fusion node."""
+    entry = module.entry
+    inner = Builder(module.name + "_fused")
+    params = [inner.parameter(p.tensor_type) for p in entry.parameters]
+    env: dict[int, Node] = {}
+    for p, q in zip(entry.parameters, params):
+        env[p.uid] = _ident(inner, q) if wrap else q
+    for n in entry.nodes:
+        if n.op is Op.PARAMETER:
+            continue
+        env[n.uid] = make_node(n.op, [env[o.uid] for o in n.operands], dict(n.attrs), loc=n.loc)
+    roots = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
+    outs = [_ident(inner, env[r.uid]) if wrap and r.op is not Op.PARAMETER else env[r.uid] for r in roots]
+    comp = inner.computation(*outs)
+    outer = Builder(module.name)
+    oparams = [outer.parameter(p.tensor_type) for p in entry.parameters]
+    f = outer.fusion(*oparams, kind=kind or fusion_kind(comp), computation=comp)
+    if len(roots) == 1:
+        m = Module(module.name, outer.computation(f))
+    else:
+        m = Module(module.name, outer.computation(*[outer.get_tuple_element(f, index=i) for i in range(len(roots))]))
+    verify(m)
+    return m
+
+
+def opencl_device():  # noqa: ANN201
+    """opencl:0; in CI a missing OpenCL device fails the run (tests/conftest.py)."""
+    from conftest import require_backend
+
+    return require_backend("opencl")
+
+
+def check_fused(case, module: Module, device) -> None:  # noqa: ANN001
+    """Like axle.testing.check_case for ``module`` (a fused form of ``case.module``),
+    with the tolerance the unfused case gets: the reduction sizes and transcendental
+    ops are read from the original, since the fused entry hides them in the fusion."""
+    import math
+
+    from axle.interpreter import evaluate
+    from axle.ir.dtypes import dtype
+    from axle.ir.ops import OPS
+    from axle.ir.types import TensorType
+    from axle.testing.cases import OpCase, assert_close, run_case, tolerance
+
+    expected = evaluate(case.module, *case.inputs)
+    actual = run_case(OpCase(case.id, module, case.inputs, case.ops), device, optimize=False)
+    assert len(actual) == len(expected)
+    nodes = case.module.entry.nodes
+    main_op = next((n.op for n in reversed(nodes) if OPS[n.op].traits.transcendental), None)
+    n_red = 1
+    for n in nodes:
+        if n.op is Op.REDUCE:
+            n_red = max(n_red, math.prod(n.operands[0].shape[a] for a in n.attr["axes"]))
+        elif n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"]:
+            n_red = max(n_red, math.prod(n.operands[0].shape[a] for a in n.attr["lhs_contracting"]))
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert isinstance(e.dtype, object)
+        rtol, atol = tolerance(dtype(e.dtype), main_op, n_red)
+        assert_close(a, e, rtol, atol, f"{case.id} fused (result {i}) on {device.name}")
