@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,11 @@ from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, Comp
 from axle.errors import BackendError
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype as to_dtype
 from axle.ir.module import Module
+from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
+_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
 
@@ -110,13 +113,23 @@ class OpenCLBackend(Backend):
 
         rt = self.runtime(device)
         if not rt.info.fp64:
-            for comp in module.computations():
-                for n in comp.nodes:
-                    if isinstance(n.type, TensorType) and n.dtype is DType.FLOAT64:
-                        raise BackendError(f"opencl: {n.op.value} ({n.type}) needs float64, but {device.name} "
-                                           f"({device.description}) has no cl_khr_fp64", where=n.loc)
+            f64 = [n for c in module.computations() for n in c.nodes
+                   if any(isinstance(t, TensorType) and t.dtype is DType.FLOAT64 for t in [n.type] +
+                          [o.type for o in n.operands]) and n.op not in _PLUMBING]
+            if f64:
+                n = f64[0]
+                raise BackendError(f"opencl: {n.op.value} ({n.type}) needs float64, but {device.name} "
+                                   f"({device.description}) has no cl_khr_fp64; convert to float32 first",
+                                   where=n.loc)
+        info = rt.info
+        strategy = options.flags.get("opencl_strategy", "auto")
+        if strategy not in ("auto", "gpu", "cpu"):
+            raise BackendError(f"opencl: --opencl_strategy={strategy!r}; expected auto, gpu or cpu")
+        if strategy != "auto":
+            # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
+            info = replace(info, is_gpu=strategy == "gpu")
         with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
-            plan = plan_module(module.entry, rt.info)
+            plan = plan_module(module.entry, info)
         with profiler.span(f"compile {module.name}", "compile", device=device.name):
             return OpenCLExecutable(plan, device, rt)
 

@@ -127,6 +127,21 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
         if n_outer >= 2 * w and all(vector_ok(n, outer, 0, dt, memo) for n, _ in outputs):
             lanes = w
 
+    # Row kernels: the tail loop runs in floatN when its outputs allow.
+    tail_lanes = 0
+    full_outs = [n for n, _ in outputs if n.shape != outer]
+    if tail and not dev.is_gpu and len({n.dtype for n in full_outs}) == 1:
+        dt = full_outs[0].dtype
+        w = dev.float_lanes if dt is DType.FLOAT32 else dev.double_lanes
+        memo2: dict[int, bool] = {}
+        if math.prod(tail) >= 2 * w and all(vector_ok(n, outer + tail, len(outer), dt, memo2) for n in full_outs):
+            tail_lanes = w
+    # Every per-row value (the reductions and what is computed from them alone) is
+    # computed once per row, before the tail loop.
+    if pre:
+        pre = [n for n in comp.nodes if isinstance(n.type, TensorType) and n.shape == outer
+               and n.op not in (Op.PARAMETER, Op.CONSTANT)]
+
     def body(em: Emitter, r: Renderer, i: str, w: int) -> None:
         idx = Idx(outer, i)
         if pre:
@@ -140,7 +155,18 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
             t = math.prod(tail)
             j = em.fresh("j")
             oc = em.coords(idx) if outer else []
-            em.open(f"for (int {j} = 0; {j} < {t}; {j}++)")
+            em.line(f"int {j} = 0;")
+            if tail_lanes:
+                r.row = (outer, list(oc))
+                em.open(f"for (; {j} + {tail_lanes} <= {t}; {j} += {tail_lanes})")
+                vflat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
+                for k, (n, _) in enumerate(outputs):
+                    if n.shape != outer:
+                        em.line(store(f"out{k}", n.dtype, vflat, r.value(n, Idx(outer + tail, vflat), tail_lanes),
+                                      tail_lanes))
+                em.close()
+                r.row = None
+            em.open(f"for (; {j} < {t}; {j}++)")
             tidx = Idx(tail, j)
             full_flat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
             fidx = Idx(outer + tail, full_flat, list(oc) + list(em.coords(tidx)))
@@ -153,7 +179,8 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     em = Emitter(2)
     r = Renderer(em, params)
     if not dev.is_gpu:
-        r.vector_lanes = dev.float_lanes if any(n.dtype is DType.FLOAT32 for n in comp.nodes) else dev.double_lanes
+        r.vector_lanes = dev.float_lanes if any(isinstance(n.type, TensorType) and n.dtype is DType.FLOAT32
+                                                for n in comp.nodes) else dev.double_lanes
     if dev.is_gpu:
         body(em, r, "i", 1)
         loop = "  const int i = (int)get_global_id(0);\n  if (i < n) {\n" + "\n".join(em.lines) + "\n  }"

@@ -127,9 +127,22 @@ class Renderer:
 
     def _elementwise(self, n: Node, idx: Idx, lanes: int) -> str:
         args = [self.value(o, idx, lanes) for o in n.operands]
+        if lanes > 1 and n.op is Op.TANH:
+            return self._vector_tanh(args[0], n.dtype, lanes)
         if len(args) == 1:
             return render.unary(n.op, n.dtype, args[0], self.helpers)
         return render.binary(n.op, n.dtype, args[0], args[1], self.helpers)
+
+    def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
+        """tanh from one vector exp: the builtin tanh is scalarized by PoCL, exp is not.
+        |x| < 1/16 uses the odd Taylor polynomial (the exp form cancels there)."""
+        t = reg_type(dt, lanes)
+        one, two = literal(1, dt), literal(2, dt)
+        ax = self.em.tmp(t, f"fabs({x})")
+        e = self.em.tmp(t, f"exp(-{two} * {ax})")
+        x2 = self.em.tmp(t, f"{x} * {x}")
+        small = f"({x} + {x} * {x2} * ({literal(-1 / 3, dt)} + {x2} * ({literal(2 / 15, dt)} - {literal(17 / 315, dt)} * {x2})))"
+        return f"({ax} < {literal(0.0625, dt)} ? {small} : copysign(({one} - {e}) / ({one} + {e}), {x}))"
 
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
