@@ -355,20 +355,14 @@ class _Fuser:
         inner: dict[int, Node] = {}
         params: list[Node] = []
         inputs: list[Node] = []
+        external = {o.uid: o for m in members for o in m.operands if o.uid not in g.members}
+        for o in sorted(external.values(), key=lambda o: self.index[o.uid]):
+            p = make_node(Op.PARAMETER, (), {"index": len(params)}, type=o.type, name=f"p{len(params)}", loc=o.loc)
+            params.append(p)
+            inputs.append(env[o.uid])
+            inner[o.uid] = p
         for m in members:
-            ops = []
-            for o in m.operands:
-                if o.uid in g.members:
-                    ops.append(inner[o.uid])
-                    continue
-                if o.uid not in inner:
-                    p = make_node(Op.PARAMETER, (), {"index": len(params)}, type=o.type,
-                                  name=f"p{len(params)}", loc=o.loc)
-                    params.append(p)
-                    inputs.append(env[o.uid])
-                    inner[o.uid] = p
-                ops.append(inner[o.uid])
-            inner[m.uid] = m.replace(operands=tuple(ops))
+            inner[m.uid] = m.replace(operands=tuple(inner[o.uid] for o in m.operands))
         outs = [inner[r.uid] for r in g.roots]
         root = outs[0] if len(outs) == 1 else make_node(Op.TUPLE, outs)
         head = g.roots[-1]
