@@ -280,3 +280,11 @@ def test_optimized_jit_matches_numpy_on_edge_sizes(n):
     e = np.exp(m - m.max(-1, keepdims=True)) if n else m
     want = e / e.sum(-1, keepdims=True) if n else m
     np.testing.assert_allclose(np.asarray(axle.jit(softmax, device=INTERP)(m)), want, rtol=1e-6)
+
+
+def test_fusion_reports_no_change_when_nothing_fuses():
+    b = Builder("t")
+    x, w = b.parameter("f32[4,8]"), b.parameter("f32[8,3]")
+    m = b.build(b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,)))
+    out, changed = Fusion().run(m)
+    assert not changed and out is m
