@@ -195,12 +195,12 @@ def test_standard_programs(index, opt):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), opt=st.booleans())
-def test_random_modules_never_share_live_memory(seed, n, opt):
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), opt=st.booleans(), donate=st.booleans())
+def test_random_modules_never_share_live_memory(seed, n, opt, donate):
     module, inputs = random_module(seed, n)
     if opt:
         module = optimize(module)
-    run_check(module, inputs)
+    run_check(module, inputs, donated=range(len(inputs)) if donate else ())
 
 
 def chain(n_ops: int = 4) -> Module:

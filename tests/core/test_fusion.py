@@ -288,3 +288,21 @@ def test_fusion_reports_no_change_when_nothing_fuses():
     m = b.build(b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,)))
     out, changed = Fusion().run(m)
     assert not changed and out is m
+
+
+def test_only_small_constants_are_inlined_into_fusions():
+    b = Builder("t")
+    x = b.parameter("f32[64]")
+    big = b.constant(np.arange(64, dtype=f32))
+    m = b.build(b.mul(b.add(x, big), b.broadcast_in_dim(b.constant(f32(2)), shape=(64,), broadcast_dimensions=())))
+    out, _ = Fusion().run(m)
+    (f,) = fusions(out)
+    inner = f.attr["computation"].nodes
+    assert [n.type.size for n in inner if n.op is Op.CONSTANT] == [1]
+    assert any(o.op is Op.CONSTANT and o.type.size == 64 for o in f.operands)
+    out2, _ = Fusion(FusionPolicy(max_fused_constant_elements=64)).run(m)
+    (f2,) = fusions(out2)
+    assert sorted(n.type.size for n in f2.attr["computation"].nodes if n.op is Op.CONSTANT) == [1, 64]
+    arg = np.linspace(0, 1, 64, dtype=f32)
+    for o in (out, out2):
+        np.testing.assert_array_equal(evaluate(o, arg)[0], evaluate(m, arg)[0])

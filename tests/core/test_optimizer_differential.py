@@ -52,12 +52,31 @@ def test_generator_covers_every_primitive():
     assert set(GENERATED_OPS) <= seen
 
 
+class _Backend:
+    """Only what optimize() asks of a backend: its passes and fusion policy."""
+
+    name = "test"
+
+    def __init__(self, policy: FusionPolicy | None) -> None:
+        self.policy = policy
+
+    def passes(self) -> list:
+        return []
+
+    def fusion_policy(self) -> FusionPolicy | None:
+        return self.policy
+
+
+POLICIES = [None, FusionPolicy(dot_epilogue=True), FusionPolicy(row_fusion=False, multi_output=False),
+            FusionPolicy(max_fusion_nodes=4, duplicate_cheap=False, max_fused_constant_elements=100)]
+
+
 @SETTINGS
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40))
-def test_full_pipeline_preserves_values(seed, n):
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), policy=st.sampled_from(POLICIES))
+def test_full_pipeline_preserves_values(seed, n, policy):
     m, inputs = random_module(seed, n)
     expected = evaluate(m, *inputs)
-    out = optimize(m)
+    out = optimize(m, backend=_Backend(policy))
     verify(out)
     assert_same(evaluate(out, *inputs), expected, f"optimize(random_module({seed}, {n}))")
 

@@ -182,6 +182,8 @@ class _Fuser:
         return classify(members, g.roots, self.policy)
 
     def _accepts(self, g: Group, n: Node) -> bool:
+        if n.op is Op.CONSTANT and n.tensor_type.size > self.policy.max_fused_constant_elements:
+            return False
         if is_contraction(n):
             users_inside = [u for u in self.users[n.uid] if u.uid in g.members]
             if not all(u.traits.elementwise for u in users_inside):
