@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.module import Module
+from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
 from .pipeline import Entry, FixedPoint, FunctionPass, Pass, Pipeline
 from .policy import DEFAULT_POLICY, FusionPolicy
+from .schedule import schedule
 from .simplify import AlgebraicSimplifier
 
 
@@ -53,4 +55,4 @@ def optimize(module: Module, backend: Any = None) -> Module:
 
 __all__ = ["optimize", "default_pipeline", "pipeline_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
-           "Fusion"]
+           "Fusion", "assign", "BufferAssignment", "schedule"]
