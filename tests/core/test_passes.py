@@ -275,13 +275,14 @@ def test_simplify_composes_movement_chains():
     same_values(m, out, np.arange(24, dtype=np.float32).reshape(2, 3, 4))
 
 
-def test_simplify_folds_keepdims_reshape_into_broadcast_and_pow2():
+def test_simplify_folds_keepdims_reshape_into_broadcast_keeps_pow():
     b, x = one_param("f32[3,5]")
     r = b.reshape(b.reduce(x, kind="max", axes=(1,)), shape=(3, 1))
     y = b.pow(b.sub(x, b.broadcast_in_dim(r, shape=(3, 5), broadcast_dimensions=(0, 1))), splat(b, 2.0, "f32[3,5]"))
     m = b.build(y)
     out = simplify(m)
-    assert Op.RESHAPE not in ops_of(out) and Op.POW not in ops_of(out) and Op.MUL in ops_of(out)
+    assert Op.RESHAPE not in ops_of(out)
+    assert Op.POW in ops_of(out)  # pow(x, 2) is not bit-equal to x * x in the reference
     same_values(m, out, np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32))
 
 
