@@ -29,3 +29,9 @@ def test_report_command_prints_the_table_recorded_in_docs():
     for program, kb, ka, tb, ta, *_ in rows:
         assert int(ka) < int(kb), f"{program}: the optimizer did not reduce kernels"
         assert int(ta.replace(",", "")) <= int(tb.replace(",", "")), f"{program}: more temporaries after"
+
+
+def test_docs_show_the_current_default_pipeline():
+    from axle.passes import default_pipeline
+
+    assert default_pipeline().describe() in DOCS.read_text()

@@ -16,7 +16,7 @@ from axle.ir import Builder, Module, Node, Op
 from axle.ir.ops import register_custom_call
 from axle.ir.types import TensorType
 from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPoint, FunctionPass, Fusion,
-                         Pipeline, default_pipeline, optimize, pipeline_for)
+                         Pipeline, TransposeFolding, default_pipeline, optimize, pipeline_for)
 from axle.passes.policy import FusionPolicy
 
 F32 = "f32[4]"
@@ -86,7 +86,7 @@ def test_every_entry_needs_a_reason():
 
 def test_default_pipeline_is_one_readable_list():
     text = default_pipeline().describe()
-    for name in ("simplify", "constant-fold", "cse", "dce", "fusion"):
+    for name in ("simplify", "constant-fold", "cse", "dce", "transpose-fold", "fusion"):
         assert name in text
     assert all("#" in line for line in text.splitlines()[1:] if line.strip() and not line.strip().endswith(":"))
 
@@ -286,14 +286,28 @@ def test_simplify_folds_keepdims_reshape_into_broadcast_keeps_pow():
     same_values(m, out, np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32))
 
 
-def test_simplify_absorbs_transposes_into_dot():
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_transpose_folding_absorbs_transposes_into_dot(dt):
     b = Builder("t")
-    x, g = b.parameter("f32[6,4]"), b.parameter("f32[6,3]")
-    m = b.build(b.dot_general(b.transpose(x, permutation=(1, 0)), g, lhs_contracting=(1,), rhs_contracting=(0,)))
-    out = simplify(m)
-    assert ops_of(out) == [Op.DOT_GENERAL]
+    x, g = b.parameter(f"{'f32' if dt == np.float32 else 'f64'}[6,4]"), b.parameter(f"{'f32' if dt == np.float32 else 'f64'}[3,6]")
+    d = b.dot_general(b.transpose(x, permutation=(1, 0)), b.transpose(g, permutation=(1, 0)),
+                      lhs_contracting=(1,), rhs_contracting=(0,))
+    m = b.build(d)
+    out, changed = TransposeFolding().run(m)
+    assert changed and ops_of(out) == [Op.DOT_GENERAL]
+    assert out.entry.root.attr["lhs_contracting"] == (0,) and out.entry.root.attr["rhs_contracting"] == (1,)
     rng = np.random.default_rng(0)
-    same_values(m, out, rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32))
+    args = [rng.standard_normal((6, 4)).astype(dt), rng.standard_normal((3, 6)).astype(dt)]
+    np.testing.assert_allclose(evaluate(out, *args)[0], evaluate(m, *args)[0], rtol=1e-5)
+
+
+def test_transpose_folding_keeps_transposes_that_reorder_free_dims():
+    b = Builder("t")
+    x, w = b.parameter("f32[2,3,4]"), b.parameter("f32[4,5]")
+    # swaps the two free dims of x: folding would change the result layout
+    m = b.build(b.dot_general(b.transpose(x, permutation=(1, 0, 2)), w, lhs_contracting=(2,), rhs_contracting=(0,)))
+    out, changed = TransposeFolding().run(m)
+    assert not changed and Op.TRANSPOSE in ops_of(out)
 
 
 def test_simplify_leaves_side_effects_alone():

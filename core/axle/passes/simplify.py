@@ -238,29 +238,6 @@ def _reduce(n: Node) -> Node | None:
     return None
 
 
-def _dot(n: Node) -> Node | None:
-    """dot(transpose(a), b) -> dot(a, b) with renumbered dims, when the transpose keeps
-    the order of a's free dims (so the result layout is unchanged)."""
-    a = n.attr
-    for side in (0, 1):
-        t = n.operands[side]
-        if t.op is not Op.TRANSPOSE:
-            continue
-        perm = t.attr["permutation"]
-        pre = ("lhs", "rhs")[side]
-        batch, contract = a[f"{pre}_batch"], a[f"{pre}_contracting"]
-        free = [d for d in range(len(perm)) if d not in batch + contract]
-        if [perm[d] for d in free] != sorted(perm[d] for d in free):
-            continue
-        ops = list(n.operands)
-        ops[side] = t.operands[0]
-        attrs = dict(a)
-        attrs[f"{pre}_batch"] = tuple(perm[d] for d in batch)
-        attrs[f"{pre}_contracting"] = tuple(perm[d] for d in contract)
-        return like(n, Op.DOT_GENERAL, ops, **attrs)
-    return None
-
-
 RULES: dict[Op, tuple[Rule, ...]] = {
     Op.COMPARE: (_compare,),
     Op.SELECT: (_select,),
@@ -273,7 +250,6 @@ RULES: dict[Op, tuple[Rule, ...]] = {
     Op.REVERSE: (_reverse,),
     Op.CONCATENATE: (_concatenate,),
     Op.REDUCE: (_reduce,),
-    Op.DOT_GENERAL: (_dot,),
 }
 
 
