@@ -16,7 +16,8 @@ from . import errors, ir
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
 from .frontend.array import Array
-from .frontend.jit import jit
+from .frontend.jit import compile, jit
+from .frontend.lazy import jit_scope
 from .frontend.pytree import tree_map
 from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
 from .placement import default_device, device, device_put, devices
@@ -25,7 +26,7 @@ from .registry import REGISTRY
 __version__ = "0.1.0"
 
 __all__ = [
-    "API_VERSION", "Array", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
+    "API_VERSION", "Array", "compile", "jit_scope", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
 ]
