@@ -142,7 +142,7 @@ def argmin(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
-    from . import exp, log
+    from . import exp
 
     m = maximum(x, y)
     return m + log1p(exp(-abs_(subtract(x, y))))

@@ -106,14 +106,16 @@ def stack(arrays: Sequence[ArrayLike], axis: int = 0) -> Any:
     return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
 
 
+def _ndim(a: ArrayLike) -> int:
+    return a.ndim if _is_array(a) else _np.ndim(a)
+
+
 def hstack(arrays: Sequence[ArrayLike]) -> Any:
-    return concatenate(arrays, axis=0 if _np.ndim(arrays[0]) <= 1 and not _is_array(arrays[0])
-                       or (_is_array(arrays[0]) and arrays[0].ndim <= 1) else 1)
+    return concatenate(arrays, axis=0 if _ndim(arrays[0]) <= 1 else 1)
 
 
 def vstack(arrays: Sequence[ArrayLike]) -> Any:
-    return concatenate([reshape(a, (1, -1)) if _np.ndim(a) <= 1 and not _is_array(a) or
-                        (_is_array(a) and a.ndim <= 1) else a for a in arrays], axis=0)
+    return concatenate([reshape(a, (1, -1)) if _ndim(a) <= 1 else a for a in arrays], axis=0)
 
 
 def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
@@ -180,9 +182,8 @@ def pad(x: ArrayLike, pad_width: Any, mode: str = "constant", constant_values: A
     value = _np.asarray(constant_values)
     if value.ndim:
         raise _fail("pad", "only a scalar constant_values is supported", x)
-    pv = _to_value(value, x.dtype)
-    if _is_array(x) and not _is_array(pv):
-        pv = _np.asarray(pv, dtype=x.dtype)
+    with _np.errstate(all="ignore"):
+        pv = value.astype(x.dtype)
     return lax.pad(x, pv, tuple(int(v) for v in pw[:, 0]), tuple(int(v) for v in pw[:, 1]), (0,) * x.ndim)
 
 
