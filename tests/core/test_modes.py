@@ -63,6 +63,7 @@ def test_auto_mode_runs_the_seed_as_one_cluster(seed_inputs, auto_mode):
     # ...and the same count as the explicitly jitted function compiles to
     assert info.kernels == axle.jit(model_fn, device=DEV).lower(x, y, z).compile().report()["kernels"]
     assert info.cache_hit and s["compiles"] == 0
+    assert s["kernel_launches"] == 1  # where eager launches three: fusion made it one kernel
     np.testing.assert_allclose(value, np.sum(host[0] + host[1] * host[2]), rtol=1e-5)
 
 

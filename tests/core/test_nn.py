@@ -57,6 +57,12 @@ def test_layer_norm_and_sibling_reductions():
     reduces = [line for line in text.splitlines() if " reduce(" in line]
     assert len(reduces) == 2, text
     assert any("reduce(%p" in r or "reduce(%a" in r for r in reduces), text
+    # ...which the optimizer fuses into one kernel holding both reductions
+    lowered = axle.jit(lambda a: nn.layer_norm(a), device=DEVICE).lower(x)
+    assert lowered.compile().report()["kernels"] == 1
+    module = lowered.optimize()
+    fused = [c for c in module.computations() if c is not module.entry]
+    assert any(sum(1 for n in c.nodes if n.op.value == "reduce") == 2 for c in fused)
 
 
 def np_conv2d(x, w, stride, pad):

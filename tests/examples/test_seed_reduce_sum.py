@@ -17,6 +17,7 @@ def test_seed_example_all_modes(seed_example, capsys):
     compiled = axle.jit(seed_example.model_fn, device="interpreter:0").lower(x, x, x).compile()
     for mode in ("jit", "jit_scope", "auto"):
         assert results[mode][1] == compiled.report()["kernels"], mode  # the compiled cluster's kernels
+    assert results["auto"][1] == results["jit"][1] == results["jit_scope"][1] == 1  # fused into one kernel
     for mode in results:
         assert mode in out
     assert axle.config.jit_level == "off"  # the example restores the mode it changed
