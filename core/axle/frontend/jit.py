@@ -112,23 +112,31 @@ class Lowered:
         return optimize_for(self.module, self.device)
 
     def compile(self) -> "Compiled":
-        from ..compiler import compile_module
+        from ..compiler import compile_optimized
 
-        return Compiled(self, compile_module(self.module, self.device))
+        exe, optimized = compile_optimized(self.module, self.device)
+        return Compiled(self, exe, optimized)
 
 
 class Compiled:
     """A compiled executable plus the signature it was compiled for."""
 
-    def __init__(self, lowered: Lowered, executable: Executable) -> None:
+    def __init__(self, lowered: Lowered, executable: Executable, module: Module | None = None) -> None:
         self.lowered = lowered
         self.executable = executable
+        #: the module the backend compiled (after the optimizer)
+        self.module = module if module is not None else lowered.module
 
     def report(self) -> dict[str, Any]:
-        return self.executable.report()
+        """``kernels`` (launches per call), ``temp_bytes``, ``peak_bytes`` and more: the
+        core's buffer assignment facts overlaid with the backend executable's report."""
+        from ..compiler import executable_report
+
+        return executable_report(self.module, self.executable)
 
     def as_text(self) -> str:
-        return self.lowered.optimize().as_text()
+        """The optimized module, as compiled."""
+        return self.module.as_text()
 
     def __call__(self, *args: Any) -> Any:
         from ..placement import to_buffer
@@ -137,6 +145,12 @@ class Compiled:
         bufs = [to_buffer(x, self.lowered.device) for x in leaves]
         outs = self.executable.execute(bufs)
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
+
+
+def _inside_trace(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    from .tracing import current_trace
+
+    return current_trace() is not None or any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
 
 
 class JitFunction:
@@ -183,6 +197,9 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from ..placement import to_buffer
 
+        if _inside_trace(args, kwargs):
+            # jit inside jit/grad: inline, the outer trace compiles the whole thing
+            return self.fn(*args, **kwargs)
         device = self._device()
         key, leaves = self._key(args, kwargs, device)
         entry = self._cache.get(key)
@@ -220,3 +237,19 @@ def jit(fn: Callable[..., Any] | None = None, *, device: Any = None,
     if fn is None:
         return lambda f: JitFunction(f, device=device, static_argnums=static_argnums)
     return JitFunction(fn, device=device, static_argnums=static_argnums)
+
+
+def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None) -> Any:  # noqa: A001
+    """The seed's ``xla.compile(computation, inputs)``: traces, compiles and runs ``fn`` on
+    ``inputs`` (a list of arguments) and returns its outputs. The executable is cached
+    per function, so calling it again with the same shapes does not recompile."""
+    jf = _compiled.get(fn)
+    if jf is None or jf.device_spec != device:
+        jf = JitFunction(fn, device=device)
+        _compiled[fn] = jf
+    return jf(*inputs)
+
+
+import weakref as _weakref  # noqa: E402
+
+_compiled: "_weakref.WeakKeyDictionary[Any, JitFunction]" = _weakref.WeakKeyDictionary()
