@@ -216,7 +216,8 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
         chunk = -(-n_outer // items)
         if lanes:
             chunk = -(-chunk // lanes) * lanes
-        gsize, lsize = (max(1, -(-n_outer // chunk)),), None
+        # local size 1: PoCL runs a work-group on one core, so every chunk is its own group
+        gsize, lsize = (max(1, -(-n_outer // chunk)),), (1,)
     ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
     ins += [("const", a) for _, a in r.consts]
     return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,

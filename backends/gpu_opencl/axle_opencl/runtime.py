@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.tools  # noqa: F401 - MemoryPool
 
 from axle.errors import BackendError
 
@@ -41,6 +42,11 @@ class DeviceRuntime:
         self._lock = threading.Lock()
         # Kernels never see a zero-size buffer: empty operands bind this instead.
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 16)
+        # Kernel outputs come from a caching pool: a dropped result's memory is reused
+        # by the next allocation of its size class, so repeated calls do not pay for
+        # fresh pages (and their first-touch faults on CPU devices). The queue is
+        # in-order, so reuse never overtakes a pending reader.
+        self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
 
     # -- buffers -------------------------------------------------------------------
     def upload(self, array: np.ndarray) -> "cl.Buffer | None":
@@ -52,7 +58,7 @@ class DeviceRuntime:
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
     def alloc(self, nbytes: int) -> "cl.Buffer | None":
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes) if nbytes > 0 else None
+        return self.pool.allocate(nbytes) if nbytes > 0 else None
 
     def download(self, buf: "cl.Buffer | None", dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
