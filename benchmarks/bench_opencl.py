@@ -146,7 +146,7 @@ def _seed(n: int, repeats: int) -> Row:
     hostpart = np.empty(items, np.float32)
 
     def hand_run() -> float:
-        hand(q, (items,), None, dx.data, dy.data, dz.data, part, np.int32(n), np.int32(chunk))
+        hand(q, (items,), (1,), dx.data, dy.data, dz.data, part, np.int32(n), np.int32(chunk))
         cl.enqueue_copy(q, hostpart, part)
         return float(hostpart.sum())
 
@@ -188,7 +188,7 @@ def _tanh_chain(n: int, repeats: int) -> Row:
     chunk = -(-(-(-n // items)) // 8) * 8
 
     def hand_run() -> Any:
-        hand(q, (-(-n // chunk),), None, dx.data, out.data, np.int32(n), np.int32(chunk))
+        hand(q, (-(-n // chunk),), (1,), dx.data, out.data, np.int32(n), np.int32(chunk))
         q.finish()
 
     fns = {
@@ -227,7 +227,7 @@ def _row_op(name: str, shape: tuple[int, int], build: Callable[[Any, Any], Any],
     hand = _hand(hand_src, hand_name)
 
     def hand_run() -> Any:
-        hand(q, (shape[0],), None, dx.data, out.data, np.int32(shape[1]))
+        hand(q, (shape[0],), None if shape[0] % 64 else (64,), dx.data, out.data, np.int32(shape[1]))
         q.finish()
 
     fns = {"numpy": lambda: np_fn(x), "hand-fused": hand_run, "axle-opencl": lambda: (run(), axle_sync())}

@@ -135,7 +135,7 @@ class OpenCLBackend(Backend):
 
     # -- buffers -----------------------------------------------------------------
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")  # (np.ascontiguousarray would make 0-d arrays 1-d)
         t = TensorType(to_dtype(arr.dtype), tuple(arr.shape))
         return Buffer(device, t, self.runtime(device).upload(arr))
 

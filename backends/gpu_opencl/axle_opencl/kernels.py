@@ -433,3 +433,60 @@ def check_size(n: Node) -> None:
     for t in [n.type] + [o.type for o in n.operands]:
         if isinstance(t, TensorType) and t.size > INT_MAX:
             raise BackendError(f"opencl: {n.op.value} on {t} exceeds the 2^31 elements a kernel indexes", where=n.loc)
+
+
+def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
+    """CPU devices: each work-item owns a block of output rows and walks the columns in
+    floatN vectors, streaming rows of the rhs (``acc += a[m,k] * b[k, n:n+N]``). Needs
+    float operands whose rhs free dims are one contiguous dim; otherwise None (the tiled
+    kernel is used)."""
+    lhs, rhs = n.operands
+    a = n.attr
+    lb, rb, lc, rc = list(a["lhs_batch"]), list(a["rhs_batch"]), list(a["lhs_contracting"]), list(a["rhs_contracting"])
+    lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
+    rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
+    if n.dtype not in (DType.FLOAT32, DType.FLOAT64) or len(rf) != 1 or rf[0] != len(rhs.shape) - 1:
+        return None
+    B = math.prod(lhs.shape[i] for i in lb)
+    M = math.prod(lhs.shape[i] for i in lf)
+    N = math.prod(rhs.shape[i] for i in rf)
+    K = math.prod(lhs.shape[i] for i in lc)
+    w = dev.float_lanes if n.dtype is DType.FLOAT32 else dev.double_lanes
+    if N < w:
+        return None
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    em = Emitter(1)
+    r = Renderer(em, {0: "in0", 1: "in1"})
+    r.uses_fp64 = n.dtype is DType.FLOAT64
+    t, tv = reg_type(n.dtype), reg_type(n.dtype, w)
+    rows = max(1, -(-M * B // (dev.compute_units * 8)))
+    body = f"""
+  const int first = (int)get_global_id(0) * {rows};
+  const int last = min(first + {rows}, {B * M});
+  for (int row = first; row < last; row++) {{
+    const int bb = row / {M}, m = row % {M};
+    const int la = {_group_offset(em, 'bb', lb, lhs.shape, ls)} + {_group_offset(em, 'm', lf, lhs.shape, ls)};
+    const int rbo = {_group_offset(em, 'bb', rb, rhs.shape, rs)};
+    __global {STORAGE[n.dtype]}* o = out0 + row * {N};
+    int nn = 0;
+    for (; nn + {w} <= {N}; nn += {w}) {{
+      {tv} acc = ({tv})(0);
+      for (int k = 0; k < {K}; k++)
+        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * vload{w}(0, in1 + rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn);
+      vstore{w}(acc, 0, o + nn);
+    }}
+    for (; nn < {N}; nn++) {{
+      {t} acc = 0;
+      for (int k = 0; k < {K}; k++)
+        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * in1[rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn];
+      o[nn] = acc;
+    }}
+  }}"""
+    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+
+    def text(name: str) -> str:
+        return f"__kernel void {name}({sig}) {{{body}\n}}"
+
+    return _finish(text, f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else ""), r,
+                   [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
+                   global_size=(-(-(B * M) // rows),), local_size=(1,))

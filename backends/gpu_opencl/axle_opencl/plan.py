@@ -18,7 +18,8 @@ from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 
-from .kernels import DeviceInfo, Kernel, check_size, dot_kernel, group_reduce_kernel, map_kernel, second_pass
+from .kernels import (DeviceInfo, Kernel, check_size, dot_kernel, dot_kernel_cpu, group_reduce_kernel, map_kernel,
+                      second_pass)
 
 Slot = tuple[int, int]  # (entry node uid, result index)
 
@@ -82,7 +83,7 @@ def plan_unit(comp: Computation, dev: DeviceInfo) -> list[tuple[Kernel, list[Any
     nodes = [n for n, _ in outs]
     if len(outs) == 1 and nodes[0].op is Op.DOT_GENERAL and all(o.op is Op.PARAMETER for o in nodes[0].operands):
         d = nodes[0]
-        k = dot_kernel(d, dev)
+        k = (None if dev.is_gpu else dot_kernel_cpu(d, dev)) or dot_kernel(d, dev)
         k.inputs = [("param", o.attr["index"]) for o in d.operands]
         k.outputs = [("out", outs[0][1], d.tensor_type)]
         return [(k, k.inputs, k.outputs, {})]

@@ -17,6 +17,15 @@ from .kernels import DeviceInfo, Kernel, program_source
 CACHE_DIR = os.environ.get("AXLE_OPENCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle", "opencl"))
 
 
+def _cache_dir() -> Any:
+    """pyopencl's on-disk binary cache for our programs (None: in-memory only)."""
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        return CACHE_DIR
+    except OSError:
+        return None
+
+
 def device_info(d: "cl.Device") -> DeviceInfo:
     exts = d.extensions.split()
     return DeviceInfo(
@@ -85,12 +94,7 @@ class DeviceRuntime:
             raise BackendError(f"opencl: {k.what} needs float64, but {self.cl_device.name.strip()} has no "
                                f"cl_khr_fp64; convert to float32 first")
         try:
-            os.makedirs(CACHE_DIR, exist_ok=True)
-            cache: Any = CACHE_DIR
-        except OSError:
-            cache = None
-        try:
-            return cl.Program(self.context, k.source).build(options=["-cl-std=CL1.2"], cache_dir=cache)
+            return cl.Program(self.context, k.source).build(options=["-cl-std=CL1.2"], cache_dir=_cache_dir())
         except cl.Error as e:
             log = getattr(e, "build_log", None) or str(e)
             raise BackendError(f"opencl: building the kernel for {k.what} failed on "
@@ -109,7 +113,7 @@ class DeviceRuntime:
         src = program_source("\n".join(k.body for k in todo.values()), set(helpers),
                              any(k.uses_fp64 for k in todo.values()))
         try:
-            prg = cl.Program(self.context, src).build(options=["-cl-std=CL1.2"])
+            prg = cl.Program(self.context, src).build(options=["-cl-std=CL1.2"], cache_dir=_cache_dir())
         except cl.Error:
             for k in todo.values():
                 self.kernel(k)

@@ -271,6 +271,15 @@ def test_empty_arrays_never_touch_the_device(ocl) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(be.to_host(outs[1]), np.zeros(3, np.float32))
 
 
+@pytest.mark.parametrize("value", [np.float32(2.5), np.array(7, np.int64), np.array(True)])
+def test_scalars_round_trip_as_scalars(value, ocl) -> None:  # noqa: ANN001
+    be = _backend(ocl)
+    buf = be.to_device(value, ocl)
+    assert buf.type.shape == ()
+    back = be.to_host(buf)
+    assert back.shape == () and back.dtype == np.asarray(value).dtype and back == value
+
+
 def test_profiler_records_kernel_events(ocl, tmp_path) -> None:  # noqa: ANN001
     b = Builder("prof")
     x = b.parameter("f32[1000]")
