@@ -58,7 +58,9 @@ class OpenCLBackend(Backend):
     """OpenCL C code generation for OpenCL 1.2+ devices (GPUs, PoCL on CPUs)."""
 
     name = "opencl"
-    priority = 50
+    # The default device is chosen per device (device_priority: GPUs 300, CPU devices 50);
+    # the class priority only orders listings, where the backend sorts by name.
+    priority = 0
 
     def __init__(self) -> None:
         try:
