@@ -337,3 +337,16 @@ def test_tensordot_outer_inner():
                                   anp.inner(x[0], y[:, 0, 0]), anp.tensordot(x[0], y[:, :, 0], 1)),
                     lambda x, y: (np.tensordot(x, y, ([1, 2], [1, 0])), np.outer(x[0, 0], y[0, 0]),
                                   np.inner(x[0], y[:, 0, 0]), np.tensordot(x[0], y[:, :, 0], 1)), a, b)
+
+
+def test_array_methods():
+    x = data((3, 4), np.float64, special=False)
+    check_all_modes(
+        lambda a: (a.sum(0), a.mean(1, keepdims=True), a.max(), a.min(0), a.prod(1), a.var(0), a.std(ddof=1),
+                   a.argmax(1), a.argmin(), (a > 0).all(1), (a > 0).any(), a.clip(-1, 1), a[:1].squeeze(0),
+                   a.swapaxes(0, 1), a.dot(a.T), a.take(np.array([0, 2]), 1), a.ravel(), a.astype(np.int32),
+                   a.reshape(2, 6), a.transpose(1, 0)),
+        lambda a: (a.sum(0), a.mean(1, keepdims=True), a.max(), a.min(0), a.prod(1), a.var(0), a.std(ddof=1),
+                   a.argmax(1), a.argmin(), (a > 0).all(1), (a > 0).any(), a.clip(-1, 1), a[:1].squeeze(0),
+                   a.swapaxes(0, 1), a.dot(a.T), a.take(np.array([0, 2]), 1), a.ravel(), a.astype(np.int32),
+                   a.reshape(2, 6), a.transpose(1, 0)), x)
