@@ -46,7 +46,7 @@ UNARY_FLOAT = [
 
 @pytest.mark.parametrize("name,fn,ref,kw", UNARY_FLOAT, ids=[u[0] for u in UNARY_FLOAT])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dt", FLOATS, ids=_id)
+@pytest.mark.parametrize("dt", [np.float16] + FLOATS, ids=_id)
 def test_unary_float(name, fn, ref, kw, shape, dt):
     x = data(shape, dt, **kw)
     with np.errstate(all="ignore"):
@@ -72,7 +72,8 @@ BROADCAST_PAIRS = [((), ()), ((7,), ()), ((3, 5), (5,)), ((3, 1), (1, 4)), ((0, 
 @pytest.mark.parametrize("name,fn,ref", BINARY, ids=[b[0] for b in BINARY])
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS, ids=str)
 @pytest.mark.parametrize("dts", [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64),
-                                 (np.int32, np.float32), (np.int64, np.int32)], ids=str)
+                                 (np.int32, np.float32), (np.int64, np.int32), (np.float16, np.float16),
+                                 (np.float16, np.int32), (np.bool_, np.float32)], ids=str)
 def test_binary_broadcast_promote(name, fn, ref, shapes, dts):
     pos = name == "power"
     x = data(shapes[0], dts[0], special=not pos, positive=pos)
