@@ -351,3 +351,16 @@ def test_array_methods():
                    a.argmax(1), a.argmin(), (a > 0).all(1), (a > 0).any(), a.clip(-1, 1), a[:1].squeeze(0),
                    a.swapaxes(0, 1), a.dot(a.T), a.take(np.array([0, 2]), 1), a.ravel(), a.astype(np.int32),
                    a.reshape(2, 6), a.transpose(1, 0)), x)
+
+
+def test_extras():
+    x = data((3, 4), np.float32, special=False)
+    check_all_modes(
+        lambda a: (anp.hstack([a, a]), anp.vstack([a[0], a[1]]), anp.atleast_2d(a[0, 0]), anp.atleast_1d(a[0, 0]),
+                   anp.reciprocal(a + 10), anp.logaddexp(a, a * 2), anp.cumsum(a, axis=1), anp.cumsum(a),
+                   anp.identity(3), anp.empty((2,)), tuple(anp.array_split(a, 3, axis=1)), anp.fliplr(a),
+                   anp.flipud(a), anp.vdot(a, a), anp.trace(a[:, :3]), anp.fmod(a, 0.7)),
+        lambda a: (np.hstack([a, a]), np.vstack([a[0], a[1]]), np.atleast_2d(a[0, 0]), np.atleast_1d(a[0, 0]),
+                   np.reciprocal(a + 10), np.logaddexp(a, a * 2), np.cumsum(a, axis=1), np.cumsum(a),
+                   np.identity(3), np.zeros((2,)), tuple(np.array_split(a, 3, axis=1)), np.fliplr(a),
+                   np.flipud(a), np.vdot(a, a), np.trace(a[:, :3]), np.fmod(a, np.float32(0.7))), x)
