@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from ..config import config
 from ..backend import Buffer, Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -40,6 +41,7 @@ from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from .array import Array
 from .source import user_frame
+from .tracing import aval_of
 
 #: A cluster is flushed once it holds this many ops.
 MAX_CLUSTER_OPS = 1000
@@ -166,17 +168,11 @@ def _scope_depth() -> int:
 
 def lazy_active() -> bool:
     """True when eager ops should be recorded into a cluster instead of run."""
-    if _scope_depth() > 0:
-        return True
-    from ..config import config
-
-    return config.jit_level == "auto"
+    return getattr(_state, "depth", 0) > 0 or config.jit_level == "auto"
 
 
 def _site(op: Op, operands: Sequence[Any]) -> tuple[tuple, str | None]:
     """(where in the user's code this op comes from + what it is, 'file:line (fn)')."""
-    from .tracing import aval_of
-
     f = user_frame()
     if f is None:
         return (None, op), None
