@@ -143,7 +143,7 @@ RED_CASES = [(r, s) for r in REDUCTIONS for s in RED_SHAPES if not (r[0] in ("ma
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_reductions(red, shape_axis, dt, keepdims):
-    (name, fn, ref), (shape, axis) = red, shape_axis
+    (_, fn, ref), (shape, axis) = red, shape_axis
     x = data(shape, dt, special=False)
     with np.errstate(all="ignore"):
         check_all_modes(lambda a: fn(a, axis=axis, keepdims=keepdims), lambda a: ref(a, axis=axis, keepdims=keepdims), x)
