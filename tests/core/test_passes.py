@@ -424,3 +424,10 @@ def test_dce_drops_dead_fusion_outputs_and_parameters():
     assert len(fusion.operands) == 2 and len(fusion.attr["computation"].parameters) == 2
     rng = np.random.default_rng(2)
     same_values(m, out, *(rng.standard_normal(4).astype(np.float32) for _ in range(3)))
+
+
+def test_a_bad_fusion_policy_is_a_clear_backend_error():
+    from axle.errors import BackendError
+
+    with pytest.raises(BackendError, match="fusion_policy"):
+        pipeline_for(FakeBackend({"row_fusion": False}, []))  # type: ignore[arg-type]
