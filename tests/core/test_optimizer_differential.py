@@ -19,15 +19,14 @@ from axle.config import config
 from axle.interpreter import evaluate
 from axle.ir.verifier import verify
 from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, TransposeFolding, optimize
-from axle.testing.cases import assert_close, tolerance
 from axle.ir import Builder, DType, Op
 from axle.passes.policy import FusionPolicy
 from axle.passes.random_modules import GENERATED_OPS, random_module
-
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
+from axle.testing.cases import assert_close, tolerance
 
 # CI runs a fixed set of examples (no flaky red builds); local runs explore new ones
 IN_CI = os.environ.get("CI", "").lower() == "true"
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
 
 
 def assert_same(actual: list[np.ndarray], expected: list[np.ndarray], what: str) -> None:
