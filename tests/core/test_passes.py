@@ -377,6 +377,16 @@ def test_cse_merges_duplicates_and_commuted_operands():
     same_values(m, out, *(rng.standard_normal(4).astype(np.float32) for _ in range(2)))
 
 
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64])
+def test_cse_keeps_float_max_operand_order(dt):
+    b = Builder("t")
+    name = {np.float16: "f16", np.float32: "f32", np.float64: "f64"}[dt]
+    x, y = b.parameter(f"{name}[2]"), b.parameter(f"{name}[2]")
+    m = b.build(b.max(x, y), b.max(y, x), b.min(x, y), b.min(y, x))
+    out, _ = CSE().run(m)
+    same_values(m, out, np.array([-0.0, 0.0], dt), np.array([0.0, -0.0], dt))
+
+
 def test_cse_never_merges_rng_or_custom_calls():
     register_custom_call("test.passes.twice", lambda x, config: x * 2)
     b = Builder("t")
