@@ -15,7 +15,7 @@ from axle.interpreter import evaluate
 from axle.ir import Builder, Module, Node, Op
 from axle.ir.ops import register_custom_call
 from axle.ir.types import TensorType
-from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPoint, FunctionPass, Fusion,
+from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPoint, FunctionPass,
                          Pipeline, TransposeFolding, default_pipeline, optimize, pipeline_for)
 from axle.passes.policy import FusionPolicy
 
