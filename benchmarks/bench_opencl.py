@@ -281,6 +281,11 @@ def _matmul(n: int, repeats: int) -> Row:
 
 def run(quick: bool) -> list[Row]:
     """Every workload of the suite; ``quick`` shrinks sizes and repeats."""
+    try:
+        import mako  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench_opencl: pyopencl's array/Elementwise/ReductionKernel baselines need mako: "
+                         "pip install 'axle-opencl[bench]' (or mako)") from None
     reps = 3 if quick else 15
     big = 2 ** 20 if quick else 2 ** 24
     rows = [
