@@ -162,7 +162,6 @@ def _seed(n: int, repeats: int) -> Row:
 
 
 def _tanh_chain(n: int, repeats: int) -> Row:
-    import pyopencl as cl
     import pyopencl.array as cla
     import pyopencl.clmath as clmath
     from pyopencl.elementwise import ElementwiseKernel
@@ -211,7 +210,6 @@ def axle_sync() -> None:
 
 def _row_op(name: str, shape: tuple[int, int], build: Callable[[Any, Any], Any], np_fn: Callable[[np.ndarray], Any],
             hand_src: str, hand_name: str, repeats: int) -> Row:
-    import pyopencl as cl
     import pyopencl.array as cla
 
     from axle.ir.builder import Builder

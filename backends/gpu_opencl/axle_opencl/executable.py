@@ -35,7 +35,6 @@ class OpenCLExecutable(Executable):
         self.constants = {slot: rt.upload(a) for slot, a in plan.constants.items()}
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
-        rt = self.rt
         env: dict[Any, Any] = dict(self.constants)
         for slot, a in zip(self.plan.params, args, strict=True):
             env[slot] = a.handle

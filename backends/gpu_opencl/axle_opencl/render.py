@@ -176,13 +176,10 @@ def convert(x: Expr, src: DType, dst: DType, helpers: Helpers) -> Expr:
     # float destination
     if dst is DType.FLOAT16:
         if src is DType.FLOAT64:
-            helpers.add("axle_rh_d")
+            helpers.add("axle_rh_d")  # round once from double, as NumPy does
             return f"axle_rh_d({x})"
-        if src is DType.INT64:
-            # long -> double -> half would round twice for huge values; go through double
-            # only where the device has fp64 is not guaranteed: float rounding is the spec.
-            return round_half(f"convert_float({x})", helpers)
-        return round_half(f"convert_float({x})", helpers) if src is not DType.FLOAT32 else round_half(x, helpers)
+        # ints go through float (exact for |x| < 2^24, far beyond f16's range of exact ints)
+        return round_half(x if src is DType.FLOAT32 else f"convert_float({x})", helpers)
     if dst is DType.FLOAT32:
         return x if src is DType.FLOAT16 else f"convert_float({x})"
     return f"convert_double({x})"

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
 from axle.errors import BackendError
@@ -23,7 +21,7 @@ from axle.ir.module import Node
 from axle.ir.ops import Op
 
 from . import render
-from .ctypes_ import REG, STORAGE, identity, literal
+from .ctypes_ import REG, identity, literal
 from .emitter import Emitter, Idx
 
 LANE_NAMES = "0123456789abcdef"
@@ -405,8 +403,4 @@ def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: d
     return False
 
 
-def storage_type(dt: DType) -> str:
-    return STORAGE[dt]
-
-
-__all__ = ["Renderer", "vector_ok", "load", "store", "combine", "acc_dtype", "reg_type", "Any"]
+__all__ = ["Renderer", "vector_ok", "load", "store", "combine", "acc_dtype", "reg_type"]

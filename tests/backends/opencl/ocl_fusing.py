@@ -85,7 +85,6 @@ def check_fused(case, module: Module, device) -> None:  # noqa: ANN001
     from axle.interpreter import evaluate
     from axle.ir.dtypes import dtype
     from axle.ir.ops import OPS
-    from axle.ir.types import TensorType
     from axle.testing.cases import OpCase, assert_close, run_case, tolerance
 
     expected = evaluate(case.module, *case.inputs)
@@ -100,6 +99,34 @@ def check_fused(case, module: Module, device) -> None:  # noqa: ANN001
         elif n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"]:
             n_red = max(n_red, math.prod(n.operands[0].shape[a] for a in n.attr["lhs_contracting"]))
     for i, (a, e) in enumerate(zip(actual, expected)):
-        assert isinstance(e.dtype, object)
         rtol, atol = tolerance(dtype(e.dtype), main_op, n_red)
         assert_close(a, e, rtol, atol, f"{case.id} fused (result {i}) on {device.name}")
+
+
+def is_float_dot(case) -> bool:  # noqa: ANN001
+    return Op.DOT_GENERAL in case.ops and case.module.entry.root.dtype.is_float
+
+
+def check_float_dot(case, module: Module, device) -> None:  # noqa: ANN001
+    """A float dot against the interpreter within the classic forward error bound of a
+    sum of K products in any order: |computed - exact| <= K * eps * (|A| . |B|).
+    (A relative tolerance fails where the result cancels to near zero: any summation
+    order other than NumPy's then differs by more than rtol * |result|.)"""
+    import math
+
+    import numpy as np
+
+    from axle.interpreter import evaluate
+    from axle.testing.cases import OpCase, run_case
+
+    (dot,) = [n for n in case.module.entry.nodes if n.op is Op.DOT_GENERAL]
+    k = max(1, math.prod(dot.operands[0].shape[a] for a in dot.attr["lhs_contracting"]))
+    expected = evaluate(case.module, *case.inputs)[0]
+    magnitude = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
+    (actual,) = run_case(OpCase(case.id, module, case.inputs, case.ops), device, optimize=False)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    work = np.float32 if expected.dtype == np.float16 else expected.dtype
+    eps = float(np.finfo(work).eps)
+    bound = 2 * k * eps * magnitude + (float(np.finfo(expected.dtype).eps) * np.abs(expected.astype(np.float64)))
+    err = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    assert np.all(err <= bound + 1e-30), f"{case.id} on {device.name}: max error/bound {np.max(err / (bound + 1e-30)):.3g}"

@@ -20,7 +20,7 @@ from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
 from axle.ir.types import TensorType
 from axle.testing.cases import OpCase, assert_close, check_case, core_cases, run_case, tolerance
-from ocl_fusing import fuse_whole, opencl_device
+from ocl_fusing import check_float_dot, fuse_whole, is_float_dot, opencl_device
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,10 @@ STRATEGY_OPS = ("add", "exponential", "reduce.sum", "reduce.max", "dot.", "trans
 @pytest.mark.parametrize("case", [c for c in core_cases() if c.id.startswith(STRATEGY_OPS) and
                                   ("-f32" in c.id or "-s32" in c.id)], ids=lambda c: c.id)
 def test_gpu_strategy_kernels_run_correctly(case: OpCase, ocl, gpu_strategy) -> None:  # noqa: ANN001
-    check_case(case, ocl, optimize=False)
+    if is_float_dot(case):
+        check_float_dot(case, case.module, ocl)
+    else:
+        check_case(case, ocl, optimize=False)
 
 
 def _sources(module, dev) -> str:  # noqa: ANN001

@@ -3,15 +3,11 @@ kernel (the way eager mode compiles it), then inside hand-built fusions (produce
 consumers inlined), then small multi-op programs as loop/input/row/multi-output fusions."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from axle.ir.builder import Builder
-from axle.ir.dtypes import DType
-from axle.ir.module import Module
 from axle.ir.ops import Op
 from axle.testing.cases import OpCase, check_case, core_cases, fused_cases
-from ocl_fusing import check_fused, fuse_whole, opencl_device
+from ocl_fusing import check_float_dot, check_fused, fuse_whole, is_float_dot, opencl_device
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +24,20 @@ _FUSIBLE = [c for c in CORE if Op.CUSTOM_CALL not in c.ops and
 
 @pytest.mark.parametrize("case", CORE, ids=[c.id for c in CORE])
 def test_op(case: OpCase, ocl) -> None:  # noqa: ANN001
-    check_case(case, ocl, optimize=False)
+    if is_float_dot(case):
+        check_float_dot(case, case.module, ocl)
+    else:
+        check_case(case, ocl, optimize=False)
 
 
 @pytest.mark.parametrize("case", _FUSIBLE, ids=[c.id for c in _FUSIBLE])
 def test_op_inside_fusion(case: OpCase, ocl) -> None:  # noqa: ANN001
     fused = fuse_whole(case.module)
     assert any(n.op is Op.FUSION for n in fused.entry.nodes)
-    check_fused(case, fused, ocl)
+    if is_float_dot(case):
+        check_float_dot(case, fused, ocl)
+    else:
+        check_fused(case, fused, ocl)
 
 
 @pytest.mark.parametrize("case", FUSED, ids=[c.id for c in FUSED])
