@@ -29,7 +29,13 @@ INT_LIMITS = {DType.INT32: ("INT_MIN", "INT_MAX"), DType.INT64: ("LONG_MIN", "LO
 
 
 def literal(value: object, dt: DType) -> str:
-    """An OpenCL C literal of register type for ``dt``."""
+    """An OpenCL C literal of register type for ``dt``; negative ones are parenthesized
+    so that a builder writing ``-x`` never produces ``--1.0f``."""
+    text = _literal(value, dt)
+    return f"({text})" if text.startswith("-") else text
+
+
+def _literal(value: object, dt: DType) -> str:
     v = np.asarray(value).astype(dt.np)[()]
     if dt is DType.BOOL:
         return "1" if bool(v) else "0"

@@ -345,6 +345,8 @@ class Renderer:
 
 
 def _is_literal(e: str) -> bool:
+    if e.startswith("(-") and e.endswith(")"):
+        e = e[1:-1]
     return e.lstrip("-").replace(".", "", 1).rstrip("fL").isdigit() or e in ("INT_MIN", "LONG_MIN")
 
 
