@@ -50,6 +50,13 @@ for _t, _u, _min in (("int", "uint", "INT_MIN"), ("long", "ulong", "LONG_MIN")):
     HELPERS[f"axle_abs_{_t}"] = f"inline {_t} axle_abs_{_t}({_t} a) {{ return a < 0 ? ({_t})(0 - ({_u})a) : a; }}"
 
 
+def _nan_guard(f: Callable[[DType, Expr], Expr]) -> Callable[[DType, Expr], Expr]:
+    """PoCL (LLVM 15) folds exp/tanh/floor/ceil of a NaN known at compile time (e.g. a
+    NaN constant in a fused program) to garbage; passing NaN through explicitly is
+    exact and costs one compare-select."""
+    return lambda dt, x: f"(isnan({x}) ? {x} : {f(dt, x)})"
+
+
 def _f(dt: DType, v: float) -> str:
     return literal(v, dt)
 
@@ -77,6 +84,8 @@ FLOAT_UNARY: dict[Op, FloatUnary] = {
     Op.CEIL: lambda dt, x: f"ceil({x})",
     Op.SIGN: lambda dt, x: f"(isnan({x}) ? {x} : sign({x}))",
 }
+for _op in (Op.EXP, Op.TANH, Op.LOGISTIC, Op.FLOOR, Op.CEIL):
+    FLOAT_UNARY[_op] = _nan_guard(FLOAT_UNARY[_op])
 FLOAT_BINARY: dict[Op, Callable[[DType, Expr, Expr], Expr]] = {
     Op.ADD: lambda dt, a, b: f"({a} + {b})",
     Op.SUB: lambda dt, a, b: f"({a} - {b})",
