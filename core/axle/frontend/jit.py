@@ -125,7 +125,18 @@ class Compiled:
         self.executable = executable
 
     def report(self) -> dict[str, Any]:
-        return self.executable.report()
+        out = dict(self.executable.report())
+        summary = self.placement()
+        if summary is not None:
+            out.setdefault("placement", summary.as_dict())
+        return out
+
+    def placement(self) -> Any:
+        """Which ops run on which device and the bytes crossing per call
+        (an ``axle.partition.PlacementSummary``; ``print`` it for a table)."""
+        from ..partition import placement_of
+
+        return placement_of(self.executable)
 
     def as_text(self) -> str:
         return self.lowered.optimize().as_text()
