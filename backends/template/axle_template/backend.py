@@ -28,7 +28,7 @@ class TemplateBackend(Backend):
     # The contract version this backend was written against; a core with another major
     # version refuses it with a message instead of crashing later.
     api_version = (1, 0)
-    # Below the host backends, so installing the template never changes the default device.
+    # Below the host backends, so installing this backend never changes the default device.
     # A real accelerator ranks above them (e.g. 100).
     priority = -10
 
@@ -56,12 +56,12 @@ class TemplateBackend(Backend):
         return TemplateExecutable(module, device)
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
-        # HARDWARE: allocate device memory for the array and copy the bytes in (copy-in).
+        # HARDWARE: allocate device memory for the array, then copy in its bytes.
         handle = np.array(array, copy=True, order="C")
         return Buffer(device, TensorType(dtype(handle.dtype), handle.shape), handle)
 
     def to_host(self, buffer: Buffer) -> np.ndarray:
-        # HARDWARE: wait for the work writing this buffer, then copy it out (copy-out).
+        # HARDWARE: copy out. Wait for the work writing this buffer, then read it back.
         return np.array(buffer.handle, copy=True)
 
     def free(self, buffer: Buffer) -> None:

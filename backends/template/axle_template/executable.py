@@ -69,7 +69,7 @@ class TemplateExecutable(Executable):
         t = node.type
         assert isinstance(t, TensorType)
         if arr.shape != t.shape or arr.dtype != t.dtype.np:
-            raise BackendError(f"template kernel for {node.op.value} produced {arr.dtype}{list(arr.shape)}, "
+            raise BackendError(f"{self.device.backend} kernel for {node.op.value} produced {arr.dtype}{list(arr.shape)}, "
                                f"expected {t}")
         return arr
 
