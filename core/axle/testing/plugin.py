@@ -30,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     target = config.getoption("--axle-backend", default=None)
     if not target:
         return
+    device_for(target)  # an unknown or unavailable backend stops here, with the reason
     if config.args_source is not pytest.Config.ArgsSource.ARGS:
         config.args = [SUITE]  # `pytest --axle-backend NAME` alone runs the kit
     config.pluginmanager.register(_Report(target), "axle-conformance-report")
