@@ -44,9 +44,10 @@ _FREE = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE)
 
 
 def unsupported_reason(caps: Capabilities, node: Node) -> str | None:
-    """Why ``caps`` does not cover ``node`` (None when it does)."""
+    """Why ``caps`` does not cover ``node`` (None when it does): an op or dtype it does not
+    claim, or a buffer above its ``limits["max_buffer_bytes"]``."""
     if caps.supports(node):
-        return None
+        return _over_limit(caps, node)
     if node.op is Op.FUSION:
         inner = next(n for n in node.attr["computation"].nodes if not caps.supports(n))
         return f"fusion holds {unsupported_reason(caps, inner)}"
@@ -57,6 +58,16 @@ def unsupported_reason(caps: Capabilities, node: Node) -> str | None:
     bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
                   and (t.dtype not in allowed or t.dtype not in caps.dtypes)})
     return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}"
+
+
+def _over_limit(caps: Capabilities, node: Node) -> str | None:
+    limit = caps.limits.get("max_buffer_bytes")
+    if limit is None or node.op in _FREE or node.op is Op.GET_TUPLE_ELEMENT:
+        return None
+    sizes = [t.nbytes for t in [o.type for o in node.operands] + [node.type] if isinstance(t, TensorType)]
+    if sizes and max(sizes) > limit:
+        return f"op '{node.op.value}' needs a {max(sizes)}-byte buffer, above the device's max_buffer_bytes={limit}"
+    return None
 
 
 def describe(node: Node) -> str:
@@ -188,95 +199,124 @@ def _is_shape_only(n: Node) -> bool:
 
 
 def partition(module: Module, device: Device, caps: Capabilities, host: Device) -> list[Cluster]:
-    """Clusters of the entry computation's placed nodes, in an order they can run in."""
+    """Clusters of the entry computation's placed nodes, in an order they can run in.
+
+    1. Each node goes to the device or, when the device does not claim it, to the host.
+    2. Initial clusters group nodes by (placement, phase), where a node's phase counts the
+       device changes on its longest path from the inputs. An edge between two clusters
+       always raises the phase, so the cluster graph is acyclic from the start.
+    3. Cost guard: shape-only device clusters whose neighbours are all on the host move
+       to the host (then the phases are recomputed).
+    4. Greedy merging of same-placement clusters while that creates no cycle.
+    """
     nodes = [n for n in module.entry.nodes if n.op not in _FREE]
-    where: dict[int, int] = {}  # node uid -> cluster id
     place: dict[int, Device] = {}
-    reason: dict[int, str] = {}
-    for i, n in enumerate(nodes):
+    why: dict[int, str] = {}
+    for n in nodes:
         if n.op is Op.GET_TUPLE_ELEMENT:  # stays with the tuple it reads
-            where[n.uid] = where[n.operands[0].uid]
+            place[n.uid] = place[n.operands[0].uid]
             continue
-        why = unsupported_reason(caps, n)
-        where[n.uid] = i
-        place[i] = host if why else device
-        if why:
-            reason[i] = f"{n.op.value}: {why}"
+        reason = unsupported_reason(caps, n)
+        place[n.uid] = host if reason else device
+        if reason:
+            why[n.uid] = f"{n.op.value}: {reason}"
+    members = _phase_clusters(nodes, place)
+    guarded = _cost_guard(members, nodes, place, host)
+    for uid in guarded:
+        why[uid] = "cost guard: shape-only ops between host ops stay on the host"
+    if guarded:
+        members = _phase_clusters(nodes, place)
+    where = {n.uid: c for c, ns in members.items() for n in ns}
+    _greedy_merge(members, where, nodes, place)
+    order = _topo(members, _edges(members, where, nodes))
+    topo_index = {n.uid: i for i, n in enumerate(module.entry.nodes)}
+    out = []
+    for k, c in enumerate(order):
+        ns = sorted(members[c], key=lambda n: topo_index[n.uid])
+        reasons = list(dict.fromkeys(why[n.uid] for n in ns if n.uid in why))
+        out.append(Cluster(k, place[ns[0].uid], ns, "; ".join(reasons)))
+    return out
+
+
+def _phase_clusters(nodes: Sequence[Node], place: dict[int, Device]) -> dict[int, list[Node]]:
+    phase: dict[int, int] = {}
+    keys: dict[tuple[int, str], int] = {}
     members: dict[int, list[Node]] = {}
     for n in nodes:
-        members.setdefault(where[n.uid], []).append(n)
-
-    def edges() -> dict[int, set[int]]:
-        out: dict[int, set[int]] = {c: set() for c in members}
-        for n in nodes:
-            for o in n.operands:
-                if o.uid in where and where[o.uid] != where[n.uid]:
-                    out[where[o.uid]].add(where[n.uid])
-        return out
-
-    def merge(a: int, b: int) -> None:
-        for n in members.pop(b):
-            where[n.uid] = a
-            members[a].append(n)
-        if b in reason:
-            reason[a] = "; ".join(filter(None, (reason.get(a), reason.pop(b))))
-
-    _cost_guard(members, place, reason, edges(), host)
-    _greedy_merge(members, place, edges, merge)
-    order = _topo(members, edges())
-    topo_index = {n.uid: i for i, n in enumerate(module.entry.nodes)}
-    return [Cluster(k, place[c], sorted(members[c], key=lambda n: topo_index[n.uid]), reason.get(c, ""))
-            for k, c in enumerate(order)]
+        p = 0
+        for o in n.operands:
+            if o.uid in phase:
+                p = max(p, phase[o.uid] + (place[o.uid] != place[n.uid]))
+        phase[n.uid] = p
+        cid = keys.setdefault((p, place[n.uid].name), len(keys))
+        members.setdefault(cid, []).append(n)
+    return members
 
 
-def _cost_guard(members: dict[int, list[Node]], place: dict[int, Device], reason: dict[int, str],
-                edges: dict[int, set[int]], host: Device) -> None:
-    """Moves shape-only device clusters whose neighbours all run on the host to the host."""
+def _edges(members: dict[int, list[Node]], where: dict[int, int], nodes: Sequence[Node]) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {c: set() for c in members}
+    for n in nodes:
+        for o in n.operands:
+            if o.uid in where and where[o.uid] != where[n.uid]:
+                out[where[o.uid]].add(where[n.uid])
+    return out
+
+
+def _cost_guard(members: dict[int, list[Node]], nodes: Sequence[Node], place: dict[int, Device],
+                host: Device) -> list[int]:
+    """Moves shape-only device clusters whose neighbours all run on the host to the host;
+    returns the uids of the nodes moved."""
+    where = {n.uid: c for c, ns in members.items() for n in ns}
+    edges = _edges(members, where, nodes)
     preds: dict[int, set[int]] = {c: set() for c in members}
     for a, bs in edges.items():
         for b in bs:
             preds[b].add(a)
+    moved = []
     for c, ns in members.items():
-        if place[c] == host or not all(_is_shape_only(n) for n in ns):
+        if place[ns[0].uid] == host or not all(_is_shape_only(n) for n in ns):
             continue
         neighbours = preds[c] | edges[c]
-        if neighbours and all(place[x] == host for x in neighbours):
-            place[c] = host
-            reason[c] = "cost guard: shape-only ops between host ops stay on the host"
+        if neighbours and all(place[members[x][0].uid] == host for x in neighbours):
+            for n in ns:
+                place[n.uid] = host
+                moved.append(n.uid)
+    return moved
 
 
-def _reach(edges: dict[int, set[int]], start: set[int]) -> set[int]:
-    seen: set[int] = set()
-    stack = list(start)
-    while stack:
-        c = stack.pop()
-        if c not in seen:
-            seen.add(c)
-            stack.extend(edges[c])
-    return seen
-
-
-def _greedy_merge(members: dict[int, list[Node]], place: dict[int, Device], edges_fn: Any, merge: Any) -> None:
-    """Merges same-device clusters while no path leaves one and re-enters the other (that
-    path would become a cycle). Producer-consumer pairs first, then independent clusters."""
-    changed = True
-    while changed:
-        changed = False
-        edges = edges_fn()
-        ids = sorted(members)
-        for a in ids:
-            for b in ids:
-                if a >= b or a not in members or b not in members or place[a] != place[b]:
-                    continue
-                # a path a -> x -> ... -> b (or back) through a third cluster forbids the merge
-                via_a = _reach(edges, edges[a] - {b})
-                via_b = _reach(edges, edges[b] - {a})
-                if b in via_a or a in via_b:
-                    continue
-                merge(a, b)
-                changed = True
-                edges = edges_fn()
-    return None
+def _greedy_merge(members: dict[int, list[Node]], where: dict[int, int], nodes: Sequence[Node],
+                  place: dict[int, Device]) -> None:
+    """Merges same-placement clusters a, b (a first in topological order) unless a path
+    a -> x -> ... -> b runs through a third cluster x: that merge would make a cycle.
+    Reachability is a bitset per cluster, recomputed after each merge. Greedy: after a
+    merge the scan resumes where it stopped instead of revisiting earlier clusters."""
+    start = 0
+    while True:
+        edges = _edges(members, where, nodes)
+        order = _topo(members, edges)
+        pos = {c: i for i, c in enumerate(order)}
+        reach: dict[int, int] = {}
+        for c in reversed(order):
+            r = 0
+            for x in edges[c]:
+                r |= (1 << pos[x]) | reach[x]
+            reach[c] = r
+        pair = None
+        for i in range(start, len(order)):
+            a = order[i]
+            for b in order[i + 1:]:
+                if place[members[a][0].uid] == place[members[b][0].uid] and not any(
+                        (reach[x] >> pos[b]) & 1 for x in edges[a] if x != b):
+                    pair = (i, a, b)
+                    break
+            if pair:
+                break
+        if pair is None:
+            return
+        start, a, b = pair
+        for n in members.pop(b):
+            where[n.uid] = a
+            members[a].append(n)
 
 
 def _topo(members: dict[int, list[Node]], edges: dict[int, set[int]]) -> list[int]:

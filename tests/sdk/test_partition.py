@@ -208,3 +208,59 @@ def test_optimized_fusions_with_unclaimed_ops_go_to_the_host(dev):
     assert s.ops_on("interpreter:0") == {"fusion": 1} and s.ops_on("template:0") == {"add": 1}
     out = exe.execute([to_buffer(np.ones((2, 3), np.float32), dev)])
     np.testing.assert_allclose(axle.REGISTRY.backend_for(dev).to_host(out[0]), 2 * np.exp(np.ones((3, 2))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_match_the_interpreter(dev, seed):
+    """Random DAGs mixing claimed (exp, add, mul, reduce) and unclaimed (transpose,
+    reverse, slice...) ops: every partition runs in a valid order and gets the right answer."""
+    rng = np.random.default_rng(seed)
+    b = Builder(f"random{seed}")
+    n = 4
+    params = [b.parameter(TensorType(F32, (n, n))) for _ in range(3)]
+    values = list(params)
+    for _ in range(int(rng.integers(5, 40))):
+        pick = lambda: values[int(rng.integers(len(values)))]  # noqa: E731
+        kind = int(rng.integers(6))
+        if kind == 0:
+            v = b.add(pick(), pick())
+        elif kind == 1:
+            v = b.mul(pick(), b.tanh(pick()))
+        elif kind == 2:
+            v = b.transpose(pick(), permutation=(1, 0))
+        elif kind == 3:
+            v = b.reverse(pick(), dimensions=(int(rng.integers(2)),))
+        elif kind == 4:
+            v = b.broadcast_in_dim(b.reduce(pick(), kind="max", axes=(1,)), shape=(n, n), broadcast_dimensions=(0,))
+        else:
+            v = b.reshape(b.reshape(pick(), shape=(n * n,)), shape=(n, n))
+        values.append(v)
+    outs = values[-1:] if seed % 2 else values[-3:]
+    m = b.build(*outs) if len(outs) > 1 else b.build(outs[0])
+    clusters = partition(m, dev, caps(dev), axle.device("interpreter:0"))
+    done = {p.uid for p in m.entry.parameters}
+    for c in clusters:
+        inside = {x.uid for x in c.nodes}
+        for x in c.nodes:
+            assert all(o.uid in done or o.uid in inside or o.op is Op.CONSTANT for o in x.operands)
+        done |= inside
+    inputs = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]
+    run(m, dev, *inputs)
+
+
+def test_buffer_limit_sends_big_ops_to_the_host(dev, monkeypatch):
+    import dataclasses
+
+    import axle_template.backend as tb
+
+    base = tb.TemplateBackend.capabilities
+    monkeypatch.setattr(tb.TemplateBackend, "capabilities",
+                        lambda self, d: dataclasses.replace(base(self, d), limits={"max_buffer_bytes": 64}))
+    b = Builder("limits")
+    small = b.parameter(TensorType(F32, (4,)))
+    big = b.parameter(TensorType(F32, (100,)))
+    m = b.build(b.exp(small), b.exp(big))
+    exe, _ = run(m, dev, np.ones(4, np.float32), np.ones(100, np.float32))
+    s = placement_of(exe)
+    assert s.ops_on("template:0") == {"exponential": 1} and s.ops_on("interpreter:0") == {"exponential": 1}
+    assert "400-byte buffer, above the device's max_buffer_bytes=64" in str(s)
