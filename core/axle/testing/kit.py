@@ -9,8 +9,7 @@ by ``python -m axle.testing NAME`` and by the repository's tests/conformance.
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +21,7 @@ from ..ir.module import Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..ir.ops import CORE_PRIMITIVES
-from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input
+from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input, strict_placement
 
 #: Bytes of the "large buffer" checks: big enough to cross any 32-bit index or
 #: work-group-size assumption a backend might make on small inputs.
@@ -40,19 +39,6 @@ class Check:
     module: Module | None = None
 
 
-@contextlib.contextmanager
-def strict(on: bool = True) -> Iterator[None]:
-    """Strict placement for the duration (a claimed check may not fall back)."""
-    from ..config import config
-
-    old = config.strict_placement
-    config.strict_placement = on
-    try:
-        yield
-    finally:
-        config.strict_placement = old
-
-
 def claimed(check: Check, device: Device) -> bool:
     """Whether the device's capabilities cover everything the check runs."""
     from ..partition import unsupported_nodes
@@ -67,7 +53,7 @@ def claimed(check: Check, device: Device) -> bool:
 def run_check(check: Check, device: Device) -> bool:
     """Runs a check; claimed checks under strict placement. Returns whether it was claimed."""
     is_claimed = claimed(check, device)
-    with strict(is_claimed):
+    with strict_placement(is_claimed):
         check.run(device)
     return is_claimed
 
@@ -75,10 +61,12 @@ def run_check(check: Check, device: Device) -> bool:
 # ------------------------------------------------------------------------------ checks
 
 
-def _case_check(case: OpCase, category: str) -> Check:
+def _case_check(case: OpCase, category: str, *, unoptimized: bool = True) -> Check:
+    """A case run optimized and (for programs, where it differs) also op by op."""
     def run(device: Device, case: OpCase = case) -> None:
         check_case(case, device)
-        check_case(case, device, optimize=False)
+        if unoptimized:
+            check_case(case, device, optimize=False)
 
     return Check(f"{category}/{case.id}", category, run, case.module)
 
@@ -212,7 +200,7 @@ def kit_checks(quick: bool = False) -> list[Check]:
     for op in sorted(CORE_PRIMITIVES, key=lambda o: o.value):
         cat = "dot" if op is Op.DOT_GENERAL else f"op.{op.value}"
         cases = cases_for(op)
-        out += [_case_check(c, cat) for c in (cases[::max(1, len(cases) // 4)] if quick else cases)]
+        out += [_case_check(c, cat, unoptimized=False) for c in (cases[::max(1, len(cases) // 4)] if quick else cases)]
     for case in fused_cases():
         multi = case.module.entry.root.op is Op.TUPLE
         out.append(_case_check(case, "multi-output" if multi else "fusion"))
