@@ -3,6 +3,8 @@ hand the result to the device's backend. Nodes the device does not claim in its
 capabilities are split off to the host by the partitioner (axle.partition)."""
 from __future__ import annotations
 
+from typing import Any
+
 from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module
@@ -17,18 +19,37 @@ def optimize_for(module: Module, device: Device) -> Module:
     return optimize(module, backend=backend)
 
 
-def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> Executable:
-    """Optimizes and compiles the whole module for ``device``, no partitioning."""
+def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+    """Compiles the whole ``module`` for ``device``, no partitioning; returns the executable
+    and the module the backend compiled (optimized unless ``optimize`` or ``config.optimize``
+    is off)."""
     backend = REGISTRY.backend_for(device)
     run_passes = optimize and config.optimize
     if run_passes:
         module = optimize_for(module, device)
-    return backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+    exe = backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+    return exe, module
 
 
-def compile_module(module: Module, device: Device, *, optimize: bool = True) -> Executable:
-    """An executable for ``device``; what the device cannot run goes to the host (see
-    axle.partition; ``axle.partition.placement_of(exe)`` tells what ran where)."""
+def compile_optimized(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+    """Compiles ``module`` for ``device``; returns the executable and the module the backend
+    compiled. When the device does not claim every node, the partitioner (axle.partition)
+    sends the rest to the host; the module returned is then the traced one, and
+    ``axle.partition.placement_of(executable)`` tells what ran where."""
     from .partition import compile_placed
 
     return compile_placed(module, device, optimize=optimize)
+
+
+def compile_module(module: Module, device: Device, *, optimize: bool = True) -> Executable:
+    return compile_optimized(module, device, optimize=optimize)[0]
+
+
+def executable_report(module: Module, executable: Executable) -> dict[str, Any]:
+    """The core's facts about the compiled module (kernels, temp/peak bytes from buffer
+    assignment) overlaid with what the backend's executable reports about itself."""
+    from .passes.buffers import assign
+
+    facts = assign(module).report()
+    facts.update(executable.report())
+    return facts

@@ -504,7 +504,7 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
     errors = []
     for host in host_devices(device):
         try:
-            return host, compile_on_device(module, host, optimize=optimize)
+            return host, compile_on_device(module, host, optimize=optimize)[0]
         except PlacementError:
             raise
         except Exception as e:  # noqa: BLE001 - the next host backend may manage
@@ -514,12 +514,15 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
                                                   f"(check AXLE_BACKENDS)"))
 
 
-def _compile_cluster(module: Module, device: Device, optimize: bool, strict: bool) -> tuple[Device, Executable, str]:
-    """Compiles a cluster for ``device``; on failure, for the host (unless strict)."""
+def _compile_cluster(module: Module, device: Device, optimize: bool, strict: bool
+                     ) -> tuple[Device, Executable, str, Module]:
+    """Compiles a cluster for ``device`` (on failure for the host, unless strict); returns
+    the device, the executable, why it is not on ``device`` and the module compiled."""
     from .compiler import compile_on_device
 
     try:
-        return device, compile_on_device(module, device, optimize=optimize), ""
+        exe, compiled = compile_on_device(module, device, optimize=optimize)
+        return device, exe, "", compiled
     except PlacementError:
         raise
     except Exception as e:  # noqa: BLE001 - any backend failure falls back (or is reported in strict mode)
@@ -533,12 +536,14 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
 
         warnings.warn(f"axle: {module.name} ({_ops_text(module)}) failed to compile for {device.name} ({why}); "
                       f"running it on {host.name}", PlacementWarning, stacklevel=4)
-        return host, exe, f"compile failed on {device.name}: {why}"
+        return host, exe, f"compile failed on {device.name}: {why}", module
 
 
-def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> Executable:
-    """``compile_module``'s body: the whole module on ``device`` when it claims every node
-    (falling back to the host if compilation fails), otherwise a partitioned executable."""
+def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+    """``compile_optimized``'s body: the whole module on ``device`` when it claims every
+    node (falling back to the host if compilation fails), otherwise a partitioned
+    executable. Returns the executable and the module compiled (for a partitioned or
+    fallen-back executable: the module given)."""
     from .config import config
     from .registry import REGISTRY
 
@@ -549,10 +554,10 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
     if missing and strict:
         raise strict_error(device, *missing[0])
     if not missing or not tuple_free(module):
-        dev, exe, why = _compile_cluster(module, device, optimize, strict)
+        dev, exe, why, compiled = _compile_cluster(module, device, optimize, strict)
         if dev == device:
             record_placement(exe, single_device_summary(module, device))
-            return exe
+            return exe, compiled
         summary = single_device_summary(module, dev, why)
         ins = list(module.entry.parameters)
         root = module.entry.root
@@ -560,7 +565,7 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
         part = ClusterModule(Cluster(0, dev, []), module, ins, outs)
         summary.transfers = plan_transfers(device, module, [part], [dev])
         steps = [Step(dev, exe, [p.uid for p in ins], [o.uid for o in outs])]
-        return PartitionedExecutable(module, device, steps, summary)
+        return PartitionedExecutable(module, device, steps, summary), module
     hosts = host_devices(device)
     if not hosts:
         n, why = missing[0]
@@ -573,7 +578,7 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
     for part in parts:
         c = part.cluster
         if c.device == device:
-            dev, exe, why = _compile_cluster(part.module, device, optimize, strict)
+            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict)
         else:
             dev, exe = _compile_host(part.module, device, optimize)
             why = c.reason
@@ -582,5 +587,5 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
         ops = Counter(n.op.value for n in c.nodes if n.op is not Op.GET_TUPLE_ELEMENT)
         summary.clusters.append(ClusterPlacement(f"cluster.{c.id}", dev.name, dict(ops), why))
     summary.transfers = plan_transfers(device, module, parts, devices)
-    return PartitionedExecutable(module, device, steps, summary)
+    return PartitionedExecutable(module, device, steps, summary), module
 

@@ -16,7 +16,7 @@ LIAR = textwrap.dedent("""
     class Exe(InterpreterExecutable):
         def execute(self, args):
             outs = super().execute(args)
-            if any(n.op is Op.ADD for n in self.module.entry.nodes):   # a broken add kernel
+            if any(n.op is Op.ADD for c in self.module.computations() for n in c.nodes):  # a broken add
                 outs = [Buffer(b.device, b.type, (b.handle + 1).astype(b.handle.dtype)) for b in outs]
             return outs
 

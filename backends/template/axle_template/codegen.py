@@ -58,13 +58,14 @@ def render_kernel(name: str, comp: Computation) -> tuple[str, dict[str, Any]]:
         v = names[n.uid] = f"v{len(names)}"
         args = [names[o.uid] for o in n.operands]
         if n.op is Op.CONSTANT:
-            env[f"K{v}"] = n.attr["value"].array
-            expr = f"K{v}"
+            env[f"const_{v}"] = n.attr["value"].array
+            expr = f"const_{v}"
         elif n.op in RENDER:
             expr = RENDER[n.op](n, args)
         else:
-            env[f"R{v}"] = functools.partial(OPS[n.op].reference, **n.attr)
-            expr = f"R{v}({', '.join(args)})"
+            ref = f"{n.op.name.lower()}_{v}"  # e.g. reduce_v5: the reference, attributes bound
+            env[ref] = functools.partial(OPS[n.op].reference, **n.attr)
+            expr = f"{ref}({', '.join(args)})"
         lines.append(f"    {v} = {expr}  # {n.op.value} -> {n.type}")
     lines.append(f"    return {names[comp.root.uid]}")
     return "\n".join(lines) + "\n", env
