@@ -24,6 +24,8 @@ class DoctorRow:
     ok: bool
     api: str = "-"
     devices: str = "-"
+    #: core primitives the first device claims (the rest runs on the host)
+    claims: str = "-"
     kernel: str = "-"
     reason: str = ""
 
@@ -82,6 +84,13 @@ def diagnose(registry: Registry = REGISTRY) -> list[DoctorRow]:
         b = st.backend
         devs = list(b.devices())
         row = DoctorRow(st.name, True, f"{b.api_version[0]}.{b.api_version[1]}", ", ".join(d.name for d in devs))
+        try:
+            from .ir.ops import CORE_PRIMITIVES
+
+            row.claims = f"{len(CORE_PRIMITIVES & b.capabilities(devs[0]).ops)}/{len(CORE_PRIMITIVES)} ops"
+        except Exception as e:  # noqa: BLE001 - the table reports it
+            row.claims = "?"
+            row.reason = f"capabilities() failed: {type(e).__name__}: {e}"
         results = []
         for d in devs:
             try:
@@ -92,14 +101,14 @@ def diagnose(registry: Registry = REGISTRY) -> list[DoctorRow]:
         bad = [(d, w) for d, w in results if w and w != UNCLAIMED]
         row.kernel = "ok" if not bad else "FAILED"
         row.ok = not bad
-        row.reason = "; ".join(f"{d.name}: {w}" for d, w in results if w)
+        row.reason = "; ".join(filter(None, [row.reason] + [f"{d.name}: {w}" for d, w in results if w]))
         rows.append(row)
     return rows
 
 
 def format_table(rows: list[DoctorRow]) -> str:
-    head = ("backend", "status", "api", "devices", "tiny kernel", "reason")
-    body = [(r.backend, "ok" if r.ok else "FAIL", r.api, r.devices, r.kernel, r.reason) for r in rows]
+    head = ("backend", "status", "api", "devices", "claims", "tiny kernel", "reason")
+    body = [(r.backend, "ok" if r.ok else "FAIL", r.api, r.devices, r.claims, r.kernel, r.reason) for r in rows]
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
     lines = []
     for cells in [head, *body]:

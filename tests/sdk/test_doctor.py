@@ -97,7 +97,10 @@ def test_diagnose_rows(plugin_path, monkeypatch):
     assert not rows["crash"].ok and "compile failed on crash:0: RuntimeError: kernel compiler segfaulted" \
         in rows["crash"].reason
     table = format_table(list(rows.values()))
-    assert table.splitlines()[0].split() == ["backend", "status", "api", "devices", "tiny", "kernel", "reason"]
+    assert table.splitlines()[0].split() == ["backend", "status", "api", "devices", "claims", "tiny",
+                                                  "kernel", "reason"]
+    claimed, total = rows["interpreter"].claims.split()[0].split("/")
+    assert claimed == total  # the interpreter claims every core primitive
 
 
 def test_cli_devices_and_doctor_show_reasons(plugin_path):
@@ -124,3 +127,6 @@ def test_doctor_passes_on_a_healthy_install():
                        env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "template" in r.stdout and "interpreter" in r.stdout
+    template = next(line for line in r.stdout.splitlines() if line.startswith("template"))
+    claimed, total = template.split()[4].split("/")
+    assert 0 < int(claimed) < int(total)  # a partial backend, and the doctor says how partial
