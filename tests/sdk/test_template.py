@@ -129,3 +129,25 @@ def test_cli_new_backend_reports_errors(tmp_path, capsys):
 
 def test_template_dir_is_the_source_tree():
     assert template_dir().resolve() == TEMPLATE.resolve()
+
+
+def test_target_passes_run_on_the_device_cluster_only(monkeypatch):
+    """What docs/writing-a-backend.md says about Backend.passes(): appended to the core
+    pipeline and run on the clusters placed on the device."""
+    import axle_template.backend as tb
+
+    import axle.numpy as anp
+    from axle.passes.pipeline import FunctionPass
+
+    dev = require_backend("template")
+    seen = []
+
+    def record(module):  # noqa: ANN001, ANN202
+        seen.append(sorted({n.op.value for c in module.computations() for n in c.nodes}))
+        return module
+
+    monkeypatch.setattr(tb.TemplateBackend, "passes", lambda self: [FunctionPass("record", record)])
+    f = axle.jit(lambda x, w: anp.exp(x @ w), device=dev)
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_allclose(f(x, x).numpy(), np.exp(x @ x), rtol=1e-6)
+    assert seen and all("dot" not in ops for ops in seen) and any("exponential" in ops for ops in seen)
