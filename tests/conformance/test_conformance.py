@@ -22,6 +22,13 @@ def test_kit(backend: str, check) -> None:  # noqa: ANN001
     run_check(check, axle.device(f"{backend}:0"))
 
 
+@pytest.mark.parametrize("name", sorted(axle.REGISTRY.statuses()))
+def test_every_installed_backend_is_available(name: str) -> None:
+    """An installed backend missing from the kit run must be visible: fails in CI, skips
+    elsewhere (e.g. no OpenCL runtime on this machine), with the registry's reason."""
+    require_backend(name)
+
+
 def test_template_is_installed_and_partial():
     """CI installs every backends/*/pyproject.toml: the template must be here, and its
     default capability set must leave some checks to the host fallback."""

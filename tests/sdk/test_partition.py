@@ -264,3 +264,13 @@ def test_buffer_limit_sends_big_ops_to_the_host(dev, monkeypatch):
     s = placement_of(exe)
     assert s.ops_on("template:0") == {"exponential": 1} and s.ops_on("interpreter:0") == {"exponential": 1}
     assert "400-byte buffer, above the device's max_buffer_bytes=64" in str(s)
+
+
+def test_eager_ops_fall_back_and_stay_on_the_device(dev):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with axle.device(dev):
+        a = axle.device_put(x)
+        t = anp.transpose(a)          # not claimed: runs on the host, result comes back
+        y = anp.exp(t) * 2.0          # claimed
+    assert t.device == dev and y.device == dev
+    np.testing.assert_allclose(y.numpy(), np.exp(x.T) * 2.0, rtol=1e-6)

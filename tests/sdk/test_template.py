@@ -151,3 +151,15 @@ def test_target_passes_run_on_the_device_cluster_only(monkeypatch):
     x = np.ones((2, 2), np.float32)
     np.testing.assert_allclose(f(x, x).numpy(), np.exp(x @ x), rtol=1e-6)
     assert seen and all("dot" not in ops for ops in seen) and any("exponential" in ops for ops in seen)
+
+
+def test_claim_all_flag_from_axle_flags():
+    import subprocess
+    import sys
+
+    code = ("import axle; from axle.ir.ops import Op; d = axle.device('template:0'); "
+            "print(Op.DOT_GENERAL in axle.REGISTRY.backend_for(d).capabilities(d).ops)")
+    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", **flags}).stdout.strip()
+           for flags in ({}, {"AXLE_FLAGS": "--template_claim_all"})]
+    assert out == ["False", "True"]
