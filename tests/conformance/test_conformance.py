@@ -5,7 +5,6 @@ does not claim run through the host fallback and must still match the interprete
 their placement must show the fallback."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import axle
