@@ -62,7 +62,7 @@ def test_claimed_but_failing_is_reported_apart_from_unclaimed(tmp_path):
     assert re.search(r"claimed by the device:\s+\d+ passed, [1-9]\d* failed", out), out[-3000:]
     assert re.search(r"not claimed \(host fallback\):\s+[1-9]\d* passed, 0 failed", out)
     failing = out.split("CLAIMED BUT FAILING (backend bugs):", 1)[1]
-    assert "op.add/add-f32[7]" in failing and "dot/" not in failing.split("\n\n")[0]
+    assert "\n  op.add/add-f32[7]\n" in failing and "dot/" not in failing.split("\n\n")[0]
     assert "NOT CLAIMED, FALLBACK FAILING" not in out
 
 

@@ -87,7 +87,8 @@ class _Report:
         self.outcomes[(claimed, outcome)] += 1
         self.categories.setdefault(props["axle_category"], Counter())[(claimed, outcome)] += 1
         if report.failed:
-            self.failed[claimed].append(report.nodeid.split("[", 1)[-1].rstrip("]"))
+            nid = report.nodeid  # ".../suite.py::test_conformance[<check id>]"; ids hold brackets too
+            self.failed[claimed].append(nid[nid.index("[") + 1:-1] if nid.endswith("]") else nid)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
