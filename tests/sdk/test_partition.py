@@ -37,6 +37,13 @@ def run(module, device, *inputs):
     return exe, outs
 
 
+def host_dev():
+    """Where fallback work runs: cpu:0 when the cpu backend is installed, else interpreter:0."""
+    from axle.partition import host_devices
+
+    return host_devices(axle.device("template:0"))[0]
+
+
 def caps(device):
     return axle.REGISTRY.backend_for(device).capabilities(device)
 
@@ -50,9 +57,9 @@ def test_diamond_does_not_merge_across_the_host(dev):
     t = b.transpose(b.transpose(a, permutation=(1, 0)), permutation=(1, 0))
     out = b.add(a, b.mul(t, a))
     m = b.build(out)
-    host = axle.device("interpreter:0")
+    host = host_dev()
     clusters = partition(m, dev, caps(dev), host)
-    assert [c.device.name for c in clusters] == ["template:0", "interpreter:0", "template:0"]
+    assert [c.device.name for c in clusters] == ["template:0", host_dev().name, "template:0"]
     # every cluster's operands come from earlier clusters (a valid run order)
     done: set[int] = {p.uid for p in m.entry.parameters}
     for c in clusters:
@@ -69,8 +76,8 @@ def test_independent_same_device_clusters_merge(dev):
     h2 = b.reverse(x, dimensions=(0,))
     out = b.add(b.exp(h1), b.exp(h2))
     m = b.build(out)
-    clusters = partition(m, dev, caps(dev), axle.device("interpreter:0"))
-    assert [c.device.name for c in clusters] == ["interpreter:0", "template:0"]
+    clusters = partition(m, dev, caps(dev), host_dev())
+    assert [c.device.name for c in clusters] == [host_dev().name, "template:0"]
     run(m, dev, np.ones((4, 4), np.float32))
 
 
@@ -81,11 +88,11 @@ def test_cost_guard_keeps_shape_only_ops_between_host_ops_on_the_host(dev):
     r = b.reshape(t, shape=(12,))                    # claimed, but shape-only between host ops
     s = b.reverse(r, dimensions=(0,))                # host
     m = b.build(b.exp(s))
-    clusters = partition(m, dev, caps(dev), axle.device("interpreter:0"))
-    assert [c.device.name for c in clusters] == ["interpreter:0", "template:0"]
+    clusters = partition(m, dev, caps(dev), host_dev())
+    assert [c.device.name for c in clusters] == [host_dev().name, "template:0"]
     assert "cost guard" in clusters[0].reason
     exe, _ = run(m, dev, np.arange(12, dtype=np.float32).reshape(2, 6))
-    assert placement_of(exe).ops_on("interpreter:0")["reshape"] == 1
+    assert placement_of(exe).ops_on(host_dev().name)["reshape"] == 1
 
 
 def test_placement_summary_counts_bytes(dev):
@@ -94,7 +101,7 @@ def test_placement_summary_counts_bytes(dev):
     np.testing.assert_allclose(f(x, w).numpy(), np.tanh(x @ w) + 1.0, rtol=1e-6)
     compiled = f.lower(x, w).compile()
     s = compiled.placement()
-    assert s.fallback and s.ops_on("interpreter:0") == {"dot": 1}
+    assert s.fallback and s.ops_on(host_dev().name) == {"dot": 1}
     assert s.ops_on("template:0")["tanh"] == 1
     assert s.bytes_crossed == x.nbytes + w.nbytes + 4 * 3 * 4
     text = str(s)
@@ -134,7 +141,7 @@ def test_per_dtype_capabilities(dev):
     m = b.build(b.reduce(b.exp(x), kind="sum", axes=(0,)))
     exe, _ = run(m, dev, np.ones(5, np.float16))
     s = placement_of(exe)
-    assert s.ops_on("interpreter:0") == {"reduce": 1} and "f16" in str(s)
+    assert s.ops_on(host_dev().name) == {"reduce": 1} and "f16" in str(s)
 
 
 def test_compile_failure_falls_back_with_a_warning(dev, monkeypatch):
@@ -150,7 +157,7 @@ def test_compile_failure_falls_back_with_a_warning(dev, monkeypatch):
     with pytest.warns(PlacementWarning, match=r"will_fail \(add\) failed to compile for template:0.*instruction memory"):
         exe, outs = run(m, dev, np.arange(3, dtype=np.float32))
     s = placement_of(exe)
-    assert s.clusters[0].device == "interpreter:0" and "instruction memory" in s.clusters[0].reason
+    assert s.clusters[0].device == host_dev().name and "instruction memory" in s.clusters[0].reason
     monkeypatch.setattr(axle.config, "strict_placement", True)
     with pytest.raises(axle.errors.PlacementError, match=r"failed to compile for template:0.*'add'"):
         compile_module(m, dev)
@@ -205,7 +212,7 @@ def test_optimized_fusions_with_unclaimed_ops_go_to_the_host(dev):
     m = Module("outer", Computation("outer", (x,), b.add(fus, fus)))
     exe = compile_module(m, dev, optimize=False)
     s = placement_of(exe)
-    assert s.ops_on("interpreter:0") == {"fusion": 1} and s.ops_on("template:0") == {"add": 1}
+    assert s.ops_on(host_dev().name) == {"fusion": 1} and s.ops_on("template:0") == {"add": 1}
     out = exe.execute([to_buffer(np.ones((2, 3), np.float32), dev)])
     np.testing.assert_allclose(axle.REGISTRY.backend_for(dev).to_host(out[0]), 2 * np.exp(np.ones((3, 2))), rtol=1e-6)
 
@@ -237,7 +244,7 @@ def test_random_programs_match_the_interpreter(dev, seed):
         values.append(v)
     outs = values[-1:] if seed % 2 else values[-3:]
     m = b.build(*outs) if len(outs) > 1 else b.build(outs[0])
-    clusters = partition(m, dev, caps(dev), axle.device("interpreter:0"))
+    clusters = partition(m, dev, caps(dev), host_dev())
     done = {p.uid for p in m.entry.parameters}
     for c in clusters:
         inside = {x.uid for x in c.nodes}
@@ -262,7 +269,7 @@ def test_buffer_limit_sends_big_ops_to_the_host(dev, monkeypatch):
     m = b.build(b.exp(small), b.exp(big))
     exe, _ = run(m, dev, np.ones(4, np.float32), np.ones(100, np.float32))
     s = placement_of(exe)
-    assert s.ops_on("template:0") == {"exponential": 1} and s.ops_on("interpreter:0") == {"exponential": 1}
+    assert s.ops_on("template:0") == {"exponential": 1} and s.ops_on(host_dev().name) == {"exponential": 1}
     assert "400-byte buffer, above the device's max_buffer_bytes=64" in str(s)
 
 
