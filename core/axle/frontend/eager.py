@@ -14,6 +14,7 @@ from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
 from ..ir.types import TensorType
 from .array import Array
+from .lazy import lazy_active, record
 from .source import user_location
 from .tracing import aval_of, is_weak
 
@@ -58,9 +59,12 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     from ..placement import to_buffer
 
     device = _device_of(operands)
+    weak = bool(operands) and all(is_weak(x) for x in operands)
+    if lazy_active():
+        return record(op, operands, attrs, device, weak)
     types = tuple(aval_of(x) for x in operands)
     exe = executable_for(op, types, attrs, device)
     (out,) = exe.execute([to_buffer(x, device) for x in operands])
     stats.record("eager_ops", device=device.name)
     stats.record("kernel_launches", function=f"eager:{op.value}", device=device.name)
-    return Array(out, weak=bool(operands) and all(is_weak(x) for x in operands))
+    return Array(out, weak=weak)
