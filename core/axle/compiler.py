@@ -11,6 +11,14 @@ from .ir.module import Module
 from .registry import REGISTRY
 
 
+def flags_key() -> tuple:
+    """The settings that change what compilation produces, for executable cache keys
+    (a cached executable compiled without strict placement must not answer a call made
+    with it, nor one compiled before ``--<backend>_<flag>`` changed)."""
+    return (config.optimize, config.strict_placement, config.disable_passes,
+            tuple(sorted(config.backend_flags.items())))
+
+
 def optimize_for(module: Module, device: Device) -> Module:
     """The module after the core pipeline and the backend's own passes."""
     from .passes import optimize

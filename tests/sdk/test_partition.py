@@ -281,3 +281,19 @@ def test_eager_ops_fall_back_and_stay_on_the_device(dev):
         y = anp.exp(t) * 2.0          # claimed
     assert t.device == dev and y.device == dev
     np.testing.assert_allclose(y.numpy(), np.exp(x.T) * 2.0, rtol=1e-6)
+
+
+def test_cached_executables_respect_strict_placement(dev, monkeypatch):
+    """The jit and eager caches key on the compile flags: turning strict placement on after
+    a fallback executable was cached must still refuse the call."""
+    f = axle.jit(lambda x: anp.transpose(x), device=dev)
+    x = np.ones((2, 3), np.float32)
+    f(x)
+    with axle.device(dev):
+        a = axle.device_put(x)
+        anp.transpose(a)
+    monkeypatch.setattr(axle.config, "strict_placement", True)
+    with pytest.raises(axle.errors.PlacementError, match="'transpose'"):
+        f(x)
+    with pytest.raises(axle.errors.PlacementError, match="'transpose'"):
+        anp.transpose(a)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -199,7 +200,7 @@ class JitFunction:
             hash(static_key)
         except TypeError:
             raise TypeError(f"{self.name}: static arguments must be hashable, got {static!r}") from None
-        return (td, avals, static_key, device), leaves
+        return (td, avals, static_key, device, flags_key()), leaves
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         device = self._device()
