@@ -14,7 +14,8 @@ import axle
 from axle.backend import BackendUnavailable
 from axle.compiler import compile_module
 from axle.config import config
-from axle.errors import BackendError
+from axle.backend import CompileOptions
+from axle.errors import AxleError, BackendError
 from axle.interpreter import evaluate
 from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
@@ -242,20 +243,32 @@ def test_build_failure_shows_log_source_and_op(ocl) -> None:  # noqa: ANN001
     assert "add -> f32[3] (at model.py:12)" in msg and "undefined_thing" in msg and "generated source" in msg
 
 
-def test_f64_without_fp64_is_a_compile_error(ocl, monkeypatch) -> None:  # noqa: ANN001
+@pytest.fixture
+def strict():  # noqa: ANN201
+    """Strict placement: a compile failure is an error instead of a host fallback."""
+    saved = config.strict_placement
+    config.update(strict_placement=True)
+    yield
+    config.update(strict_placement=saved)
+
+
+def test_f64_without_fp64_is_a_compile_error(ocl, monkeypatch, strict) -> None:  # noqa: ANN001
     rt = _backend(ocl).runtime(ocl)
     monkeypatch.setattr(rt, "info", replace(rt.info, fp64=False))
     b = Builder("f64")
     x = b.parameter("f64[3]")
-    with pytest.raises(BackendError, match=r"add.*f64\[3\].*cl_khr_fp64"):
+    with pytest.raises(AxleError, match=r"add.*f64\[3\].*cl_khr_fp64"):
         compile_module(b.build(b.add(x, x)), ocl, optimize=False)
 
 
-def test_huge_arrays_are_refused_with_the_op(ocl) -> None:  # noqa: ANN001
+def test_huge_arrays_are_refused_with_the_op(ocl, strict) -> None:  # noqa: ANN001
     b = Builder("big")
     x = b.parameter("f32[65536,65536]")
-    with pytest.raises(BackendError, match="negate"):
+    with pytest.raises(AxleError, match="negate"):
         compile_module(b.build(b.neg(x)), ocl, optimize=False)
+    # the backend itself refuses it too (kernels index with int)
+    with pytest.raises(BackendError, match="negate.*2\\^31"):
+        _backend(ocl).compile(b.build(b.neg(x)), ocl, CompileOptions(optimized=False))
 
 
 # ------------------------------------------------------------- runtime behaviour
