@@ -1,0 +1,178 @@
+"""From a module's entry computation to a plan: a list of steps over numbered buffer slots.
+
+Slots 0..P-1 are the parameters, then one slot per constant, then one per step output.
+Every entry node that is not plumbing (parameter, constant, tuple, get-tuple-element)
+becomes a step: fusions and single ops become LLVM kernels (a single op is wrapped as a
+one-op computation), custom calls become host steps calling the registered Python
+reference, and in JIT mode a float32/float64 dot may become a host step calling NumPy's
+BLAS (AOT code never does).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from axle.errors import BackendError
+from axle.ir.dtypes import DType
+from axle.ir.module import Computation, Module, Node
+from axle.ir.ops import Op
+from axle.ir.types import TensorType, TupleType
+
+from .emitter import KernelSpec
+
+#: ops a single-op kernel computes with a reduction loop at the root
+_REDUCING = (Op.REDUCE, Op.DOT_GENERAL)
+_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
+
+
+@dataclass
+class KernelStep:
+    spec: KernelSpec
+    ins: list[int]
+    outs: list[int]
+    out_types: list[TensorType]
+    label: str
+
+
+@dataclass
+class HostStep:
+    fn: Callable[[list[np.ndarray], list[np.ndarray]], None]
+    ins: list[int]
+    outs: list[int]
+    out_types: list[TensorType]
+    label: str
+
+
+@dataclass
+class Plan:
+    n_params: int
+    param_types: list[TensorType]
+    constants: dict[int, np.ndarray]
+    steps: list[KernelStep | HostStep]
+    results: list[int]
+    result_types: list[TensorType]
+    n_slots: int
+    kernels: dict[str, KernelSpec] = field(default_factory=dict)
+
+
+def _wrap(n: Node, name: str) -> Computation:
+    params = tuple(Node(Op.PARAMETER, (), (("index", k),), o.type, name=f"p{k}")
+                   for k, o in enumerate(n.operands))
+    root = Node(n.op, params, n.attrs, n.type, loc=n.loc, name=n.name)
+    return Computation(name, params, root)
+
+
+def dot_host(attrs: dict) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    """dot_general as one batched matmul through NumPy's BLAS, writing the output in place."""
+    lb, rb = list(attrs["lhs_batch"]), list(attrs["rhs_batch"])
+    lc, rc = list(attrs["lhs_contracting"]), list(attrs["rhs_contracting"])
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        lhs, rhs = ins
+        lf = [d for d in range(lhs.ndim) if d not in lb + lc]
+        rf = [d for d in range(rhs.ndim) if d not in rb + rc]
+        bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
+        m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
+        k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
+        n = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
+        a = lhs.transpose(lb + lf + lc).reshape(bsz, m, k)
+        b = rhs.transpose(rb + rc + rf).reshape(bsz, k, n)
+        np.matmul(a, b, out=outs[0].reshape(bsz, m, n))
+
+    return run
+
+
+def _custom_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    from axle.ir.ops import OPS
+
+    ref = OPS[Op.CUSTOM_CALL].reference
+    attrs = n.attr
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        outs[0][...] = ref(*ins, **attrs)
+
+    return run
+
+
+def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    from axle.interpreter import evaluate_computation
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        r = evaluate_computation(comp, ins)
+        for o, v in zip(outs, r if isinstance(r, tuple) else (r,)):
+            o[...] = v
+
+    return run
+
+
+def build_plan(module: Module, *, blas: bool) -> Plan:
+    entry = module.entry
+    slots: dict[int, list[int]] = {}
+    constants: dict[int, np.ndarray] = {}
+    steps: list[KernelStep | HostStep] = []
+    kernels: dict[tuple, KernelSpec] = {}
+    n_params = len(entry.parameters)
+    nxt = n_params
+
+    def new_slot() -> int:
+        nonlocal nxt
+        nxt += 1
+        return nxt - 1
+
+    def results_of(n: Node) -> list[TensorType]:
+        return list(n.type.elements) if isinstance(n.type, TupleType) else [n.type]
+
+    for n in entry.nodes:
+        if n.op is Op.PARAMETER:
+            slots[n.uid] = [n.attr["index"]]
+        elif n.op is Op.CONSTANT:
+            s = new_slot()
+            constants[s] = np.ascontiguousarray(n.attr["value"].array)
+            slots[n.uid] = [s]
+        elif n.op is Op.TUPLE:
+            slots[n.uid] = [slots[o.uid][0] for o in n.operands]
+        elif n.op is Op.GET_TUPLE_ELEMENT:
+            slots[n.uid] = [slots[n.operands[0].uid][n.attr["index"]]]
+        else:
+            ins = [slots[o.uid][0] for o in n.operands]
+            types = results_of(n)
+            outs = [new_slot() for _ in types]
+            slots[n.uid] = outs
+            label = n.name or n.op.value
+            if n.op is Op.CUSTOM_CALL:
+                steps.append(HostStep(_custom_host(n), ins, outs, types, f"custom-call:{n.attr['target']}"))
+                continue
+            if (blas and n.op is Op.DOT_GENERAL and n.dtype in (DType.FLOAT32, DType.FLOAT64)):
+                steps.append(HostStep(dot_host(n.attr), ins, outs, types, "dot(blas)"))
+                continue
+            if n.op is Op.FUSION:
+                comp, kind = n.attr["computation"], n.attr["kind"]
+                if kind == "output":
+                    kind = "loop"  # the dot is computed inline per output element
+            else:
+                comp, kind = _wrap(n, label), ("input" if n.op in _REDUCING else "loop")
+            key = (comp.structural_key, kind)
+            spec = kernels.get(key)
+            if spec is None:
+                spec = KernelSpec(f"k{len(kernels)}_{_ident(label)}", comp, kind)
+                kernels[key] = spec
+            outer, _ = spec.loop_sizes
+            if outer == 0 and any(t.size for t in types):
+                # Non-empty per-row outputs over an empty row space: the loop nest would
+                # never store them; compute this rare shape on the host instead.
+                steps.append(HostStep(_interp_host(comp), ins, outs, types, f"{label}(host)"))
+                continue
+            steps.append(KernelStep(spec, ins, outs, types, label))
+    root = entry.root
+    results = slots[root.uid]
+    rtypes = results_of(root)
+    if any(not isinstance(t, TensorType) for t in entry.parameter_types):
+        raise BackendError("cpu: tuple-typed parameters are not supported")
+    return Plan(n_params, list(entry.parameter_types), constants, steps, list(results), rtypes, nxt,  # type: ignore[arg-type]
+                {s.name: s for s in kernels.values()})
+
+
+def _ident(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)[:40]
