@@ -591,15 +591,22 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     for k, d in enumerate(rfree):
         ri[d] = idx[nb + len(lfree) + k]
     dt = n.dtype
-    acc_t = COMPUTE[dt]
+    # float32/float16 products are accumulated in double: the result then differs from
+    # the exact dot only by its final rounding, whatever the contraction length.
+    wide = dt in (DType.FLOAT32, DType.FLOAT16)
+    acc_dt = DType.FLOAT64 if wide else dt
+    acc_t = COMPUTE[acc_dt]
     acc = em.entry_alloca(acc_t)
-    em.b.store(const(dt, 0), acc)
+    em.b.store(const(acc_dt, 0), acc)
     level0 = em.cur_level
 
     def nest(k: int) -> None:
         if k == len(lc):
-            p = em.b.fmul(em.value(lhs, li), em.value(rhs, ri)) if dt.is_float else em.b.mul(em.value(lhs, li), em.value(rhs, ri))
-            em.b.store(combine(em, "sum", dt, em.b.load(acc, typ=acc_t), p), acc)
+            x, y = em.value(lhs, li), em.value(rhs, ri)
+            if wide:
+                x, y = em.b.fpext(x, acc_t), em.b.fpext(y, acc_t)
+            p = em.b.fmul(x, y) if dt.is_float else em.b.mul(x, y)
+            em.b.store(combine(em, "sum", acc_dt, em.b.load(acc, typ=acc_t), p), acc)
             return
 
         def body(v: ir.Value) -> None:
@@ -613,7 +620,8 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     em.cur_level = max(saved, 2) + 1
     nest(0)
     em.cur_level = saved
-    return em.b.load(acc, typ=acc_t)
+    r = em.b.load(acc, typ=acc_t)
+    return em.b.fptrunc(r, COMPUTE[dt]) if wide else r
 
 
 # -- elementwise ------------------------------------------------------------------

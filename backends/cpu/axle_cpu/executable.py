@@ -96,7 +96,7 @@ class _Launch:
             # reduced axis into its own partial outputs, combined here.
             parts = threads.chunks(0, self.rsize, n)
             partial = [np.empty((len(parts),) + o.shape, o.dtype) for o in outs]
-            ptr_sets = [self._ptrs(ins + [p[k] for p in partial]) for k in range(len(parts))]
+            ptr_sets = [self._ptrs(ins + [p[k, ...] for p in partial]) for k in range(len(parts))]
             pool.run([lambda k=k, a=a, b=b: fn(ptr_sets[k], 0, self.outer, 0, self.inner, a, b)
                       for k, (a, b) in enumerate(parts)])
             for o, p, out_node in zip(outs, partial, self.step.spec.outputs):
