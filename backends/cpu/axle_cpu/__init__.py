@@ -41,7 +41,8 @@ class CpuBackend(Backend):
 
         self._device = Device("cpu", 0, f"{self._host.cpu} via LLVM ({thread_count()} threads)", kind="cpu",
                               properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
-        self._cache: OrderedDict[tuple, object] = OrderedDict()
+        self._cache: OrderedDict[tuple, object] = OrderedDict()  # module fingerprint -> plan
+        self._kernel_cache: OrderedDict[tuple, object] = OrderedDict()  # kernel fingerprint -> code
         self._lock = threading.Lock()
 
     def devices(self) -> Sequence[Device]:
@@ -58,7 +59,7 @@ class CpuBackend(Backend):
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler
 
-        from .executable import CpuExecutable, compile_kernels
+        from .executable import CpuExecutable
         from .plan import build_plan
 
         key = (module.entry.structural_key, tuple(sorted(options.flags.items())))
@@ -67,18 +68,44 @@ class CpuBackend(Backend):
             if hit is not None:
                 self._cache.move_to_end(key)
         if hit is not None:
-            plan, jit, text = hit  # type: ignore[misc]
-            return CpuExecutable(plan, jit, text, device, 0.0)
+            plan, kernels = hit  # type: ignore[misc]
+            return CpuExecutable(plan, kernels, device, 0.0)
         t0 = time.perf_counter()
         with profiler.span(f"compile {module.name}", "compile", backend="cpu"):
             plan = build_plan(module, blas=options.flags.get("cpu_blas", "true").lower() != "false")
-            jit, text = compile_kernels(list(plan.kernels.values()), module.name) if plan.kernels else (None, "")
+            kernels = self._kernels(plan, module.name)
         ms = (time.perf_counter() - t0) * 1e3
         with self._lock:
-            self._cache[key] = (plan, jit, text)
+            self._cache[key] = (plan, kernels)
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return CpuExecutable(plan, jit, text, device, ms)
+        return CpuExecutable(plan, kernels, device, ms)
+
+    def _kernels(self, plan: object, name: str) -> dict[str, object]:
+        """Compiled kernels of a plan by name; each distinct kernel (same computation and
+        kind) is compiled once per process, the missing ones together in one LLVM module."""
+        from .executable import CompiledKernel, compile_kernels
+
+        out: dict[str, object] = {}
+        missing = []
+        for spec in plan.kernels.values():  # type: ignore[attr-defined]
+            k = (spec.comp.structural_key, spec.kind)
+            with self._lock:
+                got = self._kernel_cache.get(k)
+            if got is None:
+                missing.append((k, spec))
+            else:
+                out[spec.name] = got
+        if missing:
+            jit, text = compile_kernels([s for _, s in missing], name)
+            with self._lock:
+                for k, spec in missing:
+                    ck = CompiledKernel(jit, spec.name, text)
+                    self._kernel_cache[k] = ck
+                    out[spec.name] = ck
+                while len(self._kernel_cache) > 4 * _CACHE_SIZE:
+                    self._kernel_cache.popitem(last=False)
+        return out
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
         from .memory import POOL

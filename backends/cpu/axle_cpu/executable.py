@@ -58,6 +58,16 @@ def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> tuple[Ji
             raise BackendError(f"cpu: LLVM rejected the generated code for {name}: {e}") from e
 
 
+class CompiledKernel:
+    """A kernel's entry point in a compiled module (which it keeps alive)."""
+
+    def __init__(self, jit: JitModule, name: str, ir_text: str) -> None:
+        self.jit = jit
+        self.name = name
+        self.ir_text = ir_text
+        self.address = jit.address(name)
+
+
 class _Launch:
     """One kernel step bound to its compiled function, with its measured timing."""
 
@@ -117,17 +127,15 @@ class _Launch:
 
 
 class CpuExecutable(Executable):
-    def __init__(self, plan: Plan, jit: JitModule | None, ir_text: str, device: Device, compile_ms: float) -> None:
+    def __init__(self, plan: Plan, kernels: dict[str, CompiledKernel], device: Device, compile_ms: float) -> None:
         self.plan = plan
         self.device = device
-        self._jit = jit
-        self._ir = ir_text
+        self._kernels = kernels
         self.compile_ms = compile_ms
         self._steps: list[tuple[Any, KernelStep | HostStep]] = []
         for step in plan.steps:
             if isinstance(step, KernelStep):
-                assert jit is not None
-                self._steps.append((_Launch(step, jit.address(step.spec.name)), step))
+                self._steps.append((_Launch(step, kernels[step.spec.name].address), step))
             else:
                 self._steps.append((None, step))
 
@@ -175,12 +183,19 @@ class CpuExecutable(Executable):
             "target": f"{host().triple} {host().cpu}",
         }
 
+    def _modules(self) -> list[CompiledKernel]:
+        seen: dict[int, CompiledKernel] = {}
+        for ck in self._kernels.values():
+            seen.setdefault(id(ck.jit), ck)
+        return list(seen.values())
+
     def kernel_sources(self) -> dict[str, str]:
-        return {"llvm": self._ir}
+        """The LLVM IR (before optimization) of the module(s) holding this plan's kernels."""
+        return {"llvm": "\n".join(ck.ir_text for ck in self._modules())}
 
     def optimized_ir(self) -> str:
-        """The module after the O3 pipeline (for checking what the vectorizer did)."""
-        return self._jit.optimized_ir if self._jit else ""
+        """The LLVM IR after the O3 pipeline (for checking what the vectorizer did)."""
+        return "\n".join(ck.jit.optimized_ir for ck in self._modules())
 
     def assembly(self) -> str:
-        return self._jit.assembly() if self._jit else ""
+        return "\n".join(ck.jit.assembly() for ck in self._modules())
