@@ -21,6 +21,13 @@ FUSABLE = [(c, m) for c in CASES if (m := fuse_all(c.module)) is not None]
 
 
 @pytest.mark.parametrize("case,fused", FUSABLE, ids=[c.id for c, _ in FUSABLE])
-def test_fused(case: OpCase, fused, cpu) -> None:  # noqa: ANN001
+def test_fused(case: OpCase, fused, cpu, monkeypatch) -> None:  # noqa: ANN001
     assert any(n.op.value == "fusion" for n in fused.entry.nodes)
-    check_case(OpCase(case.id + "-fused", fused, case.inputs, case.ops), cpu, optimize=False)
+    # check_case derives its tolerance (reduction length, transcendental op) from the
+    # module's entry nodes; run the fused module but keep the original module's view.
+    import axle.testing.cases as cases
+
+    real_run = cases.run_case
+    monkeypatch.setattr(cases, "run_case", lambda c, d, optimize=True: real_run(
+        OpCase(c.id + "-fused", fused, c.inputs, c.ops), d, optimize=False))
+    check_case(case, cpu, optimize=False)
