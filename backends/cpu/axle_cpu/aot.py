@@ -236,7 +236,7 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
         from axle.registry import REGISTRY
 
         module = optimize_for(module, REGISTRY.device("cpu:0"))
-    plan = build_plan(module, blas=False)
+    plan = build_plan(module, blas=False, arena=False)
     mod, scratch = build_entry(plan, name)
     if cpu == "generic" and features is None:
         features = ""

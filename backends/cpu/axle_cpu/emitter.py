@@ -718,8 +718,10 @@ def _sign(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     t = x.type
     if dt.is_float:
         one, m1 = ir.Constant(t, 1.0), ir.Constant(t, -1.0)
+        # NumPy: sign(+-0.0) = +0.0, sign(NaN) = NaN.
+        rest = b.select(b.fcmp_unordered("uno", x, x), x, ir.Constant(t, 0.0))
         return b.select(b.fcmp_ordered(">", x, ir.Constant(t, 0.0)), one,
-                        b.select(b.fcmp_ordered("<", x, ir.Constant(t, 0.0)), m1, x))
+                        b.select(b.fcmp_ordered("<", x, ir.Constant(t, 0.0)), m1, rest))
     zero = ir.Constant(t, 0)
     return b.select(b.icmp_signed(">", x, zero), ir.Constant(t, 1),
                     b.select(b.icmp_signed("<", x, zero), ir.Constant(t, -1), zero))

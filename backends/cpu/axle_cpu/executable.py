@@ -151,9 +151,15 @@ class CpuExecutable(Executable):
         for s, arr in plan.constants.items():
             vals[s] = arr
         tracing = profiler.enabled()
+        # One arena per call for every temporary (offsets from buffer assignment, with
+        # in-place reuse); pooled, so a repeated call touches no fresh pages.
+        arena = POOL.empty((plan.temp_bytes,), np.dtype(np.uint8)) if plan.temp_bytes else None
+        offsets = plan.temp_offsets
         for launch, step in self._steps:
             ins = [vals[s] for s in step.ins]
-            outs = [POOL.empty(t.shape, t.dtype.np) for t in step.out_types]
+            outs = [arena[offsets[s]:offsets[s] + t.nbytes].view(t.dtype.np).reshape(t.shape)
+                    if arena is not None and s in offsets else POOL.empty(t.shape, t.dtype.np)
+                    for s, t in zip(step.outs, step.out_types)]
             t0 = profiler.now_us() if tracing else 0.0
             if launch is not None:
                 launch.run(ins, outs)

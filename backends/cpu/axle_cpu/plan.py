@@ -55,6 +55,10 @@ class Plan:
     result_types: list[TensorType]
     n_slots: int
     kernels: dict[str, KernelSpec] = field(default_factory=dict)
+    #: bytes of the per-call temporary arena (from buffer assignment), and where each
+    #: temporary slot lives in it; slots not listed get their own (pooled) buffers
+    temp_bytes: int = 0
+    temp_offsets: dict[int, int] = field(default_factory=dict)
 
 
 def _wrap(n: Node, name: str) -> Computation:
@@ -107,8 +111,20 @@ def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarr
     return run
 
 
-def build_plan(module: Module, *, blas: bool) -> Plan:
+def _buffer_assignment(module: Module):  # noqa: ANN202
+    """The core's buffer assignment (schedule + arena offsets + in-place reuse), if this
+    axle has it; otherwise None and every temporary gets its own pooled buffer."""
+    try:
+        from axle.passes.buffers import assign
+    except ImportError:
+        return None
+    return assign(module)
+
+
+def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
     entry = module.entry
+    ba = _buffer_assignment(module) if arena else None
+    temp_offsets: dict[int, int] = {}
     slots: dict[int, list[int]] = {}
     constants: dict[int, np.ndarray] = {}
     steps: list[KernelStep | HostStep] = []
@@ -124,12 +140,12 @@ def build_plan(module: Module, *, blas: bool) -> Plan:
     def results_of(n: Node) -> list[TensorType]:
         return list(n.type.elements) if isinstance(n.type, TupleType) else [n.type]
 
-    for n in entry.nodes:
+    for n in (ba.order if ba is not None else entry.nodes):
         if n.op is Op.PARAMETER:
             slots[n.uid] = [n.attr["index"]]
         elif n.op is Op.CONSTANT:
             s = new_slot()
-            constants[s] = np.ascontiguousarray(n.attr["value"].array)
+            constants[s] = np.array(n.attr["value"].array, copy=True, order="C")
             slots[n.uid] = [s]
         elif n.op is Op.TUPLE:
             slots[n.uid] = [slots[o.uid][0] for o in n.operands]
@@ -140,6 +156,11 @@ def build_plan(module: Module, *, blas: bool) -> Plan:
             types = results_of(n)
             outs = [new_slot() for _ in types]
             slots[n.uid] = outs
+            if ba is not None:
+                for i, s in enumerate(outs):
+                    a = ba.allocations.get((n.uid, i))
+                    if a is not None and a.region == "temp":
+                        temp_offsets[s] = a.offset
             label = n.name or n.op.value
             if n.op is Op.CUSTOM_CALL:
                 steps.append(HostStep(_custom_host(n), ins, outs, types, f"custom-call:{n.attr['target']}"))
@@ -171,7 +192,7 @@ def build_plan(module: Module, *, blas: bool) -> Plan:
     if any(not isinstance(t, TensorType) for t in entry.parameter_types):
         raise BackendError("cpu: tuple-typed parameters are not supported")
     return Plan(n_params, list(entry.parameter_types), constants, steps, list(results), rtypes, nxt,  # type: ignore[arg-type]
-                {s.name: s for s in kernels.values()})
+                {s.name: s for s in kernels.values()}, ba.temp_bytes if ba is not None else 0, temp_offsets)
 
 
 def _ident(s: str) -> str:
