@@ -240,7 +240,9 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
     mod, scratch = build_entry(plan, name)
     if cpu == "generic" and features is None:
         features = ""
-    obj = emit_object(str(mod), cpu=cpu, features=features)
+    from .executable import interleave_ok
+
+    obj = emit_object(str(mod), cpu=cpu, features=features, interleave=interleave_ok(list(plan.kernels.values())))
     os.makedirs(out_dir, exist_ok=True)
     names = list(arg_names) if arg_names else [
         _c_ident(p.name) if p.name else f"arg{k}" for k, p in enumerate(module.entry.parameters)]

@@ -122,8 +122,24 @@ class KernelEmitter:
     def lv(self, v: Index) -> int:
         return 0 if isinstance(v, int) else self.level.get(id(v), 0)
 
-    def _tag(self, v: ir.Value, *srcs: Index) -> ir.Value:
-        self.level[id(v)] = max((self.lv(s) for s in srcs), default=0)
+    def _ix(self, build: Callable[[], ir.Value], *srcs: Index) -> ir.Value:
+        """Emits index arithmetic where its inputs' loop level is open (the row or call
+        preamble), so values hoisted there can use it; tags it with that level."""
+        level = max((self.lv(x) for x in srcs), default=0)
+        cur = getattr(self, "cur_level", level)
+        if level < min(cur, 2):
+            tail = self.tails[level]
+            if not tail.is_terminated:
+                saved = self.b.block
+                self.b.position_at_end(tail)
+                v = build()
+                self.tails[level] = self.b.block
+                self.b.position_at_end(saved)
+                self.level[id(v)] = level
+                return v
+            level = cur  # cannot hoist it: pin it (and its users) here
+        v = build()
+        self.level[id(v)] = level
         return v
 
     def iv(self, v: Index) -> ir.Value:
@@ -136,7 +152,7 @@ class KernelEmitter:
             return a
         if isinstance(a, int) and a == 0:
             return c
-        return self._tag(self.b.add(self.iv(a), self.iv(c)), a, c)
+        return self._ix(lambda: self.b.add(self.iv(a), self.iv(c)), a, c)
 
     def mul(self, a: Index, c: int) -> Index:
         if isinstance(a, int):
@@ -145,32 +161,35 @@ class KernelEmitter:
             return a
         if c == 0:
             return 0
-        return self._tag(self.b.mul(a, ir.Constant(I64, c)), a)
+        return self._ix(lambda: self.b.mul(a, ir.Constant(I64, c)), a)
 
     def sub(self, a: Index, c: Index) -> Index:
         if isinstance(c, int):
             return self.add(a, -c)
         if isinstance(a, int):
-            return self._tag(self.b.sub(ir.Constant(I64, a), c), c)
-        return self._tag(self.b.sub(a, c), a, c)
+            return self._ix(lambda: self.b.sub(ir.Constant(I64, a), c), c)
+        return self._ix(lambda: self.b.sub(a, c), a, c)
 
     def div(self, a: Index, c: int) -> Index:
         if isinstance(a, int):
             return a // c
-        return a if c == 1 else self._tag(self.b.udiv(a, ir.Constant(I64, c)), a)
+        return a if c == 1 else self._ix(lambda: self.b.udiv(a, ir.Constant(I64, c)), a)
 
     def rem(self, a: Index, c: int) -> Index:
         if isinstance(a, int):
             return a % c
-        return 0 if c == 1 else self._tag(self.b.urem(a, ir.Constant(I64, c)), a)
+        return 0 if c == 1 else self._ix(lambda: self.b.urem(a, ir.Constant(I64, c)), a)
 
     def clamp(self, a: Index, lo: int, hi: int) -> Index:
         if isinstance(a, int):
             return min(max(a, lo), hi)
         b = self.b
-        x = b.select(b.icmp_signed("<", a, ir.Constant(I64, lo)), ir.Constant(I64, lo), a)
-        x = b.select(b.icmp_signed(">", x, ir.Constant(I64, hi)), ir.Constant(I64, hi), x)
-        return self._tag(x, a)
+
+        def build() -> ir.Value:
+            x = b.select(b.icmp_signed("<", a, ir.Constant(I64, lo)), ir.Constant(I64, lo), a)
+            return b.select(b.icmp_signed(">", x, ir.Constant(I64, hi)), ir.Constant(I64, hi), x)
+
+        return self._ix(build, a)
 
     def linear(self, idx: Sequence[Index], shape: Sequence[int]) -> Index:
         out: Index = 0
@@ -275,6 +294,10 @@ class KernelEmitter:
         return v
 
     def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        if 0 in n.shape:
+            # An empty array is never read at run time (its loops run zero times); any
+            # value keeps the dead code well-formed.
+            return const(n.dtype, 0)
         rule = LOWERING.get(n.op)
         if rule is None:
             raise BackendError(f"cpu: no LLVM lowering for {n.op.value} ({n.type})", where=n.loc)
@@ -791,8 +814,11 @@ def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     src, dst = x.dtype, n.dtype
     if src is DType.FLOAT64 and dst is DType.FLOAT16:
         # Rounded through float32 (double rounding differs from a direct f64->f16 only
-        # on exact f32 ties, which a random f64 essentially never is).
-        return em.b.fptrunc(v, F32)
+        # on exact f32 ties, which a random f64 essentially never is). The fence stops
+        # LLVM from merging the two truncations into a double->half libcall
+        # (__truncdfhf2), which the JIT process does not provide.
+        f = em.b.fptrunc(v, F32)
+        return M.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
     return convert_value(em.b, v, src, dst)
 
 

@@ -48,12 +48,24 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
     return mod
 
 
+def interleave_ok(specs: Sequence[KernelSpec]) -> bool:
+    """False for kernels mixing transcendental functions with index-dependent selects
+    (pad/concatenate), where LLVM's loop interleaving was seen to take minutes."""
+    from axle.ir.ops import Op
+
+    for spec in specs:
+        ops = {n.op for n in spec.comp.nodes}
+        if any(n.traits.transcendental for n in spec.comp.nodes) and ops & {Op.PAD, Op.CONCATENATE}:
+            return False
+    return True
+
+
 def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> tuple[JitModule, str]:
     with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
         text = str(llvm_module(specs, name))
     with profiler.span(f"llvm {name}", "compile", kernels=len(specs)):
         try:
-            return JitModule(text), text
+            return JitModule(text, interleave_ok(specs)), text
         except RuntimeError as e:
             raise BackendError(f"cpu: LLVM rejected the generated code for {name}: {e}") from e
 

@@ -21,6 +21,7 @@ from axle.ir.ops import Op
 from axle.ir.types import TensorType, TupleType
 
 from .emitter import KernelSpec
+from .fission import split
 
 #: ops a single-op kernel computes with a reduction loop at the root
 _REDUCING = (Op.REDUCE, Op.DOT_GENERAL)
@@ -174,11 +175,15 @@ def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
                     kind = "loop"  # the dot is computed inline per output element
             else:
                 comp, kind = _wrap(n, label), ("input" if n.op in _REDUCING else "loop")
-            key = (comp.structural_key, kind)
-            spec = kernels.get(key)
-            if spec is None:
-                spec = KernelSpec(f"k{len(kernels)}_{_ident(label)}", comp, kind)
-                kernels[key] = spec
+            producers, comp = split(comp)
+            extra: list[int] = []
+            for pc in producers:
+                pspec = _spec(kernels, pc, "loop", label + "_part")
+                s_out = new_slot()
+                steps.append(KernelStep(pspec, ins + extra, [s_out], [pc.root.tensor_type], label + "(part)"))
+                extra.append(s_out)
+            ins = ins + extra
+            spec = _spec(kernels, comp, kind, label)
             outer, _ = spec.loop_sizes
             if outer == 0 and any(t.size for t in types):
                 # Non-empty per-row outputs over an empty row space: the loop nest would
@@ -193,6 +198,15 @@ def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
         raise BackendError("cpu: tuple-typed parameters are not supported")
     return Plan(n_params, list(entry.parameter_types), constants, steps, list(results), rtypes, nxt,  # type: ignore[arg-type]
                 {s.name: s for s in kernels.values()}, ba.temp_bytes if ba is not None else 0, temp_offsets)
+
+
+def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str) -> KernelSpec:
+    key = (comp.structural_key, kind)
+    spec = kernels.get(key)
+    if spec is None:
+        spec = KernelSpec(f"k{len(kernels)}_{_ident(label)}", comp, kind)
+        kernels[key] = spec
+    return spec
 
 
 def _ident(s: str) -> str:

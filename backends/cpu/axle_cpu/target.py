@@ -48,12 +48,15 @@ def target_machine(jit: bool = True, cpu: str | None = None, features: str | Non
                                         opt=3, reloc="default" if jit else "pic", jit=jit)
 
 
-def optimize(mod, tm) -> None:  # noqa: ANN001
-    """Runs the O3 module pipeline with loop and SLP vectorization on."""
+def optimize(mod, tm, interleave: bool = True) -> None:  # noqa: ANN001
+    """Runs the O3 module pipeline with loop and SLP vectorization on. ``interleave=False``
+    turns off the vectorizer's loop interleaving: with long transcendental chains under
+    index-dependent selects (pad, concatenate) LLVM 22 was seen to spend minutes there."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True
+    pto.loop_interleaving = interleave
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -67,12 +70,12 @@ def parse(ir_text: str):  # noqa: ANN201
 class JitModule:
     """One compiled LLVM module living in its own MCJIT engine (kept alive with it)."""
 
-    def __init__(self, ir_text: str) -> None:
+    def __init__(self, ir_text: str, interleave: bool = True) -> None:
         with LOCK:
             host()
             tm = target_machine(True)
             mod = parse(ir_text)
-            optimize(mod, tm)
+            optimize(mod, tm, interleave)
             self.optimized_ir = str(mod)
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
@@ -88,11 +91,12 @@ class JitModule:
             return self._tm.emit_assembly(parse(self.optimized_ir))
 
 
-def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None) -> bytes:
+def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None,
+                interleave: bool = True) -> bytes:
     """A relocatable ELF object (PIC) for the host, or for ``cpu``/``features``."""
     with LOCK:
         host()
         tm = target_machine(False, cpu, features)
         mod = parse(ir_text)
-        optimize(mod, tm)
+        optimize(mod, tm, interleave)
         return tm.emit_object(mod)

@@ -279,3 +279,20 @@ def test_pool_reuses_large_buffers(cpu) -> None:  # noqa: ANN001
     assert c.ctypes.data != addr  # the live view still owns that mapping
     view[:] = 1.0
     assert float(view.sum()) == (1 << 20) - 10
+
+
+def test_exponential_inlining_is_split(cpu) -> None:  # noqa: ANN001
+    """add(y, reverse(y)) nested 14 times would inline x 2^14 times in one kernel; the
+    backend materializes the most re-evaluated values instead (still correct)."""
+    from axle_cpu.fission import BUDGET, cost
+
+    m = fused_module("blowup", ["f32[33,17]"], lambda bb, p: _nest(bb, p[0]), "loop")
+    assert cost(m.entry.root.attr["computation"].root) > BUDGET
+    exe = check(m, [RNG.standard_normal((33, 17)).astype(np.float32)], cpu)
+    assert exe.report()["kernels"] > 1
+
+
+def _nest(b: Builder, y):  # noqa: ANN001, ANN202
+    for k in range(14):
+        y = b.add(y, b.reverse(y, dimensions=(k % 2,)))
+    return y
