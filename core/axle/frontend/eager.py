@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import counters as stats
+from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..errors import DeviceError
 from ..ir.builder import Builder, make_node
@@ -14,6 +15,7 @@ from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
 from ..ir.types import TensorType
 from .array import Array
+from .lazy import lazy_active, record
 from .source import user_location
 from .tracing import aval_of, is_weak
 
@@ -43,7 +45,7 @@ def one_op_module(op: Op, types: Sequence[TensorType], attrs: dict[str, Any]) ->
 def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any], device: Device) -> Executable:
     from ..compiler import compile_module
 
-    key = (op, canonical_attrs(op, attrs), types, device)
+    key = (op, canonical_attrs(op, attrs), types, device, flags_key())
     exe = _cache.get(key)
     if exe is None:
         module = one_op_module(op, types, attrs)
@@ -58,9 +60,12 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     from ..placement import to_buffer
 
     device = _device_of(operands)
+    weak = bool(operands) and all(is_weak(x) for x in operands)
+    if lazy_active():
+        return record(op, operands, attrs, device, weak)
     types = tuple(aval_of(x) for x in operands)
     exe = executable_for(op, types, attrs, device)
     (out,) = exe.execute([to_buffer(x, device) for x in operands])
     stats.record("eager_ops", device=device.name)
     stats.record("kernel_launches", function=f"eager:{op.value}", device=device.name)
-    return Array(out, weak=bool(operands) and all(is_weak(x) for x in operands))
+    return Array(out, weak=weak)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -129,10 +130,22 @@ class Compiled:
 
     def report(self) -> dict[str, Any]:
         """``kernels`` (launches per call), ``temp_bytes``, ``peak_bytes`` and more: the
-        core's buffer assignment facts overlaid with the backend executable's report."""
+        core's buffer assignment facts overlaid with the backend executable's report, and
+        ``placement`` (see :meth:`placement`)."""
         from ..compiler import executable_report
 
-        return executable_report(self.module, self.executable)
+        out = executable_report(self.module, self.executable)
+        summary = self.placement()
+        if summary is not None:
+            out.setdefault("placement", summary.as_dict())
+        return out
+
+    def placement(self) -> Any:
+        """Which ops run on which device and the bytes crossing per call
+        (an ``axle.partition.PlacementSummary``; ``print`` it for a table)."""
+        from ..partition import placement_of
+
+        return placement_of(self.executable)
 
     def as_text(self) -> str:
         """The optimized module, as compiled."""
@@ -145,6 +158,12 @@ class Compiled:
         bufs = [to_buffer(x, self.lowered.device) for x in leaves]
         outs = self.executable.execute(bufs)
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
+
+
+def _inside_trace(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    from .tracing import current_trace
+
+    return current_trace() is not None or any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
 
 
 class JitFunction:
@@ -181,7 +200,7 @@ class JitFunction:
             hash(static_key)
         except TypeError:
             raise TypeError(f"{self.name}: static arguments must be hashable, got {static!r}") from None
-        return (td, avals, static_key, device), leaves
+        return (td, avals, static_key, device, flags_key()), leaves
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         device = self._device()
@@ -191,6 +210,9 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from ..placement import to_buffer
 
+        if _inside_trace(args, kwargs):
+            # jit inside jit/grad: inline, the outer trace compiles the whole thing
+            return self.fn(*args, **kwargs)
         device = self._device()
         key, leaves = self._key(args, kwargs, device)
         entry = self._cache.get(key)
@@ -228,3 +250,22 @@ def jit(fn: Callable[..., Any] | None = None, *, device: Any = None,
     if fn is None:
         return lambda f: JitFunction(f, device=device, static_argnums=static_argnums)
     return JitFunction(fn, device=device, static_argnums=static_argnums)
+
+
+def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None) -> Any:  # noqa: A001
+    """The seed's ``xla.compile(computation, inputs)``: traces, compiles and runs ``fn`` on
+    ``inputs`` (a list of arguments) and returns its outputs. The executable is cached
+    per function, so calling it again with the same shapes does not recompile."""
+    try:
+        jf = _compiled.get(fn)
+    except TypeError:  # not weak-referenceable (a builtin): compile without the per-function cache
+        return JitFunction(fn, device=device)(*inputs)
+    if jf is None or jf.device_spec != device:
+        jf = JitFunction(fn, device=device)
+        _compiled[fn] = jf
+    return jf(*inputs)
+
+
+import weakref as _weakref  # noqa: E402
+
+_compiled: "_weakref.WeakKeyDictionary[Any, JitFunction]" = _weakref.WeakKeyDictionary()
