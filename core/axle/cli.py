@@ -72,6 +72,23 @@ ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 }
 
 
+def plugin_commands() -> dict[str, object]:
+    """Commands contributed by installed distributions (entry-point group
+    ``axle.commands``): a module with ``HELP``, ``add_arguments(parser)`` and
+    ``run(args) -> int`` (e.g. ``axle aot`` from axle-cpu). Import failures are skipped."""
+    from importlib.metadata import entry_points
+
+    out: dict[str, object] = {}
+    for ep in entry_points(group="axle.commands"):
+        if ep.name in COMMANDS:
+            continue
+        try:
+            out[ep.name] = ep.load()
+        except Exception:  # noqa: BLE001 - a broken plugin must not break the CLI
+            continue
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="axle", description="axle compiler SDK")
     sub = p.add_subparsers(dest="command", required=True)
@@ -79,12 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_)
         if name in ARGUMENTS:
             ARGUMENTS[name](sp)
+    for name, mod in plugin_commands().items():
+        mod.add_arguments(sub.add_parser(name, help=getattr(mod, "HELP", "")))  # type: ignore[attr-defined]
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return COMMANDS[args.command][0](args)
+    if args.command in COMMANDS:
+        return COMMANDS[args.command][0](args)
+    return plugin_commands()[args.command].run(args)  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -76,7 +76,8 @@ def test_broken_plugins_are_reported_and_others_load(plugin_path, monkeypatch):
     assert not st["nodev"].available and "no devices" in st["nodev"].reason
     assert not st["oldapi"].available and "API 0.3" in st["oldapi"].reason and "1.x" in st["oldapi"].reason
     assert st["interpreter"].available and st["good"].available
-    assert [d.name for d in reg.devices()][:2] == ["good:0", "interpreter:0"]  # priority order
+    names = [d.name for d in reg.devices() if d.name in ("good:0", "interpreter:0")]  # other real backends may be installed
+    assert names == ["good:0", "interpreter:0"]  # priority order
     assert reg.default_device().name == "good:0"
 
 

@@ -1,0 +1,132 @@
+"""axle-cpu: the CPU backend. Fused computations are lowered to LLVM IR with llvmlite,
+optimized for the host CPU at O3 (vectorized), JIT-compiled with MCJIT, and split across
+cores; ``axle_cpu.aot`` writes the same code as an object file plus a C header.
+
+See docs/backend-cpu.md for the design and docs/aot.md for ahead-of-time compilation.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.ir.dtypes import dtype as to_dtype
+from axle.ir.module import Module
+from axle.ir.types import TensorType
+from axle.passes.policy import FusionPolicy
+
+__all__ = ["CpuBackend", "CpuExecutable"]
+
+_CACHE_SIZE = 512
+
+
+class CpuBackend(Backend):
+    """The ``cpu`` backend: one device, ``cpu:0``, using every core of the process."""
+
+    name = "cpu"
+    priority = 10
+
+    def __init__(self) -> None:
+        try:
+            from .target import host
+
+            self._host = host()
+        except Exception as e:  # noqa: BLE001 - no usable LLVM: report it, do not break axle
+            raise BackendUnavailable(f"llvmlite cannot target this host: {type(e).__name__}: {e}") from e
+        from .threads import thread_count
+
+        self._device = Device("cpu", 0, f"{self._host.cpu} via LLVM ({thread_count()} threads)", kind="cpu",
+                              properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
+        self._cache: OrderedDict[tuple, object] = OrderedDict()  # module fingerprint -> plan
+        self._kernel_cache: OrderedDict[tuple, object] = OrderedDict()  # kernel fingerprint -> code
+        self._lock = threading.Lock()
+
+    def devices(self) -> Sequence[Device]:
+        return [self._device]
+
+    def capabilities(self, device: Device) -> Capabilities:
+        return Capabilities()
+
+    def fusion_policy(self) -> FusionPolicy:
+        # Row fusions and multi-output fusions map directly onto the loop nest; a dot with
+        # an epilogue would be computed inline per element (slow), so the dot stays alone.
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+
+    def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
+        from axle import profiler
+
+        from .executable import CpuExecutable
+        from .plan import build_plan
+
+        key = (module.entry.structural_key, tuple(sorted(options.flags.items())))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+        if hit is not None:
+            plan, kernels = hit  # type: ignore[misc]
+            return CpuExecutable(plan, kernels, device, 0.0)
+        t0 = time.perf_counter()
+        with profiler.span(f"compile {module.name}", "compile", backend="cpu"):
+            plan = build_plan(module, blas=options.flags.get("cpu_blas", "true").lower() != "false")
+            kernels = self._kernels(plan, module.name)
+        ms = (time.perf_counter() - t0) * 1e3
+        with self._lock:
+            self._cache[key] = (plan, kernels)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return CpuExecutable(plan, kernels, device, ms)
+
+    def _kernels(self, plan: object, name: str) -> dict[str, object]:
+        """Compiled kernels of a plan by name; each distinct kernel (same computation and
+        kind) is compiled once per process, the missing ones together in one LLVM module."""
+        from .executable import CompiledKernel, compile_kernels
+
+        out: dict[str, object] = {}
+        missing = []
+        for spec in plan.kernels.values():  # type: ignore[attr-defined]
+            k = (spec.comp.structural_key, spec.kind)
+            with self._lock:
+                got = self._kernel_cache.get(k)
+            if got is None:
+                missing.append((k, spec))
+            else:
+                out[spec.name] = got
+        if missing:
+            jit, text = compile_kernels([s for _, s in missing], name)
+            with self._lock:
+                for k, spec in missing:
+                    ck = CompiledKernel(jit, spec.name, text)
+                    self._kernel_cache[k] = ck
+                    out[spec.name] = ck
+                while len(self._kernel_cache) > 4 * _CACHE_SIZE:
+                    self._kernel_cache.popitem(last=False)
+        return out
+
+    def to_device(self, array: np.ndarray, device: Device) -> Buffer:
+        from .memory import POOL
+
+        src = np.asarray(array)
+        t = TensorType(to_dtype(src.dtype), tuple(src.shape))
+        out = POOL.empty(t.shape, t.dtype.np)
+        np.copyto(out, src, casting="no")
+        return Buffer(device, t, out)
+
+    def to_host(self, buffer: Buffer) -> np.ndarray:
+        return buffer.handle
+
+    def free(self, buffer: Buffer) -> None:
+        # The pool recycles a mapping when its last array dies; nothing to do eagerly.
+        return None
+
+
+def __getattr__(name: str) -> object:
+    if name == "CpuExecutable":
+        from .executable import CpuExecutable
+
+        return CpuExecutable
+    raise AttributeError(name)

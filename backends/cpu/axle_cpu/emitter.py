@@ -1,0 +1,866 @@
+"""Lowering one kernel (a fused computation, or a single op wrapped as one) to an LLVM
+function that walks its output index space.
+
+Every kernel has the signature ``void k(ptr bufs, i64 o0, i64 o1, i64 i0, i64 i1, i64 r0,
+i64 r1)``: ``bufs`` holds the input pointers then the output pointers; the loop nest
+runs outer rows ``[o0, o1)`` (all dims but the last, row-major) and inner columns
+``[i0, i1)`` (the last dim), and ``[r0, r1)`` restricts the first reduced axis of the root
+reductions (used to split a big reduction across threads; the host combines the
+partial results).
+
+Values are produced by ``value(node, idx)``: the value of ``node`` at the multi-index
+``idx``, producers inlined (``OPS`` lowering table below). Index entries are Python ints
+(folded) or LLVM i64 values tagged with the loop level they depend on; anything that
+does not depend on the inner loop is emitted once per row (the "preamble"), and anything
+depending on no loop at all once per call. That is what makes a ``row`` fusion compute
+its reductions once per row and an ``input`` fusion's broadcast operands load once.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from axle.errors import BackendError
+from axle.ir.dtypes import DType
+from axle.ir.module import Computation, Node
+from axle.ir.ops import Op, reduce_identity
+
+from . import mathfns as M
+from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const
+
+Index = int | ir.Value
+SIG = ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, I64, I64])
+INT64_MAX = 2**63 - 1
+
+
+@dataclass
+class KernelSpec:
+    """What one kernel computes: ``comp``'s parameters are the kernel inputs; ``outputs``
+    are the root (or the root tuple's elements)."""
+
+    name: str
+    comp: Computation
+    kind: str  # loop / input / row (fusion kinds); single ops get loop or input
+
+    @property
+    def outputs(self) -> list[Node]:
+        r = self.comp.root
+        return list(r.operands) if r.op is Op.TUPLE else [r]
+
+    @property
+    def iter_shape(self) -> tuple[int, ...]:
+        """The index space walked: the largest output (row fusions: the full shape)."""
+        best = self.outputs[0]
+        for o in self.outputs[1:]:
+            if math.prod(o.shape) > math.prod(best.shape) or len(o.shape) > len(best.shape):
+                best = o
+        return best.shape
+
+    @property
+    def flat(self) -> bool:
+        """Pure elementwise over one shape: walk it as a flat 1-D range."""
+        s = self.iter_shape
+        for n in self.comp.nodes:
+            if n.op is Op.TUPLE:
+                continue
+            if n.op in (Op.PARAMETER, Op.CONSTANT) or n.traits.elementwise:
+                if n.shape != s and not (n.op is Op.CONSTANT and n.shape == ()):
+                    return False
+            elif not (n.op is Op.BROADCAST_IN_DIM and n.operands[0].shape == ()):
+                return False
+        return all(o.shape == s for o in self.outputs)
+
+    @property
+    def loop_sizes(self) -> tuple[int, int]:
+        """(outer rows, inner columns) of the loop nest."""
+        s = self.iter_shape
+        if self.flat:
+            return 1, math.prod(s)
+        if not s:
+            return 1, 1
+        return math.prod(s[:-1]), s[-1]
+
+    @property
+    def split_reduce_size(self) -> int:
+        """Extent of the first reduced axis of the root reductions (0: not splittable)."""
+        outs = self.outputs
+        if not all(o.op is Op.REDUCE and o.attr["axes"] for o in outs):
+            return 0
+        first = {(o.operands[0].shape, min(o.attr["axes"])) for o in outs}
+        if len(first) != 1:
+            return 0
+        shape, ax = first.pop()
+        return shape[ax]
+
+
+class _Unsupported(BackendError):
+    pass
+
+
+class KernelEmitter:
+    """Emits one kernel function into an LLVM module."""
+
+    def __init__(self, module: ir.Module, spec: KernelSpec) -> None:
+        self.mod = module
+        self.spec = spec
+        self.fn = ir.Function(module, SIG, name=spec.name)
+        self.bufs, self.o0, self.o1, self.i0, self.i1, self.r0, self.r1 = self.fn.args
+        self.flat = spec.flat
+        self.shape_of: Callable[[Node], tuple[int, ...]] = (
+            (lambda n: (math.prod(n.shape),) if n.shape == spec.iter_shape else n.shape) if self.flat
+            else (lambda n: n.shape))
+        self.level: dict[int, int] = {}
+        self.memo: list[dict] = [{}, {}, {}]
+        self._const_ids = itertools.count()
+
+    # ------------------------------------------------------------------ index helpers
+    def lv(self, v: Index) -> int:
+        return 0 if isinstance(v, int) else self.level.get(id(v), 0)
+
+    def _ix(self, build: Callable[[], ir.Value], *srcs: Index) -> ir.Value:
+        """Emits index arithmetic where its inputs' loop level is open (the row or call
+        preamble), so values hoisted there can use it; tags it with that level."""
+        level = max((self.lv(x) for x in srcs), default=0)
+        cur = getattr(self, "cur_level", level)
+        if level < min(cur, 2):
+            tail = self.tails[level]
+            if not tail.is_terminated:
+                saved = self.b.block
+                self.b.position_at_end(tail)
+                v = build()
+                self.tails[level] = self.b.block
+                self.b.position_at_end(saved)
+                self.level[id(v)] = level
+                return v
+            level = cur  # cannot hoist it: pin it (and its users) here
+        v = build()
+        self.level[id(v)] = level
+        return v
+
+    def iv(self, v: Index) -> ir.Value:
+        return ir.Constant(I64, v) if isinstance(v, int) else v
+
+    def add(self, a: Index, c: Index) -> Index:
+        if isinstance(a, int) and isinstance(c, int):
+            return a + c
+        if isinstance(c, int) and c == 0:
+            return a
+        if isinstance(a, int) and a == 0:
+            return c
+        return self._ix(lambda: self.b.add(self.iv(a), self.iv(c)), a, c)
+
+    def mul(self, a: Index, c: int) -> Index:
+        if isinstance(a, int):
+            return a * c
+        if c == 1:
+            return a
+        if c == 0:
+            return 0
+        return self._ix(lambda: self.b.mul(a, ir.Constant(I64, c)), a)
+
+    def sub(self, a: Index, c: Index) -> Index:
+        if isinstance(c, int):
+            return self.add(a, -c)
+        if isinstance(a, int):
+            return self._ix(lambda: self.b.sub(ir.Constant(I64, a), c), c)
+        return self._ix(lambda: self.b.sub(a, c), a, c)
+
+    def div(self, a: Index, c: int) -> Index:
+        if isinstance(a, int):
+            return a // c
+        return a if c == 1 else self._ix(lambda: self.b.udiv(a, ir.Constant(I64, c)), a)
+
+    def rem(self, a: Index, c: int) -> Index:
+        if isinstance(a, int):
+            return a % c
+        return 0 if c == 1 else self._ix(lambda: self.b.urem(a, ir.Constant(I64, c)), a)
+
+    def clamp(self, a: Index, lo: int, hi: int) -> Index:
+        if isinstance(a, int):
+            return min(max(a, lo), hi)
+        b = self.b
+
+        def build() -> ir.Value:
+            x = b.select(b.icmp_signed("<", a, ir.Constant(I64, lo)), ir.Constant(I64, lo), a)
+            return b.select(b.icmp_signed(">", x, ir.Constant(I64, hi)), ir.Constant(I64, hi), x)
+
+        return self._ix(build, a)
+
+    def linear(self, idx: Sequence[Index], shape: Sequence[int]) -> Index:
+        out: Index = 0
+        stride = 1
+        for v, n in zip(reversed(idx), reversed(shape)):
+            out = self.add(out, self.mul(v, stride))
+            stride *= n
+        return out
+
+    def unravel(self, lin: Index, shape: Sequence[int]) -> list[Index]:
+        out: list[Index] = []
+        for n in reversed(shape):
+            out.append(self.rem(lin, n) if n != 1 else 0)
+            lin = self.div(lin, n)
+        return list(reversed(out))
+
+    def cmp_idx(self, pred: str, a: Index, c: int) -> ir.Value:
+        return self.b.icmp_signed(pred, self.iv(a), ir.Constant(I64, c))
+
+    # ------------------------------------------------------------------- loops & blocks
+    def loop(self, lo: Index, hi: Index, body: Callable[[ir.Value], None], level: int) -> None:
+        """for v in [lo, hi): body(v) -- v tagged with ``level``; a fresh memo scope."""
+        b = self.b
+        pre = b.block
+        cond = self.fn.append_basic_block("cond")
+        bodyb = self.fn.append_basic_block("body")
+        exit_ = self.fn.append_basic_block("exit")
+        b.branch(cond)
+        b.position_at_end(cond)
+        v = b.phi(I64)
+        v.add_incoming(self.iv(lo), pre)
+        b.cbranch(b.icmp_signed("<", v, self.iv(hi)), bodyb, exit_)
+        b.position_at_end(bodyb)
+        self.level[id(v)] = level
+        self.memo.append({})
+        body(v)
+        self.memo.pop()
+        nxt = b.add(v, ir.Constant(I64, 1))
+        v.add_incoming(nxt, b.block)
+        b.branch(cond)
+        b.position_at_end(exit_)
+
+    def entry_alloca(self, t: ir.Type) -> ir.Value:
+        with self.b.goto_block(self.entry):
+            self.b.position_at_start(self.entry)
+            return self.b.alloca(t)
+
+    # ------------------------------------------------------------------ memory access
+    def buffer(self, k: int) -> ir.Value:
+        if k not in self._bufptr:
+            with self.b.goto_block(self.entry):
+                self.b.position_at_start(self.entry)
+                slot = self.b.gep(self.bufs, [ir.Constant(I64, k)], source_etype=PTR)
+                ptr = self.b.load(slot, typ=PTR)
+            self._bufptr[k] = ptr
+        return self._bufptr[k]
+
+    def load(self, ptr: ir.Value, dt: DType, lin: Index) -> ir.Value:
+        st = STORAGE[dt]
+        addr = self.b.gep(ptr, [self.iv(lin)], source_etype=st, inbounds=True)
+        v = self.b.load(addr, typ=st)
+        if dt is DType.BOOL:
+            return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        if dt is DType.FLOAT16:
+            return self.b.fpext(v, F32)
+        return v
+
+    def store(self, ptr: ir.Value, dt: DType, lin: Index, v: ir.Value) -> None:
+        st = STORAGE[dt]
+        if dt is DType.BOOL:
+            v = self.b.zext(v, I8)
+        elif dt is DType.FLOAT16:
+            v = self.b.fptrunc(v, F16)
+        addr = self.b.gep(ptr, [self.iv(lin)], source_etype=st, inbounds=True)
+        self.b.store(v, addr)
+
+    def round16(self, v: ir.Value) -> ir.Value:
+        return self.b.fpext(self.b.fptrunc(v, F16), F32)
+
+    # ------------------------------------------------------------------------ values
+    def value(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        key = (n.uid, tuple(v if isinstance(v, int) else id(v) for v in idx))
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        level = max((self.lv(v) for v in idx), default=0)
+        if level < 2 and level < self.cur_level and not self.tails[level].is_terminated:
+            # Loop-invariant: emit once, in the preamble of its level.
+            saved, saved_level, saved_memo = self.b.block, self.cur_level, self.memo
+            self.b.position_at_end(self.tails[level])
+            self.cur_level, self.memo = level, self.memo[: level + 1]
+            try:
+                v = self._emit(n, idx)
+            finally:
+                self.tails[level] = self.b.block
+                self.b.position_at_end(saved)
+                self.cur_level, self.memo = saved_level, saved_memo
+            self.memo[level][key] = v
+            return v
+        v = self._emit(n, idx)
+        self.memo[-1][key] = v
+        return v
+
+    def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        if 0 in n.shape:
+            # An empty array is never read at run time (its loops run zero times); any
+            # value keeps the dead code well-formed.
+            return const(n.dtype, 0)
+        rule = LOWERING.get(n.op)
+        if rule is None:
+            raise BackendError(f"cpu: no LLVM lowering for {n.op.value} ({n.type})", where=n.loc)
+        v = rule(self, n, idx)
+        if n.dtype is DType.FLOAT16 and n.op not in (Op.PARAMETER, Op.CONSTANT):
+            v = self.round16(v)
+        return v
+
+    # ------------------------------------------------------------------------ driver
+    def build(self) -> ir.Function:
+        spec = self.spec
+        self.fn.attributes.add("nounwind")
+        self.entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self._bufptr: dict[int, ir.Value] = {}
+        ocond = self.fn.append_basic_block("outer.cond")
+        obody = self.fn.append_basic_block("outer.body")
+        icond = self.fn.append_basic_block("inner.cond")
+        ibody = self.fn.append_basic_block("inner.body")
+        ilatch = self.fn.append_basic_block("inner.latch")
+        olatch = self.fn.append_basic_block("outer.latch")
+        ret = self.fn.append_basic_block("ret")
+        b = self.b
+        b.position_at_end(ocond)
+        o = b.phi(I64)
+        b.cbranch(b.icmp_signed("<", o, self.o1), obody, ret)
+        b.position_at_end(icond)
+        i = b.phi(I64)
+        b.cbranch(b.icmp_signed("<", i, self.i1), ibody, olatch)
+        self.level[id(o)] = 1
+        self.level[id(i)] = 2
+        self.tails = {0: self.entry, 1: obody}
+        # Row index of the outer loop, unravelled once per row in the preamble.
+        shape = spec.iter_shape
+        b.position_at_end(obody)
+        self.cur_level = 1
+        if self.flat:
+            idx: list[Index] = [i]
+        elif not shape:
+            idx = []
+        else:
+            idx = self.unravel(o, shape[:-1]) + [i]
+        self.tails[1] = b.block
+        b.position_at_end(ibody)
+        self.cur_level = 2
+        nin = len(spec.comp.parameters)
+        for k, out in enumerate(spec.outputs):
+            oshape = self.shape_of(out)
+            oidx = idx[: len(oshape)] if len(oshape) < len(idx) else idx
+            val = self.value(out, oidx)
+            lvl = max((self.lv(v) for v in oidx), default=0)
+            lin_idx = oidx
+            if lvl < 2:  # a per-row output of a row fusion: store it once per row
+                saved = b.block
+                b.position_at_end(self.tails[lvl])
+                self.store(self.buffer(nin + k), out.dtype, self.linear(lin_idx, oshape), val)
+                self.tails[lvl] = b.block
+                b.position_at_end(saved)
+            else:
+                self.store(self.buffer(nin + k), out.dtype, self.linear(lin_idx, oshape), val)
+        b.branch(ilatch)
+        b.position_at_end(ilatch)
+        inext = b.add(i, ir.Constant(I64, 1))
+        b.branch(icond)
+        b.position_at_end(olatch)
+        onext = b.add(o, ir.Constant(I64, 1))
+        b.branch(ocond)
+        b.position_at_end(ret)
+        b.ret_void()
+        # Close the preambles now that everything hoisted into them is emitted.
+        b.position_at_end(self.tails[0])
+        b.branch(ocond)
+        o.add_incoming(self.o0, self.tails[0])
+        o.add_incoming(onext, olatch)
+        b.position_at_end(self.tails[1])
+        b.branch(icond)
+        i.add_incoming(self.i0, self.tails[1])
+        i.add_incoming(inext, ilatch)
+        return self.fn
+
+    # ------------------------------------------------------------------- constants
+    def global_array(self, arr: np.ndarray, dt: DType) -> ir.Value:
+        st = STORAGE[dt]
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        if dt is DType.BOOL:
+            vals = [ir.Constant(I8, int(v)) for v in flat]
+        elif dt.is_int:
+            vals = [ir.Constant(st, int(v)) for v in flat]
+        else:
+            vals = [ir.Constant(st, float(v)) for v in flat]
+        at = ir.ArrayType(st, len(vals))
+        g = ir.GlobalVariable(self.mod, at, name=f"{self.spec.name}.c{next(self._const_ids)}")
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = ir.Constant(at, vals)
+        g.align = 64
+        return g
+
+
+# ============================================================== the lowering table
+
+
+def _param(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    k = n.attr["index"]
+    return em.load(em.buffer(k), n.dtype, em.linear(idx, em.shape_of(n)))
+
+
+def _constant(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    arr = n.attr["value"].array
+    if arr.size == 1:
+        return const(n.dtype, arr.reshape(-1)[0].item())
+    g = em.global_array(arr, n.dtype)
+    return em.load(g, n.dtype, em.linear(idx, em.shape_of(n)))
+
+
+def _iota(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    return _from_i64(em, em.iv(idx[n.attr["dimension"]]), n.dtype)
+
+
+def _from_i64(em: KernelEmitter, v: ir.Value, dt: DType) -> ir.Value:
+    b = em.b
+    if dt.is_float:
+        return b.sitofp(v, COMPUTE[dt])
+    if dt is DType.INT32:
+        return b.trunc(v, I32)
+    if dt is DType.BOOL:
+        return b.icmp_signed("!=", v, ir.Constant(I64, 0))
+    return v
+
+
+def _broadcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x = n.operands[0]
+    dims = n.attr["broadcast_dimensions"]
+    sub = [0 if x.shape[k] == 1 else idx[d] for k, d in enumerate(dims)]
+    return em.value(x, sub)
+
+
+def _reshape(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x = n.operands[0]
+    xs, ns = em.shape_of(x), em.shape_of(n)
+    if [d for d in xs if d != 1] == [d for d in ns if d != 1]:
+        # Only unit dims differ: map the non-unit index entries straight across.
+        it = iter([v for v, d in zip(idx, ns) if d != 1])
+        return em.value(x, [0 if d == 1 else next(it) for d in xs])
+    return em.value(x, em.unravel(em.linear(idx, ns), xs))
+
+
+def _transpose(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    perm = n.attr["permutation"]
+    sub: list[Index] = [0] * len(perm)
+    for k, p in enumerate(perm):
+        sub[p] = idx[k]
+    return em.value(n.operands[0], sub)
+
+
+def _slice(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    a = n.attr
+    sub = [em.add(em.mul(v, st), s) for v, s, st in zip(idx, a["start"], a["stride"])]
+    return em.value(n.operands[0], sub)
+
+
+def _reverse(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x = n.operands[0]
+    dims = set(n.attr["dimensions"])
+    sub = [em.sub(x.shape[d] - 1, v) if d in dims else v for d, v in enumerate(idx)]
+    return em.value(x, sub)
+
+
+def _pad(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x, pv = n.operands
+    padv = em.value(pv, [])
+    if 0 in x.shape:
+        return padv
+    b = em.b
+    ok: ir.Value | None = None
+    sub: list[Index] = []
+    for d, v in enumerate(idx):
+        lo, it, size = n.attr["low"][d], n.attr["interior"][d], x.shape[d]
+        t = em.sub(v, lo)
+        conds = [em.cmp_idx(">=", t, 0)]
+        tc = em.clamp(t, 0, (size - 1) * (it + 1))
+        q = em.div(tc, it + 1)
+        if it:
+            conds.append(b.icmp_signed("==", em.iv(em.rem(tc, it + 1)), ir.Constant(I64, 0)))
+        conds.append(em.cmp_idx("<=", t, (size - 1) * (it + 1)))
+        sub.append(q)
+        for c in conds:
+            if isinstance(c, ir.Constant):
+                continue
+            ok = c if ok is None else b.and_(ok, c)
+    val = em.value(x, sub)
+    return val if ok is None else b.select(ok, val, padv)
+
+
+def _concatenate(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    dim = n.attr["dimension"]
+    parts: list[tuple[int, Node]] = []
+    off = 0
+    for x in n.operands:
+        if x.shape[dim]:
+            parts.append((off, x))
+        off += x.shape[dim]
+    v = idx[dim]
+    if isinstance(v, int):
+        for start, x in reversed(parts):
+            if v >= start:
+                return em.value(x, [*idx[:dim], v - start, *idx[dim + 1:]])
+    # Every part read at a clamped index, the right one picked by selects: branch-free,
+    # so a loop over a concatenation still vectorizes.
+    acc: ir.Value | None = None
+    nxt = 0
+    for start, x in reversed(parts):
+        local = em.clamp(em.sub(v, start), 0, x.shape[dim] - 1)
+        val = em.value(x, [*idx[:dim], local, *idx[dim + 1:]])
+        acc = val if acc is None else em.b.select(em.cmp_idx("<", v, nxt), val, acc)
+        nxt = start
+    assert acc is not None, "concatenate of empty parts has no elements to compute"
+    return acc
+
+
+def _rng(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    b = em.b
+    key = em.value(n.operands[0], [])
+    lin = em.iv(em.add(em.linear(idx, em.shape_of(n)), 1))
+    c = lambda v: ir.Constant(I64, v)  # noqa: E731
+    z = b.add(key, b.mul(lin, c(0x9E3779B97F4A7C15 - 2**64)))
+    z = b.mul(b.xor(z, b.lshr(z, c(30))), c(0xBF58476D1CE4E5B9 - 2**64))
+    z = b.mul(b.xor(z, b.lshr(z, c(27))), c(0x94D049BB133111EB - 2**64))
+    z = b.xor(z, b.lshr(z, c(31)))
+    if n.dtype is DType.INT32:
+        return b.trunc(b.lshr(z, c(32)), I32)
+    return z
+
+
+# -- reductions and contractions --------------------------------------------------
+
+
+def combine(em: KernelEmitter, kind: str, dt: DType, acc: ir.Value, v: ir.Value) -> ir.Value:
+    b = em.b
+    if kind == "sum":
+        return b.fadd(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.or_(acc, v) if dt.is_bool else b.add(acc, v))
+    if kind == "prod":
+        return b.fmul(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.and_(acc, v) if dt.is_bool else b.mul(acc, v))
+    if kind == "and":
+        return b.and_(acc, v)
+    if kind == "or":
+        return b.or_(acc, v)
+    return _maxmin(em, dt, acc, v, kind == "max")
+
+
+def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool) -> ir.Value:
+    b = em.b
+    if dt is DType.BOOL:
+        return b.or_(x, y) if is_max else b.and_(x, y)
+    if dt.is_int:
+        return b.select(b.icmp_signed(">" if is_max else "<", x, y), x, y)
+    # NaN-propagating (NumPy maximum/minimum): a NaN in x wins, a NaN in y falls through.
+    r = b.select(b.fcmp_ordered(">" if is_max else "<", x, y), x, y)
+    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+
+def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x = n.operands[0]
+    kind, axes = n.attr["kind"], tuple(sorted(n.attr["axes"]))
+    dt = x.dtype
+    ident = reduce_identity(kind, dt)
+    acc_t = COMPUTE[dt]
+    acc = em.entry_alloca(acc_t)
+    em.b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), acc)
+    kept = iter(idx)
+    full: list[Index] = [0 if d in axes else next(kept) for d in range(len(x.shape))]
+    is_root = n in em.spec.outputs and em.spec.split_reduce_size > 0
+    level0 = em.cur_level
+
+    def nest(k: int) -> None:
+        if k == len(axes):
+            v = em.value(x, full)
+            em.b.store(combine(em, kind, dt, em.b.load(acc, typ=acc_t), v), acc)
+            return
+        ax = axes[k]
+        lo: Index = 0
+        hi: Index = x.shape[ax]
+        if k == 0 and is_root:
+            lo = em.r0
+            hi = em.b.select(em.b.icmp_signed("<", em.r1, ir.Constant(I64, x.shape[ax])), em.r1,
+                             ir.Constant(I64, x.shape[ax]))
+
+        def body(v: ir.Value) -> None:
+            full[ax] = v
+            nest(k + 1)
+
+        em.loop(lo, hi, body, level=max(level0, 2) + k + 1)
+
+    saved = em.cur_level
+    em.cur_level = max(saved, 2) + 1
+    nest(0)
+    em.cur_level = saved
+    return em.b.load(acc, typ=acc_t)
+
+
+def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    lhs, rhs = n.operands
+    a = n.attr
+    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+    nb = len(lb)
+    lfree = [d for d in range(len(lhs.shape)) if d not in lb + lc]
+    rfree = [d for d in range(len(rhs.shape)) if d not in rb + rc]
+    li: list[Index] = [0] * len(lhs.shape)
+    ri: list[Index] = [0] * len(rhs.shape)
+    for k, (l, r) in enumerate(zip(lb, rb)):
+        li[l] = ri[r] = idx[k]
+    for k, d in enumerate(lfree):
+        li[d] = idx[nb + k]
+    for k, d in enumerate(rfree):
+        ri[d] = idx[nb + len(lfree) + k]
+    dt = n.dtype
+    # float32/float16 products are accumulated in double: the result then differs from
+    # the exact dot only by its final rounding, whatever the contraction length.
+    wide = dt in (DType.FLOAT32, DType.FLOAT16)
+    acc_dt = DType.FLOAT64 if wide else dt
+    acc_t = COMPUTE[acc_dt]
+    acc = em.entry_alloca(acc_t)
+    em.b.store(const(acc_dt, 0), acc)
+    level0 = em.cur_level
+
+    def nest(k: int) -> None:
+        if k == len(lc):
+            x, y = em.value(lhs, li), em.value(rhs, ri)
+            if wide:
+                x, y = em.b.fpext(x, acc_t), em.b.fpext(y, acc_t)
+            p = em.b.fmul(x, y) if dt.is_float else em.b.mul(x, y)
+            em.b.store(combine(em, "sum", acc_dt, em.b.load(acc, typ=acc_t), p), acc)
+            return
+
+        def body(v: ir.Value) -> None:
+            li[lc[k]] = v
+            ri[rc[k]] = v
+            nest(k + 1)
+
+        em.loop(0, lhs.shape[lc[k]], body, level=max(level0, 2) + k + 1)
+
+    saved = em.cur_level
+    em.cur_level = max(saved, 2) + 1
+    nest(0)
+    em.cur_level = saved
+    r = em.b.load(acc, typ=acc_t)
+    return em.b.fptrunc(r, COMPUTE[dt]) if wide else r
+
+
+# -- elementwise ------------------------------------------------------------------
+
+
+def _ew(fn: Callable[[KernelEmitter, DType, list[ir.Value]], ir.Value]) -> Callable[..., ir.Value]:
+    def rule(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+        args = [em.value(o, idx) for o in n.operands]
+        return fn(em, n.operands[0].dtype, args) if n.op is not Op.SELECT else fn(em, n.dtype, args)
+
+    return rule
+
+
+def _arith(fop: str, iop: str, bop: str | None = None) -> Callable[..., ir.Value]:
+    def f(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+        b = em.b
+        if dt.is_float:
+            return getattr(b, fop)(*a)
+        if dt.is_bool and bop:
+            return getattr(b, bop)(*a)
+        return getattr(b, iop)(*a)
+
+    return _ew(f)
+
+
+def _int_div(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    b = em.b
+    x, y = a
+    if dt.is_float:
+        return b.fdiv(x, y)
+    t = COMPUTE[dt]
+    mn = ir.Constant(t, -(2 ** (t.width - 1)))
+    zero = b.icmp_signed("==", y, ir.Constant(t, 0))
+    ovf = b.and_(b.icmp_signed("==", x, mn), b.icmp_signed("==", y, ir.Constant(t, -1)))
+    safe = b.select(b.or_(zero, ovf), ir.Constant(t, 1), y)
+    q = b.sdiv(x, safe)
+    q = b.select(zero, ir.Constant(t, -1), q)
+    return b.select(ovf, mn, q)
+
+
+def _int_rem(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    b = em.b
+    x, y = a
+    if dt.is_float:
+        return b.frem(x, y)
+    t = COMPUTE[dt]
+    zero = b.icmp_signed("==", y, ir.Constant(t, 0))
+    m1 = b.icmp_signed("==", y, ir.Constant(t, -1))
+    r = b.srem(x, b.select(b.or_(zero, m1), ir.Constant(t, 1), y))
+    r = b.select(m1, ir.Constant(t, 0), r)
+    return b.select(zero, x, r)
+
+
+def _pow(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    b = em.b
+    x, y = a
+    if dt.is_float:
+        return M.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
+    t = COMPUTE[dt]
+    one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
+    neg = b.icmp_signed("<", y, zero)
+    e = b.select(neg, zero, y)
+    result: ir.Value = one
+    base = x
+    for _ in range(t.width - 1):  # square-and-multiply over every exponent bit, branch-free
+        odd = b.icmp_unsigned("!=", b.and_(e, one), zero)
+        result = b.select(odd, b.mul(result, base), result)
+        base = b.mul(base, base)
+        e = b.lshr(e, one)
+    yodd = b.icmp_unsigned("!=", b.and_(y, one), zero)
+    negval = b.select(b.icmp_signed("==", x, one), one,
+                      b.select(b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(yodd, ir.Constant(t, -1), one), zero))
+    return b.select(neg, negval, result)
+
+
+def _maxmin_rule(is_max: bool) -> Callable[..., ir.Value]:
+    return _ew(lambda em, dt, a: _maxmin(em, dt, a[0], a[1], is_max))
+
+
+def _neg(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    return em.b.fneg(a[0]) if dt.is_float else em.b.sub(ir.Constant(a[0].type, 0), a[0])
+
+
+def _abs(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    if dt.is_float:
+        return M.unary_intr(em.b, "fabs", a[0])
+    b = em.b
+    return b.select(b.icmp_signed("<", a[0], ir.Constant(a[0].type, 0)), b.sub(ir.Constant(a[0].type, 0), a[0]), a[0])
+
+
+def _sign(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    b = em.b
+    x = a[0]
+    t = x.type
+    if dt.is_float:
+        one, m1 = ir.Constant(t, 1.0), ir.Constant(t, -1.0)
+        # NumPy: sign(+-0.0) = +0.0, sign(NaN) = NaN.
+        rest = b.select(b.fcmp_unordered("uno", x, x), x, ir.Constant(t, 0.0))
+        return b.select(b.fcmp_ordered(">", x, ir.Constant(t, 0.0)), one,
+                        b.select(b.fcmp_ordered("<", x, ir.Constant(t, 0.0)), m1, rest))
+    zero = ir.Constant(t, 0)
+    return b.select(b.icmp_signed(">", x, zero), ir.Constant(t, 1),
+                    b.select(b.icmp_signed("<", x, zero), ir.Constant(t, -1), zero))
+
+
+def _not(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    return em.b.not_(a[0])
+
+
+def _float_fn(fn: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[..., ir.Value]:
+    return _ew(lambda em, dt, a: fn(em.b, a[0]))
+
+
+def _intr(name: str) -> Callable[..., ir.Value]:
+    return _float_fn(lambda b, x: M.unary_intr(b, name, x))
+
+
+def _rsqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fdiv(ir.Constant(x.type, 1.0), M.unary_intr(b, "sqrt", x))
+
+
+_FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True), "gt": (">", True), "ge": (">=", True)}
+
+
+def _compare(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x, y = (em.value(o, idx) for o in n.operands)
+    dt = n.operands[0].dtype
+    op, ordered = _FCMP[n.attr["direction"]]
+    b = em.b
+    if dt.is_float:
+        return b.fcmp_ordered(op, x, y) if ordered else b.fcmp_unordered(op, x, y)
+    if dt.is_bool:
+        return b.icmp_unsigned(op, x, y)
+    return b.icmp_signed(op, x, y)
+
+
+def _select(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    p, x, y = (em.value(o, idx) for o in n.operands)
+    return em.b.select(p, x, y)
+
+
+def convert_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """Element conversion with the interpreter's rules (float->int saturates, NaN->0)."""
+    st, tt = COMPUTE[src], COMPUTE[dst]
+    if dst is DType.BOOL:
+        if src.is_float:
+            return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
+        return v if src is DType.BOOL else b.icmp_signed("!=", v, ir.Constant(st, 0))
+    if src is DType.BOOL:
+        return b.uitofp(v, tt) if dst.is_float else b.zext(v, tt)
+    if src.is_float and dst.is_float:
+        if st == tt:
+            return v
+        return b.fpext(v, tt) if tt == ir.DoubleType() else b.fptrunc(v, tt)
+    if src.is_float:
+        return M.fptosi_sat(b, v, tt)
+    if dst.is_float:
+        return b.sitofp(v, tt)
+    if st.width == tt.width:
+        return v
+    return b.sext(v, tt) if tt.width > st.width else b.trunc(v, tt)
+
+
+def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    x = n.operands[0]
+    v = em.value(x, idx)
+    src, dst = x.dtype, n.dtype
+    if src is DType.FLOAT64 and dst is DType.FLOAT16:
+        # Rounded through float32 (double rounding differs from a direct f64->f16 only
+        # on exact f32 ties, which a random f64 essentially never is). The fence stops
+        # LLVM from merging the two truncations into a double->half libcall
+        # (__truncdfhf2), which the JIT process does not provide.
+        f = em.b.fptrunc(v, F32)
+        return M.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
+    return convert_value(em.b, v, src, dst)
+
+
+LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] = {
+    Op.PARAMETER: _param,
+    Op.CONSTANT: _constant,
+    Op.IOTA: _iota,
+    Op.CONVERT: _convert,
+    Op.NEG: _ew(_neg),
+    Op.ABS: _ew(_abs),
+    Op.SIGN: _ew(_sign),
+    Op.NOT: _ew(_not),
+    Op.EXP: _float_fn(M.exp),
+    Op.LOG: _float_fn(M.log),
+    Op.TANH: _float_fn(M.tanh),
+    Op.LOGISTIC: _float_fn(M.logistic),
+    Op.SIN: _float_fn(M.sin),
+    Op.COS: _float_fn(M.cos),
+    Op.SQRT: _intr("sqrt"),
+    Op.RSQRT: _float_fn(_rsqrt),
+    Op.FLOOR: _intr("floor"),
+    Op.CEIL: _intr("ceil"),
+    Op.ADD: _arith("fadd", "add", "or_"),
+    Op.SUB: _arith("fsub", "sub", "xor"),
+    Op.MUL: _arith("fmul", "mul", "and_"),
+    Op.DIV: _ew(_int_div),
+    Op.REM: _ew(_int_rem),
+    Op.POW: _ew(_pow),
+    Op.MAX: _maxmin_rule(True),
+    Op.MIN: _maxmin_rule(False),
+    Op.AND: _arith("and_", "and_", "and_"),
+    Op.OR: _arith("or_", "or_", "or_"),
+    Op.COMPARE: _compare,
+    Op.SELECT: _select,
+    Op.REDUCE: _reduce,
+    Op.DOT_GENERAL: _dot,
+    Op.BROADCAST_IN_DIM: _broadcast,
+    Op.RESHAPE: _reshape,
+    Op.TRANSPOSE: _transpose,
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.CONCATENATE: _concatenate,
+    Op.REVERSE: _reverse,
+    Op.RNG_BIT_GENERATOR: _rng,
+}

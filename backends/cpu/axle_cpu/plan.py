@@ -1,0 +1,207 @@
+"""From a module's entry computation to a plan: a list of steps over numbered buffer slots.
+
+Slots 0..P-1 are the parameters, then one slot per constant, then one per step output.
+Every entry node that is not plumbing (parameter, constant, tuple, get-tuple-element)
+becomes a step: fusions and single ops become LLVM kernels (a single op is wrapped as a
+one-op computation), custom calls become host steps calling the registered Python
+reference, and in JIT mode a float32/float64 dot may become a host step calling NumPy's
+BLAS (AOT code never does).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from axle.errors import BackendError
+from axle.ir.dtypes import DType
+from axle.ir.module import Computation, Module, Node
+from axle.ir.ops import Op
+from axle.ir.types import TensorType, TupleType
+
+from .emitter import KernelSpec
+from .fission import split
+
+#: ops a single-op kernel computes with a reduction loop at the root
+_REDUCING = (Op.REDUCE, Op.DOT_GENERAL)
+_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
+
+
+@dataclass
+class KernelStep:
+    spec: KernelSpec
+    ins: list[int]
+    outs: list[int]
+    out_types: list[TensorType]
+    label: str
+
+
+@dataclass
+class HostStep:
+    fn: Callable[[list[np.ndarray], list[np.ndarray]], None]
+    ins: list[int]
+    outs: list[int]
+    out_types: list[TensorType]
+    label: str
+
+
+@dataclass
+class Plan:
+    n_params: int
+    param_types: list[TensorType]
+    constants: dict[int, np.ndarray]
+    steps: list[KernelStep | HostStep]
+    results: list[int]
+    result_types: list[TensorType]
+    n_slots: int
+    kernels: dict[str, KernelSpec] = field(default_factory=dict)
+    #: bytes of the per-call temporary arena (from buffer assignment), and where each
+    #: temporary slot lives in it; slots not listed get their own (pooled) buffers
+    temp_bytes: int = 0
+    temp_offsets: dict[int, int] = field(default_factory=dict)
+
+
+def _wrap(n: Node, name: str) -> Computation:
+    params = tuple(Node(Op.PARAMETER, (), (("index", k),), o.type, name=f"p{k}")
+                   for k, o in enumerate(n.operands))
+    root = Node(n.op, params, n.attrs, n.type, loc=n.loc, name=n.name)
+    return Computation(name, params, root)
+
+
+def dot_host(attrs: dict) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    """dot_general through NumPy (einsum -> BLAS), the same call the interpreter makes, so
+    float32 results are bit-identical to the reference rather than merely within its
+    (summation-order) tolerance."""
+    from axle.ir.ops import OPS
+
+    ref = OPS[Op.DOT_GENERAL].reference
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        outs[0][...] = ref(*ins, **attrs)
+
+    return run
+
+
+def _custom_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    from axle.ir.ops import OPS
+
+    ref = OPS[Op.CUSTOM_CALL].reference
+    attrs = n.attr
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        outs[0][...] = ref(*ins, **attrs)
+
+    return run
+
+
+def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    from axle.interpreter import evaluate_computation
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        r = evaluate_computation(comp, ins)
+        for o, v in zip(outs, r if isinstance(r, tuple) else (r,)):
+            o[...] = v
+
+    return run
+
+
+def _buffer_assignment(module: Module):  # noqa: ANN202
+    """The core's buffer assignment (schedule + arena offsets + in-place reuse), if this
+    axle has it; otherwise None and every temporary gets its own pooled buffer."""
+    try:
+        from axle.passes.buffers import assign
+    except ImportError:
+        return None
+    return assign(module)
+
+
+def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
+    entry = module.entry
+    ba = _buffer_assignment(module) if arena else None
+    temp_offsets: dict[int, int] = {}
+    slots: dict[int, list[int]] = {}
+    constants: dict[int, np.ndarray] = {}
+    steps: list[KernelStep | HostStep] = []
+    kernels: dict[tuple, KernelSpec] = {}
+    n_params = len(entry.parameters)
+    nxt = n_params
+
+    def new_slot() -> int:
+        nonlocal nxt
+        nxt += 1
+        return nxt - 1
+
+    def results_of(n: Node) -> list[TensorType]:
+        return list(n.type.elements) if isinstance(n.type, TupleType) else [n.type]
+
+    for n in (ba.order if ba is not None else entry.nodes):
+        if n.op is Op.PARAMETER:
+            slots[n.uid] = [n.attr["index"]]
+        elif n.op is Op.CONSTANT:
+            s = new_slot()
+            constants[s] = np.array(n.attr["value"].array, copy=True, order="C")
+            slots[n.uid] = [s]
+        elif n.op is Op.TUPLE:
+            slots[n.uid] = [slots[o.uid][0] for o in n.operands]
+        elif n.op is Op.GET_TUPLE_ELEMENT:
+            slots[n.uid] = [slots[n.operands[0].uid][n.attr["index"]]]
+        else:
+            ins = [slots[o.uid][0] for o in n.operands]
+            types = results_of(n)
+            outs = [new_slot() for _ in types]
+            slots[n.uid] = outs
+            if ba is not None:
+                for i, s in enumerate(outs):
+                    a = ba.allocations.get((n.uid, i))
+                    if a is not None and a.region == "temp":
+                        temp_offsets[s] = a.offset
+            label = n.name or n.op.value
+            if n.op is Op.CUSTOM_CALL:
+                steps.append(HostStep(_custom_host(n), ins, outs, types, f"custom-call:{n.attr['target']}"))
+                continue
+            if (blas and n.op is Op.DOT_GENERAL and n.dtype in (DType.FLOAT32, DType.FLOAT64)):
+                steps.append(HostStep(dot_host(n.attr), ins, outs, types, "dot(blas)"))
+                continue
+            if n.op is Op.FUSION:
+                comp, kind = n.attr["computation"], n.attr["kind"]
+                if kind == "output":
+                    kind = "loop"  # the dot is computed inline per output element
+            else:
+                comp, kind = _wrap(n, label), ("input" if n.op in _REDUCING else "loop")
+            producers, comp = split(comp)
+            extra: list[int] = []
+            for pc in producers:
+                pspec = _spec(kernels, pc, "loop", label + "_part")
+                s_out = new_slot()
+                steps.append(KernelStep(pspec, ins + extra, [s_out], [pc.root.tensor_type], label + "(part)"))
+                extra.append(s_out)
+            ins = ins + extra
+            spec = _spec(kernels, comp, kind, label)
+            outer, _ = spec.loop_sizes
+            if outer == 0 and any(t.size for t in types):
+                # Non-empty per-row outputs over an empty row space: the loop nest would
+                # never store them; compute this rare shape on the host instead.
+                steps.append(HostStep(_interp_host(comp), ins, outs, types, f"{label}(host)"))
+                continue
+            steps.append(KernelStep(spec, ins, outs, types, label))
+    root = entry.root
+    results = slots[root.uid]
+    rtypes = results_of(root)
+    if any(not isinstance(t, TensorType) for t in entry.parameter_types):
+        raise BackendError("cpu: tuple-typed parameters are not supported")
+    return Plan(n_params, list(entry.parameter_types), constants, steps, list(results), rtypes, nxt,  # type: ignore[arg-type]
+                {s.name: s for s in kernels.values()}, ba.temp_bytes if ba is not None else 0, temp_offsets)
+
+
+def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str) -> KernelSpec:
+    key = (comp.structural_key, kind)
+    spec = kernels.get(key)
+    if spec is None:
+        spec = KernelSpec(f"k{len(kernels)}_{_ident(label)}", comp, kind)
+        kernels[key] = spec
+    return spec
+
+
+def _ident(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)[:40]

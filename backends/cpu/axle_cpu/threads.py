@@ -1,0 +1,104 @@
+"""Splitting a kernel's iteration space across cores.
+
+Compiled kernels are called through ctypes, which releases the GIL, so plain Python
+threads run them truly in parallel. Waking a worker costs on the order of 0.1 ms, so a
+kernel is split only when it is measured to be worth it: its first launches run on one
+thread and are timed; if one takes longer than ``SPLIT_FACTOR`` times the measured
+wake-up cost of the pool, later launches are split. ``AXLE_CPU_THREADS`` sets the
+number of threads (1 disables splitting).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+#: split when the single-thread time exceeds this many times the pool's round-trip cost
+SPLIT_FACTOR = 4.0
+
+
+def thread_count() -> int:
+    env = os.environ.get("AXLE_CPU_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            from axle.errors import AxleError
+
+            raise AxleError(f"AXLE_CPU_THREADS must be a positive integer, got {env!r}") from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class WorkerPool:
+    """Persistent workers; ``run(tasks)`` runs callables, the caller doing the first."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"axle-cpu-{i}")
+                         for i in range(n - 1)]
+        for t in self._threads:
+            t.start()
+        self.wake_us = self._measure_wake()
+
+    def _work(self) -> None:
+        while True:
+            fn, done = self._q.get()
+            try:
+                fn()
+            finally:
+                done.release()
+
+    def run(self, tasks: list[Callable[[], None]]) -> None:
+        if len(tasks) == 1:
+            tasks[0]()
+            return
+        done = threading.Semaphore(0)
+        for t in tasks[1:]:
+            self._q.put((t, done))
+        tasks[0]()
+        for _ in tasks[1:]:
+            done.acquire()
+
+    def _measure_wake(self) -> float:
+        if self.n == 1:
+            return float("inf")
+        samples = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            self.run([lambda: None] * self.n)
+            samples.append((time.perf_counter() - t0) * 1e6)
+        samples.sort()
+        return max(samples[len(samples) // 2], 5.0)
+
+
+_POOL: WorkerPool | None = None
+_LOCK = threading.Lock()
+
+
+def pool() -> WorkerPool:
+    """The process-wide pool, sized by AXLE_CPU_THREADS (re-created when it changes)."""
+    global _POOL
+    n = thread_count()
+    with _LOCK:
+        if _POOL is None or _POOL.n != n:
+            _POOL = WorkerPool(n)
+        return _POOL
+
+
+def chunks(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
+    """[lo, hi) cut into at most n nearly equal, non-empty ranges."""
+    total = hi - lo
+    n = max(1, min(n, total))
+    step, extra = divmod(total, n)
+    out, s = [], lo
+    for k in range(n):
+        e = s + step + (1 if k < extra else 0)
+        out.append((s, e))
+        s = e
+    return out

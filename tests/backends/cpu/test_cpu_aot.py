@@ -1,0 +1,139 @@
+"""AOT: a 2-layer MLP forward pass and the seed example compiled to .o + .h, linked into
+a C harness with ``cc``, run with no Python, and compared with the interpreter."""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from axle.errors import AxleError
+from axle.interpreter import evaluate
+from axle.ir import Builder, DType
+from axle.ir.types import TensorType
+from axle.testing.cases import assert_close
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "examples" / "aot"))
+import models  # noqa: E402
+
+C_TYPE = {"f32": "float", "f64": "double", "s32": "int32_t", "s64": "int64_t", "pred": "bool"}
+
+
+def _cc() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler (cc) on PATH: the AOT test needs one") if os.environ.get("CI") == "true" \
+            else pytest.skip("no C compiler")
+    return cc  # type: ignore[return-value]
+
+
+def harness(name: str, args: list[TensorType], results: list[TensorType]) -> str:
+    """A C main() that reads each argument from a file and writes each result to one."""
+    lines = ["#include <stdio.h>", "#include <stdlib.h>", f'#include "{name}.h"',
+             "static void *rd(const char *p, size_t n) { void *b = malloc(n ? n : 1); FILE *f = fopen(p, \"rb\");",
+             "  if (!f || fread(b, 1, n, f) != n) exit(3); fclose(f); return b; }",
+             "static void wr(const char *p, const void *b, size_t n) { FILE *f = fopen(p, \"wb\");",
+             "  if (!f || fwrite(b, 1, n, f) != n) exit(4); fclose(f); }",
+             "int main(int argc, char **argv) {"]
+    up = name.upper()
+    for k, t in enumerate(args):
+        lines.append(f"  {C_TYPE[t.dtype.value]} *a{k} = rd(argv[{k + 1}], {up}_ARG{k}_BYTES);")
+    for k, t in enumerate(results):
+        lines.append(f"  {C_TYPE[t.dtype.value]} *o{k} = malloc({up}_OUT{k}_BYTES ? {up}_OUT{k}_BYTES : 1);")
+    call = ", ".join([f"a{k}" for k in range(len(args))] + [f"o{k}" for k in range(len(results))])
+    lines.append(f"  if ({name}_run({call}) != 0) return 1;")
+    for k in range(len(results)):
+        lines.append(f"  wr(argv[{len(args) + 1 + k}], o{k}, {up}_OUT{k}_BYTES);")
+    lines += ["  return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def build_and_run(res, inputs: list[np.ndarray], tmp: pathlib.Path) -> list[np.ndarray]:  # noqa: ANN001
+    src = tmp / "main.c"
+    src.write_text(harness(res.name, res.arg_types, res.result_types))
+    exe = tmp / "main"
+    r = subprocess.run([_cc(), "-O2", "-I", os.path.dirname(res.header_path), "-o", str(exe), str(src),
+                        res.object_path, "-lm"], cwd=tmp, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    files = []
+    for k, x in enumerate(inputs):
+        p = tmp / f"in{k}.bin"
+        np.ascontiguousarray(x).tofile(p)
+        files.append(str(p))
+    outs = [str(tmp / f"out{k}.bin") for k in range(len(res.result_types))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    subprocess.run([str(exe), *files, *outs], check=True, env=env, timeout=60)
+    return [np.fromfile(p, dtype=t.dtype.np).reshape(t.shape) for p, t in zip(outs, res.result_types)]
+
+
+def test_aot_mlp_forward(tmp_path: pathlib.Path) -> None:
+    from axle_cpu.aot import compile_aot, trace
+
+    types = ["f32[100,784]", "f32[784,128]", "f32[128]", "f32[128,10]", "f32[10]"]
+    res = compile_aot(models.mlp, types, str(tmp_path), name="mlp")
+    header = pathlib.Path(res.header_path).read_text()
+    assert "int mlp_run(const float* x, const float* w1, const float* b1, const float* w2, const float* b2, " \
+           "float* out0);" in header
+    assert "#define MLP_ARG0_SIZE 78400" in header and "#define MLP_OUT0_BYTES 4000" in header
+    rng = np.random.default_rng(1)
+    inputs = [(rng.standard_normal(t.shape) * 0.1).astype(np.float32) for t in res.arg_types]
+    got = build_and_run(res, inputs, tmp_path)
+    module = trace(models.mlp, res.arg_types, "mlp")
+    want = evaluate(module, *inputs)
+    assert_close(got[0], want[0], 1e-4, 1e-6, "aot mlp")
+    np.testing.assert_allclose(got[0].sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_aot_seed_example_via_cli(tmp_path: pathlib.Path) -> None:
+    n = 100_003  # odd: not a multiple of any vector width
+    out_dir = tmp_path / "seed"
+    cmd = [sys.executable, "-m", "axle", "aot", f"{ROOT / 'examples' / 'aot' / 'models.py'}:seed",
+           "--arg", f"f32[{n}]", "--arg", f"f32[{n}]", "--arg", f"f32[{n}]", "-o", str(out_dir)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (out_dir / "README.md").exists() and (out_dir / "seed.h").exists()
+    from axle_cpu.aot import AotResult, trace
+
+    types = [TensorType(DType.FLOAT32, (n,))] * 3
+    module = trace(models.seed, types, "seed")
+    res = AotResult("seed", str(out_dir / "seed.o"), str(out_dir / "seed.h"), str(out_dir / "README.md"), 0,
+                    types, [module.entry.root.tensor_type], 0)
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    got = build_and_run(res, inputs, tmp_path)
+    want = evaluate(module, *inputs)
+    assert_close(got[0], want[0], 1e-4, 1e-3, "aot seed")
+
+
+def test_aot_module_with_every_kind_of_result(tmp_path: pathlib.Path) -> None:
+    """Results that are an input, a constant and a repeated value are copied; ints work."""
+    from axle_cpu.aot import compile_aot
+
+    b = Builder("multi")
+    x = b.parameter("s32[5]", name="x")
+    y = b.parameter("f64[2,3]", name="y")
+    c = b.constant(np.arange(3, dtype=np.int64))
+    s = b.div(x, b.constant(np.array([0, -1, 2, 3, 4], np.int32)))
+    m = b.build(s, x, c, b.transpose(y, permutation=(1, 0)), s)
+    res = compile_aot(m, ["s32[5]", "f64[2,3]"], str(tmp_path), name="multi")
+    inputs = [np.array([7, -2**31, 9, -4, 5], np.int32), np.arange(6, dtype=np.float64).reshape(2, 3)]
+    got = build_and_run(res, inputs, tmp_path)
+    for g, w in zip(got, evaluate(m, *inputs)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_aot_errors(tmp_path: pathlib.Path) -> None:
+    from axle_cpu.aot import compile_aot
+
+    with pytest.raises(AxleError, match="cannot read argument type"):
+        compile_aot(models.seed, ["f32[10", "f32[10]", "f32[10]"], str(tmp_path))
+    with pytest.raises(AxleError):
+        compile_aot(models.seed, ["f32[10]", "f32[11]", "f32[10]"], str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "axle", "aot", "nope.py:f", "-o", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no such file" in r.stderr
