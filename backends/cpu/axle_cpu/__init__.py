@@ -28,7 +28,9 @@ class CpuBackend(Backend):
     """The ``cpu`` backend: one device, ``cpu:0``, using every core of the process."""
 
     name = "cpu"
-    priority = 10
+    # Above OpenCL CPU devices (50), below OpenCL GPUs (300): on a machine without a GPU
+    # the LLVM backend is the default device.
+    priority = 100
 
     def __init__(self) -> None:
         try:
