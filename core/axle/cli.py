@@ -33,8 +33,50 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """What the compiler does with FILE.py:fn for the given argument types (see axle.explain)."""
+    from .explain_cli import run_explain
+
+    return run_explain(args)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Checks trace files against the trace-event format and prints where the time went."""
+    import json
+
+    from . import profiler
+
+    status = 0
+    for path in args.files:
+        with open(path) as f:
+            problems = profiler.validate(json.load(f))
+        print(f"== {path}: " + ("valid trace-event JSON" if not problems else f"{len(problems)} problems"))
+        for p in problems[:20]:
+            print("  " + p)
+        status |= bool(problems)
+        print(profiler.summary(profiler.load(path)))
+    return status
+
+
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    from .explain_cli import add_arguments
+
+    add_arguments(p)
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", help="trace JSON files (from axle.profiler.trace or --trace_to)")
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "devices": (cmd_devices, "list backends and devices"),
+    "explain": (cmd_explain, "show the optimized module, fusions, buffers, placement and kernel code of a function"),
+    "trace": (cmd_trace, "validate a timeline file and summarize it"),
+}
+#: subcommands that take arguments: name -> function adding them to its parser
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "explain": _explain_args,
+    "trace": _trace_args,
 }
 
 
@@ -42,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="axle", description="axle compiler SDK")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, help_) in COMMANDS.items():
-        sub.add_parser(name, help=help_)
+        sp = sub.add_parser(name, help=help_, description=help_)
+        if name in ARGUMENTS:
+            ARGUMENTS[name](sp)
     return p
 
 

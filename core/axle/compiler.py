@@ -2,6 +2,7 @@
 hand the result to the device's backend."""
 from __future__ import annotations
 
+from . import profiler
 from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module
@@ -13,7 +14,8 @@ def optimize_for(module: Module, device: Device) -> Module:
     from .passes import optimize
 
     backend = REGISTRY.backend_for(device)
-    return optimize(module, backend=backend)
+    with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
+        return optimize(module, backend=backend)
 
 
 def compile_module(module: Module, device: Device, *, optimize: bool = True) -> Executable:
@@ -21,4 +23,5 @@ def compile_module(module: Module, device: Device, *, optimize: bool = True) -> 
     run_passes = optimize and config.optimize
     if run_passes:
         module = optimize_for(module, device)
-    return backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+    with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
+        return backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from .. import profiler
 from ..backend import Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -56,7 +57,7 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str
     """Traces fn over abstract versions of its non-static arguments."""
     trace = Trace(name)
     names = _arg_names(fn, len(args))
-    with trace_context(trace):
+    with profiler.span(f"trace {name}", "trace"), trace_context(trace):
         traced_args: list[Any] = []
         for i, a in enumerate(args):
             if i in static_argnums:
@@ -115,6 +116,12 @@ class Lowered:
         from ..compiler import compile_module
 
         return Compiled(self, compile_module(self.module, self.device))
+
+    def explain(self, **options: Any) -> Any:
+        """What the compiler does with this module: see :func:`axle.explain.explain`."""
+        from ..explain import explain
+
+        return explain(self, **options)
 
 
 class Compiled:
@@ -191,6 +198,9 @@ class JitFunction:
 
             module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
             self.trace_count += 1
+            from ..recompile import note_trace  # warns when retraced too often
+
+            note_trace(self, args, kwargs)
             exe = compile_module(module, device)
             entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
             stats.record("traces", function=self.name, device=device.name)
