@@ -296,10 +296,11 @@ def summary(events: Sequence[dict[str, Any]]) -> str:
     for e in events:
         if e.get("ph") != "X":
             continue
-        by_cat[e.get("cat", "?")] += e["dur"]
+        dur = e.get("dur", 0.0)
+        by_cat[e.get("cat", "?")] += dur
         if e.get("cat") == "kernel":
             count[e["name"]] += 1
-            by_kernel[e["name"]] += e["dur"]
+            by_kernel[e["name"]] += dur
     lines = ["category        total ms"]
     lines += [f"{c:<14}{t / 1e3:>10.3f}" for c, t in sorted(by_cat.items(), key=lambda kv: -kv[1])]
     if count:

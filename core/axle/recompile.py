@@ -99,7 +99,7 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list
     if not previous:
         return []
     # The closest earlier signature explains the retrace best (fewest differences).
-    changes = min((diff(p, sig) for p in previous), key=len)
+    changes = min((diff(p, sig) for p in reversed(previous)), key=len)  # ties: the latest
     name = getattr(jit_fn, "name", getattr(jit_fn.fn, "__name__", "fn"))
     why = "; ".join(changes) or "the device or flags changed"
     profiler.instant(f"retrace {name}", "retrace", count=count, changes=why)
