@@ -39,7 +39,7 @@ class Neighbour:
     """A kernel next to another one in the dataflow, and why they stay apart."""
 
     name: str
-    direction: str  # "producer" or "consumer"
+    direction: str  # "producer" (edges are listed under their consumer)
     reason: str
 
 
@@ -200,7 +200,7 @@ def _out_shape(n: Node) -> tuple[int, ...] | None:
 
 
 def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPolicy,
-                   placement: dict[int, str]) -> str:
+                   placement: dict[int, str], optimizer_fused: bool = True) -> str:
     """Why the fusion pass would keep ``producer`` and ``consumer`` in separate kernels,
     judged from traits and the policy (the first rule that applies)."""
     dp, dc = placement.get(producer.uid), placement.get(consumer.uid)
@@ -212,7 +212,7 @@ def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPol
     if _is_dot_kernel(producer):
         if policy.dot_epilogue:
             return "the dot could take an elementwise epilogue, but this consumer is not a pure elementwise op on its result"
-        return "dot_general stays its own kernel: this backend's fusion policy has dot_epilogue=False"
+        return "a dot stays its own kernel: this backend's fusion policy has dot_epilogue=False"
     if _is_dot_kernel(consumer):
         return "a dot reads its operands tile by tile, several times each; producers are not inlined into it"
     if _ends_in_reduce(producer):
@@ -227,7 +227,9 @@ def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPol
     ps, cs = _out_shape(producer), _out_shape(consumer)
     if ps is not None and cs is not None and ps != cs and not _ends_in_reduce(consumer):
         return f"different iteration shapes ({list(ps)} vs {list(cs)})"
-    return "no fusion rule applies (no fusion was formed; was the optimizer skipped?)"
+    if not optimizer_fused:
+        return "the optimizer formed no fusions in this module (optimizer off, or not in this build)"
+    return "no rule derived here forbids it: the fusion pass chose to keep them apart"
 
 
 def _pass_reasons(module: Module) -> Callable[[Node, Node], str | None] | None:
@@ -331,19 +333,19 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
             r = pass_reason(p, c)
             if r:
                 return r
-        return derived_reason(p, c, len(consumers[p.uid]), policy, placement)
+        return derived_reason(p, c, len(consumers[p.uid]), policy, placement, fused_any)
 
     outputs = {k.uid for k in _through_plumbing_up(comp.root)}
+    fused_any = any(n.op is Op.FUSION for n in launched)
     kernels: list[Kernel] = []
     for n in launched:
-        neighbours = []
+        # Each producer->consumer edge is explained once, under the consumer.
         producers: list[Node] = []
         for o in n.operands:
             for p in _through_plumbing_up(o):
                 if p not in producers:
                     producers.append(p)
-        neighbours += [Neighbour(names[p.uid], "producer", reason(p, n)) for p in producers]
-        neighbours += [Neighbour(names[c.uid], "consumer", reason(n, c)) for c in consumers[n.uid]]
+        neighbours = [Neighbour(names[p.uid], "producer", reason(p, n)) for p in producers]
         kernels.append(Kernel(
             name=names[n.uid], op=n.op.value, kind=n.attr["kind"] if n.op is Op.FUSION else "op",
             ops=_inner_ops(n), type=str(n.type), bytes_out=n.type.nbytes, device=placement[n.uid],
