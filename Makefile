@@ -15,9 +15,17 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: setup
-	$(PY) -m pip install -q -e '.[bench]' 2>/dev/null || true
-	$(PY) benchmarks/run.py
+BENCH_STAMP  := $(VENV)/.bench-installed
+BENCH_ARGS   ?=
+
+# Runs every benchmarks/bench_*.py and writes docs/benchmarks.md + docs/benchmarks.png
+# (BENCH_ARGS=--quick for a fast check that everything runs).
+bench: setup $(BENCH_STAMP)
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+$(BENCH_STAMP): pyproject.toml
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
 
 setup: system-deps $(STAMP)
 
