@@ -272,48 +272,51 @@ def placement_of(module: Module, device: Device, caps: Capabilities) -> dict[int
 
 
 def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
-    """Module snapshots after each optimizer pass that changed it, when the pass manager
-    offers a hook (``axle.passes.optimize(..., on_pass=cb)``), else traced vs optimized."""
+    """The module after each top-level pipeline entry that changed it (a fixed-point
+    group counts as one entry), from the traced module to the one the backend compiled.
+    Without a pass manager (or with the optimizer off): traced and optimized only."""
     from . import passes
+    from .config import config
     from .registry import REGISTRY
 
     snaps: list[tuple[str, Module]] = [("traced", lowered.module)]
-    optimize = passes.optimize
-    try:
-        import inspect
+    pipeline_for = getattr(passes, "pipeline_for", None)
+    if pipeline_for is not None and config.optimize:
+        from .passes.pipeline import disabled_passes, run_pass
 
-        accepts_hook = "on_pass" in inspect.signature(optimize).parameters
-    except (TypeError, ValueError):
-        accepts_hook = False
-    if accepts_hook:
-        seen: list[tuple[str, Module]] = []
-
-        def on_pass(name: str, module: Module, changed: bool) -> None:
+        module = lowered.module
+        skip = disabled_passes()
+        for entry in pipeline_for(REGISTRY.backend_for(lowered.device)).entries:
+            if entry.item.name in skip:
+                continue
+            module, changed = run_pass(entry.item, module)
             if changed:
-                seen.append((name, module))
-
-        optimize(lowered.module, backend=REGISTRY.backend_for(lowered.device), on_pass=on_pass)
-        snaps += seen
-        if seen and seen[-1][1].as_text() == optimized.as_text():
-            snaps[-1] = (seen[-1][0], optimized)
+                snaps.append((entry.item.name, module))
+        if module.as_text() == optimized.as_text():
+            if len(snaps) > 1:
+                snaps[-1] = (snaps[-1][0], optimized)  # the very object explained below
             return snaps
-    snaps.append(("optimized", optimized))
+    if optimized is not lowered.module:
+        snaps.append(("optimized", optimized))
     return snaps
 
 
 def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     """Optimizes and compiles ``lowered`` (from ``axle.jit(f).lower(*args)``) and
     gathers what happened. ``source=False`` skips nothing but the code listing."""
-    from .compiler import compile_module, optimize_for
+    from .compiler import optimize_for
     from .config import config
     from .registry import REGISTRY
 
     device = lowered.device
     backend = REGISTRY.backend_for(device)
-    optimized = optimize_for(lowered.module, device) if config.optimize else lowered.module
-    executable = compile_module(lowered.module, device)
-    report = dict(executable.report())
-    sources = dict(executable.kernel_sources()) if source else {}
+    compiled = lowered.compile()
+    # The module the backend compiled, when Compiled records it; else optimize again.
+    optimized = getattr(compiled, "module", None)
+    if optimized is None:
+        optimized = optimize_for(lowered.module, device) if config.optimize else lowered.module
+    report = dict(compiled.report())
+    sources = dict(compiled.executable.kernel_sources()) if source else {}
     policy = backend.fusion_policy() or DEFAULT_POLICY
     placement = placement_of(optimized, device, backend.capabilities(device))
     pass_reason = _pass_reasons(optimized)
