@@ -55,6 +55,8 @@ class Kernel:
     bytes_out: int
     device: str
     neighbours: list[Neighbour] = field(default_factory=list)
+    #: why it runs on the host instead of the requested device ("" when it does not)
+    fallback_reason: str = ""
     #: its value is a result of the function (else a temporary read by later kernels)
     is_output: bool = False
 
@@ -82,13 +84,15 @@ class Explanation:
     policy: FusionPolicy
     #: entry node uid -> device name, for pictures colored by placement
     placement: dict[int, str] = field(default_factory=dict)
+    #: the partitioner's summary of the compiled executable (clusters, transfers), if any
+    placement_summary: str | None = None
 
     # -- text ---------------------------------------------------------------------
     def buffers_text(self) -> list[str]:
         out = []
-        for key in ("temp_bytes", "peak_bytes", "param_bytes", "output_bytes", "buffers", "reused", "in_place"):
+        for key in _BUFFER_KEYS:
             if key in self.report:
-                out.append(f"  {key:<13} {_fmt(self.report[key])}")
+                out.append(f"  {key:<17} {_fmt(self.report[key])}")
         if not out:
             out.append("  (this backend's report has no buffer assignment: temp_bytes/peak_bytes unknown)")
         written = [k for k in self.kernels if not k.is_output]
@@ -106,9 +110,11 @@ class Explanation:
         fallbacks = [k for k in self.kernels if k.device != self.device.name]
         for k in fallbacks:
             out.append(f"  fallback: %{k.name} ({', '.join(sorted(set(k.ops)))}) runs on {k.device}: "
-                       f"{self.device.name} does not support it")
+                       f"{k.fallback_reason or self.device.name + ' does not support it'}")
         if not fallbacks:
             out.append(f"  everything runs on {self.device.name} (no fallback)")
+        if self.placement_summary:
+            out += ["  as compiled (partitioner):"] + ["    " + ln for ln in self.placement_summary.splitlines()]
         return out
 
     def text(self, source: bool = True) -> str:
@@ -142,7 +148,9 @@ class Explanation:
         from .ir.dot import module_to_dot
 
         name, module = self.stages[stage]
-        placement = self.placement if module is self.optimized else None
+        # Color by device only when there is more than one; else keep the op-kind colors.
+        several = len({d for d in self.placement.values()}) > 1
+        placement = self.placement if module is self.optimized and several else None
         return module_to_dot(module, placement=placement, title=f"{self.function}: {name}")
 
     def to_html(self) -> str:
@@ -151,6 +159,11 @@ class Explanation:
         from .explain_html import explanation_html
 
         return explanation_html(self)
+
+
+#: the buffer-assignment facts of ``Compiled.report()``, in display order
+_BUFFER_KEYS = ("temp_bytes", "naive_temp_bytes", "peak_bytes", "parameter_bytes", "output_bytes",
+                "constant_bytes", "temp_buffers", "in_place")
 
 
 def _fmt(v: Any) -> str:
@@ -262,6 +275,15 @@ def _through_plumbing_up(n: Node) -> list[Node]:
     return [n]
 
 
+def _unsupported_reason(caps: Capabilities, node: Node) -> str:
+    """The partitioner's words for why ``caps`` does not cover ``node``, when it has them."""
+    try:
+        fn = importlib.import_module("axle.partition").unsupported_reason
+    except (ImportError, AttributeError):
+        return ""
+    return fn(caps, node) or ""
+
+
 def placement_of(module: Module, device: Device, caps: Capabilities) -> dict[int, str]:
     """Where each entry kernel runs: on ``device`` when its capabilities cover the node,
     else on the host reference backend (what the partitioner does)."""
@@ -318,7 +340,10 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     report = dict(compiled.report())
     sources = dict(compiled.executable.kernel_sources()) if source else {}
     policy = backend.fusion_policy() or DEFAULT_POLICY
-    placement = placement_of(optimized, device, backend.capabilities(device))
+    caps = backend.capabilities(device)
+    placement = placement_of(optimized, device, caps)
+    summary_fn = getattr(compiled, "placement", None)  # the partitioner's summary, when present
+    summary = summary_fn() if callable(summary_fn) else None
     pass_reason = _pass_reasons(optimized)
 
     comp = optimized.entry
@@ -352,9 +377,10 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
         kernels.append(Kernel(
             name=names[n.uid], op=n.op.value, kind=n.attr["kind"] if n.op is Op.FUSION else "op",
             ops=_inner_ops(n), type=str(n.type), bytes_out=n.type.nbytes, device=placement[n.uid],
-            neighbours=neighbours, is_output=n.uid in outputs))
+            neighbours=neighbours, is_output=n.uid in outputs,
+            fallback_reason="" if placement[n.uid] == device.name else _unsupported_reason(caps, n)))
     return Explanation(
         function=lowered.module.name, device=device, traced=lowered.module, optimized=optimized,
         stages=_stages(lowered, optimized), kernels=kernels, report=report, kernel_sources=sources,
         reasons_source="fusion pass" if pass_reason is not None else "derived from op traits and the fusion policy",
-        policy=policy, placement=placement)
+        policy=policy, placement=placement, placement_summary=str(summary) if summary is not None else None)
