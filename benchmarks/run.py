@@ -185,7 +185,8 @@ def devices_line() -> str:
         return f"(device listing failed: {e})"
 
 
-def report(results: Sequence[SuiteResult], quick: bool, plot_path: str | None, md_path: str) -> str:
+def report(results: Sequence[SuiteResult], quick: bool, plot_path: str | None, md_path: str,
+           note: str = "") -> str:
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Benchmarks",
@@ -197,6 +198,7 @@ def report(results: Sequence[SuiteResult], quick: bool, plot_path: str | None, m
         f"- Machine: {machine()}",
         f"- Devices: {devices_line()}",
         f"- Run: {when}, {'quick mode (small sizes, few repeats)' if quick else 'full mode'}",
+        *([f"- Note: {note}"] if note else []),
         "",
     ]
     if plot_path:
@@ -229,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"), help="the markdown report")
     p.add_argument("--plot", default=None, help="the PNG plot (default: next to --out, .png)")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
+    p.add_argument("--note", default="", help="a line for the report, e.g. 'measured under load'")
     args = p.parse_args(argv)
     paths = discover(args.dir)
     if args.only:
@@ -248,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_path = plot(results, args.plot or os.path.splitext(args.out)[0] + ".png")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(report(results, args.quick, plot_path, args.out))
+        f.write(report(results, args.quick, plot_path, args.out, args.note))
     print(f"wrote {args.out}" + (f" and {plot_path}" if plot_path else " (no plot)"))
     return 1 if any(r.error for r in results) else 0
 

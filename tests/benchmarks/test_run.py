@@ -44,12 +44,12 @@ def test_run_writes_tables_report_and_plot(run_mod, tmp_path, capsys):
     (benches / "bench_broken.py").write_text(BROKEN)
     (benches / "helper.py").write_text("raise SystemExit('not a bench module')\n")
     out = tmp_path / "docs" / "benchmarks.md"
-    status = run_mod.main(["--quick", "--dir", str(benches), "--out", str(out)])
+    status = run_mod.main(["--quick", "--dir", str(benches), "--out", str(out), "--note", "under load"])
     assert status == 1  # the broken module is reported, the others still run
     printed = capsys.readouterr().out
     assert "elementwise n=4" in printed and "failed: RuntimeError: no device here" in printed
     md = out.read_text()
-    assert "- Machine: " in md and "quick mode" in md and "- Devices: " in md
+    assert "- Machine: " in md and "quick mode" in md and "- Devices: " in md and "- Note: under load" in md
     assert "## fake (`benchmarks/bench_fake.py`)" in md
     assert "Failed: `RuntimeError: no device here" in md
     # ms columns, ratios (baseline / impl) and extra columns
