@@ -113,9 +113,10 @@ class Lowered:
         return optimize_for(self.module, self.device)
 
     def compile(self) -> "Compiled":
-        from ..compiler import compile_module
+        from ..compiler import compile_optimized
 
-        return Compiled(self, compile_module(self.module, self.device))
+        exe, optimized = compile_optimized(self.module, self.device)
+        return Compiled(self, exe, optimized)
 
     def explain(self, **options: Any) -> Any:
         """What the compiler does with this module: see :func:`axle.explain.explain`."""
@@ -127,15 +128,22 @@ class Lowered:
 class Compiled:
     """A compiled executable plus the signature it was compiled for."""
 
-    def __init__(self, lowered: Lowered, executable: Executable) -> None:
+    def __init__(self, lowered: Lowered, executable: Executable, module: Module | None = None) -> None:
         self.lowered = lowered
         self.executable = executable
+        #: the module the backend compiled (after the optimizer)
+        self.module = module if module is not None else lowered.module
 
     def report(self) -> dict[str, Any]:
-        return self.executable.report()
+        """``kernels`` (launches per call), ``temp_bytes``, ``peak_bytes`` and more: the
+        core's buffer assignment facts overlaid with the backend executable's report."""
+        from ..compiler import executable_report
+
+        return executable_report(self.module, self.executable)
 
     def as_text(self) -> str:
-        return self.lowered.optimize().as_text()
+        """The optimized module, as compiled."""
+        return self.module.as_text()
 
     def __call__(self, *args: Any) -> Any:
         from ..placement import to_buffer

@@ -1,14 +1,56 @@
-"""The target-independent optimizer."""
+"""The target-independent optimizer: pass manager, rewrites, fusion, scheduling and
+buffer assignment. ``optimize(module, backend)`` runs the default pipeline plus the
+backend's own passes under the backend's fusion policy (see docs/optimizer.md)."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..ir.module import Module
+from .constant_fold import ConstantFolding
+from .cse import CSE
+from .dce import DCE
+from .fusion import Fusion
+from .pipeline import Entry, FixedPoint, FunctionPass, Pass, Pipeline
+from .policy import DEFAULT_POLICY, FusionPolicy
+from .simplify import AlgebraicSimplifier
+
+
+def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
+    """The core pipeline, one readable list."""
+    return Pipeline("default", [
+        (FixedPoint("simplify-loop", [
+            (AlgebraicSimplifier(), "local rewrites first: they expose constants and duplicates"),
+            (ConstantFolding(), "folds what simplification left all-constant (small results only)"),
+            (CSE(), "merges duplicates, so the next simplify round sees x - x, select(p, a, a)..."),
+            (DCE(), "forwards tuple plumbing so rewrites see through it"),
+        ]), "repeat until nothing changes: each rewrite can enable the others"),
+        (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
+        (CSE(), "identical fusions (same computation, same operands) become one kernel"),
+        (DCE(), "drops fusion outputs and parameters that merging made dead"),
+    ])
+
+
+def pipeline_for(backend: Any = None) -> Pipeline:
+    """The default pipeline under the backend's fusion policy, plus its passes."""
+    policy = None
+    extra: list[Pass] = []
+    if backend is not None:
+        policy = backend.fusion_policy()
+        extra = list(backend.passes() or [])
+    assert policy is None or isinstance(policy, FusionPolicy), f"{backend}: fusion_policy() must return a FusionPolicy"
+    pipe = default_pipeline(policy)
+    if extra:
+        name = getattr(backend, "name", "backend")
+        pipe = pipe.extended([(p, f"target-specific pass of the {name} backend, after core fusion") for p in extra])
+    return pipe
 
 
 def optimize(module: Module, backend: Any = None) -> Module:
-    """Runs the default pipeline (and the backend's passes) over a module.
+    """Runs the default pipeline (and the backend's passes) over a module."""
+    out, _ = pipeline_for(backend).run(module)
+    return out
 
-    The pipeline itself arrives with the optimizer; until then modules are compiled
-    as traced, one kernel per op."""
-    return module
+
+__all__ = ["optimize", "default_pipeline", "pipeline_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
+           "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
+           "Fusion"]
