@@ -75,6 +75,11 @@ def test_seed_example_explained():
     assert sum(k.is_output for k in expl.kernels) == 1
     assert "everything runs on interpreter:0 (no fallback)" in text
     assert expl.stages[0][0] == "traced" and expl.stages[-1][1] is expl.optimized
+    # the optimizer fuses the whole seed into one input fusion: nothing written in between
+    (k,) = expl.kernels
+    assert k.title == "%fusion (input) [add, multiply, reduce]" and k.ops == ["multiply", "add", "reduce"]
+    assert "fusion" in [name for name, _ in expl.stages]
+    assert "temp_bytes        0" in text and "peak_bytes" in text
 
 
 def test_mnist_step_explained():
@@ -88,6 +93,8 @@ def test_mnist_step_explained():
     reasons = [nb.reason for k in expl.kernels for nb in k.neighbours if nb.name in {d.name for d in dots}]
     assert reasons and all("dot_epilogue=False" in r for r in reasons)
     assert sum(k.is_output for k in expl.kernels) == 3  # new w, new b, loss
+    assert any(k.kind == "row" for k in expl.kernels)  # the softmax, a row at a time
+    assert len(expl.kernels) < len([n for n in expl.traced.entry.nodes if n.op not in (Op.PARAMETER, Op.CONSTANT)])
     text = expl.text(source=False)
     assert "generated code" not in text
     assert "temporaries (kernel results read by later kernels)" in text
@@ -192,7 +199,11 @@ def test_cli_explain_seed_and_mnist(tmp_path, capsys):
                  "--device", DEV, "--html", str(html), "--dot", str(dot)]) == 0
     out = capsys.readouterr().out
     assert "== explain model_fn on interpreter:0" in out and "-- kernels" in out
-    assert "<!doctype html>" in html.read_text() and dot.read_text().startswith("digraph")
+    page = html.read_text()
+    assert "<!doctype html>" in page and dot.read_text().startswith("digraph")
+    # traced, then each pipeline stage that changed the module, side by side
+    assert "<h3>0. traced</h3>" in page and "fusion</h3>" in page
+    assert page.count("<svg") >= 2 if shutil.which("dot") else "not installed" in page
     assert main(["explain", f"{src}:scaled", "--arg", "f32[3,4]", "--arg", "0.5", "--device", DEV]) == 0
     assert "multiply" in capsys.readouterr().out
     assert main(["explain", "tests.core.test_explain:mnist_step", "--arg", "f32[784,10]", "--arg", "f32[10]",

@@ -114,13 +114,28 @@ def test_seed_jit_kernel_events_match_the_executable():
     assert not [e for e in events if e["cat"] in ("trace", "compile")]
 
 
+def test_seed_jit_is_one_fused_kernel_event():
+    """The seed's point: eager launches three kernels, jit launches one fused kernel."""
+    x, y, z = _seed_inputs()
+    with axle.device(DEV):
+        f = axle.jit(model_fn)
+        xs, ys, zs = axle.device_put((x, y, z))
+        f(xs, ys, zs)
+        with profiler.trace() as events:
+            f(xs, ys, zs)
+    (kernel,) = profiler.kernels(events)
+    assert kernel["name"] == "fusion [add, multiply, reduce]"
+
+
 def test_spans_for_tracing_optimizer_compile_and_transfers():
     x, y, z = _seed_inputs()
     with axle.device(DEV), profiler.trace() as events:
         out = axle.jit(model_fn)(x, y, z)
         np.asarray(out)
     cats = {e["cat"] for e in events}
-    assert {"trace", "optimize", "compile", "transfer", "kernel"} <= cats
+    assert {"trace", "optimize", "pass", "compile", "transfer", "kernel"} <= cats
+    passes = {e["name"] for e in events if e["cat"] == "pass"}
+    assert "fusion" in passes  # each optimizer pass is a box of its own
     transfers = [e for e in events if e["cat"] == "transfer"]
     # three arguments in, one result out, each with its byte count
     assert sum(e["name"].startswith("to ") for e in transfers) == 3
