@@ -70,7 +70,12 @@ def _write_process_trace() -> None:
     if _process_events is not None and _process_path:
         with _lock:
             events = list(_process_events)
-        _write_unlocked(_process_path, events)
+        try:
+            _write_unlocked(_process_path, events)
+        except OSError as e:  # at exit a traceback helps nobody; say what was lost
+            import sys
+
+            print(f"axle: could not write the trace to {_process_path!r} (--trace_to): {e}", file=sys.stderr)
 
 
 def enabled() -> bool:
