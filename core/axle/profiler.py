@@ -153,6 +153,17 @@ def kernel_name(node: "Node", name: str | None = None) -> str:
     return f"{label} [{', '.join(inner)}]"
 
 
+def kernel_names(module: Any) -> dict[int, str]:
+    """Timeline names for every node of ``module``'s entry (by node uid), from the printed
+    module's names: what a backend should pass to :func:`kernel_event` so that its boxes
+    match ``axle explain`` (call it once at compile time)."""
+    from .ir.printer import _node_names
+
+    comp = module.entry
+    names = _node_names(comp)
+    return {n.uid: kernel_name(n, names[n.uid]) for n in comp.nodes}
+
+
 def start() -> None:
     """Starts a recording (nested recordings each get every event). Prefer :func:`trace`."""
     with _lock:

@@ -163,6 +163,8 @@ def test_kernel_names_map_back_to_fusions():
         (out,) = exe.execute(args)
     names = [k["name"] for k in profiler.kernels(events)]
     assert names == ["fusion [add, multiply, reduce]", "negate"]
+    by_uid = profiler.kernel_names(module)  # what backends use for the same names
+    assert [by_uid[n.uid] for n in module.entry.nodes if n.op in (Op.FUSION, Op.NEG)] == names
     assert float(out.handle) == -32.0
     assert len(names) == exe.report()["kernels"]
 

@@ -31,10 +31,8 @@ class InterpreterExecutable(Executable):
     def _evaluate_profiled(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Like ``evaluate``, but one timeline kernel event per launched node, named as
         the printed module names it (``fusion.3 [add, multiply, reduce]``)."""
-        from ..ir.printer import _node_names
-
         comp = self.module.entry
-        names = _node_names(comp)
+        names = profiler.kernel_names(self.module)
         env: dict[int, Any] = {p.uid: _check_input(p, a) for p, a in zip(comp.parameters, args, strict=True)}
         for n in comp.nodes:
             if n.op is Op.PARAMETER:
@@ -42,7 +40,7 @@ class InterpreterExecutable(Executable):
             t0 = profiler.now_us()
             env[n.uid] = eval_node(n, [env[o.uid] for o in n.operands])
             if n.op not in _NOT_LAUNCHED:
-                profiler.kernel_event(profiler.kernel_name(n, names[n.uid]), self.device.name, t0,
+                profiler.kernel_event(names[n.uid], self.device.name, t0,
                                       profiler.now_us() - t0, module=self.module.name, op=n.op.value)
         out = env[comp.root.uid]
         return list(out) if isinstance(out, tuple) else [out]
