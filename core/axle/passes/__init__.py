@@ -6,13 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.module import Module
+from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
 from .pipeline import Entry, FixedPoint, FunctionPass, Pass, Pipeline
 from .policy import DEFAULT_POLICY, FusionPolicy
+from .schedule import schedule
 from .simplify import AlgebraicSimplifier
+from .transpose_fold import TransposeFolding
 
 
 def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
@@ -24,6 +27,7 @@ def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
             (CSE(), "merges duplicates, so the next simplify round sees x - x, select(p, a, a)..."),
             (DCE(), "forwards tuple plumbing so rewrites see through it"),
         ]), "repeat until nothing changes: each rewrite can enable the others"),
+        (TransposeFolding(), "after transpose chains are composed; a dot reads the untransposed operand"),
         (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
         (CSE(), "identical fusions (same computation, same operands) become one kernel"),
         (DCE(), "drops fusion outputs and parameters that merging made dead"),
@@ -53,4 +57,4 @@ def optimize(module: Module, backend: Any = None) -> Module:
 
 __all__ = ["optimize", "default_pipeline", "pipeline_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
-           "Fusion"]
+           "Fusion", "TransposeFolding", "assign", "BufferAssignment", "schedule"]

@@ -182,6 +182,8 @@ class _Fuser:
         return classify(members, g.roots, self.policy)
 
     def _accepts(self, g: Group, n: Node) -> bool:
+        if n.op is Op.CONSTANT and n.tensor_type.size > self.policy.max_fused_constant_elements:
+            return False
         if is_contraction(n):
             users_inside = [u for u in self.users[n.uid] if u.uid in g.members]
             if not all(u.traits.elementwise for u in users_inside):
@@ -342,13 +344,15 @@ class _Fuser:
                     continue
                 ops = tuple(env[o.uid] for o in n.operands)
                 env[n.uid] = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
-        return Computation(self.comp.name, self.comp.parameters, env[self.comp.root.uid])
+        root = env[self.comp.root.uid]
+        return self.comp if root is self.comp.root else Computation(self.comp.name, self.comp.parameters, root)
 
     def _emit_group(self, g: Group, env: dict[int, Node]) -> None:
         members = g.sorted_members(self.index)
         if len(members) == 1 and is_contraction(members[0]):
             n = members[0]
-            env[n.uid] = n.replace(operands=tuple(env[o.uid] for o in n.operands))
+            ops = tuple(env[o.uid] for o in n.operands)
+            env[n.uid] = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
             return
         kind = classify(members, g.roots, self.policy)
         assert kind is not None, f"group {[m.op.value for m in members]} lost its kind"
@@ -397,4 +401,4 @@ class Fusion(Pass):
         if not any(is_kernel(n) for n in module.entry.nodes):
             return module, False
         entry = fuse_computation(module.entry, self.policy)
-        return module.with_entry(entry), True
+        return (module, False) if entry is module.entry else (module.with_entry(entry), True)

@@ -117,14 +117,15 @@ class Pipeline(Pass):
         """A copy with more entries appended (e.g. a backend's passes)."""
         return Pipeline(self.name, list(self.entries) + _entries(more))
 
-    def describe(self, indent: str = "") -> str:
+    def describe(self, indent: str = "", why: str = "", label: str = "") -> str:
         """The pipeline as readable text: one line per pass with its reason."""
-        lines = [f"{indent}{self.name}:"]
+        head = f"{indent}{self.name}{label}:"
+        lines = [f"{head:<26} # {why}" if why else head]
         for e in self.entries:
             if isinstance(e.item, (Pipeline, FixedPoint)):
-                lines.append(e.item.describe(indent + "  ") + f"   # {e.why}")
+                lines.append(e.item.describe(indent + "  ", e.why))
             else:
-                lines.append(f"{indent}  {e.item.name:<22} # {e.why}")
+                lines.append(f"{indent + '  ' + e.item.name:<26} # {e.why}")
         return "\n".join(lines)
 
 
@@ -151,5 +152,5 @@ class FixedPoint(Pass):
             changed = True
         return module, changed
 
-    def describe(self, indent: str = "") -> str:
-        return self.group.describe(indent).replace(f"{self.name}:", f"{self.name} (fixed point):", 1)
+    def describe(self, indent: str = "", why: str = "") -> str:
+        return self.group.describe(indent, why, label=" (fixed point)")

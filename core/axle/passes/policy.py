@@ -17,6 +17,9 @@ class FusionPolicy:
     dot_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True
+    #: constants with at most this many elements are inlined into fused computations;
+    #: bigger ones stay outside and are passed in like any other operand
+    max_fused_constant_elements: int = 1
 
 
 DEFAULT_POLICY = FusionPolicy()

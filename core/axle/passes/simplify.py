@@ -4,7 +4,8 @@ Every rewrite here preserves the interpreter's result exactly (NaN-aware), so th
 optimizer never changes what a program computes. That rules out some classic rewrites
 on floats: ``x * 0 -> 0`` (NaN, inf, -0.0), ``x + 0.0 -> x`` (it would turn -0.0 into
 +0.0; ``x + (-0.0) -> x`` is exact and is done), ``x - x -> 0`` (NaN, inf) and
-``select(a > b, a, b) -> max`` (NaN) are done for integers only.
+``select(a > b, a, b) -> max`` (NaN) are done for integers only, and ``pow(x, 2)`` stays a
+power: the reference's float ``pow`` is not always the correctly rounded ``x * x``.
 
 The tables below are keyed by op; the rules consult op traits and element types, never
 op names."""
@@ -55,8 +56,6 @@ INT_ANNIHILATOR: dict[Op, Callable[[DType], object]] = {
     Op.OR: lambda d: True if d.is_bool else -1,
 }
 
-#: pow(x, 2) == x * x exactly (the square is one correctly rounded product)
-SQUARE = {Op.POW: Op.MUL}
 #: op(x, x) == x (max(NaN, NaN) is NaN, so this holds for floats too).
 IDEMPOTENT_BINARY = frozenset({Op.MAX, Op.MIN, Op.AND, Op.OR})
 #: op(x, x) == 0 for integers.
@@ -88,8 +87,6 @@ def squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _binary_rules(n: Node) -> Node | None:
     x, y = n.operands
     dt = x.dtype
-    if n.op in SQUARE and is_splat(y, 2):
-        return like(n, SQUARE[n.op], (x, x))
     ident = RIGHT_IDENTITY.get(n.op)
     if ident is not None:
         e = ident(dt)
@@ -241,29 +238,6 @@ def _reduce(n: Node) -> Node | None:
     return None
 
 
-def _dot(n: Node) -> Node | None:
-    """dot(transpose(a), b) -> dot(a, b) with renumbered dims, when the transpose keeps
-    the order of a's free dims (so the result layout is unchanged)."""
-    a = n.attr
-    for side in (0, 1):
-        t = n.operands[side]
-        if t.op is not Op.TRANSPOSE:
-            continue
-        perm = t.attr["permutation"]
-        pre = ("lhs", "rhs")[side]
-        batch, contract = a[f"{pre}_batch"], a[f"{pre}_contracting"]
-        free = [d for d in range(len(perm)) if d not in batch + contract]
-        if [perm[d] for d in free] != sorted(perm[d] for d in free):
-            continue
-        ops = list(n.operands)
-        ops[side] = t.operands[0]
-        attrs = dict(a)
-        attrs[f"{pre}_batch"] = tuple(perm[d] for d in batch)
-        attrs[f"{pre}_contracting"] = tuple(perm[d] for d in contract)
-        return like(n, Op.DOT_GENERAL, ops, **attrs)
-    return None
-
-
 RULES: dict[Op, tuple[Rule, ...]] = {
     Op.COMPARE: (_compare,),
     Op.SELECT: (_select,),
@@ -276,7 +250,6 @@ RULES: dict[Op, tuple[Rule, ...]] = {
     Op.REVERSE: (_reverse,),
     Op.CONCATENATE: (_concatenate,),
     Op.REDUCE: (_reduce,),
-    Op.DOT_GENERAL: (_dot,),
 }
 
 

@@ -1,0 +1,213 @@
+"""Random well-typed modules over the whole primitive set, for differential testing.
+
+``random_module(seed, n_nodes)`` builds a module of about ``n_nodes`` instructions whose
+operands come from earlier values, fresh parameters or constants (constants favour the
+values rewrites look for: 0, -0.0, 1, 2, -1, all-ones, true/false), plus random inputs
+that include NaN, ±inf and integer corner cases. The optimizer tests evaluate it before
+and after each pass; backends can use it the same way against the interpreter."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir.builder import Builder
+from ..ir.dtypes import DType
+from ..ir.module import Module, Node
+from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
+from ..ir.types import TensorType
+
+DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64, DType.BOOL)
+SHAPES = ((), (1,), (3,), (2, 3), (3, 1), (2, 1, 4), (0, 3), (4, 3))
+CUSTOM_TARGET = "axle.random.scale2"
+_INTERESTING = (0, -0.0, 1, 2, -1, 0.5)
+
+
+def _ensure_custom_call() -> None:
+    if CUSTOM_TARGET not in CUSTOM_CALL_TARGETS:
+        register_custom_call(CUSTOM_TARGET, lambda x, config: (x * 2).astype(x.dtype))
+
+
+class _Gen:
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.b = Builder("random")
+        self.pool: list[Node] = []
+        self.inputs: list[np.ndarray] = []
+
+    # -- values -------------------------------------------------------------------
+    def choice(self, seq):  # noqa: ANN001, ANN201
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def values(self, t: TensorType) -> np.ndarray:
+        """Random values with specials sprinkled at random positions (any array size)."""
+        rng, dt = self.rng, t.dtype
+        if dt.is_bool:
+            return rng.random(t.shape) < 0.5
+        if dt.is_float:
+            x = (rng.standard_normal(t.shape) * 3).astype(dt.np)
+            specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0], dtype=dt.np)
+        else:
+            info = np.iinfo(dt.np)
+            x = rng.integers(-5, 6, size=t.shape).astype(dt.np)
+            specials = np.array([0, -1, 1, info.min, info.max], dtype=dt.np)
+        mask = rng.random(t.shape) < 0.3
+        return np.where(mask, specials[rng.integers(len(specials), size=t.shape)], x).astype(dt.np)
+
+    def param(self, t: TensorType) -> Node:
+        self.inputs.append(self.values(t))
+        return self.b.parameter(t)
+
+    def const(self, t: TensorType) -> Node:
+        r = self.rng.random()
+        if r < 0.5:
+            v = self.choice(_INTERESTING)
+            if t.dtype.is_bool:
+                v = bool(self.rng.integers(2))
+            elif not t.dtype.is_float:
+                v = int(v) if v != 0.5 else 3
+            arr = np.full(t.shape, v, dtype=t.dtype.np)
+            c = self.b.constant(np.asarray(v, t.dtype.np))
+            if t.shape and r < 0.3:  # a broadcast splat, as the frontend makes them
+                return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=())
+            return self.b.constant(arr)
+        return self.b.constant(self.values(t))
+
+    def splat(self, t: TensorType) -> Node:
+        """A constant every element of which is a value rewrites look for."""
+        v = self.choice(_INTERESTING + (np.inf, -np.inf))
+        if t.dtype.is_bool:
+            v = bool(self.rng.integers(2))
+        elif not t.dtype.is_float:
+            v = self.choice((0, 1, -1, 2, int(np.iinfo(t.dtype.np).min), int(np.iinfo(t.dtype.np).max)))
+        c = self.b.constant(np.asarray(v, t.dtype.np))
+        return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=()) if t.shape else c
+
+    def fresh(self, t: TensorType) -> Node:
+        return self.param(t) if self.rng.random() < 0.5 else self.const(t)
+
+    def pick(self, pred: Callable[[Node], bool] = lambda n: True) -> Node | None:
+        cands = [n for n in self.pool if isinstance(n.type, TensorType) and pred(n)]
+        if not cands:
+            return None
+        # favour recent values: chains make fusions
+        i = len(cands) - 1 - min(int(self.rng.geometric(0.4)) - 1, len(cands) - 1)
+        return cands[i]
+
+    def like(self, t: TensorType) -> Node:
+        same = self.pick(lambda n: n.type == t) if self.rng.random() < 0.6 else None
+        return same if same is not None else self.fresh(t)
+
+    def operand(self, dtypes: frozenset[DType] | tuple[DType, ...]) -> Node:
+        x = self.pick(lambda n: n.dtype in dtypes)
+        if x is None or self.rng.random() < 0.15:
+            x = self.fresh(TensorType(self.choice([d for d in DTYPES if d in dtypes]), self.choice(SHAPES)))
+        return x
+
+    # -- ops ----------------------------------------------------------------------
+    def make(self, op: Op) -> Node:  # noqa: C901 - one branch per op family is the point
+        b, d = self.b, OPS[op]
+        if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
+            x = self.operand(d.operand_dtypes)
+            ys = [self.splat(x.tensor_type) if self.rng.random() < 0.35 else self.like(x.tensor_type)
+                  for _ in range((d.arity or 1) - 1)]
+            if ys and n_commutes(op) and self.rng.random() < 0.3:
+                x, ys[0] = ys[0], x
+            return b.op(op, x, *ys)
+        if op is Op.COMPARE:
+            x = self.operand(DTYPES)
+            return b.compare(x, self.like(x.tensor_type), direction=self.choice(("eq", "ne", "lt", "le", "gt", "ge")))
+        if op is Op.SELECT:
+            x = self.operand(DTYPES)
+            y = self.like(x.tensor_type)
+            p = self.pick(lambda n: n.dtype is DType.BOOL and n.shape == x.shape)
+            if p is None:
+                p = b.compare(x, y, direction=self.choice(("lt", "gt", "eq")))
+            return b.select(p, x, y) if self.rng.random() < 0.7 else b.select(b.not_(p), x, y)
+        if op is Op.CONVERT:
+            return b.convert(self.operand(DTYPES), dtype=self.choice(DTYPES))
+        if op is Op.REDUCE:
+            x = self.operand(DTYPES)
+            kinds = ["max", "min"] + (["sum", "prod"] if not x.dtype.is_bool else []) + (
+                ["and", "or"] if not x.dtype.is_float else [])
+            axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.5)
+            return b.reduce(x, kind=self.choice(kinds), axes=axes)
+        if op is Op.DOT_GENERAL:
+            x = self.operand(frozenset(DTYPES) - {DType.BOOL})
+            if not x.shape:
+                x = b.broadcast_in_dim(x, shape=(3,), broadcast_dimensions=())
+            k = x.shape[-1]
+            y = self.like(TensorType(x.dtype, (k, int(self.rng.integers(1, 4)))))
+            return b.dot_general(x, y, lhs_contracting=(len(x.shape) - 1,), rhs_contracting=(0,))
+        if op is Op.BROADCAST_IN_DIM:
+            x = self.operand(DTYPES)
+            shape = list(x.shape)
+            dims = list(range(len(shape)))
+            pos = int(self.rng.integers(len(shape) + 1))
+            shape.insert(pos, 2)
+            dims = [i if i < pos else i + 1 for i in dims]
+            shape = [2 if s == 1 and self.rng.random() < 0.5 else s for s in shape]
+            return b.broadcast_in_dim(x, shape=tuple(shape), broadcast_dimensions=tuple(dims))
+        if op is Op.RESHAPE:
+            x = self.operand(DTYPES)
+            n = x.tensor_type.size
+            options = [(n,), (1, n), (n, 1)] + ([tuple(reversed(x.shape))] if x.shape else [])
+            return b.reshape(x, shape=self.choice(options))
+        if op is Op.TRANSPOSE:
+            x = self.operand(DTYPES)
+            return b.transpose(x, permutation=tuple(int(i) for i in self.rng.permutation(len(x.shape))))
+        if op is Op.SLICE:
+            x = self.operand(DTYPES)
+            start, limit, stride = [], [], []
+            for s in x.shape:
+                a = int(self.rng.integers(0, s + 1))
+                start.append(a)
+                limit.append(int(self.rng.integers(a, s + 1)))
+                stride.append(int(self.rng.integers(1, 3)))
+            return b.slice(x, start=start, limit=limit, stride=stride)
+        if op is Op.PAD:
+            x = self.operand(DTYPES)
+            r = len(x.shape)
+            lo, hi, it = ([int(v) for v in self.rng.integers(0, 3, r)] for _ in range(3))
+            return b.pad(x, self.const(TensorType(x.dtype, ())), low=lo, high=hi, interior=it)
+        if op is Op.CONCATENATE:
+            x = self.operand(DTYPES)
+            if not x.shape:
+                x = b.reshape(x, shape=(1,))
+            return b.concatenate(x, self.like(x.tensor_type), dimension=int(self.rng.integers(len(x.shape))))
+        if op is Op.REVERSE:
+            x = self.operand(DTYPES)
+            return b.reverse(x, dimensions=tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.5))
+        if op is Op.IOTA:
+            shape = self.choice([s for s in SHAPES if s])
+            return b.iota(shape=shape, dtype=self.choice([t for t in DTYPES if not t.is_bool]),
+                          dimension=int(self.rng.integers(len(shape))))
+        if op is Op.CONSTANT:
+            return self.const(TensorType(self.choice(DTYPES), self.choice(SHAPES)))
+        if op is Op.RNG_BIT_GENERATOR:
+            key = self.pick(lambda n: n.type == TensorType(DType.INT64, ())) or self.fresh(TensorType(DType.INT64, ()))
+            return b.rng_bit_generator(key, shape=self.choice(SHAPES), dtype=self.choice((DType.INT32, DType.INT64)))
+        if op is Op.CUSTOM_CALL:
+            _ensure_custom_call()
+            x = self.operand((DType.FLOAT32, DType.INT32))
+            return b.custom_call(x, target=CUSTOM_TARGET, shape=x.shape, dtype=x.dtype)
+        raise AssertionError(f"no generator for {op}")
+
+
+def n_commutes(op: Op) -> bool:
+    return OPS[op].traits.commutative
+
+
+#: every core primitive but parameter (parameters appear as fresh operands)
+GENERATED_OPS: tuple[Op, ...] = tuple(sorted(CORE_PRIMITIVES - {Op.PARAMETER}, key=lambda o: o.value))
+# elementwise ops three times as often: they are what rewrites and fusion work on
+_WEIGHTED: tuple[Op, ...] = GENERATED_OPS + 2 * tuple(o for o in GENERATED_OPS if OPS[o].traits.elementwise)
+
+
+def random_module(seed: int, n_nodes: int) -> tuple[Module, list[np.ndarray]]:
+    """A random well-typed module with about ``n_nodes`` ops, and inputs for it."""
+    g = _Gen(seed)
+    while len(g.pool) < n_nodes:
+        g.pool.append(g.make(g.choice(_WEIGHTED)))
+    outs = [g.pool[-1]] + [g.choice(g.pool) for _ in range(int(g.rng.integers(0, 3)))]
+    return g.b.build(*outs), g.inputs

@@ -1,0 +1,308 @@
+"""Fusion: the must-show facts (seed, softmax, layer norm, dense+relu) and the rules it
+must never break (no duplicated dot or expensive producer, no cycles, the policy)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle.interpreter import evaluate
+from axle.ir import Builder, Module, Node, Op
+from axle.ir.module import post_order
+from axle.ir.types import TupleType
+from axle.ir.verifier import verify
+from axle.passes import Fusion, optimize
+from axle.passes.fusion import classify
+from axle.passes.policy import FusionPolicy
+
+INTERP = "interpreter:0"
+f32 = np.float32
+
+
+def fusions(m: Module) -> list[Node]:
+    return [n for n in m.entry.nodes if n.op is Op.FUSION]
+
+
+def kernels(m: Module) -> int:
+    return sum(1 for n in m.entry.nodes if n.op not in (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT))
+
+
+def inner_ops(f: Node) -> list[Op]:
+    return [n.op for n in f.attr["computation"].nodes if n.op is not Op.PARAMETER]
+
+
+def all_ops(m: Module) -> list[Op]:
+    """Every op in the module, fused or not."""
+    out = []
+    for n in m.entry.nodes:
+        out.extend(inner_ops(n) if n.op is Op.FUSION else [n.op])
+    return out
+
+
+def optimized(fn, *args, policy: FusionPolicy | None = None) -> Module:
+    module = axle.jit(fn, device=INTERP).lower(*args).module
+    if policy is None:
+        return optimize(module)
+
+    class B:
+        name = "test"
+
+        def passes(self):
+            return []
+
+        def fusion_policy(self):
+            return policy
+
+    return optimize(module, backend=B())
+
+
+def check_values(fn, args, opt: Module, rtol=1e-6):
+    expected = evaluate(axle.jit(fn, device=INTERP).lower(*args).module, *args)
+    for a, e in zip(evaluate(opt, *args), expected):
+        np.testing.assert_allclose(a, e, rtol=rtol, equal_nan=True)
+
+
+def seed(x, y, z):
+    return anp.sum(x + y * z)
+
+
+def softmax(x):
+    e = anp.exp(x - anp.max(x, axis=-1, keepdims=True))
+    return e / anp.sum(e, axis=-1, keepdims=True)
+
+
+def layer_norm(x, g, b):
+    mean = anp.mean(x, axis=-1, keepdims=True)
+    var = anp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / anp.sqrt(var + 1e-5) * g + b
+
+
+def layer_norm_moments(x):
+    mean = anp.mean(x, axis=-1)
+    var = anp.mean(x * x, axis=-1) - mean * mean
+    return mean, var
+
+
+def dense_relu(x, w, b):
+    return anp.maximum(x @ w + b, 0.0)
+
+
+# ------------------------------------------------------------------ must show
+
+
+def test_seed_becomes_one_fusion_with_add_mul_reduce():
+    x = np.arange(1024, dtype=f32)
+    lowered = axle.jit(seed, device=INTERP).lower(x, x, x)
+    opt = lowered.optimize()
+    fs = fusions(opt)
+    assert len(fs) == 1 and kernels(opt) == 1
+    assert fs[0].attr["kind"] == "input"
+    assert {Op.ADD, Op.MUL, Op.REDUCE} <= set(inner_ops(fs[0]))
+    text = lowered.compile().as_text()
+    fused_text = text[:text.index("entry")]
+    for word in ("add(", "multiply(", "reduce("):
+        assert word in fused_text
+    assert lowered.compile().report()["kernels"] == 1
+
+
+def test_decomposed_softmax_is_at_most_two_kernels():
+    x = np.random.default_rng(0).standard_normal((16, 33)).astype(f32)
+    opt = optimized(softmax, x)
+    assert kernels(opt) <= 2
+    assert kernels(opt) == 1 and fusions(opt)[0].attr["kind"] == "row"
+    assert all_ops(opt).count(Op.EXP) == 1
+    check_values(softmax, [x], opt)
+    assert axle.jit(softmax, device=INTERP).lower(x).compile().report()["kernels"] == 1
+
+
+def test_softmax_without_row_fusion_is_still_correct_and_uses_no_row_kind():
+    x = np.random.default_rng(0).standard_normal((16, 33)).astype(f32)
+    opt = optimized(softmax, x, policy=FusionPolicy(row_fusion=False))
+    assert all(f.attr["kind"] != "row" for f in fusions(opt))
+    assert kernels(opt) <= 4
+    check_values(softmax, [x], opt)
+
+
+def test_layer_norm_mean_and_variance_share_one_fusion():
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((8, 32)).astype(f32), rng.standard_normal(32).astype(f32),
+            rng.standard_normal(32).astype(f32)]
+    opt = optimized(layer_norm, *args)
+    holding = [f for f in fusions(opt) if inner_ops(f).count(Op.REDUCE) == 2]
+    assert len(holding) == 1 and holding[0].attr["kind"] == "row"
+    assert kernels(opt) == 1
+    check_values(layer_norm, args, opt, rtol=1e-5)
+
+
+def test_layer_norm_moments_share_a_multi_output_fusion_without_row_kernels():
+    x = np.random.default_rng(1).standard_normal((8, 32)).astype(f32)
+    opt = optimized(layer_norm_moments, x, policy=FusionPolicy(row_fusion=False))
+    multi = [f for f in fusions(opt) if isinstance(f.type, TupleType) and inner_ops(f).count(Op.REDUCE) == 2]
+    assert len(multi) == 1 and multi[0].attr["kind"] == "input"
+    assert all(n.op is Op.GET_TUPLE_ELEMENT for n in opt.entry.nodes
+               if any(o is multi[0] for o in n.operands))
+    check_values(layer_norm_moments, [x], opt, rtol=1e-5)
+
+
+def test_dense_relu_keeps_bias_add_and_relu_in_one_fusion():
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal((4, 8)).astype(f32), rng.standard_normal((8, 3)).astype(f32),
+            rng.standard_normal(3).astype(f32)]
+    opt = optimized(dense_relu, *args)
+    assert [n.op for n in opt.entry.nodes].count(Op.DOT_GENERAL) == 1  # the dot stays its own node
+    (f,) = fusions(opt)
+    assert f.attr["kind"] == "loop" and {Op.ADD, Op.MAX} <= set(inner_ops(f))
+    check_values(dense_relu, args, opt)
+    epi = optimized(dense_relu, *args, policy=FusionPolicy(dot_epilogue=True))
+    (f2,) = fusions(epi)
+    assert f2.attr["kind"] == "output" and {Op.DOT_GENERAL, Op.ADD, Op.MAX} <= set(inner_ops(f2))
+    assert kernels(epi) == 1
+    check_values(dense_relu, args, epi)
+
+
+# --------------------------------------------------------------- must not
+
+
+def test_fusion_never_duplicates_a_dot():
+    b = Builder("t")
+    x, w = b.parameter("f32[4,8]"), b.parameter("f32[8,3]")
+    d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
+    m = b.build(b.exp(d), b.reduce(d, kind="sum", axes=(0,)), b.transpose(d, permutation=(1, 0)))
+    for policy in (FusionPolicy(), FusionPolicy(dot_epilogue=True)):
+        out, _ = Fusion(policy).run(m)
+        verify(out)
+        assert all_ops(out).count(Op.DOT_GENERAL) == 1
+
+
+def test_fusion_never_duplicates_expensive_producers_but_recomputes_cheap_ones():
+    b = Builder("t")
+    x, bias = b.parameter("f32[6,5]"), b.parameter("f32[5]")
+    e = b.exp(x)  # expensive, read by a row reduction and a column reduction
+    bb = b.broadcast_in_dim(bias, shape=(6, 5), broadcast_dimensions=(1,))  # cheap, read by both
+    r0 = b.reduce(b.add(e, bb), kind="sum", axes=(0,))
+    r1 = b.reduce(b.mul(e, bb), kind="max", axes=(1,))
+    m = b.build(r0, r1)
+    out, _ = Fusion(FusionPolicy(multi_output=False)).run(m)
+    verify(out)
+    assert all_ops(out).count(Op.EXP) == 1
+    assert all_ops(out).count(Op.BROADCAST_IN_DIM) == 2  # recomputed in each consumer
+    out2, _ = Fusion(FusionPolicy(multi_output=False, duplicate_cheap=False)).run(m)
+    assert all_ops(out2).count(Op.BROADCAST_IN_DIM) == 1
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((6, 5)).astype(f32), rng.standard_normal(5).astype(f32)]
+    for o in (out, out2):
+        for a, e_ in zip(evaluate(o, *args), evaluate(m, *args)):
+            np.testing.assert_array_equal(a, e_)
+
+
+def test_fusion_creates_no_cycles_around_an_unfusible_node():
+    # a -> dot -> c and a -> c: putting a and c in one fusion would need the dot inside
+    b = Builder("t")
+    x, w = b.parameter("f32[4,4]"), b.parameter("f32[4,4]")
+    a = b.exp(x)
+    d = b.dot_general(a, w, lhs_contracting=(1,), rhs_contracting=(0,))
+    c = b.add(a, d)
+    m = b.build(c)
+    out, _ = Fusion().run(m)
+    verify(out)
+    post_order([out.entry.root])  # well-founded
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((4, 4)).astype(f32) for _ in range(2)]
+    np.testing.assert_array_equal(evaluate(out, *args)[0], evaluate(m, *args)[0])
+    assert all_ops(out).count(Op.EXP) == 1
+
+
+def test_sibling_merge_refuses_connected_groups():
+    # r1 = sum(x) feeds y = x * bcast(r1), then r2 = sum(y): r1 and r2 both read x but are
+    # connected through y, so they cannot share one multi-output kernel
+    b = Builder("t")
+    x = b.parameter("f32[8,4]")
+    r1 = b.reduce(x, kind="sum", axes=(0,))
+    y = b.mul(x, b.broadcast_in_dim(r1, shape=(8, 4), broadcast_dimensions=(1,)))
+    r2 = b.reduce(y, kind="sum", axes=(0,))
+    m = b.build(r1, r2)
+    out, _ = Fusion(FusionPolicy(row_fusion=False)).run(m)
+    verify(out)
+    assert len(fusions(out)) == 2
+    arg = np.random.default_rng(5).standard_normal((8, 4)).astype(f32)
+    for a, e in zip(evaluate(out, arg), evaluate(m, arg)):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_policy_limits_fusion_size_and_multi_output():
+    b = Builder("t")
+    x = b.parameter("f32[16]")
+    v = x
+    for i in range(20):
+        v = b.add(b.mul(v, v), x) if i % 2 else b.sin(v)
+    m = b.build(v, b.reduce(x, kind="sum", axes=(0,)), b.reduce(x, kind="max", axes=(0,)))
+    out, _ = Fusion(FusionPolicy(max_fusion_nodes=5, multi_output=False)).run(m)
+    verify(out)
+    for f in fusions(out):
+        assert len(inner_ops(f)) <= 5
+        assert not isinstance(f.type, TupleType)
+    multi, _ = Fusion(FusionPolicy()).run(m)
+    assert any(isinstance(f.type, TupleType) for f in fusions(multi))
+    arg = np.linspace(-1, 1, 16, dtype=f32)
+    for o in (out, multi):
+        for a, e in zip(evaluate(o, arg), evaluate(m, arg)):
+            np.testing.assert_array_equal(a, e)
+
+
+def test_fused_computations_hold_only_fusible_ops_and_kinds_match_contents():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 16)).astype(f32)
+    g = rng.standard_normal(16).astype(f32)
+    for fn, args in [(seed, [x[0], x[1], x[2]]), (softmax, [x]), (layer_norm, [x, g, g]), (dense_relu, [x, x.T, g[:8]])]:
+        for f in fusions(optimized(fn, *args)):
+            comp = f.attr["computation"]
+            kind = f.attr["kind"]
+            members = [n for n in comp.nodes if n.op not in (Op.PARAMETER, Op.TUPLE)]
+            roots = list(comp.root.operands) if comp.root.op is Op.TUPLE else [comp.root]
+            assert classify(members, roots, FusionPolicy()) == kind
+            assert all(n.traits.fusible for n in members)
+
+
+def test_fusion_is_skipped_on_already_fused_modules():
+    x = np.ones(64, f32)
+    opt = optimized(seed, x, x, x)
+    out, changed = Fusion().run(opt)
+    assert not changed and out is opt
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_optimized_jit_matches_numpy_on_edge_sizes(n):
+    rng = np.random.default_rng(n)
+    x, y, z = (rng.standard_normal(n).astype(f32) for _ in range(3))
+    np.testing.assert_allclose(np.asarray(axle.jit(seed, device=INTERP)(x, y, z)), np.sum(x + y * z), rtol=1e-5, atol=1e-6)
+    m = rng.standard_normal((n, 3)).astype(f32)
+    e = np.exp(m - m.max(-1, keepdims=True)) if n else m
+    want = e / e.sum(-1, keepdims=True) if n else m
+    np.testing.assert_allclose(np.asarray(axle.jit(softmax, device=INTERP)(m)), want, rtol=1e-6)
+
+
+def test_fusion_reports_no_change_when_nothing_fuses():
+    b = Builder("t")
+    x, w = b.parameter("f32[4,8]"), b.parameter("f32[8,3]")
+    m = b.build(b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,)))
+    out, changed = Fusion().run(m)
+    assert not changed and out is m
+
+
+def test_only_small_constants_are_inlined_into_fusions():
+    b = Builder("t")
+    x = b.parameter("f32[64]")
+    big = b.constant(np.arange(64, dtype=f32))
+    m = b.build(b.mul(b.add(x, big), b.broadcast_in_dim(b.constant(f32(2)), shape=(64,), broadcast_dimensions=())))
+    out, _ = Fusion().run(m)
+    (f,) = fusions(out)
+    inner = f.attr["computation"].nodes
+    assert [n.type.size for n in inner if n.op is Op.CONSTANT] == [1]
+    assert any(o.op is Op.CONSTANT and o.type.size == 64 for o in f.operands)
+    out2, _ = Fusion(FusionPolicy(max_fused_constant_elements=64)).run(m)
+    (f2,) = fusions(out2)
+    assert sorted(n.type.size for n in f2.attr["computation"].nodes if n.op is Op.CONSTANT) == [1, 64]
+    arg = np.linspace(0, 1, 64, dtype=f32)
+    for o in (out, out2):
+        np.testing.assert_array_equal(evaluate(o, arg)[0], evaluate(m, arg)[0])

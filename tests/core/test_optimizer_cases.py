@@ -1,0 +1,37 @@
+"""Every op case of the conformance kit, optimized, still matches the interpreter; and the
+before/after table in docs/optimizer.md is what the report command prints."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import axle
+from axle.testing.cases import check_case, core_cases, fused_cases
+
+INTERP = axle.device("interpreter:0")
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "optimizer.md"
+
+
+@pytest.mark.parametrize("case", list(core_cases()) + fused_cases(), ids=lambda c: c.id)
+def test_case_optimized_on_interpreter(case):
+    check_case(case, INTERP, optimize=True)
+
+
+def test_report_command_prints_the_table_recorded_in_docs():
+    out = subprocess.run([sys.executable, "-m", "axle.passes.report"], capture_output=True, text=True, check=True).stdout
+    table = out.strip()
+    assert table.startswith("| program |") and "seed" in table and "MLP backward" in table
+    assert table in DOCS.read_text(), "docs/optimizer.md does not hold the current table; rerun python -m axle.passes.report"
+    rows = [line.split("|")[1:-1] for line in table.splitlines()[2:]]
+    for program, kb, ka, tb, ta, *_ in rows:
+        assert int(ka) < int(kb), f"{program}: the optimizer did not reduce kernels"
+        assert int(ta.replace(",", "")) <= int(tb.replace(",", "")), f"{program}: more temporaries after"
+
+
+def test_docs_show_the_current_default_pipeline():
+    from axle.passes import default_pipeline
+
+    assert default_pipeline().describe() in DOCS.read_text()
