@@ -196,6 +196,19 @@ def _ends_in_reduce(n: Node) -> bool:
     return n.traits.reduction
 
 
+def _why_no_row(producer: Node, policy: FusionPolicy) -> str:
+    """Why a row fusion (reduce over trailing axes, broadcast back) did not absorb it."""
+    if not policy.row_fusion:
+        return " (row fusion is off in this backend's policy)"
+    comp_nodes = producer.attr["computation"].nodes if producer.op is Op.FUSION else [producer]
+    for r in (m for m in comp_nodes if m.traits.reduction):
+        rank = len(r.operands[0].shape)
+        axes = tuple(sorted(r.attr["axes"]))
+        if axes != tuple(range(rank - len(axes), rank)):
+            return f" (it reduces axes {list(axes)}; a row fusion needs the trailing axes)"
+    return " (a row fusion did not fit: see the consumer's other inputs and users)"
+
+
 def _is_dot_kernel(n: Node) -> bool:
     """A lone dot, or an output fusion (a dot with its epilogue)."""
     return n.op is Op.DOT_GENERAL or (n.op is Op.FUSION and n.attr["kind"] == "output")
@@ -229,8 +242,7 @@ def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPol
     if _is_dot_kernel(consumer):
         return "a dot reads its operands tile by tile, several times each; producers are not inlined into it"
     if _ends_in_reduce(producer):
-        row = " (a row fusion was not possible here)" if policy.row_fusion else " (row fusion is off in this policy)"
-        return "the producer ends in a reduction: its consumers need the finished result" + row
+        return "the producer ends in a reduction: its consumers need the finished result" + _why_no_row(producer, policy)
     size = len(_inner_ops(producer)) + len(_inner_ops(consumer))
     if size > policy.max_fusion_nodes:
         return f"together they have {size} ops, more than max_fusion_nodes={policy.max_fusion_nodes}"
