@@ -16,7 +16,9 @@ from . import errors, ir
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
 from .frontend.array import Array
-from .frontend.jit import jit
+from .frontend.jit import compile, jit
+from .frontend.lazy import jit_scope
+from .autodiff import grad, value_and_grad, vjp
 from .frontend.pytree import tree_map
 from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
 from .placement import default_device, device, device_put, devices
@@ -25,7 +27,7 @@ from .registry import REGISTRY
 __version__ = "0.1.0"
 
 __all__ = [
-    "API_VERSION", "Array", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
+    "API_VERSION", "Array", "compile", "grad", "jit_scope", "value_and_grad", "vjp", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
 ]
@@ -48,6 +50,6 @@ def reset_stats() -> None:
 def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
     import importlib
 
-    if name in ("numpy", "lax", "interpreter", "passes", "testing", "profiler"):
+    if name in ("numpy", "lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

@@ -8,7 +8,8 @@ from typing import Any
 
 _lock = threading.Lock()
 _counts: dict[tuple[str, str, str], int] = defaultdict(int)
-TOTALS = ("traces", "compiles", "cache_hits", "cache_misses", "kernel_launches", "eager_ops", "executions")
+TOTALS = ("traces", "compiles", "cache_hits", "cache_misses", "kernel_launches", "eager_ops", "executions",
+          "clusters", "lazy_ops")
 
 
 def record(what: str, n: int = 1, *, function: str = "", device: str = "") -> None:

@@ -11,35 +11,56 @@ from .arrayops import ArrayOps
 
 
 class Array(ArrayOps):
-    """A concrete array on a device. ``np.asarray(a)`` copies it to the host."""
+    """An array on a device. ``np.asarray(a)`` copies it to the host.
 
-    __slots__ = ("buffer", "weak", "_host")
+    In ``jit_scope`` / auto-clustering mode an Array may be *pending*: its value is a node
+    of a lazy cluster (see frontend/lazy.py) and reading ``buffer`` (or the values)
+    compiles and runs that cluster first. Shape, dtype and device never force it."""
+
+    __slots__ = ("_buffer", "weak", "_host", "_lazy", "__weakref__")
     __array_priority__ = 1000
 
-    def __init__(self, buffer: Buffer, weak: bool = False) -> None:
-        self.buffer = buffer
+    def __init__(self, buffer: Buffer | None, weak: bool = False, lazy: Any = None) -> None:
+        self._buffer = buffer
         self.weak = weak
         self._host: np.ndarray | None = None
+        self._lazy = lazy  # (cluster, node) while pending
+
+    @property
+    def buffer(self) -> Buffer:
+        if self._buffer is None:
+            self._lazy[0].flush()
+            assert self._buffer is not None, "a lazy cluster did not fill one of its arrays"
+        return self._buffer
+
+    @property
+    def is_pending(self) -> bool:
+        """True while the value is still an unexecuted node of a lazy cluster."""
+        return self._buffer is None
 
     @property
     def aval(self) -> TensorType:
-        return self.buffer.type
+        if self._buffer is None:
+            return self._lazy[1].tensor_type
+        return self._buffer.type
 
     @property
     def device(self) -> Device:
-        return self.buffer.device
+        if self._buffer is None:
+            return self._lazy[0].device
+        return self._buffer.device
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.buffer.type.shape
+        return self.aval.shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.buffer.type.dtype.np
+        return self.aval.dtype.np
 
     @property
     def nbytes(self) -> int:
-        return self.buffer.nbytes
+        return self.aval.size * self.aval.dtype.itemsize
 
     def numpy(self) -> np.ndarray:
         """The values as a read-only host array (copied once, then cached)."""
@@ -47,8 +68,9 @@ class Array(ArrayOps):
             from .. import profiler
             from ..registry import REGISTRY
 
+            buf = self.buffer  # a pending (lazy) value runs its cluster first, outside the copy's span
             with profiler.span(f"from {self.device.name}", "transfer", bytes=self.nbytes, type=self.aval):
-                host = np.asarray(REGISTRY.backend_for(self.device).to_host(self.buffer))
+                host = np.asarray(REGISTRY.backend_for(self.device).to_host(buf))
             host = host.view()
             host.flags.writeable = False
             self._host = host
@@ -83,11 +105,6 @@ class Array(ArrayOps):
 
     def __bool__(self) -> bool:
         return bool(self.numpy())
-
-    def __iter__(self) -> Any:
-        if not self.shape:
-            raise TypeError("iteration over a 0-d array")
-        return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="Array(")

@@ -33,6 +33,16 @@ class ArrayOps:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    @property
+    def at(self) -> Any:
+        """Functional updates: ``x.at[idx].set(v)``, ``.add(v)``, ``.get()``."""
+        return _np()._AtIndexer(self)
+
     @property
     def T(self) -> Any:  # noqa: N802
         return _np().transpose(self)

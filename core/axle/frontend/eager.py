@@ -57,10 +57,15 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
 def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
     from ..placement import to_buffer
 
+    from .lazy import lazy_active, record
+
     device = _device_of(operands)
+    weak = bool(operands) and all(is_weak(x) for x in operands)
+    if lazy_active():
+        return record(op, operands, attrs, device, weak)
     types = tuple(aval_of(x) for x in operands)
     exe = executable_for(op, types, attrs, device)
     (out,) = exe.execute([to_buffer(x, device) for x in operands])
     stats.record("eager_ops", device=device.name)
     stats.record("kernel_launches", function=f"eager:{op.value}", device=device.name)
-    return Array(out, weak=bool(operands) and all(is_weak(x) for x in operands))
+    return Array(out, weak=weak)

@@ -154,6 +154,12 @@ class Compiled:
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
 
 
+def _inside_trace(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    from .tracing import current_trace
+
+    return current_trace() is not None or any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
+
+
 class JitFunction:
     """A function compiled on first call per (shapes, dtypes, static args, device)."""
 
@@ -198,6 +204,9 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from ..placement import to_buffer
 
+        if _inside_trace(args, kwargs):
+            # jit inside jit/grad: inline, the outer trace compiles the whole thing
+            return self.fn(*args, **kwargs)
         device = self._device()
         key, leaves = self._key(args, kwargs, device)
         entry = self._cache.get(key)
@@ -238,3 +247,19 @@ def jit(fn: Callable[..., Any] | None = None, *, device: Any = None,
     if fn is None:
         return lambda f: JitFunction(f, device=device, static_argnums=static_argnums)
     return JitFunction(fn, device=device, static_argnums=static_argnums)
+
+
+def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None) -> Any:  # noqa: A001
+    """The seed's ``xla.compile(computation, inputs)``: traces, compiles and runs ``fn`` on
+    ``inputs`` (a list of arguments) and returns its outputs. The executable is cached
+    per function, so calling it again with the same shapes does not recompile."""
+    jf = _compiled.get(fn)
+    if jf is None or jf.device_spec != device:
+        jf = JitFunction(fn, device=device)
+        _compiled[fn] = jf
+    return jf(*inputs)
+
+
+import weakref as _weakref  # noqa: E402
+
+_compiled: "_weakref.WeakKeyDictionary[Any, JitFunction]" = _weakref.WeakKeyDictionary()

@@ -100,7 +100,7 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Any:
     xs = aval_of(x).shape
     if xs == shape:
         return x
-    if len(xs) > len(shape) or any(a not in (1, b) for a, b in zip(xs[::-1], shape[::-1])):
+    if len(xs) > len(shape) or builtins.any(a not in (1, b) for a, b in zip(xs[::-1], shape[::-1])):
         raise _fail("broadcast_to", f"cannot broadcast shape {xs} to {shape}", x)
     offset = len(shape) - len(xs)
     if not _is_array(x):
@@ -120,7 +120,7 @@ def _prepare(name: str, *args: ArrayLike, dtype: Any = None) -> list[Any]:
 
 def _finish(x: Any, *args: Any) -> Any:
     """Marks results of all-weak operands weak (so `2.0 * 3.0` stays a Python-like scalar)."""
-    if args and all(is_weak(a) for a in args) and _is_array(x):
+    if args and builtins.all(is_weak(a) for a in args) and _is_array(x):
         x.weak = True
     return x
 
@@ -367,7 +367,7 @@ def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype
         x = astype(x, dtype)
     elif kind in ("sum", "prod") and x.dtype.kind in "bi" and x.dtype.itemsize < 8:
         x = astype(x, _np.int64)  # NumPy accumulates small integers in the platform int
-    if kind in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+    if kind in ("max", "min") and builtins.any(x.shape[a] == 0 for a in axes):
         raise _fail(name, "zero-size array to reduction operation which has no identity", x)
     if x.dtype == _np.bool_ and kind in ("max", "min"):
         kind = "or" if kind == "max" else "and"
@@ -479,11 +479,14 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> An
 # ------------------------------------------------------------------------ indexing
 
 
-def getitem(x: ArrayLike, idx: Any) -> Any:
-    """Basic indexing: integers, slices (any step), None and Ellipsis."""
-    x = asarray(x) if not _is_array(x) else x
-    if not isinstance(idx, tuple):
-        idx = (idx,)
+def _is_basic_index(i: Any) -> bool:
+    return i is None or i is Ellipsis or isinstance(i, builtins.slice) or (
+        isinstance(i, (int, _np.integer)) and not isinstance(i, (bool, _np.bool_)))
+
+
+def _basic_plan(x: Any, idx: tuple) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """start/limit/stride of the slice, the dims to reverse, and the result shape of a
+    basic index (ints, slices of any step, None, Ellipsis)."""
     if builtins.sum(1 for i in idx if i is Ellipsis) > 1:
         raise _fail("getitem", "an index can only have a single ellipsis", x)
     n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -491,7 +494,11 @@ def getitem(x: ArrayLike, idx: Any) -> Any:
         raise _fail("getitem", f"too many indices ({n_real}) for an array of rank {x.ndim}", x)
     pos = next((k for k, i in enumerate(idx) if i is Ellipsis), len(idx))
     idx = idx[:pos] + (builtins.slice(None),) * (x.ndim - n_real) + idx[pos + 1:]
-    start, limit, stride, flips, out_shape = [], [], [], [], []
+    start: list[int] = []
+    limit: list[int] = []
+    stride: list[int] = []
+    flips: list[int] = []
+    out_shape: list[int] = []
     dim = 0
     for i in idx:
         if i is None:
@@ -504,7 +511,7 @@ def getitem(x: ArrayLike, idx: Any) -> Any:
                 raise _fail("getitem", f"index {k} is out of bounds for axis {dim} with size {n}", x)
             k %= n
             start.append(k), limit.append(k + 1), stride.append(1)
-        elif isinstance(i, builtins.slice):
+        else:
             s, l, st = i.indices(n)
             if st > 0:
                 cnt = builtins.max(0, (l - s + st - 1) // st)
@@ -516,15 +523,34 @@ def getitem(x: ArrayLike, idx: Any) -> Any:
                 start.append(lo), limit.append(s + 1 if cnt else 0), stride.append(-st)
                 flips.append(dim)
             out_shape.append(cnt)
-        else:
-            raise _fail("getitem", f"unsupported index {i!r} (advanced indexing arrives with the full API)", x)
         dim += 1
+    return start, limit, stride, flips, out_shape
+
+
+def getitem(x: ArrayLike, idx: Any) -> Any:
+    """NumPy indexing. Basic (integers, slices of any step, None, Ellipsis) becomes slice /
+    reverse / reshape; integer-array and boolean-mask indices (see numpy/_index.py) become
+    a one-hot gather, with static shapes."""
+    x = asarray(x) if not _is_array(x) else x
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if not builtins.all(_is_basic_index(i) for i in idx):
+        from ._index import advanced_getitem
+
+        return advanced_getitem(x, idx)
+    start, limit, stride, flips, out_shape = _basic_plan(x, idx)
     out = x
     if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
         out = lax.slice(out, start, limit, stride)
     if flips:
         out = lax.reverse(out, flips)
     return reshape(out, out_shape)
+
+
+from ._math import *  # noqa: E402,F401,F403
+from ._shape import *  # noqa: E402,F401,F403
+from ._linalg import *  # noqa: E402,F401,F403
+from ._index import *  # noqa: E402,F401,F403
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

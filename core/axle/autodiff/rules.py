@@ -1,0 +1,246 @@
+"""VJP rules: one entry per differentiable primitive of the op table.
+
+A rule gets the primitive's node (for attributes and operand types), the operand values,
+the output value and the output cotangent, and returns one cotangent per operand (None: a
+zero cotangent, nothing flows). Rules are written in primitives (``axle.lax``), so the
+backward pass is itself traced, jitted, clustered or run eagerly like any other code.
+
+Primitives without a rule are not differentiable (compare, and/or/not, iota, rng, custom
+calls) or piecewise constant (floor, ceil, sign): their cotangent is zero.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import lax
+from ..ir.module import Node
+from ..ir.ops import Op
+
+Value = Any
+Rule = Callable[[Node, Sequence[Value], Value, Value], list[Value | None]]
+
+
+def full(v: float, node: Node) -> Value:
+    """The scalar v broadcast to the type of ``node``."""
+    t = node.tensor_type
+    return lax.broadcast_in_dim(np.asarray(v, t.dtype.np), t.shape, ())
+
+
+def _trunc(t: Value, node: Node) -> Value:
+    return lax.select(lax.compare(t, full(0, node), "lt"), lax.ceil(t), lax.floor(t))
+
+
+def _zeros_of(node: Node) -> Value:
+    return full(0, node)
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _abs(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.mul(ct, lax.sign(xs[0]))]
+
+
+def _sqrt(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.div(ct, lax.mul(full(2, n), out))]
+
+
+def _rsqrt(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.mul(ct, lax.div(lax.mul(full(-0.5, n), out), xs[0]))]
+
+
+def _tanh(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.mul(ct, lax.sub(full(1, n), lax.mul(out, out)))]
+
+
+def _logistic(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.mul(ct, lax.mul(out, lax.sub(full(1, n), out)))]
+
+
+def _div(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    x, y = xs
+    return [lax.div(ct, y), lax.neg(lax.mul(ct, lax.div(out, y)))]
+
+
+def _rem(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    x, y = xs  # fmod(x, y) = x - y * trunc(x / y)
+    return [ct, lax.neg(lax.mul(ct, _trunc(lax.div(x, y), n)))]
+
+
+def _pow(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    x, y = xs
+    dx = lax.mul(y, lax.pow(x, lax.sub(y, full(1, n))))
+    pos = lax.compare(x, full(0, n), "gt")
+    # d/dy x^y = x^y log x, taken as 0 where x <= 0 (as JAX does at x == 0)
+    dy = lax.select(pos, lax.mul(out, lax.log(lax.select(pos, x, full(1, n)))), full(0, n))
+    return [lax.mul(ct, dx), lax.mul(ct, dy)]
+
+
+def _minmax(direction: str) -> Rule:
+    def rule(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+        x, y = xs
+        # ties split the cotangent evenly between both operands
+        half = lax.mul(ct, full(0.5, n))
+        eq = lax.compare(x, y, "eq")
+        gx = lax.select(lax.compare(x, y, direction), ct, lax.select(eq, half, full(0, n)))
+        gy = lax.select(lax.compare(y, x, direction), ct, lax.select(eq, half, full(0, n)))
+        return [gx, gy]
+
+    return rule
+
+
+def _select(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    p = xs[0]
+    z = _zeros_of(n)
+    return [None, lax.select(p, ct, z), lax.select(p, z, ct)]
+
+
+def _convert(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    src = n.operands[0].dtype
+    return [lax.convert(ct, src) if src.is_float else None]
+
+
+# ------------------------------------------------------------------ reductions, dot
+
+
+def _reduce(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    kind, axes = n.attr["kind"], n.attr["axes"]
+    xt = n.operands[0].tensor_type
+    kept = tuple(i for i in range(xt.rank) if i not in axes)
+
+    def back(v: Value) -> Value:
+        return lax.broadcast_in_dim(v, xt.shape, kept)
+
+    x = xs[0]
+    if kind == "sum":
+        return [back(ct)]
+    if kind in ("max", "min"):
+        # every element equal to the extreme shares the cotangent evenly
+        hit = lax.compare(x, back(out), "eq")
+        cnt = lax.reduce(lax.convert(hit, xt.dtype), "sum", axes)
+        share = back(lax.div(ct, cnt))
+        return [lax.select(hit, share, full(0, n.operands[0]))]
+    if kind == "prod":  # d/dx_i prod = prod / x_i (undefined where x_i == 0)
+        return [lax.div(back(lax.mul(ct, out)), x)]
+    return [None]
+
+
+def _dot(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    lhs, rhs = xs
+    a = n.attr
+    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+    lr, rr = n.operands[0].tensor_type.rank, n.operands[1].tensor_type.rank
+    lfree = [i for i in range(lr) if i not in lb + lc]
+    rfree = [i for i in range(rr) if i not in rb + rc]
+    nb = len(lb)
+    ct_batch = list(range(nb))
+    ct_lfree = list(range(nb, nb + len(lfree)))
+    ct_rfree = list(range(nb + len(lfree), nb + len(lfree) + len(rfree)))
+
+    # d lhs: ct (batch, lfree, rfree) . rhs over rfree -> (batch, lfree, rhs contracting dims in rhs order)
+    g = lax.dot_general(ct, rhs, ct_rfree, rfree, ct_batch, list(rb))
+    rc_sorted = sorted(range(len(rc)), key=lambda k: rc[k])
+    dims = list(lb) + lfree + [lc[k] for k in rc_sorted]
+    glhs = lax.transpose(g, [dims.index(i) for i in range(lr)])
+
+    # d rhs: ct . lhs over lfree -> (batch, rfree, lhs contracting dims in lhs order)
+    g = lax.dot_general(ct, lhs, ct_lfree, lfree, ct_batch, list(lb))
+    lc_sorted = sorted(range(len(lc)), key=lambda k: lc[k])
+    dims = list(rb) + rfree + [rc[k] for k in lc_sorted]
+    grhs = lax.transpose(g, [dims.index(i) for i in range(rr)])
+    return [glhs, grhs]
+
+
+# ------------------------------------------------------------------ data movement
+
+
+def _broadcast(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    xt = n.operands[0].tensor_type
+    shape, dims = n.attr["shape"], n.attr["broadcast_dimensions"]
+    summed = [d for d in range(len(shape)) if d not in dims]
+    summed += [d for i, d in enumerate(dims) if xt.shape[i] == 1 and shape[d] != 1]
+    g = lax.reduce(ct, "sum", sorted(summed)) if summed else ct
+    return [lax.reshape(g, xt.shape)]
+
+
+def _transpose(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    perm = n.attr["permutation"]
+    inv = [perm.index(i) for i in range(len(perm))]
+    return [lax.transpose(ct, inv)]
+
+
+def _slice(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    xt = n.operands[0].tensor_type
+    start, stride = n.attr["start"], n.attr["stride"]
+    cnt = n.tensor_type.shape
+    if 0 in cnt:
+        return [full(0, n.operands[0])]
+    high = [dim - (s + (c - 1) * st + 1) for dim, s, c, st in zip(xt.shape, start, cnt, stride)]
+    return [lax.pad(ct, np.asarray(0, xt.dtype.np), start, high, [st - 1 for st in stride])]
+
+
+def _pad(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    xt = n.operands[0].tensor_type
+    low, interior = n.attr["low"], n.attr["interior"]
+    limit = [lo + (d - 1) * (it + 1) + 1 if d else lo for lo, d, it in zip(low, xt.shape, interior)]
+    gx = lax.slice(ct, low, limit, [it + 1 for it in interior])
+    all_axes = list(range(xt.rank))
+    total = lax.reduce(ct, "sum", all_axes) if all_axes else ct
+    inner = lax.reduce(gx, "sum", all_axes) if all_axes else gx
+    return [gx, lax.sub(total, inner)]
+
+
+def _concatenate(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    dim = n.attr["dimension"]
+    shape = n.tensor_type.shape
+    outs, at = [], 0
+    for o in n.operands:
+        size = o.tensor_type.shape[dim]
+        start = [0] * len(shape)
+        limit = list(shape)
+        start[dim], limit[dim] = at, at + size
+        outs.append(lax.slice(ct, start, limit))
+        at += size
+    return outs
+
+
+VJP: dict[Op, Rule] = {
+    Op.NEG: lambda n, xs, out, ct: [lax.neg(ct)],
+    Op.ABS: _abs,
+    Op.EXP: lambda n, xs, out, ct: [lax.mul(ct, out)],
+    Op.LOG: lambda n, xs, out, ct: [lax.div(ct, xs[0])],
+    Op.SQRT: _sqrt,
+    Op.RSQRT: _rsqrt,
+    Op.TANH: _tanh,
+    Op.LOGISTIC: _logistic,
+    Op.SIN: lambda n, xs, out, ct: [lax.mul(ct, lax.cos(xs[0]))],
+    Op.COS: lambda n, xs, out, ct: [lax.neg(lax.mul(ct, lax.sin(xs[0])))],
+    Op.FLOOR: lambda n, xs, out, ct: [None],
+    Op.CEIL: lambda n, xs, out, ct: [None],
+    Op.SIGN: lambda n, xs, out, ct: [None],
+    Op.ADD: lambda n, xs, out, ct: [ct, ct],
+    Op.SUB: lambda n, xs, out, ct: [ct, lax.neg(ct)],
+    Op.MUL: lambda n, xs, out, ct: [lax.mul(ct, xs[1]), lax.mul(ct, xs[0])],
+    Op.DIV: _div,
+    Op.REM: _rem,
+    Op.POW: _pow,
+    Op.MAX: _minmax("gt"),
+    Op.MIN: _minmax("lt"),
+    Op.SELECT: _select,
+    Op.CONVERT: _convert,
+    Op.REDUCE: _reduce,
+    Op.DOT_GENERAL: _dot,
+    Op.BROADCAST_IN_DIM: _broadcast,
+    Op.RESHAPE: lambda n, xs, out, ct: [lax.reshape(ct, n.operands[0].tensor_type.shape)],
+    Op.TRANSPOSE: _transpose,
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.CONCATENATE: _concatenate,
+    Op.REVERSE: lambda n, xs, out, ct: [lax.reverse(ct, n.attr["dimensions"])],
+}
+
+#: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).
+DIFFERENTIABLE: frozenset[Op] = frozenset(VJP) - {Op.FLOOR, Op.CEIL, Op.SIGN}

@@ -1,0 +1,172 @@
+"""Elementwise math and reductions built from primitives (decompositions, never new ops)."""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+import numpy as _np
+
+from .. import lax
+from . import (_finish, _fail, _is_array, _norm_axes, _reduce, _to_value, astype, asarray, broadcast_to, equal,
+               logical_not, maximum, mean, minimum, multiply, not_equal, reshape, subtract, sum, true_divide, where)
+
+ArrayLike = Any
+
+
+def _float_in(x: ArrayLike) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    return _to_value(x, x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64)), x
+
+
+def log1p(x: ArrayLike) -> Any:
+    """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg's trick)."""
+    xf, orig = _float_in(x)
+    u = lax.add(xf, _scalar(1, xf))
+    um1 = lax.sub(u, _scalar(1, xf))
+    exact = lax.compare(um1, _scalar(0, xf), "eq")
+    safe = lax.select(exact, _scalar(1, xf), um1)
+    ratio = lax.mul(lax.log(u), lax.div(xf, safe))
+    # u == inf: log(inf) * inf/inf would be nan; log1p(inf) = inf
+    inf = lax.compare(u, _scalar(math.inf, xf), "eq")
+    return _finish(lax.select(exact, xf, lax.select(inf, u, ratio)), orig)
+
+
+def expm1(x: ArrayLike) -> Any:
+    """exp(x) - 1, accurate for tiny x: (u - 1) * x / log(u) with u = exp(x)."""
+    xf, orig = _float_in(x)
+    u = lax.exp(xf)
+    um1 = lax.sub(u, _scalar(1, xf))
+    logu = lax.log(u)
+    exact = lax.compare(um1, _scalar(0, xf), "eq")
+    degenerate = lax.or_(lax.compare(um1, _scalar(-1, xf), "eq"),
+                         lax.compare(u, _scalar(math.inf, xf), "eq"))
+    safe_log = lax.select(lax.or_(exact, degenerate), _scalar(1, xf), logu)
+    ratio = lax.mul(um1, lax.div(xf, safe_log))
+    return _finish(lax.select(exact, xf, lax.select(degenerate, um1, ratio)), orig)
+
+
+def _scalar(v: Any, like: Any) -> Any:
+    return broadcast_to(_np.asarray(v, dtype=like.dtype), like.shape)
+
+
+def square(x: ArrayLike) -> Any:
+    return multiply(x, x)
+
+
+def reciprocal(x: ArrayLike) -> Any:
+    return true_divide(1.0, x)
+
+
+def isnan(x: ArrayLike) -> Any:
+    return not_equal(x, x)
+
+
+def isinf(x: ArrayLike) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    if x.dtype.kind != "f":
+        from . import full
+
+        return full(x.shape, False, bool)
+    return equal(lax.abs(x), _scalar(math.inf, x))
+
+
+def isfinite(x: ArrayLike) -> Any:
+    return logical_not(isnan(x) | isinf(x))
+
+
+def clip(x: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
+    """min(max(x, a_min), a_max); NaN in x stays NaN, as in NumPy."""
+    out = x
+    if a_min is not None:
+        out = maximum(out, a_min)
+    if a_max is not None:
+        out = minimum(out, a_max)
+    return out
+
+
+def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+    """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
+    x = asarray(x) if not _is_array(x) else x
+    axes = _norm_axes(axis, x.ndim, "var", x)
+    dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
+    xf = astype(x, dt)
+    d = subtract(xf, mean(xf, axis=axes, keepdims=True))
+    n = math.prod(x.shape[a] for a in axes) - ddof
+    s = sum(multiply(d, d), axis=axes, keepdims=keepdims)
+    return true_divide(s, _np.asarray(builtins.max(n, 0), dtype=dt))
+
+
+def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+    from . import sqrt
+
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+    return _reduce("and", "all", astype(x, bool), axis, keepdims)
+
+
+def any(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+    return _reduce("or", "any", astype(x, bool), axis, keepdims)
+
+
+def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -> Any:
+    """First index of the max/min (a NaN counts as the extreme, as in NumPy): reduce to
+    the extreme, mark matching positions, then take the smallest marked index."""
+    x = asarray(x) if not _is_array(x) else x
+    if axis is None:
+        flat = reshape(x, (-1,))
+        out = _arg_reduce(kind, name, flat, 0, False)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    (ax,) = _norm_axes(axis, x.ndim, name, x)
+    n = x.shape[ax]
+    if n == 0:
+        raise _fail(name, "attempt to get argmax/argmin of an empty sequence", x)
+    work = astype(x, _np.int32) if x.dtype == _np.bool_ else x
+    ext = _reduce(kind, name, work, ax, True)
+    hit = equal(work, ext)
+    if work.dtype.kind == "f":
+        hit = hit | isnan(work)
+    idx = lax.iota(_np.int64, work.shape, ax)
+    cand = where(hit, idx, _np.asarray(n, _np.int64))
+    return _reduce("min", name, cand, ax, keepdims)
+
+
+def argmax(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    return _arg_reduce("max", "argmax", x, axis, keepdims)
+
+
+def argmin(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
+    return _arg_reduce("min", "argmin", x, axis, keepdims)
+
+
+def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
+    from . import exp
+
+    m = maximum(x, y)
+    return m + log1p(exp(-abs_(subtract(x, y))))
+
+
+def abs_(x: ArrayLike) -> Any:
+    from . import abs as _abs
+
+    return _abs(x)
+
+
+def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
+    """Inclusive prefix sum as a triangular matmul (a decomposition: O(n^2) per row)."""
+    from . import matmul, moveaxis
+
+    x = asarray(x) if not _is_array(x) else x
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    (ax,) = _norm_axes(axis, x.ndim, "cumsum", x)
+    if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
+        x = astype(x, _np.int64)
+    n = x.shape[ax]
+    tri = _np.triu(_np.ones((n, n), x.dtype))
+    moved = moveaxis(x, ax, -1)
+    return moveaxis(matmul(moved, asarray(tri)), -1, ax)
+
+

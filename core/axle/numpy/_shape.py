@@ -1,0 +1,221 @@
+"""Creation and shape manipulation: linspace, eye, *_like, concatenate, stack, split, flip,
+pad, swapaxes, moveaxis."""
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as _np
+
+from .. import lax
+from ..ir.dtypes import canonical_numpy_dtype
+from . import (_fail, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype, broadcast_to,
+               expand_dims, full, multiply, reshape, result_type, transpose, where)
+
+ArrayLike = Any
+
+
+def full_like(x: ArrayLike, fill_value: Any, dtype: Any = None) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    return full(x.shape, fill_value, dtype or x.dtype)
+
+
+def empty(shape: Any, dtype: Any = float) -> Any:
+    """Zeros: axle arrays are immutable, so 'uninitialized' has no use."""
+    return full(shape, 0, dtype)
+
+
+def empty_like(x: ArrayLike, dtype: Any = None) -> Any:
+    return full_like(x, 0, dtype)
+
+
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None) -> Any:
+    """``num`` evenly spaced values; computed as start + i*step like NumPy (last value exact)."""
+    dt = canonical_numpy_dtype(_np.dtype(dtype)) if dtype is not None else _np.dtype(_np.float64)
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    work = dt if dt.kind == "f" else _np.dtype(_np.float64)
+    i = arange(num, dtype=work)
+    out = add(multiply(i, _np.asarray(step, work)), _np.asarray(start, work))
+    if endpoint and num > 1:
+        out = where(arange(num) == num - 1, _np.asarray(stop, work), out)
+    return astype(out, dt)
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = float) -> Any:
+    m = n if m is None else m
+    dt = canonical_numpy_dtype(_np.dtype(dtype))
+    rows = lax.iota(_np.int64, (n, m), 0)
+    cols = lax.iota(_np.int64, (n, m), 1)
+    diag = lax.compare(lax.add(rows, broadcast_to(_np.asarray(k, _np.int64), (n, m))), cols, "eq")
+    return astype(diag, dt)
+
+
+def identity(n: int, dtype: Any = float) -> Any:
+    return eye(n, dtype=dtype)
+
+
+def swapaxes(x: ArrayLike, axis1: int, axis2: int) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    a = _norm_axis(axis1, x.ndim, "swapaxes", x)
+    b = _norm_axis(axis2, x.ndim, "swapaxes", x)
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+def moveaxis(x: ArrayLike, source: int, destination: int) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    s = _norm_axis(source, x.ndim, "moveaxis", x)
+    d = _norm_axis(destination, x.ndim, "moveaxis", x)
+    perm = [i for i in range(x.ndim) if i != s]
+    perm.insert(d, s)
+    return transpose(x, perm)
+
+
+def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0) -> Any:
+    if not arrays:
+        raise ValueError("concatenate: need at least one array")
+    if axis is None:
+        arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
+    dt = result_type(*arrays)
+    xs = [asarray(_to_value(a, dt)) if not _is_array(a) else _to_value(a, dt) for a in arrays]
+    ranks = {x.ndim for x in xs}
+    if len(ranks) != 1 or 0 in ranks:
+        raise _fail("concatenate", "all inputs need the same rank >= 1", *xs)
+    ax = _norm_axis(axis, xs[0].ndim, "concatenate", xs[0])
+    for x in xs:
+        if builtins.any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax):
+            raise _fail("concatenate", f"shapes must agree except on axis {ax}", *xs)
+    nonempty = [x for x in xs if x.shape[ax]] or xs[:1]
+    return nonempty[0] if len(nonempty) == 1 else lax.concatenate(nonempty, ax)
+
+
+def stack(arrays: Sequence[ArrayLike], axis: int = 0) -> Any:
+    if not arrays:
+        raise ValueError("stack: need at least one array")
+    shapes = {tuple(_np.shape(a)) if not _is_array(a) else a.shape for a in arrays}
+    if len(shapes) != 1:
+        raise _fail("stack", "all input arrays must have the same shape",
+                    *[asarray(a) if not _is_array(a) else a for a in arrays])
+    nd = len(shapes.pop()) + 1
+    ax = axis % nd if -nd <= axis < nd else axis
+    if not 0 <= ax < nd:
+        raise _fail("stack", f"axis {axis} is out of bounds for rank {nd}", asarray(arrays[0]))
+    return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
+
+
+def _ndim(a: ArrayLike) -> int:
+    return a.ndim if _is_array(a) else _np.ndim(a)
+
+
+def hstack(arrays: Sequence[ArrayLike]) -> Any:
+    return concatenate(arrays, axis=0 if _ndim(arrays[0]) <= 1 else 1)
+
+
+def vstack(arrays: Sequence[ArrayLike]) -> Any:
+    return concatenate([reshape(a, (1, -1)) if _ndim(a) <= 1 else a for a in arrays], axis=0)
+
+
+def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
+    """Equal sections (an int that must divide the axis) or split points, like NumPy."""
+    from . import getitem
+
+    x = asarray(x) if not _is_array(x) else x
+    ax = _norm_axis(axis, x.ndim, "split", x)
+    n = x.shape[ax]
+    if isinstance(indices_or_sections, (int, _np.integer)):
+        k = int(indices_or_sections)
+        if k <= 0 or n % k:
+            raise _fail("split", f"array split does not result in an equal division ({n} into {k})", x)
+        points = [n // k * i for i in range(1, k)]
+    else:
+        points = [int(p) for p in indices_or_sections]
+    bounds = [0] + points + [n]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        lo, hi = builtins.min(builtins.max(lo, 0), n), builtins.min(builtins.max(hi, 0), n)
+        idx = [slice(None)] * x.ndim
+        idx[ax] = slice(lo, builtins.max(lo, hi))
+        out.append(getitem(x, tuple(idx)))
+    return out
+
+
+def array_split(x: ArrayLike, sections: int, axis: int = 0) -> list[Any]:
+    x = asarray(x) if not _is_array(x) else x
+    n = x.shape[_norm_axis(axis, x.ndim, "array_split", x)]
+    q, r = divmod(n, sections)
+    points, acc = [], 0
+    for i in range(sections - 1):
+        acc += q + (1 if i < r else 0)
+        points.append(acc)
+    return split(x, points, axis)
+
+
+def flip(x: ArrayLike, axis: Any = None) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    axes = _norm_axes(axis, x.ndim, "flip", x)
+    axes = tuple(a for a in axes if x.shape[a] > 1)
+    return lax.reverse(x, axes) if axes else x
+
+
+def fliplr(x: ArrayLike) -> Any:
+    return flip(x, 1)
+
+
+def flipud(x: ArrayLike) -> Any:
+    return flip(x, 0)
+
+
+def pad(x: ArrayLike, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Any:
+    """Constant padding (the only mode that is one primitive); widths as in NumPy."""
+    x = asarray(x) if not _is_array(x) else x
+    if mode != "constant":
+        raise _fail("pad", f"mode {mode!r} is not supported; only 'constant'", x)
+    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64).reshape(-1, 2) if _np.ndim(pad_width) else
+                          _np.asarray([[pad_width, pad_width]]), (x.ndim, 2)) if x.ndim else _np.zeros((0, 2), int)
+    if (pw < 0).any():
+        raise _fail("pad", f"pad widths must be >= 0, got {pad_width}", x)
+    if not pw.any():
+        return x
+    value = _np.asarray(constant_values)
+    if value.ndim:
+        raise _fail("pad", "only a scalar constant_values is supported", x)
+    with _np.errstate(all="ignore"):
+        pv = value.astype(x.dtype)
+    return lax.pad(x, pv, tuple(int(v) for v in pw[:, 0]), tuple(int(v) for v in pw[:, 1]), (0,) * x.ndim)
+
+
+def atleast_1d(x: ArrayLike) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    return reshape(x, (1,)) if x.ndim == 0 else x
+
+
+def atleast_2d(x: ArrayLike) -> Any:
+    x = atleast_1d(x)
+    return reshape(x, (1,) + x.shape) if x.ndim == 1 else x
+
+
+def tile(x: ArrayLike, reps: Any) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    nd = builtins.max(len(reps), x.ndim)
+    reps = (1,) * (nd - len(reps)) + reps
+    x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    # (r0, d0, r1, d1, ...) then merge each pair
+    inter = []
+    for r, d in zip(reps, x.shape):
+        inter += [r, d]
+    b = broadcast_to(reshape(x, [v for d in x.shape for v in (1, d)]), inter)
+    return reshape(b, [r * d for r, d in zip(reps, x.shape)])
+
+
+def repeat(x: ArrayLike, repeats: int, axis: int | None = None) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    ax = _norm_axis(axis, x.ndim, "repeat", x)
+    shape = x.shape[:ax + 1] + (int(repeats),) + x.shape[ax + 1:]
+    b = broadcast_to(expand_dims(x, ax + 1), shape)
+    return reshape(b, x.shape[:ax] + (x.shape[ax] * int(repeats),) + x.shape[ax + 1:])

@@ -1,0 +1,176 @@
+"""Execution modes: eager, explicit jit / axle.compile, manual clustering (jit_scope) and
+auto-clustering (jit_level="auto"); kernel counts observable through axle.stats()."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle.frontend import lazy
+
+DEV = "interpreter:0"
+
+
+def model_fn(x, y, z):
+    return anp.sum(x + y * z)
+
+
+@pytest.fixture
+def seed_inputs():
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal(64).astype(np.float32) for _ in range(3)]
+    with axle.device(DEV):
+        yield axle.device_put(tuple(host), DEV), host
+
+
+@pytest.fixture
+def auto_mode():
+    previous = axle.config.jit_level
+    axle.config.update(jit_level="auto")
+    yield
+    axle.config.update(jit_level=previous)
+
+
+def test_eager_launches_one_kernel_per_primitive(seed_inputs):
+    (x, y, z), host = seed_inputs
+    axle.reset_stats()
+    out = model_fn(x, y, z)
+    s = axle.stats()
+    assert s["kernel_launches"] == 3 and s["eager_ops"] == 3
+    assert not out.is_pending
+    np.testing.assert_allclose(float(out), np.sum(host[0] + host[1] * host[2]), rtol=1e-5)
+
+
+def test_auto_mode_runs_the_seed_as_one_cluster(seed_inputs, auto_mode):
+    (x, y, z), host = seed_inputs
+    model_fn(x, y, z)  # warm the cluster cache
+    float(model_fn(x, y, z))
+    axle.reset_stats()
+    out = model_fn(x, y, z)
+    assert out.is_pending and axle.stats()["kernel_launches"] == 0 and axle.stats()["eager_ops"] == 0
+    value = float(out)  # materialization flushes the cluster
+    s = axle.stats()
+    info = lazy.last_flush()
+    assert s["clusters"] == 1 and s["eager_ops"] == 0
+    assert info.ops == 3 and info.outputs == 1  # the temporaries x+y*z, y*z were dropped: not outputs
+    # kernels launched by the flush = what the compiled cluster reports
+    assert s["kernel_launches"] == info.kernels == info.executable.report()["kernels"]
+    # ...and the same count as the explicitly jitted function compiles to
+    assert info.kernels == axle.jit(model_fn, device=DEV).lower(x, y, z).compile().report()["kernels"]
+    assert info.cache_hit and s["compiles"] == 0
+    assert s["kernel_launches"] == 1  # where eager launches three: fusion made it one kernel
+    np.testing.assert_allclose(value, np.sum(host[0] + host[1] * host[2]), rtol=1e-5)
+
+
+def test_jit_scope_records_then_runs_at_scope_end(seed_inputs):
+    (x, y, z), host = seed_inputs
+    axle.reset_stats()
+    with axle.jit_scope():
+        a = x + x
+        b = model_fn(a, y, z)
+        assert a.is_pending and b.is_pending
+        assert axle.stats()["kernel_launches"] == 0
+        assert a.shape == (64,) and a.dtype == np.float32  # metadata never forces
+    assert not a.is_pending and not b.is_pending  # the scope end ran one cluster for both
+    assert axle.stats()["clusters"] == 1
+    assert lazy.last_flush().outputs == 2
+    np.testing.assert_allclose(np.asarray(a), host[0] * 2)
+    np.testing.assert_allclose(float(b), np.sum(2 * host[0] + host[1] * host[2]), rtol=1e-5)
+
+
+def test_jit_scope_flushes_when_a_value_is_needed(seed_inputs):
+    (x, y, z), _ = seed_inputs
+    axle.reset_stats()
+    with axle.jit_scope():
+        s = anp.sum(x)
+        if s > -1e9:  # bool() on a pending value: the cluster so far runs now
+            t = s + 1
+        assert axle.stats()["clusters"] == 1
+        assert t.is_pending
+    assert axle.stats()["clusters"] == 2
+    np.testing.assert_allclose(float(t), float(np.sum(np.asarray(x))) + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("materialize", [np.asarray, float, bool, str, repr, lambda v: v.item(), lambda v: v.tolist()])
+def test_auto_mode_materialization_points(seed_inputs, auto_mode, materialize):
+    (x, y, z), _ = seed_inputs
+    v = anp.sum(x * y)
+    assert v.is_pending
+    materialize(v)
+    assert not v.is_pending
+
+
+def test_auto_mode_print_flushes(seed_inputs, auto_mode, capsys):
+    (x, y, z), _ = seed_inputs
+    v = anp.max(x)
+    print(v)
+    assert not v.is_pending and capsys.readouterr().out.strip() == str(np.max(np.asarray(x)))
+
+
+def test_auto_mode_feeds_jit_and_other_clusters(seed_inputs, auto_mode):
+    (x, y, z), host = seed_inputs
+    a = x * 2
+    out = axle.jit(model_fn, device=DEV)(a, y, z)  # passing a pending value to jit forces it
+    assert not a.is_pending
+    b = out + 1
+    assert b.is_pending
+    np.testing.assert_allclose(float(b), np.sum(2 * host[0] + host[1] * host[2]) + 1, rtol=1e-5)
+
+
+def test_auto_mode_bounds_cluster_size(seed_inputs, auto_mode, monkeypatch):
+    (x, _, _), host = seed_inputs
+    monkeypatch.setattr(lazy, "MAX_CLUSTER_OPS", 10)
+    axle.reset_stats()
+    acc = x
+    for _ in range(25):  # never read inside the loop
+        acc = acc * 1.0 + 1.0
+    assert axle.stats()["clusters"] >= 2
+    np.testing.assert_allclose(np.asarray(acc), host[0] + 25, rtol=1e-6)
+
+
+def test_auto_mode_errors_name_the_op_and_line(auto_mode):
+    with axle.device(DEV):
+        a = axle.device_put(np.ones(3, np.float32))
+        b = axle.device_put(np.ones(4, np.float32))
+        with pytest.raises(axle.errors.ShapeError, match=r"add.*f32\[3\].*f32\[4\]") as e:
+            a + b
+    assert "test_modes.py" in str(e.value)
+
+
+def test_auto_mode_from_axle_flags_environment():
+    code = ("import numpy as np, axle, axle.numpy as anp\n"
+            "assert axle.config.jit_level == 'auto'\n"
+            "x = axle.device_put(np.arange(4.0), 'interpreter:0')\n"
+            "with axle.device('interpreter:0'):\n"
+            "    y = anp.sum(x * x + 1)\n"
+            "    assert y.is_pending\n"
+            "    print(float(y), axle.stats()['clusters'], axle.stats()['eager_ops'])\n")
+    env = dict(os.environ, AXLE_FLAGS="--jit_level=auto")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["18.0", "1", "0"]
+
+
+def test_compile_function_and_should_use_switch(seed_inputs):
+    (x, y, z), host = seed_inputs
+    want = np.sum(host[0] + host[1] * host[2])
+    axle.reset_stats()
+    out = axle.compile(model_fn, [x, y, z])
+    axle.compile(model_fn, [x, y, z])
+    assert axle.stats()["traces"] == 1 and axle.stats()["cache_hits"] == 1
+    np.testing.assert_allclose(float(out), want, rtol=1e-5)
+    for should_use_axle in (True, False):
+        fn = axle.jit(model_fn) if should_use_axle else model_fn
+        np.testing.assert_allclose(float(fn(x, y, z)), want, rtol=1e-5)
+
+
+def test_jit_inside_jit_is_inlined():
+    inner = axle.jit(lambda a: a * 2)
+    outer = axle.jit(lambda a: inner(a) + 1, device=DEV)
+    np.testing.assert_allclose(np.asarray(outer(np.arange(3.0))), [1.0, 3.0, 5.0])
+    assert inner.trace_count == 0  # traced as part of outer, never compiled on its own
