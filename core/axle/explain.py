@@ -206,7 +206,7 @@ def _why_no_row(producer: Node, policy: FusionPolicy) -> str:
         axes = tuple(sorted(r.attr["axes"]))
         if axes != tuple(range(rank - len(axes), rank)):
             return f" (it reduces axes {list(axes)}; a row fusion needs the trailing axes)"
-    return " (a row fusion did not fit: see the consumer's other inputs and users)"
+    return " (no row fusion fits: the consumer mixes other reductions or shapes)"
 
 
 def _is_dot_kernel(n: Node) -> bool:
@@ -242,6 +242,9 @@ def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPol
     if _is_dot_kernel(consumer):
         return "a dot reads its operands tile by tile, several times each; producers are not inlined into it"
     if _ends_in_reduce(producer):
+        if users > 1:
+            return (f"the producer ends in a reduction and has {users} consumers: a reduction is never "
+                    f"recomputed in several kernels, so its result goes through memory")
         return "the producer ends in a reduction: its consumers need the finished result" + _why_no_row(producer, policy)
     size = len(_inner_ops(producer)) + len(_inner_ops(consumer))
     if size > policy.max_fusion_nodes:

@@ -2,9 +2,10 @@
 [--html report.html] [--dot graph.svg] [--no-source]``.
 
 Each ``--arg`` is an array type (``f32[100,784]``, ``s32[]``; numpy spellings such as
-``float32[3]`` or ``i64[2]`` work too) or a Python literal (``0.5``, ``3``) passed as is
+``float32[3]`` or ``i64[2]`` work too), a Python literal (``0.5``, ``3``) passed as is
 (a weak scalar, or the value of a static argument of an ``axle.jit(..., static_argnums=)``
-function). No data is allocated: arguments are zero-strided views.
+function), or a pytree of both (``"{'W': f32[784,10], 'b': f32[10]}"``, ``"(f32[3], 2)"``).
+No data is allocated: arrays are zero-strided views.
 """
 from __future__ import annotations
 
@@ -24,25 +25,52 @@ from .errors import AxleError
 _ALIASES = {"bool": "pred", "i32": "s32", "i64": "s64", "int32": "s32", "int64": "s64", "float16": "f16",
             "float32": "f32", "float64": "f64", "half": "f16", "float": "f32", "double": "f64"}
 _TYPE_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*$")
+#: an array type inside a larger literal: a name directly followed by [dims]
+_INNER_TYPE_RE = re.compile(r"(?<![\w'\"])([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]")
+
+
+_MARK = "__axle_explain_arg_"
+
+
+def _placeholder(text: str, dt_name: str, dims: str) -> np.ndarray:
+    from .ir.parser import parse_type
+
+    dt = _ALIASES.get(dt_name, dt_name)
+    try:
+        t = parse_type(f"{dt}[{dims}]")
+    except AxleError as e:
+        raise AxleError(f"--arg {text!r}: {e.message} (element types: pred, s32, s64, f16, f32, f64)") from None
+    return np.broadcast_to(np.zeros((), t.dtype.np), t.shape)
 
 
 def parse_arg(text: str) -> Any:
     """An argument placeholder from ``f32[100,784]`` (a zero-strided array of that type,
-    so no memory is used) or a Python literal."""
-    from .ir.parser import parse_type
-
+    so no memory is used), a Python literal, or a pytree literal holding array types."""
     m = _TYPE_RE.match(text)
     if m:
-        dt = _ALIASES.get(m.group(1), m.group(1))
-        try:
-            t = parse_type(f"{dt}[{m.group(2)}]")
-        except AxleError as e:
-            raise AxleError(f"--arg {text!r}: {e.message} (element types: pred, s32, s64, f16, f32, f64)") from None
-        return np.broadcast_to(np.zeros((), t.dtype.np), t.shape)
+        return _placeholder(text, m.group(1), m.group(2))
+    arrays: list[np.ndarray] = []
+
+    def stash(tm: re.Match[str]) -> str:
+        arrays.append(_placeholder(text, tm.group(1), tm.group(2)))
+        return f"'{_MARK}{len(arrays) - 1}'"
+
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(_INNER_TYPE_RE.sub(stash, text))
     except (ValueError, SyntaxError):
-        raise AxleError(f"--arg {text!r} is neither an array type like f32[100,784] nor a Python literal") from None
+        raise AxleError(f"--arg {text!r} is neither an array type like f32[100,784], a Python literal, "
+                        f"nor a tuple/list/dict of them") from None
+
+    def fill(v: Any) -> Any:
+        if isinstance(v, str) and v.startswith(_MARK):
+            return arrays[int(v[len(_MARK):])]
+        if isinstance(v, (list, tuple)):
+            return type(v)(fill(x) for x in v)
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        return v
+
+    return fill(value)
 
 
 def load_function(target: str) -> Any:

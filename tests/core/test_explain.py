@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,6 +118,7 @@ def test_reasons_derived_from_traits_and_policy():
     assert "row fusion is off" in derived_reason(r, n, 1, FusionPolicy(row_fusion=False), {})
     assert "different devices (cpu:0 vs interpreter:0)" in derived_reason(e, n, 1, pol, {e.uid: "cpu:0", n.uid: "interpreter:0"})
     assert "3 consumers" in derived_reason(e, n, 3, pol, {})
+    assert "reduction and has 2 consumers" in derived_reason(r, n, 2, pol, {})
     assert "max_fusion_nodes=1" in derived_reason(e, n, 1, FusionPolicy(max_fusion_nodes=1), {})
     bc = b.op(Op.BROADCAST_IN_DIM, b.op(Op.NEG, x), shape=(2, 4, 8), broadcast_dimensions=(1, 2))
     assert "different iteration shapes" in derived_reason(e, bc, 1, pol, {})
@@ -213,6 +215,28 @@ def test_cli_explain_seed_and_mnist(tmp_path, capsys):
                  "--arg", "f32[100,784]", "--arg", "f32[100,10]", "--device", DEV, "--no-source"]) == 0
     out = capsys.readouterr().out
     assert " dot(" in out and "generated code" not in out
+
+
+def test_cli_explain_the_mnist_example(capsys):
+    """The tutorial's real training step (autodiff, cross-entropy), params as a pytree."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "mnist_softmax.py"
+    assert main(["explain", f"{example}:train_step", "--arg", "{'W': f32[784,10], 'b': f32[10]}",
+                 "--arg", "f32[100,784]", "--arg", "s32[100]", "--arg", "0.5", "--device", DEV]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== explain train_step on interpreter:0")
+    kernels = int(out.split("(")[1].split()[0])
+    assert 1 < kernels < 40  # fused: far fewer launches than the traced ops
+    assert out.count(" dot(") >= 2 and "(row)" in out  # forward and gradient dots; softmax rows
+    assert "temp_bytes" in out and "no fallback" in out
+
+
+def test_parse_arg_pytrees():
+    from axle.explain_cli import parse_arg
+
+    tree = parse_arg("{'W': f32[784,10], 'b': float32[10], 'n': (s32[], 3)}")
+    assert tree["W"].shape == (784, 10) and tree["W"].dtype == np.float32 and tree["W"].strides == (0, 0)
+    assert tree["b"].shape == (10,) and tree["n"][0].dtype == np.int32 and tree["n"][1] == 3
+    assert parse_arg("[f64[2], 0.5]")[1] == 0.5
 
 
 @pytest.mark.parametrize("argv, message", [
