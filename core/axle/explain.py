@@ -31,7 +31,16 @@ if TYPE_CHECKING:
 
 #: entry nodes that are not kernels of their own
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
-HOST = "interpreter:0"
+HOST = "interpreter:0"  # the host reference backend, when the partitioner names none
+
+
+def host_device_name(device: Device) -> str:
+    """Where work the device cannot run goes: the partitioner's first host, when present."""
+    try:
+        hosts = importlib.import_module("axle.partition").host_devices(device)
+    except (ImportError, AttributeError):
+        return HOST
+    return hosts[0].name if hosts else HOST
 
 
 @dataclass
@@ -86,6 +95,8 @@ class Explanation:
     placement: dict[int, str] = field(default_factory=dict)
     #: the partitioner's summary of the compiled executable (clusters, transfers), if any
     placement_summary: str | None = None
+    #: caveats about what is shown (e.g. a partitioned executable)
+    notes: list[str] = field(default_factory=list)
 
     # -- text ---------------------------------------------------------------------
     def buffers_text(self) -> list[str]:
@@ -120,6 +131,7 @@ class Explanation:
     def text(self, source: bool = True) -> str:
         lines = [f"== explain {self.function} on {self.device.name} "
                  f"({len(self.kernels)} kernel launch{'es' if len(self.kernels) != 1 else ''} per call) ==",
+                 *[f"note: {n}" for n in self.notes],
                  "", "-- optimized module --", self.optimized.as_text().rstrip(), "",
                  f"-- kernels (why neighbours were not fused: {self.reasons_source}) --"]
         for k in self.kernels:
@@ -151,7 +163,8 @@ class Explanation:
         # Color by device only when there is more than one; else keep the op-kind colors.
         several = len({d for d in self.placement.values()}) > 1
         placement = self.placement if module is self.optimized and several else None
-        return module_to_dot(module, placement=placement, title=f"{self.function}: {name}")
+        return module_to_dot(module, placement=placement, host=host_device_name(self.device),
+                             title=f"{self.function}: {name}")
 
     def to_html(self) -> str:
         """A self-contained HTML page: the pass-by-pass pictures side by side, then the
@@ -303,8 +316,9 @@ def placement_of(module: Module, device: Device, caps: Capabilities) -> dict[int
     """Where each entry kernel runs: on ``device`` when its capabilities cover the node,
     else on the host reference backend (what the partitioner does)."""
     out: dict[int, str] = {}
+    host = host_device_name(device)
     for n in module.entry.nodes:
-        out[n.uid] = device.name if caps.supports(n) else HOST
+        out[n.uid] = device.name if caps.supports(n) else host
     return out
 
 
@@ -348,9 +362,15 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     device = lowered.device
     backend = REGISTRY.backend_for(device)
     compiled = lowered.compile()
-    # The module the backend compiled, when Compiled records it; else optimize again.
+    # The module the backend compiled, when Compiled records it; else optimize again. A
+    # partitioned executable records the module as given (each cluster is optimized on
+    # its own): then show the whole module optimized for the device, and say so.
     optimized = getattr(compiled, "module", None)
-    if optimized is None:
+    notes: list[str] = []
+    if optimized is None or (optimized is lowered.module and config.optimize):
+        if optimized is lowered.module:
+            notes.append("the executable is partitioned across devices and each cluster is optimized on its "
+                         "own; shown: the whole module optimized for the device, before partitioning")
         optimized = optimize_for(lowered.module, device) if config.optimize else lowered.module
     report = dict(compiled.report())
     sources = dict(compiled.executable.kernel_sources()) if source else {}
@@ -398,4 +418,5 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
         function=lowered.module.name, device=device, traced=lowered.module, optimized=optimized,
         stages=_stages(lowered, optimized), kernels=kernels, report=report, kernel_sources=sources,
         reasons_source="fusion pass" if pass_reason is not None else "derived from op traits and the fusion policy",
-        policy=policy, placement=placement, placement_summary=str(summary) if summary is not None else None)
+        policy=policy, placement=placement, placement_summary=str(summary) if summary is not None else None,
+        notes=notes)

@@ -91,7 +91,12 @@ def load_function(target: str) -> Any:
         sys.modules[mod_name] = module
         spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(where)
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the current folder
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise AxleError(f"explain: cannot import {where!r}: {e}") from None
     obj = module
     for part in name.split("."):
         if not hasattr(obj, part):

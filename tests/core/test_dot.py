@@ -66,6 +66,9 @@ def test_placement_colors_nodes_by_device_with_a_legend():
     for dev, color in colors.items():
         assert f'label="{dev}", shape=box, style=filled, fillcolor="{color}"' in text
     assert "@opencl:0" in text and "@cpu:0" in text
+    # a named host (the partitioner's fallback device) is the grey one
+    assert dotmod.device_colors(["template:0", "cpu:0"], host="cpu:0")["cpu:0"] == dotmod._HOST_COLOR
+    assert dotmod.device_colors(["template:0", "cpu:0"], host="cpu:0")["template:0"] != dotmod._HOST_COLOR
     # explicit colors still win (the old API)
     custom = module_to_dot(m, colors={m.entry.root.uid: "#123456"})
     assert "#123456" in custom

@@ -243,6 +243,7 @@ def test_parse_arg_pytrees():
     (["explain", "nofile.py:f"], "no file"),
     (["explain", "justaname"], "FILE.py:function"),
     (["explain", "tests.core.test_explain:missing"], "has no 'missing'"),
+    (["explain", "no_such_pkg.mod:f"], "cannot import 'no_such_pkg.mod'"),
     (["explain", "tests.core.test_explain:model_fn", "--arg", "q32[3]"], "unknown element type"),
     (["explain", "tests.core.test_explain:model_fn", "--arg", "f32[3"], "neither an array type"),
 ])

@@ -15,6 +15,9 @@ from axle import profiler
 DEVICES = [d.name for d in axle.devices()]
 #: what each reference backend's generated code must contain (`Executable.kernel_sources`)
 SOURCE_MARKERS = {"cpu": "define", "opencl": "__kernel"}
+#: the in-tree backends that emit one kernel event per launch (profiling events are
+#: optional in the backend contract, so other plugins are only checked for a valid file)
+PROFILED = {"interpreter", "cpu", "opencl"}
 
 
 def model_fn(x, y, z):
@@ -48,10 +51,12 @@ def test_seed_eager_three_kernels_jit_as_reported(dev, tmp_path):
         out.block_until_ready()
     eager_k = profiler.kernels(events[:mark])
     jit_k = profiler.kernels(events[mark:])
-    assert len(eager_k) == 3, [k["name"] for k in eager_k]
-    assert len(jit_k) == f.lower(xs, ys, zs).compile().report()["kernels"] == 1, [k["name"] for k in jit_k]
-    assert all(k["tid"] == f"device {dev.name}" for k in eager_k + jit_k)
     assert profiler.validate(json.loads(path.read_text())) == []
+    assert f.lower(xs, ys, zs).compile().report()["kernels"] == 1
+    if dev.backend in PROFILED:
+        assert len(eager_k) == 3, [k["name"] for k in eager_k]
+        assert len(jit_k) == 1, [k["name"] for k in jit_k]
+        assert all(k["tid"] == f"device {dev.name}" for k in eager_k + jit_k)
     want = float(np.sum(host[0].astype(np.float64) + host[1].astype(np.float64) * host[2]))
     assert abs(float(out) - want) <= 1e-3 * max(1.0, abs(want))
 

@@ -52,15 +52,16 @@ def _label(n: Node, name: str) -> str:
     return f"%{_esc(name)}{op}\\n{n.type}"
 
 
-def device_colors(devices: list[str]) -> dict[str, str]:
-    """A stable color per device name; names starting with 'host' or 'interpreter' in a
-    placement that has another device are drawn grey (the fallback)."""
+def device_colors(devices: list[str], host: str | None = None) -> dict[str, str]:
+    """A stable color per device name. In a placement with several devices the fallback
+    host is grey: ``host`` when given, else names starting with 'host' or 'interpreter'."""
     out: dict[str, str] = {}
     i = 0
     for d in devices:
         if d in out:
             continue
-        if (d.startswith("host") or d.startswith("interpreter")) and len(set(devices)) > 1:
+        is_host = d == host if host is not None else (d.startswith("host") or d.startswith("interpreter"))
+        if is_host and len(set(devices)) > 1:
             out[d] = _HOST_COLOR
         else:
             out[d] = _DEVICE_PALETTE[i % len(_DEVICE_PALETTE)]
@@ -77,10 +78,11 @@ def fusion_title(n: Node, name: str) -> str:
 
 
 class _Drawer:
-    def __init__(self, colors: Mapping[int, str] | None, placement: Mapping[int, str] | None) -> None:
+    def __init__(self, colors: Mapping[int, str] | None, placement: Mapping[int, str] | None,
+                 host: str | None = None) -> None:
         self.colors = dict(colors or {})
         self.placement = dict(placement or {})
-        self.dev_colors = device_colors(list(self.placement.values()))
+        self.dev_colors = device_colors(list(self.placement.values()), host)
         self.lines: list[str] = []
 
     def fill(self, n: Node) -> str:
@@ -134,11 +136,13 @@ class _Drawer:
 
 
 def module_to_dot(module: Module, colors: dict[int, str] | None = None, *,
-                  placement: Mapping[int, str] | None = None, title: str | None = None) -> str:
+                  placement: Mapping[int, str] | None = None, host: str | None = None,
+                  title: str | None = None) -> str:
     """DOT text for the entry computation; fused computations are drawn as clusters with
     their inner ops. ``colors`` maps node uids to fill colors; ``placement`` maps entry
-    node uids to device names, coloring each node by device (with a legend)."""
-    d = _Drawer(colors, placement)
+    node uids to device names, coloring each node by device (with a legend; ``host``,
+    the fallback device, is grey)."""
+    d = _Drawer(colors, placement, host)
     label = f'  label="{_esc(title)}"; labelloc=t; fontsize=14;' if title else ""
     d.lines += [f'digraph "{_esc(module.name)}" {{',
                 '  rankdir=TB; node [fontname="monospace", fontsize=10]; edge [arrowsize=0.6];' + label]
