@@ -236,3 +236,18 @@ def test_gradient_flows_only_through_floats():
     with axle.device(DEV):
         g = axle.grad(lambda v: anp.sum(v * anp.astype(anp.astype(v, np.int32), np.float64)))(x)
     np.testing.assert_allclose(np.asarray(g), np.trunc(x))
+
+
+def test_control_flow_on_values_inside_grad_is_a_tracing_error():
+    def f(v):
+        if anp.sum(v) > 0:
+            return anp.sum(v * v)
+        return anp.sum(v)
+
+    with axle.device(DEV):
+        with pytest.raises(axle.errors.TracingError, match="control flow") as e:
+            axle.grad(f)(np.ones(2))
+        assert "test_autodiff.py" in str(e.value)
+        _, pull = axle.vjp(lambda v: v * 2, np.ones(3))
+        with pytest.raises(ShapeError, match="cotangent"):
+            pull(np.ones(4))

@@ -9,6 +9,8 @@ semantically too: perturbing one element of the overwritten operand may change o
 the same element of the result."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +28,9 @@ from axle.passes.report import _programs
 from axle.passes.schedule import schedule
 
 VIEWS = (Op.TUPLE, Op.GET_TUPLE_ELEMENT)
+
+# CI runs a fixed set of examples (no flaky red builds); local runs explore new ones
+IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _values(n: Node) -> list[tuple[int, int]]:
@@ -194,7 +199,7 @@ def test_standard_programs(index, opt):
     assert a.peak_bytes >= a.parameter_bytes + a.output_bytes
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), opt=st.booleans(), donate=st.booleans())
 def test_random_modules_never_share_live_memory(seed, n, opt, donate):
     module, inputs = random_module(seed, n)

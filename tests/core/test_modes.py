@@ -122,15 +122,36 @@ def test_auto_mode_feeds_jit_and_other_clusters(seed_inputs, auto_mode):
     np.testing.assert_allclose(float(b), np.sum(2 * host[0] + host[1] * host[2]) + 1, rtol=1e-5)
 
 
+def test_auto_mode_cuts_clusters_at_loop_iterations(seed_inputs, auto_mode):
+    """A loop that never reads a value runs one cluster per iteration, compiled once."""
+    (x, _, _), host = seed_inputs
+    acc = x
+    for _ in range(2):  # warm the cache
+        acc = acc * 0.5 + 1.0
+    float(anp.sum(acc))
+    axle.reset_stats()
+    acc = x
+    for _ in range(25):
+        acc = acc * 0.5 + 1.0
+    assert axle.stats()["clusters"] == 24  # the 25th iteration is still pending
+    assert axle.stats()["compiles"] == 0 and axle.stats()["cache_hits"] == 24
+    want = host[0].copy()
+    for _ in range(25):
+        want = want * np.float32(0.5) + np.float32(1.0)
+    np.testing.assert_allclose(np.asarray(acc), want, rtol=1e-6)
+
+
 def test_auto_mode_bounds_cluster_size(seed_inputs, auto_mode, monkeypatch):
     (x, _, _), host = seed_inputs
     monkeypatch.setattr(lazy, "MAX_CLUSTER_OPS", 10)
     axle.reset_stats()
-    acc = x
-    for _ in range(25):  # never read inside the loop
-        acc = acc * 1.0 + 1.0
-    assert axle.stats()["clusters"] >= 2
-    np.testing.assert_allclose(np.asarray(acc), host[0] + 25, rtol=1e-6)
+    # straight-line code (every op from a different place): only the size bound cuts it
+    program = "\n".join(f"acc = acc + {i}.0" for i in range(24))
+    scope = {"acc": x}
+    exec(compile(program, "<generated>", "exec"), scope)
+    assert axle.stats()["clusters"] >= 2 and scope["acc"].is_pending
+    assert lazy.last_flush().ops <= 10
+    np.testing.assert_allclose(np.asarray(scope["acc"]), host[0] + sum(range(24)), rtol=1e-6)
 
 
 def test_auto_mode_errors_name_the_op_and_line(auto_mode):

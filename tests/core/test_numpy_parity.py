@@ -46,7 +46,7 @@ UNARY_FLOAT = [
 
 @pytest.mark.parametrize("name,fn,ref,kw", UNARY_FLOAT, ids=[u[0] for u in UNARY_FLOAT])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dt", FLOATS, ids=_id)
+@pytest.mark.parametrize("dt", [np.float16] + FLOATS, ids=_id)
 def test_unary_float(name, fn, ref, kw, shape, dt):
     x = data(shape, dt, **kw)
     with np.errstate(all="ignore"):
@@ -72,7 +72,8 @@ BROADCAST_PAIRS = [((), ()), ((7,), ()), ((3, 5), (5,)), ((3, 1), (1, 4)), ((0, 
 @pytest.mark.parametrize("name,fn,ref", BINARY, ids=[b[0] for b in BINARY])
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS, ids=str)
 @pytest.mark.parametrize("dts", [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64),
-                                 (np.int32, np.float32), (np.int64, np.int32)], ids=str)
+                                 (np.int32, np.float32), (np.int64, np.int32), (np.float16, np.float16),
+                                 (np.float16, np.int32), (np.bool_, np.float32)], ids=str)
 def test_binary_broadcast_promote(name, fn, ref, shapes, dts):
     pos = name == "power"
     x = data(shapes[0], dts[0], special=not pos, positive=pos)
@@ -142,7 +143,7 @@ RED_CASES = [(r, s) for r in REDUCTIONS for s in RED_SHAPES if not (r[0] in ("ma
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_reductions(red, shape_axis, dt, keepdims):
-    (name, fn, ref), (shape, axis) = red, shape_axis
+    (_, fn, ref), (shape, axis) = red, shape_axis
     x = data(shape, dt, special=False)
     with np.errstate(all="ignore"):
         check_all_modes(lambda a: fn(a, axis=axis, keepdims=keepdims), lambda a: ref(a, axis=axis, keepdims=keepdims), x)
@@ -337,3 +338,29 @@ def test_tensordot_outer_inner():
                                   anp.inner(x[0], y[:, 0, 0]), anp.tensordot(x[0], y[:, :, 0], 1)),
                     lambda x, y: (np.tensordot(x, y, ([1, 2], [1, 0])), np.outer(x[0, 0], y[0, 0]),
                                   np.inner(x[0], y[:, 0, 0]), np.tensordot(x[0], y[:, :, 0], 1)), a, b)
+
+
+def test_array_methods():
+    x = data((3, 4), np.float64, special=False)
+    check_all_modes(
+        lambda a: (a.sum(0), a.mean(1, keepdims=True), a.max(), a.min(0), a.prod(1), a.var(0), a.std(ddof=1),
+                   a.argmax(1), a.argmin(), (a > 0).all(1), (a > 0).any(), a.clip(-1, 1), a[:1].squeeze(0),
+                   a.swapaxes(0, 1), a.dot(a.T), a.take(np.array([0, 2]), 1), a.ravel(), a.astype(np.int32),
+                   a.reshape(2, 6), a.transpose(1, 0)),
+        lambda a: (a.sum(0), a.mean(1, keepdims=True), a.max(), a.min(0), a.prod(1), a.var(0), a.std(ddof=1),
+                   a.argmax(1), a.argmin(), (a > 0).all(1), (a > 0).any(), a.clip(-1, 1), a[:1].squeeze(0),
+                   a.swapaxes(0, 1), a.dot(a.T), a.take(np.array([0, 2]), 1), a.ravel(), a.astype(np.int32),
+                   a.reshape(2, 6), a.transpose(1, 0)), x)
+
+
+def test_extras():
+    x = data((3, 4), np.float32, special=False)
+    check_all_modes(
+        lambda a: (anp.hstack([a, a]), anp.vstack([a[0], a[1]]), anp.atleast_2d(a[0, 0]), anp.atleast_1d(a[0, 0]),
+                   anp.reciprocal(a + 10), anp.logaddexp(a, a * 2), anp.cumsum(a, axis=1), anp.cumsum(a),
+                   anp.identity(3), anp.empty((2,)), tuple(anp.array_split(a, 3, axis=1)), anp.fliplr(a),
+                   anp.flipud(a), anp.vdot(a, a), anp.trace(a[:, :3]), anp.fmod(a, 0.7)),
+        lambda a: (np.hstack([a, a]), np.vstack([a[0], a[1]]), np.atleast_2d(a[0, 0]), np.atleast_1d(a[0, 0]),
+                   np.reciprocal(a + 10), np.logaddexp(a, a * 2), np.cumsum(a, axis=1), np.cumsum(a),
+                   np.identity(3), np.zeros((2,)), tuple(np.array_split(a, 3, axis=1)), np.fliplr(a),
+                   np.flipud(a), np.vdot(a, a), np.trace(a[:, :3]), np.fmod(a, np.float32(0.7))), x)

@@ -8,6 +8,8 @@ a dot's operand layout, which may change the reference's summation order: it is 
 on its own, within the dot tolerance."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,12 +19,14 @@ from axle.config import config
 from axle.interpreter import evaluate
 from axle.ir.verifier import verify
 from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, TransposeFolding, optimize
-from axle.testing.cases import assert_close, tolerance
 from axle.ir import Builder, DType, Op
 from axle.passes.policy import FusionPolicy
 from axle.passes.random_modules import GENERATED_OPS, random_module
+from axle.testing.cases import assert_close, tolerance
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI runs a fixed set of examples (no flaky red builds); local runs explore new ones
+IN_CI = os.environ.get("CI", "").lower() == "true"
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
 
 
 def assert_same(actual: list[np.ndarray], expected: list[np.ndarray], what: str) -> None:
@@ -93,7 +97,7 @@ def test_full_pipeline_preserves_values(seed, n, policy):
 
 
 @pytest.mark.parametrize("name", list(SINGLE_PASSES))
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40))
 def test_each_pass_preserves_values(name, seed, n):
     m, inputs = random_module(seed, n)
@@ -104,7 +108,7 @@ def test_each_pass_preserves_values(name, seed, n):
     assert_same(evaluate(out, *inputs), expected, f"{name}(random_module({seed}, {n}))")
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=IN_CI)
 @given(m=st.integers(1, 9), k=st.integers(0, 9), n=st.integers(1, 9), batch=st.integers(0, 3),
        tl=st.booleans(), tr=st.booleans(), dt=st.sampled_from([DType.FLOAT32, DType.FLOAT64, DType.INT32]),
        seed=st.integers(0, 2**16))

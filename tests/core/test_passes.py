@@ -15,7 +15,7 @@ from axle.interpreter import evaluate
 from axle.ir import Builder, Module, Node, Op
 from axle.ir.ops import register_custom_call
 from axle.ir.types import TensorType
-from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPoint, FunctionPass, Fusion,
+from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPoint, FunctionPass,
                          Pipeline, TransposeFolding, default_pipeline, optimize, pipeline_for)
 from axle.passes.policy import FusionPolicy
 
@@ -39,8 +39,11 @@ def simplify(m: Module) -> Module:
 
 
 def same_values(a: Module, b: Module, *inputs: np.ndarray) -> None:
+    """Bit-exact up to NaN payloads: -0.0 and +0.0 differ."""
     for x, y in zip(evaluate(a, *inputs), evaluate(b, *inputs)):
         np.testing.assert_array_equal(x, y)
+        if x.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(x[~np.isnan(x)]), np.signbit(y[~np.isnan(y)]))
 
 
 # ------------------------------------------------------------------- pass manager
@@ -207,7 +210,7 @@ def splat(b: Builder, v, t: str = F32) -> Node:
     lambda b, x: b.reverse(b.reverse(x, dimensions=(0,)), dimensions=(0,)),
     lambda b, x: b.select(b.compare(x, x, direction="lt"), x, x),
     lambda b, x: b.convert(b.convert(x, dtype="f64"), dtype="f32"),
-    lambda b, x: b.reduce(x, kind="sum", axes=()),
+    lambda b, x: b.reduce(x, kind="max", axes=()),
     lambda b, x: b.concatenate(x, b.constant(np.zeros(0, np.float32)), dimension=0),
 ], ids=["x*1", "1*x", "x+-0", "x-0", "x/1", "--x", "max(x,x)", "max(x,-inf)", "convert-same", "reshape-chain",
         "full-slice", "zero-pad", "reverse-twice", "select-same", "exact-convert-chain", "reduce-no-axes",
@@ -228,7 +231,8 @@ def test_simplify_removes(make):
     lambda b, x: b.convert(b.convert(x, dtype="f16"), dtype="f32"),  # rounds
     lambda b, x: b.convert(b.convert(x, dtype="s32"), dtype="f32"),  # truncates
     lambda b, x: b.select(b.compare(x, splat(b, 1.0), direction="gt"), x, splat(b, 1.0)),  # NaN: not max
-], ids=["x+0.0", "x*0.0", "x-x", "f32-f16-f32", "f32-s32-f32", "select-gt-float"])
+    lambda b, x: b.reduce(x, kind="sum", axes=()),  # adds +0.0: -0.0 becomes +0.0
+], ids=["x+0.0", "x*0.0", "x-x", "f32-f16-f32", "f32-s32-f32", "select-gt-float", "float-sum-no-axes"])
 def test_simplify_keeps_inexact_float_rewrites(make):
     b, x = one_param()
     m = b.build(make(b, x))
@@ -373,6 +377,16 @@ def test_cse_merges_duplicates_and_commuted_operands():
     same_values(m, out, *(rng.standard_normal(4).astype(np.float32) for _ in range(2)))
 
 
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64])
+def test_cse_keeps_float_max_operand_order(dt):
+    b = Builder("t")
+    name = {np.float16: "f16", np.float32: "f32", np.float64: "f64"}[dt]
+    x, y = b.parameter(f"{name}[2]"), b.parameter(f"{name}[2]")
+    m = b.build(b.max(x, y), b.max(y, x), b.min(x, y), b.min(y, x))
+    out, _ = CSE().run(m)
+    same_values(m, out, np.array([-0.0, 0.0], dt), np.array([0.0, -0.0], dt))
+
+
 def test_cse_never_merges_rng_or_custom_calls():
     register_custom_call("test.passes.twice", lambda x, config: x * 2)
     b = Builder("t")
@@ -424,3 +438,10 @@ def test_dce_drops_dead_fusion_outputs_and_parameters():
     assert len(fusion.operands) == 2 and len(fusion.attr["computation"].parameters) == 2
     rng = np.random.default_rng(2)
     same_values(m, out, *(rng.standard_normal(4).astype(np.float32) for _ in range(3)))
+
+
+def test_a_bad_fusion_policy_is_a_clear_backend_error():
+    from axle.errors import BackendError
+
+    with pytest.raises(BackendError, match="fusion_policy"):
+        pipeline_for(FakeBackend({"row_fusion": False}, []))  # type: ignore[arg-type]

@@ -54,6 +54,23 @@ def test_loss_curves_match(digits_runs):
     assert jit.losses[-1] < jit.losses[0] / 3  # it learned
 
 
+def test_auto_mode_training_matches_jit(mnist_example, digits_runs):
+    """The eager training step under jit_level=auto: one cached cluster per step."""
+    import axle
+
+    data = mnist_example.load_digits()
+    previous = axle.config.jit_level
+    axle.config.update(jit_level="auto")
+    try:
+        axle.reset_stats()
+        auto = mnist_example.train(data, use_jit=False, steps=60, device="interpreter:0")
+        s = axle.stats()
+    finally:
+        axle.config.update(jit_level=previous)
+    assert s["eager_ops"] == 0 and s["clusters"] >= 60 and s["compiles"] <= 5
+    np.testing.assert_allclose(auto.losses, digits_runs[0].losses[:60], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("compress", [True, False], ids=["gz", "raw"])
 def test_tiny_idx_files(mnist_example, tmp_path, compress, capsys):
     make_tiny_mnist(tmp_path, compress=compress)

@@ -92,5 +92,18 @@ class ArrayOps:
     def max(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().max(self, axis, keepdims=keepdims)
     def min(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().min(self, axis, keepdims=keepdims)
     def prod(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().prod(self, axis, keepdims=keepdims)
+    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+        return _np().var(self, axis, ddof=ddof, keepdims=keepdims)
+    def std(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+        return _np().std(self, axis, ddof=ddof, keepdims=keepdims)
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().argmax(self, axis, keepdims)
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().argmin(self, axis, keepdims)
+    def all(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().all(self, axis, keepdims)
+    def any(self, axis: Any = None, keepdims: bool = False) -> Any: return _np().any(self, axis, keepdims)
+    def clip(self, a_min: Any = None, a_max: Any = None) -> Any: return _np().clip(self, a_min, a_max)
+    def squeeze(self, axis: Any = None) -> Any: return _np().squeeze(self, axis)
+    def swapaxes(self, a: int, b: int) -> Any: return _np().swapaxes(self, a, b)
+    def dot(self, o: Any) -> Any: return _np().dot(self, o)
+    def take(self, indices: Any, axis: Any = None) -> Any: return _np().take(self, indices, axis)
     def flatten(self) -> Any: return _np().reshape(self, (-1,))
     def ravel(self) -> Any: return _np().reshape(self, (-1,))

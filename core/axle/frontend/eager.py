@@ -14,6 +14,7 @@ from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
 from ..ir.types import TensorType
 from .array import Array
+from .lazy import lazy_active, record
 from .source import user_location
 from .tracing import aval_of, is_weak
 
@@ -56,8 +57,6 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
 
 def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
     from ..placement import to_buffer
-
-    from .lazy import lazy_active, record
 
     device = _device_of(operands)
     weak = bool(operands) and all(is_weak(x) for x in operands)

@@ -253,7 +253,10 @@ def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None
     """The seed's ``xla.compile(computation, inputs)``: traces, compiles and runs ``fn`` on
     ``inputs`` (a list of arguments) and returns its outputs. The executable is cached
     per function, so calling it again with the same shapes does not recompile."""
-    jf = _compiled.get(fn)
+    try:
+        jf = _compiled.get(fn)
+    except TypeError:  # not weak-referenceable (a builtin): compile without the per-function cache
+        return JitFunction(fn, device=device)(*inputs)
     if jf is None or jf.device_spec != device:
         jf = JitFunction(fn, device=device)
         _compiled[fn] = jf

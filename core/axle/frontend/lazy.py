@@ -9,8 +9,11 @@ as one executable when
 - a value is needed: ``np.asarray``, ``print``, ``float()``, ``bool()`` (Python control
   flow), passing it to a ``jit`` function or another device, or
 - the ``jit_scope`` ends, or
-- the cluster grows past :data:`MAX_CLUSTER_OPS` (so a loop that never reads a value does
-  not build an unbounded graph).
+- the program comes round a loop: the op about to be recorded was issued from the same
+  place in the user's code (code object and bytecode offset), with the same operand types,
+  as the cluster's first op. A training loop that never reads a value thus runs as one
+  cluster per iteration, the same structure each time, compiled once and then cached, or
+- the cluster grows past :data:`MAX_CLUSTER_OPS` (a fallback bound on graph size).
 
 Its outputs are exactly the pending arrays still alive at flush time (tracked with weak
 references): temporaries the program dropped are never written to memory, which is what
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from ..config import config
 from ..backend import Buffer, Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -36,10 +40,11 @@ from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from .array import Array
-from .source import user_location
+from .source import user_frame
+from .tracing import aval_of
 
 #: A cluster is flushed once it holds this many ops.
-MAX_CLUSTER_OPS = 4000
+MAX_CLUSTER_OPS = 1000
 
 _state = threading.local()
 _exe_cache: dict[tuple, Executable] = {}
@@ -77,6 +82,7 @@ class Cluster:
         self.pending: list[weakref.ref[Array]] = []
         self.ops = 0
         self.flushed = False
+        self.first_site: tuple | None = None  # where the cluster's first op came from
 
     def _param(self, buf: Buffer) -> Node:
         node = self._param_of.get(id(buf))
@@ -102,9 +108,9 @@ class Cluster:
             return make_node(Op.CONSTANT, (), {"value": Literal(arr)})
         return self._param(to_buffer(arr, self.device))
 
-    def record(self, op: Op, operands: Sequence[Any], attrs: dict[str, Any], weak: bool) -> Array:
+    def record(self, op: Op, operands: Sequence[Any], attrs: dict[str, Any], weak: bool, loc: str | None) -> Array:
         nodes = [self.node_for(x) for x in operands]
-        node = make_node(op, nodes, attrs, loc=user_location())
+        node = make_node(op, nodes, attrs, loc=loc)
         out = Array(None, weak=weak, lazy=(self, node))
         self.pending.append(weakref.ref(out))
         self.ops += 1
@@ -162,22 +168,30 @@ def _scope_depth() -> int:
 
 def lazy_active() -> bool:
     """True when eager ops should be recorded into a cluster instead of run."""
-    if _scope_depth() > 0:
-        return True
-    from ..config import config
+    return getattr(_state, "depth", 0) > 0 or config.jit_level == "auto"
 
-    return config.jit_level == "auto"
+
+def _site(op: Op, operands: Sequence[Any]) -> tuple[tuple, str | None]:
+    """(where in the user's code this op comes from + what it is, 'file:line (fn)')."""
+    f = user_frame()
+    if f is None:
+        return (None, op), None
+    where = (f.f_code, f.f_lasti)
+    loc = f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})"
+    return (where, op, tuple(aval_of(x) for x in operands)), loc
 
 
 def record(op: Op, operands: Sequence[Any], attrs: dict[str, Any], device: Device, weak: bool) -> Array:
+    site, loc = _site(op, operands)
     cluster: Cluster | None = getattr(_state, "cluster", None)
-    if cluster is not None and cluster.device != device:
-        cluster.flush()
+    if cluster is not None and (cluster.device != device or (cluster.ops and site == cluster.first_site)):
+        cluster.flush()  # another device, or the program came round a loop
         cluster = None
     if cluster is None:
         cluster = Cluster(device)
+        cluster.first_site = site
         _state.cluster = cluster
-    out = cluster.record(op, operands, attrs, weak)
+    out = cluster.record(op, operands, attrs, weak, loc)
     if cluster.ops >= MAX_CLUSTER_OPS:
         cluster.flush()
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import BackendError
 from ..ir.module import Module
 from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
@@ -41,7 +42,9 @@ def pipeline_for(backend: Any = None) -> Pipeline:
     if backend is not None:
         policy = backend.fusion_policy()
         extra = list(backend.passes() or [])
-    assert policy is None or isinstance(policy, FusionPolicy), f"{backend}: fusion_policy() must return a FusionPolicy"
+    if policy is not None and not isinstance(policy, FusionPolicy):
+        raise BackendError(f"backend {getattr(backend, 'name', backend)!r}: fusion_policy() returned "
+                           f"{policy!r}; expected axle.passes.policy.FusionPolicy or None")
     pipe = default_pipeline(policy)
     if extra:
         name = getattr(backend, "name", "backend")

@@ -104,6 +104,36 @@ class _Gen:
             x = self.fresh(TensorType(self.choice([d for d in DTYPES if d in dtypes]), self.choice(SHAPES)))
         return x
 
+    # -- patterns the fusion kinds are made for ----------------------------------------
+    def row_pattern(self) -> Node:
+        """x (op) broadcast(reduce(x over trailing axes)), as softmax and layer norm do."""
+        b = self.b
+        x = self.pick(lambda n: n.dtype.is_float and len(n.shape) >= 1)
+        if x is None:
+            x = self.param(TensorType(self.choice(DTYPES[:3]), self.choice([(2, 3), (4, 3), (2, 1, 4), (3,)])))
+        k = int(self.rng.integers(0, len(x.shape)))
+        axes = tuple(range(k, len(x.shape)))
+        r = b.reduce(x, kind=self.choice(("sum", "max", "min")), axes=axes)
+        if self.rng.random() < 0.5:  # keepdims, as axle.numpy writes it
+            kept = x.shape[:k] + (1,) * len(axes)
+            r = b.reshape(r, shape=kept)
+            back = b.broadcast_in_dim(r, shape=x.shape, broadcast_dimensions=tuple(range(len(x.shape))))
+        else:
+            back = b.broadcast_in_dim(r, shape=x.shape, broadcast_dimensions=tuple(range(k)))
+        op = self.choice((Op.SUB, Op.DIV, Op.MUL, Op.ADD))
+        return b.op(op, b.exp(x) if self.rng.random() < 0.5 else x, back)
+
+    def dense_pattern(self) -> Node:
+        """max(x @ w + bias, 0): a dot with an elementwise epilogue."""
+        b = self.b
+        dt = self.choice((DType.FLOAT32, DType.FLOAT64, DType.INT32))
+        m, k, n = (int(v) for v in self.rng.integers(1, 5, 3))
+        x = self.like(TensorType(dt, (m, k)))
+        w = self.like(TensorType(dt, (k, n)))
+        d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
+        bias = b.broadcast_in_dim(self.like(TensorType(dt, (n,))), shape=(m, n), broadcast_dimensions=(1,))
+        return b.max(b.add(d, bias), self.splat(TensorType(dt, (m, n))))
+
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # noqa: C901 - one branch per op family is the point
         b, d = self.b, OPS[op]
@@ -208,6 +238,12 @@ def random_module(seed: int, n_nodes: int) -> tuple[Module, list[np.ndarray]]:
     """A random well-typed module with about ``n_nodes`` ops, and inputs for it."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
-        g.pool.append(g.make(g.choice(_WEIGHTED)))
+        r = g.rng.random()
+        if r < 0.06:
+            g.pool.append(g.row_pattern())
+        elif r < 0.1:
+            g.pool.append(g.dense_pattern())
+        else:
+            g.pool.append(g.make(g.choice(_WEIGHTED)))
     outs = [g.pool[-1]] + [g.choice(g.pool) for _ in range(int(g.rng.integers(0, 3)))]
     return g.b.build(*outs), g.inputs

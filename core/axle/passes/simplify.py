@@ -232,9 +232,15 @@ def _concatenate(n: Node) -> Node | None:
     return None
 
 
+#: reduce kinds whose reduction over no axes returns its operand bit for bit; a float sum
+#: adds its identity +0.0, which turns -0.0 into +0.0
+_EMPTY_REDUCE_IS_IDENTITY = {"prod": True, "max": True, "min": True, "and": True, "or": True}
+
+
 def _reduce(n: Node) -> Node | None:
-    if not n.attr["axes"]:
-        return n.operands[0]
+    x = n.operands[0]
+    if not n.attr["axes"] and (_EMPTY_REDUCE_IS_IDENTITY.get(n.attr["kind"], False) or not x.dtype.is_float):
+        return x
     return None
 
 
