@@ -68,13 +68,44 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", help="trace JSON files (from axle.profiler.trace or --trace_to)")
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Checks every backend: import, devices, a tiny kernel against the interpreter."""
+    from .doctor import main as doctor_main
+
+    return doctor_main()
+
+
+def cmd_new_backend(args: argparse.Namespace) -> int:
+    """Copies the template backend under a new name, ready for `pip install -e`."""
+    from .errors import AxleError
+    from .scaffold import new_backend
+
+    try:
+        out = new_backend(args.name, args.dir)
+    except AxleError as e:
+        print(f"axle new-backend: {e}", file=sys.stderr)
+        return 2
+    print(f"created axle-{args.name} in {out}\nnext steps (docs/writing-a-backend.md):\n"
+          f"  pip install -e {out}\n  axle devices                   # shows {args.name}:0\n"
+          f"  python -m axle.testing {args.name}  # the conformance kit")
+    return 0
+
+
+def _new_backend_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="backend name: device prefix NAME:0, package axle_NAME")
+    p.add_argument("dir", nargs="?", default=None, help="target folder (default ./axle-NAME)")
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "devices": (cmd_devices, "list backends and devices"),
+    "doctor": (cmd_doctor, "check every installed backend and say why one does not work"),
+    "new-backend": (cmd_new_backend, "create a new backend from the template: NAME [DIR]"),
     "explain": (cmd_explain, "show the optimized module, fusions, buffers, placement and kernel code of a function"),
     "trace": (cmd_trace, "validate a timeline file and summarize it"),
 }
 #: subcommands that take arguments: name -> function adding them to its parser
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "new-backend": _new_backend_args,
     "explain": _explain_args,
     "trace": _trace_args,
 }

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import counters as stats
+from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..errors import DeviceError
 from ..ir.builder import Builder, make_node
@@ -44,7 +45,7 @@ def one_op_module(op: Op, types: Sequence[TensorType], attrs: dict[str, Any]) ->
 def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any], device: Device) -> Executable:
     from ..compiler import compile_module
 
-    key = (op, canonical_attrs(op, attrs), types, device)
+    key = (op, canonical_attrs(op, attrs), types, device, flags_key())
     exe = _cache.get(key)
     if exe is None:
         module = one_op_module(op, types, attrs)

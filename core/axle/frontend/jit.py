@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import counters as stats
 from .. import profiler
+from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -136,10 +137,22 @@ class Compiled:
 
     def report(self) -> dict[str, Any]:
         """``kernels`` (launches per call), ``temp_bytes``, ``peak_bytes`` and more: the
-        core's buffer assignment facts overlaid with the backend executable's report."""
+        core's buffer assignment facts overlaid with the backend executable's report, and
+        ``placement`` (see :meth:`placement`)."""
         from ..compiler import executable_report
 
-        return executable_report(self.module, self.executable)
+        out = executable_report(self.module, self.executable)
+        summary = self.placement()
+        if summary is not None:
+            out.setdefault("placement", summary.as_dict())
+        return out
+
+    def placement(self) -> Any:
+        """Which ops run on which device and the bytes crossing per call
+        (an ``axle.partition.PlacementSummary``; ``print`` it for a table)."""
+        from ..partition import placement_of
+
+        return placement_of(self.executable)
 
     def as_text(self) -> str:
         """The optimized module, as compiled."""
@@ -194,7 +207,7 @@ class JitFunction:
             hash(static_key)
         except TypeError:
             raise TypeError(f"{self.name}: static arguments must be hashable, got {static!r}") from None
-        return (td, avals, static_key, device), leaves
+        return (td, avals, static_key, device, flags_key()), leaves
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         device = self._device()

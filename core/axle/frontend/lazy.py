@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler import flags_key
 from .. import counters as stats
 from ..config import config
 from ..backend import Buffer, Device, Executable
@@ -138,7 +139,7 @@ class Cluster:
         root = outs[0] if len(outs) == 1 else make_node(Op.TUPLE, outs)
         comp = Computation("cluster", tuple(self.params), root)
         module = Module("cluster", comp)
-        key = (comp.structural_key, self.device)
+        key = (comp.structural_key, self.device, flags_key())
         exe = _exe_cache.get(key)
         hit = exe is not None
         if exe is None:

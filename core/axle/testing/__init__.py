@@ -1,4 +1,8 @@
-"""The conformance kit: op cases over shapes and dtypes, compared with the interpreter."""
-from .cases import OpCase, assert_close, cases_for, core_cases, random_input, run_case, tolerance
+"""The conformance kit: op cases over shapes and dtypes compared with the interpreter
+(cases.py), the whole kit as checks (kit.py), its pytest plugin (plugin.py:
+``pytest --axle-backend NAME``) and ``python -m axle.testing NAME``."""
+from .cases import (OpCase, assert_close, cases_for, check_case, core_cases, fused_cases, random_input, run_case,
+                    tolerance)
 
-__all__ = ["OpCase", "assert_close", "cases_for", "core_cases", "random_input", "run_case", "tolerance"]
+__all__ = ["OpCase", "assert_close", "cases_for", "check_case", "core_cases", "fused_cases", "random_input",
+           "run_case", "tolerance"]

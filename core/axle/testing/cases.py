@@ -6,6 +6,7 @@ work-group width; float inputs carry NaN, ±inf and -0.0; integer inputs carry t
 division corner cases (0, -1, INT_MIN)."""
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -322,13 +323,32 @@ def core_cases(ops: Sequence[Op] | None = None) -> Iterator[OpCase]:
         yield from cases_for(op)
 
 
+@contextlib.contextmanager
+def strict_placement(on: bool = True) -> Iterator[None]:
+    """Strict placement for the duration: nothing may fall back to the host."""
+    from ..config import config
+
+    old = config.strict_placement
+    config.strict_placement = on
+    try:
+        yield
+    finally:
+        config.strict_placement = old
+
+
 def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.ndarray]:
-    """Compiles and runs a case on a device; returns host arrays."""
+    """Compiles and runs a case on a device; returns host arrays. When the device claims
+    every op of the case, it runs under strict placement: a backend whose compile fails
+    must fail the case, not pass it through the host fallback."""
     from ..compiler import compile_module
+    from ..config import config
+    from ..partition import unsupported_nodes
     from ..placement import to_buffer
     from ..registry import REGISTRY
 
-    exe = compile_module(case.module, device, optimize=optimize)
+    claimed = not unsupported_nodes(case.module, REGISTRY.backend_for(device).capabilities(device))
+    with strict_placement(claimed or config.strict_placement):
+        exe = compile_module(case.module, device, optimize=optimize)
     outs = exe.execute([to_buffer(x, device) for x in case.inputs])
     backend = REGISTRY.backend_for(device)
     return [np.asarray(backend.to_host(o)) for o in outs]

@@ -1,0 +1,165 @@
+"""The template backend stays small and readable, and `axle new-backend` renames it fully."""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import axle
+from axle.errors import AxleError
+from axle.scaffold import new_backend, template_dir
+from sdk_support import require_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "backends" / "template"
+HARDWARE_PLACES = ("allocate", "copy in", "copy out", "render a fusion", "compile", "launch", "synchronize")
+
+
+def code_lines(source: str) -> int:
+    """Lines holding code: no blank lines, comments or docstrings."""
+    tree = ast.parse(source)
+    doc_lines: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            doc_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                            tokenize.ENDMARKER):
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - doc_lines)
+
+
+def test_code_lines_ignores_comments_and_docstrings():
+    src = '"""doc\nmore"""\n# c\n\ndef f():\n    """d"""\n    return 1  # x\n'
+    assert code_lines(src) == 2
+
+
+def test_template_source_is_small():
+    total = sum(code_lines(p.read_text()) for p in (TEMPLATE / "axle_template").glob("*.py"))
+    assert 50 < total < 300, f"the template has {total} lines of code; keep the contract visibly small"
+
+
+def test_every_hardware_place_is_marked():
+    text = "\n".join(p.read_text() for p in (TEMPLATE / "axle_template").glob("*.py")).lower()
+    marks = [line for line in text.splitlines() if "hardware:" in line]
+    for place in HARDWARE_PLACES:
+        assert any(place in m for m in marks), f"no HARDWARE: comment for {place!r}"
+
+
+def test_template_capabilities_and_claim_all_flag(monkeypatch):
+    from axle.ir.ops import Op
+
+    dev = require_backend("template")
+    backend = axle.REGISTRY.backend_for(dev)
+    caps = backend.capabilities(dev)
+    assert Op.ADD in caps.ops and Op.REDUCE in caps.ops and Op.DOT_GENERAL not in caps.ops
+    monkeypatch.setitem(axle.config.backend_flags, "template_claim_all", "true")
+    assert Op.DOT_GENERAL in backend.capabilities(dev).ops
+    assert type(backend)(claim_all=False).capabilities(dev).ops == caps.ops
+
+
+def test_template_kernels_are_generated_source():
+    dev = require_backend("template")
+    f = axle.jit(lambda x, y: (x + y) * y, device=dev)
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(f(x, x).numpy(), (x + x) * x)
+    sources = f.lower(x, x).compile().executable.kernel_sources()
+    text = "\n".join(sources.values())
+    assert "np.add(" in text and "np.multiply(" in text and "def k0_" in text
+
+
+def test_template_executable_rejects_wrong_arguments():
+    from axle.compiler import compile_module
+    from axle.ir.builder import Builder
+    from axle.placement import to_buffer
+
+    dev = require_backend("template")
+    b = Builder("two")
+    x, y = b.parameter("f32[3]"), b.parameter("f32[3]")
+    exe = compile_module(b.build(b.add(x, y)), dev)
+    with pytest.raises(axle.errors.BackendError, match="1 arguments given, 2 expected"):
+        exe.execute([to_buffer(np.ones(3, np.float32), dev)])
+    with pytest.raises(axle.errors.BackendError, match="parameter 1 expects f32\\[3\\], got f32\\[4\\]"):
+        exe.execute([to_buffer(np.ones(3, np.float32), dev), to_buffer(np.ones(4, np.float32), dev)])
+
+
+def test_new_backend_renames_everything(tmp_path):
+    out = new_backend("acme_x", tmp_path / "axle-acme_x")
+    assert (out / "axle_acme_x" / "backend.py").is_file() and not (out / "axle_template").exists()
+    pyproject = (out / "pyproject.toml").read_text()
+    assert 'name = "axle-acme_x"' in pyproject
+    assert 'acme_x = "axle_acme_x:AcmeXBackend"' in pyproject and 'packages = ["axle_acme_x"]' in pyproject
+    code = "\n".join(p.read_text() for p in (out / "axle_acme_x").glob("*.py"))
+    assert 'name = "acme_x"' in code and "class AcmeXBackend" in code and "AcmeXExecutable" in code
+    leftovers = re.findall(r"axle_template|axle-template|TemplateBackend|TemplateExecutable|template:0|"
+                           r"template_claim_all", code + pyproject + (out / "README.md").read_text())
+    assert not leftovers
+    for p in (out / "axle_acme_x").glob("*.py"):
+        ast.parse(p.read_text())
+    assert not list(out.rglob("__pycache__")) and not list(out.rglob("*.egg-info"))
+
+
+def test_new_backend_refuses_bad_names_and_non_empty_folders(tmp_path):
+    with pytest.raises(AxleError, match="lowercase"):
+        new_backend("Acme", tmp_path / "a")
+    with pytest.raises(AxleError, match="lowercase"):
+        new_backend("class", tmp_path / "b")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(AxleError, match="not empty"):
+        new_backend("acme", tmp_path / "full")
+
+
+def test_cli_new_backend_reports_errors(tmp_path, capsys):
+    from axle.cli import main
+
+    assert main(["new-backend", "Bad-Name", str(tmp_path / "x")]) == 2
+    assert "must be lowercase" in capsys.readouterr().err
+    assert main(["new-backend", "okname", str(tmp_path / "y")]) == 0
+    assert "pip install -e" in capsys.readouterr().out
+
+
+def test_template_dir_is_the_source_tree():
+    assert template_dir().resolve() == TEMPLATE.resolve()
+
+
+def test_target_passes_run_on_the_device_cluster_only(monkeypatch):
+    """What docs/writing-a-backend.md says about Backend.passes(): appended to the core
+    pipeline and run on the clusters placed on the device."""
+    import axle_template.backend as tb
+
+    import axle.numpy as anp
+    from axle.passes.pipeline import FunctionPass
+
+    dev = require_backend("template")
+    seen = []
+
+    def record(module):  # noqa: ANN001, ANN202
+        seen.append(sorted({n.op.value for c in module.computations() for n in c.nodes}))
+        return module
+
+    monkeypatch.setattr(tb.TemplateBackend, "passes", lambda self: [FunctionPass("record", record)])
+    f = axle.jit(lambda x, w: anp.exp(x @ w), device=dev)
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_allclose(f(x, x).numpy(), np.exp(x @ x), rtol=1e-6)
+    assert seen and all("dot" not in ops for ops in seen) and any("exponential" in ops for ops in seen)
+
+
+def test_claim_all_flag_from_axle_flags():
+    import subprocess
+    import sys
+
+    code = ("import axle; from axle.ir.ops import Op; d = axle.device('template:0'); "
+            "print(Op.DOT_GENERAL in axle.REGISTRY.backend_for(d).capabilities(d).ops)")
+    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", **flags}).stdout.strip()
+           for flags in ({}, {"AXLE_FLAGS": "--template_claim_all"})]
+    assert out == ["False", "True"]
