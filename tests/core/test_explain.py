@@ -12,14 +12,15 @@ import pytest
 import axle
 import axle.numpy as anp
 from axle.backend import Capabilities
-from axle.backends.interpreter import InterpreterBackend
 from axle.cli import main
-from axle.explain import derived_reason, placement_of
+from axle.explain import derived_reason, host_device_name, placement_of
 from axle.frontend.jit import Lowered
 from axle.frontend.pytree import flatten
 from axle.ir.builder import Builder, make_node
 from axle.ir.ops import CORE_PRIMITIVES, Op
+from axle.ir import dot as dotmod
 from axle.passes.policy import FusionPolicy
+from tests.conftest import require_backend
 
 DEV = "interpreter:0"
 
@@ -124,21 +125,37 @@ def test_reasons_derived_from_traits_and_policy():
     assert "different iteration shapes" in derived_reason(e, bc, 1, pol, {})
 
 
-def test_placement_shows_fallbacks(monkeypatch):
+def test_placement_of_follows_capabilities():
     no_exp = Capabilities(ops=CORE_PRIMITIVES - {Op.EXP})
-    monkeypatch.setattr(InterpreterBackend, "capabilities", lambda self, device: no_exp)
 
     def f(x):
         return anp.exp(x) + 1
 
-    expl = _explain(f, np.ones(8, np.float32))
-    exp_kernel = next(k for k in expl.kernels if "exponential" in k.ops)
-    assert exp_kernel.device == "interpreter:0"  # the host reference backend takes it
     m = axle.jit(f).lower(np.ones(8, np.float32)).module
-    placed = placement_of(m, axle.device(DEV), no_exp)
+    accel = axle.Device("accel", 0, kind="accelerator")  # a device without exp
+    placed = placement_of(m, accel, no_exp)
     exp_node = next(n for n in m.entry.nodes if n.op is Op.EXP)
     add_node = next(n for n in m.entry.nodes if n.op is Op.ADD)
-    assert placed[exp_node.uid] == "interpreter:0" and placed[add_node.uid] == DEV
+    assert placed[add_node.uid] == "accel:0"
+    assert placed[exp_node.uid] == host_device_name(accel) != "accel:0"
+
+
+def test_fallbacks_on_a_partial_backend():
+    """The template backend claims elementwise ops and reductions only: the MNIST step's
+    dots fall back to the host, and explain says where, why, and what crossed."""
+    dev = require_backend("template")
+    expl = axle.jit(mnist_step, device=dev).lower(*mnist_args()).explain(source=False)
+    dots = [k for k in expl.kernels if k.op == "dot"]
+    assert len(dots) == 2 and all(k.device != dev.name for k in dots)
+    assert all("'dot' is not in the device's capabilities" in k.fallback_reason for k in dots)
+    text = str(expl)
+    assert f"fallback: %{dots[0].name} (dot) runs on {dots[0].device}" in text
+    assert "as compiled (partitioner):" in text and "bytes crossed per call" in text
+    assert expl.notes and "partitioned" in expl.notes[0]
+    assert any(k.kind in ("row", "loop", "input") and k.device == dev.name for k in expl.kernels)
+    # the picture colors by device, the host grey
+    dot = expl.dot()
+    assert "cluster_legend" in dot and f'fillcolor="{dotmod._HOST_COLOR}"' in dot
 
 
 def test_kernel_sources_are_listed(monkeypatch):
