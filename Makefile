@@ -23,8 +23,9 @@ BENCH_ARGS   ?=
 bench: setup $(BENCH_STAMP)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
-$(BENCH_STAMP): pyproject.toml
-	$(PY) -m pip install -q -e '.[bench]'
+# The core's and every backend's `bench` extra (plot, baselines); a missing extra is a warning.
+$(BENCH_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKEND_DIRS))
+	$(PY) -m pip install -q -e '.[bench]' $(foreach d,$(BACKEND_DIRS),-e '$(d)[bench]')
 	touch $(BENCH_STAMP)
 
 setup: system-deps $(STAMP)

@@ -64,6 +64,15 @@ def _fmt_ms(v: float) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
+def _fmt_extra(v: object) -> str:
+    """Extra columns: numbers rounded, a per-implementation dict as 'impl value' pairs."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt_extra(x)}" for k, x in v.items())
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
 def _fmt_x(v: float) -> str:
     return f"{v:.2f}x" if math.isfinite(v) else "n/a"
 
@@ -91,7 +100,7 @@ def table(rows: Sequence[Row]) -> list[list[str]]:
         line = [r.workload]
         line += [_fmt_ms(r.times_ms[n]) if n in r.times_ms else "" for n in names]
         line += [_fmt_x(r.ratio(n)) if n in r.times_ms and n != r.baseline else "" for n in others]
-        line += [str(r.extra.get(k, "")) for k in extras]
+        line += [_fmt_extra(r.extra.get(k, "")) for k in extras]
         out.append(line)
     return out
 
@@ -243,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(res)
         if res.error:
             print(f"   failed: {res.error}")
+        elif not res.rows:
+            print("   no rows (nothing to measure here)")
         for g in groups(res.rows):
             print(text_table(table(g)) + "\n")
         print(flush=True)

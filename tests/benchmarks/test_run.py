@@ -30,6 +30,8 @@ FAKE = textwrap.dedent('''
             Row("fake", "elementwise n=4", {"numpy": 2.0, "axle cpu": 1.0, "axle opencl": 4.0},
                 extra={"GB/s": 1.5}),
             Row("fake", "reduce n=4", {"numpy": 3.0, "axle cpu": 1.5, "axle opencl": 1.0}),
+            Row("fake", "matmul", {"numpy": 1.0, "axle cpu": 2.0, "axle opencl": 1.0},
+                extra={"GFLOP/s": {"numpy": 10.0, "axle cpu": 5.0}}),
             Row("fake", "compile latency", {"trace": 1.0, "trace+compile": 5.0}, baseline="trace"),
         ]
 ''')
@@ -53,8 +55,9 @@ def test_run_writes_tables_report_and_plot(run_mod, tmp_path, capsys):
     assert "## fake (`benchmarks/bench_fake.py`)" in md
     assert "Failed: `RuntimeError: no device here" in md
     # ms columns, ratios (baseline / impl) and extra columns
-    assert "| elementwise n=4 | 2.000 | 1.000 | 4.000 | 2.00x | 0.50x | 1.5 |" in md
-    assert "| reduce n=4 | 3.000 | 1.500 | 1.000 | 2.00x | 3.00x |  |" in md
+    assert "| elementwise n=4 | 2.000 | 1.000 | 4.000 | 2.00x | 0.50x | 1.5 |  |" in md
+    assert "| reduce n=4 | 3.000 | 1.500 | 1.000 | 2.00x | 3.00x |  |  |" in md
+    assert "| matmul | 1.000 | 2.000 | 1.000 | 0.50x | 1.00x |  | numpy 10, axle cpu 5 |" in md
     assert "| compile latency | 1.000 | 5.000 | 0.20x |" in md  # its own table, its own baseline
     png = tmp_path / "docs" / "benchmarks.png"
     if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is optional
