@@ -1,0 +1,152 @@
+"""The ``opencl`` backend: every device of every OpenCL platform."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.errors import BackendError
+from axle.ir.dtypes import ALL_DTYPES, DType, dtype as to_dtype
+from axle.ir.module import Module
+from axle.ir.ops import Op
+from axle.ir.types import TensorType
+from axle.passes.policy import FusionPolicy
+
+_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
+GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
+CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
+
+
+def _enumerate() -> list[tuple[int, int, Any, Any]]:
+    import pyopencl as cl
+
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as e:  # no ICD / no platform
+        raise BackendUnavailable(f"no OpenCL platform found ({e}); install an OpenCL driver, "
+                                 "e.g. the PoCL CPU runtime (Debian: pocl-opencl-icd)") from None
+    found = []
+    for pi, p in enumerate(platforms):
+        try:
+            devs = p.get_devices()
+        except cl.Error:
+            continue
+        for di, d in enumerate(devs):
+            found.append((pi, di, p, d))
+    if not found:
+        raise BackendUnavailable("OpenCL platforms are installed but none has a device")
+    # stable order: GPUs first, then accelerators, then CPUs; within a kind by platform, device
+    def rank(item: tuple[int, int, Any, Any]) -> tuple[int, int, int]:
+        t = item[3].type
+        kind = 0 if t & cl.device_type.GPU else (1 if t & cl.device_type.ACCELERATOR else 2)
+        return (kind, item[0], item[1])
+
+    return sorted(found, key=rank)
+
+
+def _kind(cl_device: Any) -> str:
+    import pyopencl as cl
+
+    t = cl_device.type
+    return "gpu" if t & cl.device_type.GPU else ("accelerator" if t & cl.device_type.ACCELERATOR else "cpu")
+
+
+class OpenCLBackend(Backend):
+    """OpenCL C code generation for OpenCL 1.2+ devices (GPUs, PoCL on CPUs)."""
+
+    name = "opencl"
+    # The default device is chosen per device (device_priority: GPUs 300, CPU devices 50);
+    # the class priority only orders listings, where the backend sorts by name.
+    priority = 0
+
+    def __init__(self) -> None:
+        try:
+            import pyopencl  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - missing wheel or libOpenCL: report, never raise
+            raise BackendUnavailable(f"pyopencl cannot be imported: {type(e).__name__}: {e}") from None
+        self._devices: list[Device] = []
+        self._cl: list[Any] = []
+        self._runtimes: dict[int, Any] = {}
+        for index, (pi, di, p, d) in enumerate(_enumerate()):
+            props = {
+                "platform": p.name.strip(),
+                "device": d.name.strip(),
+                "type": _kind(d),
+                "compute_units": d.max_compute_units,
+                "global_memory": f"{d.global_mem_size / 2**30:.1f} GiB",
+                "fp64": "cl_khr_fp64" in d.extensions.split(),
+            }
+            self._devices.append(Device("opencl", index, f"{p.name.strip()}: {d.name.strip()}", kind=_kind(d),
+                                        properties=props, aliases=(f"opencl:{pi}:{di}",)))
+            self._cl.append(d)
+
+    # -- devices -----------------------------------------------------------------
+    def devices(self) -> Sequence[Device]:
+        return list(self._devices)
+
+    def device_priority(self, device: Device) -> int:
+        return GPU_PRIORITY if device.kind == "gpu" else CPU_PRIORITY
+
+    def runtime(self, device: Device) -> Any:
+        rt = self._runtimes.get(device.index)
+        if rt is None:
+            from .runtime import DeviceRuntime
+
+            rt = self._runtimes[device.index] = DeviceRuntime(self._cl[device.index])
+        return rt
+
+    def capabilities(self, device: Device) -> Capabilities:
+        fp64 = bool(device.properties.get("fp64"))
+        dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
+        return Capabilities(dtypes=dts, limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
+
+    def fusion_policy(self) -> FusionPolicy:
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+
+    # -- compile -----------------------------------------------------------------
+    def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
+        from axle import profiler
+
+        from .executable import OpenCLExecutable
+        from .plan import plan_module
+
+        rt = self.runtime(device)
+        if not rt.info.fp64:
+            f64 = [n for c in module.computations() for n in c.nodes
+                   if any(isinstance(t, TensorType) and t.dtype is DType.FLOAT64 for t in [n.type] +
+                          [o.type for o in n.operands]) and n.op not in _PLUMBING]
+            if f64:
+                n = f64[0]
+                raise BackendError(f"opencl: {n.op.value} ({n.type}) needs float64, but {device.name} "
+                                   f"({device.description}) has no cl_khr_fp64; convert to float32 first",
+                                   where=n.loc)
+        info = rt.info
+        strategy = options.flags.get("opencl_strategy", "auto")
+        if strategy not in ("auto", "gpu", "cpu"):
+            raise BackendError(f"opencl: --opencl_strategy={strategy!r}; expected auto, gpu or cpu")
+        if strategy != "auto":
+            # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
+            info = replace(info, is_gpu=strategy == "gpu")
+        with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
+            plan = plan_module(module.entry, info)
+        with profiler.span(f"compile {module.name}", "compile", device=device.name):
+            return OpenCLExecutable(plan, device, rt)
+
+    # -- buffers -----------------------------------------------------------------
+    def to_device(self, array: np.ndarray, device: Device) -> Buffer:
+        arr = np.asarray(array, order="C")  # (np.ascontiguousarray would make 0-d arrays 1-d)
+        t = TensorType(to_dtype(arr.dtype), tuple(arr.shape))
+        return Buffer(device, t, self.runtime(device).upload(arr))
+
+    def to_host(self, buffer: Buffer) -> np.ndarray:
+        return self.runtime(buffer.device).download(buffer.handle, buffer.type.dtype.np, buffer.type.shape)
+
+    def free(self, buffer: Buffer) -> None:
+        if buffer.handle is not None:
+            buffer.handle.release()
+
+    def synchronize(self, device: Device) -> None:
+        self.runtime(device).queue.finish()

@@ -1,0 +1,109 @@
+"""Statement emission with scoped common-subexpression memory, and array indices that
+are known by their flat offset, their coordinates, or both."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+@dataclass
+class Idx:
+    """A position in an array of ``shape``: flat row-major offset and/or coordinates
+    (C expressions). Whichever is missing is derived on demand by :class:`Emitter`."""
+
+    shape: tuple[int, ...]
+    flat: str | None = None
+    coords: list[str] | None = None
+
+    @property
+    def key(self) -> tuple:
+        return ("c", *self.coords) if self.coords is not None else ("f", self.flat)
+
+
+class Emitter:
+    """Collects kernel statements; ``value`` memories live in nested scopes so a value
+    computed inside a loop body is never reused after the loop."""
+
+    def __init__(self, indent: int = 1) -> None:
+        self.lines: list[str] = []
+        self.depth = indent
+        self.scopes: list[dict[Any, str]] = [{}]
+        self._n = 0
+
+    def fresh(self, prefix: str = "t") -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def tmp(self, ctype: str, expr: str, prefix: str = "t") -> str:
+        name = self.fresh(prefix)
+        self.line(f"{ctype} {name} = {expr};")
+        return name
+
+    def open(self, header: str) -> None:
+        self.line(header + " {")
+        self.depth += 1
+        self.scopes.append({})
+
+    def close(self) -> None:
+        self.scopes.pop()
+        self.depth -= 1
+        self.line("}")
+
+    def lookup(self, key: Any) -> str | None:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def remember(self, key: Any, value: str) -> None:
+        self.scopes[-1][key] = value
+
+    # -- indices -------------------------------------------------------------------
+    def coords(self, idx: Idx) -> list[str]:
+        if idx.coords is None:
+            assert idx.flat is not None
+            strides = row_major_strides(idx.shape)
+            out = []
+            for k, (n, s) in enumerate(zip(idx.shape, strides)):
+                if n == 1:
+                    out.append("0")
+                    continue
+                e = idx.flat if s == 1 else f"({idx.flat} / {s})"
+                if k > 0 and any(d != 1 for d in idx.shape[:k]):
+                    e = f"({e} % {n})"
+                out.append(self._cached_tmp("int", e, "c"))
+            idx.coords = out
+        return idx.coords
+
+    def flat(self, idx: Idx) -> str:
+        if idx.flat is None:
+            assert idx.coords is not None
+            if math.prod(idx.shape) <= 1:
+                idx.flat = "0"
+            else:
+                terms = [c if s == 1 else f"{c} * {s}" for c, s, n in
+                         zip(idx.coords, row_major_strides(idx.shape), idx.shape) if n != 1 and c != "0"]
+                idx.flat = self._cached_tmp("int", " + ".join(terms) if terms else "0", "f")
+        return idx.flat
+
+    def _cached_tmp(self, ctype: str, expr: str, prefix: str) -> str:
+        if expr.isidentifier() or expr.lstrip("-").isdigit():
+            return expr
+        key = ("expr", expr)
+        hit = self.lookup(key)
+        if hit is None:
+            hit = self.tmp(ctype, expr, prefix)
+            self.remember(key, hit)
+        return hit

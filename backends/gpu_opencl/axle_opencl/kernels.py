@@ -1,0 +1,492 @@
+"""Kernel builders: turn one fused computation (or one unfused op wrapped as one) into
+OpenCL C kernels with their launch shapes.
+
+* ``map`` kernels: one output element (loop fusions), or one row (row fusions, and
+  reductions with enough outputs to fill the device), per iteration. On GPUs one
+  work-item per element; on CPU devices each work-item walks a contiguous chunk, in
+  ``floatN`` vectors where the fusion allows (PoCL's vectorizer gives up on
+  grid-stride loops), with a scalar tail.
+* ``group reduce`` kernels: input fusions with few outputs and long reductions; each
+  work-group reduces a range in registers, then a tree in local memory; a second pass
+  over the per-group partials runs only when one group per output is not enough.
+* ``dot`` kernels: local-memory tiles, batch dims and transposed operands by strides.
+
+Sizes that a kernel only needs as loop bounds (``n``, ``chunk``) are arguments, so an
+elementwise kernel's source, and its compiled program, serve every shape."""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from axle.errors import BackendError
+from axle.ir.builder import Builder
+from axle.ir.dtypes import DType
+from axle.ir.module import Computation, Node
+from axle.ir.ops import Op
+from axle.ir.types import TensorType
+
+from .ctypes_ import STORAGE, identity
+from .emitter import Emitter, Idx, row_major_strides
+from .render import HELPERS
+from .values import LANE_NAMES, Renderer, acc_dtype, combine, reg_type, store, vector_ok
+
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What code generation needs to know about a device."""
+
+    is_gpu: bool
+    compute_units: int
+    max_work_group: int
+    local_mem: int
+    fp64: bool
+    float_lanes: int = 8
+    double_lanes: int = 4
+
+
+@dataclass
+class Kernel:
+    """One kernel launch: its program source, argument layout and launch shape.
+
+    ``inputs`` name where each buffer argument comes from: ("param", i) the unit's
+    i-th operand, ("const", array) an array uploaded once at compile time,
+    ("scratch", j) an intermediate of the same unit. ``outputs`` are ("out", k) unit
+    results or ("scratch", j)."""
+
+    name: str
+    source: str
+    what: str  # the op(s) it computes, for errors and profiles
+    outputs: list[tuple[str, int, TensorType]]
+    inputs: list[tuple[str, object]]
+    scalars: list[int] = field(default_factory=list)
+    global_size: tuple[int, ...] = (1,)
+    local_size: tuple[int, ...] | None = None
+    uses_fp64: bool = False
+    helpers: frozenset[str] = frozenset()
+    body: str = ""
+
+
+def program_source(body: str, helpers: set[str], fp64: bool) -> str:
+    head = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if fp64 else []
+    head += [HELPERS[h] for h in sorted(helpers)]
+    return "\n".join(head + [body]) + "\n"
+
+
+def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa: ANN001
+    """Names the kernel after a hash of its source (identical sources share programs)."""
+    body = body_fn("KERNEL")
+    src = program_source(body, r.helpers, r.uses_fp64)
+    name = "axle_" + hashlib.sha1(src.encode()).hexdigest()[:12]
+    return Kernel(name, src.replace("KERNEL", name), what, outs, ins, uses_fp64=r.uses_fp64,
+                  helpers=frozenset(r.helpers), body=body.replace("KERNEL", name), **kw)
+
+
+def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]], consts, extra: str) -> str:  # noqa: ANN001
+    args = [f"__global {STORAGE[t.dtype]}* restrict {n}" for n, t in outs]
+    args += [f"__global const {STORAGE[dt]}* restrict {n}" for n, dt in params]
+    args += [f"__global const {STORAGE[DType(_dt(a))]}* restrict {n}" for n, a in consts]
+    return ", ".join(args + ([extra] if extra else []))
+
+
+def _dt(a: np.ndarray) -> str:
+    from axle.ir.dtypes import dtype
+
+    return dtype(a.dtype).value
+
+
+def describe(comp: Computation) -> str:
+    ops = [n for n in comp.nodes if n.op is not Op.PARAMETER and n.op is not Op.TUPLE]
+    names = ", ".join(dict.fromkeys(n.op.value for n in ops))
+    locs = next((n.loc for n in ops if n.loc), None)
+    return f"{names} -> {comp.root.type}" + (f" (at {locs})" if locs else "")
+
+
+# ----------------------------------------------------------------------------- map
+
+
+def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[int, ...], dev: DeviceInfo,
+               pre: list[Node] = ()) -> Kernel:  # type: ignore[assignment]
+    """One iteration per element of ``outer``; outputs have shape ``outer`` or
+    ``outer + tail`` (row kernels: ``pre`` are the per-row reductions, computed once
+    per row before the tail loop writes the full-shape outputs)."""
+    n_outer = math.prod(outer)
+    tails = {n.shape[len(outer):] for n, _ in outputs if n.shape != outer}
+    assert len(tails) <= 1, f"outputs {[n.shape for n, _ in outputs]} do not share a row shape"
+    tail = tails.pop() if tails else ()
+    out_dt = {n.dtype for n, _ in outputs}
+    lanes = 0
+    if not dev.is_gpu and not pre and not tail and len(out_dt) == 1:
+        dt = next(iter(out_dt))
+        w = dev.float_lanes if dt is DType.FLOAT32 else dev.double_lanes
+        memo: dict[int, bool] = {}
+        if n_outer >= 2 * w and all(vector_ok(n, outer, 0, dt, memo) for n, _ in outputs):
+            lanes = w
+
+    # Row kernels: the tail loop runs in floatN when its outputs allow.
+    tail_lanes = 0
+    full_outs = [n for n, _ in outputs if n.shape != outer]
+    if tail and not dev.is_gpu and len({n.dtype for n in full_outs}) == 1:
+        dt = full_outs[0].dtype
+        w = dev.float_lanes if dt is DType.FLOAT32 else dev.double_lanes
+        memo2: dict[int, bool] = {}
+        if math.prod(tail) >= 2 * w and all(vector_ok(n, outer + tail, len(outer), dt, memo2) for n in full_outs):
+            tail_lanes = w
+    # Every per-row value (the reductions and what is computed from them alone) is
+    # computed once per row, before the tail loop.
+    if pre:
+        pre = [n for n in comp.nodes if isinstance(n.type, TensorType) and n.shape == outer
+               and n.op not in (Op.PARAMETER, Op.CONSTANT)]
+
+    def body(em: Emitter, r: Renderer, i: str, w: int) -> None:
+        idx = Idx(outer, i)
+        if pre:
+            em.coords(idx)
+            for p in pre:
+                r.value(p, idx)
+        for k, (n, _) in enumerate(outputs):
+            if n.shape == outer:
+                em.line(store(f"out{k}", n.dtype, i, r.value(n, idx, w), w))
+        if tail:
+            t = math.prod(tail)
+            j = em.fresh("j")
+            oc = em.coords(idx) if outer else []
+            em.line(f"int {j} = 0;")
+            if tail_lanes:
+                r.row = (outer, list(oc))
+                em.open(f"for (; {j} + {tail_lanes} <= {t}; {j} += {tail_lanes})")
+                vflat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
+                for k, (n, _) in enumerate(outputs):
+                    if n.shape != outer:
+                        em.line(store(f"out{k}", n.dtype, vflat, r.value(n, Idx(outer + tail, vflat), tail_lanes),
+                                      tail_lanes))
+                em.close()
+                r.row = None
+            em.open(f"for (; {j} < {t}; {j}++)")
+            tidx = Idx(tail, j)
+            full_flat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
+            fidx = Idx(outer + tail, full_flat, list(oc) + list(em.coords(tidx)))
+            for k, (n, _) in enumerate(outputs):
+                if n.shape != outer:
+                    em.line(store(f"out{k}", n.dtype, full_flat, r.value(n, fidx), 1))
+            em.close()
+
+    params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
+    em = Emitter(2)
+    r = Renderer(em, params)
+    if not dev.is_gpu:
+        r.vector_lanes = dev.float_lanes if any(isinstance(n.type, TensorType) and n.dtype is DType.FLOAT32
+                                                for n in comp.nodes) else dev.double_lanes
+    if dev.is_gpu:
+        body(em, r, "i", 1)
+        loop = "  const int i = (int)get_global_id(0);\n  if (i < n) {\n" + "\n".join(em.lines) + "\n  }"
+    else:
+        vec_lines: list[str] = []
+        if lanes:
+            em.open(f"for (; i + {lanes} <= end; i += {lanes})")
+            body(em, r, "i", lanes)
+            em.close()
+            vec_lines, em.lines = em.lines, []
+        em.depth = 2
+        em.scopes = [{}]
+        em.open("for (; i < end; i++)")
+        body(em, r, "i", 1)
+        em.close()
+        lines = [ln[2:] for ln in vec_lines + em.lines]
+        loop = ("  const int start = (int)get_global_id(0) * chunk;\n  const int end = min(start + chunk, n);\n"
+                "  int i = start;\n" + "\n".join(lines))
+    outs = [(f"out{k}", n.tensor_type) for k, (n, _) in enumerate(outputs)]
+    pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
+    sig = _signature(outs, pars, r.consts, "const int n, const int chunk")
+
+    def text(name: str) -> str:
+        return f"__kernel void {name}({sig}) {{\n{loop}\n}}"
+
+    # launch shape
+    if dev.is_gpu:
+        wg = min(256, dev.max_work_group)
+        gsize, lsize, chunk = (max(1, -(-n_outer // wg)) * wg,), (wg,), 1
+    else:
+        per_item = max(1, math.prod(tail))
+        items = max(1, min(dev.compute_units * 8, -(-n_outer * per_item // 4096), n_outer))
+        chunk = -(-n_outer // items)
+        if lanes:
+            chunk = -(-chunk // lanes) * lanes
+        # local size 1: PoCL runs a work-group on one core, so every chunk is its own group
+        gsize, lsize = (max(1, -(-n_outer // chunk)),), (1,)
+    ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
+    ins += [("const", a) for _, a in r.consts]
+    return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,
+                   scalars=[n_outer, chunk], global_size=gsize, local_size=lsize)
+
+
+# ---------------------------------------------------------------------- group reduce
+
+
+def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev: DeviceInfo,
+                        splits: int, lanes_per_group: int) -> Kernel:
+    """Work-group tree reductions for reduces sharing operand shape and axes. With
+    ``splits > 1`` each output gets ``splits`` groups writing partials (in the
+    accumulator dtype) to scratch outputs for a second pass."""
+    first = reduces[0][0]
+    x_shape = first.operands[0].shape
+    axes = first.attr["axes"]
+    kept = first.shape
+    red_shape = tuple(x_shape[a] for a in axes)
+    R = math.prod(red_shape)
+    L = lanes_per_group
+    trailing = tuple(axes) == tuple(range(len(x_shape) - len(axes), len(x_shape)))
+    chunk = -(-R // splits)
+    em = Emitter(1)
+    params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
+    r = Renderer(em, params)
+    em.line("const int g = (int)get_group_id(0);")
+    em.line("const int lid = (int)get_local_id(0);")
+    em.line(f"const int o = g / {splits};")
+    em.line(f"const int r0 = (g % {splits}) * {chunk};")
+    em.line(f"const int r1 = min(r0 + {chunk}, {R});")
+    accs = []
+    for k, (n, _) in enumerate(reduces):
+        accs.append(em.tmp(reg_type(acc_dtype(n.dtype)), identity(n.attr["kind"], n.dtype), "acc"))
+    kidx = Idx(kept, "o")
+
+    def index(rv: str) -> Idx:
+        if trailing:
+            return Idx(x_shape, em.tmp("int", f"o * {R} + {rv}" if kept else rv, "f"))
+        kc, rc = em.coords(kidx), em.coords(Idx(red_shape, rv))
+        it_k, it_r = iter(kc), iter(rc)
+        return Idx(x_shape, None, [next(it_r) if i in axes else next(it_k) for i in range(len(x_shape))])
+
+    def accumulate(rv: str, w: int, targets: list[str]) -> None:
+        idx = index(rv)
+        for (n, _), a in zip(reduces, targets):
+            v = r.value(n.operands[0], idx, w)
+            em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v, r.helpers)};")
+
+    dts = {n.dtype for n, _ in reduces}
+    w = 0
+    if not dev.is_gpu and trailing and len(dts) == 1 and R >= 16:
+        dt = next(iter(dts))
+        w = dev.float_lanes if dt is DType.FLOAT32 else dev.double_lanes
+        memo: dict[int, bool] = {}
+        if not all(vector_ok(n.operands[0], x_shape, len(kept), dt, memo) for n, _ in reduces):
+            w = 0
+    if dev.is_gpu:
+        em.open(f"for (int rr = r0 + lid; rr < r1; rr += {L})")
+        accumulate("rr", 1, accs)
+        em.close()
+    else:
+        em.line(f"const int sub = (r1 - r0 + {L - 1}) / {L};")
+        em.line("int rr = r0 + lid * sub;")
+        em.line("const int re = min(rr + sub, r1);")
+        if w:
+            vaccs = [em.tmp(reg_type(n.dtype, w), f"(({reg_type(n.dtype, w)})({identity(n.attr['kind'], n.dtype)}))",
+                            "vacc") for n, _ in reduces]
+            if kept:
+                r.row = (kept, em.coords(kidx))
+            em.open(f"for (; rr + {w} <= re; rr += {w})")
+            accumulate("rr", w, vaccs)
+            em.close()
+            r.row = None
+            for (n, _), a, va in zip(reduces, accs, vaccs):
+                for k in range(w):
+                    em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, f'{va}.s{LANE_NAMES[k]}', r.helpers)};")
+        em.open("for (; rr < re; rr++)")
+        accumulate("rr", 1, accs)
+        em.close()
+    # tree in local memory
+    for k, ((n, _), a) in enumerate(zip(reduces, accs)):
+        em.line(f"__local {reg_type(acc_dtype(n.dtype))} sh{k}[{L}];")
+        em.line(f"sh{k}[lid] = {a};")
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
+    em.open("if (lid < st)")
+    for k, (n, _) in enumerate(reduces):
+        em.line(f"sh{k}[lid] = {combine(n.attr['kind'], n.dtype, f'sh{k}[lid]', f'sh{k}[lid + st]', r.helpers)};")
+    em.close()
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.close()
+    em.open("if (lid == 0)")
+    outs: list[tuple[str, TensorType]] = []
+    for k, (n, _) in enumerate(reduces):
+        if splits > 1:
+            outs.append((f"out{k}", TensorType(acc_dtype(n.dtype), (math.prod(kept) * splits,))))
+            em.line(store(f"out{k}", acc_dtype(n.dtype), "g", f"sh{k}[0]"))
+        else:
+            outs.append((f"out{k}", n.tensor_type))
+            v = f"sh{k}[0]"
+            if n.dtype is DType.FLOAT16 and n.attr["kind"] in ("sum", "prod"):
+                v = f"axle_rh({v})"
+                r.helpers.add("axle_rh")
+            em.line(store(f"out{k}", n.dtype, "g", v))
+    em.close()
+    pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
+    sig = _signature(outs, pars, r.consts, "")
+    attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
+
+    def text(name: str) -> str:
+        return f"__kernel {attr}void {name}({sig}) {{\n" + "\n".join(em.lines) + "\n}"
+
+    ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
+    ins += [("const", a) for _, a in r.consts]
+    if splits > 1:
+        kouts = [("scratch", k, t) for k, (_, t) in enumerate(outs)]
+    else:
+        kouts = [("out", j, n.tensor_type) for n, j in reduces]
+    groups = math.prod(kept) * splits
+    return _finish(text, describe(comp), r, kouts, ins, global_size=(groups * L,), local_size=(L,))
+
+
+def second_pass(reduces: list[tuple[Node, int]], splits: int) -> Computation:
+    """The computation reducing per-group partials [outputs, splits] to the results."""
+    b = Builder("partials")
+    roots = []
+    for n, _ in reduces:
+        kept = n.shape
+        adt = acc_dtype(n.dtype)
+        p = b.parameter(TensorType(adt, (math.prod(kept) * splits,)))
+        v = b.reduce(b.reshape(p, shape=kept + (splits,)), kind=n.attr["kind"], axes=(len(kept),))
+        roots.append(b.convert(v, dtype=n.dtype) if adt is not n.dtype else v)
+    return b.computation(*roots)
+
+
+# -------------------------------------------------------------------------------- dot
+
+
+def _group_offset(em: Emitter, g: str, dims: list[int], shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """Offset of flattened index ``g`` over ``dims`` (row-major among themselves)."""
+    if not dims:
+        return "0"
+    sizes = [shape[d] for d in dims]
+    terms = []
+    rest = g
+    for k in range(len(dims) - 1, -1, -1):
+        inner = math.prod(sizes[k + 1:])
+        c = rest if k == 0 and inner == 1 else (f"({g} / {inner})" if inner > 1 else g)
+        if k > 0:
+            c = f"({c} % {sizes[k]})"
+        terms.append(f"{c} * {strides[dims[k]]}")
+    return "(" + " + ".join(terms) + ")"
+
+
+def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
+    """Tiled batched matmul over flattened (batch, m, n, k) groups of arbitrary dims."""
+    lhs, rhs = n.operands
+    a = n.attr
+    lb, rb, lc, rc = list(a["lhs_batch"]), list(a["rhs_batch"]), list(a["lhs_contracting"]), list(a["rhs_contracting"])
+    lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
+    rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
+    B = math.prod(lhs.shape[i] for i in lb)
+    M = math.prod(lhs.shape[i] for i in lf)
+    N = math.prod(rhs.shape[i] for i in rf)
+    K = math.prod(lhs.shape[i] for i in lc)
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    ts = 16 if dev.max_work_group >= 256 else (8 if dev.max_work_group >= 64 else 4)
+    adt = acc_dtype(n.dtype)
+    act = reg_type(adt)
+    em = Emitter(1)
+    r = Renderer(em, {0: "in0", 1: "in1"})
+    if n.dtype is DType.FLOAT64:
+        r.uses_fp64 = True
+    from .values import load
+
+    la = load("in0", lhs.dtype, "(lb_off + m_off + ka_off)")
+    lbv = load("in1", rhs.dtype, "(rb_off + n_off + kb_off)")
+    mul = combine("prod", n.dtype, "As[lm][kk]", "Bs[kk][ln]", r.helpers)
+    body = f"""
+  const int ln = (int)get_local_id(0), lm = (int)get_local_id(1);
+  const int nn = (int)get_group_id(0) * {ts} + ln, m = (int)get_group_id(1) * {ts} + lm, bb = (int)get_global_id(2);
+  __local {act} As[{ts}][{ts + 1}];
+  __local {act} Bs[{ts}][{ts + 1}];
+  const int lb_off = {_group_offset(em, 'bb', lb, lhs.shape, ls)}, rb_off = {_group_offset(em, 'bb', rb, rhs.shape, rs)};
+  const int m_off = {_group_offset(em, 'm', lf, lhs.shape, ls)}, n_off = {_group_offset(em, 'nn', rf, rhs.shape, rs)};
+  {act} acc = {identity('sum', adt)};
+  for (int k0 = 0; k0 < {K}; k0 += {ts}) {{
+    const int ka = k0 + ln, kb = k0 + lm;
+    if (m < {M} && ka < {K}) {{ const int ka_off = {_group_offset(em, 'ka', lc, lhs.shape, ls)}; As[lm][ln] = {la}; }}
+    else As[lm][ln] = 0;
+    if (nn < {N} && kb < {K}) {{ const int kb_off = {_group_offset(em, 'kb', rc, rhs.shape, rs)}; Bs[lm][ln] = {lbv}; }}
+    else Bs[lm][ln] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int kk = 0; kk < {ts}; kk++) acc = {combine('sum', n.dtype, 'acc', mul, r.helpers)};
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  if (m < {M} && nn < {N}) {{ {store('out0', n.dtype, f'(bb * {M} + m) * {N} + nn', 'acc')} }}"""
+    if n.dtype is DType.FLOAT16:
+        r.helpers.discard("axle_rh")
+    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+    attr = f"__attribute__((reqd_work_group_size({ts}, {ts}, 1))) "
+
+    def text(name: str) -> str:
+        return f"__kernel {attr}void {name}({sig}) {{{body}\n}}"
+
+    gs = (-(-N // ts) * ts, -(-M // ts) * ts, B)
+    return _finish(text, f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else ""), r,
+                   [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)], global_size=gs, local_size=(ts, ts, 1))
+
+
+def check_size(n: Node) -> None:
+    for t in [n.type] + [o.type for o in n.operands]:
+        if isinstance(t, TensorType) and t.size > INT_MAX:
+            raise BackendError(f"opencl: {n.op.value} on {t} exceeds the 2^31 elements a kernel indexes", where=n.loc)
+
+
+def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
+    """CPU devices: each work-item owns a block of output rows and walks the columns in
+    floatN vectors, streaming rows of the rhs (``acc += a[m,k] * b[k, n:n+N]``). Needs
+    float operands whose rhs free dims are one contiguous dim; otherwise None (the tiled
+    kernel is used)."""
+    lhs, rhs = n.operands
+    a = n.attr
+    lb, rb, lc, rc = list(a["lhs_batch"]), list(a["rhs_batch"]), list(a["lhs_contracting"]), list(a["rhs_contracting"])
+    lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
+    rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
+    if n.dtype not in (DType.FLOAT32, DType.FLOAT64) or len(rf) != 1 or rf[0] != len(rhs.shape) - 1:
+        return None
+    B = math.prod(lhs.shape[i] for i in lb)
+    M = math.prod(lhs.shape[i] for i in lf)
+    N = math.prod(rhs.shape[i] for i in rf)
+    K = math.prod(lhs.shape[i] for i in lc)
+    w = dev.float_lanes if n.dtype is DType.FLOAT32 else dev.double_lanes
+    if N < w:
+        return None
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    em = Emitter(1)
+    r = Renderer(em, {0: "in0", 1: "in1"})
+    r.uses_fp64 = n.dtype is DType.FLOAT64
+    t, tv = reg_type(n.dtype), reg_type(n.dtype, w)
+    rows = max(1, -(-M * B // (dev.compute_units * 8)))
+    body = f"""
+  const int first = (int)get_global_id(0) * {rows};
+  const int last = min(first + {rows}, {B * M});
+  for (int row = first; row < last; row++) {{
+    const int bb = row / {M}, m = row % {M};
+    const int la = {_group_offset(em, 'bb', lb, lhs.shape, ls)} + {_group_offset(em, 'm', lf, lhs.shape, ls)};
+    const int rbo = {_group_offset(em, 'bb', rb, rhs.shape, rs)};
+    __global {STORAGE[n.dtype]}* o = out0 + row * {N};
+    int nn = 0;
+    for (; nn + {w} <= {N}; nn += {w}) {{
+      {tv} acc = ({tv})(0);
+      for (int k = 0; k < {K}; k++)
+        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * vload{w}(0, in1 + rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn);
+      vstore{w}(acc, 0, o + nn);
+    }}
+    for (; nn < {N}; nn++) {{
+      {t} acc = 0;
+      for (int k = 0; k < {K}; k++)
+        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * in1[rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn];
+      o[nn] = acc;
+    }}
+  }}"""
+    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+
+    def text(name: str) -> str:
+        return f"__kernel void {name}({sig}) {{{body}\n}}"
+
+    return _finish(text, f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else ""), r,
+                   [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
+                   global_size=(-(-(B * M) // rows),), local_size=(1,))

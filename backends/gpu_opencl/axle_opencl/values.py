@@ -1,0 +1,406 @@
+"""Rendering the value of a node at an index: the recursive heart of code generation.
+
+``value(node, idx)`` returns a C expression (a temporary or a literal) holding the node's
+element at ``idx``. Elementwise ops pass the index through, movement ops rewrite it
+(broadcast drops dims, transpose permutes, slice scales, reverse mirrors, pad and
+concatenate select with clamped in-bounds loads), reductions and dots become loops
+in the kernel body. Producers are thus recomputed inline and nothing in between is
+written to memory: a whole loop fusion is one expression tree per output element.
+
+With ``lanes > 1`` the same renderer emits ``floatN`` code for the float ops the
+vectorizer accepts: the index is then the first of N consecutive flat offsets."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+import numpy as np
+
+from axle.errors import BackendError
+from axle.ir.dtypes import DType
+from axle.ir.module import Node
+from axle.ir.ops import Op
+
+from . import render
+from .ctypes_ import REG, identity, literal
+from .emitter import Emitter, Idx
+
+LANE_NAMES = "0123456789abcdef"
+# tanh(x)/x ~ P(x^2)/Q(x^2) on |x| <= 9: a least-squares fit for relative error made
+# for this backend (iteratively reweighted linearized fit, then checked in f32).
+_TANH_P = (1.0, 0.13393756747245789, 0.0035106686409562826, 2.0855723050772212e-05, 1.36936719741243e-08)
+_TANH_Q = (1.0, 0.46727079153060913, 0.025934455916285515, 0.0003310230968054384, 7.91588547599531e-07)
+
+
+def reg_type(dt: DType, lanes: int = 1) -> str:
+    return REG[dt] + (str(lanes) if lanes > 1 else "")
+
+
+def acc_dtype(dt: DType) -> DType:
+    """Accumulators of f16 sums run in f32 (as the interpreter does)."""
+    return DType.FLOAT32 if dt is DType.FLOAT16 else dt
+
+
+def load(ptr: str, dt: DType, off: str, lanes: int = 1) -> str:
+    if lanes > 1:
+        return f"vload{lanes}(0, {ptr} + {off})"
+    if dt is DType.FLOAT16:
+        return f"vload_half({off}, {ptr})"
+    if dt is DType.BOOL:
+        return f"((int){ptr}[{off}])"
+    return f"{ptr}[{off}]"
+
+
+def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
+    if lanes > 1:
+        return f"vstore{lanes}({value}, 0, {ptr} + {off});"
+    if dt is DType.FLOAT16:
+        return f"vstore_half_rte({value}, {off}, {ptr});"
+    if dt is DType.BOOL:
+        return f"{ptr}[{off}] = (uchar)({value});"
+    return f"{ptr}[{off}] = {value};"
+
+
+def combine(kind: str, dt: DType, a: str, b: str, helpers: set[str]) -> str:
+    """Expression merging two partial reductions of ``kind`` (f16 partials are f32)."""
+    return render.binary(render.REDUCE_OP[kind], acc_dtype(dt), a, b, helpers)
+
+
+class Renderer:
+    """Renders one fused computation's nodes into an :class:`Emitter`."""
+
+    def __init__(self, em: Emitter, param_args: dict[int, str]) -> None:
+        self.em = em
+        self.param_args = param_args  # parameter index -> kernel argument name
+        self.helpers: set[str] = set()
+        self.consts: list[tuple[str, np.ndarray]] = []  # (argument name, array)
+        self._const_args: dict[int, str] = {}
+        self.uses_fp64 = False
+        #: inside a vectorized row: (row shape, its coordinates); lets a broadcast of a
+        #: per-row value become a splat of one scalar
+        self.row: tuple[tuple[int, ...], list[str]] | None = None
+
+    # -- entry point ---------------------------------------------------------------
+    def value(self, n: Node, idx: Idx, lanes: int = 1) -> str:
+        if n.dtype is DType.FLOAT64:
+            self.uses_fp64 = True
+        key = (n.uid, lanes, idx.key)
+        hit = self.em.lookup(key)
+        if hit is not None:
+            return hit
+        expr = _RULES[n.op](self, n, idx, lanes)
+        if not (expr.isidentifier() or _is_literal(expr)):
+            expr = self.em.tmp(reg_type(n.dtype, lanes), expr)
+        self.em.remember(key, expr)
+        # the key may have changed (coords filled in): remember both spellings
+        self.em.remember((n.uid, lanes, idx.key), expr)
+        return expr
+
+    def splat(self, expr: str, dt: DType, lanes: int) -> str:
+        return expr if lanes == 1 else f"(({reg_type(dt, lanes)})({expr}))"
+
+    def const_arg(self, n: Node) -> str:
+        name = self._const_args.get(n.uid)
+        if name is None:
+            name = f"k{len(self.consts)}"
+            self._const_args[n.uid] = name
+            self.consts.append((name, n.attr["value"].array))
+        return name
+
+    # -- rules ---------------------------------------------------------------------
+    def _parameter(self, n: Node, idx: Idx, lanes: int) -> str:
+        ptr = self.param_args[n.attr["index"]]
+        if n.tensor_type.size <= 1:
+            return self.splat(load(ptr, n.dtype, "0"), n.dtype, lanes)
+        return load(ptr, n.dtype, self.em.flat(idx), lanes)
+
+    def _constant(self, n: Node, idx: Idx, lanes: int) -> str:
+        arr = n.attr["value"].array
+        if arr.size == 1:
+            return self.splat(literal(arr.reshape(-1)[0], n.dtype), n.dtype, lanes)
+        return load(self.const_arg(n), n.dtype, self.em.flat(idx), lanes)
+
+    def _iota(self, n: Node, idx: Idx, lanes: int) -> str:
+        c = self.em.coords(idx)[n.attr["dimension"]]
+        return render.convert(c, DType.INT32, n.dtype, self.helpers)
+
+    def _convert(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        return render.convert(self.value(x, idx), x.dtype, n.dtype, self.helpers)
+
+    def _elementwise(self, n: Node, idx: Idx, lanes: int) -> str:
+        args = [self.value(o, idx, lanes) for o in n.operands]
+        if lanes > 1 and n.op is Op.TANH:
+            return self._vector_tanh(args[0], n.dtype, lanes)
+        if len(args) == 1:
+            return render.unary(n.op, n.dtype, args[0], self.helpers)
+        return render.binary(n.op, n.dtype, args[0], args[1], self.helpers)
+
+    def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
+        """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
+        vectorizes): tanh(x) ~ x P(x^2) / Q(x^2) on [-9, 9], degree 4 over 4 in x^2, fitted for
+        relative error (max ~3e-7 evaluated in f32, Q >= 1 so no poles), NaN passed on."""
+        assert dt is DType.FLOAT32, "vector tanh is f32 only (vector_ok keeps f64 scalar)"
+        t = reg_type(dt, lanes)
+        c = self.em.tmp(t, f"clamp({x}, -9.0f, 9.0f)")
+        s = self.em.tmp(t, f"{c} * {c}")
+
+        def horner(coeffs: tuple[float, ...]) -> str:
+            e = literal(coeffs[-1], dt)
+            for a in reversed(coeffs[:-1]):
+                e = f"({e} * {s} + {literal(a, dt)})"
+            return e
+
+        p = self.em.tmp(t, horner(_TANH_P))
+        q = self.em.tmp(t, horner(_TANH_Q))
+        return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
+
+    def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
+        a, b = (self.value(o, idx) for o in n.operands)
+        return render.compare(n.attr["direction"], a, b)
+
+    def _select(self, n: Node, idx: Idx, lanes: int) -> str:
+        p, a, b = (self.value(o, idx) for o in n.operands)
+        return f"({p} ? {a} : {b})"
+
+    def _broadcast(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        dims = n.attr["broadcast_dimensions"]
+        if x.tensor_type.size <= 1:
+            return self.value(x, Idx(x.shape, "0", ["0"] * len(x.shape)), lanes)
+        if x.shape == n.shape:
+            return self.value(x, idx, lanes)
+        if lanes > 1:
+            # vectorized only when x is a per-row value (checked by vector_ok)
+            assert self.row is not None and all(d < len(self.row[0]) for d in dims), "bad vector broadcast"
+            coords = [self.row[1][d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]
+            return self.splat(self.value(x, Idx(x.shape, None, coords)), x.dtype, lanes)
+        c = self.em.coords(idx)
+        return self.value(x, Idx(x.shape, None, [c[d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]))
+
+    def _reshape(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
+
+    def _transpose(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        c = self.em.coords(idx)
+        oc = [""] * len(c)
+        for i, p in enumerate(n.attr["permutation"]):
+            oc[p] = c[i]
+        return self.value(x, Idx(x.shape, None, oc))
+
+    def _slice(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        c = self.em.coords(idx)
+        oc = []
+        for ci, s, st in zip(c, n.attr["start"], n.attr["stride"]):
+            e = ci if st == 1 else f"{ci} * {st}"
+            oc.append(e if s == 0 else f"({e} + {s})")
+        return self.value(x, Idx(x.shape, None, oc))
+
+    def _reverse(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        c = list(self.em.coords(idx))
+        for d in n.attr["dimensions"]:
+            c[d] = f"({x.shape[d] - 1} - {c[d]})"
+        return self.value(x, Idx(x.shape, None, c))
+
+    def _pad(self, n: Node, idx: Idx, lanes: int) -> str:
+        x, pv = n.operands
+        padv = self.value(pv, Idx((), "0", []))
+        if x.tensor_type.size == 0:
+            return padv
+        c = self.em.coords(idx)
+        conds, oc = [], []
+        for ci, lo, hi, it, size in zip(c, n.attr["low"], n.attr["high"], n.attr["interior"], x.shape):
+            if lo == hi == it == 0:  # this dim is not padded: no test, no clamp
+                oc.append(ci)
+                continue
+            t = f"({ci} - {lo})" if lo else ci
+            step = it + 1
+            q = t if step == 1 else f"({t} / {step})"
+            conds.append(f"{t} >= 0")
+            if step > 1:
+                conds.append(f"{t} % {step} == 0")
+            conds.append(f"{q} < {size}")
+            oc.append(self.em.tmp("int", f"clamp({q}, 0, {size - 1})", "c"))
+        inside = self.value(x, Idx(x.shape, None, oc))
+        cond = " && ".join(conds) if conds else "1"
+        return f"(({cond}) ? {inside} : {padv})"
+
+    def _concatenate(self, n: Node, idx: Idx, lanes: int) -> str:
+        dim = n.attr["dimension"]
+        c = self.em.coords(idx)
+        pieces: list[tuple[int, str]] = []
+        off = 0
+        for x in n.operands:
+            size = x.shape[dim]
+            if size > 0:
+                oc = list(c)
+                oc[dim] = self.em.tmp("int", f"clamp({c[dim]} - {off}, 0, {size - 1})", "c")
+                pieces.append((off + size, self.value(x, Idx(x.shape, None, oc))))
+            off += size
+        expr = pieces[-1][1]
+        for end, v in reversed(pieces[:-1]):
+            expr = f"({c[dim]} < {end} ? {v} : {expr})"
+        return expr
+
+    def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
+        (key,) = n.operands
+        k = self.value(key, Idx((), "0", []))
+        self.helpers.add("axle_rng")
+        z = f"axle_rng((ulong){k}, (ulong){self.em.flat(idx)})"
+        return f"((int)(uint)({z} >> 32))" if n.dtype is DType.INT32 else f"((long){z})"
+
+    def _reduce(self, n: Node, idx: Idx, lanes: int) -> str:
+        (x,) = n.operands
+        axes, kind, dt = n.attr["axes"], n.attr["kind"], n.dtype
+        if not axes:
+            return self.value(x, Idx(x.shape, None, list(self.em.coords(idx))))
+        if any(x.shape[a] == 0 for a in axes):
+            return identity(kind, dt)
+        kept = self.em.coords(idx)
+        adt = acc_dtype(dt)
+        acc = self.em.tmp(reg_type(adt), identity(kind, dt), "acc")
+        red = math.prod(x.shape[a] for a in axes)
+        trailing = tuple(axes) == tuple(range(x.tensor_type.rank - len(axes), x.tensor_type.rank))
+        lanes_ok = self.vector_lanes if trailing else 0
+        if lanes_ok and red >= 2 * lanes_ok and vector_ok(x, x.shape, len(kept), dt):
+            self._vector_reduce(x, kind, dt, acc, kept, red, lanes_ok)
+            return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
+        loops = []
+        for a in axes:
+            v = self.em.fresh("r")
+            self.em.open(f"for (int {v} = 0; {v} < {x.shape[a]}; {v}++)")
+            loops.append(v)
+        it_k, it_r = iter(kept), iter(loops)
+        coords = [next(it_r) if i in axes else next(it_k) for i in range(x.tensor_type.rank)]
+        v = self.value(x, Idx(x.shape, None, coords))
+        self.em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+        for _ in loops:
+            self.em.close()
+        return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
+
+    #: lanes for vectorized reduction loops (set by the kernel builder on CPU devices)
+    vector_lanes: int = 0
+
+    def _vector_reduce(self, x: Node, kind: str, dt: DType, acc: str, kept: list[str], red: int, w: int) -> None:
+        """A contiguous trailing reduction with a floatN accumulator, then a scalar tail."""
+        em = self.em
+        kshape = x.shape[:len(kept)]
+        base = em.flat(Idx(kshape, None, list(kept)))
+        base = "0" if not kept else f"({base}) * {red}"
+        vacc = em.tmp(reg_type(dt, w), f"(({reg_type(dt, w)})({identity(kind, dt)}))", "vacc")
+        r = em.fresh("r")
+        saved = self.row
+        self.row = (kshape, list(kept))
+        em.open(f"for (int {r} = 0; {r} + {w} <= {red}; {r} += {w})")
+        v = self.value(x, Idx(x.shape, em.tmp("int", f"{base} + {r}", "f")), w)
+        em.line(f"{vacc} = {combine(kind, dt, vacc, v, self.helpers)};")
+        em.close()
+        for k in range(w):
+            em.line(f"{acc} = {combine(kind, dt, acc, f'{vacc}.s{LANE_NAMES[k]}', self.helpers)};")
+        tail = red - red % w
+        if tail < red:
+            em.open(f"for (int {r} = {tail}; {r} < {red}; {r}++)")
+            v = self.value(x, Idx(x.shape, em.tmp("int", f"{base} + {r}", "f")))
+            em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            em.close()
+        self.row = saved
+
+    def _dot(self, n: Node, idx: Idx, lanes: int) -> str:
+        lhs, rhs = n.operands
+        a = n.attr
+        lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+        c = self.em.coords(idx)
+        lfree = [i for i in range(lhs.tensor_type.rank) if i not in lb + lc]
+        rfree = [i for i in range(rhs.tensor_type.rank) if i not in rb + rc]
+        nb = len(lb)
+        lco: list[str] = [""] * lhs.tensor_type.rank
+        rco: list[str] = [""] * rhs.tensor_type.rank
+        for k, (l, r) in enumerate(zip(lb, rb)):
+            lco[l] = rco[r] = c[k]
+        for k, i in enumerate(lfree):
+            lco[i] = c[nb + k]
+        for k, i in enumerate(rfree):
+            rco[i] = c[nb + len(lfree) + k]
+        adt = acc_dtype(n.dtype)
+        acc = self.em.tmp(reg_type(adt), literal(0, adt), "acc")
+        if any(lhs.shape[i] == 0 for i in lc):
+            return acc
+        for l, r in zip(lc, rc):
+            v = self.em.fresh("r")
+            self.em.open(f"for (int {v} = 0; {v} < {lhs.shape[l]}; {v}++)")
+            lco[l] = rco[r] = v
+        x = self.value(lhs, Idx(lhs.shape, None, lco))
+        y = self.value(rhs, Idx(rhs.shape, None, rco))
+        prod = render.binary(Op.MUL, adt, x, y, self.helpers)
+        self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod, self.helpers)};")
+        for _ in lc:
+            self.em.close()
+        return render.round_half(acc, self.helpers) if n.dtype is DType.FLOAT16 else acc
+
+    def _unsupported(self, n: Node, idx: Idx, lanes: int) -> str:
+        raise BackendError(f"opencl: {n.op.value} cannot appear inside a kernel ({n.type})", where=n.loc)
+
+
+def _is_literal(e: str) -> bool:
+    if e.startswith("(-") and e.endswith(")"):
+        e = e[1:-1]
+    return e.lstrip("-").replace(".", "", 1).rstrip("fL").isdigit() or e in ("INT_MIN", "LONG_MIN")
+
+
+Rule = Callable[[Renderer, Node, Idx, int], str]
+_RULES: dict[Op, Rule] = {
+    Op.PARAMETER: Renderer._parameter, Op.CONSTANT: Renderer._constant, Op.IOTA: Renderer._iota,
+    Op.CONVERT: Renderer._convert, Op.COMPARE: Renderer._compare, Op.SELECT: Renderer._select,
+    Op.BROADCAST_IN_DIM: Renderer._broadcast, Op.RESHAPE: Renderer._reshape, Op.TRANSPOSE: Renderer._transpose,
+    Op.SLICE: Renderer._slice, Op.REVERSE: Renderer._reverse, Op.PAD: Renderer._pad,
+    Op.CONCATENATE: Renderer._concatenate, Op.RNG_BIT_GENERATOR: Renderer._rng, Op.REDUCE: Renderer._reduce,
+    Op.DOT_GENERAL: Renderer._dot, Op.CUSTOM_CALL: Renderer._unsupported, Op.TUPLE: Renderer._unsupported,
+    Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
+}
+for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
+            Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):
+    _RULES[_op] = Renderer._elementwise
+assert set(_RULES) == set(Op), f"renderer misses {set(Op) - set(_RULES)}"
+
+
+def vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, _memo: dict[int, bool] | None = None) -> bool:
+    """Whether ``n`` (an array of shape ``full``) can be rendered N lanes at a time:
+    float ops of one dtype (f32/f64) over contiguous operands, scalars and per-row values
+    (row = the leading ``row_rank`` dims)."""
+    memo = {} if _memo is None else _memo
+    if n.uid in memo:
+        return memo[n.uid]
+    ok = _vector_ok(n, full, row_rank, dt, memo)
+    memo[n.uid] = ok
+    return ok
+
+
+def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: dict[int, bool]) -> bool:
+    if dt not in (DType.FLOAT32, DType.FLOAT64) or n.dtype is not dt:
+        return False
+    size = n.tensor_type.size
+    if n.op is Op.PARAMETER:
+        return n.shape == full or size <= 1
+    if n.op is Op.CONSTANT:
+        return size <= 1
+    if n.op is Op.BROADCAST_IN_DIM:
+        x = n.operands[0]
+        if x.tensor_type.size <= 1:
+            return True
+        if x.shape == full:
+            return vector_ok(x, full, row_rank, dt, memo)
+        return n.shape == full and all(d < row_rank for d in n.attr["broadcast_dimensions"])
+    if n.op is Op.RESHAPE:
+        x = n.operands[0]
+        return x.tensor_type.size <= 1 or (x.shape == full and vector_ok(x, full, row_rank, dt, memo))
+    if n.op is Op.TANH and dt is not DType.FLOAT32:
+        return False  # the vector tanh is an f32 approximation
+    if n.op in render.VECTOR_OK and n.traits.elementwise:
+        return n.shape == full and all(vector_ok(o, full, row_rank, dt, memo) for o in n.operands)
+    return False
+
+
+__all__ = ["Renderer", "vector_ok", "load", "store", "combine", "acc_dtype", "reg_type"]

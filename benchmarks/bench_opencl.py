@@ -1,0 +1,309 @@
+"""axle-opencl against pyopencl (array op-by-op, Elementwise/ReductionKernel), a
+hand-written fused OpenCL kernel and NumPy, on opencl:0 (PoCL in CI).
+
+    python benchmarks/bench_opencl.py [--quick]
+
+Each workload is built with the IR builder and compiled by axle; until the optimizer
+forms fusions on its own, the module is fused by hand (one fusion node, as the
+optimizer would make it)."""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Row, measure  # noqa: E402
+
+SUITE = "opencl"
+
+
+def _fuse(module: Any, kind: str) -> Any:
+    """One fusion node holding the whole entry computation (what the optimizer builds)."""
+    from axle.ir.builder import Builder, make_node
+    from axle.ir.module import Module
+    from axle.ir.ops import Op
+
+    entry = module.entry
+    inner = Builder(module.name + "_fused")
+    env = {p.uid: inner.parameter(p.tensor_type) for p in entry.parameters}
+    for n in entry.nodes:
+        if n.op is not Op.PARAMETER:
+            env[n.uid] = make_node(n.op, [env[o.uid] for o in n.operands], dict(n.attrs))
+    outer = Builder(module.name)
+    ps = [outer.parameter(p.tensor_type) for p in entry.parameters]
+    f = outer.fusion(*ps, kind=kind, computation=inner.computation(env[entry.root.uid]))
+    return Module(module.name, outer.computation(f))
+
+
+def _axle_fn(module: Any, kind: str, inputs: list[np.ndarray]) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
+    import axle
+    from axle.compiler import compile_module
+    from axle.placement import to_buffer
+
+    dev = axle.device("opencl:0")
+    backend = axle.REGISTRY.backend_for(dev)
+    exe = compile_module(module, dev)
+    if exe.report().get("kernels", 0) > 1:  # no optimizer yet: fuse by hand
+        exe = compile_module(_fuse(module, kind), dev, optimize=False)
+    bufs = [to_buffer(x, dev) for x in inputs]
+    return (lambda: exe.execute(bufs)[0]), (lambda out: backend.to_host(out)), exe.report()["kernels"]
+
+
+def _ctx() -> tuple[Any, Any]:
+    import axle
+
+    dev = axle.device("opencl:0")
+    rt = axle.REGISTRY.backend_for(dev).runtime(dev)
+    return rt.context, rt.queue
+
+
+def _hand(src: str, name: str) -> Any:
+    import pyopencl as cl
+
+    ctx, _ = _ctx()
+    return cl.Kernel(cl.Program(ctx, src).build(), name)
+
+
+HAND_SEED = """
+__kernel void seed(__global const float* x, __global const float* y, __global const float* z,
+                   __global float* part, const int n, const int chunk) {
+  const int s = get_global_id(0) * chunk, e = min(s + chunk, n);
+  float8 acc = (float8)(0.0f); int i = s;
+  for (; i + 8 <= e; i += 8) acc += vload8(0, x + i) + vload8(0, y + i) * vload8(0, z + i);
+  float r = acc.s0 + acc.s1 + acc.s2 + acc.s3 + acc.s4 + acc.s5 + acc.s6 + acc.s7;
+  for (; i < e; i++) r += x[i] + y[i] * z[i];
+  part[get_global_id(0)] = r;
+}"""
+HAND_TANH = """
+inline float8 tanh8(float8 x) {  /* odd rational approximation, clamped */
+  x = clamp(x, -9.0f, 9.0f); float8 x2 = x * x;
+  float8 p = x * (135135.0f + x2 * (17325.0f + x2 * (378.0f + x2)));
+  float8 q = 135135.0f + x2 * (62370.0f + x2 * (3150.0f + x2 * 28.0f));
+  return clamp(p / q, -1.0f, 1.0f);
+}
+__kernel void chain(__global const float* x, __global float* o, const int n, const int chunk) {
+  const int s = get_global_id(0) * chunk, e = min(s + chunk, n);
+  int i = s;
+  for (; i + 8 <= e; i += 8) { float8 v = vload8(0, x + i);
+    vstore8(v * (tanh8(v * 0.798f + 0.1f) * 0.5f + 0.5f), 0, o + i); }
+  for (; i < e; i++) { float v = x[i]; o[i] = v * (tanh(v * 0.798f + 0.1f) * 0.5f + 0.5f); }
+}"""
+HAND_SOFTMAX = """
+__kernel void softmax(__global const float* x, __global float* o, const int cols) {
+  const int r = get_global_id(0); __global const float* row = x + r * cols; __global float* out = o + r * cols;
+  float8 m8 = (float8)(-INFINITY); int j = 0;
+  for (; j + 8 <= cols; j += 8) m8 = fmax(m8, vload8(0, row + j));
+  float m = fmax(fmax(fmax(m8.s0, m8.s1), fmax(m8.s2, m8.s3)), fmax(fmax(m8.s4, m8.s5), fmax(m8.s6, m8.s7)));
+  for (; j < cols; j++) m = fmax(m, row[j]);
+  float8 s8 = (float8)(0.0f); j = 0;
+  for (; j + 8 <= cols; j += 8) s8 += exp(vload8(0, row + j) - m);
+  float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
+  for (; j < cols; j++) s += exp(row[j] - m);
+  const float inv = 1.0f / s; j = 0;
+  for (; j + 8 <= cols; j += 8) vstore8(exp(vload8(0, row + j) - m) * inv, 0, out + j);
+  for (; j < cols; j++) out[j] = exp(row[j] - m) * inv;
+}"""
+HAND_LAYERNORM = """
+__kernel void layernorm(__global const float* x, __global float* o, const int cols) {
+  const int r = get_global_id(0); __global const float* row = x + r * cols; __global float* out = o + r * cols;
+  float8 s8 = (float8)(0.0f), q8 = (float8)(0.0f); int j = 0;
+  for (; j + 8 <= cols; j += 8) { float8 v = vload8(0, row + j); s8 += v; q8 += v * v; }
+  float s = s8.s0 + s8.s1 + s8.s2 + s8.s3 + s8.s4 + s8.s5 + s8.s6 + s8.s7;
+  float q = q8.s0 + q8.s1 + q8.s2 + q8.s3 + q8.s4 + q8.s5 + q8.s6 + q8.s7;
+  for (; j < cols; j++) { s += row[j]; q += row[j] * row[j]; }
+  const float mean = s / cols, inv = rsqrt(q / cols - mean * mean + 1e-5f); j = 0;
+  for (; j + 8 <= cols; j += 8) vstore8((vload8(0, row + j) - mean) * inv, 0, out + j);
+  for (; j < cols; j++) out[j] = (row[j] - mean) * inv;
+}"""
+
+
+def _seed(n: int, repeats: int) -> Row:
+    import pyopencl as cl
+    import pyopencl.array as cla
+    from pyopencl.reduction import ReductionKernel
+
+    from axle.ir.builder import Builder
+
+    ctx, q = _ctx()
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    b = Builder("seed")
+    p = [b.parameter(f"f32[{n}]") for _ in range(3)]
+    module = b.build(b.reduce(b.add(p[0], b.mul(p[1], p[2])), kind="sum", axes=(0,)))
+    run, host, kernels = _axle_fn(module, "input", [x, y, z])
+    dx, dy, dz = (cla.to_device(q, a) for a in (x, y, z))
+    red = ReductionKernel(ctx, np.float32, neutral="0", reduce_expr="a+b", map_expr="x[i] + y[i]*z[i]",
+                          arguments="__global const float *x, __global const float *y, __global const float *z")
+    hand = _hand(HAND_SEED, "seed")
+    items = 64
+    chunk = -(-n // items)
+    part = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * items)
+    hostpart = np.empty(items, np.float32)
+
+    def hand_run() -> float:
+        hand(q, (items,), (1,), dx.data, dy.data, dz.data, part, np.int32(n), np.int32(chunk))
+        cl.enqueue_copy(q, hostpart, part)
+        return float(hostpart.sum())
+
+    fns = {
+        "numpy": lambda: float(np.sum(x + y * z)),
+        "pyopencl.array": lambda: cla.sum(dx + dy * dz).get(),
+        "ReductionKernel": lambda: red(dx, dy, dz).get(),
+        "hand-fused": hand_run,
+        "axle-opencl": lambda: host(run()),
+    }
+    t = measure(fns, repeats=repeats)
+    return Row(SUITE, f"seed sum(x+y*z) n=2^{int(math.log2(n))}", t, {"axle kernels": kernels}, baseline="hand-fused")
+
+
+def _tanh_chain(n: int, repeats: int) -> Row:
+    import pyopencl.array as cla
+    import pyopencl.clmath as clmath
+    from pyopencl.elementwise import ElementwiseKernel
+
+    from axle.ir.builder import Builder
+
+    ctx, q = _ctx()
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    b = Builder("tanh_chain")
+    p = b.parameter(f"f32[{n}]")
+
+    def c(v: float) -> Any:
+        return b.broadcast_in_dim(b.constant(np.float32(v)), shape=(n,), broadcast_dimensions=())
+
+    t = b.tanh(b.add(b.mul(p, c(0.798)), c(0.1)))
+    module = b.build(b.mul(p, b.add(b.mul(t, c(0.5)), c(0.5))))
+    run, host, kernels = _axle_fn(module, "loop", [x])
+    dx = cla.to_device(q, x)
+    out = cla.empty_like(dx)
+    ew = ElementwiseKernel(ctx, "const float *x, float *o", "o[i] = x[i] * (tanh(x[i]*0.798f+0.1f)*0.5f+0.5f)")
+    hand = _hand(HAND_TANH, "chain")
+    items = 64
+    chunk = -(-(-(-n // items)) // 8) * 8
+
+    def hand_run() -> Any:
+        hand(q, (-(-n // chunk),), (1,), dx.data, out.data, np.int32(n), np.int32(chunk))
+        q.finish()
+
+    fns = {
+        "numpy": lambda: x * (np.tanh(x * np.float32(0.798) + np.float32(0.1)) * np.float32(0.5) + np.float32(0.5)),
+        "pyopencl.array": lambda: (dx * (clmath.tanh(dx * 0.798 + 0.1) * 0.5 + 0.5)).finish(),
+        "ElementwiseKernel": lambda: (ew(dx, out), q.finish()),
+        "hand-fused": hand_run,
+        "axle-opencl": lambda: (run(), axle_sync()),
+    }
+    t = measure(fns, repeats=repeats)
+    return Row(SUITE, f"tanh chain n=2^{int(math.log2(n))}", t, {"axle kernels": kernels}, baseline="hand-fused")
+
+
+def axle_sync() -> None:
+    import axle
+
+    dev = axle.device("opencl:0")
+    axle.REGISTRY.backend_for(dev).synchronize(dev)
+
+
+def _row_op(name: str, shape: tuple[int, int], build: Callable[[Any, Any], Any], np_fn: Callable[[np.ndarray], Any],
+            hand_src: str, hand_name: str, repeats: int) -> Row:
+    import pyopencl.array as cla
+
+    from axle.ir.builder import Builder
+
+    ctx, q = _ctx()
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    b = Builder(name.replace(" ", "_"))
+    p = b.parameter(f"f32[{shape[0]},{shape[1]}]")
+    module = b.build(build(b, p))
+    run, host, kernels = _axle_fn(module, "row", [x])
+    dx = cla.to_device(q, x)
+    out = cla.empty_like(dx)
+    hand = _hand(hand_src, hand_name)
+
+    def hand_run() -> Any:
+        hand(q, (shape[0],), None if shape[0] % 64 else (64,), dx.data, out.data, np.int32(shape[1]))
+        q.finish()
+
+    fns = {"numpy": lambda: np_fn(x), "hand-fused": hand_run, "axle-opencl": lambda: (run(), axle_sync())}
+    t = measure(fns, repeats=repeats)
+    return Row(SUITE, f"{name} {list(shape)}", t, {"axle kernels": kernels}, baseline="hand-fused")
+
+
+def _softmax(b: Any, p: Any) -> Any:
+    shape = p.shape
+    m = b.broadcast_in_dim(b.reduce(p, kind="max", axes=(1,)), shape=shape, broadcast_dimensions=(0,))
+    e = b.exp(b.sub(p, m))
+    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(1,)), shape=shape, broadcast_dimensions=(0,))
+    return b.div(e, s)
+
+
+def _layernorm(b: Any, p: Any) -> Any:
+    shape = p.shape
+    inv_n = b.broadcast_in_dim(b.constant(np.float32(1.0 / shape[1])), shape=(shape[0],), broadcast_dimensions=())
+    mean = b.mul(b.reduce(p, kind="sum", axes=(1,)), inv_n)
+    msq = b.mul(b.reduce(b.mul(p, p), kind="sum", axes=(1,)), inv_n)
+    eps = b.broadcast_in_dim(b.constant(np.float32(1e-5)), shape=(shape[0],), broadcast_dimensions=())
+    inv = b.rsqrt(b.add(b.sub(msq, b.mul(mean, mean)), eps))
+    mb = b.broadcast_in_dim(mean, shape=shape, broadcast_dimensions=(0,))
+    ib = b.broadcast_in_dim(inv, shape=shape, broadcast_dimensions=(0,))
+    return b.mul(b.sub(p, mb), ib)
+
+
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _np_layernorm(x: np.ndarray) -> np.ndarray:
+    m = x.mean(axis=1, keepdims=True)
+    return (x - m) / np.sqrt(x.var(axis=1, keepdims=True) + np.float32(1e-5))
+
+
+def _matmul(n: int, repeats: int) -> Row:
+    from axle.ir.builder import Builder
+
+    rng = np.random.default_rng(3)
+    a, c = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    b = Builder("matmul")
+    p, q = b.parameter(f"f32[{n},{n}]"), b.parameter(f"f32[{n},{n}]")
+    module = b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(0,)))
+    run, host, kernels = _axle_fn(module, "output", [a, c])
+    t = measure({"numpy": lambda: a @ c, "axle-opencl": lambda: (run(), axle_sync())}, repeats=repeats)
+    flops = 2 * n ** 3
+    return Row(SUITE, f"matmul {n}x{n}", t, {"GFLOP/s": {k: flops / (v * 1e6) for k, v in t.items()}})
+
+
+def run(quick: bool) -> list[Row]:
+    """Every workload of the suite; ``quick`` shrinks sizes and repeats."""
+    try:
+        import mako  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench_opencl: pyopencl's array/Elementwise/ReductionKernel baselines need mako: "
+                         "pip install 'axle-opencl[bench]' (or mako)") from None
+    reps = 3 if quick else 15
+    big = 2 ** 20 if quick else 2 ** 24
+    rows = [
+        _seed(big, reps),
+        _tanh_chain(big, reps),
+        _row_op("softmax", (512, 1024) if quick else (4096, 1024), _softmax, _np_softmax, HAND_SOFTMAX, "softmax", reps),
+        _row_op("layer norm", (1024, 1024) if quick else (8192, 1024), _layernorm, _np_layernorm, HAND_LAYERNORM,
+                "layernorm", reps),
+        _matmul(128 if quick else 512, reps),
+    ]
+    return rows
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    for row in run(quick):
+        parts = [f"{k}={v:.3f}ms" for k, v in row.times_ms.items()]
+        ratio = row.times_ms["axle-opencl"] / row.times_ms[row.baseline]
+        print(f"{row.workload:<28} " + "  ".join(parts) + f"  axle/{row.baseline}={ratio:.2f}x  {row.extra}")
+
+
+if __name__ == "__main__":
+    main()

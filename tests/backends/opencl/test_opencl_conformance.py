@@ -1,0 +1,51 @@
+"""Every core primitive against the interpreter on opencl:0: each op case as its own
+kernel (the way eager mode compiles it), then inside hand-built fusions (producers and
+consumers inlined), then small multi-op programs as loop/input/row/multi-output fusions."""
+from __future__ import annotations
+
+import pytest
+
+from axle.ir.ops import Op
+from axle.testing.cases import OpCase, check_case, core_cases, fused_cases
+from ocl_fusing import check_float_dot, check_fused, fuse_whole, is_float_dot, opencl_device
+
+
+@pytest.fixture(scope="module")
+def ocl():  # noqa: ANN201
+    return opencl_device()
+
+CORE = list(core_cases())
+FUSED = fused_cases()
+# Inside fusions: every op, for the dtypes that exercise each code path once
+# (f32 vector/float path, f16 rounding path, s32 wrapping integer path, pred).
+_FUSIBLE = [c for c in CORE if Op.CUSTOM_CALL not in c.ops and
+            any(tag in c.id for tag in ("-f32", "-f16", "-s32", "-pred"))]
+
+
+@pytest.mark.parametrize("case", CORE, ids=[c.id for c in CORE])
+def test_op(case: OpCase, ocl) -> None:  # noqa: ANN001
+    if is_float_dot(case):
+        check_float_dot(case, case.module, ocl)
+    else:
+        check_case(case, ocl, optimize=False)
+
+
+@pytest.mark.parametrize("case", _FUSIBLE, ids=[c.id for c in _FUSIBLE])
+def test_op_inside_fusion(case: OpCase, ocl) -> None:  # noqa: ANN001
+    fused = fuse_whole(case.module)
+    assert any(n.op is Op.FUSION for n in fused.entry.nodes)
+    if is_float_dot(case):
+        check_float_dot(case, fused, ocl)
+    else:
+        check_fused(case, fused, ocl)
+
+
+@pytest.mark.parametrize("case", FUSED, ids=[c.id for c in FUSED])
+def test_program_unfused(case: OpCase, ocl) -> None:  # noqa: ANN001
+    check_case(case, ocl, optimize=False)
+
+
+@pytest.mark.parametrize("case", FUSED, ids=[c.id for c in FUSED])
+def test_program_as_one_fusion(case: OpCase, ocl) -> None:  # noqa: ANN001
+    for wrap in (False, True):
+        check_fused(case, fuse_whole(case.module, wrap=wrap), ocl)
