@@ -15,9 +15,18 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: setup
-	$(PY) -m pip install -q -e '.[bench]' 2>/dev/null || true
-	$(PY) benchmarks/run.py
+BENCH_STAMP  := $(VENV)/.bench-installed
+BENCH_ARGS   ?=
+
+# Runs every benchmarks/bench_*.py and writes docs/benchmarks.md + docs/benchmarks.png
+# (BENCH_ARGS=--quick for a fast check that everything runs).
+bench: setup $(BENCH_STAMP)
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The core's and every backend's `bench` extra (plot, baselines); a missing extra is a warning.
+$(BENCH_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKEND_DIRS))
+	$(PY) -m pip install -q -e '.[bench]' $(foreach d,$(BACKEND_DIRS),-e '$(d)[bench]')
+	touch $(BENCH_STAMP)
 
 setup: system-deps $(STAMP)
 

@@ -33,6 +33,41 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """What the compiler does with FILE.py:fn for the given argument types (see axle.explain)."""
+    from .explain_cli import run_explain
+
+    return run_explain(args)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Checks trace files against the trace-event format and prints where the time went."""
+    import json
+
+    from . import profiler
+
+    status = 0
+    for path in args.files:
+        with open(path) as f:
+            problems = profiler.validate(json.load(f))
+        print(f"== {path}: " + ("valid trace-event JSON" if not problems else f"{len(problems)} problems"))
+        for p in problems[:20]:
+            print("  " + p)
+        status |= bool(problems)
+        print(profiler.summary(profiler.load(path)))
+    return status
+
+
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    from .explain_cli import add_arguments
+
+    add_arguments(p)
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", help="trace JSON files (from axle.profiler.trace or --trace_to)")
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Checks every backend: import, devices, a tiny kernel against the interpreter."""
     from .doctor import main as doctor_main
@@ -65,10 +100,14 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "devices": (cmd_devices, "list backends and devices"),
     "doctor": (cmd_doctor, "check every installed backend and say why one does not work"),
     "new-backend": (cmd_new_backend, "create a new backend from the template: NAME [DIR]"),
+    "explain": (cmd_explain, "show the optimized module, fusions, buffers, placement and kernel code of a function"),
+    "trace": (cmd_trace, "validate a timeline file and summarize it"),
 }
-#: subcommands that take arguments
+#: subcommands that take arguments: name -> function adding them to its parser
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "new-backend": _new_backend_args,
+    "explain": _explain_args,
+    "trace": _trace_args,
 }
 
 
@@ -93,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="axle", description="axle compiler SDK")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, help_) in COMMANDS.items():
-        sp = sub.add_parser(name, help=help_)
+        sp = sub.add_parser(name, help=help_, description=help_)
         if name in ARGUMENTS:
             ARGUMENTS[name](sp)
     for name, mod in plugin_commands().items():

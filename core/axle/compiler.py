@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import profiler
 from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module
@@ -24,7 +25,8 @@ def optimize_for(module: Module, device: Device) -> Module:
     from .passes import optimize
 
     backend = REGISTRY.backend_for(device)
-    return optimize(module, backend=backend)
+    with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
+        return optimize(module, backend=backend)
 
 
 def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
@@ -35,7 +37,8 @@ def compile_on_device(module: Module, device: Device, *, optimize: bool = True) 
     run_passes = optimize and config.optimize
     if run_passes:
         module = optimize_for(module, device)
-    exe = backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+    with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
+        exe = backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
     return exe, module
 
 

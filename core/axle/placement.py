@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import profiler
 from .backend import Buffer, Device
 from .frontend.array import Array
 from .ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -63,7 +64,9 @@ def to_buffer(x: Any, dev: Device) -> Buffer:
         d = to_dtype(canonical_numpy_dtype(host.dtype))
         if host.dtype != d.np:
             host = host.astype(d.np)
-    return REGISTRY.backend_for(dev).to_device(np.asarray(host, order="C"), dev)
+    host = np.asarray(host, order="C")
+    with profiler.span(f"to {dev.name}", "transfer", bytes=host.nbytes, shape=host.shape, dtype=host.dtype):
+        return REGISTRY.backend_for(dev).to_device(host, dev)
 
 
 def device_put(x: Any, dev: str | Device | None = None) -> Any:

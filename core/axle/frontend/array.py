@@ -65,9 +65,12 @@ class Array(ArrayOps):
     def numpy(self) -> np.ndarray:
         """The values as a read-only host array (copied once, then cached)."""
         if self._host is None:
+            from .. import profiler
             from ..registry import REGISTRY
 
-            host = np.asarray(REGISTRY.backend_for(self.device).to_host(self.buffer))
+            buf = self.buffer  # a pending (lazy) value runs its cluster first, outside the copy's span
+            with profiler.span(f"from {self.device.name}", "transfer", bytes=self.nbytes, type=self.aval):
+                host = np.asarray(REGISTRY.backend_for(self.device).to_host(buf))
             host = host.view()
             host.flags.writeable = False
             self._host = host

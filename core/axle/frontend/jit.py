@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import counters as stats
+from .. import profiler
 from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..ir.builder import make_node
@@ -57,7 +58,7 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str
     """Traces fn over abstract versions of its non-static arguments."""
     trace = Trace(name)
     names = _arg_names(fn, len(args))
-    with trace_context(trace):
+    with profiler.span(f"trace {name}", "trace"), trace_context(trace):
         traced_args: list[Any] = []
         for i, a in enumerate(args):
             if i in static_argnums:
@@ -117,6 +118,12 @@ class Lowered:
 
         exe, optimized = compile_optimized(self.module, self.device)
         return Compiled(self, exe, optimized)
+
+    def explain(self, **options: Any) -> Any:
+        """What the compiler does with this module: see :func:`axle.explain.explain`."""
+        from ..explain import explain
+
+        return explain(self, **options)
 
 
 class Compiled:
@@ -221,6 +228,9 @@ class JitFunction:
 
             module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
             self.trace_count += 1
+            from ..recompile import note_trace  # warns when retraced too often
+
+            note_trace(self, args, kwargs)
             exe = compile_module(module, device)
             entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
             stats.record("traces", function=self.name, device=device.name)

@@ -1,0 +1,103 @@
+"""Core overheads, independent of any compiled backend:
+
+- the seed example ``sum(x + y*z)`` on every available device, eager (one kernel per op)
+  and jit (optimized), against NumPy;
+- per-op dispatch cost of eager execution on tiny arrays, against NumPy's own dispatch;
+- the latency of turning a function into an executable (trace, optimize, backend compile)
+  for the seed example and an MLP step, relative to tracing alone.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import axle
+import axle.numpy as anp
+from common import Row, measure
+
+
+def seed(x, y, z):
+    return anp.sum(x + y * z)
+
+
+def mlp(w1, w2, x):
+    h = anp.maximum(x @ w1, 0.0)
+    logits = h @ w2
+    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
+    return e / anp.sum(e, axis=1, keepdims=True)
+
+
+def _sync(out):
+    return np.asarray(out)
+
+
+def seed_rows(quick: bool) -> list[Row]:
+    n = 1 << (14 if quick else 20)
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    rows = []
+    for dev in axle.devices():
+        xs, ys, zs = axle.device_put((x, y, z), dev)
+        f = axle.jit(seed, device=dev)
+        _sync(f(xs, ys, zs))
+
+        def eager(xs=xs, ys=ys, zs=zs, dev=dev):
+            with dev:
+                return seed(xs, ys, zs)
+
+        times = measure({"numpy": lambda: np.sum(x + y * z), "axle jit": lambda f=f: f(xs, ys, zs),
+                         "axle eager": eager}, repeats=5 if quick else 15, sync=_sync)
+        rows.append(Row("core", f"seed sum(x+y*z) n={n} on {dev.name}", times,
+                        extra={"jit kernels": f.lower(xs, ys, zs).compile().report().get("kernels", "?")}))
+    return rows
+
+
+def dispatch_rows(quick: bool) -> list[Row]:
+    a = np.ones(8, np.float32)
+    rows = []
+    for dev in axle.devices():
+        xa = axle.device_put(a, dev)
+        anp.add(xa, xa)  # compile the one-op executable outside the timing
+        times = measure({"numpy": lambda: np.add(a, a), "axle eager": lambda xa=xa: anp.add(xa, xa)},
+                        repeats=20 if quick else 200, sync=_sync)
+        rows.append(Row("core", f"eager dispatch add f32[8] on {dev.name}", times))
+    return rows
+
+
+def _latency(fn, args, dev, repeats: int) -> dict[str, float]:
+    """Median ms of: trace; trace + optimize; trace + optimize + backend compile."""
+    from statistics import median
+
+    samples: dict[str, list[float]] = {"trace": [], "trace+optimize": [], "trace+compile": []}
+    for _ in range(repeats):
+        jf = axle.jit(fn, device=dev)
+        t0 = time.perf_counter()
+        low = jf.lower(*args)
+        t1 = time.perf_counter()
+        low.optimize()
+        t2 = time.perf_counter()
+        low.compile()
+        t3 = time.perf_counter()
+        samples["trace"].append((t1 - t0) * 1e3)
+        samples["trace+optimize"].append((t2 - t0) * 1e3)
+        # compile() optimizes again, so trace+compile = trace + (optimize + backend compile)
+        samples["trace+compile"].append((t1 - t0 + t3 - t2) * 1e3)
+    return {k: median(v) for k, v in samples.items()}
+
+
+def latency_rows(quick: bool) -> list[Row]:
+    rng = np.random.default_rng(0)
+    seed_args = tuple(np.ones(1024, np.float32) for _ in range(3))
+    mlp_args = (rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 10)).astype(np.float32),
+                rng.standard_normal((16, 64)).astype(np.float32))
+    rows = []
+    for dev in axle.devices():
+        for name, fn, args in (("seed", seed, seed_args), ("mlp+softmax", mlp, mlp_args)):
+            rows.append(Row("core", f"compile latency {name} on {dev.name}",
+                            _latency(fn, args, dev, 3 if quick else 10), baseline="trace"))
+    return rows
+
+
+def run(quick: bool) -> list[Row]:
+    return seed_rows(quick) + dispatch_rows(quick) + latency_rows(quick)

@@ -1,0 +1,85 @@
+"""Smoke test of benchmarks/run.py with tiny fake bench modules (no timing assertions)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def run_mod():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    spec = importlib.util.spec_from_file_location("_bench_run_under_test", os.path.join(ROOT, "benchmarks", "run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FAKE = textwrap.dedent('''
+    from common import Row
+
+    def run(quick):
+        assert quick is True
+        return [
+            Row("fake", "elementwise n=4", {"numpy": 2.0, "axle cpu": 1.0, "axle opencl": 4.0},
+                extra={"GB/s": 1.5}),
+            Row("fake", "reduce n=4", {"numpy": 3.0, "axle cpu": 1.5, "axle opencl": 1.0}),
+            Row("fake", "matmul", {"numpy": 1.0, "axle cpu": 2.0, "axle opencl": 1.0},
+                extra={"GFLOP/s": {"numpy": 10.0, "axle cpu": 5.0}}),
+            Row("fake", "compile latency", {"trace": 1.0, "trace+compile": 5.0}, baseline="trace"),
+        ]
+''')
+
+BROKEN = "def run(quick):\n    raise RuntimeError('no device here')\n"
+
+
+def test_run_writes_tables_report_and_plot(run_mod, tmp_path, capsys):
+    benches = tmp_path / "benches"
+    benches.mkdir()
+    (benches / "bench_fake.py").write_text(FAKE)
+    (benches / "bench_broken.py").write_text(BROKEN)
+    (benches / "helper.py").write_text("raise SystemExit('not a bench module')\n")
+    out = tmp_path / "docs" / "benchmarks.md"
+    status = run_mod.main(["--quick", "--dir", str(benches), "--out", str(out), "--note", "under load"])
+    assert status == 1  # the broken module is reported, the others still run
+    printed = capsys.readouterr().out
+    assert "elementwise n=4" in printed and "failed: RuntimeError: no device here" in printed
+    md = out.read_text()
+    assert "- Machine: " in md and "quick mode" in md and "- Devices: " in md and "- Note: under load" in md
+    assert "## fake (`benchmarks/bench_fake.py`)" in md
+    assert "Failed: `RuntimeError: no device here" in md
+    # ms columns, ratios (baseline / impl) and extra columns
+    assert "| elementwise n=4 | 2.000 | 1.000 | 4.000 | 2.00x | 0.50x | 1.5 |  |" in md
+    assert "| reduce n=4 | 3.000 | 1.500 | 1.000 | 2.00x | 3.00x |  |  |" in md
+    assert "| matmul | 1.000 | 2.000 | 1.000 | 0.50x | 1.00x |  | numpy 10, axle cpu 5 |" in md
+    assert "| compile latency | 1.000 | 5.000 | 0.20x |" in md  # its own table, its own baseline
+    png = tmp_path / "docs" / "benchmarks.png"
+    if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is optional
+        assert "No plot: matplotlib is not installed" in md and not png.exists()
+    else:
+        assert "![speedup vs NumPy per workload and implementation](benchmarks.png)" in md
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_speedups_only_from_numpy_baselines(run_mod):
+    from common import Row
+
+    res = run_mod.SuiteResult("bench_x", [Row("s", "w", {"numpy": 2.0, "a": 4.0}),
+                                          Row("s", "lat", {"trace": 1.0, "c": 2.0}, baseline="trace")])
+    assert run_mod.speedups([res]) == [("s: w", {"a": 0.5})]
+
+
+def test_only_filter_and_no_write(run_mod, tmp_path):
+    benches = tmp_path / "b"
+    benches.mkdir()
+    (benches / "bench_fake.py").write_text(FAKE)
+    (benches / "bench_broken.py").write_text(BROKEN)
+    out = tmp_path / "r.md"
+    assert run_mod.main(["--quick", "--dir", str(benches), "--only", "fake", "--no-write", "--out", str(out)]) == 0
+    assert not out.exists()
