@@ -9,7 +9,7 @@ import pytest
 
 import axle
 from axle.testing.kit import claimed, kit_checks, run_check
-from conformance_support import require_backend
+from axle.testing import require_backend
 
 BACKENDS = sorted(axle.REGISTRY.backends())
 CHECKS = kit_checks()

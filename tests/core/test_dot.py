@@ -14,7 +14,7 @@ from axle.ir import dot as dotmod
 from axle.ir.builder import Builder, make_node
 from axle.ir.dot import module_to_dot, render, write_graph
 from axle.ir.ops import Op
-from tests.conftest import IN_CI
+from axle.testing import IN_CI
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

@@ -20,7 +20,7 @@ from axle.ir.builder import Builder, make_node
 from axle.ir.ops import CORE_PRIMITIVES, Op
 from axle.ir import dot as dotmod
 from axle.passes.policy import FusionPolicy
-from tests.conftest import require_backend
+from axle.testing import require_backend
 
 DEV = "interpreter:0"
 

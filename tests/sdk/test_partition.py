@@ -18,7 +18,7 @@ from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.partition import PlacementWarning, partition, placement_of
 from axle.placement import to_buffer
-from sdk_support import require_backend
+from axle.testing import require_backend
 
 F32 = DType.FLOAT32
 

@@ -13,7 +13,7 @@ import pytest
 import axle
 from axle.errors import AxleError
 from axle.scaffold import new_backend, template_dir
-from sdk_support import require_backend
+from axle.testing import require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "backends" / "template"

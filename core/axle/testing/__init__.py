@@ -3,6 +3,7 @@
 ``pytest --axle-backend NAME``) and ``python -m axle.testing NAME``."""
 from .cases import (OpCase, assert_close, cases_for, check_case, core_cases, fused_cases, random_input, run_case,
                     tolerance)
+from .environment import IN_CI, require_backend
 
 __all__ = ["OpCase", "assert_close", "cases_for", "check_case", "core_cases", "fused_cases", "random_input",
-           "run_case", "tolerance"]
+           "run_case", "tolerance", "IN_CI", "require_backend"]

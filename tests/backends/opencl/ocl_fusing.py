@@ -56,24 +56,10 @@ def fuse_whole(module: Module, *, wrap: bool = True, kind: str | None = None) ->
 
 
 def opencl_device():  # noqa: ANN201
-    """opencl:0; in CI a missing OpenCL device fails the run (tests/conftest.py).
+    """opencl:0; in CI a missing OpenCL device fails the run (axle.testing.require_backend)."""
+    from axle.testing import require_backend
 
-    tests/conftest.py is loaded by path: other test folders have their own conftest
-    modules, so the bare name ``conftest`` is ambiguous."""
-    import importlib.util
-    import pathlib
-    import sys
-
-    name = "axle_tests_root_conftest"
-    mod = sys.modules.get(name)
-    if mod is None:
-        path = pathlib.Path(__file__).resolve().parents[2] / "conftest.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules[name] = mod
-    return mod.require_backend("opencl")
+    return require_backend("opencl")
 
 
 def check_fused(case, module: Module, device) -> None:  # noqa: ANN001
