@@ -56,6 +56,9 @@ def test_seed_eager_three_kernels_jit_as_reported(dev, tmp_path):
     if dev.backend in PROFILED:
         assert len(eager_k) == 3, [k["name"] for k in eager_k]
         assert len(jit_k) == 1, [k["name"] for k in jit_k]
+        # the box names map back to the module: the fusion and the ops inside it
+        assert jit_k[0]["name"].endswith("[add, multiply, reduce]"), jit_k[0]["name"]
+        assert sorted(k["name"].split(".")[0] for k in eager_k) == ["add", "multiply", "reduce"]
         assert all(k["tid"] == f"device {dev.name}" for k in eager_k + jit_k)
     want = float(np.sum(host[0].astype(np.float64) + host[1].astype(np.float64) * host[2]))
     assert abs(float(out) - want) <= 1e-3 * max(1.0, abs(want))

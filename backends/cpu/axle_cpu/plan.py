@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from axle import profiler
 from axle.errors import BackendError
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Module, Node
@@ -118,6 +119,7 @@ def _buffer_assignment(module: Module):  # noqa: ANN202
 
 def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
     entry = module.entry
+    labels = profiler.kernel_names(module)  # timeline names mapping back to the module
     ba = _buffer_assignment(module) if arena else None
     temp_offsets: dict[int, int] = {}
     slots: dict[int, list[int]] = {}
@@ -156,7 +158,7 @@ def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
                     a = ba.allocations.get((n.uid, i))
                     if a is not None and a.region == "temp":
                         temp_offsets[s] = a.offset
-            label = n.name or n.op.value
+            label = labels[n.uid]
             if n.op is Op.CUSTOM_CALL:
                 steps.append(HostStep(_custom_host(n), ins, outs, types, f"custom-call:{n.attr['target']}"))
                 continue

@@ -43,7 +43,7 @@ class OpenCLExecutable(Executable):
             if isinstance(step, KernelStep):
                 ev = self._run_kernel(step, env)
                 if ev is not None and profiler.enabled():
-                    events.append((step.kernel.name, step.kernel.what, ev))
+                    events.append((step.label or step.kernel.name, step.kernel.what, ev))
             elif isinstance(step, AliasStep):
                 env[step.dst] = env.get(step.src)
             else:

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from axle import profiler
 from axle.errors import BackendError
 from axle.ir.builder import Builder, make_node
-from axle.ir.module import Computation, Node
+from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 
@@ -30,6 +31,9 @@ class KernelStep:
     inputs: list[Any]  # per kernel input: a Slot, a scratch index, or a host array (const)
     outputs: list[Any]  # per kernel output: a Slot or a scratch index
     scratch_types: dict[int, TensorType] = field(default_factory=dict)
+    #: timeline name mapping back to the module (``fusion.3 [add, multiply, reduce]``);
+    #: kernels are shared by source hash, so the name belongs to the step
+    label: str = ""
 
 
 @dataclass
@@ -149,6 +153,7 @@ def plan_module(entry: Computation, dev: DeviceInfo) -> Plan:
     slot_of: dict[int, Slot] = {}  # entry node uid -> slot of its (single) value
     tuples: dict[int, list[Slot]] = {}
     params: list[Slot] = []
+    labels = profiler.kernel_names(Module(entry.name, entry))
     for n in entry.nodes:
         if n.op is Op.PARAMETER:
             slot_of[n.uid] = (n.uid, 0)
@@ -179,7 +184,7 @@ def plan_module(entry: Computation, dev: DeviceInfo) -> Plan:
                 inputs = [in_slots[v] if kind == "param" else (("const", v) if kind == "const" else ("scratch", v))
                           for kind, v in ((x[0], x[1]) for x in kin)]
                 outputs = [mine[j] if kind == "out" else ("scratch", j) for kind, j, _ in kout]
-                steps.append(KernelStep(kernel, inputs, outputs, scratch))
+                steps.append(KernelStep(kernel, inputs, outputs, scratch, labels[n.uid]))
     root = entry.root
     if root.op is Op.TUPLE:
         res_slots = tuples[root.uid]
