@@ -187,3 +187,34 @@ def test_stats_count_traces_hits_and_launches():
     with axle.device(INTERP):
         model_fn(*axle.device_put((a, a, a)))
     assert axle.stats()["eager_ops"] == 3  # mul, add, reduce: one launch each
+
+
+def test_results_are_freed_without_the_garbage_collector():
+    """A jit call must not put its arguments or results in a reference cycle: backends
+    recycle output buffers as soon as the last reference goes (the CPU backend's pool),
+    which a cycle would delay to the next collection (a fresh 32 MB buffer every call)."""
+    import gc
+    import weakref
+
+    f = axle.jit(lambda t: {"a": (t["x"] * 2.0, [t["x"] + 1.0])})
+    x = np.ones(16, np.float32)
+    f({"x": x})
+    gc.disable()
+    try:
+        out = f({"x": x})
+        refs = [weakref.ref(out["a"][0]), weakref.ref(out["a"][1][0])]
+        np.asarray(out["a"][0])
+        del out
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
+
+
+def test_tree_definitions_are_interned():
+    from axle.frontend.pytree import flatten, unflatten
+
+    leaves, td = flatten({"b": [1, (2, None)], "a": 3})
+    assert leaves == [3, 1, 2]
+    assert flatten({"a": 0, "b": [0, (0, None)]})[1] is td
+    assert unflatten(td, [7, 8, 9]) == {"a": 7, "b": [8, (9, None)]}
+    assert flatten((1,))[1] is not flatten([1])[1]

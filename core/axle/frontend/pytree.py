@@ -1,64 +1,94 @@
-"""Pytrees: nested tuples, lists and dicts of leaves (arrays, scalars)."""
+"""Pytrees: nested tuples, lists and dicts of leaves (arrays, scalars).
+
+``flatten`` and ``unflatten`` sit on every jit call, so they are plain recursive
+functions (a nested closure that calls itself is a reference cycle, which kept every
+call's arrays alive until the next garbage collection) and tree definitions are
+interned: equal structures are the same object, so hashing and comparing a cache key
+costs nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
 class TreeDef:
-    kind: str  # "leaf", "none", "tuple", "list", "dict"
-    children: tuple["TreeDef", ...] = ()
-    keys: tuple[Any, ...] = ()
+    """The structure of a pytree; ``kind`` is "leaf", "none", "tuple", "list" or "dict".
+    Build with :func:`treedef` (interned), compare by identity."""
 
-    @property
-    def num_leaves(self) -> int:
-        if self.kind == "leaf":
-            return 1
-        return sum(c.num_leaves for c in self.children)
+    __slots__ = ("kind", "children", "keys", "num_leaves", "__weakref__")
+
+    def __init__(self, kind: str, children: tuple["TreeDef", ...], keys: tuple[Any, ...]) -> None:
+        self.kind = kind
+        self.children = children
+        self.keys = keys
+        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+
+    def __repr__(self) -> str:
+        if self.kind in ("leaf", "none"):
+            return self.kind
+        inner = ", ".join(repr(c) for c in self.children)
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.keys, self.children))
+        return f"{self.kind}({inner})"
+
+    def __reduce__(self) -> tuple:
+        return treedef, (self.kind, self.children, self.keys)
 
 
-_LEAF = TreeDef("leaf")
-_NONE = TreeDef("none")
+_INTERNED: dict[tuple, TreeDef] = {}
+
+
+def treedef(kind: str, children: tuple[TreeDef, ...] = (), keys: tuple[Any, ...] = ()) -> TreeDef:
+    """The one TreeDef of this structure (children are interned, so their ids identify them)."""
+    key = (kind, tuple(id(c) for c in children), keys)
+    td = _INTERNED.get(key)
+    if td is None:
+        td = _INTERNED.setdefault(key, TreeDef(kind, children, keys))
+    return td
+
+
+_LEAF = treedef("leaf")
+_NONE = treedef("none")
+
+
+def _flatten(x: Any, leaves: list[Any]) -> TreeDef:
+    if x is None:
+        return _NONE
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):  # a namedtuple is a leaf
+        return treedef("tuple", tuple([_flatten(c, leaves) for c in x]))
+    if isinstance(x, list):
+        return treedef("list", tuple([_flatten(c, leaves) for c in x]))
+    if isinstance(x, dict):
+        keys = tuple(sorted(x, key=repr))
+        return treedef("dict", tuple([_flatten(x[k], leaves) for k in keys]), keys)
+    leaves.append(x)
+    return _LEAF
 
 
 def flatten(tree: Any) -> tuple[list[Any], TreeDef]:
     leaves: list[Any] = []
-
-    def rec(x: Any) -> TreeDef:
-        if x is None:
-            return _NONE
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return TreeDef("tuple", tuple(rec(c) for c in x))
-        if isinstance(x, list):
-            return TreeDef("list", tuple(rec(c) for c in x))
-        if isinstance(x, dict):
-            keys = tuple(sorted(x, key=repr))
-            return TreeDef("dict", tuple(rec(x[k]) for k in keys), keys)
-        leaves.append(x)
-        return _LEAF
-
-    td = rec(tree)
+    td = _flatten(tree, leaves)
     return leaves, td
 
 
+def _unflatten(t: TreeDef, it: Any) -> Any:
+    kind = t.kind
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    kids = [_unflatten(c, it) for c in t.children]
+    if kind == "tuple":
+        return tuple(kids)
+    if kind == "list":
+        return kids
+    return dict(zip(t.keys, kids))
+
+
 def unflatten(td: TreeDef, leaves: list[Any]) -> Any:
-    it = iter(leaves)
-
-    def rec(t: TreeDef) -> Any:
-        if t.kind == "leaf":
-            return next(it)
-        if t.kind == "none":
-            return None
-        kids = [rec(c) for c in t.children]
-        if t.kind == "tuple":
-            return tuple(kids)
-        if t.kind == "list":
-            return kids
-        return dict(zip(t.keys, kids))
-
-    return rec(td)
+    if td is _LEAF:
+        return leaves[0]
+    return _unflatten(td, iter(leaves))
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
