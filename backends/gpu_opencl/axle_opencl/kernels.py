@@ -31,7 +31,7 @@ from axle.ir.types import TensorType
 from .ctypes_ import STORAGE, identity
 from .emitter import Emitter, Idx, row_major_strides
 from .render import HELPERS
-from .values import LANE_NAMES, Renderer, acc_dtype, combine, reg_type, store, vector_ok
+from .values import Renderer, acc_dtype, combine, horizontal, reg_type, spill_plan, store, vector_ok
 
 INT_MAX = 2**31 - 1
 
@@ -144,8 +144,9 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
 
     def body(em: Emitter, r: Renderer, i: str, w: int) -> None:
         idx = Idx(outer, i)
+        r.spilled = set()
         if pre:
-            em.coords(idx)
+            r.row_home = (outer + tail, list(em.coords(idx)))
             for p in pre:
                 r.value(p, idx)
         for k, (n, _) in enumerate(outputs):
@@ -160,20 +161,26 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
                 r.row = (outer, list(oc))
                 em.open(f"for (; {j} + {tail_lanes} <= {t}; {j} += {tail_lanes})")
                 vflat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
-                for k, (n, _) in enumerate(outputs):
-                    if n.shape != outer:
-                        em.line(store(f"out{k}", n.dtype, vflat, r.value(n, Idx(outer + tail, vflat), tail_lanes),
-                                      tail_lanes))
+                tail_loop(em, r, Idx(outer + tail, vflat), tail_lanes)
                 em.close()
                 r.row = None
             em.open(f"for (; {j} < {t}; {j}++)")
             tidx = Idx(tail, j)
             full_flat = em.tmp("int", f"{i} * {t} + {j}" if outer else j, "f")
-            fidx = Idx(outer + tail, full_flat, list(oc) + list(em.coords(tidx)))
-            for k, (n, _) in enumerate(outputs):
-                if n.shape != outer:
-                    em.line(store(f"out{k}", n.dtype, full_flat, r.value(n, fidx), 1))
+            tail_loop(em, r, Idx(outer + tail, full_flat, list(oc) + list(em.coords(tidx))), 1)
             em.close()
+
+    def tail_loop(em: Emitter, r: Renderer, fidx: Idx, w: int) -> None:
+        """One step of the loop over a row writing the full-shape outputs; spilled
+        values are loaded first (their buffer may be an output written here)."""
+        r.home = fidx
+        for uid, (node, _) in r.spill.items():
+            if uid in r.spilled:
+                r.value(node, fidx, w)
+        for k, (n, _) in enumerate(outputs):
+            if n.shape != outer:
+                em.line(store(f"out{k}", n.dtype, em.flat(fidx), r.value(n, fidx, w), w))
+        r.home = None
 
     params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
     em = Emitter(2)
@@ -181,6 +188,10 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     if not dev.is_gpu:
         r.vector_lanes = dev.float_lanes if any(isinstance(n.type, TensorType) and n.dtype is DType.FLOAT32
                                                 for n in comp.nodes) else dev.double_lanes
+        if pre and tail:
+            r.spill = spill_plan(comp.nodes, [n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"]],
+                                 [(n, f"out{k}") for k, (n, _) in enumerate(outputs) if n.shape != outer],
+                                 outer + tail)
     if dev.is_gpu:
         body(em, r, "i", 1)
         loop = "  const int i = (int)get_global_id(0);\n  if (i < n) {\n" + "\n".join(em.lines) + "\n  }"
@@ -293,8 +304,8 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
             em.close()
             r.row = None
             for (n, _), a, va in zip(reduces, accs, vaccs):
-                for k in range(w):
-                    em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, f'{va}.s{LANE_NAMES[k]}', r.helpers)};")
+                h = horizontal(em, n.attr["kind"], n.dtype, va, w, r.helpers)
+                em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, h, r.helpers)};")
         em.open("for (; rr < re; rr++)")
         accumulate("rr", 1, accs)
         em.close()

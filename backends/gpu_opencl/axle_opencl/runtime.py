@@ -34,7 +34,7 @@ def device_info(d: "cl.Device") -> DeviceInfo:
         max_work_group=max(1, d.max_work_group_size),
         local_mem=d.local_mem_size,
         fp64="cl_khr_fp64" in exts,
-        float_lanes=int(os.environ.get("AXLE_OPENCL_FLOAT_LANES", 0)) or int(min(8, max(4, d.preferred_vector_width_float or 4))),
+        float_lanes=int(os.environ.get("AXLE_OPENCL_FLOAT_LANES", 0)) or int(min(16, max(4, d.preferred_vector_width_float or 4))),
         double_lanes=int(min(8, max(2, d.preferred_vector_width_double or 2))),
     )
 

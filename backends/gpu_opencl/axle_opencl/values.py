@@ -78,6 +78,21 @@ class Renderer:
         #: inside a vectorized row: (row shape, its coordinates); lets a broadcast of a
         #: per-row value become a splat of one scalar
         self.row: tuple[tuple[int, ...], list[str]] | None = None
+        #: Row kernels (CPU devices): full-shape values that a per-row reduction loop
+        #: computes and the outputs need again (``exp(x - max)`` in softmax) are stored
+        #: into an output buffer by the first loop and loaded afterwards instead of being
+        #: recomputed: uid -> (node, output argument). Only at ``home``, the index of the
+        #: row element the current loop visits (elementwise ops pass it on unchanged), so
+        #: a work-item only ever touches its own row, and every element is stored before
+        #: it is loaded.
+        self.spill: dict[int, tuple[Node, str]] = {}
+        self.spilled: set[int] = set()
+        self.home: Idx | None = None
+        #: (full row-kernel shape, the row's coordinates): where a reduction loop visits
+        #: exactly the current row (set by the row kernel builder)
+        self.row_home: tuple[tuple[int, ...], list[str]] | None = None
+        self._storing = False
+        self._pending: set[int] = set()
 
     # -- entry point ---------------------------------------------------------------
     def value(self, n: Node, idx: Idx, lanes: int = 1) -> str:
@@ -87,9 +102,17 @@ class Renderer:
         hit = self.em.lookup(key)
         if hit is not None:
             return hit
+        sp = self.spill.get(n.uid) if idx is self.home else None
+        if sp is not None and n.uid in self.spilled:
+            expr = self.em.tmp(reg_type(n.dtype, lanes), load(sp[1], n.dtype, self.em.flat(idx), lanes))
+            self.em.remember(key, expr)
+            return expr
         expr = _RULES[n.op](self, n, idx, lanes)
         if not (expr.isidentifier() or _is_literal(expr)):
             expr = self.em.tmp(reg_type(n.dtype, lanes), expr)
+        if sp is not None and self._storing:
+            self.em.line(store(sp[1], n.dtype, self.em.flat(idx), expr, lanes))
+            self._pending.add(n.uid)
         self.em.remember(key, expr)
         # the key may have changed (coords filled in): remember both spellings
         self.em.remember((n.uid, lanes, idx.key), expr)
@@ -264,27 +287,38 @@ class Renderer:
         acc = self.em.tmp(reg_type(adt), identity(kind, dt), "acc")
         red = math.prod(x.shape[a] for a in axes)
         trailing = tuple(axes) == tuple(range(x.tensor_type.rank - len(axes), x.tensor_type.rank))
+        # a reduction over exactly the current row of a row kernel stores spilled values
+        at_home = bool(self.spill) and trailing and self.row_home == (x.shape, list(kept))
+        saved = self.home, self._storing
+        self._storing = at_home
         lanes_ok = self.vector_lanes if trailing else 0
         if lanes_ok and red >= 2 * lanes_ok and vector_ok(x, x.shape, len(kept), dt):
-            self._vector_reduce(x, kind, dt, acc, kept, red, lanes_ok)
-            return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
-        loops = []
-        for a in axes:
-            v = self.em.fresh("r")
-            self.em.open(f"for (int {v} = 0; {v} < {x.shape[a]}; {v}++)")
-            loops.append(v)
-        it_k, it_r = iter(kept), iter(loops)
-        coords = [next(it_r) if i in axes else next(it_k) for i in range(x.tensor_type.rank)]
-        v = self.value(x, Idx(x.shape, None, coords))
-        self.em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
-        for _ in loops:
-            self.em.close()
+            self._vector_reduce(x, kind, dt, acc, kept, red, lanes_ok, at_home)
+        else:
+            loops = []
+            for a in axes:
+                v = self.em.fresh("r")
+                self.em.open(f"for (int {v} = 0; {v} < {x.shape[a]}; {v}++)")
+                loops.append(v)
+            it_k, it_r = iter(kept), iter(loops)
+            coords = [next(it_r) if i in axes else next(it_k) for i in range(x.tensor_type.rank)]
+            xi = Idx(x.shape, None, coords)
+            self.home = xi if at_home else saved[0]
+            v = self.value(x, xi)
+            self.em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            for _ in loops:
+                self.em.close()
+        self.home, self._storing = saved
+        if at_home:  # every element of the row has been stored now
+            self.spilled |= self._pending
+            self._pending = set()
         return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
 
     #: lanes for vectorized reduction loops (set by the kernel builder on CPU devices)
     vector_lanes: int = 0
 
-    def _vector_reduce(self, x: Node, kind: str, dt: DType, acc: str, kept: list[str], red: int, w: int) -> None:
+    def _vector_reduce(self, x: Node, kind: str, dt: DType, acc: str, kept: list[str], red: int, w: int,
+                       at_home: bool = False) -> None:
         """A contiguous trailing reduction with a floatN accumulator, then a scalar tail."""
         em = self.em
         kshape = x.shape[:len(kept)]
@@ -292,21 +326,24 @@ class Renderer:
         base = "0" if not kept else f"({base}) * {red}"
         vacc = em.tmp(reg_type(dt, w), f"(({reg_type(dt, w)})({identity(kind, dt)}))", "vacc")
         r = em.fresh("r")
-        saved = self.row
+        saved = self.row, self.home
         self.row = (kshape, list(kept))
         em.open(f"for (int {r} = 0; {r} + {w} <= {red}; {r} += {w})")
-        v = self.value(x, Idx(x.shape, em.tmp("int", f"{base} + {r}", "f")), w)
+        xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
+        self.home = xi if at_home else saved[1]
+        v = self.value(x, xi, w)
         em.line(f"{vacc} = {combine(kind, dt, vacc, v, self.helpers)};")
         em.close()
-        for k in range(w):
-            em.line(f"{acc} = {combine(kind, dt, acc, f'{vacc}.s{LANE_NAMES[k]}', self.helpers)};")
+        em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w, self.helpers), self.helpers)};")
         tail = red - red % w
         if tail < red:
             em.open(f"for (int {r} = {tail}; {r} < {red}; {r}++)")
-            v = self.value(x, Idx(x.shape, em.tmp("int", f"{base} + {r}", "f")))
+            xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
+            self.home = xi if at_home else saved[1]
+            v = self.value(x, xi)
             em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
             em.close()
-        self.row = saved
+        self.row, self.home = saved
 
     def _dot(self, n: Node, idx: Idx, lanes: int) -> str:
         lhs, rhs = n.operands
@@ -342,6 +379,60 @@ class Renderer:
 
     def _unsupported(self, n: Node, idx: Idx, lanes: int) -> str:
         raise BackendError(f"opencl: {n.op.value} cannot appear inside a kernel ({n.type})", where=n.loc)
+
+
+def horizontal(em: Emitter, kind: str, dt: DType, vec: str, w: int, helpers: set[str]) -> str:
+    """Combines the lanes of a ``w``-lane accumulator into one value: halves combined
+    as vectors (log2 w steps) where w is a power of two, else lane by lane."""
+    if w & (w - 1):
+        e = f"{vec}.s0"
+        for k in range(1, w):
+            e = em.tmp(reg_type(dt), combine(kind, dt, e, f"{vec}.s{LANE_NAMES[k]}", helpers), "h")
+        return e
+    while w > 1:
+        w //= 2
+        vec = em.tmp(reg_type(dt, w), combine(kind, dt, f"{vec}.lo", f"{vec}.hi", helpers), "h")
+    return vec
+
+
+def spill_plan(comp_nodes: list[Node], reduces: list[Node], full_outputs: list[tuple[Node, str]],
+               full: tuple[int, ...]) -> dict[int, tuple[Node, str]]:
+    """Which full-shape values a row kernel stores during its reduction loops and loads
+    again for its outputs: those reached, keeping the element index (elementwise ops),
+    both from a reduction's operand and from an output, that cost more than a load
+    (they involve a transcendental or other non-cheap op); the outermost such values,
+    each given its own output buffer of its dtype (its final value is written later)."""
+    def reach(roots: list[Node]) -> dict[int, Node]:
+        seen: dict[int, Node] = {}
+        stack = list(roots)
+        while stack:
+            n = stack.pop()
+            if n.uid in seen or n.shape != full:
+                continue
+            seen[n.uid] = n
+            if n.traits.elementwise or (n.op is Op.BROADCAST_IN_DIM and n.operands[0].shape == n.shape):
+                stack.extend(n.operands)
+        return seen
+
+    from_red = reach([r.operands[0] for r in reduces])
+    from_out = reach([n for n, _ in full_outputs])
+    costly: dict[int, bool] = {}
+    for n in comp_nodes:  # topological order
+        if n.uid in from_red:
+            costly[n.uid] = (n.traits.elementwise and not n.traits.cheap) or \
+                any(costly.get(o.uid, False) for o in n.operands)
+    shared = [n for n in comp_nodes if n.uid in from_out and costly.get(n.uid)]
+    inner: set[int] = set()
+    for n in shared:
+        inner |= set(reach(list(n.operands)))
+    plan: dict[int, tuple[Node, str]] = {}
+    free = list(full_outputs)
+    for n in reversed([n for n in shared if n.uid not in inner]):
+        buf = next((b for b in free if b[0].dtype is n.dtype), None)
+        if buf is not None:
+            free.remove(buf)
+            plan[n.uid] = (n, buf[1])
+    return plan
 
 
 def _is_literal(e: str) -> bool:
@@ -403,4 +494,4 @@ def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: d
     return False
 
 
-__all__ = ["Renderer", "vector_ok", "load", "store", "combine", "acc_dtype", "reg_type"]
+__all__ = ["Renderer", "vector_ok", "load", "store", "combine", "acc_dtype", "reg_type", "horizontal", "spill_plan"]
