@@ -5,7 +5,7 @@ The object holds the same kernels the JIT would run, plus one exported entry poi
 statically allocated temporaries. No Python, NumPy or axle is needed at run time: link
 the object into any C program (``cc main.c NAME.o -lm``). Like tfcompile's output, the
 entry point is not reentrant (temporaries are static); call it from one thread at a time.
-Kernels run single-threaded; dots use the LLVM dot loop nest, never BLAS.
+Kernels run single-threaded; dots use the GEMM kernel (gemm.py), never BLAS.
 
     from axle_cpu.aot import compile_aot
     compile_aot(fn, ["f32[100,784]", "f32[784,10]"], "out/", name="mlp")
@@ -27,6 +27,7 @@ from axle.ir.types import TensorType
 
 from .emitter import INT64_MAX
 from .executable import llvm_module
+from .gemm import vector_bits_for
 from .lltypes import C_TYPES, I32, I64, I8, PTR, STORAGE
 from .plan import HostStep, KernelStep, Plan, build_plan
 from .target import emit_object, host
@@ -236,10 +237,11 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
         from axle.registry import REGISTRY
 
         module = optimize_for(module, REGISTRY.device("cpu:0"))
-    plan = build_plan(module, blas=False, arena=False)
-    mod, scratch = build_entry(plan, name)
     if cpu == "generic" and features is None:
         features = ""
+    # GEMM kernels are register-tiled for the target's vector width, not the host's.
+    plan = build_plan(module, blas=False, arena=False, vector_bits=vector_bits_for(cpu, features))
+    mod, scratch = build_entry(plan, name)
     from .executable import interleave_ok
 
     obj = emit_object(str(mod), cpu=cpu, features=features, interleave=interleave_ok(list(plan.kernels.values())))

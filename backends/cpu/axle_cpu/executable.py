@@ -39,6 +39,11 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
     mod.triple = host().triple
     for spec in specs:
         try:
+            if spec.kind == "gemm":
+                from .gemm import emit
+
+                emit(mod, spec)  # type: ignore[arg-type]
+                continue
             KernelEmitter(mod, spec).build()
         except BackendError:
             raise

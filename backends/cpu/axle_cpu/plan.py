@@ -3,12 +3,14 @@
 Slots 0..P-1 are the parameters, then one slot per constant, then one per step output.
 Every entry node that is not plumbing (parameter, constant, tuple, get-tuple-element)
 becomes a step: fusions and single ops become LLVM kernels (a single op is wrapped as a
-one-op computation), custom calls become host steps calling the registered Python
-reference, and in JIT mode a float32/float64 dot may become a host step calling NumPy's
-BLAS (AOT code never does).
+one-op computation), a dot_general a GEMM kernel (gemm.py), custom calls host steps
+calling the registered Python reference. ``blas=True`` (JIT only, the ``cpu_blas`` flag)
+turns float32/float64 dots into host steps calling NumPy's BLAS instead; measured here
+the GEMM kernel is faster at every shape, so it is off by default (AOT never does it).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,9 +25,10 @@ from axle.ir.types import TensorType, TupleType
 
 from .emitter import KernelSpec
 from .fission import split
+from .gemm import GemmSpec
 
 #: ops a single-op kernel computes with a reduction loop at the root
-_REDUCING = (Op.REDUCE, Op.DOT_GENERAL)
+_REDUCING = (Op.REDUCE,)
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
 
 
@@ -70,16 +73,25 @@ def _wrap(n: Node, name: str) -> Computation:
     return Computation(name, params, root)
 
 
-def dot_host(attrs: dict) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
-    """dot_general through NumPy (einsum -> BLAS), the same call the interpreter makes, so
-    float32 results are bit-identical to the reference rather than merely within its
-    (summation-order) tolerance."""
-    from axle.ir.ops import OPS
-
-    ref = OPS[Op.DOT_GENERAL].reference
+def matmul_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    """dot_general as one ``np.matmul`` (NumPy's BLAS) over batched-matrix views of the
+    operands (transposes are views; a reshape copies only where dims do not merge),
+    written into the output buffer."""
+    lhs, rhs = (o.shape for o in n.operands)
+    a = n.attr
+    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+    lfree = tuple(d for d in range(len(lhs)) if d not in lb + lc)
+    rfree = tuple(d for d in range(len(rhs)) if d not in rb + rc)
+    bt = math.prod(lhs[d] for d in lb)
+    m, k, nn = (math.prod(lhs[d] for d in lfree), math.prod(lhs[d] for d in lc),
+                math.prod(rhs[d] for d in rfree))
+    lperm, rperm = tuple(lb) + lfree + tuple(lc), tuple(rb) + tuple(rc) + rfree
+    shapes = ((m, k), (k, nn), (m, nn)) if bt == 1 else ((bt, m, k), (bt, k, nn), (bt, m, nn))
 
     def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        outs[0][...] = ref(*ins, **attrs)
+        x = np.transpose(ins[0], lperm).reshape(shapes[0])
+        y = np.transpose(ins[1], rperm).reshape(shapes[1])
+        np.matmul(x, y, out=outs[0].reshape(shapes[2]))
 
     return run
 
@@ -117,7 +129,10 @@ def _buffer_assignment(module: Module):  # noqa: ANN202
     return assign(module)
 
 
-def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
+def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector_bits: int = 0) -> Plan:
+    """The plan of ``module``'s entry computation. ``blas``: float dots run as NumPy
+    (BLAS) host steps (JIT only); ``vector_bits``: the SIMD width the GEMM kernels are
+    tiled for (0: the host's; AOT passes its target's)."""
     entry = module.entry
     labels = profiler.kernel_names(module)  # timeline names mapping back to the module
     ba = _buffer_assignment(module) if arena else None
@@ -162,8 +177,12 @@ def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
             if n.op is Op.CUSTOM_CALL:
                 steps.append(HostStep(_custom_host(n), ins, outs, types, f"custom-call:{n.attr['target']}"))
                 continue
-            if (blas and n.op is Op.DOT_GENERAL and n.dtype in (DType.FLOAT32, DType.FLOAT64)):
-                steps.append(HostStep(dot_host(n.attr), ins, outs, types, "dot(blas)"))
+            if n.op is Op.DOT_GENERAL:
+                if blas and n.dtype in (DType.FLOAT32, DType.FLOAT64):
+                    steps.append(HostStep(matmul_host(n), ins, outs, types, f"{label}(blas)"))
+                else:
+                    spec = _spec(kernels, _wrap(n, label), "gemm", label, vector_bits)
+                    steps.append(KernelStep(spec, ins, outs, types, label))
                 continue
             if n.op is Op.FUSION:
                 comp, kind = n.attr["computation"], n.attr["kind"]
@@ -196,11 +215,13 @@ def build_plan(module: Module, *, blas: bool, arena: bool = True) -> Plan:
                 {s.name: s for s in kernels.values()}, ba.temp_bytes if ba is not None else 0, temp_offsets)
 
 
-def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str) -> KernelSpec:
+def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str,
+          vector_bits: int = 0) -> KernelSpec:
     key = (comp.structural_key, kind)
     spec = kernels.get(key)
     if spec is None:
-        spec = KernelSpec(f"k{len(kernels)}_{_ident(label)}", comp, kind)
+        name = f"k{len(kernels)}_{_ident(label)}"
+        spec = GemmSpec(name, comp, kind, vector_bits) if kind == "gemm" else KernelSpec(name, comp, kind)
         kernels[key] = spec
     return spec
 
