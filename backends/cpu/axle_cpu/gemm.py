@@ -1,0 +1,775 @@
+"""A blocked, packed, register-tiled GEMM kernel for one ``dot_general`` (BLIS/GotoBLAS).
+
+Every dot_general is viewed as a batch of matrix products ``C[b] = A[b] @ B[b]`` with
+``A[b]`` of shape M x K, ``B[b]`` of shape K x N and ``C`` the dense row-major output
+``[batch..., lhs free..., rhs free...]``, i.e. ``[Bt*M, N]``. The operands are never
+copied into that form: each group of dims (batch, M, K, N) of each operand is an offset
+map, one stride when its dims merge (the usual case, transposed operands included), a
+constant table of offsets otherwise; packing reads through those maps.
+
+The loop nest (per batch, over the rows ``[o0, o1)`` and columns ``[i0, i1)`` of the
+common kernel signature, so the thread pool splits it like any other kernel)::
+
+    for jc in N step NC:                      B panel  KC x NC
+      for pc in K step KC:
+        pack B[pc:pc+kc, jc:jc+nc] -> Bp      (NR-wide column panels, zero padded)
+        for ic in M step MC:                  A block  MC x KC   (L2)
+          [pack A[ic:ic+mc, pc:pc+kc] -> Ap]  (MR-high row panels, zero padded)
+          for jr in nc step NR:               B micro-panel KC x NR (L1)
+            for ir in mc step MR:
+              micro-kernel: an MR x NR tile of C in MR*NR/V vector registers;
+              per k: NR/V vector loads of Bp, MR broadcasts of A, MR*NR/V fmuladd
+
+A is only read through broadcasts, so when its M and K dims are plain strides (row-major
+or transposed) the micro-kernel reads it in place and only a bottom edge panel (fewer
+than MR rows) is packed; float16 and table-mapped operands are always packed. The tile
+is added to C at the end of each K block (the first block stores it); C rows are
+prefetched at the start. Columns beyond N (the right edge) use masked loads/stores.
+
+float16 is packed as float32 and accumulated in float32 across all of K in a float32
+scratch block (loop order jc, ic, pc), then rounded once, like the interpreter (einsum in
+float32, one rounding). Integers wrap (any summation order gives the same bits).
+
+Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
+kernel's frame, at most ~``STACK_BUDGET`` bytes, clamped to the problem size: two threads
+running the kernel at once each have their own, and AOT code needs no allocator.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+from llvmlite.ir import instructions
+
+from axle.ir.dtypes import DType
+from axle.ir.module import Node
+from axle.ir.ops import Op
+
+from .emitter import SIG, KernelSpec
+from .lltypes import F16, F32, I1, I32, I64, PTR, STORAGE, VOID
+
+#: upper bound of the packed buffers' bytes in a GEMM kernel's stack frame
+STACK_BUDGET = 1152 * 1024
+
+
+# ============================================================== layout of one dot
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """Element offsets of a group of dims indexed by its flattened (row-major) index:
+    ``i * stride`` when the dims merge, else ``table[i]``."""
+
+    size: int
+    stride: int = 0
+    table: tuple[int, ...] | None = None
+
+    @staticmethod
+    def of(shape: Sequence[int], dims: Sequence[int]) -> Offsets:
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        sizes = [shape[d] for d in dims]
+        size = math.prod(sizes)
+        real = [d for d in dims if shape[d] > 1]
+        if all(strides[a] == strides[b] * shape[b] for a, b in zip(real, real[1:])):
+            return Offsets(size, strides[real[-1]] if real else 0)
+        idx = np.indices(sizes).reshape(len(dims), -1)
+        table = sum(idx[j] * strides[d] for j, d in enumerate(dims))
+        return Offsets(size, 0, tuple(int(v) for v in np.asarray(table).reshape(-1)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """dot_general as batched matrices: C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_b: Offsets
+    a_m: Offsets
+    a_k: Offsets
+    b_b: Offsets
+    b_k: Offsets
+    b_n: Offsets
+
+    @staticmethod
+    def of(node: Node) -> Layout:
+        lhs, rhs = (o.shape for o in node.operands)
+        a = node.attr
+        lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+        lfree = [d for d in range(len(lhs)) if d not in lb + lc]
+        rfree = [d for d in range(len(rhs)) if d not in rb + rc]
+        ab, am, ak = Offsets.of(lhs, lb), Offsets.of(lhs, lfree), Offsets.of(lhs, lc)
+        bb, bk, bn = Offsets.of(rhs, rb), Offsets.of(rhs, rc), Offsets.of(rhs, rfree)
+        return Layout(ab.size, am.size, bn.size, ak.size, ab, am, ak, bb, bk, bn)
+
+    def swapped(self) -> Layout:
+        """The transposed product C^T = B^T A^T (the same memory when M or N is 1)."""
+        return Layout(self.batch, self.n, self.m, self.k, self.b_b, self.b_n, self.b_k, self.a_b, self.a_k, self.a_m)
+
+    @property
+    def rowdot(self) -> bool:
+        """A matrix-vector product whose K is contiguous in both operands: computed as
+        one vectorized dot product per output row."""
+        return (self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
+                and self.b_k.table is None and self.b_k.stride == 1)
+
+
+# ================================================================ tile sizes
+
+
+@dataclass(frozen=True)
+class Tiles:
+    v: int   # vector lanes
+    mr: int  # micro-tile rows (broadcast A elements)
+    nr: int  # micro-tile columns, NR/V vectors
+    kc: int  # K block
+    mc: int  # M block (a multiple of MR)
+    nc: int  # N block (a multiple of NR)
+
+
+def compute_bits(dt: DType) -> int:
+    return {DType.FLOAT16: 32, DType.FLOAT32: 32, DType.FLOAT64: 64, DType.INT32: 32, DType.INT64: 64}[dt]
+
+
+def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
+    """The register tile from the vector width: MR x NV vectors of accumulators, 24 of
+    them with AVX-512's 32 registers (6 x 4 vectors; narrower and taller when N is
+    small), 12 with 16 registers (6 x 2). Cache blocks from the element size (a B
+    micro-panel of at most 64 KB, an A block of ~96 KB, the rest of ``STACK_BUDGET`` for
+    the B panel), clamped to the problem so small dots use small frames."""
+    bits = compute_bits(dt)
+    v = max(vector_bits // bits, 1)
+    accs, max_nv = (24, 4) if vector_bits >= 512 else (12, 2)
+    nv = max(1, min(max_nv, -(-layout.n // v)))
+    mr = accs // nv
+    mr = -(-layout.m // -(-layout.m // mr)) if layout.m else mr  # balanced row tiles
+    nr = nv * v
+    size = bits // 8
+    kc = max(8, min(256, 64 * 1024 // (nr * size) // 8 * 8))
+    mc = max(mr, (96 * 1024 // (kc * size)) // mr * mr)
+    nc = max(nr, (STACK_BUDGET - mc * kc * size) // (kc * size) // nr * nr)
+    kc = min(kc, max(layout.k, 1))
+    mc = min(mc, _round_up(max(layout.m, 1), mr))
+    nc = min(nc, _round_up(max(layout.n, 1), nr))
+    return Tiles(v, mr, nr, kc, mc, nc)
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+# ================================================================ the spec
+
+
+@dataclass
+class GemmSpec(KernelSpec):
+    """A kernel computing one dot_general node (the root of ``comp``, over its
+    parameters) with the GEMM. Its loop space is (batch * M rows, N columns) of the output
+    viewed as ``[Bt*M, N]``. ``vector_bits`` 0 means the host's."""
+
+    vector_bits: int = 0
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.comp.root)
+
+    @property
+    def loop_sizes(self) -> tuple[int, int]:
+        lay = self.layout
+        return lay.batch * lay.m, lay.n
+
+    @property
+    def split_reduce_size(self) -> int:
+        return 0
+
+
+# ================================================================ emission helpers
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def _bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return max(t.width // 8, 1)
+    return {"half": 2, "float": 4, "double": 8}[str(t)]
+
+
+def _sfx(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_sfx(t.element)}"
+    return f"i{t.width}" if isinstance(t, ir.IntType) else {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    mod = b.module
+    fn = mod.globals.get(name)
+    if fn is None:
+        fn = ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), name=name)
+    return b.call(fn, args)
+
+
+def _store(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, align: int) -> None:
+    """A store through an untyped pointer (llvmlite's typed-pointer check refuses a vector
+    stored through an element pointer, which opaque-pointer LLVM accepts)."""
+    st = instructions.StoreInstr(b.block, val, ptr)
+    st.align = align
+    b._insert(st)
+
+
+class _Gen:
+    """Builder helpers: counted loops with phis, if/else, min/max, element pointers."""
+
+    def __init__(self, fn: ir.Function) -> None:
+        self.fn = fn
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._tables: dict[tuple[int, ...], ir.GlobalVariable] = {}
+
+    def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str) -> None:
+        b = self.b
+        pre = b.block
+        cond = self.fn.append_basic_block(f"{name}.cond")
+        bodyb = self.fn.append_basic_block(f"{name}.body")
+        exit_ = self.fn.append_basic_block(f"{name}.exit")
+        b.branch(cond)
+        b.position_at_end(cond)
+        i = b.phi(I64, name=name)
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", i, hi), bodyb, exit_)
+        b.position_at_end(bodyb)
+        body(i)
+        nxt = b.add(i, _c(step))
+        i.add_incoming(nxt, b.block)
+        b.branch(cond)
+        b.position_at_end(exit_)
+
+    def if_(self, cond: ir.Value, then: Callable[[], None], else_: Callable[[], None] | None = None) -> None:
+        b = self.b
+        t = self.fn.append_basic_block("then")
+        e = self.fn.append_basic_block("else") if else_ else None
+        j = self.fn.append_basic_block("endif")
+        b.cbranch(cond, t, e or j)
+        b.position_at_end(t)
+        then()
+        b.branch(j)
+        if e is not None and else_ is not None:
+            b.position_at_end(e)
+            else_()
+            b.branch(j)
+        b.position_at_end(j)
+
+    def min(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def max(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
+
+    def gep(self, ptr: ir.Value, t: ir.Type, off: ir.Value) -> ir.Value:
+        return self.b.gep(ptr, [off], source_etype=t, inbounds=True)
+
+    def offset(self, o: Offsets, i: ir.Value, name: str) -> ir.Value:
+        """The element offset of flattened group index ``i``."""
+        if o.table is None:
+            return self.b.mul(i, _c(o.stride)) if o.stride != 1 else i
+        g = self._tables.get(o.table)
+        if g is None:
+            mod = self.fn.module
+            at = ir.ArrayType(I64, max(len(o.table), 1))
+            g = ir.GlobalVariable(mod, at, name=mod.get_unique_name(f"{self.fn.name}.{name}"))
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(at, [ir.Constant(I64, v) for v in o.table] or [ir.Constant(I64, 0)])
+            self._tables[o.table] = g
+        return self.b.load(self.gep(g, I64, i), typ=I64)
+
+
+# ================================================================ the kernel
+
+
+class _Emitter:
+    def __init__(self, mod: ir.Module, spec: GemmSpec, vector_bits: int) -> None:
+        root = spec.comp.root
+        assert root.op is Op.DOT_GENERAL, f"gemm kernel for {root.op}"
+        assert all(o.op is Op.PARAMETER for o in root.operands), "gemm operands must be parameters"
+        self.mod = mod
+        self.spec = spec
+        self.dt = root.dtype
+        self.in_idx = [o.attr["index"] for o in root.operands]
+        lay = spec.layout
+        # A matrix-vector product with a strided K runs as a vector-matrix product
+        # (C^T = B^T A^T, the same memory), whose N is the long dim.
+        self.swap = lay.n == 1 and lay.m > 1 and not lay.rowdot
+        if self.swap:
+            lay = lay.swapped()
+            self.in_idx.reverse()
+        self.lay = lay
+        self.t = tiles(self.dt, vector_bits, lay)
+        self.st = STORAGE[self.dt]  # storage type of A, B and C
+        self.f16 = self.dt is DType.FLOAT16
+        self.ct = F32 if self.f16 else self.st  # packed / compute type
+        self.vt = ir.VectorType(self.ct, self.t.v)
+        self.fn = ir.Function(mod, SIG, name=spec.name)
+        self.fn.attributes.add("nounwind")
+        self.g = _Gen(self.fn)
+        self.bufs, self.o0, self.o1, self.i0, self.i1, _, _ = self.fn.args
+        plain = not self.f16
+        # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
+        self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
+                         if plain and lay.a_m.table is None and lay.a_k.table is None else None)
+        # B read in place (row stride) when its rows are contiguous and no B micro-panel
+        # is reused (a single row tile): packing would only add a pass over B.
+        self.direct_b = (lay.b_k.stride if plain and lay.m <= self.t.mr and lay.b_k.table is None
+                         and lay.b_n.table is None and lay.b_n.stride == 1 else None)
+
+    # -- arithmetic of the compute type
+    def fma(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+        if self.dt.is_int:
+            return b.add(acc, b.mul(x, y))
+        return _intrinsic(b, f"llvm.fmuladd.{_sfx(x.type)}", x.type, [x, y, acc])
+
+    def add(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.add(x, y) if self.dt.is_int else b.fadd(x, y)
+
+    def load_elem(self, base: ir.Value, off: ir.Value) -> ir.Value:
+        """An element of A or B as the compute type."""
+        b = self.g.b
+        v = b.load(self.g.gep(base, self.st, off), typ=self.st)
+        return b.fpext(v, F32) if self.f16 else v
+
+    def lane_mask(self, b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+        """<V x i1>: lane l is on when l < n."""
+        v = self.t.v
+        vt = ir.VectorType(I64, v)
+        splat = b.shuffle_vector(b.insert_element(ir.Constant(vt, None), n, ir.Constant(I32, 0)),
+                                 ir.Constant(vt, None), ir.Constant(ir.VectorType(I32, v), None))
+        return b.icmp_signed("<", ir.Constant(vt, list(range(v))), splat)
+
+    def masked_load(self, b: ir.IRBuilder, p: ir.Value, et: ir.Type, mask: ir.Value) -> ir.Value:
+        vt = ir.VectorType(et, self.t.v)
+        return _intrinsic(b, f"llvm.masked.load.{_sfx(vt)}.p0", vt,
+                          [p, ir.Constant(I32, _bytes(et)), mask, ir.Constant(vt, None)])
+
+    # -- driver
+    def build(self) -> ir.Function:
+        g, b, lay, t = self.g, self.g.b, self.lay, self.t
+        n_in = len(self.spec.comp.parameters)
+        ptrs = [b.load(g.gep(self.bufs, PTR, _c(k)), typ=PTR) for k in range(n_in + 1)]
+        a_ptr, b_ptr, c_ptr = ptrs[self.in_idx[0]], ptrs[self.in_idx[1]], ptrs[n_in]
+        if lay.k == 0 or lay.m == 0 or lay.n == 0:
+            self._zero_fill(c_ptr)
+            b.ret_void()
+            return self.fn
+        if not lay.rowdot:
+            # a direct A (B) packs only its edge panel
+            self.ap = b.alloca(self.ct, size=_c((t.mr if self.direct_a else t.mc) * t.kc))
+            self.bp = b.alloca(self.ct, size=_c(t.kc * (t.nr if self.direct_b is not None else t.nc)))
+            self.ap.align = self.bp.align = 64
+            if self.f16:
+                self.acc = b.alloca(F32, size=_c(t.mc * t.nc))
+                self.acc.align = 64
+        # the batches that rows [o0, o1) of the output (as [Bt*M, N], in the spec's
+        # orientation: swapped, those rows are this product's columns) touch
+        rows = lay.n if self.swap else lay.m
+        b_lo = b.udiv(self.o0, _c(rows))
+        b_hi = b.udiv(b.add(self.o1, _c(rows - 1)), _c(rows))
+
+        def per_batch(bi: ir.Value) -> None:
+            row0 = b.mul(bi, _c(rows))
+            lo = g.max(b.sub(self.o0, row0), _c(0))
+            hi = g.min(b.sub(self.o1, row0), _c(rows))
+            a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
+            b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
+            c_base = g.gep(c_ptr, self.st, b.mul(bi, _c(lay.m * lay.n)))
+            if lay.rowdot:
+                self._rowdot(a_base, b_base, c_base, lo, hi)
+            elif self.swap:
+                self._gemm2d(a_base, b_base, c_base, _c(0), _c(1), lo, hi)
+            else:
+                self._gemm2d(a_base, b_base, c_base, lo, hi, self.i0, self.i1)
+
+        g.loop(b_lo, b_hi, 1, per_batch, "batch")
+        b.ret_void()
+        return self.fn
+
+    def _zero_fill(self, c_ptr: ir.Value) -> None:
+        """K = 0: the output is zeros (M or N = 0: nothing to write)."""
+        g, b, n = self.g, self.g.b, self.spec.layout.n
+        if self.lay.batch * self.lay.m * n == 0:
+            return
+
+        def row(r: ir.Value) -> None:
+            base = b.mul(r, _c(n))
+            g.loop(self.i0, self.i1, 1,
+                   lambda j: b.store(ir.Constant(self.st, None), g.gep(c_ptr, self.st, b.add(base, j))), "zj")
+
+        g.loop(self.o0, self.o1, 1, row, "zi")
+
+    # -- matrix-vector: one dot product per row, K contiguous in both operands
+    def _rowdot(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
+        g, b, lay = self.g, self.g.b, self.lay
+        group = 4
+        split = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), _c(group)), _c(group)))
+        g.loop(lo, split, group, lambda i: self._dot_rows(a_base, b_base, c_base, i, group), "rd4")
+        g.loop(split, hi, 1, lambda i: self._dot_rows(a_base, b_base, c_base, i, 1), "rd1")
+
+    def _dot_rows(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, i: ir.Value, rows: int) -> None:
+        """C[i:i+rows] = A[i:i+rows, :] @ x, with U vector accumulators per row."""
+        g, b, lay, v = self.g, self.g.b, self.lay, self.t.v
+        u = 2
+        step = u * v
+        kfull = lay.k // step * step
+        st_v = ir.VectorType(self.st, v)
+        a_rows = [g.gep(a_base, self.st, g.offset(lay.a_m, b.add(i, _c(r)), "am")) for r in range(rows)]
+
+        def vec(p: ir.Value, k: ir.Value, mask: ir.Value | None) -> ir.Value:
+            q = g.gep(p, self.st, k)
+            if mask is None:
+                x = b.load(q, typ=st_v)
+                x.align = _bytes(self.st)
+            else:
+                x = self.masked_load(b, q, self.st, mask)
+            return b.fpext(x, self.vt) if self.f16 else x
+
+        pre = b.block
+        fn = self.fn
+        cond, body, done = (fn.append_basic_block(f"rd.{x}") for x in ("cond", "body", "done"))
+        b.branch(cond)
+        b.position_at_end(cond)
+        k = b.phi(I64)
+        k.add_incoming(_c(0), pre)
+        accs = [[b.phi(self.vt) for _ in range(u)] for _ in range(rows)]
+        for row in accs:
+            for a in row:
+                a.add_incoming(ir.Constant(self.vt, None), pre)
+        b.cbranch(b.icmp_signed("<", k, _c(kfull)), body, done)
+        b.position_at_end(body)
+        xs = [vec(b_base, b.add(k, _c(q * v)), None) for q in range(u)]
+        for r in range(rows):
+            for q in range(u):
+                accs[r][q].add_incoming(self.fma(b, vec(a_rows[r], b.add(k, _c(q * v)), None), xs[q], accs[r][q]),
+                                        body)
+        k.add_incoming(b.add(k, _c(step)), body)
+        b.branch(cond)
+        b.position_at_end(done)
+        sums = [list(row) for row in accs]
+        for q in range(-(-(lay.k - kfull) // v)):  # the tail, masked
+            k0 = kfull + q * v
+            mask = ir.Constant(ir.VectorType(I1, v), [int(k0 + l < lay.k) for l in range(v)])
+            x = vec(b_base, _c(k0), mask)
+            for r in range(rows):
+                sums[r][q] = self.fma(b, vec(a_rows[r], _c(k0), mask), x, sums[r][q])
+        for r in range(rows):
+            tot = sums[r][0]
+            for q in range(1, u):
+                tot = self.add(b, tot, sums[r][q])
+            if self.dt.is_int:
+                res = _intrinsic(b, f"llvm.vector.reduce.add.{_sfx(self.vt)}", self.ct, [tot])
+            else:
+                name = f"llvm.vector.reduce.fadd.{_sfx(self.vt)}"
+                fnr = self.mod.globals.get(name) or ir.Function(self.mod, ir.FunctionType(self.ct, [self.ct, self.vt]),
+                                                                 name=name)
+                res = b.call(fnr, [ir.Constant(self.ct, 0.0), tot], fastmath=("reassoc",))
+            if self.f16:
+                res = b.fptrunc(res, F16)
+            b.store(res, g.gep(c_base, self.st, b.add(i, _c(r))))
+
+    # -- matrix-matrix
+    def _gemm2d(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, m_lo: ir.Value, m_hi: ir.Value,
+                n_lo: ir.Value, n_hi: ir.Value) -> None:
+        """Rows [m_lo, m_hi) and columns [n_lo, n_hi) of one batch's C."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        ldc = _c(lay.n)
+
+        def jc_body(jc: ir.Value) -> None:
+            nc = g.min(_c(t.nc), b.sub(n_hi, jc))
+            if not self.f16:
+                def pc_body(pc: ir.Value) -> None:
+                    kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+                    b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    first = b.icmp_signed("==", pc, _c(0))
+
+                    def ic_body(ic: ir.Value) -> None:
+                        mc = g.min(_c(t.mc), b.sub(m_hi, ic))
+                        a_blk = self._pack_a(a_base, ic, mc, pc, kc)
+                        cblk = g.gep(c_base, self.st, b.add(b.mul(ic, ldc), jc))
+                        self._macro(a_blk, b_blk, kc, mc, nc, cblk, ldc, first, self.st)
+
+                    g.loop(m_lo, m_hi, t.mc, ic_body, "ic")
+
+                g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
+                return
+
+            # float16: accumulate all of K in a float32 block, then round once.
+            def ic_body16(ic: ir.Value) -> None:
+                mc = g.min(_c(t.mc), b.sub(m_hi, ic))
+
+                def pc_body16(pc: ir.Value) -> None:
+                    kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+                    b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    a_blk = self._pack_a(a_base, ic, mc, pc, kc)
+                    self._macro(a_blk, b_blk, kc, mc, nc, self.acc, _c(t.nc), b.icmp_signed("==", pc, _c(0)), F32)
+
+                g.loop(_c(0), _c(lay.k), t.kc, pc_body16, "pc")
+
+                def row(r: ir.Value) -> None:
+                    src = b.mul(r, _c(t.nc))
+                    dst = b.add(b.mul(b.add(ic, r), ldc), jc)
+
+                    def col(j: ir.Value) -> None:
+                        v = b.load(g.gep(self.acc, F32, b.add(src, j)), typ=F32)
+                        b.store(b.fptrunc(v, F16), g.gep(c_base, F16, b.add(dst, j)))
+
+                    g.loop(_c(0), nc, 1, col, "cj")
+
+                g.loop(_c(0), mc, 1, row, "ci")
+
+            g.loop(m_lo, m_hi, t.mc, ic_body16, "ic")
+
+        g.loop(n_lo, n_hi, t.nc, jc_body, "jc")
+
+    # -- packing
+    def _pack_b(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value, nc: ir.Value) -> ir.Value:
+        """Bp[jp*kc + k*NR + j] = B[pc+k, jc+jp+j], zero beyond nc: NR-wide panels. Rows
+        with unit column stride are copied with (masked, at the edge) vector loads. With a
+        direct B only the right edge panel is packed (at Bp). Returns B's block base."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        nr, v = t.nr, t.v
+        contiguous = lay.b_n.table is None and lay.b_n.stride == 1
+        valign = min(64, v * _bytes(self.ct))
+
+        def pack_panel(jp: ir.Value, dst: ir.Value) -> None:
+            w = g.min(_c(nr), b.sub(nc, jp))
+            col0 = b.add(jc, jp)
+
+            def krow(k: ir.Value) -> None:
+                koff = g.offset(lay.b_k, b.add(pc, k), "bk")
+                drow = b.mul(k, _c(nr))
+                if contiguous:
+                    src = g.gep(b_base, self.st, b.add(koff, col0))
+                    for q in range(nr // v):
+                        x = self.masked_load(b, g.gep(src, self.st, _c(q * v)), self.st,
+                                             self.lane_mask(b, b.sub(w, _c(q * v))))
+                        if self.f16:
+                            x = b.fpext(x, self.vt)
+                        _store(b, x, g.gep(dst, self.ct, b.add(drow, _c(q * v))), valign)
+                    return
+
+                def col(j: ir.Value) -> None:
+                    d = g.gep(dst, self.ct, b.add(drow, j))
+                    g.if_(b.icmp_signed("<", j, w),
+                          lambda: b.store(self.load_elem(b_base, b.add(koff, g.offset(lay.b_n, b.add(col0, j), "bn"))), d),
+                          lambda: b.store(ir.Constant(self.ct, None), d))
+
+                g.loop(_c(0), _c(nr), 1, col, "pbj")
+
+            g.loop(_c(0), kc, 1, krow, "pbk")
+
+        if self.direct_b is not None:
+            full = b.mul(b.sdiv(nc, _c(nr)), _c(nr))
+            g.if_(b.icmp_signed("<", full, nc), lambda: pack_panel(full, self.bp))
+            return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
+        g.loop(_c(0), nc, nr, lambda jp: pack_panel(jp, g.gep(self.bp, self.ct, b.mul(jp, kc))), "pbp")
+        return self.bp
+
+    def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
+        """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. With a
+        direct A only the bottom edge panel is packed (at Ap). Returns A's block base."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        mr = t.mr
+
+        def pack_panel(ip: ir.Value, dst: ir.Value) -> None:
+            h = g.min(_c(mr), b.sub(mc, ip))
+            row0 = b.add(ic, ip)
+
+            def row(r: ir.Value) -> None:
+                def val() -> None:
+                    roff = g.offset(lay.a_m, b.add(row0, r), "am")
+
+                    def kcol(k: ir.Value) -> None:
+                        x = self.load_elem(a_base, b.add(roff, g.offset(lay.a_k, b.add(pc, k), "ak")))
+                        b.store(x, g.gep(dst, self.ct, b.add(b.mul(k, _c(mr)), r)))
+
+                    g.loop(_c(0), kc, 1, kcol, "pak")
+
+                def zero() -> None:
+                    g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), g.gep(
+                        dst, self.ct, b.add(b.mul(k, _c(mr)), r))), "paz")
+
+                g.if_(b.icmp_signed("<", r, h), val, zero)
+
+            g.loop(_c(0), _c(mr), 1, row, "par")
+
+        if self.direct_a:
+            full = b.mul(b.sdiv(mc, _c(mr)), _c(mr))
+            g.if_(b.icmp_signed("<", full, mc), lambda: pack_panel(full, self.ap))
+            sm, sk = self.direct_a
+            return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
+        g.loop(_c(0), mc, mr, lambda ip: pack_panel(ip, g.gep(self.ap, self.ct, b.mul(ip, kc))), "pap")
+        return self.ap
+
+    # -- macro kernel and micro-kernel
+    def _macro(self, a_blk: ir.Value, b_blk: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value, cblk: ir.Value,
+               ldc: ir.Value, first: ir.Value, c_t: ir.Type) -> None:
+        g, b, t = self.g, self.g.b, self.t
+        da, db = self.direct_a, self.direct_b
+
+        def jr_body(jr: ir.Value) -> None:
+            nr = g.min(_c(t.nr), b.sub(nc, jr))
+            b_full = b.icmp_signed("==", nr, _c(t.nr))
+
+            def ir_body(i: ir.Value) -> None:
+                mr = g.min(_c(t.mr), b.sub(mc, i))
+                cp = g.gep(cblk, c_t, b.add(b.mul(i, ldc), jr))
+                a_full = b.icmp_signed("==", mr, _c(t.mr))
+
+                def call(a_direct: bool, b_direct: bool) -> None:
+                    fn = self._micro_fn(da if a_direct else None, db if b_direct else None, c_t)
+                    if a_direct:
+                        ap = g.gep(a_blk, self.st, b.mul(i, _c(da[0])))  # type: ignore[index]
+                    else:
+                        ap = self.ap if da else g.gep(a_blk, self.ct, b.mul(i, kc))
+                    bp = g.gep(b_blk, self.st, jr) if b_direct else (
+                        self.bp if db is not None else g.gep(b_blk, self.ct, b.mul(jr, kc)))
+                    b.call(fn, [ap, bp, kc, cp, ldc, mr, nr, first])
+
+                def with_b(a_direct: bool) -> None:
+                    if db is None:
+                        call(a_direct, False)
+                    else:
+                        g.if_(b_full, lambda: call(a_direct, True), lambda: call(a_direct, False))
+
+                if da is None:
+                    with_b(False)
+                else:
+                    g.if_(a_full, lambda: with_b(True), lambda: with_b(False))
+
+            g.loop(_c(0), mc, t.mr, ir_body, "ir")
+
+        g.loop(_c(0), nc, t.nr, jr_body, "jr")
+
+    def _micro_fn(self, a_strides: tuple[int, int] | None, b_stride: int | None, c_t: ir.Type) -> ir.Function:
+        """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 mr, i64 nr, i1 first)``:
+        C[0:mr, 0:nr] (+)= A[0:MR, 0:kc] @ B[0:kc, 0:NR]. A element (r, k) is at
+        ``a + r*rs + k*ks``: packed (1, MR) or in place (``a_strides``); B row k at
+        ``b + k*NR`` packed or ``b + k*b_stride`` in place."""
+        name = (f"{self.spec.name}.uk{'_da' if a_strides else ''}{'_db' if b_stride is not None else ''}"
+                f"{'_acc32' if c_t != self.st else ''}")
+        fn = self.mod.globals.get(name)
+        if fn is not None:
+            return fn
+        t = self.t
+        rs, ks = a_strides if a_strides else (1, t.mr)
+        a_t = self.st if a_strides else self.ct
+        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I1]), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        a, bpan, kc, cp, ldc, mr, nr, first = fn.args
+        g = _Gen(fn)
+        b = g.b
+        nv = t.nr // t.v
+        # Fetch the C tile while the K loop runs: its rows are far apart in memory.
+        line = 64 // _bytes(c_t)
+        for r in range(t.mr):
+            rowp = g.gep(cp, c_t, b.mul(g.min(_c(r), b.sub(mr, _c(1))), ldc))
+            for j in range(0, t.nr, line):
+                _intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
+                                                         ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        pre = b.block
+        cond = fn.append_basic_block("k.cond")
+        body = fn.append_basic_block("k.body")
+        done = fn.append_basic_block("k.done")
+        b.branch(cond)
+        b.position_at_end(cond)
+        k = b.phi(I64, name="k")
+        k.add_incoming(_c(0), pre)
+        accs = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
+        for row in accs:
+            for acc in row:
+                acc.add_incoming(ir.Constant(self.vt, None), pre)
+        b.cbranch(b.icmp_signed("<", k, kc), body, done)
+        b.position_at_end(body)
+        brow = g.gep(bpan, self.ct, b.mul(k, _c(b_stride if b_stride is not None else t.nr)))
+        bvec = []
+        for q in range(nv):
+            ld = b.load(g.gep(brow, self.ct, _c(q * t.v)), typ=self.vt)
+            ld.align = _bytes(self.ct) if b_stride is not None else min(64, t.v * _bytes(self.ct))
+            bvec.append(ld)
+        acol = g.gep(a, a_t, b.mul(k, _c(ks)) if ks != 1 else k)
+        zeros = ir.Constant(ir.VectorType(I32, t.v), None)
+        undef = ir.Constant(self.vt, None)
+        new = []
+        for r in range(t.mr):
+            s = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
+            splat = b.shuffle_vector(b.insert_element(undef, s, ir.Constant(I32, 0)), undef, zeros)
+            new.append([self.fma(b, splat, bvec[q], accs[r][q]) for q in range(nv)])
+        k.add_incoming(b.add(k, _c(1)), b.block)
+        for r in range(t.mr):
+            for q in range(nv):
+                accs[r][q].add_incoming(new[r][q], b.block)
+        b.branch(cond)
+        b.position_at_end(done)
+        cvt = ir.VectorType(c_t, t.v)
+
+        def full() -> None:
+            def store(overwrite: bool) -> None:
+                for r in range(t.mr):
+                    rowp = g.gep(cp, c_t, b.mul(_c(r), ldc))
+                    for q in range(nv):
+                        p = g.gep(rowp, c_t, _c(q * t.v))
+                        val = accs[r][q]
+                        if not overwrite:
+                            old = b.load(p, typ=cvt)
+                            old.align = _bytes(c_t)
+                            val = self.add(b, old, val)
+                        _store(b, val, p, _bytes(c_t))
+
+            g.if_(first, lambda: store(True), lambda: store(False))
+
+        def edge() -> None:
+            masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
+            for r in range(t.mr):
+                def row(r: int = r) -> None:
+                    rowp = g.gep(cp, c_t, b.mul(_c(r), ldc))
+                    for q in range(nv):
+                        p = g.gep(rowp, c_t, _c(q * t.v))
+                        old = self.masked_load(b, p, c_t, masks[q])
+                        val = b.select(first, accs[r][q], self.add(b, old, accs[r][q]))
+                        _intrinsic(b, f"llvm.masked.store.{_sfx(cvt)}.p0", VOID,
+                                   [val, p, ir.Constant(I32, _bytes(c_t)), masks[q]])
+
+                g.if_(b.icmp_signed("<", _c(r), mr), row)
+
+        full_tile = b.and_(b.icmp_signed("==", mr, _c(t.mr)), b.icmp_signed("==", nr, _c(t.nr)))
+        g.if_(full_tile, full, edge)
+        b.ret_void()
+        return fn
+
+
+def emit(mod: ir.Module, spec: GemmSpec) -> ir.Function:
+    """Emits the GEMM kernel for ``spec`` into ``mod`` (signature ``emitter.SIG``)."""
+    from .target import host
+
+    return _Emitter(mod, spec, spec.vector_bits or host().vector_bits).build()
+
+
+def vector_bits_for(cpu: str | None, features: str | None) -> int:
+    """The widest vector a target (``cpu``/``features`` as given to AOT) offers."""
+    from .target import host
+
+    if features is None:
+        if cpu in (None, host().cpu):
+            return host().vector_bits
+        features = ""
+    if "+avx512f" in features:
+        return 512
+    if "+avx2" in features or "+avx" in features:
+        return 256
+    return 128
+
+
+__all__ = ["GemmSpec", "Layout", "Offsets", "Tiles", "tiles", "emit", "vector_bits_for", "STACK_BUDGET"]
