@@ -274,18 +274,24 @@ def _np_layernorm(x: np.ndarray) -> np.ndarray:
     return (x - m) / np.sqrt(x.var(axis=1, keepdims=True) + np.float32(1e-5))
 
 
-def _matmul(n: int, repeats: int) -> Row:
+def _matmul(n: int, repeats: int, rhs_transposed: bool = False) -> Row:
+    """a @ c, or a @ c.T (c stored [n, k]: the x @ w.T of dense layers)."""
     from axle.ir.builder import Builder
 
     rng = np.random.default_rng(3)
     a, c = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     b = Builder("matmul")
     p, q = b.parameter(f"f32[{n},{n}]"), b.parameter(f"f32[{n},{n}]")
-    module = b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(0,)))
+    module = b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(1 if rhs_transposed else 0,)))
     run, host, kernels = _axle_fn(module, "output", [a, c])
-    t = measure({"numpy": lambda: a @ c, "axle-opencl": lambda: (run(), axle_sync())}, repeats=repeats)
+    want = a @ (c.T if rhs_transposed else c)
+    err = float(np.max(np.abs(host(run()) - want)))
+    assert err < 1e-3 * n ** 0.5, f"matmul: axle-opencl is off by {err}"
+    fns = {"numpy": (lambda: a @ c.T) if rhs_transposed else (lambda: a @ c), "axle-opencl": lambda: (run(), axle_sync())}
+    t = measure(fns, repeats=repeats)
     flops = 2 * n ** 3
-    return Row(SUITE, f"matmul {n}x{n}", t, {"GFLOP/s": {k: flops / (v * 1e6) for k, v in t.items()}})
+    return Row(SUITE, f"matmul {n}x{n}" + (" @ w.T" if rhs_transposed else ""), t,
+               {"GFLOP/s": {k: round(flops / (v * 1e6), 1) for k, v in t.items()}})
 
 
 def run(quick: bool, only: str = "") -> list[Row]:
@@ -307,6 +313,7 @@ def run(quick: bool, only: str = "") -> list[Row]:
                                       _np_layernorm, HAND_LAYERNORM, "layernorm", reps),
         "matmul": lambda: _matmul(128 if quick else 512, reps),
         "matmul 1024": lambda: _matmul(256 if quick else 1024, max(3, reps // 3)),
+        "matmul 1024 @ w.T": lambda: _matmul(256 if quick else 1024, max(3, reps // 3), rhs_transposed=True),
     }
     return [fn() for name, fn in work.items() if only in name]
 

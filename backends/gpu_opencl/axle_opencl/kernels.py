@@ -9,7 +9,7 @@ OpenCL C kernels with their launch shapes.
 * ``group reduce`` kernels: input fusions with few outputs and long reductions; each
   work-group reduces a range in registers, then a tree in local memory; a second pass
   over the per-group partials runs only when one group per output is not enough.
-* ``dot`` kernels: local-memory tiles, batch dims and transposed operands by strides.
+* ``dot`` kernels: in ``dots.py``.
 
 Sizes that a kernel only needs as loop bounds (``n``, ``chunk``) are arguments, so an
 elementwise kernel's source, and its compiled program, serve every shape."""
@@ -29,7 +29,7 @@ from axle.ir.ops import Op
 from axle.ir.types import TensorType
 
 from .ctypes_ import STORAGE, identity
-from .emitter import Emitter, Idx, row_major_strides
+from .emitter import Emitter, Idx
 from .render import HELPERS
 from .values import Renderer, acc_dtype, combine, horizontal, reg_type, spill_plan, store, vector_ok
 
@@ -365,139 +365,7 @@ def second_pass(reduces: list[tuple[Node, int]], splits: int) -> Computation:
     return b.computation(*roots)
 
 
-# -------------------------------------------------------------------------------- dot
-
-
-def _group_offset(em: Emitter, g: str, dims: list[int], shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
-    """Offset of flattened index ``g`` over ``dims`` (row-major among themselves)."""
-    if not dims:
-        return "0"
-    sizes = [shape[d] for d in dims]
-    terms = []
-    rest = g
-    for k in range(len(dims) - 1, -1, -1):
-        inner = math.prod(sizes[k + 1:])
-        c = rest if k == 0 and inner == 1 else (f"({g} / {inner})" if inner > 1 else g)
-        if k > 0:
-            c = f"({c} % {sizes[k]})"
-        terms.append(f"{c} * {strides[dims[k]]}")
-    return "(" + " + ".join(terms) + ")"
-
-
-def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
-    """Tiled batched matmul over flattened (batch, m, n, k) groups of arbitrary dims."""
-    lhs, rhs = n.operands
-    a = n.attr
-    lb, rb, lc, rc = list(a["lhs_batch"]), list(a["rhs_batch"]), list(a["lhs_contracting"]), list(a["rhs_contracting"])
-    lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
-    rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
-    B = math.prod(lhs.shape[i] for i in lb)
-    M = math.prod(lhs.shape[i] for i in lf)
-    N = math.prod(rhs.shape[i] for i in rf)
-    K = math.prod(lhs.shape[i] for i in lc)
-    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
-    ts = 16 if dev.max_work_group >= 256 else (8 if dev.max_work_group >= 64 else 4)
-    adt = acc_dtype(n.dtype)
-    act = reg_type(adt)
-    em = Emitter(1)
-    r = Renderer(em, {0: "in0", 1: "in1"})
-    if n.dtype is DType.FLOAT64:
-        r.uses_fp64 = True
-    from .values import load
-
-    la = load("in0", lhs.dtype, "(lb_off + m_off + ka_off)")
-    lbv = load("in1", rhs.dtype, "(rb_off + n_off + kb_off)")
-    mul = combine("prod", n.dtype, "As[lm][kk]", "Bs[kk][ln]", r.helpers)
-    body = f"""
-  const int ln = (int)get_local_id(0), lm = (int)get_local_id(1);
-  const int nn = (int)get_group_id(0) * {ts} + ln, m = (int)get_group_id(1) * {ts} + lm, bb = (int)get_global_id(2);
-  __local {act} As[{ts}][{ts + 1}];
-  __local {act} Bs[{ts}][{ts + 1}];
-  const int lb_off = {_group_offset(em, 'bb', lb, lhs.shape, ls)}, rb_off = {_group_offset(em, 'bb', rb, rhs.shape, rs)};
-  const int m_off = {_group_offset(em, 'm', lf, lhs.shape, ls)}, n_off = {_group_offset(em, 'nn', rf, rhs.shape, rs)};
-  {act} acc = {identity('sum', adt)};
-  for (int k0 = 0; k0 < {K}; k0 += {ts}) {{
-    const int ka = k0 + ln, kb = k0 + lm;
-    if (m < {M} && ka < {K}) {{ const int ka_off = {_group_offset(em, 'ka', lc, lhs.shape, ls)}; As[lm][ln] = {la}; }}
-    else As[lm][ln] = 0;
-    if (nn < {N} && kb < {K}) {{ const int kb_off = {_group_offset(em, 'kb', rc, rhs.shape, rs)}; Bs[lm][ln] = {lbv}; }}
-    else Bs[lm][ln] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int kk = 0; kk < {ts}; kk++) acc = {combine('sum', n.dtype, 'acc', mul, r.helpers)};
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }}
-  if (m < {M} && nn < {N}) {{ {store('out0', n.dtype, f'(bb * {M} + m) * {N} + nn', 'acc')} }}"""
-    if n.dtype is DType.FLOAT16:
-        r.helpers.discard("axle_rh")
-    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
-    attr = f"__attribute__((reqd_work_group_size({ts}, {ts}, 1))) "
-
-    def text(name: str) -> str:
-        return f"__kernel {attr}void {name}({sig}) {{{body}\n}}"
-
-    gs = (-(-N // ts) * ts, -(-M // ts) * ts, B)
-    return _finish(text, f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else ""), r,
-                   [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)], global_size=gs, local_size=(ts, ts, 1))
-
-
 def check_size(n: Node) -> None:
     for t in [n.type] + [o.type for o in n.operands]:
         if isinstance(t, TensorType) and t.size > INT_MAX:
             raise BackendError(f"opencl: {n.op.value} on {t} exceeds the 2^31 elements a kernel indexes", where=n.loc)
-
-
-def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
-    """CPU devices: each work-item owns a block of output rows and walks the columns in
-    floatN vectors, streaming rows of the rhs (``acc += a[m,k] * b[k, n:n+N]``). Needs
-    float operands whose rhs free dims are one contiguous dim; otherwise None (the tiled
-    kernel is used)."""
-    lhs, rhs = n.operands
-    a = n.attr
-    lb, rb, lc, rc = list(a["lhs_batch"]), list(a["rhs_batch"]), list(a["lhs_contracting"]), list(a["rhs_contracting"])
-    lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
-    rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
-    if n.dtype not in (DType.FLOAT32, DType.FLOAT64) or len(rf) != 1 or rf[0] != len(rhs.shape) - 1:
-        return None
-    B = math.prod(lhs.shape[i] for i in lb)
-    M = math.prod(lhs.shape[i] for i in lf)
-    N = math.prod(rhs.shape[i] for i in rf)
-    K = math.prod(lhs.shape[i] for i in lc)
-    w = dev.float_lanes if n.dtype is DType.FLOAT32 else dev.double_lanes
-    if N < w:
-        return None
-    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
-    em = Emitter(1)
-    r = Renderer(em, {0: "in0", 1: "in1"})
-    r.uses_fp64 = n.dtype is DType.FLOAT64
-    t, tv = reg_type(n.dtype), reg_type(n.dtype, w)
-    rows = max(1, -(-M * B // (dev.compute_units * 8)))
-    body = f"""
-  const int first = (int)get_global_id(0) * {rows};
-  const int last = min(first + {rows}, {B * M});
-  for (int row = first; row < last; row++) {{
-    const int bb = row / {M}, m = row % {M};
-    const int la = {_group_offset(em, 'bb', lb, lhs.shape, ls)} + {_group_offset(em, 'm', lf, lhs.shape, ls)};
-    const int rbo = {_group_offset(em, 'bb', rb, rhs.shape, rs)};
-    __global {STORAGE[n.dtype]}* o = out0 + row * {N};
-    int nn = 0;
-    for (; nn + {w} <= {N}; nn += {w}) {{
-      {tv} acc = ({tv})(0);
-      for (int k = 0; k < {K}; k++)
-        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * vload{w}(0, in1 + rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn);
-      vstore{w}(acc, 0, o + nn);
-    }}
-    for (; nn < {N}; nn++) {{
-      {t} acc = 0;
-      for (int k = 0; k < {K}; k++)
-        acc += in0[la + {_group_offset(em, 'k', lc, lhs.shape, ls)}] * in1[rbo + {_group_offset(em, 'k', rc, rhs.shape, rs)} + nn];
-      o[nn] = acc;
-    }}
-  }}"""
-    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
-
-    def text(name: str) -> str:
-        return f"__kernel void {name}({sig}) {{{body}\n}}"
-
-    return _finish(text, f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else ""), r,
-                   [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
-                   global_size=(-(-(B * M) // rows),), local_size=(1,))

@@ -19,8 +19,8 @@ from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 
-from .kernels import (DeviceInfo, Kernel, check_size, dot_kernel, dot_kernel_cpu, group_reduce_kernel, map_kernel,
-                      second_pass)
+from .dots import dot_kernel, dot_kernel_cpu
+from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, second_pass
 
 Slot = tuple[int, int]  # (entry node uid, result index)
 

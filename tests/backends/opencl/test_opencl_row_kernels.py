@@ -18,21 +18,9 @@ from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
 from axle.ir.ops import Op
 from axle.testing.cases import OpCase, assert_close, run_case, tolerance
-from ocl_fusing import fuse_whole, opencl_device
+from ocl_fusing import fuse_whole
 
 DT = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-
-
-@pytest.fixture(scope="module")
-def ocl():  # noqa: ANN201
-    return opencl_device()
-
-
-@pytest.fixture(params=["cpu", "gpu"])
-def strategy(request):  # noqa: ANN001, ANN201
-    config.backend_flags["opencl_strategy"] = request.param
-    yield request.param
-    config.backend_flags.pop("opencl_strategy", None)
 
 
 def _softmax(b: Builder, x, axis_len: int):  # noqa: ANN001, ANN202

@@ -1,0 +1,381 @@
+"""dot_general kernels, register-tiled: every work-item keeps a block of outputs in
+registers, so each operand value it loads feeds several multiply-adds.
+
+Operands are viewed as batched matrices through strides: batch, free and contracting
+dimension groups (each possibly several non-adjacent dims) are flattened, so transposed
+operands and batch dims in any position need no copies.
+
+* ``dot_kernel`` (GPUs, and any layout elsewhere): work-groups of TS x TS work-items
+  stage TSK-deep slabs of both operands in ``__local`` memory; each work-item computes
+  RM x RN outputs strided by TS (so neighbouring work-items touch neighbouring
+  addresses), reading RM + RN local values per RM x RN multiply-adds.
+* ``dot_kernel_cpu`` (CPU devices such as PoCL, where local memory and barriers are
+  emulated and slow): each work-item computes MR rows x NR columns with vector
+  accumulators and no local memory. Two micro-kernels, picked from the layout:
+  *rows x vectors* when the rhs free dims are contiguous (per k: NV vector loads of a
+  rhs row, MR scalars of the lhs broadcast, MR x NV fused multiply-adds), and
+  *dot products* when both operands are contiguous along k but the rhs free dims are
+  not (``x @ w.T``, matrix-vector): MR x NC vector accumulators over k, summed
+  horizontally once at the end.
+
+Integer dots accumulate in the unsigned twin type (wrapping, as the interpreter), f16
+dots load halves into f32 registers and round once when storing."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from axle.ir.dtypes import DType
+from axle.ir.module import Node
+
+from .ctypes_ import REG, STORAGE, UNSIGNED, identity
+from .emitter import Emitter, row_major_strides
+from .kernels import DeviceInfo, Kernel, _finish, _signature
+from .values import Renderer, acc_dtype, combine, load, reg_type, store
+
+
+@dataclass(frozen=True)
+class DotDims:
+    """A dot_general as a batch of [M, K] x [K, N] products over flattened dim groups."""
+
+    lb: list[int]
+    rb: list[int]
+    lc: list[int]
+    rc: list[int]
+    lf: list[int]
+    rf: list[int]
+    B: int
+    M: int
+    N: int
+    K: int
+
+    @staticmethod
+    def of(n: Node) -> "DotDims":
+        lhs, rhs = n.operands
+        a = n.attr
+        lb, rb = list(a["lhs_batch"]), list(a["rhs_batch"])
+        lc, rc = list(a["lhs_contracting"]), list(a["rhs_contracting"])
+        lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
+        rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
+        return DotDims(lb, rb, lc, rc, lf, rf, math.prod(lhs.shape[i] for i in lb), math.prod(lhs.shape[i] for i in lf),
+                       math.prod(rhs.shape[i] for i in rf), math.prod(lhs.shape[i] for i in lc))
+
+
+def _group_offset(g: str, dims: list[int], shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """Offset of flattened index ``g`` over ``dims`` (row-major among themselves)."""
+    if not dims:
+        return "0"
+    g = g if g.isidentifier() else f"({g})"
+    sizes = [shape[d] for d in dims]
+    terms = []
+    for k in range(len(dims) - 1, -1, -1):
+        inner = math.prod(sizes[k + 1:])
+        c = f"({g} / {inner})" if inner > 1 else g
+        if k > 0:
+            c = f"({c} % {sizes[k]})"
+        terms.append(f"{c} * {strides[dims[k]]}")
+    return "(" + " + ".join(terms) + ")"
+
+
+def _trailing(dims: list[int], rank: int) -> bool:
+    """Whether ``dims`` are the trailing dims in order: their flattened index is the offset."""
+    return dims == list(range(rank - len(dims), rank))
+
+
+def _what(n: Node) -> str:
+    lhs, rhs = n.operands
+    return f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else "")
+
+
+# ------------------------------------------------------------------ local-memory tiles
+
+
+def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
+    """Register-tiled batched matmul through local memory (any layout, every dtype)."""
+    lhs, rhs = n.operands
+    d = DotDims.of(n)
+    ts = 16 if dev.max_work_group >= 256 else (8 if dev.max_work_group >= 64 else 4)
+    rm = rn = 4
+    tm, tn, tk = ts * rm, ts * rn, ts
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    adt = acc_dtype(n.dtype)
+    act = reg_type(adt)
+    r = Renderer(Emitter(1), {0: "in0", 1: "in1"})
+    r.uses_fp64 = n.dtype is DType.FLOAT64
+    la = load("in0", lhs.dtype, "(lb_off + m_off + ka_off)")
+    lbv = load("in1", rhs.dtype, "(rb_off + n_off + kb_off)")
+    zero = identity("sum", adt)
+    lines = [
+        "  const int ln = (int)get_local_id(0), lm = (int)get_local_id(1), bb = (int)get_global_id(2);",
+        f"  const int n0 = (int)get_group_id(0) * {tn}, m0 = (int)get_group_id(1) * {tm};",
+        f"  __local {act} As[{tk}][{tm + 1}];",
+        f"  __local {act} Bs[{tk}][{tn + 1}];",
+        f"  const int lb_off = {_group_offset('bb', d.lb, lhs.shape, ls)}, "
+        f"rb_off = {_group_offset('bb', d.rb, rhs.shape, rs)};",
+    ]
+    lines += [f"  {act} c{i}_{j} = {zero};" for i in range(rm) for j in range(rn)]
+    lines.append(f"  for (int k0 = 0; k0 < {d.K}; k0 += {tk}) {{")
+    # cooperative loads: each work-item stages rm lhs and rn rhs values (zero outside)
+    lines.append(f"    const int ka = k0 + ln, kb = k0 + lm;")
+    lines.append(f"    const int ka_off = {_group_offset('ka', d.lc, lhs.shape, ls)}, "
+                 f"kb_off = {_group_offset('kb', d.rc, rhs.shape, rs)};")
+    for i in range(rm):
+        lines.append(f"    {{ const int m = m0 + lm + {i * ts};")
+        lines.append(f"      if (m < {d.M} && ka < {d.K}) {{ const int m_off = "
+                     f"{_group_offset('m', d.lf, lhs.shape, ls)}; As[ln][lm + {i * ts}] = {la}; }}")
+        lines.append(f"      else As[ln][lm + {i * ts}] = {zero}; }}")
+    for j in range(rn):
+        lines.append(f"    {{ const int nn = n0 + ln + {j * ts};")
+        lines.append(f"      if (nn < {d.N} && kb < {d.K}) {{ const int n_off = "
+                     f"{_group_offset('nn', d.rf, rhs.shape, rs)}; Bs[lm][ln + {j * ts}] = {lbv}; }}")
+        lines.append(f"      else Bs[lm][ln + {j * ts}] = {zero}; }}")
+    lines.append("    barrier(CLK_LOCAL_MEM_FENCE);")
+    lines.append(f"    for (int kk = 0; kk < {tk}; kk++) {{")
+    lines += [f"      const {act} a{i} = As[kk][lm + {i * ts}];" for i in range(rm)]
+    lines += [f"      const {act} b{j} = Bs[kk][ln + {j * ts}];" for j in range(rn)]
+    for i in range(rm):
+        for j in range(rn):
+            prod = combine("prod", n.dtype, f"a{i}", f"b{j}", r.helpers)
+            lines.append(f"      c{i}_{j} = {combine('sum', n.dtype, f'c{i}_{j}', prod, r.helpers)};")
+    lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
+    for i in range(rm):
+        lines.append(f"  {{ const int m = m0 + lm + {i * ts};")
+        lines.append(f"    if (m < {d.M}) {{")
+        for j in range(rn):
+            off = f"(bb * {d.M} + m) * {d.N} + n0 + ln + {j * ts}"
+            lines.append(f"      if (n0 + ln + {j * ts} < {d.N}) {{ {store('out0', n.dtype, off, f'c{i}_{j}')} }}")
+        lines.append("    }")
+        lines.append("  }")
+    body = "\n".join(lines)
+    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+    attr = f"__attribute__((reqd_work_group_size({ts}, {ts}, 1))) "
+
+    def text(name: str) -> str:
+        return f"__kernel {attr}void {name}({sig}) {{\n{body}\n}}"
+
+    gs = (-(-d.N // tn) * ts, -(-d.M // tm) * ts, d.B)
+    return _finish(text, _what(n), r, [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
+                   global_size=gs, local_size=(ts, ts, 1))
+
+
+# ------------------------------------------------------------------------ CPU devices
+
+#: register type of a dot's accumulators: unsigned for integers (wrapping sums)
+_ACC = {DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double",
+        DType.INT32: UNSIGNED[DType.INT32], DType.INT64: UNSIGNED[DType.INT64]}
+
+
+@dataclass(frozen=True)
+class _Ops:
+    """How one dtype is loaded, multiplied-added and stored by the CPU micro-kernels."""
+
+    dt: DType
+    w: int
+
+    @property
+    def acc(self) -> str:
+        return _ACC[self.dt]
+
+    def vt(self, w: int | None = None) -> str:
+        return f"{self.acc}{w or self.w}"
+
+    def vload(self, ptr: str, w: int | None = None) -> str:
+        w = w or self.w
+        if self.dt is DType.FLOAT16:
+            return f"vload_half{w}(0, {ptr})"
+        if self.dt.is_int:
+            return f"as_{self.acc}{w}(vload{w}(0, {ptr}))"
+        return f"vload{w}(0, {ptr})"
+
+    def sload(self, ptr: str, off: str) -> str:
+        if self.dt is DType.FLOAT16:
+            return f"vload_half({off}, {ptr})"
+        if self.dt.is_int:
+            return f"(({self.acc}){ptr}[{off}])"
+        return f"{ptr}[{off}]"
+
+    def vstore(self, value: str, ptr: str) -> str:
+        if self.dt is DType.FLOAT16:
+            return f"vstore_half{self.w}_rte({value}, 0, {ptr});"
+        if self.dt.is_int:
+            return f"vstore{self.w}(as_{REG[self.dt]}{self.w}({value}), 0, {ptr});"
+        return f"vstore{self.w}({value}, 0, {ptr});"
+
+    def sstore(self, value: str, ptr: str, off: str) -> str:
+        if self.dt is DType.FLOAT16:
+            return f"vstore_half_rte({value}, {off}, {ptr});"
+        if self.dt.is_int:
+            return f"{ptr}[{off}] = ({REG[self.dt]}){value};"
+        return f"{ptr}[{off}] = {value};"
+
+    def mac(self, acc: str, a: str, b: str) -> str:
+        """acc += a * b (fused for floats; wrapping unsigned for integers)."""
+        if self.dt.is_float:
+            return f"{acc} = fma({a}, {b}, {acc});"
+        return f"{acc} += {a} * {b};"
+
+
+def _lanes(dt: DType, dev: DeviceInfo) -> int:
+    return dev.double_lanes if dt in (DType.FLOAT64, DType.INT64) else dev.float_lanes
+
+
+def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
+    """CPU devices: register-blocked work-items without local memory; None where the
+    layout suits neither micro-kernel (the local-memory kernel is used then)."""
+    lhs, rhs = n.operands
+    if n.dtype not in _ACC:
+        return None
+    d = DotDims.of(n)
+    w = _lanes(n.dtype, dev)
+    rows_contig = _trailing(d.rf, len(rhs.shape))
+    k_contig = _trailing(d.lc, len(lhs.shape)) and _trailing(d.rc, len(rhs.shape))
+    if rows_contig and (d.N >= w or not k_contig or d.K < w):
+        return _rows_times_vectors(n, d, dev, w)
+    if k_contig:
+        return _dot_products(n, d, dev, w)
+    return None
+
+
+def _common(n: Node, d: DotDims) -> list[str]:
+    lhs, rhs = n.operands
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    return [
+        "  const int bb = (int)get_global_id(2);",
+        f"  __global const {STORAGE[lhs.dtype]}* restrict A = in0 + {_group_offset('bb', d.lb, lhs.shape, ls)};",
+        f"  __global const {STORAGE[rhs.dtype]}* restrict Bm = in1 + {_group_offset('bb', d.rb, rhs.shape, rs)};",
+        f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.M * d.N};",
+    ]
+
+
+def _rows_times_vectors(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
+    """Each work-item: MR rows x NV vectors of W columns. Per k, NV vector loads of the
+    rhs row, MR lhs scalars splatted, MR x NV multiply-adds; columns past the last
+    full panel in single vectors, then scalars."""
+    lhs, rhs = n.operands
+    ops = _Ops(n.dtype, w)
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
+    mr = min(6, d.M)
+    nv = max(0, min(4 if wide else 2, d.N // w))
+    nr = nv * w if nv else d.N
+    ka = _group_offset("k", d.lc, lhs.shape, ls)
+    kb = _group_offset("k", d.rc, rhs.shape, rs)
+    L = _common(n, d)
+    L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nr};")
+    for i in range(mr):
+        L.append(f"  __global const {STORAGE[lhs.dtype]}* restrict a{i} = A + "
+                 f"{_group_offset(f'min(m0 + {i}, {d.M - 1})', d.lf, lhs.shape, ls)};")
+
+    def block(cols: list[str], vec: bool, indent: str) -> None:
+        """MR x len(cols) accumulators over k; ``cols`` are column offsets (C exprs)."""
+        t = ops.vt() if vec else ops.acc
+        for i in range(mr):
+            for j in range(len(cols)):
+                L.append(f"{indent}{t} c{i}_{j} = ({t})(0);")
+        L.append(f"{indent}for (int k = 0; k < {d.K}; k++) {{")
+        L.append(f"{indent}  const int ka = {ka}, kb = {kb};")
+        for j, c in enumerate(cols):
+            L.append(f"{indent}  const {t} b{j} = " +
+                     (ops.vload(f"Bm + kb + {c}") if vec else ops.sload("Bm", f"kb + {c}")) + ";")
+        for i in range(mr):
+            s = ops.sload(f"a{i}", "ka")
+            L.append(f"{indent}  const {t} s{i} = ({t})({s});")
+            for j in range(len(cols)):
+                L.append(f"{indent}  {ops.mac(f'c{i}_{j}', f's{i}', f'b{j}')}")
+        L.append(f"{indent}}}")
+        for i in range(mr):
+            cond = f"if (m0 + {i} < {d.M}) " if d.M % mr else ""
+            stores = " ".join(ops.vstore(f"c{i}_{j}", f"C + (m0 + {i}) * {d.N} + {c}") if vec else
+                              ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.N} + {c}") for j, c in enumerate(cols))
+            L.append(f"{indent}{cond}{{ {stores} }}")
+
+    rest = d.N % nr if nv else d.N
+    if nv:
+        L.append(f"  if (n0 + {nr} <= {d.N}) {{")
+        block([f"n0 + {j * w}" for j in range(nv)], True, "    ")
+        L.append("    return;")
+        L.append("  }")
+    if rest:
+        L.append("  int nn = n0;")
+        if rest >= w:
+            L.append(f"  for (; nn + {w} <= {d.N}; nn += {w}) {{")
+            block(["nn"], True, "    ")
+            L.append("  }")
+        if rest % w:
+            L.append(f"  for (; nn < {d.N}; nn++) {{")
+            block(["nn"], False, "    ")
+            L.append("  }")
+    gs = (-(-d.M // mr), -(-d.N // nr), d.B)
+    return _cpu_kernel(n, "\n".join(L), gs)
+
+
+def _dot_products(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
+    """Each work-item: MR rows x NC columns, k walked in vectors (both operands
+    contiguous along k), MR x NC vector accumulators summed horizontally at the end,
+    then a scalar k tail."""
+    lhs, rhs = n.operands
+    ops = _Ops(n.dtype, w)
+    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    mr, nc = min(4, d.M), min(4, d.N)
+    vt, t = ops.vt(), ops.acc
+    L = _common(n, d)
+    L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nc};")
+    for i in range(mr):
+        L.append(f"  __global const {STORAGE[lhs.dtype]}* restrict a{i} = A + "
+                 f"{_group_offset(f'min(m0 + {i}, {d.M - 1})', d.lf, lhs.shape, ls)};")
+    for j in range(nc):
+        L.append(f"  __global const {STORAGE[rhs.dtype]}* restrict b{j} = Bm + "
+                 f"{_group_offset(f'min(n0 + {j}, {d.N - 1})', d.rf, rhs.shape, rs)};")
+    L += [f"  {vt} v{i}_{j} = ({vt})(0);" for i in range(mr) for j in range(nc)]
+    L.append("  int k = 0;")
+    L.append(f"  for (; k + {w} <= {d.K}; k += {w}) {{")
+    L += [f"    const {vt} x{i} = {ops.vload(f'a{i} + k')};" for i in range(mr)]
+    L += [f"    const {vt} y{j} = {ops.vload(f'b{j} + k')};" for j in range(nc)]
+    L += [f"    {ops.mac(f'v{i}_{j}', f'x{i}', f'y{j}')}" for i in range(mr) for j in range(nc)]
+    L.append("  }")
+    for i in range(mr):
+        for j in range(nc):
+            L.append(f"  {t} c{i}_{j} = {_lane_sum(L, ops.acc, f'v{i}_{j}', w)};")
+    if d.K % w:
+        L.append(f"  for (; k < {d.K}; k++) {{")
+        L += [f"    const {t} x{i} = {ops.sload(f'a{i}', 'k')};" for i in range(mr)]
+        L += [f"    const {t} y{j} = {ops.sload(f'b{j}', 'k')};" for j in range(nc)]
+        L += [f"    {ops.mac(f'c{i}_{j}', f'x{i}', f'y{j}')}" for i in range(mr) for j in range(nc)]
+        L.append("  }")
+    for i in range(mr):
+        for j in range(nc):
+            cond = [c for c, partial in ((f"m0 + {i} < {d.M}", d.M % mr), (f"n0 + {j} < {d.N}", d.N % nc)) if partial]
+            st = ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.N} + n0 + {j}")
+            L.append(f"  if ({' && '.join(cond)}) {st}" if cond else f"  {st}")
+    gs = (-(-d.M // mr), -(-d.N // nc), d.B)
+    return _cpu_kernel(n, "\n".join(L), gs)
+
+
+def _lane_sum(L: list[str], acc: str, v: str, w: int) -> str:
+    """The sum of a vector's lanes: halves added as vectors where w is a power of two."""
+    if w & (w - 1):
+        return " + ".join(f"{v}.s{'0123456789abcdef'[k]}" for k in range(w))
+    cur = v
+    while w > 1:
+        w //= 2
+        nxt = f"{v}_h{w}"
+        L.append(f"  const {acc}{w if w > 1 else ''} {nxt} = {cur}.lo + {cur}.hi;")
+        cur = nxt
+    return cur
+
+
+def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int]) -> Kernel:
+    lhs, rhs = n.operands
+    r = Renderer(Emitter(1), {0: "in0", 1: "in1"})
+    r.uses_fp64 = n.dtype is DType.FLOAT64
+    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+
+    def text(name: str) -> str:
+        return f"__kernel void {name}({sig}) {{\n{body}\n}}"
+
+    # local size 1: PoCL runs a work-group on one core, so every block is its own group
+    return _finish(text, _what(n), r, [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
+                   global_size=gs, local_size=(1, 1, 1))
+
+
+__all__ = ["DotDims", "dot_kernel", "dot_kernel_cpu"]
