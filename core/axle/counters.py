@@ -17,6 +17,13 @@ def record(what: str, n: int = 1, *, function: str = "", device: str = "") -> No
         _counts[(what, function, device)] += n
 
 
+def record_run(kernels: int, *, function: str = "", device: str = "") -> None:
+    """One execution of a compiled function and its kernel launches (the jit hot path)."""
+    with _lock:
+        _counts[("executions", function, device)] += 1
+        _counts[("kernel_launches", function, device)] += kernels
+
+
 def snapshot() -> dict[str, Any]:
     """Totals plus a per-function and per-device breakdown."""
     with _lock:

@@ -86,10 +86,11 @@ def diff(old: Signature, new: Signature) -> list[str]:
     return out
 
 
-def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[str]:
+def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stacklevel: int = 3) -> list[str]:
     """Records one trace of ``jit_fn`` (a JitFunction; call right after tracing) and warns
-    once its trace count passes the threshold. Returns the changes from the closest
-    earlier signature (empty for the first trace)."""
+    once its trace count passes the threshold; the warning points ``stacklevel`` frames up
+    (the user's call). Returns the changes from the closest earlier signature (empty for
+    the first trace)."""
     sig = signature(jit_fn.fn, args, kwargs, getattr(jit_fn, "static_argnums", ()))
     with _lock:
         seen = _history.setdefault(jit_fn, [])
@@ -110,7 +111,7 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list
             f"because argument {why}. Each new shape or dtype costs a trace and a compile: pad inputs "
             f"to a few fixed shapes, or mark the argument static (static_argnums). "
             f"Raise config.retrace_warning_threshold to silence this.",
-            RecompilationWarning, stacklevel=3)
+            RecompilationWarning, stacklevel=stacklevel)
     return changes
 
 

@@ -31,7 +31,7 @@ from axle.ir.module import Computation, Node
 from axle.ir.ops import Op, reduce_identity
 
 from . import mathfns as M
-from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const
+from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
 
 Index = int | ir.Value
 SIG = ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, I64, I64])
@@ -86,6 +86,20 @@ class KernelSpec:
         return math.prod(s[:-1]), s[-1]
 
     @property
+    def column_reduce(self) -> bool:
+        """Reductions that keep the operand's last axis (column sums, bias gradients): the
+        kernel walks the reduced axes outside and the columns inside, so memory streams
+        (see KernelEmitter.build_columns)."""
+        outs = self.outputs
+        if self.kind != "input" or not all(o.op is Op.REDUCE and o.attr["axes"] for o in outs):
+            return False
+        forms = {(o.operands[0].shape, tuple(sorted(o.attr["axes"]))) for o in outs}
+        if len(forms) != 1:
+            return False
+        shape, axes = forms.pop()
+        return len(shape) >= 2 and len(shape) - 1 not in axes and shape[-1] > 1
+
+    @property
     def split_reduce_size(self) -> int:
         """Extent of the first reduced axis of the root reductions (0: not splittable)."""
         outs = self.outputs
@@ -117,6 +131,9 @@ class KernelEmitter:
         self.level: dict[int, int] = {}
         self.memo: list[dict] = [{}, {}, {}]
         self._const_ids = itertools.count()
+        self.row_cache: dict[int, ir.Value] = {}  # node uid -> per-row stack buffer
+        self.filling: int | None = None  # the cached node being computed by its fill loop
+        self.row_idx: list[Index] = []
 
     # ------------------------------------------------------------------ index helpers
     def lv(self, v: Index) -> int:
@@ -213,14 +230,22 @@ class KernelEmitter:
     def loop(self, lo: Index, hi: Index, body: Callable[[ir.Value], None], level: int) -> None:
         """for v in [lo, hi): body(v) -- v tagged with ``level``; a fresh memo scope."""
         b = self.b
+        # A loop emitted into an open preamble (a reduction hoisted to the row preamble)
+        # keeps that preamble open in a block of its own before the loop, so values its
+        # body hoists (e.g. the row max inside the loop summing exp(x - max)) still land
+        # ahead of the loop rather than inside it.
+        gap_level = next((lvl for lvl, t in self.tails.items() if t is b.block), None)
+        if gap_level is not None:
+            self.tails[gap_level] = self.fn.append_basic_block("pre")
+            b.branch(self.tails[gap_level])
         pre = b.block
         cond = self.fn.append_basic_block("cond")
         bodyb = self.fn.append_basic_block("body")
         exit_ = self.fn.append_basic_block("exit")
-        b.branch(cond)
+        if gap_level is None:
+            b.branch(cond)
         b.position_at_end(cond)
         v = b.phi(I64)
-        v.add_incoming(self.iv(lo), pre)
         b.cbranch(b.icmp_signed("<", v, self.iv(hi)), bodyb, exit_)
         b.position_at_end(bodyb)
         self.level[id(v)] = level
@@ -230,6 +255,12 @@ class KernelEmitter:
         nxt = b.add(v, ir.Constant(I64, 1))
         v.add_incoming(nxt, b.block)
         b.branch(cond)
+        if gap_level is not None:
+            pre = self.tails[gap_level]  # hoisted code may have moved it on
+            b.position_at_end(pre)
+            b.branch(cond)
+            self.tails[gap_level] = exit_
+        v.add_incoming(self.iv(lo), pre)
         b.position_at_end(exit_)
 
     def entry_alloca(self, t: ir.Type) -> ir.Value:
@@ -289,9 +320,79 @@ class KernelEmitter:
                 self.cur_level, self.memo = saved_level, saved_memo
             self.memo[level][key] = v
             return v
-        v = self._emit(n, idx)
+        cache = self.row_cache.get(n.uid)
+        if cache is not None and n.uid != self.filling and self._row_index(idx[:-1]):
+            # Computed once per row, by the fill loop at the head of the row preamble.
+            v = self.b.load(self.b.gep(cache, [ir.Constant(I64, 0), self.iv(idx[-1])], inbounds=True),
+                            typ=COMPUTE[n.dtype])
+        else:
+            v = self._emit(n, idx)
         self.memo[-1][key] = v
         return v
+
+    def _row_index(self, idx: Sequence[Index]) -> bool:
+        """Whether ``idx`` is exactly the kernel's current row (its outer indices)."""
+        return len(idx) == len(self.row_idx) and all(
+            a is c if not isinstance(a, int) else a == c for a, c in zip(idx, self.row_idx))
+
+    #: bytes of stack a row cache may take (per cached value)
+    ROW_CACHE_BYTES = 64 << 10
+
+    def _plan_row_cache(self) -> None:
+        """Values that a row fusion needs twice per element: inside a reduction over the
+        row (softmax's sum of exp) and again for the full-shape outputs (exp / sum). An
+        expensive one (a transcendental function in its inlined expression) is computed
+        once per row into a stack buffer by a fill loop at the head of the row preamble
+        (before anything that reads it), and loaded wherever the current row needs it."""
+        spec = self.spec
+        shape = spec.iter_shape
+        if self.flat or spec.split_reduce_size or all(isinstance(v, int) for v in self.row_idx):
+            return  # (a single row: its reductions are hoisted out of the row loop, ahead of any fill)
+
+        def chain(roots: Sequence[Node]) -> set[int]:
+            seen: set[int] = set()
+            stack = [r for r in roots if r.shape == shape]
+            while stack:
+                n = stack.pop()
+                if n.uid in seen:
+                    continue
+                seen.add(n.uid)
+                if n.op is Op.PARAMETER or not (n.traits.elementwise or n.op is Op.CONVERT):
+                    continue
+                stack.extend(o for o in n.operands if o.shape == shape)
+            return seen
+
+        last = len(shape) - 1
+        in_reductions = chain([n.operands[0] for n in spec.comp.nodes
+                               if n.op is Op.REDUCE and tuple(n.attr["axes"]) == (last,)])
+        in_outputs = chain(spec.outputs)
+        if shape[-1] * 8 > self.ROW_CACHE_BYTES:  # 8: the widest register type
+            return
+        expensive: dict[int, bool] = {}
+
+        def costly(n: Node) -> bool:
+            """A transcendental function recomputed inline (a cached value is a load)."""
+            if n.uid not in expensive:
+                expensive[n.uid] = n.op is not Op.REDUCE and n.uid not in self.row_cache and (
+                    bool(n.traits.transcendental) or any(costly(o) for o in n.operands if o.shape == shape))
+            return expensive[n.uid]
+
+        for n in spec.comp.nodes:  # in topological order: a producer is cached before its users
+            if n.uid in in_reductions and n.uid in in_outputs and n.op is not Op.PARAMETER and costly(n):
+                self.row_cache[n.uid] = self.entry_alloca(ir.ArrayType(COMPUTE[n.dtype], shape[-1]))
+                expensive.clear()
+        nodes = {n.uid: n for n in spec.comp.nodes}
+        for uid, cache in self.row_cache.items():
+            def fill(j: ir.Value, uid: int = uid, cache: ir.Value = cache) -> None:
+                self.filling = uid
+                v = self.value(nodes[uid], [*self.row_idx, j])
+                self.filling = None
+                self.b.store(v, self.b.gep(cache, [ir.Constant(I64, 0), j], inbounds=True))
+
+            saved = self.cur_level
+            self.cur_level = 3
+            self.loop(0, shape[-1], fill, level=3)
+            self.cur_level = saved
 
     def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
         if 0 in n.shape:
@@ -313,6 +414,8 @@ class KernelEmitter:
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self._bufptr: dict[int, ir.Value] = {}
+        if spec.column_reduce:
+            return self.build_columns()
         ocond = self.fn.append_basic_block("outer.cond")
         obody = self.fn.append_basic_block("outer.body")
         icond = self.fn.append_basic_block("inner.cond")
@@ -340,7 +443,9 @@ class KernelEmitter:
             idx = []
         else:
             idx = self.unravel(o, shape[:-1]) + [i]
+        self.row_idx = idx[:-1]
         self.tails[1] = b.block
+        self._plan_row_cache()
         b.position_at_end(ibody)
         self.cur_level = 2
         nin = len(spec.comp.parameters)
@@ -362,12 +467,20 @@ class KernelEmitter:
         b.position_at_end(ilatch)
         inext = b.add(i, ir.Constant(I64, 1))
         b.branch(icond)
+        i.add_incoming(inext, ilatch)
+        return self._finish(o, ocond, olatch, ret, i, icond)
+
+    def _finish(self, o: ir.Value, ocond: ir.Block, olatch: ir.Block, ret: ir.Block,
+                i: ir.Value, icond: ir.Block) -> ir.Function:
+        """Ends the outer loop ``o`` and the function, then closes the preambles, now that
+        everything hoisted into them is emitted: the entry enters the outer loop, the row
+        preamble enters the column loop ``i`` (from ``i0``)."""
+        b = self.b
         b.position_at_end(olatch)
         onext = b.add(o, ir.Constant(I64, 1))
         b.branch(ocond)
         b.position_at_end(ret)
         b.ret_void()
-        # Close the preambles now that everything hoisted into them is emitted.
         b.position_at_end(self.tails[0])
         b.branch(ocond)
         o.add_incoming(self.o0, self.tails[0])
@@ -375,8 +488,108 @@ class KernelEmitter:
         b.position_at_end(self.tails[1])
         b.branch(icond)
         i.add_incoming(self.i0, self.tails[1])
-        i.add_incoming(inext, ilatch)
         return self.fn
+
+    #: columns accumulated per pass of a column reduction (accumulators on the stack)
+    COLUMN_CHUNK = 512
+
+    def build_columns(self) -> ir.Function:
+        """A column reduction: for each output row, for each chunk of (up to COLUMN_CHUNK)
+        columns, accumulators are set to the identity, then the reduced axes are walked
+        with the chunk's columns innermost (contiguous, vectorized), then stored. ``[r0,
+        r1)`` restricts the first reduced axis, as in every reduction kernel."""
+        spec, b = self.spec, self.b
+        outs = spec.outputs
+        xshape = outs[0].operands[0].shape
+        axes = tuple(sorted(outs[0].attr["axes"]))
+        kept = [d for d in range(len(xshape)) if d not in axes]  # the last one is the column
+        oshape = outs[0].shape
+        nin = len(spec.comp.parameters)
+        accs = []
+        for out in outs:
+            dt = out.operands[0].dtype
+            arr = ir.ArrayType(COMPUTE[dt], self.COLUMN_CHUNK)
+            accs.append((self.entry_alloca(arr), COMPUTE[dt], dt))
+        self.tails = {0: self.entry}
+        self.cur_level = 1
+        # Open preamble blocks (entry, row) are closed at the end, as in build().
+        ocond = self.fn.append_basic_block("outer.cond")
+        b.position_at_end(ocond)
+        o = b.phi(I64)
+        self.level[id(o)] = 1
+        rowpre = self.fn.append_basic_block("row.pre")
+        ret = self.fn.append_basic_block("ret")
+        b.cbranch(b.icmp_signed("<", o, self.o1), rowpre, ret)
+        self.tails[1] = rowpre
+        ccond = self.fn.append_basic_block("chunk.cond")
+        b.position_at_end(ccond)
+        c0 = b.phi(I64)
+        self.level[id(c0)] = 2
+        cbody = self.fn.append_basic_block("chunk.body")
+        olatch = self.fn.append_basic_block("outer.latch")
+        b.cbranch(b.icmp_signed("<", c0, self.i1), cbody, olatch)
+        b.position_at_end(cbody)
+        self.cur_level = 2
+        rest = b.sub(self.i1, c0)
+        chunk = ir.Constant(I64, self.COLUMN_CHUNK)
+        ch = b.select(b.icmp_signed("<", rest, chunk), rest, chunk)
+        self.level[id(ch)] = 2
+        orow = self.unravel(o, oshape[:-1]) if len(oshape) > 1 else []
+
+        def slot(acc: ir.Value, c: ir.Value) -> ir.Value:
+            return b.gep(acc, [ir.Constant(I64, 0), c], inbounds=True)  # typed: the alloca's array
+
+        def init(c: ir.Value) -> None:
+            for (acc, t, dt), out in zip(accs, outs):
+                ident = reduce_identity(out.attr["kind"], dt)
+                b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), slot(acc, c))
+
+        self.loop(0, ch, init, level=2)
+        full: list[Index] = [0] * len(xshape)
+        for d, v in zip(kept[:-1], orow):
+            full[d] = v
+        depth = 3 + len(axes)
+
+        def nest(k: int) -> None:
+            if k == len(axes):
+                def column(c: ir.Value) -> None:
+                    full[kept[-1]] = self.add(c0, c)
+                    for (acc, t, dt), out in zip(accs, outs):
+                        v = self.value(out.operands[0], full)
+                        p = slot(acc, c)
+                        b.store(combine(self, out.attr["kind"], dt, b.load(p, typ=t), v), p)
+
+                self.loop(0, ch, column, level=2)
+                return
+            ax = axes[k]
+            lo: Index = 0
+            hi: Index = xshape[ax]
+            if k == 0:
+                lo = self.r0
+                hi = b.select(b.icmp_signed("<", self.r1, ir.Constant(I64, xshape[ax])), self.r1,
+                              ir.Constant(I64, xshape[ax]))
+
+            def body(v: ir.Value) -> None:
+                full[ax] = v
+                nest(k + 1)
+
+            self.loop(lo, hi, body, level=3 + k)
+
+        self.cur_level = depth
+        nest(0)
+        self.cur_level = 2
+
+        def store(c: ir.Value) -> None:
+            col = self.add(c0, c)
+            for k, ((acc, t, dt), out) in enumerate(zip(accs, outs)):
+                lin = self.linear([*orow, col], oshape)
+                self.store(self.buffer(nin + k), out.dtype, lin, b.load(slot(acc, c), typ=t))
+
+        self.loop(0, ch, store, level=2)
+        c0next = b.add(c0, chunk)
+        b.branch(ccond)
+        c0.add_incoming(c0next, b.block)
+        return self._finish(o, ocond, olatch, ret, c0, ccond)
 
     # ------------------------------------------------------------------- constants
     def global_array(self, arr: np.ndarray, dt: DType) -> ir.Value:
@@ -554,9 +767,9 @@ def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool
         return b.or_(x, y) if is_max else b.and_(x, y)
     if dt.is_int:
         return b.select(b.icmp_signed(">" if is_max else "<", x, y), x, y)
-    # NaN-propagating (NumPy maximum/minimum): a NaN in x wins, a NaN in y falls through.
-    r = b.select(b.fcmp_ordered(">" if is_max else "<", x, y), x, y)
-    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+    # NaN-propagating, as NumPy's maximum/minimum: llvm.maximum/minimum, which the loop
+    # vectorizer also recognizes as a reduction (vmaxps plus NaN fix-ups).
+    return M.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
 
 
 def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,11 +19,13 @@ from llvmlite import ir
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
+from axle.ir.types import TensorType
 
 from . import threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
-from .memory import POOL
+from .memory import MMAP_MIN, POOL
 from .plan import HostStep, KernelStep, Plan
+from .runner import STEP, run_steps
 from .target import JitModule, host
 
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -86,47 +88,61 @@ class CompiledKernel:
 
 
 class _Launch:
-    """One kernel step bound to its compiled function, with its measured timing."""
+    """One kernel step: its compiled function, its region of the per-call pointer table,
+    and whether it is split across threads. That is decided by measurement: its first
+    ``TIMED`` launches run on one thread and the fastest is compared with the pool's
+    measured wake-up cost (threads.py)."""
 
-    def __init__(self, step: KernelStep, addr: int) -> None:
+    TIMED = 2
+
+    def __init__(self, step: KernelStep, addr: int, region: int) -> None:
         self.step = step
+        self.addr = addr
         self.fn = KFUNC(addr)
+        self.region = region
         self.outer, self.inner = step.spec.loop_sizes
         self.rsize = step.spec.split_reduce_size
-        self.parallel: bool | None = None  # decided from the first (single-thread) launch
-        self.nbuf = len(step.ins) + len(step.outs)
+        self.parallel: bool | None = None  # None until measured
+        self.nin = len(step.ins)
+        self.nbuf = self.nin + len(step.outs)
+        self._best_us = float("inf")
+        self._timed = 0
 
-    def _ptrs(self, arrays: list[np.ndarray]) -> ctypes.Array:
-        return (ctypes.c_void_p * self.nbuf)(*[a.ctypes.data for a in arrays])
-
-    def run(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        pool = threads.pool()
-        if pool.n > 1 and self.parallel:
-            self._run_parallel(pool, ins, outs)
+    def run(self, ptrs: int, pool: threads.WorkerPool, outs: Callable[[], list[np.ndarray]]) -> None:
+        """Launches over the pointer table at address ``ptrs``; ``outs`` gives the output
+        arrays (needed only to combine per-thread partial reductions)."""
+        bufs = ptrs + 8 * self.region
+        if self.parallel and pool.n > 1:
+            self._run_parallel(pool, bufs, outs)
             return
-        ptrs = self._ptrs(ins + outs)
         t0 = time.perf_counter()
-        self.fn(ptrs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
-        if self.parallel is None and pool.n > 1:
-            us = (time.perf_counter() - t0) * 1e6
-            self.parallel = us > threads.SPLIT_FACTOR * pool.wake_us
+        self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
+        if self.parallel is None:
+            self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
+            self._timed += 1
+            if pool.n == 1:
+                self.parallel = False
+            elif self._timed >= self.TIMED:
+                self.parallel = self._best_us > threads.SPLIT_FACTOR * pool.wake_us
 
-    def _run_parallel(self, pool: threads.WorkerPool, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+    def _run_parallel(self, pool: threads.WorkerPool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
         n = pool.n
         fn = self.fn
         if self.outer >= n:
-            ptrs = self._ptrs(ins + outs)
-            pool.run([lambda a=a, b=b: fn(ptrs, a, b, 0, self.inner, 0, INT64_MAX)
+            pool.run([lambda a=a, b=b: fn(bufs, a, b, 0, self.inner, 0, INT64_MAX)
                       for a, b in threads.chunks(0, self.outer, n)])
         elif self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
             # A big reduction into few outputs: each thread reduces a slice of the first
             # reduced axis into its own partial outputs, combined here.
+            outputs = outs()
             parts = threads.chunks(0, self.rsize, n)
-            partial = [np.empty((len(parts),) + o.shape, o.dtype) for o in outs]
-            ptr_sets = [self._ptrs(ins + [p[k, ...] for p in partial]) for k in range(len(parts))]
+            partial = [np.empty((len(parts),) + o.shape, o.dtype) for o in outputs]
+            src = (ctypes.c_void_p * self.nbuf).from_address(bufs)
+            ptr_sets = [(ctypes.c_void_p * self.nbuf)(*src[:self.nin], *[p[k, ...].ctypes.data for p in partial])
+                        for k in range(len(parts))]
             pool.run([lambda k=k, a=a, b=b: fn(ptr_sets[k], 0, self.outer, 0, self.inner, a, b)
                       for k, (a, b) in enumerate(parts)])
-            for o, p, out_node in zip(outs, partial, self.step.spec.outputs):
+            for o, p, out_node in zip(outputs, partial, self.step.spec.outputs):
                 kind = out_node.attr["kind"]
                 work = p.astype(np.float32) if p.dtype == np.float16 else p
                 ufunc = _COMBINE[kind]
@@ -136,61 +152,155 @@ class _Launch:
                     ufunc = np.logical_and
                 o[...] = ufunc.reduce(work, axis=0)
         elif self.inner >= 2 * n:
-            ptrs = self._ptrs(ins + outs)
-            pool.run([lambda a=a, b=b: fn(ptrs, 0, self.outer, a, b, 0, INT64_MAX)
+            pool.run([lambda a=a, b=b: fn(bufs, 0, self.outer, a, b, 0, INT64_MAX)
                       for a, b in threads.chunks(0, self.inner, n)])
         else:
-            fn(self._ptrs(ins + outs), 0, self.outer, 0, self.inner, 0, INT64_MAX)
+            fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.ctypes.data
 
 
 class CpuExecutable(Executable):
+    """A plan bound to its compiled kernels.
+
+    A call fills one address per buffer slot (arguments, constants, outputs from the pool,
+    temporaries at their arena offsets), gathers them into the pointer table (each kernel
+    step reads its buffers from its own region), then runs the steps: consecutive kernels
+    that stay on one thread go to the native step runner in one call (runner.py), kernels
+    split across threads and host steps run one by one."""
+
     def __init__(self, plan: Plan, kernels: dict[str, CompiledKernel], device: Device, compile_ms: float) -> None:
         self.plan = plan
         self.device = device
         self._kernels = kernels
         self.compile_ms = compile_ms
-        self._steps: list[tuple[Any, KernelStep | HostStep]] = []
-        for step in plan.steps:
+        self._steps: list[tuple[_Launch | None, KernelStep | HostStep]] = []
+        src: list[int] = []
+        records = []
+        self._record: dict[int, int] = {}  # step index -> its record in the step table
+        for i, step in enumerate(plan.steps):
             if isinstance(step, KernelStep):
-                self._steps.append((_Launch(step, kernels[step.spec.name].address), step))
+                launch = _Launch(step, kernels[step.spec.name].address, len(src))
+                src += step.ins + step.outs
+                self._record[i] = len(records)
+                records.append((launch.addr, launch.region, launch.outer, launch.inner))
+                self._steps.append((launch, step))
             else:
                 self._steps.append((None, step))
+        self._src = np.array(src, np.intp)
+        self._table = np.array(records, STEP)
+        self._table_addr = self._table.ctypes.data if len(records) else 0
+        self._const_slots = np.array(list(plan.constants), np.intp)
+        self._const_addrs = np.array([_address(a) for a in plan.constants.values()], np.uint64)
+        self._temp_slots = np.array(list(plan.temp_offsets), np.intp)
+        self._temp_offs = np.array(list(plan.temp_offsets.values()), np.uint64)
+        # Outputs outside the arena: big ones get pooled mappings of their own; small ones
+        # are carved from one block per call (one allocation, one address).
+        self._big_outs: list[tuple[int, TensorType]] = []
+        small: list[tuple[int, TensorType, int]] = []
+        block = 0
+        for step in plan.steps:
+            for s, t in zip(step.outs, step.out_types):
+                if s in plan.temp_offsets:
+                    continue
+                if t.nbytes >= MMAP_MIN:
+                    self._big_outs.append((s, t))
+                else:
+                    small.append((s, t, block))
+                    block += -(-max(t.nbytes, 1) // 64) * 64
+        self._small_outs = [(s, t.shape, t.dtype.np, off) for s, t, off in small]
+        self._small_slots = np.array([s for s, _, _ in small], np.intp)
+        self._small_offs = np.array([off for _, _, off in small], np.uint64)
+        self._small_bytes = block
+        self._temp_type = {s: t for step in plan.steps for s, t in zip(step.outs, step.out_types)
+                           if s in plan.temp_offsets}
+        self._segments: tuple[int, list[tuple]] | None = None
+        self._run_steps = run_steps() if records else None
+
+    def _schedule(self, nthreads: int) -> list[tuple] | None:
+        """Consecutive single-threaded kernels merged into runner calls; None while some
+        kernel's threading is still being measured."""
+        if self._segments is not None and self._segments[0] == nthreads:
+            return self._segments[1]
+        if any(launch is not None and launch.parallel is None for launch, _ in self._steps):
+            return None
+        segs: list[tuple] = []
+        for i, (launch, step) in enumerate(self._steps):
+            if launch is not None and not (launch.parallel and nthreads > 1):
+                if segs and segs[-1][0] == "run":
+                    segs[-1] = ("run", segs[-1][1], segs[-1][2] + 1)
+                else:
+                    segs.append(("run", self._record[i], 1))
+            else:
+                segs.append(("step", launch, step))
+        self._segments = (nthreads, segs)
+        return segs
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan
         if len(args) != plan.n_params:
             raise BackendError(f"cpu: the module takes {plan.n_params} argument(s), got {len(args)}")
         vals: list[Any] = [None] * plan.n_slots
+        addrs = np.empty(plan.n_slots, np.uint64)
         for k, (a, t) in enumerate(zip(args, plan.param_types)):
             if a.type != t:
                 raise BackendError(f"cpu: argument {k} is {a.type}, the module expects {t}")
             vals[k] = a.handle
+            addrs[k] = _address(a.handle)
         for s, arr in plan.constants.items():
             vals[s] = arr
-        tracing = profiler.enabled()
+        addrs[self._const_slots] = self._const_addrs
         # One arena per call for every temporary (offsets from buffer assignment, with
         # in-place reuse); pooled, so a repeated call touches no fresh pages.
-        arena = POOL.empty((plan.temp_bytes,), np.dtype(np.uint8)) if plan.temp_bytes else None
-        offsets = plan.temp_offsets
-        for launch, step in self._steps:
-            ins = [vals[s] for s in step.ins]
-            outs = [arena[offsets[s]:offsets[s] + t.nbytes].view(t.dtype.np).reshape(t.shape)
-                    if arena is not None and s in offsets else POOL.empty(t.shape, t.dtype.np)
-                    for s, t in zip(step.outs, step.out_types)]
+        arena = None
+        if plan.temp_bytes:
+            arena, base = POOL.alloc((plan.temp_bytes,), np.dtype(np.uint8))
+            addrs[self._temp_slots] = self._temp_offs + np.uint64(base)
+        for s, t in self._big_outs:
+            vals[s], addrs[s] = POOL.alloc(t.shape, t.dtype.np)
+        if self._small_bytes:
+            block = np.empty(self._small_bytes + 64, np.uint8)
+            base = block.ctypes.data
+            pad = -base % 64
+            addrs[self._small_slots] = self._small_offs + np.uint64(base + pad)
+            for s, shape, dt, off in self._small_outs:
+                vals[s] = np.ndarray(shape, dt, block, pad + off)
+        ptrs = addrs[self._src]
+        ptrs_addr = ptrs.ctypes.data
+        pool = threads.pool()
+
+        def arrays(slots: list[int]) -> list[np.ndarray]:
+            for s in slots:
+                if vals[s] is None:  # a temporary: a view of the arena
+                    t, off = self._temp_type[s], plan.temp_offsets[s]
+                    vals[s] = arena[off:off + t.nbytes].view(t.dtype.np).reshape(t.shape)
+            return [vals[s] for s in slots]
+
+        tracing = profiler.enabled()
+        segs = None if tracing else self._schedule(pool.n)
+        if segs is None:  # step by step: measuring, or recording a timeline
+            segs = [("step", launch, step) for launch, step in self._steps]
+        for seg in segs:
+            if seg[0] == "run":
+                self._run_steps(self._table_addr + STEP.itemsize * seg[1], seg[2], ptrs_addr)
+                continue
+            _, launch, step = seg
             t0 = profiler.now_us() if tracing else 0.0
             if launch is not None:
-                launch.run(ins, outs)
+                launch.run(ptrs_addr, pool, lambda step=step: arrays(step.outs))
             else:
-                step.fn(ins, outs)
+                step.fn(arrays(step.ins), arrays(step.outs))
             if tracing:
                 profiler.kernel_event(step.label, self.device.name, t0, profiler.now_us() - t0,
                                       kind="kernel" if launch is not None else "host")
-            for s, o in zip(step.outs, outs):
-                vals[s] = o
         out = []
         for s, t in zip(plan.results, plan.result_types):
             v = vals[s]
-            if s < plan.n_params or s in plan.constants:
+            if v is None:  # a result living in the arena (buffer assignment places results outside it)
+                v = arrays([s])[0].copy()
+            elif s < plan.n_params or s in plan.constants:
                 v = np.array(v, copy=True)  # results never alias the caller's inputs
             out.append(Buffer(self.device, t, v))
         return out

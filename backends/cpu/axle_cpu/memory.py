@@ -12,6 +12,7 @@ last view dies, a finalizer puts the mapping back on the free list.
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import threading
 import weakref
@@ -68,7 +69,11 @@ class Pool:
 
     def empty(self, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         """An uninitialized C-contiguous array, 64-byte aligned."""
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        return self.alloc(shape, dt)[0]
+
+    def alloc(self, shape: tuple[int, ...], dt: np.dtype) -> tuple[np.ndarray, int]:
+        """``empty`` plus the array's address (what a kernel launch needs)."""
+        nbytes = math.prod(shape) * dt.itemsize
         if nbytes < MMAP_MIN:
             return _aligned_empty(shape, dt)
         size = _round(nbytes)
@@ -83,7 +88,7 @@ class Pool:
             self.stats["mapped"] += 1
         owner = _Owner(m, shape, dt)
         weakref.finalize(owner, self._give_back, m)
-        return np.asarray(owner)
+        return np.asarray(owner), m.addr
 
     def _give_back(self, m: _Mapping) -> None:
         with self._lock:
@@ -92,12 +97,13 @@ class Pool:
                 self._free_bytes += m.size
 
 
-def _aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
+def _aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> tuple[np.ndarray, int]:
+    n = math.prod(shape)
     nbytes = max(n, 1) * dt.itemsize
     raw = np.empty(nbytes + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off:off + nbytes].view(dt)[:n].reshape(shape)
+    base = raw.ctypes.data
+    off = (-base) % 64
+    return raw[off:off + nbytes].view(dt)[:n].reshape(shape), base + off
 
 
 POOL = Pool()

@@ -9,6 +9,7 @@ number of threads (1 disables splitting).
 """
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -28,6 +29,12 @@ def thread_count() -> int:
             from axle.errors import AxleError
 
             raise AxleError(f"AXLE_CPU_THREADS must be a positive integer, got {env!r}") from None
+    return _cores()
+
+
+@functools.lru_cache(maxsize=None)
+def _cores() -> int:
+    """The cores this process may run on (read once: a system call)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import counters as stats
 from .. import profiler
 from ..compiler import flags_key
+from ..placement import to_buffer
 from ..backend import Device, Executable
 from ..ir.builder import make_node
 from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
@@ -22,7 +23,7 @@ from ..ir.types import TensorType
 from ..ir.verifier import verify
 from .array import Array
 from .pytree import TreeDef, flatten, unflatten
-from .tracing import Trace, Tracer, trace_context
+from .tracing import Trace, Tracer, current_trace, trace_context
 
 
 def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
@@ -159,18 +160,14 @@ class Compiled:
         return self.module.as_text()
 
     def __call__(self, *args: Any) -> Any:
-        from ..placement import to_buffer
-
         leaves = flatten(list(args))[0]
         bufs = [to_buffer(x, self.lowered.device) for x in leaves]
         outs = self.executable.execute(bufs)
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
 
 
-def _inside_trace(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    from .tracing import current_trace
-
-    return current_trace() is not None or any(isinstance(x, Tracer) for x in flatten((args, kwargs))[0])
+class _Inline(Exception):
+    """A jit call met a Tracer among its arguments: inline the function into that trace."""
 
 
 class JitFunction:
@@ -193,21 +190,26 @@ class JitFunction:
         return resolve(self.device_spec)
 
     def _key(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device) -> tuple[tuple, list[Any]]:
-        dyn: list[Any] = []
-        static: list[Any] = []
-        for i, a in enumerate(args):
-            if i in self.static_argnums:
-                static.append(a)
-            else:
-                dyn.append(a)
-        leaves, td = flatten((dyn, kwargs))
-        avals = tuple(_leaf_aval(x) for x in leaves)
-        try:
-            static_key = tuple(static)
-            hash(static_key)
-        except TypeError:
-            raise TypeError(f"{self.name}: static arguments must be hashable, got {static!r}") from None
-        return (td, avals, static_key, device, flags_key()), leaves
+        """(cache key, dynamic leaves) of a call; raises _Inline when a leaf is a Tracer
+        (jit inside jit/grad)."""
+        if self.static_argnums:
+            dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
+            static = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
+            if any(isinstance(x, Tracer) for x in flatten(static)[0]):
+                raise _Inline
+            try:
+                hash(static)
+            except TypeError:
+                raise TypeError(f"{self.name}: static arguments must be hashable, got {list(static)!r}") from None
+        else:
+            dyn, static = list(args), ()
+        leaves, td = flatten((dyn, kwargs) if kwargs else dyn)
+        avals = []
+        for x in leaves:
+            if isinstance(x, Tracer):
+                raise _Inline
+            avals.append(_leaf_aval(x))
+        return (td, tuple(avals), static, device, flags_key()), leaves
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         device = self._device()
@@ -215,37 +217,39 @@ class JitFunction:
         return Lowered(module, device, out_td)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from ..placement import to_buffer
-
-        if _inside_trace(args, kwargs):
-            # jit inside jit/grad: inline, the outer trace compiles the whole thing
-            return self.fn(*args, **kwargs)
+        # The dispatch path of every call: one flatten, one dict lookup, one counter update.
+        if current_trace() is not None:
+            return self.fn(*args, **kwargs)  # jit inside jit/grad: the outer trace compiles it
         device = self._device()
-        key, leaves = self._key(args, kwargs, device)
+        try:
+            key, leaves = self._key(args, kwargs, device)
+        except _Inline:
+            return self.fn(*args, **kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            from ..compiler import compile_module
-
-            module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
-            self.trace_count += 1
-            from ..recompile import note_trace  # warns when retraced too often
-
-            note_trace(self, args, kwargs)
-            exe = compile_module(module, device)
-            entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
-            stats.record("traces", function=self.name, device=device.name)
-            stats.record("compiles", function=self.name, device=device.name)
-            stats.record("cache_misses", function=self.name, device=device.name)
-            with self._lock:
-                self._cache[key] = entry
+            entry = self._compile(args, kwargs, device, key)
         else:
             self.cache_hits += 1
             stats.record("cache_hits", function=self.name, device=device.name)
-        bufs = [to_buffer(x, device) for x in leaves]
+        bufs = [x.buffer if type(x) is Array and x.device == device else to_buffer(x, device) for x in leaves]
         outs = entry.executable.execute(bufs)
-        stats.record("executions", function=self.name, device=device.name)
-        stats.record("kernel_launches", entry.kernels, function=self.name, device=device.name)
+        stats.record_run(entry.kernels, function=self.name, device=device.name)
         return unflatten(entry.out_tree, [Array(b) for b in outs])
+
+    def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> "_Entry":
+        from ..compiler import compile_module
+        from ..recompile import note_trace  # warns when retraced too often
+
+        module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
+        self.trace_count += 1
+        note_trace(self, args, kwargs, stacklevel=4)  # -> _compile -> __call__ -> the user's line
+        exe = compile_module(module, device)
+        entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
+        for what in ("traces", "compiles", "cache_misses"):
+            stats.record(what, function=self.name, device=device.name)
+        with self._lock:
+            self._cache[key] = entry
+        return entry
 
     def clear_cache(self) -> None:
         self._cache.clear()

@@ -10,6 +10,7 @@ from axle.backend import CompileOptions
 from axle.errors import AxleError, BackendError
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module, TensorType
+from axle.ir.builder import parse_type
 from axle.testing.cases import assert_close, random_input, tolerance
 
 
@@ -80,6 +81,38 @@ def test_input_fusion_sibling_reductions(cpu) -> None:  # noqa: ANN001
     m = fused_module("moments", ["f32[40,300]"], lambda b, p: (
         b.reduce(p[0], kind="sum", axes=(1,)), b.reduce(b.mul(p[0], p[0]), kind="sum", axes=(1,))), "input")
     check(m, [RNG.standard_normal((40, 300)).astype(np.float32)], cpu, n_reduced=300)
+
+
+@pytest.mark.parametrize("shape,axes", [((1000, 513), (0,)), ((7, 3, 1030), (0, 1)), ((5, 9, 17), (1,)),
+                                        ((2, 3, 4, 5), (0, 2)), ((3, 0, 5), (1,)), ((0, 4), (0,)), ((4, 2), (0,))])
+@pytest.mark.parametrize("dt", ["f32", "f64", "f16", "s32", "s64", "pred"])
+def test_column_reductions_stream(shape, axes, dt, cpu) -> None:  # noqa: ANN001
+    """Reductions keeping the last axis walk the columns innermost (build_columns), in
+    chunks that need not divide the column count; sibling outputs share the pass."""
+    t = f"{dt}[{','.join(map(str, shape))}]"
+    kinds = ("or", "and") if dt == "pred" else ("sum", "max", "min")
+    m = fused_module("col", [t], lambda b, p: tuple(b.reduce(p[0], kind=k, axes=axes) for k in kinds), "input")
+    x = random_input(RNG, parse_type(t))
+    exe = check(m, [x], cpu, n_reduced=max(1, int(np.prod([shape[a] for a in axes]))))
+    specs = list(exe.plan.kernels.values())
+    assert [s.column_reduce for s in specs] == [True]
+
+
+def test_column_reduction_vectorized_and_split(cpu, monkeypatch) -> None:  # noqa: ANN001
+    m = fused_module("colsum", ["f32[3001,1000]"], lambda b, p: b.reduce(p[0], kind="sum", axes=(0,)), "input")
+    x = RNG.standard_normal((3001, 1000)).astype(np.float32)
+    _, exe = run(m, [x], cpu)
+    assert "<16 x float>" in exe.optimized_ir() or "<8 x float>" in exe.optimized_ir()
+    # split across threads: over columns, and (few columns) over the reduced axis
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    thin = fused_module("colthin", ["f64[50001,3]"], lambda b, p: b.reduce(p[0], kind="sum", axes=(0,)), "input")
+    for mod, arg in ((m, x), (thin, RNG.standard_normal((50001, 3)))):
+        _backend()._cache.clear()
+        exe = _backend().compile(mod, cpu, CompileOptions(optimized=False))
+        for launch, _ in exe._steps:
+            launch.parallel = True
+        got = _backend().to_host(exe.execute([_backend().to_device(arg, cpu)])[0])
+        np.testing.assert_allclose(got, arg.sum(axis=0, dtype=np.float64), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("shape", [(4, 5), (33, 129), (1, 1), (3, 0)])
@@ -296,3 +329,28 @@ def _nest(b: Builder, y):  # noqa: ANN001, ANN202
     for k in range(14):
         y = b.add(y, b.reverse(y, dimensions=(k % 2,)))
     return y
+
+
+def test_row_cache_computes_exp_once_per_element(cpu) -> None:  # noqa: ANN001
+    """Softmax needs exp(x - max) in the row sum and again for the outputs: the row fusion
+    computes it once per element into a per-row stack buffer (one exp in the kernel)."""
+    shape = (6, 1000)
+    m = fused_module("softmax", ["f32[6,1000]"], lambda b, p: _softmax(b, p, shape), "row")
+    exe = check(m, [RNG.standard_normal(shape).astype(np.float32)], cpu, n_reduced=shape[1])
+    src = exe.kernel_sources()["llvm"]
+    assert "alloca [1000 x float]" in src
+    assert src.count('call float @"llvm.floor.f32"') == 1  # exp's range reduction, emitted once
+
+
+def test_row_cache_only_serves_its_own_row(cpu) -> None:  # noqa: ANN001
+    """The row sum is read at another row (reversed) than the output's: values cached for
+    the current row must not stand in for that row's sum."""
+    shape = (5, 64)
+
+    def body(b: Builder, p: list):  # noqa: ANN202
+        e = b.exp(p[0])
+        s = b.reverse(b.reduce(e, kind="sum", axes=(1,)), dimensions=(0,))
+        return b.add(e, b.broadcast_in_dim(s, shape=shape, broadcast_dimensions=(0,)))
+
+    m = fused_module("rev", ["f32[5,64]"], body, "row")
+    check(m, [RNG.standard_normal(shape).astype(np.float32)], cpu, n_reduced=shape[1])

@@ -1,0 +1,88 @@
+"""The CPU executable's call path: the native step runner, output memory, concurrency."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import axle
+import axle.numpy as anp
+
+
+def _entry(f):  # noqa: ANN001, ANN202
+    (entry,) = f._cache.values()
+    return entry.executable
+
+
+def test_consecutive_kernels_run_in_one_native_call(cpu) -> None:  # noqa: ANN001
+    def step(w, b, x):  # noqa: ANN001, ANN202
+        logits = x @ w + b
+        e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
+        p = e / anp.sum(e, axis=1, keepdims=True)
+        return w - 0.1 * (x.T @ p), b - 0.1 * anp.sum(p, axis=0)
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((30, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32),
+            rng.standard_normal((11, 30)).astype(np.float32)]
+    f = axle.jit(step, device=cpu)
+    want = axle.jit(step, device="interpreter:0")(*args)
+    for _ in range(3):  # the first calls time each kernel, later ones use the schedule
+        got = f(*args)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+    exe = _entry(f)
+    kernels = sum(1 for launch, _ in exe._steps if launch is not None)
+    assert kernels > 2
+    segments = exe._segments[1]
+    assert [s[0] for s in segments] == ["run"] and segments[0][2] == kernels
+
+
+def test_repeated_calls_reuse_output_mappings(cpu) -> None:  # noqa: ANN001
+    from axle_cpu.memory import POOL
+
+    f = axle.jit(lambda x: x * 2.0 + 1.0, device=cpu)
+    x = axle.device_put(np.ones(1 << 20, np.float32), cpu)
+    def calls(n: int) -> None:
+        r = None
+        for _ in range(n):
+            r = f(x)  # the previous result is alive during the call: two mappings alternate
+            assert float(np.asarray(r)[0]) == 3.0
+
+    calls(3)
+    mapped = POOL.stats["mapped"]
+    calls(10)
+    assert POOL.stats["mapped"] == mapped  # no fresh (page-faulting) mapping per call
+
+
+def test_small_outputs_share_one_block_and_stay_valid(cpu) -> None:  # noqa: ANN001
+    f = axle.jit(lambda x: (x + 1.0, x * 3.0, anp.sum(x)), device=cpu)
+    a, b, s = f(np.arange(5, dtype=np.float32))
+    del f
+    np.testing.assert_array_equal(np.asarray(a), np.arange(5) + 1.0)
+    np.testing.assert_array_equal(np.asarray(b), np.arange(5) * 3.0)
+    assert float(s) == 10.0
+
+
+def test_concurrent_calls_of_one_executable(cpu) -> None:  # noqa: ANN001
+    f = axle.jit(lambda x, y: anp.tanh(x) * y + anp.sum(x * y), device=cpu)
+    rng = np.random.default_rng(1)
+    pairs = [(rng.standard_normal(999).astype(np.float32), rng.standard_normal(999).astype(np.float32))
+             for _ in range(8)]
+    f(*pairs[0])
+    errors: list[str] = []
+
+    def work(k: int) -> None:
+        x, y = pairs[k]
+        want = np.tanh(x) * y + np.sum(x * y, dtype=np.float64)
+        for _ in range(50):
+            got = np.asarray(f(x, y))
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-3):
+                errors.append(f"thread {k}")
+                return
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

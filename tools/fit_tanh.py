@@ -1,0 +1,62 @@
+"""Fits the float32 tanh of the CPU backend (axle_cpu/mathfns.py): tanh(x) ~ x P(x^2)/Q(x^2)
+on |x| <= 9 (beyond, tanh rounds to +-1 in float32), P and Q of degree 4 in x^2 with
+P(0) = Q(0) = 1, so tanh(x) = x exactly for tiny x.
+
+Method: linearized least squares (Sanathanan-Koerner iteration, weighting by the previous
+denominator) for relative error, with Lawson-style reweighting towards minimax. Prints the
+coefficients and the error of a float32 Horner evaluation against float64 tanh.
+
+    python tools/fit_tanh.py
+"""
+from __future__ import annotations
+
+import numpy as np
+
+DEG, CLAMP = 4, 9.0
+
+
+def fit(iters: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    x = np.linspace(1e-3, CLAMP, 20000)
+    f = np.tanh(x) / x
+    s = x * x
+    w = np.ones_like(x)
+    q_prev = np.ones_like(x)
+    for _ in range(iters):
+        # f*Q(s) - P(s) = 0 with p0 = q0 = 1: unknowns p1..pd, q1..qd
+        a = np.hstack([np.vstack([s ** k for k in range(1, DEG + 1)]).T,
+                       -np.vstack([f * s ** k for k in range(1, DEG + 1)]).T])
+        scale = w / (np.abs(q_prev) * f)
+        sol, *_ = np.linalg.lstsq(a * scale[:, None], (f - 1.0) * scale, rcond=None)
+        p = np.concatenate([[1.0], sol[:DEG]])
+        q = np.concatenate([[1.0], sol[DEG:]])
+        q_prev = np.polyval(q[::-1], s)
+        err = np.abs(np.polyval(p[::-1], s) / q_prev / f - 1.0)
+        w = w * (err / err.max()) ** 0.25 + 1e-6
+    return p, q
+
+
+def f32_error(p: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """(max relative error, max error in float32 ulps) of the float32 evaluation."""
+    x = np.concatenate([np.linspace(-10, 10, 2_000_001), np.geomspace(1e-30, 10, 200_000)]).astype(np.float32)
+    xc = np.clip(x, np.float32(-CLAMP), np.float32(CLAMP))
+    s = (xc * xc).astype(np.float32)
+
+    def horner(c: np.ndarray) -> np.ndarray:
+        acc = np.full_like(s, np.float32(c[-1]))
+        for ck in c[-2::-1]:
+            acc = (acc.astype(np.float64) * s + np.float64(np.float32(ck))).astype(np.float32)  # fma
+        return acc
+
+    r = (xc * horner(p) / horner(q)).astype(np.float32)
+    ref = np.tanh(x.astype(np.float64))
+    rel = np.abs(r - ref) / np.maximum(np.abs(ref), 1e-300)
+    ulp = np.abs(r - ref) / np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    return float(rel.max()), float(ulp.max())
+
+
+if __name__ == "__main__":
+    p, q = fit()
+    print("P =", tuple(float(v) for v in p))
+    print("Q =", tuple(float(v) for v in q))
+    rel, ulp = f32_error(p, q)
+    print(f"float32 evaluation: max relative error {rel:.3g}, max {ulp:.2f} ulp")
