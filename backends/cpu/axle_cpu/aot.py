@@ -240,7 +240,7 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
     if cpu == "generic" and features is None:
         features = ""
     # GEMM kernels are register-tiled for the target's vector width, not the host's.
-    plan = build_plan(module, blas=False, arena=False, vector_bits=vector_bits_for(cpu, features))
+    plan = build_plan(module, blas=False, arena=False, vector_bits=vector_bits_for(features))
     mod, scratch = build_entry(plan, name)
     from .executable import interleave_ok
 

@@ -21,10 +21,12 @@ common kernel signature, so the thread pool splits it like any other kernel)::
               per k: NR/V vector loads of Bp, MR broadcasts of A, MR*NR/V fmuladd
 
 A is only read through broadcasts, so when its M and K dims are plain strides (row-major
-or transposed) the micro-kernel reads it in place and only a bottom edge panel (fewer
-than MR rows) is packed; float16 and table-mapped operands are always packed. The tile
-is added to C at the end of each K block (the first block stores it); C rows are
-prefetched at the start. Columns beyond N (the right edge) use masked loads/stores.
+or transposed) the micro-kernel reads it in place (an edge tile is moved to end at the
+last row and writes only its new rows); B is read in place too when no B micro-panel is
+reused (M <= MR) and its rows are contiguous (masked loads at the right edge); float16
+and table-mapped operands are always packed. The tile is added to C at the end of each
+K block (the first block stores it); C rows are prefetched at the start. Columns beyond
+N (the right edge) use masked loads/stores.
 
 float16 is packed as float32 and accumulated in float32 across all of K in a float32
 scratch block (loop order jc, ic, pc), then rounded once, like the interpreter (einsum in
@@ -53,6 +55,8 @@ from .lltypes import F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 
 #: upper bound of the packed buffers' bytes in a GEMM kernel's stack frame
 STACK_BUDGET = 1152 * 1024
+#: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
+COLUMNS_OUTER_MIN = 256
 
 
 # ============================================================== layout of one dot
@@ -178,9 +182,19 @@ class GemmSpec(KernelSpec):
         return Layout.of(self.comp.root)
 
     @property
+    def columns_outer(self) -> bool:
+        """Whether the kernel's outer range (the one the thread pool splits first) is the
+        output's columns rather than its rows: for a wide C whose A is read in place,
+        threads then share no packing work (split by rows, each would pack all of B)."""
+        lay = self.layout
+        return (lay.n >= COLUMNS_OUTER_MIN and self.comp.root.dtype is not DType.FLOAT16
+                and lay.a_m.table is None and lay.a_k.table is None)
+
+    @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
-        return lay.batch * lay.m, lay.n
+        rows, cols = lay.batch * lay.m, lay.n
+        return (cols, rows) if self.columns_outer else (rows, cols)
 
     @property
     def split_reduce_size(self) -> int:
@@ -214,6 +228,18 @@ def _intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -
     return b.call(fn, args)
 
 
+def no_unroll(latch: ir.Instruction) -> None:
+    """Marks a loop (its latch branch) not to be unrolled: every loop here has a long
+    straight-line body (or is not hot), and unrolling them was most of the compile time."""
+    mod = latch.parent.parent.module
+    md = getattr(mod, "_axle_no_unroll", None)
+    if md is None:
+        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])])
+        md.operands = (md, *md.operands)  # a loop ID refers to itself
+        mod._axle_no_unroll = md  # type: ignore[attr-defined]
+    latch.set_metadata("llvm.loop", md)
+
+
 def _store(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, align: int) -> None:
     """A store through an untyped pointer (llvmlite's typed-pointer check refuses a vector
     stored through an element pointer, which opaque-pointer LLVM accepts)."""
@@ -245,7 +271,7 @@ class _Gen:
         body(i)
         nxt = b.add(i, _c(step))
         i.add_incoming(nxt, b.block)
-        b.branch(cond)
+        no_unroll(b.branch(cond))
         b.position_at_end(exit_)
 
     def if_(self, cond: ir.Value, then: Callable[[], None], else_: Callable[[], None] | None = None) -> None:
@@ -316,7 +342,9 @@ class _Emitter:
         self.fn = ir.Function(mod, SIG, name=spec.name)
         self.fn.attributes.add("nounwind")
         self.g = _Gen(self.fn)
-        self.bufs, self.o0, self.o1, self.i0, self.i1, _, _ = self.fn.args
+        self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
+        # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
+        self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
         plain = not self.f16
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
@@ -365,23 +393,25 @@ class _Emitter:
             b.ret_void()
             return self.fn
         if not lay.rowdot:
-            # a direct A (B) packs only its edge panel
-            self.ap = b.alloca(self.ct, size=_c((t.mr if self.direct_a else t.mc) * t.kc))
-            self.bp = b.alloca(self.ct, size=_c(t.kc * (t.nr if self.direct_b is not None else t.nc)))
-            self.ap.align = self.bp.align = 64
+            if not self.direct_a:
+                self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
+                self.ap.align = 64
+            if self.direct_b is None:
+                self.bp = b.alloca(self.ct, size=_c(t.kc * t.nc))
+                self.bp.align = 64
             if self.f16:
                 self.acc = b.alloca(F32, size=_c(t.mc * t.nc))
                 self.acc.align = 64
         # the batches that rows [o0, o1) of the output (as [Bt*M, N], in the spec's
         # orientation: swapped, those rows are this product's columns) touch
         rows = lay.n if self.swap else lay.m
-        b_lo = b.udiv(self.o0, _c(rows))
-        b_hi = b.udiv(b.add(self.o1, _c(rows - 1)), _c(rows))
+        b_lo = b.udiv(self.r0, _c(rows))
+        b_hi = b.udiv(b.add(self.r1, _c(rows - 1)), _c(rows))
 
         def per_batch(bi: ir.Value) -> None:
             row0 = b.mul(bi, _c(rows))
-            lo = g.max(b.sub(self.o0, row0), _c(0))
-            hi = g.min(b.sub(self.o1, row0), _c(rows))
+            lo = g.max(b.sub(self.r0, row0), _c(0))
+            hi = g.min(b.sub(self.r1, row0), _c(rows))
             a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
             b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
             c_base = g.gep(c_ptr, self.st, b.mul(bi, _c(lay.m * lay.n)))
@@ -390,7 +420,7 @@ class _Emitter:
             elif self.swap:
                 self._gemm2d(a_base, b_base, c_base, _c(0), _c(1), lo, hi)
             else:
-                self._gemm2d(a_base, b_base, c_base, lo, hi, self.i0, self.i1)
+                self._gemm2d(a_base, b_base, c_base, lo, hi, self.c0, self.c1)
 
         g.loop(b_lo, b_hi, 1, per_batch, "batch")
         b.ret_void()
@@ -404,10 +434,10 @@ class _Emitter:
 
         def row(r: ir.Value) -> None:
             base = b.mul(r, _c(n))
-            g.loop(self.i0, self.i1, 1,
+            g.loop(self.c0, self.c1, 1,
                    lambda j: b.store(ir.Constant(self.st, None), g.gep(c_ptr, self.st, b.add(base, j))), "zj")
 
-        g.loop(self.o0, self.o1, 1, row, "zi")
+        g.loop(self.r0, self.r1, 1, row, "zi")
 
     # -- matrix-vector: one dot product per row, K contiguous in both operands
     def _rowdot(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
@@ -454,7 +484,7 @@ class _Emitter:
                 accs[r][q].add_incoming(self.fma(b, vec(a_rows[r], b.add(k, _c(q * v)), None), xs[q], accs[r][q]),
                                         body)
         k.add_incoming(b.add(k, _c(step)), body)
-        b.branch(cond)
+        no_unroll(b.branch(cond))
         b.position_at_end(done)
         sums = [list(row) for row in accs]
         for q in range(-(-(lay.k - kfull) // v)):  # the tail, masked
@@ -497,7 +527,7 @@ class _Emitter:
                         mc = g.min(_c(t.mc), b.sub(m_hi, ic))
                         a_blk = self._pack_a(a_base, ic, mc, pc, kc)
                         cblk = g.gep(c_base, self.st, b.add(b.mul(ic, ldc), jc))
-                        self._macro(a_blk, b_blk, kc, mc, nc, cblk, ldc, first, self.st)
+                        self._macro(a_blk, b_blk, ic, kc, mc, nc, cblk, ldc, first, self.st)
 
                     g.loop(m_lo, m_hi, t.mc, ic_body, "ic")
 
@@ -512,7 +542,7 @@ class _Emitter:
                     kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
                     a_blk = self._pack_a(a_base, ic, mc, pc, kc)
-                    self._macro(a_blk, b_blk, kc, mc, nc, self.acc, _c(t.nc), b.icmp_signed("==", pc, _c(0)), F32)
+                    self._macro(a_blk, b_blk, ic, kc, mc, nc, self.acc, _c(t.nc), b.icmp_signed("==", pc, _c(0)), F32)
 
                 g.loop(_c(0), _c(lay.k), t.kc, pc_body16, "pc")
 
@@ -535,25 +565,28 @@ class _Emitter:
     # -- packing
     def _pack_b(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value, nc: ir.Value) -> ir.Value:
         """Bp[jp*kc + k*NR + j] = B[pc+k, jc+jp+j], zero beyond nc: NR-wide panels. Rows
-        with unit column stride are copied with (masked, at the edge) vector loads. With a
-        direct B only the right edge panel is packed (at Bp). Returns B's block base."""
+        with unit column stride are copied with (masked, at the edge) vector loads. A
+        direct B is not packed. Returns B's block base."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        if self.direct_b is not None:
+            return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
         nr, v = t.nr, t.v
         contiguous = lay.b_n.table is None and lay.b_n.stride == 1
         valign = min(64, v * _bytes(self.ct))
 
-        def pack_panel(jp: ir.Value, dst: ir.Value) -> None:
+        def panel(jp: ir.Value) -> None:
+            dst = g.gep(self.bp, self.ct, b.mul(jp, kc))
             w = g.min(_c(nr), b.sub(nc, jp))
             col0 = b.add(jc, jp)
+            masks = [self.lane_mask(b, b.sub(w, _c(q * v))) for q in range(nr // v)] if contiguous else []
 
             def krow(k: ir.Value) -> None:
                 koff = g.offset(lay.b_k, b.add(pc, k), "bk")
                 drow = b.mul(k, _c(nr))
                 if contiguous:
                     src = g.gep(b_base, self.st, b.add(koff, col0))
-                    for q in range(nr // v):
-                        x = self.masked_load(b, g.gep(src, self.st, _c(q * v)), self.st,
-                                             self.lane_mask(b, b.sub(w, _c(q * v))))
+                    for q, mask in enumerate(masks):
+                        x = self.masked_load(b, g.gep(src, self.st, _c(q * v)), self.st, mask)
                         if self.f16:
                             x = b.fpext(x, self.vt)
                         _store(b, x, g.gep(dst, self.ct, b.add(drow, _c(q * v))), valign)
@@ -569,20 +602,20 @@ class _Emitter:
 
             g.loop(_c(0), kc, 1, krow, "pbk")
 
-        if self.direct_b is not None:
-            full = b.mul(b.sdiv(nc, _c(nr)), _c(nr))
-            g.if_(b.icmp_signed("<", full, nc), lambda: pack_panel(full, self.bp))
-            return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
-        g.loop(_c(0), nc, nr, lambda jp: pack_panel(jp, g.gep(self.bp, self.ct, b.mul(jp, kc))), "pbp")
+        g.loop(_c(0), nc, nr, panel, "pbp")
         return self.bp
 
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
-        """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. With a
-        direct A only the bottom edge panel is packed (at Ap). Returns A's block base."""
+        """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. A
+        direct A is not packed. Returns A's block base (row ic, column pc)."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        if self.direct_a:
+            sm, sk = self.direct_a
+            return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
         mr = t.mr
 
-        def pack_panel(ip: ir.Value, dst: ir.Value) -> None:
+        def panel(ip: ir.Value) -> None:
+            dst = g.gep(self.ap, self.ct, b.mul(ip, kc))
             h = g.min(_c(mr), b.sub(mc, ip))
             row0 = b.add(ic, ip)
 
@@ -604,81 +637,73 @@ class _Emitter:
 
             g.loop(_c(0), _c(mr), 1, row, "par")
 
-        if self.direct_a:
-            full = b.mul(b.sdiv(mc, _c(mr)), _c(mr))
-            g.if_(b.icmp_signed("<", full, mc), lambda: pack_panel(full, self.ap))
-            sm, sk = self.direct_a
-            return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
-        g.loop(_c(0), mc, mr, lambda ip: pack_panel(ip, g.gep(self.ap, self.ct, b.mul(ip, kc))), "pap")
+        g.loop(_c(0), mc, mr, panel, "pap")
         return self.ap
 
     # -- macro kernel and micro-kernel
-    def _macro(self, a_blk: ir.Value, b_blk: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value, cblk: ir.Value,
-               ldc: ir.Value, first: ir.Value, c_t: ir.Type) -> None:
-        g, b, t = self.g, self.g.b, self.t
-        da, db = self.direct_a, self.direct_b
+    def _macro(self, a_blk: ir.Value, b_blk: ir.Value, ic: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value,
+               cblk: ir.Value, ldc: ir.Value, first: ir.Value, c_t: ir.Type) -> None:
+        """The tiles of one (ic, pc, jc) block. A bottom-edge tile of a direct A (fewer
+        than MR rows left) is moved up to end at the block's last row, or down to start
+        at row 0 when it would begin above it (MR <= M, rows read are always in A); the
+        rows it has to write are then [skip, skip+mr) of the tile."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        uk = self._micro_fn(c_t)
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
-            b_full = b.icmp_signed("==", nr, _c(t.nr))
+            bp = g.gep(b_blk, self.st, jr) if self.direct_b is not None else g.gep(b_blk, self.ct, b.mul(jr, kc))
 
             def ir_body(i: ir.Value) -> None:
                 mr = g.min(_c(t.mr), b.sub(mc, i))
-                cp = g.gep(cblk, c_t, b.add(b.mul(i, ldc), jr))
-                a_full = b.icmp_signed("==", mr, _c(t.mr))
-
-                def call(a_direct: bool, b_direct: bool) -> None:
-                    fn = self._micro_fn(da if a_direct else None, db if b_direct else None, c_t)
-                    if a_direct:
-                        ap = g.gep(a_blk, self.st, b.mul(i, _c(da[0])))  # type: ignore[index]
-                    else:
-                        ap = self.ap if da else g.gep(a_blk, self.ct, b.mul(i, kc))
-                    bp = g.gep(b_blk, self.st, jr) if b_direct else (
-                        self.bp if db is not None else g.gep(b_blk, self.ct, b.mul(jr, kc)))
-                    b.call(fn, [ap, bp, kc, cp, ldc, mr, nr, first])
-
-                def with_b(a_direct: bool) -> None:
-                    if db is None:
-                        call(a_direct, False)
-                    else:
-                        g.if_(b_full, lambda: call(a_direct, True), lambda: call(a_direct, False))
-
-                if da is None:
-                    with_b(False)
+                if self.direct_a:
+                    row = b.add(ic, i)
+                    start = g.min(g.max(b.sub(b.add(row, mr), _c(t.mr)), _c(0)), _c(lay.m - t.mr))
+                    shift = b.sub(start, ic)  # tile start relative to the block
+                    skip = b.sub(row, start)
+                    ap = g.gep(a_blk, self.st, b.mul(shift, _c(self.direct_a[0])))
                 else:
-                    g.if_(a_full, lambda: with_b(True), lambda: with_b(False))
+                    shift, skip = i, _c(0)
+                    ap = g.gep(a_blk, self.ct, b.mul(i, kc))
+                cp = g.gep(cblk, c_t, b.add(b.mul(shift, ldc), jr))
+                b.call(uk, [ap, bp, kc, cp, ldc, skip, mr, nr, first])
 
             g.loop(_c(0), mc, t.mr, ir_body, "ir")
 
         g.loop(_c(0), nc, t.nr, jr_body, "jr")
 
-    def _micro_fn(self, a_strides: tuple[int, int] | None, b_stride: int | None, c_t: ir.Type) -> ir.Function:
-        """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 mr, i64 nr, i1 first)``:
-        C[0:mr, 0:nr] (+)= A[0:MR, 0:kc] @ B[0:kc, 0:NR]. A element (r, k) is at
-        ``a + r*rs + k*ks``: packed (1, MR) or in place (``a_strides``); B row k at
-        ``b + k*NR`` packed or ``b + k*b_stride`` in place."""
-        name = (f"{self.spec.name}.uk{'_da' if a_strides else ''}{'_db' if b_stride is not None else ''}"
-                f"{'_acc32' if c_t != self.st else ''}")
+    def _micro_fn(self, c_t: ir.Type) -> ir.Function:
+        """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 skip, i64 mr, i64 nr, i1
+        first)``: C[skip:skip+mr, 0:nr] (+)= (A[0:MR, 0:kc] @ B[0:kc, 0:NR])[skip:skip+mr].
+        A element (r, k) is at ``a + r*rs + k*ks``: packed (1, MR) or in place; B row k
+        at ``b + k*NR`` packed (zero padded) or ``b + k*ldb`` in place (masked loads
+        beyond nr)."""
+        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}"
         fn = self.mod.globals.get(name)
         if fn is not None:
             return fn
         t = self.t
-        rs, ks = a_strides if a_strides else (1, t.mr)
-        a_t = self.st if a_strides else self.ct
-        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I1]), name=name)
+        a_direct = self.direct_a is not None
+        rs, ks = self.direct_a if self.direct_a else (1, t.mr)
+        b_direct = self.direct_b is not None
+        a_t = self.st if a_direct else self.ct
+        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I64, I1]), name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
-        a, bpan, kc, cp, ldc, mr, nr, first = fn.args
+        fn.attributes.add("noinline")  # optimized once, apart: halves the compile time
+        a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args
         g = _Gen(fn)
         b = g.b
         nv = t.nr // t.v
+        end = b.add(skip, mr)
         # Fetch the C tile while the K loop runs: its rows are far apart in memory.
         line = 64 // _bytes(c_t)
         for r in range(t.mr):
-            rowp = g.gep(cp, c_t, b.mul(g.min(_c(r), b.sub(mr, _c(1))), ldc))
+            rowp = g.gep(cp, c_t, b.mul(g.max(g.min(_c(r), b.sub(end, _c(1))), skip), ldc))
             for j in range(0, t.nr, line):
                 _intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
         pre = b.block
         cond = fn.append_basic_block("k.cond")
         body = fn.append_basic_block("k.body")
@@ -693,25 +718,29 @@ class _Emitter:
                 acc.add_incoming(ir.Constant(self.vt, None), pre)
         b.cbranch(b.icmp_signed("<", k, kc), body, done)
         b.position_at_end(body)
-        brow = g.gep(bpan, self.ct, b.mul(k, _c(b_stride if b_stride is not None else t.nr)))
+        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if b_direct else t.nr)))
         bvec = []
         for q in range(nv):
-            ld = b.load(g.gep(brow, self.ct, _c(q * t.v)), typ=self.vt)
-            ld.align = _bytes(self.ct) if b_stride is not None else min(64, t.v * _bytes(self.ct))
-            bvec.append(ld)
+            p = g.gep(brow, self.ct, _c(q * t.v))
+            if b_direct:
+                bvec.append(self.masked_load(b, p, self.ct, masks[q]))
+            else:
+                ld = b.load(p, typ=self.vt)
+                ld.align = min(64, t.v * _bytes(self.ct))
+                bvec.append(ld)
         acol = g.gep(a, a_t, b.mul(k, _c(ks)) if ks != 1 else k)
         zeros = ir.Constant(ir.VectorType(I32, t.v), None)
         undef = ir.Constant(self.vt, None)
         new = []
         for r in range(t.mr):
-            s = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
-            splat = b.shuffle_vector(b.insert_element(undef, s, ir.Constant(I32, 0)), undef, zeros)
+            x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
+            splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
             new.append([self.fma(b, splat, bvec[q], accs[r][q]) for q in range(nv)])
         k.add_incoming(b.add(k, _c(1)), b.block)
         for r in range(t.mr):
             for q in range(nv):
                 accs[r][q].add_incoming(new[r][q], b.block)
-        b.branch(cond)
+        no_unroll(b.branch(cond))
         b.position_at_end(done)
         cvt = ir.VectorType(c_t, t.v)
 
@@ -731,7 +760,6 @@ class _Emitter:
             g.if_(first, lambda: store(True), lambda: store(False))
 
         def edge() -> None:
-            masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
             for r in range(t.mr):
                 def row(r: int = r) -> None:
                     rowp = g.gep(cp, c_t, b.mul(_c(r), ldc))
@@ -742,7 +770,7 @@ class _Emitter:
                         _intrinsic(b, f"llvm.masked.store.{_sfx(cvt)}.p0", VOID,
                                    [val, p, ir.Constant(I32, _bytes(c_t)), masks[q]])
 
-                g.if_(b.icmp_signed("<", _c(r), mr), row)
+                g.if_(b.and_(b.icmp_signed("<=", skip, _c(r)), b.icmp_signed("<", _c(r), end)), row)
 
         full_tile = b.and_(b.icmp_signed("==", mr, _c(t.mr)), b.icmp_signed("==", nr, _c(t.nr)))
         g.if_(full_tile, full, edge)
@@ -757,14 +785,13 @@ def emit(mod: ir.Module, spec: GemmSpec) -> ir.Function:
     return _Emitter(mod, spec, spec.vector_bits or host().vector_bits).build()
 
 
-def vector_bits_for(cpu: str | None, features: str | None) -> int:
-    """The widest vector a target (``cpu``/``features`` as given to AOT) offers."""
+def vector_bits_for(features: str | None) -> int:
+    """The widest vector a target (LLVM ``features`` as given to AOT) offers. No
+    ``features`` means the host's (``target.target_machine`` uses them then)."""
     from .target import host
 
     if features is None:
-        if cpu in (None, host().cpu):
-            return host().vector_bits
-        features = ""
+        return host().vector_bits
     if "+avx512f" in features:
         return 512
     if "+avx2" in features or "+avx" in features:

@@ -1,0 +1,300 @@
+"""The GEMM kernel (axle_cpu/gemm.py) against the interpreter: every dtype, odd sizes that
+do not divide the tiles, size-0/1 dims, batch dims, transposed operands, multi-dim
+groups, the matrix-vector paths, thread splits over arbitrary row/column ranges, the
+tile shapes of narrower vector units, and the vector FMAs in its code."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+
+import axle
+from axle.backend import CompileOptions
+from axle.interpreter import evaluate
+from axle.ir import Builder, DType, Module, TensorType
+from axle.testing.cases import assert_close, random_input, tolerance
+
+RNG = np.random.default_rng(7)
+DTYPES = ["f32", "f64", "f16", "s32", "s64"]
+MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))
+
+
+def _backend():  # noqa: ANN202
+    return axle.REGISTRY.backend("cpu")
+
+
+def dot_module(dt: str, ls: tuple[int, ...], rs: tuple[int, ...], **attrs: tuple[int, ...]) -> Module:
+    b = Builder("gemm")
+    x = b.parameter(f"{dt}[{','.join(map(str, ls))}]")
+    y = b.parameter(f"{dt}[{','.join(map(str, rs))}]")
+    return b.build(b.dot_general(x, y, **attrs))
+
+
+def inputs(m: Module, special: bool = False) -> list[np.ndarray]:
+    out = []
+    for p in m.entry.parameters:
+        t = p.type
+        small = t.dtype in (DType.FLOAT16, DType.INT32, DType.INT64)
+        out.append(random_input(RNG, t, special=special and t.dtype.is_float, small=small))
+    return out
+
+
+def check_dot(m: Module, xs: list[np.ndarray], got: np.ndarray) -> None:
+    """Integers exact (wrapping); floats within the forward error bound K*eps*|A|.|B| of
+    any summation order, as the conformance kit checks dots."""
+    want = evaluate(m, *xs)[0]
+    root = m.entry.root
+    if not root.dtype.is_float:
+        assert_close(got, want, 0, 0, m.name)
+        return
+    k = math.prod(root.operands[0].shape[d] for d in root.attr["lhs_contracting"])
+    mag = evaluate(m, *[np.abs(x) for x in xs])[0].astype(np.float64)
+    bound = 2.0 * max(k, 1) * float(np.finfo(root.dtype.np).eps) * mag
+    rtol, atol = tolerance(root.dtype, None, max(k, 1))
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert g.shape == w.shape and got.dtype == want.dtype
+    same_nan = np.isnan(g) == np.isnan(w)
+    assert same_nan.all(), f"{m.name}: NaN positions differ"
+    fin = ~np.isnan(w)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(g - w)
+    inf = np.isinf(w)
+    assert (g[inf] == w[inf]).all(), f"{m.name}: infinities differ"
+    ok = (err <= rtol * np.abs(w) + atol + bound) | inf
+    assert ok[fin].all(), f"{m.name}: max error {err[fin & ~inf].max()} exceeds the dot bound"
+
+
+def run(m: Module, xs: list[np.ndarray], cpu, **flags: str):  # noqa: ANN001, ANN201
+    be = _backend()
+    exe = be.compile(m, cpu, CompileOptions(optimized=False, flags=flags))
+    return be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]), exe
+
+
+SHAPES = [
+    # (name, lhs, rhs, attrs)
+    ("tiny", (1, 1), (1, 1), MM),
+    ("odd", (7, 17), (17, 33), MM),
+    ("edges", (33, 129), (129, 17), MM),
+    ("wide", (17, 300), (300, 129), MM),
+    ("k1", (129, 1), (1, 65), MM),
+    ("lhs-t", (129, 33), (129, 70), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("rhs-t", (33, 129), (70, 129), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
+    ("both-t", (129, 33), (70, 129), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+    ("batch", (3, 17, 33), (3, 33, 7), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+    ("batch-middle", (17, 3, 33), (33, 3, 9),
+     dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
+    ("batch-last", (33, 17, 2), (2, 9, 33),
+     dict(lhs_batch=(2,), rhs_batch=(0,), lhs_contracting=(0,), rhs_contracting=(2,))),
+    ("two-contracting", (5, 7, 3), (3, 7, 9), dict(lhs_contracting=(1, 2), rhs_contracting=(1, 0))),
+    ("split-free", (5, 33, 4), (33, 6, 7), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("matvec", (129, 67), (67,), MM),
+    ("matvec-t", (67, 129), (67,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("vecmat", (67,), (67, 129), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("vecmat-t", (67,), (129, 67), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+    ("vecvec", (129,), (129,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("outer", (7,), (33,), dict(lhs_contracting=(), rhs_contracting=())),
+    ("batched-matvec", (3, 17, 33), (3, 33),
+     dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+    ("empty-k", (7, 0), (0, 9), MM),
+    ("empty-m", (0, 7), (7, 9), MM),
+    ("empty-batch", (0, 4, 5), (0, 5, 3), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("name,ls,rs,attrs", SHAPES, ids=[s[0] for s in SHAPES])
+def test_gemm_matches_interpreter(name, ls, rs, attrs, dt, cpu) -> None:  # noqa: ANN001
+    m = dot_module(dt, ls, rs, **attrs)
+    xs = inputs(m)
+    got, exe = run(m, xs, cpu)
+    kinds = [launch.step.spec.kind for launch, _ in exe._steps if launch is not None]
+    assert kinds == ["gemm"], exe.report()
+    check_dot(m, xs, got)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_gemm_nan_inf_propagate(dt, cpu) -> None:  # noqa: ANN001
+    m = dot_module(dt, (40, 70), (70, 50), **MM)
+    xs = inputs(m, special=True)  # NaN, +-inf, +-0 at the start of each operand
+    got, _ = run(m, xs, cpu)
+    check_dot(m, xs, got)
+
+
+def test_gemm_large_multi_block(cpu) -> None:  # noqa: ANN001
+    """More than one K, M and N cache block (KC=256, MC=96, NC up to 1024 on AVX-512)."""
+    m = dot_module("f32", (300, 700), (700, 1100), **MM)
+    xs = inputs(m)
+    got, _ = run(m, xs, cpu)
+    check_dot(m, xs, got)
+
+
+def test_gemm_f16_accumulates_in_f32(cpu) -> None:  # noqa: ANN001
+    """K spanning several K blocks: partial sums must not be rounded to half in between."""
+    m = dot_module("f16", (9, 1000), (1000, 20), **MM)
+    xs = [np.full((9, 1000), 0.1, np.float16), np.full((1000, 20), 0.1, np.float16)]
+    got, _ = run(m, xs, cpu)
+    want = evaluate(m, *xs)[0]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3)
+
+
+def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
+    """The gemm kernel of a dot module compiled alone (tiles for ``vector_bits``)."""
+    from axle_cpu.executable import KFUNC, compile_kernels
+    from axle_cpu.plan import build_plan
+
+    plan = build_plan(m, arena=False, vector_bits=vector_bits)
+    (spec,) = plan.kernels.values()
+    assert spec.kind == "gemm"
+    jit, _ = compile_kernels([spec], f"gemm{vector_bits}")
+    return jit, KFUNC(jit.address(spec.name)), spec.loop_sizes
+
+
+def _call(fn, xs: list[np.ndarray], out: np.ndarray, ranges: list[tuple[int, int, int, int]]) -> None:  # noqa: ANN001
+    ptrs = (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))
+    for o0, o1, i0, i1 in ranges:
+        fn(ptrs, o0, o1, i0, i1, 0, 2**63 - 1)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "s64"])
+@pytest.mark.parametrize("name,ls,rs,attrs", [
+    ("batch", (3, 37, 45), (3, 45, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+    ("batch-wide", (2, 37, 45), (2, 45, 300), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,),
+                                                   rhs_contracting=(1,))),
+    ("matvec", (3, 37, 45), (3, 45), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+    ("matvec-t", (3, 45, 37), (45, 3), dict(lhs_batch=(0,), rhs_batch=(1,), lhs_contracting=(1,), rhs_contracting=(0,))),
+], ids=["batch", "batch-wide", "matvec", "matvec-t"])
+def test_gemm_disjoint_ranges(name, ls, rs, attrs, dt) -> None:  # noqa: ANN001
+    """Thread splits: disjoint pieces of the outer range (rows of the [batch*M, N] output,
+    crossing batch boundaries; or columns for a wide output) and of the inner range give
+    exactly the single-call result."""
+    m = dot_module(dt, ls, rs, **attrs)
+    xs = inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    shape = m.entry.root.shape
+    whole = np.zeros(shape, xs[0].dtype)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_dot(m, xs, whole)
+    cuts = sorted({0, 5, outer // 3, outer // 3 + 1, 74 % outer, max(outer - 7, 0), outer})
+    pieces = np.full(shape, 99, xs[0].dtype)
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+    if inner > 1:
+        cuts = sorted({0, min(13, inner), inner // 2, inner})
+        pieces = np.full(shape, 99, xs[0].dtype)
+        _call(fn, xs, pieces, [(0, outer, a, b) for a, b in zip(cuts, cuts[1:]) if a < b])
+        np.testing.assert_array_equal(pieces, whole)
+
+
+def test_gemm_threads_same_numbers(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A dot split across 2 threads (forced) gives the same bits as 1 thread."""
+    from axle_cpu import threads
+
+    m = dot_module("f32", (300, 257), (257, 290), **MM)
+    xs = inputs(m)
+    be = _backend()
+    results = {}
+    for nt in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", nt)
+        be._cache.clear()
+        exe = be.compile(m, cpu, CompileOptions(optimized=False))
+        for launch, _ in exe._steps:
+            if launch is not None and nt == "2":
+                launch.parallel = True
+        results[nt] = [be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]) for _ in range(2)]
+        assert threads.pool().n == int(nt)
+    for a, b in zip(results["1"], results["2"]):
+        np.testing.assert_array_equal(a, b)
+    check_dot(m, xs, results["2"][0])
+
+
+@pytest.mark.parametrize("vector_bits", [256, 128])
+@pytest.mark.parametrize("dt", ["f32", "f64", "f16", "s32"])
+def test_gemm_narrow_vector_tiles(vector_bits, dt) -> None:  # noqa: ANN001
+    """The tile shapes chosen for AVX2 (16 x 256-bit registers) and generic x86-64
+    (SSE, 128-bit) compute the same products (run here on the host)."""
+    from axle_cpu.gemm import Layout, tiles
+
+    for ls, rs in (((37, 129), (129, 70)), ((37, 129), (129, 3)), ((1, 40), (40, 33))):
+        m = dot_module(dt, ls, rs, **MM)
+        t = tiles(m.entry.root.dtype, vector_bits, Layout.of(m.entry.root))
+        assert t.nr % t.v == 0 and t.mr * (t.nr // t.v) <= 12, t
+        xs = inputs(m)
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.zeros(m.entry.root.shape, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+
+
+def test_gemm_stack_frame_is_bounded() -> None:
+    """The packed buffers fit STACK_BUDGET whatever the dtype and vector width."""
+    from axle_cpu.gemm import STACK_BUDGET, Layout, compute_bits, tiles
+
+    m = dot_module("f32", (4096, 4096), (4096, 4096), **MM)
+    lay = Layout.of(m.entry.root)
+    for dt in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64):
+        for bits in (512, 256, 128):
+            t = tiles(dt, bits, lay)
+            size = compute_bits(dt) // 8
+            frame = (t.mc * t.kc + t.kc * t.nc) * size + (t.mc * t.nc * 4 if dt is DType.FLOAT16 else 0)
+            assert frame <= STACK_BUDGET * (2 if dt is DType.FLOAT16 else 1), (dt, bits, t)
+            assert t.kc * t.nr * size <= 64 * 1024
+
+
+def test_gemm_micro_kernel_uses_vector_fma(cpu) -> None:  # noqa: ANN001
+    from axle_cpu.target import host
+
+    m = dot_module("f32", (200, 300), (300, 260), **MM)
+    _, exe = run(m, inputs(m), cpu)
+    ir_text = exe.optimized_ir()
+    bits = host().vector_bits
+    lanes = bits // 32
+    if bits >= 256:
+        assert f"<{lanes} x float>" in ir_text
+        assert "+fma" not in host().features or f"llvm.fma.v{lanes}f32" in ir_text or \
+            f"llvm.fmuladd.v{lanes}f32" in ir_text
+    asm = exe.assembly()
+    if "+fma" in host().features:
+        reg = {512: "zmm", 256: "ymm"}.get(bits, "xmm")
+        fmas = [ln for ln in asm.splitlines() if "vfmadd" in ln and "ps" in ln and reg in ln]
+        assert len(fmas) >= 12, "the micro-kernel has no vector FMAs"
+
+
+def test_blas_flag_uses_numpy_matmul(cpu) -> None:  # noqa: ANN001
+    """--cpu_blas=true: float dots become NumPy matmul host steps (transposed and batched
+    operands through views); integer dots stay GEMM kernels."""
+    for dt, ls, rs, attrs in (("f32", (3, 40, 17), (17, 3, 9), dict(lhs_batch=(0,), rhs_batch=(1,),
+                                                                      lhs_contracting=(2,), rhs_contracting=(0,))),
+                              ("f64", (40, 17), (9, 40), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+                              ("s32", (7, 5), (5, 3), MM)):
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        got, exe = run(m, xs, cpu, cpu_blas="true")
+        assert exe.report()["host_steps"] == (1 if dt != "s32" else 0)
+        check_dot(m, xs, got)
+
+
+@pytest.mark.parametrize("target", ["host", "generic"])
+def test_gemm_aot(target: str, tmp_path) -> None:  # noqa: ANN001
+    """AOT: dots (transposed, matrix-vector, batched integer) in an object file for this
+    host or for generic x86-64 (SSE tiles), run from C with no Python."""
+    from test_cpu_aot import build_and_run
+
+    from axle_cpu.aot import compile_aot
+
+    specs = [("f32", (129, 33), (70, 129), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+             ("f64", (67, 45), (45,), MM),
+             ("s32", (3, 17, 33), (33, 3, 9), dict(lhs_batch=(0,), rhs_batch=(1,), lhs_contracting=(2,),
+                                                     rhs_contracting=(0,)))]
+    b = Builder("dots")
+    params = []
+    for dt, ls, rs, _ in specs:
+        params += [b.parameter(f"{dt}[{','.join(map(str, ls))}]"), b.parameter(f"{dt}[{','.join(map(str, rs))}]")]
+    m = b.build(*[b.dot_general(params[2 * i], params[2 * i + 1], **a) for i, (*_, a) in enumerate(specs)])
+    types = [p.type for p in m.entry.parameters]
+    res = compile_aot(m, types, str(tmp_path), name="dots", cpu="generic" if target == "generic" else None)
+    xs = [random_input(RNG, t, special=False, small=not t.dtype.is_float) for t in types]
+    got = build_and_run(res, xs, tmp_path)
+    for i, (dt, ls, rs, a) in enumerate(specs):
+        check_dot(dot_module(dt, ls, rs, **a), xs[2 * i:2 * i + 2], got[i])
