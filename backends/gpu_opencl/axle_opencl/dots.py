@@ -215,56 +215,89 @@ class _Ops:
         return f"{acc} += {a} * {b};"
 
 
+_LANES = "0123456789abcdef"
+
+
 def _lanes(dt: DType, dev: DeviceInfo) -> int:
     return dev.double_lanes if dt in (DType.FLOAT64, DType.INT64) else dev.float_lanes
 
 
+@dataclass(frozen=True)
+class _Side:
+    """One operand as the CPU micro-kernels see it: a kernel argument, its batch,
+    contracting and free dim groups, and the flattened free size."""
+
+    arg: str
+    node: Node
+    batch: list[int]
+    contracting: list[int]
+    free: list[int]
+    size: int
+
+    def offset(self, g: str, dims: list[int]) -> str:
+        return _group_offset(g, dims, self.node.shape, row_major_strides(self.node.shape))
+
+    def trailing(self, dims: list[int]) -> bool:
+        return _trailing(dims, len(self.node.shape))
+
+    @property
+    def ptr(self) -> str:
+        return f"__global const {STORAGE[self.node.dtype]}* restrict"
+
+
 def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
     """CPU devices: register-blocked work-items without local memory; None where the
-    layout suits neither micro-kernel (the local-memory kernel is used then)."""
-    lhs, rhs = n.operands
+    layout suits no micro-kernel (the local-memory kernel is used then)."""
     if n.dtype not in _ACC:
         return None
     d = DotDims.of(n)
+    lhs, rhs = n.operands
+    x, y = _Side("in0", lhs, d.lb, d.lc, d.lf, d.M), _Side("in1", rhs, d.rb, d.rc, d.rf, d.N)
     w = _lanes(n.dtype, dev)
-    rows_contig = _trailing(d.rf, len(rhs.shape))
-    k_contig = _trailing(d.lc, len(lhs.shape)) and _trailing(d.rc, len(rhs.shape))
-    if rows_contig and (d.N >= w or not k_contig or d.K < w):
-        return _rows_times_vectors(n, d, dev, w)
+    k_contig = x.trailing(x.contracting) and y.trailing(y.contracting)
+    if y.trailing(y.free) and (d.N >= w or not k_contig or d.K < w):
+        return _rows_times_vectors(n, d, x, y, w, transposed=False)
     if k_contig:
-        return _dot_products(n, d, dev, w)
+        return _dot_products(n, d, x, y, w)
+    if x.trailing(x.free):  # a.T @ b.T: vectors along the lhs free dims, stored transposed
+        return _rows_times_vectors(n, d, y, x, w, transposed=True)
     return None
 
 
-def _common(n: Node, d: DotDims) -> list[str]:
-    lhs, rhs = n.operands
-    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+def _common(n: Node, d: DotDims, x: _Side, y: _Side) -> list[str]:
     return [
         "  const int bb = (int)get_global_id(2);",
-        f"  __global const {STORAGE[lhs.dtype]}* restrict A = in0 + {_group_offset('bb', d.lb, lhs.shape, ls)};",
-        f"  __global const {STORAGE[rhs.dtype]}* restrict Bm = in1 + {_group_offset('bb', d.rb, rhs.shape, rs)};",
+        f"  {x.ptr} X = {x.arg} + {x.offset('bb', x.batch)};",
+        f"  {y.ptr} Y = {y.arg} + {y.offset('bb', y.batch)};",
         f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.M * d.N};",
     ]
 
 
-def _rows_times_vectors(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
-    """Each work-item: MR rows x NV vectors of W columns. Per k, NV vector loads of the
-    rhs row, MR lhs scalars splatted, MR x NV multiply-adds; columns past the last
-    full panel in single vectors, then scalars."""
-    lhs, rhs = n.operands
+def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transposed: bool) -> Kernel:
+    """Each work-item: MR rows of ``x`` x NV vectors of W columns of ``y`` (y's free dims
+    contiguous). Per k, NV vector loads of a row of y, MR scalars of x splatted, MR x NV
+    multiply-adds; columns past the last full panel in single vectors, then scalars.
+    ``transposed``: x is the rhs and y the lhs, so a vector of results is a column of
+    the output, stored lane by lane."""
     ops = _Ops(n.dtype, w)
-    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
+    R, V = x.size, y.size
     wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
-    mr = min(6, d.M)
-    nv = max(0, min(4 if wide else 2, d.N // w))
-    nr = nv * w if nv else d.N
-    ka = _group_offset("k", d.lc, lhs.shape, ls)
-    kb = _group_offset("k", d.rc, rhs.shape, rs)
-    L = _common(n, d)
-    L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nr};")
+    mr = min(6, R)
+    nv = max(0, min(4 if wide else 2, V // w))
+    nr = nv * w if nv else V
+    kx, ky = x.offset("k", x.contracting), y.offset("k", y.contracting)
+    L = _common(n, d, x, y)
+    L.append(f"  const int r0 = (int)get_global_id(0) * {mr}, c0 = (int)get_global_id(1) * {nr};")
     for i in range(mr):
-        L.append(f"  __global const {STORAGE[lhs.dtype]}* restrict a{i} = A + "
-                 f"{_group_offset(f'min(m0 + {i}, {d.M - 1})', d.lf, lhs.shape, ls)};")
+        L.append(f"  {x.ptr} x{i} = X + {x.offset(f'min(r0 + {i}, {R - 1})', x.free)};")
+
+    def out(row: str, col: str) -> str:
+        return f"({col}) * {R} + {row}" if transposed else f"({row}) * {V} + {col}"
+
+    def vstore(v: str, row: str, col: str) -> str:
+        if transposed:
+            return " ".join(ops.sstore(f"{v}.s{_LANES[k]}", "C", out(row, f"{col} + {k}")) for k in range(w))
+        return ops.vstore(v, f"C + {out(row, col)}")
 
     def block(cols: list[str], vec: bool, indent: str) -> None:
         """MR x len(cols) accumulators over k; ``cols`` are column offsets (C exprs)."""
@@ -273,59 +306,53 @@ def _rows_times_vectors(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
             for j in range(len(cols)):
                 L.append(f"{indent}{t} c{i}_{j} = ({t})(0);")
         L.append(f"{indent}for (int k = 0; k < {d.K}; k++) {{")
-        L.append(f"{indent}  const int ka = {ka}, kb = {kb};")
+        L.append(f"{indent}  const int kx = {kx}, ky = {ky};")
         for j, c in enumerate(cols):
-            L.append(f"{indent}  const {t} b{j} = " +
-                     (ops.vload(f"Bm + kb + {c}") if vec else ops.sload("Bm", f"kb + {c}")) + ";")
+            L.append(f"{indent}  const {t} y{j} = " +
+                     (ops.vload(f"Y + ky + {c}") if vec else ops.sload("Y", f"ky + {c}")) + ";")
         for i in range(mr):
-            s = ops.sload(f"a{i}", "ka")
-            L.append(f"{indent}  const {t} s{i} = ({t})({s});")
+            L.append(f"{indent}  const {t} s{i} = ({t})({ops.sload(f'x{i}', 'kx')});")
             for j in range(len(cols)):
-                L.append(f"{indent}  {ops.mac(f'c{i}_{j}', f's{i}', f'b{j}')}")
+                L.append(f"{indent}  {ops.mac(f'c{i}_{j}', f's{i}', f'y{j}')}")
         L.append(f"{indent}}}")
         for i in range(mr):
-            cond = f"if (m0 + {i} < {d.M}) " if d.M % mr else ""
-            stores = " ".join(ops.vstore(f"c{i}_{j}", f"C + (m0 + {i}) * {d.N} + {c}") if vec else
-                              ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.N} + {c}") for j, c in enumerate(cols))
+            cond = f"if (r0 + {i} < {R}) " if R % mr else ""
+            row = f"r0 + {i}"
+            stores = " ".join(vstore(f"c{i}_{j}", row, c) if vec else ops.sstore(f"c{i}_{j}", "C", out(row, c))
+                              for j, c in enumerate(cols))
             L.append(f"{indent}{cond}{{ {stores} }}")
 
-    rest = d.N % nr if nv else d.N
+    rest = V % nr if nv else V
     if nv:
-        L.append(f"  if (n0 + {nr} <= {d.N}) {{")
-        block([f"n0 + {j * w}" for j in range(nv)], True, "    ")
+        L.append(f"  if (c0 + {nr} <= {V}) {{")
+        block([f"c0 + {j * w}" for j in range(nv)], True, "    ")
         L.append("    return;")
         L.append("  }")
     if rest:
-        L.append("  int nn = n0;")
+        L.append("  int cc = c0;")
         if rest >= w:
-            L.append(f"  for (; nn + {w} <= {d.N}; nn += {w}) {{")
-            block(["nn"], True, "    ")
+            L.append(f"  for (; cc + {w} <= {V}; cc += {w}) {{")
+            block(["cc"], True, "    ")
             L.append("  }")
         if rest % w:
-            L.append(f"  for (; nn < {d.N}; nn++) {{")
-            block(["nn"], False, "    ")
+            L.append(f"  for (; cc < {V}; cc++) {{")
+            block(["cc"], False, "    ")
             L.append("  }")
-    gs = (-(-d.M // mr), -(-d.N // nr), d.B)
+    gs = (-(-R // mr), -(-V // nr), d.B)
     return _cpu_kernel(n, "\n".join(L), gs)
 
 
-def _dot_products(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
+def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int) -> Kernel:
     """Each work-item: MR rows x NC columns, k walked in vectors (both operands
     contiguous along k), MR x NC vector accumulators summed horizontally at the end,
     then a scalar k tail."""
-    lhs, rhs = n.operands
     ops = _Ops(n.dtype, w)
-    ls, rs = row_major_strides(lhs.shape), row_major_strides(rhs.shape)
     mr, nc = min(4, d.M), min(4, d.N)
     vt, t = ops.vt(), ops.acc
-    L = _common(n, d)
+    L = _common(n, d, x, y)
     L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nc};")
-    for i in range(mr):
-        L.append(f"  __global const {STORAGE[lhs.dtype]}* restrict a{i} = A + "
-                 f"{_group_offset(f'min(m0 + {i}, {d.M - 1})', d.lf, lhs.shape, ls)};")
-    for j in range(nc):
-        L.append(f"  __global const {STORAGE[rhs.dtype]}* restrict b{j} = Bm + "
-                 f"{_group_offset(f'min(n0 + {j}, {d.N - 1})', d.rf, rhs.shape, rs)};")
+    L += [f"  {x.ptr} a{i} = X + {x.offset(f'min(m0 + {i}, {d.M - 1})', x.free)};" for i in range(mr)]
+    L += [f"  {y.ptr} b{j} = Y + {y.offset(f'min(n0 + {j}, {d.N - 1})', y.free)};" for j in range(nc)]
     L += [f"  {vt} v{i}_{j} = ({vt})(0);" for i in range(mr) for j in range(nc)]
     L.append("  int k = 0;")
     L.append(f"  for (; k + {w} <= {d.K}; k += {w}) {{")
@@ -354,7 +381,7 @@ def _dot_products(n: Node, d: DotDims, dev: DeviceInfo, w: int) -> Kernel:
 def _lane_sum(L: list[str], acc: str, v: str, w: int) -> str:
     """The sum of a vector's lanes: halves added as vectors where w is a power of two."""
     if w & (w - 1):
-        return " + ".join(f"{v}.s{'0123456789abcdef'[k]}" for k in range(w))
+        return " + ".join(f"{v}.s{_LANES[k]}" for k in range(w))
     cur = v
     while w > 1:
         w //= 2

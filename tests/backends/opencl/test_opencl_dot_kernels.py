@@ -24,6 +24,9 @@ LAYOUTS = {
     "lhs-transposed": ((45, 70), (45, 37), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
     "rhs-transposed": ((29, 75), (38, 75), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
     "both-transposed": ((33, 21), (19, 33), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+    "batch-both-transposed": ((2, 40, 9), (2, 11, 40), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(1,),
+                                                             rhs_contracting=(2,))),
+    "free-split": ((4, 30, 5), (7, 30), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
     "matvec": ((23, 101), (101,), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
     "vecmat": ((53,), (53, 70), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
     "batch": ((3, 19, 35), (3, 35, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
@@ -76,8 +79,11 @@ def test_cpu_devices_get_register_blocks_without_local_memory(dt: DType, ocl) ->
     # x @ w.T: dot products along k
     rt = _source("rhs-transposed", dt, ocl)
     assert "__local" not in rt and "v3_3" in rt
+    # a.T @ b.T: vectors along the lhs free dim, results stored lane by lane
+    bt = _source("both-transposed", dt, ocl)
+    assert "__local" not in bt and "c5_0" in bt and "c0_0.s1" in bt
     # neither operand contiguous where a micro-kernel needs it: local-memory tiles
-    assert "__local" in _source("both-transposed", dt, ocl)
+    assert "__local" in _source("free-split", dt, ocl)
 
 
 def test_gpu_strategy_tiles_are_register_blocked(ocl) -> None:  # noqa: ANN001
