@@ -7,8 +7,9 @@ copied into that form: each group of dims (batch, M, K, N) of each operand is an
 map, one stride when its dims merge (the usual case, transposed operands included), a
 constant table of offsets otherwise; packing reads through those maps.
 
-The loop nest (per batch, over the rows ``[o0, o1)`` and columns ``[i0, i1)`` of the
-common kernel signature, so the thread pool splits it like any other kernel)::
+The loop nest, per batch, over a range of rows and of columns of C given by the common
+kernel signature (``[o0, o1)`` is the rows, or the columns for a wide C: ``GemmSpec.
+columns_outer``), so the thread pool splits it like any other kernel::
 
     for jc in N step NC:                      B panel  KC x NC
       for pc in K step KC:
@@ -32,12 +33,16 @@ float16 is packed as float32 and accumulated in float32 across all of K in a flo
 scratch block (loop order jc, ic, pc), then rounded once, like the interpreter (einsum in
 float32, one rounding). Integers wrap (any summation order gives the same bits).
 
+A matrix-vector product with K contiguous in both operands is one vectorized dot product
+per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T.
+
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
-kernel's frame, at most ~``STACK_BUDGET`` bytes, clamped to the problem size: two threads
+kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
 running the kernel at once each have their own, and AOT code needs no allocator.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +57,7 @@ from axle.ir.ops import Op
 
 from .emitter import SIG, KernelSpec
 from .lltypes import F16, F32, I1, I32, I64, PTR, STORAGE, VOID
+from .mathfns import intrinsic
 
 #: upper bound of the packed buffers' bytes in a GEMM kernel's stack frame
 STACK_BUDGET = 1152 * 1024
@@ -144,7 +150,8 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     them with AVX-512's 32 registers (6 x 4 vectors; narrower and taller when N is
     small), 12 with 16 registers (6 x 2). Cache blocks from the element size (a B
     micro-panel of at most 64 KB, an A block of ~96 KB, the rest of ``STACK_BUDGET`` for
-    the B panel), clamped to the problem so small dots use small frames."""
+    the B panel and float16's accumulator), clamped to the problem so small dots use
+    small frames."""
     bits = compute_bits(dt)
     v = max(vector_bits // bits, 1)
     accs, max_nv = (24, 4) if vector_bits >= 512 else (12, 2)
@@ -155,7 +162,8 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     size = bits // 8
     kc = max(8, min(256, 64 * 1024 // (nr * size) // 8 * 8))
     mc = max(mr, (96 * 1024 // (kc * size)) // mr * mr)
-    nc = max(nr, (STACK_BUDGET - mc * kc * size) // (kc * size) // nr * nr)
+    per_col = kc * size + (mc * 4 if dt is DType.FLOAT16 else 0)  # B panel (+ f16's f32 accumulator)
+    nc = max(nr, (STACK_BUDGET - mc * kc * size) // per_col // nr * nr)
     kc = min(kc, max(layout.k, 1))
     mc = min(mc, _round_up(max(layout.m, 1), mr))
     nc = min(nc, _round_up(max(layout.n, 1), nr))
@@ -177,7 +185,7 @@ class GemmSpec(KernelSpec):
 
     vector_bits: int = 0
 
-    @property
+    @functools.cached_property
     def layout(self) -> Layout:
         return Layout.of(self.comp.root)
 
@@ -218,14 +226,6 @@ def _sfx(t: ir.Type) -> str:
     if isinstance(t, ir.VectorType):
         return f"v{t.count}{_sfx(t.element)}"
     return f"i{t.width}" if isinstance(t, ir.IntType) else {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
-
-
-def _intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    mod = b.module
-    fn = mod.globals.get(name)
-    if fn is None:
-        fn = ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), name=name)
-    return b.call(fn, args)
 
 
 def no_unroll(latch: ir.Instruction) -> None:
@@ -358,7 +358,7 @@ class _Emitter:
     def fma(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
         if self.dt.is_int:
             return b.add(acc, b.mul(x, y))
-        return _intrinsic(b, f"llvm.fmuladd.{_sfx(x.type)}", x.type, [x, y, acc])
+        return intrinsic(b, f"llvm.fmuladd.{_sfx(x.type)}", x.type, [x, y, acc])
 
     def add(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         return b.add(x, y) if self.dt.is_int else b.fadd(x, y)
@@ -379,7 +379,7 @@ class _Emitter:
 
     def masked_load(self, b: ir.IRBuilder, p: ir.Value, et: ir.Type, mask: ir.Value) -> ir.Value:
         vt = ir.VectorType(et, self.t.v)
-        return _intrinsic(b, f"llvm.masked.load.{_sfx(vt)}.p0", vt,
+        return intrinsic(b, f"llvm.masked.load.{_sfx(vt)}.p0", vt,
                           [p, ir.Constant(I32, _bytes(et)), mask, ir.Constant(vt, None)])
 
     # -- driver
@@ -498,7 +498,7 @@ class _Emitter:
             for q in range(1, u):
                 tot = self.add(b, tot, sums[r][q])
             if self.dt.is_int:
-                res = _intrinsic(b, f"llvm.vector.reduce.add.{_sfx(self.vt)}", self.ct, [tot])
+                res = intrinsic(b, f"llvm.vector.reduce.add.{_sfx(self.vt)}", self.ct, [tot])
             else:
                 name = f"llvm.vector.reduce.fadd.{_sfx(self.vt)}"
                 fnr = self.mod.globals.get(name) or ir.Function(self.mod, ir.FunctionType(self.ct, [self.ct, self.vt]),
@@ -701,7 +701,7 @@ class _Emitter:
         for r in range(t.mr):
             rowp = g.gep(cp, c_t, b.mul(g.max(g.min(_c(r), b.sub(end, _c(1))), skip), ldc))
             for j in range(0, t.nr, line):
-                _intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
+                intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
         pre = b.block
@@ -767,7 +767,7 @@ class _Emitter:
                         p = g.gep(rowp, c_t, _c(q * t.v))
                         old = self.masked_load(b, p, c_t, masks[q])
                         val = b.select(first, accs[r][q], self.add(b, old, accs[r][q]))
-                        _intrinsic(b, f"llvm.masked.store.{_sfx(cvt)}.p0", VOID,
+                        intrinsic(b, f"llvm.masked.store.{_sfx(cvt)}.p0", VOID,
                                    [val, p, ir.Constant(I32, _bytes(c_t)), masks[q]])
 
                 g.if_(b.and_(b.icmp_signed("<=", skip, _c(r)), b.icmp_signed("<", _c(r), end)), row)
