@@ -85,6 +85,20 @@ class KernelSpec:
             return 1, 1
         return math.prod(s[:-1]), s[-1]
 
+    #: rows up to this long are walked whole (constant trip count), never split by column
+    SHORT_ROW = 64
+
+    @property
+    def fixed_columns(self) -> bool:
+        """Short rows: the column loop runs over the constant range [0, C) whatever
+        [i0, i1) says, so LLVM unrolls and vectorizes it without remainder loops and
+        runtime checks per row (a [100, 10] softmax row is 10 elements); such kernels are
+        only split across threads by rows (executable.py)."""
+        if self.kind == "gemm" or self.flat or self.column_reduce:
+            return False
+        s = self.iter_shape
+        return len(s) >= 1 and 0 < s[-1] <= self.SHORT_ROW
+
     @property
     def column_reduce(self) -> bool:
         """Reductions that keep the operand's last axis (column sums, bias gradients): the
@@ -429,7 +443,8 @@ class KernelEmitter:
         b.cbranch(b.icmp_signed("<", o, self.o1), obody, ret)
         b.position_at_end(icond)
         i = b.phi(I64)
-        b.cbranch(b.icmp_signed("<", i, self.i1), ibody, olatch)
+        i0, i1 = (ir.Constant(I64, 0), ir.Constant(I64, spec.iter_shape[-1])) if spec.fixed_columns else (self.i0, self.i1)
+        b.cbranch(b.icmp_signed("<", i, i1), ibody, olatch)
         self.level[id(o)] = 1
         self.level[id(i)] = 2
         self.tails = {0: self.entry, 1: obody}
@@ -468,10 +483,10 @@ class KernelEmitter:
         inext = b.add(i, ir.Constant(I64, 1))
         b.branch(icond)
         i.add_incoming(inext, ilatch)
-        return self._finish(o, ocond, olatch, ret, i, icond)
+        return self._finish(o, ocond, olatch, ret, i, icond, i0)
 
     def _finish(self, o: ir.Value, ocond: ir.Block, olatch: ir.Block, ret: ir.Block,
-                i: ir.Value, icond: ir.Block) -> ir.Function:
+                i: ir.Value, icond: ir.Block, i0: ir.Value) -> ir.Function:
         """Ends the outer loop ``o`` and the function, then closes the preambles, now that
         everything hoisted into them is emitted: the entry enters the outer loop, the row
         preamble enters the column loop ``i`` (from ``i0``)."""
@@ -487,7 +502,7 @@ class KernelEmitter:
         o.add_incoming(onext, olatch)
         b.position_at_end(self.tails[1])
         b.branch(icond)
-        i.add_incoming(self.i0, self.tails[1])
+        i.add_incoming(i0, self.tails[1])
         return self.fn
 
     #: columns accumulated per pass of a column reduction (accumulators on the stack)
@@ -589,7 +604,7 @@ class KernelEmitter:
         c0next = b.add(c0, chunk)
         b.branch(ccond)
         c0.add_incoming(c0next, b.block)
-        return self._finish(o, ocond, olatch, ret, c0, ccond)
+        return self._finish(o, ocond, olatch, ret, c0, ccond, self.i0)
 
     # ------------------------------------------------------------------- constants
     def global_array(self, arr: np.ndarray, dt: DType) -> ir.Value:
@@ -772,23 +787,41 @@ def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool
     return M.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
 
 
+#: a reduction over at most this many elements (LLVM unrolls its loop fully) keeps
+#: SHORT_LANES accumulators, so its unrolled chain is that many times shorter
+SHORT_REDUCTION = 64
+SHORT_LANES = 8
+
+
 def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     x = n.operands[0]
     kind, axes = n.attr["kind"], tuple(sorted(n.attr["axes"]))
     dt = x.dtype
-    ident = reduce_identity(kind, dt)
+    ident = const(dt, (lambda v: v.item() if hasattr(v, "item") else v)(reduce_identity(kind, dt)))
     acc_t = COMPUTE[dt]
-    acc = em.entry_alloca(acc_t)
-    em.b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), acc)
     kept = iter(idx)
     full: list[Index] = [0 if d in axes else next(kept) for d in range(len(x.shape))]
     is_root = n in em.spec.outputs and em.spec.split_reduce_size > 0
     level0 = em.cur_level
+    count = math.prod(x.shape[a] for a in axes)
+    # A short reduction is unrolled by LLVM into one dependent chain of combines (a scalar
+    # max costs ~8 cycles of latency each): spread it over independent accumulators, one
+    # per element index mod `lanes`, combined as a tree at the end.
+    lanes = 1
+    if count <= SHORT_REDUCTION and not is_root and len(axes) == 1:
+        while lanes < SHORT_LANES and 2 * lanes <= count // 2:
+            lanes *= 2
+    acc = em.entry_alloca(ir.ArrayType(acc_t, lanes))
+    zero = ir.Constant(I64, 0)
+    for k in range(lanes):
+        em.b.store(ident, em.b.gep(acc, [zero, ir.Constant(I64, k)], inbounds=True))
 
     def nest(k: int) -> None:
         if k == len(axes):
             v = em.value(x, full)
-            em.b.store(combine(em, kind, dt, em.b.load(acc, typ=acc_t), v), acc)
+            lane = em.b.and_(em.iv(full[axes[-1]]), ir.Constant(I64, lanes - 1)) if lanes > 1 else zero
+            slot = em.b.gep(acc, [zero, lane], inbounds=True)
+            em.b.store(combine(em, kind, dt, em.b.load(slot, typ=acc_t), v), slot)
             return
         ax = axes[k]
         lo: Index = 0
@@ -808,7 +841,10 @@ def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     em.cur_level = max(saved, 2) + 1
     nest(0)
     em.cur_level = saved
-    return em.b.load(acc, typ=acc_t)
+    parts = [em.b.load(em.b.gep(acc, [zero, ir.Constant(I64, k)], inbounds=True), typ=acc_t) for k in range(lanes)]
+    while len(parts) > 1:
+        parts = [combine(em, kind, dt, parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
+    return parts[0]
 
 
 def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:

@@ -151,7 +151,7 @@ class _Launch:
                 elif p.dtype == np.bool_:
                     ufunc = np.logical_and
                 o[...] = ufunc.reduce(work, axis=0)
-        elif self.inner >= 2 * n:
+        elif self.inner >= 2 * n and not self.step.spec.fixed_columns:
             pool.run([lambda a=a, b=b: fn(bufs, 0, self.outer, a, b, 0, INT64_MAX)
                       for a, b in threads.chunks(0, self.inner, n)])
         else:
