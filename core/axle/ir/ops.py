@@ -398,8 +398,12 @@ def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...]
             rfree.append(rsub[i])
     spec = f"{''.join(lsub)},{''.join(rsub)}->{''.join(batch + lfree + rfree)}"
     work_dt = np.float32 if lhs.dtype == np.float16 else lhs.dtype
-    out = np.einsum(spec, lhs.astype(work_dt, copy=False), rhs.astype(work_dt, copy=False), optimize=True)
-    return np.asarray(out).astype(lhs.dtype)
+    out = np.asarray(np.einsum(spec, lhs.astype(work_dt, copy=False), rhs.astype(work_dt, copy=False), optimize=True))
+    if out.dtype.kind == "f":
+        # A dot accumulates from +0 (like a sum reduction), so a sum of only -0 products is
+        # +0; einsum's BLAS path can return -0 there, which then flips 1/x or rsqrt to -inf.
+        out = out + out.dtype.type(0)
+    return out.astype(lhs.dtype)
 
 
 def _broadcast_in_dim(x: np.ndarray, *, shape: Shape, broadcast_dimensions: tuple[int, ...]) -> np.ndarray:
