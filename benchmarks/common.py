@@ -32,16 +32,22 @@ class Row:
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2,
             sync: Callable[[Any], Any] | None = None) -> dict[str, float]:
-    """Median milliseconds per call of each function, timed interleaved (round-robin) so
-    that machine noise hits every implementation alike. ``sync`` waits for a result
-    (e.g. np.asarray on a device array) and is included in the time."""
+    """Median milliseconds per call of each function, timed interleaved (round-robin, the
+    order rotated every round) so that machine noise hits every implementation alike.
+    ``sync`` waits for a result (e.g. np.asarray on a device array) and is included in
+    the time."""
     done = sync or (lambda r: r)
     for fn in fns.values():
         for _ in range(warmup):
             done(fn())
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        # Rotated each round, so every implementation follows every other one equally
+        # often: libraries leave threads spinning (OpenBLAS, XLA's pool, OpenMP) and steal
+        # the cores from whatever runs next.
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
             t0 = time.perf_counter()
             done(fn())
             samples[name].append((time.perf_counter() - t0) * 1e3)

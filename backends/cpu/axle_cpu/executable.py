@@ -31,6 +31,9 @@ from .target import JitModule, host
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                          ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 
+#: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
+CHUNKS = 4
+
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
             "and": np.bitwise_and, "or": np.bitwise_or}
 
@@ -126,22 +129,22 @@ class _Launch:
                 self.parallel = self._best_us > threads.SPLIT_FACTOR * pool.wake_us
 
     def _run_parallel(self, pool: threads.WorkerPool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
+        # CHUNKS per thread, claimed dynamically (threads.py): a late worker costs nothing.
         n = pool.n
         fn = self.fn
         if self.outer >= n:
-            pool.run([lambda a=a, b=b: fn(bufs, a, b, 0, self.inner, 0, INT64_MAX)
-                      for a, b in threads.chunks(0, self.outer, n)])
+            parts = threads.chunks(0, self.outer, CHUNKS * n)
+            pool.run(lambda k: fn(bufs, *parts[k], 0, self.inner, 0, INT64_MAX), len(parts))
         elif self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
-            # A big reduction into few outputs: each thread reduces a slice of the first
+            # A big reduction into few outputs: each chunk reduces a slice of the first
             # reduced axis into its own partial outputs, combined here.
             outputs = outs()
-            parts = threads.chunks(0, self.rsize, n)
+            parts = threads.chunks(0, self.rsize, CHUNKS * n)
             partial = [np.empty((len(parts),) + o.shape, o.dtype) for o in outputs]
             src = (ctypes.c_void_p * self.nbuf).from_address(bufs)
             ptr_sets = [(ctypes.c_void_p * self.nbuf)(*src[:self.nin], *[p[k, ...].ctypes.data for p in partial])
                         for k in range(len(parts))]
-            pool.run([lambda k=k, a=a, b=b: fn(ptr_sets[k], 0, self.outer, 0, self.inner, a, b)
-                      for k, (a, b) in enumerate(parts)])
+            pool.run(lambda k: fn(ptr_sets[k], 0, self.outer, 0, self.inner, *parts[k]), len(parts))
             for o, p, out_node in zip(outputs, partial, self.step.spec.outputs):
                 kind = out_node.attr["kind"]
                 work = p.astype(np.float32) if p.dtype == np.float16 else p
@@ -152,8 +155,8 @@ class _Launch:
                     ufunc = np.logical_and
                 o[...] = ufunc.reduce(work, axis=0)
         elif self.inner >= 2 * n and not self.step.spec.fixed_columns:
-            pool.run([lambda a=a, b=b: fn(bufs, 0, self.outer, a, b, 0, INT64_MAX)
-                      for a, b in threads.chunks(0, self.inner, n)])
+            parts = threads.chunks(0, self.inner, CHUNKS * n)
+            pool.run(lambda k: fn(bufs, 0, self.outer, *parts[k], 0, INT64_MAX), len(parts))
         else:
             fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 

@@ -10,6 +10,7 @@ number of threads (1 disables splitting).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import queue
 import threading
@@ -41,8 +42,33 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Job:
+    """``nchunks`` calls ``fn(k)``, claimed one by one by whoever is free: the caller and
+    any worker that wakes in time. A worker that wakes late finds nothing left and leaves,
+    so the caller never waits for a thread the OS has not scheduled (another process's
+    spinning threads can hold a core for a whole time slice); it waits only for chunks
+    already running."""
+
+    def __init__(self, fn: Callable[[int], None], nchunks: int) -> None:
+        self.fn = fn
+        self.nchunks = nchunks
+        self._claim = itertools.count()  # next() is atomic under the GIL
+        self._done = itertools.count(1)
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        while (k := next(self._claim)) < self.nchunks:
+            try:
+                self.fn(k)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the caller
+                self.error = e
+            if next(self._done) == self.nchunks:
+                self.finished.set()
+
+
 class WorkerPool:
-    """Persistent workers; ``run(tasks)`` runs callables, the caller doing the first."""
+    """Persistent workers that help the calling thread through a job's chunks."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -55,30 +81,33 @@ class WorkerPool:
 
     def _work(self) -> None:
         while True:
-            fn, done = self._q.get()
-            try:
-                fn()
-            finally:
-                done.release()
+            self._q.get().work()
 
-    def run(self, tasks: list[Callable[[], None]]) -> None:
-        if len(tasks) == 1:
-            tasks[0]()
+    def run(self, fn: Callable[[int], None], nchunks: int) -> None:
+        """Calls ``fn(k)`` for every k in range(nchunks), spread over the pool; returns when
+        all are done (re-raising the first error)."""
+        if nchunks <= 1 or self.n == 1:
+            for k in range(nchunks):
+                fn(k)
             return
-        done = threading.Semaphore(0)
-        for t in tasks[1:]:
-            self._q.put((t, done))
-        tasks[0]()
-        for _ in tasks[1:]:
-            done.acquire()
+        job = _Job(fn, nchunks)
+        for _ in range(min(self.n - 1, nchunks - 1)):
+            self._q.put(job)
+        job.work()
+        job.finished.wait()
+        if job.error is not None:
+            raise job.error
 
     def _measure_wake(self) -> float:
+        """Median time for a worker to pick up a job (the cost a split must repay)."""
         if self.n == 1:
             return float("inf")
         samples = []
         for _ in range(20):
+            started = threading.Event()
             t0 = time.perf_counter()
-            self.run([lambda: None] * self.n)
+            self._q.put(_Job(lambda k: started.set(), 1))
+            started.wait()
             samples.append((time.perf_counter() - t0) * 1e6)
         samples.sort()
         return max(samples[len(samples) // 2], 5.0)

@@ -86,3 +86,33 @@ def test_concurrent_calls_of_one_executable(cpu) -> None:  # noqa: ANN001
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_split_kernels_never_wait_for_a_busy_worker() -> None:
+    """Chunks are claimed dynamically: with the worker held up (as by another library's
+    spinning threads), the caller runs every chunk itself instead of waiting for it."""
+    from axle_cpu import threads
+
+    pool = threads.WorkerPool(2)
+    release = threading.Event()
+    pool._q.put(threads._Job(lambda k: release.wait(), 1))  # occupy the one worker
+    try:
+        ran: list[int] = []
+        pool.run(ran.append, 8)
+        assert sorted(ran) == list(range(8))
+    finally:
+        release.set()
+    ran2: list[int] = []
+    pool.run(ran2.append, 5)  # the worker is back and may help
+    assert sorted(ran2) == list(range(5))
+
+    def boom(k: int) -> None:
+        if k == 3:
+            raise ValueError("chunk 3")
+
+    try:
+        pool.run(boom, 6)
+    except ValueError as e:
+        assert "chunk 3" in str(e)
+    else:
+        raise AssertionError("the chunk's error was lost")
