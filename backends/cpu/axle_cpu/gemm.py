@@ -149,7 +149,7 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     """The register tile from the vector width: MR x NV vectors of accumulators, 24 of
     them with AVX-512's 32 registers (6 x 4 vectors; narrower and taller when N is
     small), 12 with 16 registers (6 x 2). Cache blocks from the element size (a B
-    micro-panel of at most 64 KB, an A block of ~96 KB, the rest of ``STACK_BUDGET`` for
+    micro-panel of at most 128 KB, an A block of ~96 KB, the rest of ``STACK_BUDGET`` for
     the B panel and float16's accumulator), clamped to the problem so small dots use
     small frames."""
     bits = compute_bits(dt)
@@ -160,7 +160,7 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     mr = -(-layout.m // -(-layout.m // mr)) if layout.m else mr  # balanced row tiles
     nr = nv * v
     size = bits // 8
-    kc = max(8, min(256, 64 * 1024 // (nr * size) // 8 * 8))
+    kc = max(8, min(512, 128 * 1024 // (nr * size) // 8 * 8))  # B micro-panel <= 128 KB
     mc = max(mr, (96 * 1024 // (kc * size)) // mr * mr)
     per_col = kc * size + (mc * 4 if dt is DType.FLOAT16 else 0)  # B panel (+ f16's f32 accumulator)
     nc = max(nr, (STACK_BUDGET - mc * kc * size) // per_col // nr * nr)

@@ -123,7 +123,7 @@ def test_gemm_nan_inf_propagate(dt, cpu) -> None:  # noqa: ANN001
 
 
 def test_gemm_large_multi_block(cpu) -> None:  # noqa: ANN001
-    """More than one K, M and N cache block (KC=256, MC=96, NC up to 1024 on AVX-512)."""
+    """More than one K, M and N cache block (KC=512, MC=48, NC=512 for float32 on AVX-512)."""
     m = dot_module("f32", (300, 700), (700, 1100), **MM)
     xs = inputs(m)
     got, _ = run(m, xs, cpu)
@@ -239,7 +239,7 @@ def test_gemm_stack_frame_is_bounded() -> None:
             size = compute_bits(dt) // 8
             frame = (t.mc * t.kc + t.kc * t.nc) * size + (t.mc * t.nc * 4 if dt is DType.FLOAT16 else 0)
             assert frame <= STACK_BUDGET, (dt, bits, t)
-            assert t.kc * t.nr * size <= 64 * 1024
+            assert t.kc * t.nr * size <= 128 * 1024
 
 
 def test_gemm_micro_kernel_uses_vector_fma(cpu) -> None:  # noqa: ANN001
