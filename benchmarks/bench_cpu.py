@@ -75,6 +75,10 @@ def _c_library() -> Any:
         r = subprocess.run([cc, *[f for f in flags if f != "-fopenmp"], src, "-o", lib, "-lm"], capture_output=True)
         if r.returncode != 0:
             return None
+    # libgomp reads this when the library loads: its threads sleep between parallel
+    # regions instead of spinning for milliseconds on the cores the next implementation
+    # in the interleaved round needs.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     so = ctypes.CDLL(lib)
     P, I = ctypes.c_void_p, ctypes.c_int64
     so.seed.restype = ctypes.c_float

@@ -116,9 +116,11 @@ class CpuBackend(Backend):
 
         src = np.asarray(array)
         t = TensorType(to_dtype(src.dtype), tuple(src.shape))
-        out = POOL.empty(t.shape, t.dtype.np)
+        from .executable import CpuBuffer
+
+        out, addr = POOL.alloc(t.shape, t.dtype.np)
         np.copyto(out, src, casting="no")
-        return Buffer(device, t, out)
+        return CpuBuffer(device, t, out, addr)
 
     def to_host(self, buffer: Buffer) -> np.ndarray:
         return buffer.handle

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from axle.ir.types import TensorType
 
 from . import threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
-from .memory import MMAP_MIN, POOL
+from .memory import MMAP_MIN, POOL, address
 from .plan import HostStep, KernelStep, Plan
 from .runner import STEP, run_steps
 from .target import JitModule, host
@@ -161,8 +162,16 @@ class _Launch:
             fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 
 
-def _address(a: np.ndarray) -> int:
-    return a.ctypes.data
+@dataclass(frozen=True, eq=False)
+class CpuBuffer(Buffer):
+    """A CPU buffer (its handle a NumPy array) that remembers its address: an argument
+    costs no address lookup per call."""
+
+    addr: int = 0
+
+
+def _address(buf: Buffer) -> int:
+    return buf.addr if type(buf) is CpuBuffer else address(buf.handle)
 
 
 class CpuExecutable(Executable):
@@ -196,7 +205,7 @@ class CpuExecutable(Executable):
         self._table = np.array(records, STEP)
         self._table_addr = self._table.ctypes.data if len(records) else 0
         self._const_slots = np.array(list(plan.constants), np.intp)
-        self._const_addrs = np.array([_address(a) for a in plan.constants.values()], np.uint64)
+        self._const_addrs = np.array([address(a) for a in plan.constants.values()], np.uint64)
         self._temp_slots = np.array(list(plan.temp_offsets), np.intp)
         self._temp_offs = np.array(list(plan.temp_offsets.values()), np.uint64)
         # Outputs outside the arena: big ones get pooled mappings of their own; small ones
@@ -220,6 +229,8 @@ class CpuExecutable(Executable):
         self._temp_type = {s: t for step in plan.steps for s, t in zip(step.outs, step.out_types)
                            if s in plan.temp_offsets}
         self._segments: tuple[int, list[tuple]] | None = None
+        # Reusable pointer tables (one per concurrent call; more are made when needed).
+        self._tables: list[tuple[np.ndarray, int]] = []
         self._run_steps = run_steps() if records else None
 
     def _schedule(self, nthreads: int) -> list[tuple] | None:
@@ -251,28 +262,39 @@ class CpuExecutable(Executable):
             if a.type != t:
                 raise BackendError(f"cpu: argument {k} is {a.type}, the module expects {t}")
             vals[k] = a.handle
-            addrs[k] = _address(a.handle)
+            addrs[k] = _address(a)
         for s, arr in plan.constants.items():
             vals[s] = arr
         addrs[self._const_slots] = self._const_addrs
         # One arena per call for every temporary (offsets from buffer assignment, with
         # in-place reuse); pooled, so a repeated call touches no fresh pages.
+        # A small arena shares the block of small outputs (one allocation per call).
         arena = None
-        if plan.temp_bytes:
+        small_arena = plan.temp_bytes < MMAP_MIN
+        if plan.temp_bytes and not small_arena:
             arena, base = POOL.alloc((plan.temp_bytes,), np.dtype(np.uint8))
             addrs[self._temp_slots] = self._temp_offs + np.uint64(base)
         for s, t in self._big_outs:
             vals[s], addrs[s] = POOL.alloc(t.shape, t.dtype.np)
-        if self._small_bytes:
-            block = np.empty(self._small_bytes + 64, np.uint8)
-            base = block.ctypes.data
+        block_bytes = self._small_bytes + (plan.temp_bytes if small_arena else 0)
+        if block_bytes:
+            block = np.empty(block_bytes + 64, np.uint8)
+            base = ctypes.addressof(ctypes.c_char.from_buffer(block))
             pad = -base % 64
             addrs[self._small_slots] = self._small_offs + np.uint64(base + pad)
             for s, shape, dt, off in self._small_outs:
                 vals[s] = np.ndarray(shape, dt, block, pad + off)
-        ptrs = addrs[self._src]
-        ptrs_addr = ptrs.ctypes.data
-        pool = threads.pool()
+            if plan.temp_bytes and small_arena:
+                start = pad + self._small_bytes
+                arena = block[start:start + plan.temp_bytes]
+                addrs[self._temp_slots] = self._temp_offs + np.uint64(base + start)
+        tables = self._tables
+        try:
+            ptrs, ptrs_addr = tables.pop()  # a pointer table of this executable's (atomic under the GIL)
+        except IndexError:  # another thread (or a nested call) holds them all
+            ptrs = np.empty(len(self._src), np.uint64)
+            ptrs_addr = address(ptrs) if len(ptrs) else 0
+        np.take(addrs, self._src, out=ptrs)
 
         def arrays(slots: list[int]) -> list[np.ndarray]:
             for s in slots:
@@ -282,7 +304,10 @@ class CpuExecutable(Executable):
             return [vals[s] for s in slots]
 
         tracing = profiler.enabled()
-        segs = None if tracing else self._schedule(pool.n)
+        # The schedule is fixed by the thread count when it was made (AXLE_CPU_THREADS is
+        # read then, not on every call).
+        pool = None if self._segments is not None else threads.pool()
+        segs = None if tracing else (self._segments[1] if pool is None else self._schedule(pool.n))
         if segs is None:  # step by step: measuring, or recording a timeline
             segs = [("step", launch, step) for launch, step in self._steps]
         for seg in segs:
@@ -292,12 +317,14 @@ class CpuExecutable(Executable):
             _, launch, step = seg
             t0 = profiler.now_us() if tracing else 0.0
             if launch is not None:
+                pool = pool or threads.pool()
                 launch.run(ptrs_addr, pool, lambda step=step: arrays(step.outs))
             else:
                 step.fn(arrays(step.ins), arrays(step.outs))
             if tracing:
                 profiler.kernel_event(step.label, self.device.name, t0, profiler.now_us() - t0,
                                       kind="kernel" if launch is not None else "host")
+        tables.append((ptrs, ptrs_addr))
         out = []
         for s, t in zip(plan.results, plan.result_types):
             v = vals[s]
@@ -305,7 +332,10 @@ class CpuExecutable(Executable):
                 v = arrays([s])[0].copy()
             elif s < plan.n_params or s in plan.constants:
                 v = np.array(v, copy=True)  # results never alias the caller's inputs
-            out.append(Buffer(self.device, t, v))
+            else:
+                out.append(CpuBuffer(self.device, t, v, int(addrs[s])))
+                continue
+            out.append(CpuBuffer(self.device, t, v, address(v)))
         return out
 
     def report(self) -> dict[str, Any]:

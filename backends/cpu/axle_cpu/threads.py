@@ -117,13 +117,21 @@ _POOL: WorkerPool | None = None
 _LOCK = threading.Lock()
 
 
+_POOL_ENV: str | None = None
+
+
 def pool() -> WorkerPool:
     """The process-wide pool, sized by AXLE_CPU_THREADS (re-created when it changes)."""
-    global _POOL
+    global _POOL, _POOL_ENV
+    env = os.environ.get("AXLE_CPU_THREADS")
+    current = _POOL
+    if current is not None and env == _POOL_ENV:  # every kernel launch: one lookup
+        return current
     n = thread_count()
     with _LOCK:
         if _POOL is None or _POOL.n != n:
             _POOL = WorkerPool(n)
+        _POOL_ENV = env
         return _POOL
 
 

@@ -185,6 +185,8 @@ class JitFunction:
         self.cache_hits = 0
 
     def _device(self) -> Device:
+        if isinstance(self.device_spec, Device):
+            return self.device_spec
         from ..placement import resolve
 
         return resolve(self.device_spec)
@@ -231,7 +233,8 @@ class JitFunction:
         else:
             self.cache_hits += 1
             stats.record("cache_hits", function=self.name, device=device.name)
-        bufs = [x.buffer if type(x) is Array and x.device == device else to_buffer(x, device) for x in leaves]
+        bufs = [x.buffer if type(x) is Array and (x.device is device or x.device == device) else to_buffer(x, device)
+                for x in leaves]
         outs = entry.executable.execute(bufs)
         stats.record_run(entry.kernels, function=self.name, device=device.name)
         return unflatten(entry.out_tree, [Array(b) for b in outs])

@@ -65,10 +65,26 @@ def _flatten(x: Any, leaves: list[Any]) -> TreeDef:
     return _LEAF
 
 
+_CONTAINERS = (tuple, list, dict)
+
+
 def flatten(tree: Any) -> tuple[list[Any], TreeDef]:
+    if type(tree) is list and not any(c is None or isinstance(c, _CONTAINERS) for c in tree):
+        # The jit hot path: a flat argument list of arrays.
+        return list(tree), _flat_list(len(tree))
     leaves: list[Any] = []
     td = _flatten(tree, leaves)
     return leaves, td
+
+
+def _flat_list(n: int) -> TreeDef:
+    td = _FLAT.get(n)
+    if td is None:
+        td = _FLAT.setdefault(n, treedef("list", (_LEAF,) * n))
+    return td
+
+
+_FLAT: dict[int, TreeDef] = {}
 
 
 def _unflatten(t: TreeDef, it: Any) -> Any:
