@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-try:
+try:  # first: it sets the thread-waiting policy of the libraries NumPy loads
     from benchmarks.common import Row, measure
 except ImportError:  # run as a script from benchmarks/
     from common import Row, measure  # type: ignore[no-redef]
+
+import numpy as np
 
 SUITE = "cpu"
 
@@ -75,10 +75,6 @@ def _c_library() -> Any:
         r = subprocess.run([cc, *[f for f in flags if f != "-fopenmp"], src, "-o", lib, "-lm"], capture_output=True)
         if r.returncode != 0:
             return None
-    # libgomp reads this when the library loads: its threads sleep between parallel
-    # regions instead of spinning for milliseconds on the cores the next implementation
-    # in the interleaved round needs.
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     so = ctypes.CDLL(lib)
     P, I = ctypes.c_void_p, ctypes.c_int64
     so.seed.restype = ctypes.c_float

@@ -6,9 +6,17 @@ Figures are always compared within one run (ratios), never against stored absolu
 """
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
+
+# Libraries that keep their threads spinning for milliseconds after a call (OpenBLAS under
+# NumPy, libgomp under the C loops) steal the cores from whatever runs next in an
+# interleaved round; make them wait passively. Read when those libraries load, so this
+# module is imported before NumPy. (jax's pool does not spin; axle's threads block.)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +52,7 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
     names = list(fns)
     for r in range(repeats):
         # Rotated each round, so every implementation follows every other one equally
-        # often: libraries leave threads spinning (OpenBLAS, XLA's pool, OpenMP) and steal
-        # the cores from whatever runs next.
+        # often (caches, and any thread a library leaves busy, hit them all alike).
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
             t0 = time.perf_counter()
@@ -65,6 +72,4 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    import os
-
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
