@@ -32,6 +32,8 @@ from .target import JitModule, host
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                          ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 
+#: a split is kept when it takes less than this fraction of the one-thread time
+SPLIT_GAIN = 0.85
 #: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
 CHUNKS = 4
 
@@ -94,8 +96,9 @@ class CompiledKernel:
 class _Launch:
     """One kernel step: its compiled function, its region of the per-call pointer table,
     and whether it is split across threads. That is decided by measurement: its first
-    ``TIMED`` launches run on one thread and the fastest is compared with the pool's
-    measured wake-up cost (threads.py)."""
+    ``TIMED`` launches run on one thread; if the fastest took longer than SPLIT_FACTOR
+    times the pool's wake-up cost (threads.py), the next ``TIMED`` launches are split, and
+    the split is kept only if it was at least 1/SPLIT_GAIN times faster."""
 
     TIMED = 2
 
@@ -109,8 +112,10 @@ class _Launch:
         self.parallel: bool | None = None  # None until measured
         self.nin = len(step.ins)
         self.nbuf = self.nin + len(step.outs)
-        self._best_us = float("inf")
+        self._best_us = float("inf")  # one thread, the first TIMED launches
+        self._best_split_us = float("inf")  # split, the next TIMED launches
         self._timed = 0
+        self._split: list[_ReductionSplit] = []  # reusable, one per concurrent call
 
     def run(self, ptrs: int, pool: threads.WorkerPool, outs: Callable[[], list[np.ndarray]]) -> None:
         """Launches over the pointer table at address ``ptrs``; ``outs`` gives the output
@@ -120,14 +125,26 @@ class _Launch:
             self._run_parallel(pool, bufs, outs)
             return
         t0 = time.perf_counter()
+        if self.parallel is None and self._timed >= self.TIMED:
+            # Trial of the split: kept only if measured faster than one thread.
+            self._run_parallel(pool, bufs, outs)
+            self._best_split_us = min(self._best_split_us, (time.perf_counter() - t0) * 1e6)
+            self._timed += 1
+            if self._timed >= 2 * self.TIMED:
+                self.parallel = self._best_split_us < SPLIT_GAIN * self._best_us
+            return
         self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
         if self.parallel is None:
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
             self._timed += 1
-            if pool.n == 1:
+            if pool.n == 1 or not self._splittable(pool.n):
                 self.parallel = False
-            elif self._timed >= self.TIMED:
-                self.parallel = self._best_us > threads.SPLIT_FACTOR * pool.wake_us
+            elif self._timed >= self.TIMED and self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
+                self.parallel = False  # too short to repay waking a thread: not even tried
+
+    def _splittable(self, n: int) -> bool:
+        return (self.outer >= n or (self.rsize >= 2 * n and self.outer * self.inner <= 4 * n)
+                or (self.inner >= 2 * n and not self.step.spec.fixed_columns))
 
     def _run_parallel(self, pool: threads.WorkerPool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
         # CHUNKS per thread, claimed dynamically (threads.py): a late worker costs nothing.
@@ -138,23 +155,14 @@ class _Launch:
             pool.run(lambda k: fn(bufs, *parts[k], 0, self.inner, 0, INT64_MAX), len(parts))
         elif self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
             # A big reduction into few outputs: each chunk reduces a slice of the first
-            # reduced axis into its own partial outputs, combined here.
-            outputs = outs()
-            parts = threads.chunks(0, self.rsize, CHUNKS * n)
-            partial = [np.empty((len(parts),) + o.shape, o.dtype) for o in outputs]
-            src = (ctypes.c_void_p * self.nbuf).from_address(bufs)
-            ptr_sets = [(ctypes.c_void_p * self.nbuf)(*src[:self.nin], *[p[k, ...].ctypes.data for p in partial])
-                        for k in range(len(parts))]
-            pool.run(lambda k: fn(ptr_sets[k], 0, self.outer, 0, self.inner, *parts[k]), len(parts))
-            for o, p, out_node in zip(outputs, partial, self.step.spec.outputs):
-                kind = out_node.attr["kind"]
-                work = p.astype(np.float32) if p.dtype == np.float16 else p
-                ufunc = _COMBINE[kind]
-                if p.dtype == np.bool_ and kind in ("sum", "max", "or"):
-                    ufunc = np.logical_or
-                elif p.dtype == np.bool_:
-                    ufunc = np.logical_and
-                o[...] = ufunc.reduce(work, axis=0)
+            # reduced axis into its own partial outputs, combined here. The partials and
+            # the chunks' pointer arrays are made once (Python work is what a 1M-element
+            # sum pays for on a cold cache).
+            split = self._split.pop() if self._split else _ReductionSplit(self, outs(), CHUNKS * n)
+            try:
+                split.run(pool, bufs, outs())
+            finally:
+                self._split.append(split)
         elif self.inner >= 2 * n and not self.step.spec.fixed_columns:
             parts = threads.chunks(0, self.inner, CHUNKS * n)
             pool.run(lambda k: fn(bufs, 0, self.outer, *parts[k], 0, INT64_MAX), len(parts))
@@ -168,6 +176,36 @@ class CpuBuffer(Buffer):
     costs no address lookup per call."""
 
     addr: int = 0
+
+
+class _ReductionSplit:
+    """A kernel reducing into few outputs, split along its first reduced axis: chunk k
+    writes row k of each partial array (through its own pointer array), the host combines
+    the rows."""
+
+    def __init__(self, launch: _Launch, outputs: list[np.ndarray], nchunks: int) -> None:
+        self.launch = launch
+        self.parts = threads.chunks(0, launch.rsize, nchunks)
+        self.partial = [np.empty((len(self.parts),) + o.shape, o.dtype) for o in outputs]
+        self.ptrs = np.zeros((len(self.parts), launch.nbuf), np.uint64)
+        for j, p in enumerate(self.partial):
+            self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
+        self.base = self.ptrs.ctypes.data
+        self.combine = []
+        for p, out_node in zip(self.partial, launch.step.spec.outputs):
+            kind = out_node.attr["kind"]
+            ufunc = _COMBINE[kind]
+            if p.dtype == np.bool_:
+                ufunc = np.logical_or if kind in ("sum", "max", "or") else np.logical_and
+            self.combine.append(ufunc)
+
+    def run(self, pool: threads.WorkerPool, bufs: int, outputs: list[np.ndarray]) -> None:
+        la = self.launch
+        self.ptrs[:, :la.nin] = np.frombuffer((ctypes.c_uint64 * la.nin).from_address(bufs), np.uint64)
+        fn, parts, base, row = la.fn, self.parts, self.base, 8 * la.nbuf
+        pool.run(lambda k: fn(base + k * row, 0, la.outer, 0, la.inner, *parts[k]), len(parts))
+        for o, p, ufunc in zip(outputs, self.partial, self.combine):
+            o[...] = ufunc.reduce(p.astype(np.float32) if p.dtype == np.float16 else p, axis=0)
 
 
 def _address(buf: Buffer) -> int:

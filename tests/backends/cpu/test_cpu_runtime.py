@@ -116,3 +116,20 @@ def test_split_kernels_never_wait_for_a_busy_worker() -> None:
         assert "chunk 3" in str(e)
     else:
         raise AssertionError("the chunk's error was lost")
+
+
+def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Threading is decided by measurement: one-thread launches first, then split trials,
+    and the split stays only if it beat one thread (SPLIT_GAIN) — here forced either way."""
+    from axle_cpu import executable, threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)  # every kernel is worth a trial
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    for gain, kept in ((0.0, False), (1e9, True)):
+        monkeypatch.setattr(executable, "SPLIT_GAIN", gain)
+        f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+        for _ in range(2 * executable._Launch.TIMED + 1):
+            np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
+        (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
+        assert launch.parallel is kept
