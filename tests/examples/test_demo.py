@@ -1,0 +1,24 @@
+"""`make demo` runs examples/demo.py: every device gets the seed example right, and the
+fused-kernel section runs on every compiling backend."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import EXAMPLES
+
+import axle
+
+
+def test_demo_runs_and_every_device_is_right() -> None:
+    out = subprocess.run([sys.executable, str(EXAMPLES / "demo.py")], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    assert "WRONG" not in out
+    for dev in axle.devices():
+        assert any(line.startswith(dev.name) and line.rstrip().endswith("ok") for line in out.splitlines()), dev.name
+    assert "== fused kernels" in out
+    compiling = {d.name for d in axle.devices() if d.backend not in ("interpreter", "template")}
+    rows = [line.split() for line in out.split("== fused kernels")[1].splitlines()]
+    rows = [r for r in rows if r and r[0] in compiling]
+    assert len(rows) == len(compiling)
+    assert all(r[1] == "1" for r in rows)  # softmax is one fused kernel everywhere
