@@ -62,14 +62,26 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
 
 
 def machine() -> str:
-    """A one-line description of this machine (CPU model, cores, Python)."""
-    cpu = platform.processor() or platform.machine()
+    """A one-line description of this machine (CPU model, SIMD, cores, memory, Python and
+    the versions of the libraries compared)."""
+    cpu, simd, mem = platform.processor() or platform.machine(), "", ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
                     cpu = line.split(":", 1)[1].strip()
-                    break
+                elif line.startswith("flags") and not simd:
+                    flags = set(line.split(":", 1)[1].split())
+                    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB"
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    versions = []
+    for mod in ("numpy", "llvmlite", "pyopencl", "jax"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:  # noqa: BLE001 - optional peers
+            pass
+    parts = [cpu, simd, f"{os.cpu_count()} cores", mem, f"Python {platform.python_version()}", *versions]
+    return ", ".join(p for p in parts if p)
