@@ -83,3 +83,16 @@ def test_only_filter_and_no_write(run_mod, tmp_path):
     out = tmp_path / "r.md"
     assert run_mod.main(["--quick", "--dir", str(benches), "--only", "fake", "--no-write", "--out", str(out)]) == 0
     assert not out.exists()
+
+
+def test_measure_rotates_the_order_and_quiets_spinning_libraries(run_mod):
+    """Every implementation follows every other one equally often (a library that leaves
+    work behind hits all alike), and OpenBLAS/libgomp are told to wait passively."""
+    import common
+
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    times = common.measure(fns, repeats=3, warmup=0)
+    assert set(times) == {"a", "b", "c"}
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert os.environ["OPENBLAS_THREAD_TIMEOUT"] and os.environ["OMP_WAIT_POLICY"]

@@ -137,33 +137,44 @@ class _Launch:
         if self.parallel is None:
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
             self._timed += 1
-            if pool.n == 1 or not self._splittable(pool.n):
+            if self._split_mode(pool.n) is None:
                 self.parallel = False
             elif self._timed >= self.TIMED and self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
                 self.parallel = False  # too short to repay waking a thread: not even tried
 
-    def _splittable(self, n: int) -> bool:
-        return (self.outer >= n or (self.rsize >= 2 * n and self.outer * self.inner <= 4 * n)
-                or (self.inner >= 2 * n and not self.step.spec.fixed_columns))
+    def _split_mode(self, n: int) -> str | None:
+        """How the kernel splits over ``n`` threads: by rows, along its first reduced axis
+        (a big reduction into few outputs), by columns, or not at all."""
+        if n == 1:
+            return None
+        if self.outer >= n:
+            return "rows"
+        if self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
+            return "reduction"
+        if self.inner >= 2 * n and not self.step.spec.fixed_columns:
+            return "columns"
+        return None
 
     def _run_parallel(self, pool: threads.WorkerPool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
         # CHUNKS per thread, claimed dynamically (threads.py): a late worker costs nothing.
         n = pool.n
         fn = self.fn
-        if self.outer >= n:
+        mode = self._split_mode(n)
+        if mode == "rows":
             parts = threads.chunks(0, self.outer, CHUNKS * n)
             pool.run(lambda k: fn(bufs, *parts[k], 0, self.inner, 0, INT64_MAX), len(parts))
-        elif self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
+        elif mode == "reduction":
             # A big reduction into few outputs: each chunk reduces a slice of the first
             # reduced axis into its own partial outputs, combined here. The partials and
             # the chunks' pointer arrays are made once (Python work is what a 1M-element
             # sum pays for on a cold cache).
-            split = self._split.pop() if self._split else _ReductionSplit(self, outs(), CHUNKS * n)
+            outputs = outs()
+            split = self._split.pop() if self._split else _ReductionSplit(self, outputs, CHUNKS * n)
             try:
-                split.run(pool, bufs, outs())
+                split.run(pool, bufs, outputs)
             finally:
                 self._split.append(split)
-        elif self.inner >= 2 * n and not self.step.spec.fixed_columns:
+        elif mode == "columns":
             parts = threads.chunks(0, self.inner, CHUNKS * n)
             pool.run(lambda k: fn(bufs, 0, self.outer, *parts[k], 0, INT64_MAX), len(parts))
         else:

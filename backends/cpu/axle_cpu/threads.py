@@ -1,11 +1,12 @@
 """Splitting a kernel's iteration space across cores.
 
 Compiled kernels are called through ctypes, which releases the GIL, so plain Python
-threads run them truly in parallel. Waking a worker costs on the order of 0.1 ms, so a
-kernel is split only when it is measured to be worth it: its first launches run on one
-thread and are timed; if one takes longer than ``SPLIT_FACTOR`` times the measured
-wake-up cost of the pool, later launches are split. ``AXLE_CPU_THREADS`` sets the
-number of threads (1 disables splitting).
+threads run them truly in parallel. Waking a worker costs tens of microseconds, so a
+kernel is split only when measured to be worth it (executable._Launch): one-thread
+launches first; a kernel slower than ``SPLIT_FACTOR`` times the pool's measured wake-up
+cost gets split trials, and the split stays only if it was faster. A split job's chunks
+are claimed dynamically (``_Job``). ``AXLE_CPU_THREADS`` sets the number of threads (1
+disables splitting).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-#: split when the single-thread time exceeds this many times the pool's round-trip cost
+#: try a split when the single-thread time exceeds this many times the pool's wake-up cost
 SPLIT_FACTOR = 4.0
 
 
