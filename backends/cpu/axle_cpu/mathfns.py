@@ -15,8 +15,8 @@ ranges, see tests/backends/cpu/test_math.py and docs/backend-cpu.md):
   where expm1 uses its Taylor series near 0 (no cancellation) and exp(y)-1 elsewhere. ~3 ulp.
 * logistic: 1 / (1 + exp(-x)) with the exp above.
 * sin/cos: in trig.py: Cody-Waite reduction for moderate arguments, Payne-Hanek (a window
-  of the bits of 2/pi) for huge ones, selected without branches; Taylor kernel on
-  |r| <= pi/4. ~1 ulp over the whole finite range (NaN for +-inf).
+  of the bits of 2/pi) for huge ones; Taylor kernel on |r| <= pi/4; a module function with a
+  vector variant the loop vectorizer calls. < 0.8 ulp over the whole finite range.
 """
 from __future__ import annotations
 
