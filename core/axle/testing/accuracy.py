@@ -5,7 +5,7 @@ float dtype, inputs are drawn from every binade of the dtype's finite range (ran
 mantissas, both signs where the function is defined there), run on a device, and compared
 with the interpreter's NumPy reference evaluated in float64 (for float16 and float32 that is
 exact to far below their ulp; for float64 it is the platform libm, itself within about an
-ulp). The error of one result is |got - ref| in units of the dtype's ulp at ref; NaN where
+ulp, except sin and cos, which come from ``axle.testing.exact``). The error of one result is |got - ref| in units of the dtype's ulp at ref; NaN where
 the reference has NaN (and nowhere else), infinities of the same sign, and results equal
 to the reference rounded to the dtype count as exact.
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..ir import Builder, DType, Module, Op
 from ..ir.ops import OPS
+from .exact import sincos_array
 
 _FINFO = {  # dtype: (precision p, exponent of the smallest subnormal, smallest normal exponent, largest exponent)
     DType.FLOAT16: (11, -24, -14, 15),
@@ -94,25 +95,46 @@ def inputs(op: Op, dtype: DType, per_binade: int, seed: int = 0) -> list[np.ndar
     return [x]
 
 
-def reference(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
-    """The interpreter's NumPy reference of ``op`` evaluated in float64."""
+def reference(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, tails or None): float64 sin and cos from ``axle.testing.exact`` (far beyond
+    float64), everything else the interpreter's NumPy reference evaluated in float64."""
+    if args[0].dtype == np.float64 and op in _EXACT:
+        return sincos_array(args[0], _EXACT[op])
     with np.errstate(all="ignore"):
-        return np.asarray(OPS[op].reference(*[a.astype(np.float64) for a in args]), dtype=np.float64)
+        return np.asarray(OPS[op].reference(*[a.astype(np.float64) for a in args]), dtype=np.float64), None
 
 
-def measure(device: object, op: Op, dtype: DType, per_binade: int, seed: int = 0) -> Measured:
-    """Max ulp error of ``op`` on ``device`` over the sweep (see the module docstring)."""
+_EXACT = {Op.SIN: "sin", Op.COS: "cos"}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One function's inputs for one dtype and their reference."""
+
+    op: Op
+    dtype: DType
+    args: list[np.ndarray]
+    ref: np.ndarray
+    tail: np.ndarray | None
+
+    @classmethod
+    def make(cls, op: Op, dtype: DType, per_binade: int, seed: int = 0) -> Sweep:
+        args = inputs(op, dtype, per_binade, seed)
+        return cls(op, dtype, args, *reference(op, args))
+
+
+def measure(device: object, sweep: Sweep) -> Measured:
+    """Max ulp error of the sweep's function on ``device`` (see the module docstring)."""
     from ..backend import CompileOptions
     from ..registry import REGISTRY
 
-    args = inputs(op, dtype, per_binade, seed)
-    module, _ = _module(op, dtype, args[0].size)
+    module, _ = _module(sweep.op, sweep.dtype, sweep.args[0].size)
     be = REGISTRY.backend(device.backend)  # type: ignore[attr-defined]
     exe = be.compile(module, device, CompileOptions())
-    got = be.to_host(exe.execute([be.to_device(a, device) for a in args])[0])
-    err = ulp_error(got, reference(op, args), dtype)
+    got = be.to_host(exe.execute([be.to_device(a, device) for a in sweep.args])[0])
+    err = ulp_error(got, sweep.ref, sweep.dtype, sweep.tail)
     i = int(np.argmax(err))
-    return Measured(float(err[i]), tuple(float(a[i]) for a in args), int(err.size))
+    return Measured(float(err[i]), tuple(float(a[i]) for a in sweep.args), int(err.size))
 
 
 def supports(device: object, op: Op, dtype: DType) -> bool:
@@ -138,8 +160,9 @@ def table(devices: Sequence[object], ops: Sequence[Op], dtypes: Sequence[DType],
     for op in ops:
         for dt in dtypes:
             cells = []
+            sweep = Sweep.make(op, dt, per_binade)
             for dev in devices:
-                m = measure(dev, op, dt, per_binade) if supports(dev, op, dt) else None
+                m = measure(dev, sweep) if supports(dev, op, dt) else None
                 if m is not None:
                     results[(op.name.lower(), dt.np.name, str(dev))] = m
                 if progress:

@@ -1,14 +1,17 @@
-"""sin and cos of a float64 to far beyond float64 precision, for checking float64 results
-in ulps: the argument is reduced with pi to 420 decimal digits (enough for 1.8e308, whose
-multiples of pi/2 need 309 digits before the point), then Taylor series in 50 digits.
-pi comes from the series in the `decimal` module's documentation, independent of the
-Machin formula the CPU backend builds its constants from."""
+"""Reference values beyond float64 precision, for measuring float64 results in ulps.
+
+sin and cos: the argument is reduced with pi to 420 decimal digits (enough for 1.8e308,
+whose multiples of pi/2 need 309 digits before the point), then Taylor series in 50
+digits. pi comes from the series in the `decimal` module's documentation, independent of
+the Machin formula the CPU backend builds its constants from. About 50 us a value."""
 from __future__ import annotations
 
 import decimal
 import functools
 import math
 from decimal import Decimal
+
+import numpy as np
 
 _PREC = 420
 
@@ -41,9 +44,10 @@ def _series(r: Decimal, odd: bool) -> Decimal:
 
 
 def sincos(x: float, op: str) -> tuple[float, float]:
-    """(v, tail): v = op(x) correctly rounded to float64 and tail = op(x) - v (rounded),
-    for finite x; op is "sin" or "cos"."""
-    assert math.isfinite(x)
+    """(v, tail): v = op(x) correctly rounded to float64 and tail = op(x) - v (rounded);
+    op is "sin" or "cos"; NaN for NaN and +-inf."""
+    if not math.isfinite(x):
+        return math.nan, 0.0
     if x == 0.0:
         return (x, 0.0) if op == "sin" else (1.0, 0.0)
     with decimal.localcontext() as ctx:
@@ -58,3 +62,10 @@ def sincos(x: float, op: str) -> tuple[float, float]:
         v = -v if q >= 2 else v
         hi = float(v)
         return hi, float(v - Decimal(hi))
+
+
+def sincos_array(x: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray]:
+    """``sincos`` elementwise: (values, tails) as float64 arrays."""
+    pairs = [sincos(float(v), op) for v in np.asarray(x, dtype=np.float64).reshape(-1)]
+    out = np.array(pairs, dtype=np.float64).reshape(-1, 2)
+    return out[:, 0], out[:, 1]
