@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..ir import Builder, DType, Module, Op
 from ..ir.ops import OPS
 from .exact import sincos_array
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 _FINFO = {  # dtype: (precision p, exponent of the smallest subnormal, smallest normal exponent, largest exponent)
     DType.FLOAT16: (11, -24, -14, 15),
@@ -80,10 +84,11 @@ class Measured:
     count: int
 
 
-def _module(op: Op, dtype: DType, n: int) -> tuple[Module, int]:
+def _module(op: Op, dtype: DType, n: int) -> Module:
+    """op on one (pow: two) dtype[n] parameters."""
     b = Builder(f"acc_{op.name.lower()}_{dtype.name.lower()}")
     xs = [b.parameter(f"{dtype.value}[{n}]") for _ in range(2 if op is Op.POW else 1)]
-    return b.build(b.op(op, *xs)), len(xs)
+    return b.build(b.op(op, *xs))
 
 
 def inputs(op: Op, dtype: DType, per_binade: int, seed: int = 0) -> list[np.ndarray]:
@@ -123,13 +128,13 @@ class Sweep:
         return cls(op, dtype, args, *reference(op, args))
 
 
-def measure(device: object, sweep: Sweep) -> Measured:
+def measure(device: Device, sweep: Sweep) -> Measured:
     """Max ulp error of the sweep's function on ``device`` (see the module docstring)."""
     from ..backend import CompileOptions
     from ..registry import REGISTRY
 
-    module, _ = _module(sweep.op, sweep.dtype, sweep.args[0].size)
-    be = REGISTRY.backend(device.backend)  # type: ignore[attr-defined]
+    module = _module(sweep.op, sweep.dtype, sweep.args[0].size)
+    be = REGISTRY.backend(device.backend)
     exe = be.compile(module, device, CompileOptions())
     got = be.to_host(exe.execute([be.to_device(a, device) for a in sweep.args])[0])
     err = ulp_error(got, sweep.ref, sweep.dtype, sweep.tail)
@@ -137,10 +142,10 @@ def measure(device: object, sweep: Sweep) -> Measured:
     return Measured(float(err[i]), tuple(float(a[i]) for a in sweep.args), int(err.size))
 
 
-def supports(device: object, op: Op, dtype: DType) -> bool:
+def supports(device: Device, op: Op, dtype: DType) -> bool:
     from ..registry import REGISTRY
 
-    caps = REGISTRY.backend(device.backend).capabilities(device)  # type: ignore[attr-defined]
+    caps = REGISTRY.backend(device.backend).capabilities(device)
     return op in caps.ops and dtype in caps.op_dtypes.get(op, caps.dtypes)
 
 
@@ -150,7 +155,7 @@ def _cell(m: Measured | None) -> str:
     return "inf" if not np.isfinite(m.max_ulp) else f"{m.max_ulp:.2f}"
 
 
-def table(devices: Sequence[object], ops: Sequence[Op], dtypes: Sequence[DType], per_binade: int,
+def table(devices: Sequence[Device], ops: Sequence[Op], dtypes: Sequence[DType], per_binade: int,
           progress: Callable[[str], None] | None = None) -> tuple[str, dict[tuple[str, str, str], Measured]]:
     """(Markdown table: a row per function and dtype, a column per device; the measurements
     keyed by (function, dtype, device))."""
