@@ -137,3 +137,21 @@ def test_aot_errors(tmp_path: pathlib.Path) -> None:
     r = subprocess.run([sys.executable, "-m", "axle", "aot", "nope.py:f", "-o", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_aot_sin_cos_huge_arguments(tmp_path: pathlib.Path) -> None:
+    """sin/cos are module functions with a vector variant and a 2/pi table (kept through
+    llvm.compiler.used): the object links and is right for huge arguments too."""
+    from axle_cpu.aot import compile_aot
+
+    b = Builder("trig")
+    x = b.parameter("f32[1003]", name="x")
+    y = b.parameter("f64[1003]", name="y")
+    m = b.build(b.sin(x), b.cos(y))
+    res = compile_aot(m, ["f32[1003]", "f64[1003]"], str(tmp_path), name="trig")
+    rng = np.random.default_rng(3)
+    xs = (10.0 ** rng.uniform(-3, 38, 1003) * rng.choice([-1, 1], 1003)).astype(np.float32)
+    ys = 10.0 ** rng.uniform(-3, 308, 1003)
+    got = build_and_run(res, [xs, ys], tmp_path)
+    np.testing.assert_allclose(got[0], np.sin(xs.astype(np.float64)), rtol=2e-7, atol=1e-7)
+    np.testing.assert_allclose(got[1], np.cos(ys), rtol=1e-15, atol=1e-16)
