@@ -46,22 +46,30 @@ def gelu(x: ArrayLike) -> Any:
     return 0.5 * x * (1.0 + anp.tanh(c * (x + 0.044715 * x * x * x)))
 
 
+def _finite_max(x: Any, axis: Any) -> Any:
+    """The max along axis (kept), replaced by 0 where it is +-inf or nan: shifting by an
+    infinite max would turn inf - inf into nan where the unshifted formula is exact
+    (logsumexp([inf, 1]) = inf, logsumexp([-inf, -inf]) = -inf, as JAX does)."""
+    m = anp.max(x, axis=axis, keepdims=True)
+    return anp.where(anp.isfinite(m), m, np.asarray(0, m.dtype))
+
+
 def log_softmax(x: ArrayLike, axis: int = -1) -> Any:
-    """x - logsumexp(x) along axis, shifted by the max for stability."""
+    """x - logsumexp(x) along axis, shifted by the (finite) max for stability."""
     x = _arr(x)
-    shifted = x - anp.max(x, axis=axis, keepdims=True)
+    shifted = x - _finite_max(x, axis)
     return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
 
 
 def softmax(x: ArrayLike, axis: int = -1) -> Any:
     x = _arr(x)
-    e = anp.exp(x - anp.max(x, axis=axis, keepdims=True))
+    e = anp.exp(x - _finite_max(x, axis))
     return e / anp.sum(e, axis=axis, keepdims=True)
 
 
 def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     x = _arr(x)
-    m = anp.max(x, axis=axis, keepdims=True)
+    m = _finite_max(x, axis)
     out = anp.log(anp.sum(anp.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else anp.squeeze(out, axis=axis)
 

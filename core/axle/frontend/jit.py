@@ -245,7 +245,7 @@ class JitFunction:
 
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
         self.trace_count += 1
-        note_trace(self, args, kwargs, stacklevel=4)  # -> _compile -> __call__ -> the user's line
+        note_trace(self, args, kwargs, stacklevel=4, device=device)  # -> _compile -> __call__ -> user
         exe = compile_module(module, device)
         entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
         for what in ("traces", "compiles", "cache_misses"):

@@ -142,10 +142,15 @@ def argmin(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
-    from . import exp
+    """log(exp(x) + exp(y)) without overflow: max + log1p(exp(-|x - y|)). Where x == y
+    (both +inf or both -inf included, where x - y would be nan) it is x + log(2), as in
+    NumPy; a nan in either operand gives nan."""
+    from . import _finish, _float_result, _prepare, exp
 
-    m = maximum(x, y)
-    return m + log1p(exp(-abs_(subtract(x, y))))
+    a, b = _prepare("logaddexp", x, y, dtype=_float_result(x, y))
+    spread = maximum(a, b) + log1p(exp(-abs_(subtract(a, b))))
+    same = lax.add(a, _scalar(math.log(2.0), a))
+    return _finish(where(equal(a, b), same, spread), x, y)
 
 
 def abs_(x: ArrayLike) -> Any:
