@@ -10,9 +10,10 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .errors import DTypeError, ShapeError
+from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
 from .frontend.tracing import aval_of
+from .frontend.validate import axis_arg, size_arg, sizes_arg
 
 ArrayLike = Any
 
@@ -79,7 +80,7 @@ def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any
     labels = _arr(labels)
     if labels.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: labels must be integers, got {aval_of(labels)}", where=user_location())
-    shape = labels.shape + (num_classes,)
+    shape = labels.shape + (size_arg(num_classes, "one_hot", "num_classes"),)
     lab = lax.broadcast_in_dim(anp.astype(labels, np.int64), shape, tuple(range(labels.ndim)))
     hit = lax.compare(lab, lax.iota(np.int64, shape, len(shape) - 1), "eq")
     return anp.astype(hit, dtype)
@@ -91,7 +92,10 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
     ``reduction``: "mean" (over examples), "sum" or "none"."""
     logits = _arr(logits)
     labels = _arr(labels)
-    ax = axis % logits.ndim
+    if reduction not in ("mean", "sum", "none"):
+        raise ArgumentError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}",
+                            where=user_location())
+    ax = axis_arg(axis, logits.ndim, "cross_entropy", f"{aval_of(logits)}")
     if labels.dtype.kind in "iu":
         want = logits.shape[:ax] + logits.shape[ax + 1:]
         if labels.shape != want:
@@ -110,7 +114,8 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
         return anp.sum(per_example)
     if reduction == "none":
         return per_example
-    raise ValueError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}")
+    raise ArgumentError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}",
+                        where=user_location())
 
 
 def layer_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, axis: Any = -1,
@@ -140,12 +145,14 @@ def dense(x: ArrayLike, w: ArrayLike, b: ArrayLike = None) -> Any:
     return y if b is None else y + b
 
 
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
+def _pair(v: int | Sequence[int], fn: str, what: str, minimum: int = 1) -> tuple[int, int]:
+    """A window / stride: one int or two, each >= minimum (a zero stride divides by zero)."""
+    a, b = sizes_arg(v, 2, fn, what, minimum)
+    return a, b
 
 
 def _padding(padding: Any, size: tuple[int, int], window: tuple[int, int],
-             stride: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+             stride: tuple[int, int], fn: str) -> tuple[tuple[int, int], tuple[int, int]]:
     if isinstance(padding, str):
         p = padding.upper()
         if p == "VALID":
@@ -157,11 +164,16 @@ def _padding(padding: Any, size: tuple[int, int], window: tuple[int, int],
                 total = max((o - 1) * s + k - n, 0)
                 out.append((total // 2, total - total // 2))
             return out[0], out[1]
-        raise ValueError(f"padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}")
-    if isinstance(padding, (int, np.integer)):
-        return (int(padding),) * 2, (int(padding),) * 2
+        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}",
+                            where=user_location())
+    if hasattr(padding, "__index__"):
+        p0 = size_arg(padding, fn, "padding")
+        return (p0, p0), (p0, p0)
+    if not isinstance(padding, (tuple, list)) or len(padding) != 2:
+        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or two pairs, got {padding!r}",
+                            where=user_location())
     ph, pw = padding
-    return _pair(ph), _pair(pw)
+    return _pair(ph, fn, "padding", 0), _pair(pw, fn, "padding", 0)
 
 
 def _patches(x: Any, window: tuple[int, int], stride: tuple[int, int], pad: Any,
@@ -200,8 +212,8 @@ def conv2d(x: ArrayLike, w: ArrayLike, b: ArrayLike = None, stride: int | Sequen
     dt = anp.result_type(x, w)
     x, w = anp.astype(x, dt), anp.astype(w, dt)
     o, c, kh, kw = w.shape
-    st = _pair(stride)
-    pad = _padding(padding, x.shape[2:], (kh, kw), st)
+    st = _pair(stride, "conv2d", "stride")
+    pad = _padding(padding, x.shape[2:], (kh, kw), st, "conv2d")
     views, oh, ow = _patches(x, (kh, kw), st, pad, 0.0, "conv2d")
     n = x.shape[0]
     patches = anp.stack(views, axis=2)  # [N, C, KH*KW, OH, OW]
@@ -217,9 +229,9 @@ def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
              padding: Any = "VALID") -> Any:
     """Max over each window of an NCHW input: an elementwise max of the strided views."""
     x = _arr(x)
-    win = _pair(window)
-    st = _pair(stride if stride is not None else window)
-    pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st)
+    win = _pair(window, "max_pool", "window")
+    st = _pair(stride if stride is not None else window, "max_pool", "stride")
+    pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st, "max_pool")
     lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     views, _, _ = _patches(x, win, st, pad, lowest, "max_pool")
     out = views[0]
@@ -231,8 +243,8 @@ def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
 def avg_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None) -> Any:
     """Mean over each window of an NCHW input (VALID padding)."""
     x = _arr(x)
-    win = _pair(window)
-    st = _pair(stride if stride is not None else window)
+    win = _pair(window, "avg_pool", "window")
+    st = _pair(stride if stride is not None else window, "avg_pool", "stride")
     views, _, _ = _patches(x, win, st, ((0, 0), (0, 0)), 0.0, "avg_pool")
     out = views[0]
     for v in views[1:]:

@@ -101,3 +101,102 @@ def test_retrace_for_a_new_shape_names_the_argument_and_shape(threshold):
         f(np.ones(3, np.float32))
     (w,) = [r for r in rec if r.category is RecompilationWarning]
     assert "argument 'x' changed f32[2] -> f32[3]" in str(w.message)
+
+
+# ---------------------------------------------------------------- finding 9: no silent value changes
+
+HERE = __file__
+
+
+def _assert_located(err, *words):
+    msg = str(err.value)
+    for w in words:
+        assert w in msg, (w, msg)
+    assert err.value.where and err.value.where.startswith(HERE), err.value.where
+
+
+REFUSED = [np.array([2**63, 1], np.uint64), np.array([-128, 3], np.int8), np.array([7], np.int16),
+           np.array([1, 2], np.uint32), np.array([3], np.uint8), np.array([1.0], np.longdouble)]
+
+
+@pytest.mark.parametrize("arr", REFUSED, ids=[a.dtype.name for a in REFUSED])
+def test_unsupported_dtypes_are_refused_at_every_entry(device, arr):
+    from axle.errors import DTypeError
+
+    name = arr.dtype.name
+    with device:
+        with pytest.raises(DTypeError) as e:
+            anp.asarray(arr)
+        _assert_located(e, "asarray", name, str(arr.shape))
+        with pytest.raises(DTypeError) as e:
+            axle.device_put(arr)
+        _assert_located(e, "device_put", name)
+        with pytest.raises(DTypeError) as e:
+            axle.jit(lambda x: x + 1)(arr)
+        _assert_located(e, "jit argument", name)
+        with pytest.raises(DTypeError) as e:
+            axle.jit(lambda x: x + arr)(np.ones(arr.shape, np.float32))  # a captured constant
+        _assert_located(e, name)
+        with pytest.raises(DTypeError) as e:
+            anp.add(arr, 1)
+        _assert_located(e, name)
+
+
+def test_python_ints_beyond_the_dtype_are_refused(device):
+    from axle.errors import DTypeError
+
+    with device:
+        for call in (lambda: anp.asarray(2**63), lambda: anp.asarray([1, 2**63]), lambda: anp.asarray([2**64]),
+                     lambda: axle.jit(lambda x: x)(2**63), lambda: axle.device_put(-2**63 - 1),
+                     lambda: anp.add(np.ones(2, np.int32), 2**40), lambda: anp.full(2, 2**31, np.int32),
+                     lambda: anp.asarray([2**40], dtype=np.int32)):
+            with pytest.raises(DTypeError) as e:
+                call()
+            _assert_located(e)
+        # what fits keeps its exact value
+        big = np.array([2**62 + 1, -2**63], np.int64)
+        np.testing.assert_array_equal(np.asarray(anp.asarray(big)), big)
+        np.testing.assert_array_equal(np.asarray(anp.add(np.ones(2, np.int32), 2**31 - 2)), [2**31 - 1] * 2)
+
+
+def test_byte_order_and_layout_keep_values(device):
+    big_endian = np.arange(6, dtype=">f4").reshape(2, 3)
+    unaligned = np.zeros(6 * 8 + 1, np.uint8)[1:].view(np.float64)
+    unaligned[:] = np.arange(6) - 2.5
+    reversed_ro = np.arange(8.0)[::-3]
+    reversed_ro.flags.writeable = False
+    with device:
+        for a in (big_endian, unaligned, reversed_ro):
+            np.testing.assert_array_equal(np.asarray(anp.asarray(a) * 2), a * 2)
+            np.testing.assert_array_equal(np.asarray(axle.jit(lambda x: x * 2)(a)), a * 2)
+
+
+# ---------------------------------------------------------------- finding 12: arguments
+
+BAD_ARGUMENTS = [
+    ("zeros", lambda x: anp.zeros((2.5,)), "ArgumentError", "2.5"),
+    ("zeros", lambda x: anp.zeros(("3",)), "ArgumentError", "'3'"),
+    ("zeros", lambda x: anp.zeros((-1, 2)), "ShapeError", "negative"),
+    ("eye", lambda x: anp.eye(-1), "ArgumentError", "-1"),
+    ("reshape", lambda x: anp.reshape(x, (2.0, 3)), "ArgumentError", "2.0"),
+    ("linspace", lambda x: anp.linspace(0, 1, -1), "ArgumentError", "num"),
+    ("arange", lambda x: anp.arange(0, 5, 0), "ArgumentError", "step"),
+    ("conv2d", lambda x: nn.conv2d(anp.ones((1, 1, 4, 4)), anp.ones((1, 1, 2, 2)), stride=0), "ArgumentError",
+     "stride"),
+    ("max_pool", lambda x: nn.max_pool(anp.ones((1, 1, 4, 4)), 0), "ArgumentError", "window"),
+    ("sum", lambda x: anp.sum(x, axis=1.0), "ArgumentError", "axis"),
+    ("zeros", lambda x: anp.zeros((2**40, 2**40)), "ShapeError", "too large"),
+    ("jit argument", lambda x: axle.jit(lambda a: a + 1)(np.ones((1,) * 64)), "ShapeError", "rank 64"),
+]
+
+
+@pytest.mark.parametrize("fn,call,err,word", BAD_ARGUMENTS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_ARGUMENTS)])
+def test_bad_arguments_raise_axle_errors_naming_function_and_line(fn, call, err, word):
+    from axle import errors
+
+    with axle.device("interpreter:0"):
+        x = axle.device_put(np.ones((2, 3), np.float32))
+        with pytest.raises(getattr(errors, err)) as e:
+            call(x)
+    assert e.value.message.startswith(fn + ":"), e.value.message
+    _assert_located(e, word)

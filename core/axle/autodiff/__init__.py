@@ -44,19 +44,19 @@ class _CaptureTrace(Trace):
         self.captured: list[tuple[Node, Any]] = []
         self._by_id: dict[int, Node] = {}
 
-    def to_node(self, x: Any) -> Node:
+    def to_node(self, x: Any, fn: str = "grad") -> Node:
         if isinstance(x, Tracer) and x.trace is self:
             return x.node
         if isinstance(x, (Tracer, Array)):
             if isinstance(x, Tracer) and not x.trace.active:
-                return super().to_node(x)  # raises the 'escaped tracer' error
+                return super().to_node(x, fn)  # raises the 'escaped tracer' error
             node = self._by_id.get(id(x))
             if node is None:
                 node = self.builder.parameter(x.aval, name=f"captured{len(self.captured)}")
                 self._by_id[id(x)] = node
                 self.captured.append((node, x))
             return node
-        return super().to_node(x)
+        return super().to_node(x, fn)
 
 
 def _leaf_type(x: Any) -> tuple[TensorType, bool]:

@@ -16,27 +16,31 @@ from ..compiler import flags_key
 from ..placement import to_buffer
 from ..backend import Device, Executable
 from ..ir.builder import make_node
-from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
+from ..errors import DTypeError
+from ..ir.dtypes import dtype as to_dtype
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..ir.verifier import verify
 from .array import Array
 from .pytree import TreeDef, flatten, unflatten
+from .source import user_location
 from .tracing import Trace, Tracer, current_trace, trace_context
+from .validate import check_host_dtype, host_array
 
 
 def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
     if isinstance(x, (Array, Tracer)):
         return x.aval, bool(x.weak)
     if isinstance(x, (bool, int, float)):
-        arr = np.asarray(x)
-        return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), ()), True
+        arr = host_array(x, "jit argument")  # a Python int beyond int64 is refused
+        return TensorType(to_dtype(arr.dtype), ()), True
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
     if arr.dtype.kind not in "biuf":
-        raise TypeError(f"jit argument of type {type(x).__name__} is not an array; "
-                        f"mark it static with static_argnums")
-    return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), arr.shape), False
+        raise DTypeError(f"jit argument of type {type(x).__name__} ({arr.dtype}) is not an array; "
+                         f"mark it static with static_argnums", where=user_location())
+    check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
+    return TensorType(to_dtype(arr.dtype), arr.shape), False
 
 
 def _arg_names(fn: Callable[..., Any], n: int) -> list[str]:

@@ -17,6 +17,7 @@ from ..ir.ops import Op
 from ..ir.types import TensorType
 from .arrayops import ArrayOps
 from .source import user_location
+from .validate import host_array
 
 
 class Trace:
@@ -29,16 +30,14 @@ class Trace:
     def new_arg(self, t: TensorType, name: str, weak: bool = False) -> "Tracer":
         return Tracer(self, self.builder.parameter(t, name=name), weak=weak)
 
-    def to_node(self, x: Any) -> Node:
+    def to_node(self, x: Any, fn: str = "jit") -> Node:
         if isinstance(x, Tracer):
             if x.trace is not self:
                 raise TracingError(
                     "a traced value escaped its jit function (it was stored outside and used later); "
                     "return it from the function instead", where=user_location())
             return x.node
-        arr = np.asarray(x)
-        if arr.dtype not in (np.bool_, np.int32, np.int64, np.float16, np.float32, np.float64):
-            arr = arr.astype(to_dtype(arr.dtype).np) if arr.dtype.kind != "O" else arr
+        arr = host_array(x, fn)  # a captured constant keeps its exact value or is refused
         return make_node(Op.CONSTANT, (), {"value": Literal(arr)}, loc=user_location())
 
 
@@ -120,7 +119,7 @@ def aval_of(x: Any) -> TensorType:
 
     if isinstance(x, Array):
         return x.aval
-    arr = np.asarray(x)
+    arr = host_array(x, "axle")
     return TensorType(to_dtype(arr.dtype), arr.shape)
 
 
@@ -141,11 +140,14 @@ def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
             raise TracingError("a traced value escaped its jit function and was used after tracing ended",
                                where=user_location())
         loc = user_location()
-        nodes = [trace.to_node(x) for x in operands]
+        nodes = [trace.to_node(x, op.value) for x in operands]
         return Tracer(trace, make_node(op, nodes, attrs, loc=loc))
     from .eager import apply_eager
 
-    return apply_eager(op, operands, attrs)
+    try:
+        return apply_eager(op, operands, attrs)
+    except AxleError as e:  # the IR's shape rules do not know the user's line
+        raise e.locate(user_location()) from None
 
 
 def check_dtype(x: Any) -> DType:

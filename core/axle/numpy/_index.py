@@ -19,8 +19,8 @@ import numpy as _np
 
 from .. import lax
 from ..frontend.tracing import Tracer
-from . import (_basic_plan, _fail, _is_array, _is_basic_index, _to_value, asarray, broadcast_to, moveaxis, reshape,
-               where)
+from . import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_to, moveaxis,
+               reshape, where)
 
 ArrayLike = Any
 
@@ -87,7 +87,7 @@ def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    ax = axis % builtins.max(x.ndim, 1)
+    ax = _norm_axis(axis, x.ndim, "take", x)
     n = x.shape[ax]
     st = _static(indices)
     if st is not None:
@@ -113,7 +113,7 @@ def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None) -> Any:
 def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int) -> Any:
     """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy."""
     x = asarray(x) if not _is_array(x) else x
-    ax = axis % x.ndim
+    ax = _norm_axis(axis, x.ndim, "take_along_axis", x)
     idx = asarray(indices) if not _is_array(indices) else indices
     n = x.shape[ax]
     k = _normalize_traced(idx, n)
