@@ -32,6 +32,9 @@ class Config:
     retrace_warning_threshold: int = 8
     #: passes disabled by name, comma-separated
     disable_passes: str = ""
+    #: traced indices out of range raise (IndexError_) instead of being clamped / filled /
+    #: dropped: each traced index op computes an any(out of range) flag output
+    check_indices: bool = False
     #: flags addressed to one backend: {"cpu_threads": "2"}
     backend_flags: dict[str, str] = field(default_factory=dict)
 

@@ -33,6 +33,10 @@ class ArgumentError(AxleError, ValueError, TypeError):
     wrong type or value. Both a ValueError and a TypeError, as NumPy raises either."""
 
 
+class IndexError_(AxleError, IndexError):
+    """An index out of range: a concrete one at once, a traced one under --check_indices."""
+
+
 class AttributeError_(AxleError, ValueError):
     """An op attribute that is missing or invalid."""
 

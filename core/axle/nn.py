@@ -12,7 +12,8 @@ from . import lax
 from . import numpy as anp
 from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
-from .frontend.tracing import aval_of
+from .frontend import checks
+from .frontend.tracing import Tracer, aval_of
 from .frontend.validate import axis_arg, size_arg, sizes_arg
 
 ArrayLike = Any
@@ -76,20 +77,40 @@ def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any:
-    """bool/float [..., num_classes]: labels compared with an iota."""
+    """bool/float [..., num_classes]: labels compared with an iota. A label outside
+    [0, num_classes) (negative ones included: no wrapping) gives an all-zero row, as in
+    JAX; ``--check_indices`` turns that into an IndexError_."""
     labels = _arr(labels)
     if labels.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: labels must be integers, got {aval_of(labels)}", where=user_location())
-    shape = labels.shape + (size_arg(num_classes, "one_hot", "num_classes"),)
+    n = size_arg(num_classes, "one_hot", "num_classes")
+    _check_labels("one_hot", labels, n, checks.enabled())
+    shape = labels.shape + (n,)
     lab = lax.broadcast_in_dim(anp.astype(labels, np.int64), shape, tuple(range(labels.ndim)))
     hit = lax.compare(lab, lax.iota(np.int64, shape, len(shape) - 1), "eq")
     return anp.astype(hit, dtype)
 
 
+def _check_labels(op: str, labels: Any, n: int, concrete_too: bool) -> None:
+    """Class ids outside [0, n): concrete ones raise when ``concrete_too``, traced ones
+    add a --check_indices flag."""
+    msg = f"{op}: a label is out of range [0, {n}) (labels {aval_of(labels)})"
+    if anp._is_array(labels) and not isinstance(labels, Tracer):
+        if concrete_too:
+            host = np.asarray(labels)
+            checks.raise_now((host < 0) | (host >= n), msg)
+    elif checks.enabled():
+        checks.add_index_check((labels < 0) | (labels >= n), msg)
+
+
 def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reduction: str = "mean") -> Any:
     """Softmax cross-entropy from logits. ``labels`` are integer class ids (shape of
     logits without ``axis``) or one-hot / probability rows (shape of logits).
-    ``reduction``: "mean" (over examples), "sum" or "none"."""
+    ``reduction``: "mean" (over examples), "sum" or "none".
+
+    A class id outside [0, C) is an error: concrete labels raise IndexError_ at once;
+    traced ones (inside jit) give a nan loss for that example (never a silent 0), and
+    ``--check_indices`` raises instead."""
     logits = _arr(logits)
     labels = _arr(labels)
     if reduction not in ("mean", "sum", "none"):
@@ -101,13 +122,19 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
         if labels.shape != want:
             raise ShapeError(f"cross_entropy: integer labels {aval_of(labels)} must have shape {list(want)} "
                              f"for logits {aval_of(logits)}", where=user_location())
-        target = anp.moveaxis(one_hot(labels, logits.shape[ax], logits.dtype), -1, ax)
+        n = logits.shape[ax]
+        _check_labels("cross_entropy", labels, n, True)
+        target = anp.moveaxis(one_hot(labels, n, logits.dtype), -1, ax)
+        valid = (labels >= 0) & (labels < n)
     else:
         if labels.shape != logits.shape:
             raise ShapeError(f"cross_entropy: one-hot labels {aval_of(labels)} must match logits "
                              f"{aval_of(logits)}", where=user_location())
         target = anp.astype(labels, logits.dtype)
+        valid = None
     per_example = -anp.sum(target * log_softmax(logits, axis=ax), axis=ax)
+    if valid is not None and isinstance(labels, Tracer):
+        per_example = anp.where(valid, per_example, np.asarray(np.nan, per_example.dtype))
     if reduction == "mean":
         return anp.mean(per_example)
     if reduction == "sum":

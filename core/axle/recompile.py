@@ -92,7 +92,7 @@ def _describe_tree(out: Signature, name: str, value: Any, flatten: Callable[...,
 
 def _describe_flags(flags: tuple) -> str:
     """compiler.flags_key() as 'optimize=True strict_placement=False ...'."""
-    names = ("optimize", "strict_placement", "disable_passes", "backend_flags")
+    names = ("optimize", "strict_placement", "disable_passes", "backend_flags", "check_indices")
     if len(flags) != len(names):
         return repr(flags)
     return " ".join(f"{n}={v!r}" for n, v in zip(names, flags))

@@ -200,3 +200,79 @@ def test_bad_arguments_raise_axle_errors_naming_function_and_line(fn, call, err,
             call(x)
     assert e.value.message.startswith(fn + ":"), e.value.message
     _assert_located(e, word)
+
+
+# ---------------------------------------------------------------- finding 13: traced indices
+
+X = np.arange(12.0).reshape(3, 4)
+
+
+def test_traced_out_of_range_indices_follow_jax(device):
+    i = np.array([0, 2, -1, 5, -4])
+    with device:
+        # x[i] clamps (after Python-style wrapping of negatives)
+        np.testing.assert_array_equal(np.asarray(axle.jit(lambda x, i: x[i])(X, i)), X[[0, 2, 2, 2, 0]])
+        # take fills (nan for floats, the most negative int for ints), or clips on request
+        got = np.asarray(axle.jit(lambda x, i: anp.take(x, i, axis=1))(X, i))
+        want = X[:, [0, 2, 3, 0, 0]].copy()
+        want[:, 3] = np.nan
+        np.testing.assert_array_equal(got, want)
+        got = np.asarray(axle.jit(lambda x, i: anp.take(x, i, axis=1))(X.astype(np.int32), i))
+        assert (got[:, 3] == np.iinfo(np.int32).min).all()
+        np.testing.assert_array_equal(np.asarray(axle.jit(lambda x, i: anp.take(x, i, axis=1, mode="clip"))(X, i)),
+                                      X[:, [0, 2, 3, 3, 0]])
+        got = np.asarray(axle.jit(lambda x, i: anp.take_along_axis(x, i, axis=1))(X, np.array([[0, 4], [-1, 1],
+                                                                                                  [3, -5]])))
+        np.testing.assert_array_equal(got, [[0, np.nan], [7, 5], [11, np.nan]])
+        # scatters drop out-of-range updates
+        got = np.asarray(axle.jit(lambda x, i: x.at[i].set(100.0))(X, np.array([0, 7, -1])))
+        np.testing.assert_array_equal(got, np.where(np.arange(3)[:, None] != 1, 100.0, X))
+        # one_hot: a zero row; cross_entropy: nan, never a silent 0 loss
+        np.testing.assert_array_equal(np.asarray(axle.jit(lambda l: nn.one_hot(l, 3))(np.array([0, -1, 3]))),
+                                      [[1, 0, 0], [0, 0, 0], [0, 0, 0]])
+        loss = np.asarray(axle.jit(lambda x, l: nn.cross_entropy(x, l, reduction="none"))(X, np.array([0, 4, -1])))
+        assert np.isfinite(loss[0]) and np.isnan(loss[1:]).all()
+
+
+def test_concrete_out_of_range_indices_raise_at_once():
+    from axle.errors import IndexError_, ShapeError
+
+    with axle.device("interpreter:0"):
+        with pytest.raises(IndexError_) as e:
+            nn.cross_entropy(X, np.array([0, 4, 1]))
+        _assert_located(e, "cross_entropy", "[0, 4)")
+        with pytest.raises(ShapeError) as e:
+            anp.take_along_axis(X, np.array([[5]] * 3), axis=1)
+        _assert_located(e, "take_along_axis", "5")
+
+
+@pytest.fixture
+def check_indices():
+    axle.config.update(check_indices=True)
+    yield
+    axle.config.update(check_indices=False)
+
+
+CHECKED = [
+    ("getitem", lambda x, i: x[i], np.array([0, 3])),
+    ("take", lambda x, i: anp.take(x, i, axis=1), np.array([-5])),
+    ("take_along_axis", lambda x, i: anp.take_along_axis(x, i[:, None] + np.zeros((3, 1), np.int64), 1),
+     np.array([0, 1, 4])),
+    ("at[].set", lambda x, i: x.at[i].set(0.0), np.array([9])),
+    ("at[].add", lambda x, i: x.at[i].add(1.0), np.array([-4])),
+    ("one_hot", lambda x, i: nn.one_hot(i, 3), np.array([-1])),
+    ("cross_entropy", lambda x, i: nn.cross_entropy(x, i), np.array([0, 1, 4])),
+]
+
+
+@pytest.mark.parametrize("op,fn,idx", CHECKED, ids=[c[0] for c in CHECKED])
+def test_check_indices_raises_naming_op_and_line(device, check_indices, op, fn, idx):
+    from axle.errors import IndexError_
+
+    with device:
+        with pytest.raises(IndexError_) as e:
+            axle.jit(fn)(X, idx)
+        _assert_located(e, op, "out of range", "--check_indices")
+        fine = np.zeros_like(idx) if op != "cross_entropy" else np.array([0, 1, 2])
+        axle.jit(fn)(X, fine)  # in range: no error, and the flag outputs stay hidden
+        assert isinstance(axle.jit(lambda x, i: x[i])(X, np.array([1])), axle.Array)

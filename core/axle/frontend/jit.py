@@ -22,6 +22,7 @@ from ..ir.module import Computation, Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..ir.verifier import verify
+from . import checks as checks_mod
 from .array import Array
 from .pytree import TreeDef, flatten, unflatten
 from .source import user_location
@@ -82,9 +83,10 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str
             kw_tracers.append(trace.new_arg(t, leaf_name, weak))
         out = fn(*traced_args, **unflatten(kw_td, kw_tracers))
         out_leaves, out_td = flatten(out)
-        nodes = [trace.to_node(o) for o in out_leaves]
+        nodes, checks = checks_mod.with_checks(trace, [trace.to_node(o) for o in out_leaves])
     root = nodes[0] if len(nodes) == 1 else make_node(Op.TUPLE, nodes)
     module = Module(name, Computation(name, tuple(trace.builder.params), root))
+    checks_mod.register(module, checks)  # --check_indices flags follow the outputs
     verify(module)
     return module, out_td
 
@@ -167,6 +169,8 @@ class Compiled:
         leaves = flatten(list(args))[0]
         bufs = [to_buffer(x, self.lowered.device) for x in leaves]
         outs = self.executable.execute(bufs)
+        if checks_mod.has_checks(self.lowered.module):
+            outs = checks_mod.split_and_raise(self.lowered.module, outs)
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
 
 
@@ -240,6 +244,8 @@ class JitFunction:
         bufs = [x.buffer if type(x) is Array and (x.device is device or x.device == device) else to_buffer(x, device)
                 for x in leaves]
         outs = entry.executable.execute(bufs)
+        if checks_mod.has_checks(entry.module):
+            outs = checks_mod.split_and_raise(entry.module, outs)
         stats.record_run(entry.kernels, function=self.name, device=device.name)
         return unflatten(entry.out_tree, [Array(b) for b in outs])
 

@@ -26,6 +26,8 @@ class Trace:
     def __init__(self, name: str) -> None:
         self.builder = Builder(name)
         self.active = True
+        #: (flag, message, where) of traced index checks (--check_indices), see checks.py
+        self.index_checks: list[tuple[Any, str, str | None]] = []
 
     def new_arg(self, t: TensorType, name: str, weak: bool = False) -> "Tracer":
         return Tracer(self, self.builder.parameter(t, name=name), weak=weak)
