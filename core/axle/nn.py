@@ -13,7 +13,7 @@ from . import numpy as anp
 from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
 from .frontend import checks
-from .frontend.tracing import Tracer, aval_of
+from .frontend.tracing import Tracer, aval_of, constant_value
 from .frontend.validate import axis_arg, size_arg, sizes_arg
 
 ArrayLike = Any
@@ -95,9 +95,10 @@ def _check_labels(op: str, labels: Any, n: int, concrete_too: bool) -> None:
     """Class ids outside [0, n): concrete ones raise when ``concrete_too``, traced ones
     add a --check_indices flag."""
     msg = f"{op}: a label is out of range [0, {n}) (labels {aval_of(labels)})"
-    if anp._is_array(labels) and not isinstance(labels, Tracer):
+    known = constant_value(labels) if isinstance(labels, Tracer) else labels
+    if known is not None:
         if concrete_too:
-            host = np.asarray(labels)
+            host = np.asarray(known)
             checks.raise_now((host < 0) | (host >= n), msg)
     elif checks.enabled():
         checks.add_index_check((labels < 0) | (labels >= n), msg)

@@ -38,8 +38,9 @@ def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
         return TensorType(to_dtype(arr.dtype), ()), True
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
     if arr.dtype.kind not in "biuf":
-        raise DTypeError(f"jit argument of type {type(x).__name__} ({arr.dtype}) is not an array; "
-                         f"mark it static with static_argnums", where=user_location())
+        raise DTypeError(f"jit argument: a {type(x).__name__} of dtype {arr.dtype} (shape {arr.shape}) is not "
+                         f"an array axle supports; convert it, or mark the argument static (static_argnums)",
+                         where=user_location())
     check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
     return TensorType(to_dtype(arr.dtype), arr.shape), False
 

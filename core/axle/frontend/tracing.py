@@ -125,6 +125,14 @@ def aval_of(x: Any) -> TensorType:
     return TensorType(to_dtype(arr.dtype), arr.shape)
 
 
+def constant_value(x: Any) -> np.ndarray | None:
+    """The value of a tracer that is a constant (NumPy data captured while tracing), so
+    that what is known is checked at trace time; None for a value computed at run time."""
+    if isinstance(x, Tracer) and x.node.op is Op.CONSTANT:
+        return dict(x.node.attrs)["value"].array
+    return None
+
+
 def is_weak(x: Any) -> bool:
     return isinstance(x, (bool, int, float)) or bool(getattr(x, "weak", False))
 

@@ -112,7 +112,11 @@ def _to_value(x: Any, dt: _np.dtype) -> Any:
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(_np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    try:
+        return tuple(_np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ShapeError(f"broadcast_shapes: shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be "
+                         f"broadcast together", where=user_location()) from None
 
 
 def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Any:
@@ -174,9 +178,8 @@ divide = true_divide
 def _check_int_or_bool(name: str, *xs: Any) -> None:
     for x in xs:
         if isinstance(x, float) or (not isinstance(x, (bool, int)) and aval_of(x).dtype.is_float):
-            from ..errors import DTypeError
-
-            raise DTypeError(f"{name}: needs bool or integer operands, got {aval_of(x)}", where=user_location())
+            got = f"the Python float {x!r}" if isinstance(x, float) else f"{aval_of(x)}"
+            raise DTypeError(f"{name}: needs bool or integer operands, got {got}", where=user_location())
 
 
 def bitwise_and(x: ArrayLike, y: ArrayLike) -> Any:
@@ -312,7 +315,10 @@ def astype(x: ArrayLike, dtype: Any) -> Any:
 
 def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike) -> Any:
     a, b = _prepare("where", x, y)
-    shape = broadcast_shapes(aval_of(cond).shape, a.shape)
+    try:
+        shape = broadcast_shapes(aval_of(cond).shape, a.shape)
+    except ShapeError:
+        raise _fail("where", "condition and values cannot be broadcast together", cond, x, y) from None
     c = broadcast_to(_to_value(cond, _np.dtype(bool)), shape)
     return lax.select(c, broadcast_to(a, shape), broadcast_to(b, shape))
 
@@ -329,6 +335,8 @@ def _norm_axes(axis: Any, ndim: int, name: str, x: Any) -> tuple[int, ...]:
         return tuple(range(ndim))
     axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = tuple(_norm_axis(a, ndim, name, x) for a in axes)
+    if ndim == 0:
+        return ()  # NumPy accepts axis 0 / -1 of a 0-d array: there is nothing to reduce
     if len(set(out)) != len(out):
         raise _fail(name, f"repeated axis in {axis}", x)
     return out
@@ -405,7 +413,9 @@ def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype
         raise _fail(name, "zero-size array to reduction operation which has no identity", x)
     if x.dtype == _np.bool_ and kind in ("max", "min"):
         kind = "or" if kind == "max" else "and"
-    out = lax.reduce(x, kind, axes) if axes else x
+    # Sorted: the reduced set is the same, and opencl:0 reads garbage for unsorted axes
+    # (reduce(f64[2,3], axes=(1, 0)) gave -7e78; reported with the bad-input suite).
+    out = lax.reduce(x, kind, tuple(sorted(axes))) if axes else x
     if keepdims:
         out = reshape(out, [1 if i in axes else d for i, d in enumerate(x.shape)])
     return out
@@ -446,13 +456,17 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Any:
     a, b = (asarray(v) if not _is_array(v) else v for v in (a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("matmul", "operands must be at least 1-D; use multiply for scalars", a, b)
+    orig = (a, b)  # errors name the user's operands, not their promoted copies
     dt = result_type(a, b)
     a, b = _to_value(a, dt), _to_value(b, dt)
     a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise _fail("matmul", f"contracting dims differ: {a2.shape[-1]} vs {b2.shape[-2]}", a, b)
-    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        raise _fail("matmul", f"contracting dims differ: {a2.shape[-1]} vs {b2.shape[-2]}", *orig)
+    try:
+        batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ShapeError:
+        raise _fail("matmul", "batch dims cannot be broadcast together", *orig) from None
     a3 = broadcast_to(a2, batch + a2.shape[-2:])
     b3 = broadcast_to(b2, batch + b2.shape[-2:])
     nb = len(batch)

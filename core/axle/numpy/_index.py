@@ -21,7 +21,7 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend import checks
 from ..frontend.source import user_location
-from ..frontend.tracing import Tracer, aval_of
+from ..frontend.tracing import Tracer, aval_of, constant_value
 from . import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_shapes,
                broadcast_to, moveaxis, reshape, where)
 
@@ -29,9 +29,10 @@ ArrayLike = Any
 
 
 def _static(i: Any) -> Any:
-    """The index as NumPy data when its value is known, else None (a traced index)."""
+    """The index as NumPy data when its value is known (a constant captured while
+    tracing counts), else None (a traced index)."""
     if isinstance(i, Tracer):
-        return None
+        return constant_value(i)
     if _is_array(i):
         return _np.asarray(i)
     return i
@@ -230,11 +231,16 @@ def _positions(x: Any, idx: tuple, what: str) -> _np.ndarray:
     try:
         return _np.arange(x.size, dtype=_np.int64).reshape(x.shape)[static]
     except (IndexError, TypeError, ValueError) as e:
-        raise _fail(what, f"bad index: {e}", x) from None
+        shown = ", ".join(repr(i) if not isinstance(i, _np.ndarray) else f"array of {i.dtype}{list(i.shape)}"
+                          for i in static)
+        raise _fail(what, f"bad index ({shown}): {e}", x) from None
 
 
 def advanced_getitem(x: Any, idx: tuple) -> Any:
     traced = _traced_axis(x, idx)
+    if traced is not None and traced[1].dtype == _np.bool_:
+        raise _fail("getitem", "a traced boolean mask cannot index inside jit (the result's shape would depend "
+                    "on traced values); use axle.numpy.where, or pass the mask as NumPy data", x, traced[1])
     if traced is not None:  # JAX's indexing: out-of-range traced indices clamp
         return _take_named("getitem", x, traced[1], traced[0], "clip")
     if builtins.any(isinstance(i, Tracer) for i in idx):

@@ -85,10 +85,11 @@ def clip(x: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
     return out
 
 
-def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False,
+        _name: str = "var") -> Any:
     """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
     x = asarray(x) if not _is_array(x) else x
-    axes = _norm_axes(axis, x.ndim, "var", x)
+    axes = _norm_axes(axis, x.ndim, _name, x)
     dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
     xf = astype(x, dt)
     d = subtract(xf, mean(xf, axis=axes, keepdims=True))
@@ -100,15 +101,21 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
 def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
     from . import sqrt
 
-    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
 
 
 def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
-    return _reduce("and", "all", astype(x, bool), axis, keepdims)
+    return _bool_reduce("and", "all", x, axis, keepdims)
 
 
 def any(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
-    return _reduce("or", "any", astype(x, bool), axis, keepdims)
+    return _bool_reduce("or", "any", x, axis, keepdims)
+
+
+def _bool_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    _norm_axes(axis, x.ndim, name, x)  # errors name x, not its bool copy
+    return _reduce(kind, name, astype(x, bool), axis, keepdims)
 
 
 def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -> Any:

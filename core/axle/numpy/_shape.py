@@ -88,14 +88,15 @@ def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0) -> Any:
     if axis is None:
         arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
     dt = result_type(*arrays)
-    xs = [asarray(_to_value(a, dt)) if not _is_array(a) else _to_value(a, dt) for a in arrays]
+    orig = [asarray(a) if not _is_array(a) else a for a in arrays]  # what errors name
+    xs = [_to_value(a, dt) for a in orig]
     ranks = {x.ndim for x in xs}
     if len(ranks) != 1 or 0 in ranks:
-        raise _fail("concatenate", "all inputs need the same rank >= 1", *xs)
-    ax = _norm_axis(axis, xs[0].ndim, "concatenate", xs[0])
+        raise _fail("concatenate", "all inputs need the same rank >= 1", *orig)
+    ax = _norm_axis(axis, xs[0].ndim, "concatenate", orig[0])
     for x in xs:
         if builtins.any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax):
-            raise _fail("concatenate", f"shapes must agree except on axis {ax}", *xs)
+            raise _fail("concatenate", f"shapes must agree except on axis {ax}", *orig)
     nonempty = [x for x in xs if x.shape[ax]] or xs[:1]
     return nonempty[0] if len(nonempty) == 1 else lax.concatenate(nonempty, ax)
 
