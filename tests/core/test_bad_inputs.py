@@ -23,7 +23,7 @@ import pytest
 
 import axle
 import axle.numpy as anp
-from axle import nn
+from axle import errors, nn
 from axle.errors import ArgumentError, AxleError, DTypeError, IndexError_, ShapeError
 from axle.ir.dtypes import supported_numpy_dtype
 
@@ -175,6 +175,14 @@ case("arange-str", lambda: anp.arange("5"), (), err(ArgumentError, "arange", "'5
 case("arange-huge", lambda: anp.arange(0, 1e30), (), err(ShapeError, "arange", "too large"))
 case("arange-int16", lambda: anp.arange(3, dtype=np.int16), (), err(DTypeError, "arange", "int16"))
 case("arange-none", lambda: anp.arange(None), (), err(ArgumentError, "arange", "None"))
+# a petabyte: within the address range, so it reaches the device, whose allocation fails
+case("zeros-out-of-memory", lambda: anp.zeros(2**47), (), err(errors.BackendError, "", "out of memory"))
+case("ones-out-of-memory", lambda: anp.ones((2**24, 2**23), np.float32),
+     (), err(errors.BackendError, "", "out of memory"))
+case("broadcast-out-of-memory", lambda x: anp.broadcast_to(x, (2**45, 3, 4)), (F,),
+     err(errors.BackendError, "", "out of memory"))
+case("outer-out-of-memory", lambda x: x[:, None] * x[None, :], (np.ones(2**24, np.float32),),
+     err(errors.BackendError, "", "out of memory"))
 
 # --- creation that must work (empty and size-1 included)
 case("zeros-empty", lambda: anp.zeros((0, 3)), (), Ok(lambda: np.zeros((0, 3))))

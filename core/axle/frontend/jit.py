@@ -27,7 +27,7 @@ from .array import Array
 from .pytree import TreeDef, flatten, unflatten
 from .source import user_location
 from .tracing import Trace, Tracer, current_trace, trace_context
-from .validate import check_host_dtype, host_array
+from .validate import check_host_dtype, host_array, is_out_of_memory, out_of_memory_error
 
 
 def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
@@ -236,6 +236,15 @@ class JitFunction:
             key, leaves = self._key(args, kwargs, device)
         except _Inline:
             return self.fn(*args, **kwargs)
+        try:
+            return self._run(args, kwargs, device, key, leaves)
+        except (MemoryError, OSError) as e:
+            if not is_out_of_memory(e):
+                raise
+            raise out_of_memory_error(e, f"jit({self.name})") from None
+
+    def _run(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple,
+             leaves: list[Any]) -> Any:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(args, kwargs, device, key)
@@ -256,7 +265,7 @@ class JitFunction:
 
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
         self.trace_count += 1
-        note_trace(self, args, kwargs, stacklevel=4, device=device)  # -> _compile -> __call__ -> user
+        note_trace(self, args, kwargs, stacklevel=5, device=device)  # -> _compile -> __call__ -> user
         exe = compile_module(module, device)
         entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
         for what in ("traces", "compiles", "cache_misses"):

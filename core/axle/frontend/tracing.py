@@ -17,7 +17,7 @@ from ..ir.ops import Op
 from ..ir.types import TensorType
 from .arrayops import ArrayOps
 from .source import user_location
-from .validate import host_array
+from .validate import host_array, is_out_of_memory, out_of_memory_error
 
 
 class Trace:
@@ -158,6 +158,10 @@ def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
         return apply_eager(op, operands, attrs)
     except AxleError as e:  # the IR's shape rules do not know the user's line
         raise e.locate(user_location()) from None
+    except (MemoryError, OSError) as e:
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(e, op.value, [aval_of(x) for x in operands]) from None
 
 
 def check_dtype(x: Any) -> DType:

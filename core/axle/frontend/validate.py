@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, AxleError, DTypeError, ShapeError
 from ..ir.dtypes import MAX_RANK, supported_numpy_dtype
 from .source import user_location
 
@@ -202,3 +202,18 @@ def scalar_arg(v: Any, dt: np.dtype, fn: str, what: str = "value") -> np.ndarray
             return np.asarray(v).astype(dt)
     except (OverflowError, ValueError, TypeError) as e:
         raise DTypeError(f"{fn}: {what} {_short(v)} cannot be a {dt}: {e}", where=user_location()) from None
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """A host or device allocation that failed (NumPy's MemoryError, mmap's ENOMEM)."""
+    import errno
+
+    return isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM)
+
+
+def out_of_memory_error(e: BaseException, what: str, types: Sequence[Any] = ()) -> AxleError:
+    """The axle error for a failed allocation while running ``what`` (an op, a jit function)."""
+    from ..errors import BackendError
+
+    shown = f" (operands: {', '.join(str(t) for t in types)})" if types else ""
+    return BackendError(f"{what}: out of memory: {e}{shown}; use smaller arrays", where=user_location())
