@@ -26,8 +26,7 @@ import axle.numpy as anp
 from axle import errors, nn
 from axle.errors import ArgumentError, AxleError, DTypeError, IndexError_, ShapeError
 from axle.ir.dtypes import supported_numpy_dtype
-
-from conftest import require_backend
+from axle.testing import require_backend
 
 HERE = __file__
 BACKENDS = ("interpreter", "cpu", "opencl", "template")
@@ -427,6 +426,33 @@ case("cross_entropy-axis", lambda x, y: nn.cross_entropy(x, y, axis=2), (LOGITS,
 case("cross_entropy-onehot-shape", lambda x, y: nn.cross_entropy(x, y), (LOGITS, D),
      err(ShapeError, "cross_entropy", "f64[2,3]"))
 
+# --- einsum, random, Python protocol on arrays
+case("einsum-ellipsis", lambda x: anp.einsum("...i->i", x), (F,), err(ArgumentError, "einsum", "ellipsis"))
+case("einsum-count", lambda x: anp.einsum("ij,jk->ik", x), (F,), err(ArgumentError, "einsum", "2 operand"))
+case("einsum-output", lambda x: anp.einsum("ij->k", x), (F,), err(ArgumentError, "einsum", "'k'"))
+case("einsum-rank", lambda x: anp.einsum("ijk->i", x), (F,), err(ShapeError, "einsum", "f32[3,4]"))
+case("einsum-diagonal", lambda x: anp.einsum("ii->i", x), (F,), err(ShapeError, "einsum", "diagonals"))
+case("einsum-ok", lambda x, y: anp.einsum("ij,kj->ik", x, y), (F, F), Ok(lambda x, y: np.einsum("ij,kj->ik", x, y)))
+case("random-bad-key", lambda: axle.random.uniform(np.float32(1.0), (2,)), (), err(DTypeError, "random", "float32"))
+case("random-negative-shape", lambda: axle.random.uniform(axle.random.key(0), (-2,)), (),
+     err(ShapeError, "random", "negative"))
+case("random-float-shape", lambda: axle.random.normal(axle.random.key(0), (2.5,)), (),
+     err(ArgumentError, "random", "2.5"))
+case("random-int-dtype", lambda: axle.random.uniform(axle.random.key(0), (2,), np.int32), (),
+     err(DTypeError, "random.uniform", "int32"))
+case("random-uint8-dtype", lambda: axle.random.bits(axle.random.key(0), (2,), np.uint8), (),
+     err(DTypeError, "random", "uint8"))
+case("randint-empty", lambda: axle.random.randint(axle.random.key(0), (2,), 3, 3), (),
+     err(ArgumentError, "random.randint", "[3, 3)"))
+case("randint-float", lambda: axle.random.randint(axle.random.key(0), (2,), 0, 2.5), (),
+     err(ArgumentError, "random.randint", "2.5"))
+case("random-split-negative", lambda: axle.random.split(axle.random.key(0), -1), (),
+     err(ArgumentError, "random.split", "-1"))
+case("len-0d", lambda x: len(x), (np.array(2.0),), err(ArgumentError, "len()", "0-d"))
+case("iter-0d", lambda x: list(x), (np.array(2.0),), err(ArgumentError, "iteration", "0-d"))
+case("static-unhashable", lambda x: axle.jit(lambda a, s: a, static_argnums=1)(x, [1]), (F,),
+     err(ArgumentError, "jit(lambda)", "hashable"), jit_expect=Ok(lambda x: x))  # inlined into the outer trace
+
 # --- indices (concrete: checked at once, as NumPy does)
 case("getitem-out", lambda x: x[5], (F,), err(ShapeError, "getitem", "index 5", "f32[3,4]"))
 case("getitem-negative-out", lambda x: x[-4], (F,), err(ShapeError, "getitem", "-4"))
@@ -573,7 +599,7 @@ def device(request):
 @pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])
 def test_bad_input(c: Case, mode: str, device) -> None:
     with device, warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore")  # NumPy's overflow warnings, the host fallback of the petabyte rows
         if isinstance(c.expected(mode), Err):
             with pytest.raises(AxleError) as e:
                 _run(c, mode)

@@ -12,8 +12,7 @@ import axle
 import axle.numpy as anp
 from axle import nn
 from axle.recompile import RecompilationWarning
-
-from conftest import require_backend
+from axle.testing import require_backend
 
 BACKENDS = ("interpreter", "cpu", "opencl", "template")
 

@@ -16,7 +16,7 @@ from ..compiler import flags_key
 from ..placement import to_buffer
 from ..backend import Device, Executable
 from ..ir.builder import make_node
-from ..errors import DTypeError
+from ..errors import ArgumentError, DTypeError
 from ..ir.dtypes import dtype as to_dtype
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
@@ -211,7 +211,8 @@ class JitFunction:
             try:
                 hash(static)
             except TypeError:
-                raise TypeError(f"{self.name}: static arguments must be hashable, got {list(static)!r}") from None
+                raise ArgumentError(f"jit({self.name}): static arguments must be hashable, got {list(static)!r}",
+                                    where=user_location()) from None
         else:
             dyn, static = list(args), ()
         leaves, td = flatten((dyn, kwargs) if kwargs else dyn)

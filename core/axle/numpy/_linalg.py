@@ -4,6 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import lax
+from ..errors import ArgumentError
+from ..frontend.source import user_location
 from . import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose
 
 ArrayLike = Any
@@ -12,7 +14,7 @@ ArrayLike = Any
 def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise ValueError("einsum: ellipsis ('...') is not supported; name every axis")
+        raise ArgumentError("einsum: ellipsis ('...') is not supported; name every axis", where=user_location())
     if "->" in spec:
         lhs, out = spec.split("->")
     else:
@@ -21,7 +23,7 @@ def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
         out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     ins = lhs.split(",")
     if len(ins) != n:
-        raise ValueError(f"einsum: {len(ins)} operand subscripts for {n} operands")
+        raise ArgumentError(f"einsum: {len(ins)} operand subscripts for {n} operands", where=user_location())
     return ins, out
 
 
@@ -67,7 +69,7 @@ def einsum(subscripts: str, *operands: ArrayLike) -> Any:
         acc, sacc = _contract(acc, sacc, xs[i], ins[i], later)
     acc, sacc = _reduce_to(acc, sacc, set(out))
     if sorted(sacc) != sorted(out):
-        raise ValueError(f"einsum: output subscripts {out!r} name an axis no operand has")
+        raise ArgumentError(f"einsum: output subscripts {out!r} name an axis no operand has", where=user_location())
     return transpose(acc, [sacc.index(c) for c in out]) if sacc != out else acc
 
 
