@@ -25,17 +25,20 @@ from .source import user_location
 MAX_BYTES = 2**62
 
 
-def _index(v: Any, fn: str, what: str) -> int:
+def _index(v: Any, fn: str, what: Any) -> int:
     """v as a Python int when it is an integer (int, NumPy integer, 0-d integer array);
-    floats, strings and other objects are refused, as NumPy refuses them."""
-    if isinstance(v, (bool, np.bool_)) or isinstance(v, (float, np.floating)):
-        raise ArgumentError(f"{fn}: {what} must be an integer, got {type(v).__name__} {v!r}",
-                            where=user_location())
-    try:
-        return operator.index(v)
-    except TypeError:
-        raise ArgumentError(f"{fn}: {what} must be an integer, got {type(v).__name__} {v!r}",
-                            where=user_location()) from None
+    floats, strings and other objects are refused, as NumPy refuses them. ``what`` names
+    the argument: a string, or a callable that makes it (only on error: shapes are
+    checked on every call)."""
+    if type(v) is int:
+        return v
+    if not isinstance(v, (bool, np.bool_, float, np.floating)):
+        try:
+            return operator.index(v)
+        except TypeError:
+            pass
+    name = what() if callable(what) else what
+    raise ArgumentError(f"{fn}: {name} must be an integer, got {type(v).__name__} {v!r}", where=user_location())
 
 
 def shape_arg(shape: Any, fn: str, itemsize: int = 8) -> tuple[int, ...]:
@@ -48,14 +51,16 @@ def shape_arg(shape: Any, fn: str, itemsize: int = 8) -> tuple[int, ...]:
                             where=user_location())
     else:
         dims = tuple(shape)
-    out = tuple(_index(d, fn, f"shape {_short(shape)}: each entry") for d in dims)
+    out = tuple(_index(d, fn, lambda: f"shape {_short(shape)}: each entry") for d in dims)
     check_shape(out, fn, itemsize)
     return out
 
 
 def check_shape(shape: tuple[int, ...], fn: str, itemsize: int = 8) -> None:
     """Refuses negative dims, ranks beyond MAX_RANK and sizes beyond MAX_BYTES."""
-    if any(d < 0 for d in shape):
+    if not shape:
+        return
+    if min(shape) < 0:
         raise ShapeError(f"{fn}: negative dimensions are not allowed, got shape {shape}", where=user_location())
     if len(shape) > MAX_RANK:
         raise ShapeError(f"{fn}: rank {len(shape)} exceeds axle's maximum rank {MAX_RANK}", where=user_location())
@@ -74,11 +79,12 @@ def axis_arg(axis: Any, ndim: int, fn: str, desc: str = "") -> int:
     return a % max(rank, 1)
 
 
-def size_arg(v: Any, fn: str, what: str, minimum: int = 0) -> int:
+def size_arg(v: Any, fn: str, what: Any, minimum: int = 0) -> int:
     """An integer count (num, stride, window, repeats...) that must be >= minimum."""
     n = _index(v, fn, what)
     if n < minimum:
-        raise ArgumentError(f"{fn}: {what} must be >= {minimum}, got {n}", where=user_location())
+        name = what() if callable(what) else what
+        raise ArgumentError(f"{fn}: {name} must be >= {minimum}, got {n}", where=user_location())
     return n
 
 

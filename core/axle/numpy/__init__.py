@@ -120,8 +120,10 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 
 def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Any:
-    shape = shape_arg(shape, "broadcast_to")
     xs = aval_of(x).shape
+    if type(shape) is tuple and xs == shape:  # the common case inside axle: nothing to check or do
+        return x
+    shape = shape_arg(shape, "broadcast_to")
     if xs == shape:
         return x
     if len(xs) > len(shape) or builtins.any(a not in (1, b) for a, b in zip(xs[::-1], shape[::-1])):
@@ -364,7 +366,7 @@ def _reshape_arg(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, _np.ndarray)):
         raise ArgumentError(f"reshape: shape must be an int or a sequence of ints, got {shape!r}",
                             where=user_location())
-    dims = tuple(size_arg(s, "reshape", f"shape {tuple(shape)!r}: each entry", -1) for s in shape)
+    dims = tuple(size_arg(s, "reshape", lambda: f"shape {tuple(shape)!r}: each entry", -1) for s in shape)
     check_shape(tuple(builtins.max(d, 0) for d in dims), "reshape")
     return dims
 
