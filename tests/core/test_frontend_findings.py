@@ -275,3 +275,16 @@ def test_check_indices_raises_naming_op_and_line(device, check_indices, op, fn, 
         fine = np.zeros_like(idx) if op != "cross_entropy" else np.array([0, 1, 2])
         axle.jit(fn)(X, fine)  # in range: no error, and the flag outputs stay hidden
         assert isinstance(axle.jit(lambda x, i: x[i])(X, np.array([1])), axle.Array)
+
+
+@pytest.mark.parametrize("under_jit", [False, True], ids=["eager", "jit"])
+def test_check_indices_covers_indices_traced_by_grad(check_indices, under_jit):
+    from axle.errors import IndexError_
+
+    g = axle.grad(lambda w, i: anp.sum(w[i]))
+    g = axle.jit(g) if under_jit else g
+    with axle.device("interpreter:0"):
+        with pytest.raises(IndexError_) as e:
+            g(X, np.array([0, 4]))
+        _assert_located(e, "getitem", "out of range")
+        np.testing.assert_array_equal(np.asarray(g(X, np.array([0, 2]))), [[1] * 4, [0] * 4, [1] * 4])

@@ -47,6 +47,19 @@ def raise_now(out_of_range: np.ndarray, message: str) -> None:
         raise IndexError_(message, where=user_location())
 
 
+def replayed(flag: Any, message: str, where: str | None) -> None:
+    """A flag of ``axle.grad``'s traced forward pass, replayed in the caller's mode: a
+    concrete value is checked now, a value of an enclosing jit trace joins its checks."""
+    from .tracing import Tracer
+
+    if isinstance(flag, Tracer):
+        checks = getattr(flag.trace, "index_checks", None)
+        if checks is not None:
+            checks.append((flag, message, where))
+    elif bool(np.asarray(flag)):
+        raise IndexError_(message + " (found by --check_indices)", where=where)
+
+
 def with_checks(trace: Any, nodes: list[Node]) -> tuple[list[Node], tuple[tuple[str, str | None], ...]]:
     """The module's outputs plus one flag per recorded check, and the checks' messages."""
     checks = getattr(trace, "index_checks", ())
