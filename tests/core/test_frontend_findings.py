@@ -288,3 +288,17 @@ def test_check_indices_covers_indices_traced_by_grad(check_indices, under_jit):
             g(X, np.array([0, 4]))
         _assert_located(e, "getitem", "out of range")
         np.testing.assert_array_equal(np.asarray(g(X, np.array([0, 2]))), [[1] * 4, [0] * 4, [1] * 4])
+
+
+def test_check_indices_is_a_flag_and_covers_lowered_compiles(check_indices):
+    from axle.config import Config
+    from axle.errors import IndexError_
+
+    cfg = Config()
+    cfg.load_flags("--check_indices")
+    assert cfg.check_indices and not Config().check_indices
+    f = axle.jit(lambda x, i: x[i], device="interpreter:0")
+    compiled = f.lower(X, np.array([0])).compile()
+    np.testing.assert_array_equal(np.asarray(compiled(X, np.array([2]))), X[[2]])
+    with pytest.raises(IndexError_, match="getitem"):
+        compiled(X, np.array([3]))
