@@ -114,8 +114,8 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
     ``--check_indices`` raises instead."""
     logits = _arr(logits)
     labels = _arr(labels)
-    if reduction not in ("mean", "sum", "none"):
-        raise ArgumentError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}",
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, got {reduction!r}",
                             where=user_location())
     ax = axis_arg(axis, logits.ndim, "cross_entropy", f"{aval_of(logits)}")
     if labels.dtype.kind in "iu":
@@ -136,14 +136,11 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
     per_example = -anp.sum(target * log_softmax(logits, axis=ax), axis=ax)
     if valid is not None and isinstance(labels, Tracer):
         per_example = anp.where(valid, per_example, np.asarray(np.nan, per_example.dtype))
-    if reduction == "mean":
-        return anp.mean(per_example)
-    if reduction == "sum":
-        return anp.sum(per_example)
-    if reduction == "none":
-        return per_example
-    raise ArgumentError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}",
-                        where=user_location())
+    return _REDUCTIONS[reduction](per_example)
+
+
+#: cross_entropy's reduction of the per-example losses
+_REDUCTIONS: dict[str, Any] = {"mean": lambda v: anp.mean(v), "sum": lambda v: anp.sum(v), "none": lambda v: v}
 
 
 def layer_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, axis: Any = -1,
