@@ -14,7 +14,8 @@ from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
 from .frontend import checks
 from .frontend.tracing import Tracer, aval_of, constant_value
-from .frontend.validate import axis_arg, size_arg, sizes_arg
+from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
+from .ir.dtypes import supported_numpy_dtype
 
 ArrayLike = Any
 
@@ -84,6 +85,7 @@ def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any
     if labels.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: labels must be integers, got {aval_of(labels)}", where=user_location())
     n = size_arg(num_classes, "one_hot", "num_classes")
+    check_shape(labels.shape + (n,), "one_hot", np.dtype(dtype).itemsize if supported_numpy_dtype(dtype) else 8)
     _check_labels("one_hot", labels, n, checks.enabled())
     shape = labels.shape + (n,)
     lab = lax.broadcast_in_dim(anp.astype(labels, np.int64), shape, tuple(range(labels.ndim)))
@@ -114,7 +116,7 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
     ``--check_indices`` raises instead."""
     logits = _arr(logits)
     labels = _arr(labels)
-    if reduction not in _REDUCTIONS:
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
         raise ArgumentError(f"cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, got {reduction!r}",
                             where=user_location())
     ax = axis_arg(axis, logits.ndim, "cross_entropy", f"{aval_of(logits)}")

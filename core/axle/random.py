@@ -31,7 +31,8 @@ _MANTISSA = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.flo
 
 def key(seed: int) -> Key:
     """A PRNG key from an integer seed."""
-    return anp.asarray(np.int64(np.uint64(int(seed) & ((1 << 64) - 1)).astype(np.int64)))
+    s = size_arg(seed, "random.key", "seed", -2**63, 2**64 - 1)  # any 64-bit pattern
+    return anp.asarray(np.int64(np.uint64(s & ((1 << 64) - 1)).astype(np.int64)))
 
 
 PRNGKey = key
@@ -90,7 +91,8 @@ def normal(k: Key, shape: Sequence[int] = (), dtype: Any = np.float32) -> Any:
 
 def randint(k: Key, shape: Sequence[int], minval: int, maxval: int, dtype: Any = np.int32) -> Any:
     """Integers in [minval, maxval) (modulo reduction: bias below 2^-30 for spans < 2^33)."""
-    span = size_arg(maxval, "random.randint", "maxval", -2**63) - size_arg(minval, "random.randint", "minval", -2**63)
+    lo = size_arg(minval, "random.randint", "minval", -2**63, 2**63 - 1)
+    span = size_arg(maxval, "random.randint", "maxval", -2**63, 2**63 - 1) - lo
     if span <= 0:
         raise ArgumentError(f"random.randint: empty range [{minval}, {maxval})", where=user_location())
     r = anp.remainder(bits(k, shape, np.int64), np.int64(span))

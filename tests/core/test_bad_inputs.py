@@ -453,6 +453,36 @@ case("iter-0d", lambda x: list(x), (np.array(2.0),), err(ArgumentError, "iterati
 case("static-unhashable", lambda x: axle.jit(lambda a, s: a, static_argnums=1)(x, [1]), (F,),
      err(ArgumentError, "jit(lambda)", "hashable"), jit_expect=Ok(lambda x: x))  # inlined into the outer trace
 
+# --- found by fuzzing the arguments above with odd values (None, 2**63, nan, 'a', 1j...)
+case("transpose-int-axes", lambda x: anp.transpose(x, 1), (F,), err(ShapeError, "transpose", "not a permutation"))
+case("argmax-axis-tuple", lambda x: anp.argmax(x, axis=()), (F,), err(ArgumentError, "argmax", "()"))
+case("cumsum-axis-list", lambda x: anp.cumsum(x, axis=[0]), (F,), err(ArgumentError, "cumsum", "[0]"))
+case("stack-axis-str", lambda x: anp.stack([x, x], axis="a"), (F,), err(ArgumentError, "stack", "'a'"))
+case("eye-k-huge", lambda: anp.eye(3, k=2**63), (), err(ArgumentError, "eye", "9223372036854775808"))
+case("arange-step-huge", lambda: anp.arange(0, 4, 2**63), (), err(ArgumentError, "arange", "int64"))
+case("tile-none", lambda x: anp.tile(x, None), (F,), err(ArgumentError, "tile", "None"))
+case("split-none", lambda x: anp.split(x, None), (F,), err(ArgumentError, "split", "None"))
+case("array_split-huge", lambda x: anp.array_split(x, 2**31), (F,), err(ArgumentError, "array_split", "2147483648"))
+case("conv2d-stride-none", lambda x, w: nn.conv2d(x, w, stride=None), (IMG, KER), err(ArgumentError, "conv2d", "None"))
+case("max_pool-complex", lambda x: nn.max_pool(x, 1j), (IMG,), err(ArgumentError, "max_pool", "1j"))
+case("pad-huge", lambda x: anp.pad(x, 2**40), (F,), err(ShapeError, "pad", "too large"))
+case("pad-beyond-int64", lambda x: anp.pad(x, 2**63), (F,), err(ShapeError, "pad", "does not fit"))
+case("pad-str-value", lambda x: anp.pad(x, 1, constant_values="a"), (F,), err(DTypeError, "pad", "<U1"))
+case("one_hot-huge", lambda x: nn.one_hot(x, 2**62), (I64,), err(ShapeError, "one_hot", "too large"))
+case("einsum-int-subscripts", lambda x: anp.einsum(3, x), (F,), err(ArgumentError, "einsum", "3"))
+case("tensordot-float-axes", lambda x: anp.tensordot(x, x, 1.5), (F,), err(ArgumentError, "tensordot", "1.5"))
+case("tensordot-axes-out", lambda x: anp.tensordot(x, x, ([0], [5])), (F,), err(ShapeError, "tensordot", "axis 5"))
+case("tensordot-ok", lambda x, y: anp.tensordot(x, y, ([1], [1])), (F, F), Ok(lambda x, y: np.tensordot(x, y, ([1], [1]))))
+case("var-ddof-str", lambda x: anp.var(x, ddof="a"), (F,), err(ArgumentError, "var", "ddof"))
+case("cross_entropy-reduction-list", lambda x: nn.cross_entropy(x, np.array([0, 1, 2, 0]), reduction=[1]), (LOGITS,),
+     err(ArgumentError, "cross_entropy", "[1]"))
+case("random-key-nan", lambda: axle.random.key(float("nan")), (), err(ArgumentError, "random.key", "nan"))
+case("random-key-str", lambda: axle.random.key("a"), (), err(ArgumentError, "random.key", "'a'"))
+case("randint-huge", lambda: axle.random.randint(axle.random.key(0), (2,), 0, 2**63), (),
+     err(ArgumentError, "random.randint", "9223372036854775808"))
+case("take-none", lambda x: anp.take(x, None), (F,), err(ShapeError, "take", "object"))
+case("at-add-str", lambda x: x.at[0].add("a"), (F,), err(DTypeError, "", "<U1"))
+
 # --- indices (concrete: checked at once, as NumPy does)
 case("getitem-out", lambda x: x[5], (F,), err(ShapeError, "getitem", "index 5", "f32[3,4]"))
 case("getitem-negative-out", lambda x: x[-4], (F,), err(ShapeError, "getitem", "-4"))

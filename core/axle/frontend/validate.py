@@ -79,18 +79,29 @@ def axis_arg(axis: Any, ndim: int, fn: str, desc: str = "") -> int:
     return a % max(rank, 1)
 
 
-def size_arg(v: Any, fn: str, what: Any, minimum: int = 0) -> int:
-    """An integer count (num, stride, window, repeats...) that must be >= minimum."""
+def size_arg(v: Any, fn: str, what: Any, minimum: int = 0, maximum: int = 2**62) -> int:
+    """An integer count (num, stride, window, repeats, an offset...) in [minimum, maximum]
+    (the default bound keeps every size arithmetic inside int64)."""
     n = _index(v, fn, what)
-    if n < minimum:
+    if not minimum <= n <= maximum:
         name = what() if callable(what) else what
-        raise ArgumentError(f"{fn}: {name} must be >= {minimum}, got {n}", where=user_location())
+        bound = f">= {minimum}" if n < minimum else f"<= {maximum}"
+        raise ArgumentError(f"{fn}: {name} must be {bound}, got {n}", where=user_location())
     return n
+
+
+def as_sequence(v: Any) -> tuple[Any, ...]:
+    """A list, tuple or 1-d array as a tuple; anything else as a one-element tuple (whose
+    entry the caller then validates)."""
+    if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim):
+        return tuple(v)
+    return (v,)
 
 
 def sizes_arg(v: Any, n: int, fn: str, what: str, minimum: int = 0) -> tuple[int, ...]:
     """An int or a sequence of n ints, each >= minimum (strides, windows)."""
-    vals = (v,) * n if hasattr(v, "__index__") or isinstance(v, (float, str)) else tuple(v)
+    vals = as_sequence(v)
+    vals = vals * n if len(vals) == 1 and not isinstance(v, (list, tuple, np.ndarray)) else vals
     if len(vals) != n:
         raise ArgumentError(f"{fn}: {what} needs {n} entries, got {v!r}", where=user_location())
     return tuple(size_arg(x, fn, what, minimum) for x in vals)
@@ -103,10 +114,12 @@ def nonzero_step(step: Any, fn: str) -> Any:
 
 
 def finite_number(v: Any, fn: str, what: str) -> Any:
-    """A real Python / NumPy number (start, stop of arange / linspace)."""
-    if isinstance(v, (str, bytes)) or not isinstance(v, (int, float, np.number, np.bool_)):
+    """A real Python / NumPy number (start, stop of arange / linspace; ints within int64)."""
+    if isinstance(v, (str, bytes, complex, np.complexfloating)) or not isinstance(v, (int, float, np.number, np.bool_)):
         raise ArgumentError(f"{fn}: {what} must be a real number, got {type(v).__name__} {v!r}",
                             where=user_location())
+    if isinstance(v, (int, np.integer)) and not -2**63 <= int(v) < 2**63:
+        raise ArgumentError(f"{fn}: {what} {v} does not fit int64", where=user_location())
     if not math.isfinite(float(v)):
         raise ArgumentError(f"{fn}: {what} must be finite, got {v!r}", where=user_location())
     return v

@@ -16,8 +16,8 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.array import Array
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
-from ..frontend.validate import (axis_arg, check_python_int, check_shape, check_weak_scalar, dtype_arg,
-                                 finite_number, host_array, nonzero_step, scalar_arg, shape_arg, size_arg)
+from ..frontend.validate import (as_sequence, axis_arg, check_python_int, check_shape, check_weak_scalar,
+                                 dtype_arg, finite_number, host_array, nonzero_step, scalar_arg, shape_arg, size_arg)
 from ..ir.dtypes import DType, result_type as _result_type
 
 bool_ = _np.bool_
@@ -104,7 +104,7 @@ def _fail(op: str, why: str, *args: Any) -> ShapeError:
 def _to_value(x: Any, dt: _np.dtype) -> Any:
     if _is_array(x):
         return x if x.dtype == dt else lax.convert(x, dt)
-    arr = _np.asarray(x)
+    arr = host_array(x, "axle")  # strings, objects, int8...: refused, never cast
     if arr.dtype != dt:
         with _np.errstate(all="ignore"):
             arr = arr.astype(dt)
@@ -373,7 +373,8 @@ def _reshape_arg(shape: Any) -> tuple[int, ...]:
 
 def transpose(x: ArrayLike, axes: Any = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, "transpose", x) for a in axes)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, "transpose", x)
+                                                                     for a in as_sequence(axes))
     if sorted(perm) != list(range(x.ndim)):
         raise _fail("transpose", f"axes {axes} are not a permutation of {x.ndim} dims", x)
     return x if perm == tuple(range(x.ndim)) else lax.transpose(x, perm)

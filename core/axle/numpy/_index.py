@@ -35,7 +35,7 @@ def _static(i: Any) -> Any:
         return constant_value(i)
     if _is_array(i):
         return _np.asarray(i)
-    return i
+    return i if i is not None else _np.asarray(i)  # None as an index array: refused as a non-integer
 
 
 def _one_hot_axis0(k: Any, n: int) -> Any:

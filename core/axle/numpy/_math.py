@@ -8,7 +8,8 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
-from . import (_finish, _fail, _is_array, _norm_axes, _reduce, _to_value, astype, asarray, broadcast_to, equal,
+from ..frontend.validate import finite_number
+from . import (_finish, _fail, _is_array, _norm_axes, _norm_axis, _reduce, _to_value, astype, asarray, broadcast_to, equal,
                logical_not, maximum, mean, minimum, multiply, not_equal, reshape, subtract, sum, true_divide, where)
 
 ArrayLike = Any
@@ -90,6 +91,7 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
     """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
     x = asarray(x) if not _is_array(x) else x
     axes = _norm_axes(axis, x.ndim, _name, x)
+    finite_number(ddof, _name, "ddof")
     dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
     xf = astype(x, dt)
     d = subtract(xf, mean(xf, axis=axes, keepdims=True))
@@ -126,7 +128,7 @@ def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -
         flat = reshape(x, (-1,))
         out = _arg_reduce(kind, name, flat, 0, False)
         return reshape(out, (1,) * x.ndim) if keepdims else out
-    (ax,) = _norm_axes(axis, x.ndim, name, x)
+    ax = _norm_axis(axis, x.ndim, name, x)
     n = x.shape[ax]
     if n == 0:
         raise _fail(name, "attempt to get argmax/argmin of an empty sequence", x)
@@ -173,7 +175,7 @@ def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    (ax,) = _norm_axes(axis, x.ndim, "cumsum", x)
+    ax = _norm_axis(axis, x.ndim, "cumsum", x)
     if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
         x = astype(x, _np.int64)
     n = x.shape[ax]

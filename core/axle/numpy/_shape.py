@@ -11,7 +11,7 @@ import numpy as _np
 from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
-from ..frontend.validate import check_shape, dtype_arg, finite_number, size_arg
+from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
 from . import (_fail, _full, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype,
                broadcast_to, expand_dims, multiply, reshape, result_type, transpose, where)
 
@@ -51,7 +51,7 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dt
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = float) -> Any:
     n = size_arg(n, "eye", "N")
     m = n if m is None else size_arg(m, "eye", "M")
-    k = size_arg(k, "eye", "k", -2**62)
+    k = size_arg(k, "eye", "k", -2**62, 2**62)
     dt = dtype_arg(dtype, "eye")
     check_shape((n, m), "eye", dt.itemsize)
     rows = lax.iota(_np.int64, (n, m), 0)
@@ -109,9 +109,7 @@ def stack(arrays: Sequence[ArrayLike], axis: int = 0) -> Any:
         raise _fail("stack", "all input arrays must have the same shape",
                     *[asarray(a) if not _is_array(a) else a for a in arrays])
     nd = len(shapes.pop()) + 1
-    ax = axis % nd if -nd <= axis < nd else axis
-    if not 0 <= ax < nd:
-        raise _fail("stack", f"axis {axis} is out of bounds for rank {nd}", asarray(arrays[0]))
+    ax = axis_arg(axis, nd, "stack")
     return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
 
 
@@ -134,7 +132,7 @@ def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     x = asarray(x) if not _is_array(x) else x
     ax = _norm_axis(axis, x.ndim, "split", x)
     n = x.shape[ax]
-    if hasattr(indices_or_sections, "__index__") or isinstance(indices_or_sections, float):
+    if not isinstance(indices_or_sections, (list, tuple, _np.ndarray)) or _np.ndim(indices_or_sections) == 0:
         k = size_arg(indices_or_sections, "split", "sections", 1)
         if n % k:
             raise _fail("split", f"array split does not result in an equal division ({n} into {k})", x)
@@ -153,8 +151,9 @@ def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 
 def array_split(x: ArrayLike, sections: int, axis: int = 0) -> list[Any]:
     x = asarray(x) if not _is_array(x) else x
-    sections = size_arg(sections, "array_split", "sections", 1)
     n = x.shape[_norm_axis(axis, x.ndim, "array_split", x)]
+    # more sections than elements only adds empty pieces; bound them like any array size
+    sections = size_arg(sections, "array_split", "sections", 1, builtins.max(n, 1) + 2**16)
     q, r = divmod(n, sections)
     points, acc = [], 0
     for i in range(sections - 1):
@@ -188,7 +187,8 @@ def pad(x: ArrayLike, pad_width: Any, mode: str = "constant", constant_values: A
         raise _fail("pad", f"pad widths must be >= 0, got {pad_width}", x)
     if not pw.any():
         return x
-    value = _np.asarray(constant_values)
+    check_shape(tuple(int(d) + int(lo) + int(hi) for d, (lo, hi) in zip(x.shape, pw)), "pad", x.dtype.itemsize)
+    value = host_array(constant_values, "pad")
     if value.ndim:
         raise _fail("pad", "only a scalar constant_values is supported", x)
     with _np.errstate(all="ignore"):
@@ -203,7 +203,7 @@ def _pad_widths(pad_width: Any, x: Any) -> _np.ndarray:
         raise ArgumentError(f"pad: pad widths must be integers, got {pad_width!r}", where=user_location())
     try:
         pw = _np.asarray(raw.astype(_np.int64).reshape(-1, 2) if raw.ndim and raw.size != 1 else
-                         _np.full((1, 2), int(raw.reshape(-1)[0]) if raw.size else 0))
+                         _np.full((1, 2), int(raw.reshape(-1)[0]) if raw.size else 0, dtype=_np.int64))
         return _np.broadcast_to(pw, (x.ndim, 2)) if x.ndim else _np.zeros((0, 2), _np.int64)
     except (ValueError, OverflowError):
         raise _fail("pad", f"pad_width {pad_width!r} does not fit an array of rank {x.ndim}", x) from None
@@ -221,8 +221,7 @@ def atleast_2d(x: ArrayLike) -> Any:
 
 def tile(x: ArrayLike, reps: Any) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    reps = (reps,) if hasattr(reps, "__index__") or isinstance(reps, float) else tuple(reps)
-    reps = tuple(size_arg(r, "tile", "reps") for r in reps)
+    reps = tuple(size_arg(r, "tile", "reps") for r in as_sequence(reps))
     nd = builtins.max(len(reps), x.ndim)
     reps = (1,) * (nd - len(reps)) + reps
     x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
