@@ -22,6 +22,9 @@ class Config:
     jit_level: str = "off"
     #: fail instead of falling back to the host for ops a device cannot run
     strict_placement: bool = False
+    #: traced indices out of range raise (IndexError_) instead of being clamped / filled /
+    #: dropped: each traced index op computes an any(out of range) flag output
+    check_indices: bool = False
     #: dump modules before/after passes into this folder
     dump_to: str = ""
     #: only passes whose name matches this regex are dumped
@@ -32,9 +35,6 @@ class Config:
     retrace_warning_threshold: int = 8
     #: passes disabled by name, comma-separated
     disable_passes: str = ""
-    #: traced indices out of range raise (IndexError_) instead of being clamped / filled /
-    #: dropped: each traced index op computes an any(out of range) flag output
-    check_indices: bool = False
     #: flags addressed to one backend: {"cpu_threads": "2"}
     backend_flags: dict[str, str] = field(default_factory=dict)
 
