@@ -17,7 +17,7 @@ def flags_key() -> tuple:
     (a cached executable compiled without strict placement must not answer a call made
     with it, nor one compiled before ``--<backend>_<flag>`` changed)."""
     return (config.optimize, config.strict_placement, config.disable_passes,
-            tuple(sorted(config.backend_flags.items())))
+            tuple(sorted(config.backend_flags.items())), config.check_indices)
 
 
 def optimize_for(module: Module, device: Device) -> Module:

@@ -11,6 +11,14 @@ class AxleError(Exception):
         self.where = where
         super().__init__(message + (f"\n  at {where}" if where else ""))
 
+    def locate(self, where: str | None) -> "AxleError":
+        """Sets ``where`` when the raiser could not know it (an error from the IR's shape
+        rules met inside a user's call); returns self, to re-raise."""
+        if self.where is None and where:
+            self.where = where
+            self.args = (f"{self.message}\n  at {where}",)
+        return self
+
 
 class ShapeError(AxleError, ValueError):
     """Operand shapes that an op cannot accept."""
@@ -18,6 +26,15 @@ class ShapeError(AxleError, ValueError):
 
 class DTypeError(AxleError, TypeError):
     """Operand dtypes that an op refuses."""
+
+
+class ArgumentError(AxleError, ValueError, TypeError):
+    """A Python argument of a frontend function (a shape, axis, size, step, stride) of the
+    wrong type or value. Both a ValueError and a TypeError, as NumPy raises either."""
+
+
+class IndexError_(AxleError, IndexError):
+    """An index out of range: a concrete one at once, a traced one under --check_indices."""
 
 
 class AttributeError_(AxleError, ValueError):

@@ -10,9 +10,12 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .errors import DTypeError, ShapeError
+from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
-from .frontend.tracing import aval_of
+from .frontend import checks
+from .frontend.tracing import Tracer, aval_of, constant_value
+from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
+from .ir.dtypes import supported_numpy_dtype
 
 ArrayLike = Any
 
@@ -46,63 +49,100 @@ def gelu(x: ArrayLike) -> Any:
     return 0.5 * x * (1.0 + anp.tanh(c * (x + 0.044715 * x * x * x)))
 
 
+def _finite_max(x: Any, axis: Any) -> Any:
+    """The max along axis (kept), replaced by 0 where it is +-inf or nan: shifting by an
+    infinite max would turn inf - inf into nan where the unshifted formula is exact
+    (logsumexp([inf, 1]) = inf, logsumexp([-inf, -inf]) = -inf, as JAX does)."""
+    m = anp.max(x, axis=axis, keepdims=True)
+    return anp.where(anp.isfinite(m), m, np.asarray(0, m.dtype))
+
+
 def log_softmax(x: ArrayLike, axis: int = -1) -> Any:
-    """x - logsumexp(x) along axis, shifted by the max for stability."""
+    """x - logsumexp(x) along axis, shifted by the (finite) max for stability."""
     x = _arr(x)
-    shifted = x - anp.max(x, axis=axis, keepdims=True)
+    shifted = x - _finite_max(x, axis)
     return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
 
 
 def softmax(x: ArrayLike, axis: int = -1) -> Any:
     x = _arr(x)
-    e = anp.exp(x - anp.max(x, axis=axis, keepdims=True))
+    e = anp.exp(x - _finite_max(x, axis))
     return e / anp.sum(e, axis=axis, keepdims=True)
 
 
 def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     x = _arr(x)
-    m = anp.max(x, axis=axis, keepdims=True)
+    m = _finite_max(x, axis)
     out = anp.log(anp.sum(anp.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else anp.squeeze(out, axis=axis)
 
 
 def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any:
-    """bool/float [..., num_classes]: labels compared with an iota."""
+    """bool/float [..., num_classes]: labels compared with an iota. A label outside
+    [0, num_classes) (negative ones included: no wrapping) gives an all-zero row, as in
+    JAX; ``--check_indices`` turns that into an IndexError_."""
     labels = _arr(labels)
     if labels.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: labels must be integers, got {aval_of(labels)}", where=user_location())
-    shape = labels.shape + (num_classes,)
+    n = size_arg(num_classes, "one_hot", "num_classes")
+    check_shape(labels.shape + (n,), "one_hot", np.dtype(dtype).itemsize if supported_numpy_dtype(dtype) else 8)
+    _check_labels("one_hot", labels, n, checks.enabled())
+    shape = labels.shape + (n,)
     lab = lax.broadcast_in_dim(anp.astype(labels, np.int64), shape, tuple(range(labels.ndim)))
     hit = lax.compare(lab, lax.iota(np.int64, shape, len(shape) - 1), "eq")
     return anp.astype(hit, dtype)
 
 
+def _check_labels(op: str, labels: Any, n: int, concrete_too: bool) -> None:
+    """Class ids outside [0, n): concrete ones raise when ``concrete_too``, traced ones
+    add a --check_indices flag."""
+    msg = f"{op}: a label is out of range [0, {n}) (labels {aval_of(labels)})"
+    known = constant_value(labels) if isinstance(labels, Tracer) else labels
+    if known is not None:
+        if concrete_too:
+            host = np.asarray(known)
+            checks.raise_now((host < 0) | (host >= n), msg)
+    elif checks.enabled():
+        checks.add_index_check((labels < 0) | (labels >= n), msg)
+
+
 def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reduction: str = "mean") -> Any:
     """Softmax cross-entropy from logits. ``labels`` are integer class ids (shape of
     logits without ``axis``) or one-hot / probability rows (shape of logits).
-    ``reduction``: "mean" (over examples), "sum" or "none"."""
+    ``reduction``: "mean" (over examples), "sum" or "none".
+
+    A class id outside [0, C) is an error: concrete labels raise IndexError_ at once;
+    traced ones (inside jit) give a nan loss for that example (never a silent 0), and
+    ``--check_indices`` raises instead."""
     logits = _arr(logits)
     labels = _arr(labels)
-    ax = axis % logits.ndim
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ArgumentError(f"cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, got {reduction!r}",
+                            where=user_location())
+    ax = axis_arg(axis, logits.ndim, "cross_entropy", f"{aval_of(logits)}")
     if labels.dtype.kind in "iu":
         want = logits.shape[:ax] + logits.shape[ax + 1:]
         if labels.shape != want:
             raise ShapeError(f"cross_entropy: integer labels {aval_of(labels)} must have shape {list(want)} "
                              f"for logits {aval_of(logits)}", where=user_location())
-        target = anp.moveaxis(one_hot(labels, logits.shape[ax], logits.dtype), -1, ax)
+        n = logits.shape[ax]
+        _check_labels("cross_entropy", labels, n, True)
+        target = anp.moveaxis(one_hot(labels, n, logits.dtype), -1, ax)
+        valid = (labels >= 0) & (labels < n)
     else:
         if labels.shape != logits.shape:
             raise ShapeError(f"cross_entropy: one-hot labels {aval_of(labels)} must match logits "
                              f"{aval_of(logits)}", where=user_location())
         target = anp.astype(labels, logits.dtype)
+        valid = None
     per_example = -anp.sum(target * log_softmax(logits, axis=ax), axis=ax)
-    if reduction == "mean":
-        return anp.mean(per_example)
-    if reduction == "sum":
-        return anp.sum(per_example)
-    if reduction == "none":
-        return per_example
-    raise ValueError(f"cross_entropy: reduction must be mean, sum or none, got {reduction!r}")
+    if valid is not None and isinstance(labels, Tracer):
+        per_example = anp.where(valid, per_example, np.asarray(np.nan, per_example.dtype))
+    return _REDUCTIONS[reduction](per_example)
+
+
+#: cross_entropy's reduction of the per-example losses
+_REDUCTIONS: dict[str, Any] = {"mean": lambda v: anp.mean(v), "sum": lambda v: anp.sum(v), "none": lambda v: v}
 
 
 def layer_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, axis: Any = -1,
@@ -132,12 +172,14 @@ def dense(x: ArrayLike, w: ArrayLike, b: ArrayLike = None) -> Any:
     return y if b is None else y + b
 
 
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
+def _pair(v: int | Sequence[int], fn: str, what: str, minimum: int = 1) -> tuple[int, int]:
+    """A window / stride: one int or two, each >= minimum (a zero stride divides by zero)."""
+    a, b = sizes_arg(v, 2, fn, what, minimum)
+    return a, b
 
 
 def _padding(padding: Any, size: tuple[int, int], window: tuple[int, int],
-             stride: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+             stride: tuple[int, int], fn: str) -> tuple[tuple[int, int], tuple[int, int]]:
     if isinstance(padding, str):
         p = padding.upper()
         if p == "VALID":
@@ -149,11 +191,16 @@ def _padding(padding: Any, size: tuple[int, int], window: tuple[int, int],
                 total = max((o - 1) * s + k - n, 0)
                 out.append((total // 2, total - total // 2))
             return out[0], out[1]
-        raise ValueError(f"padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}")
-    if isinstance(padding, (int, np.integer)):
-        return (int(padding),) * 2, (int(padding),) * 2
+        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}",
+                            where=user_location())
+    if hasattr(padding, "__index__"):
+        p0 = size_arg(padding, fn, "padding")
+        return (p0, p0), (p0, p0)
+    if not isinstance(padding, (tuple, list)) or len(padding) != 2:
+        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or two pairs, got {padding!r}",
+                            where=user_location())
     ph, pw = padding
-    return _pair(ph), _pair(pw)
+    return _pair(ph, fn, "padding", 0), _pair(pw, fn, "padding", 0)
 
 
 def _patches(x: Any, window: tuple[int, int], stride: tuple[int, int], pad: Any,
@@ -192,8 +239,8 @@ def conv2d(x: ArrayLike, w: ArrayLike, b: ArrayLike = None, stride: int | Sequen
     dt = anp.result_type(x, w)
     x, w = anp.astype(x, dt), anp.astype(w, dt)
     o, c, kh, kw = w.shape
-    st = _pair(stride)
-    pad = _padding(padding, x.shape[2:], (kh, kw), st)
+    st = _pair(stride, "conv2d", "stride")
+    pad = _padding(padding, x.shape[2:], (kh, kw), st, "conv2d")
     views, oh, ow = _patches(x, (kh, kw), st, pad, 0.0, "conv2d")
     n = x.shape[0]
     patches = anp.stack(views, axis=2)  # [N, C, KH*KW, OH, OW]
@@ -209,9 +256,9 @@ def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
              padding: Any = "VALID") -> Any:
     """Max over each window of an NCHW input: an elementwise max of the strided views."""
     x = _arr(x)
-    win = _pair(window)
-    st = _pair(stride if stride is not None else window)
-    pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st)
+    win = _pair(window, "max_pool", "window")
+    st = _pair(stride if stride is not None else window, "max_pool", "stride")
+    pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st, "max_pool")
     lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     views, _, _ = _patches(x, win, st, pad, lowest, "max_pool")
     out = views[0]
@@ -223,8 +270,8 @@ def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
 def avg_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None) -> Any:
     """Mean over each window of an NCHW input (VALID padding)."""
     x = _arr(x)
-    win = _pair(window)
-    st = _pair(stride if stride is not None else window)
+    win = _pair(window, "avg_pool", "window")
+    st = _pair(stride if stride is not None else window, "avg_pool", "stride")
     views, _, _ = _patches(x, win, st, ((0, 0), (0, 0)), 0.0, "avg_pool")
     out = views[0]
     for v in views[1:]:

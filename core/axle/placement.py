@@ -9,7 +9,6 @@ import numpy as np
 from . import profiler
 from .backend import Buffer, Device
 from .frontend.array import Array
-from .ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
 from .registry import REGISTRY
 
 _local = threading.local()
@@ -58,12 +57,9 @@ def to_buffer(x: Any, dev: Device) -> Buffer:
             return x.buffer
         host = x.numpy()
     else:
-        host = np.asarray(x)
-        if host.dtype.kind not in "biuf":
-            raise TypeError(f"cannot place a value of type {type(x).__name__} ({host.dtype}) on a device")
-        d = to_dtype(canonical_numpy_dtype(host.dtype))
-        if host.dtype != d.np:
-            host = host.astype(d.np)
+        from .frontend.validate import host_array
+
+        host = host_array(x, "device_put")  # refuses dtypes axle would have to convert
     host = np.asarray(host, order="C")
     with profiler.span(f"to {dev.name}", "transfer", bytes=host.nbytes, shape=host.shape, dtype=host.dtype):
         return REGISTRY.backend_for(dev).to_device(host, dev)

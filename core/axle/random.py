@@ -20,7 +20,9 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .errors import DTypeError
+from .errors import ArgumentError, DTypeError
+from .frontend.source import user_location
+from .frontend.validate import dtype_arg, shape_arg, size_arg
 
 Key = Any
 
@@ -29,7 +31,8 @@ _MANTISSA = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.flo
 
 def key(seed: int) -> Key:
     """A PRNG key from an integer seed."""
-    return anp.asarray(np.int64(np.uint64(int(seed) & ((1 << 64) - 1)).astype(np.int64)))
+    s = size_arg(seed, "random.key", "seed", -2**63, 2**64 - 1)  # any 64-bit pattern
+    return anp.asarray(np.int64(np.uint64(s & ((1 << 64) - 1)).astype(np.int64)))
 
 
 PRNGKey = key
@@ -38,18 +41,19 @@ PRNGKey = key
 def _check_key(k: Key) -> Any:
     k = anp.asarray(k) if not anp._is_array(k) else k
     if k.shape != () or k.dtype != np.int64:
-        raise DTypeError(f"random: a key must be an int64 scalar from axle.random.key, got {k.dtype}{list(k.shape)}")
+        raise DTypeError(f"random: a key must be an int64 scalar from axle.random.key, got {k.dtype}{list(k.shape)}",
+                         where=user_location())
     return k
 
 
 def bits(k: Key, shape: Sequence[int] = (), dtype: Any = np.int64) -> Any:
     """Raw random bits: every value of the integer dtype is equally likely."""
-    return lax.rng_bit_generator(_check_key(k), tuple(shape), np.dtype(dtype))
+    return lax.rng_bit_generator(_check_key(k), shape_arg(shape, "random"), dtype_arg(dtype, "random"))
 
 
 def split(k: Key, num: int = 2) -> Any:
     """``num`` new independent keys (an s64[num] array; unpack or index it)."""
-    return bits(k, (num,), np.int64)
+    return bits(k, (size_arg(num, "random.split", "num"),), np.int64)
 
 
 def fold_in(k: Key, data: int) -> Key:
@@ -60,9 +64,9 @@ def fold_in(k: Key, data: int) -> Key:
 def uniform(k: Key, shape: Sequence[int] = (), dtype: Any = np.float32, minval: float = 0.0,
             maxval: float = 1.0) -> Any:
     """Uniform floats in [minval, maxval): the low mantissa-width bits, scaled."""
-    dt = np.dtype(dtype)
+    dt = dtype_arg(dtype, "random.uniform")
     if dt not in _MANTISSA:
-        raise DTypeError(f"random.uniform: dtype must be a float type, got {dt}")
+        raise DTypeError(f"random.uniform: dtype must be a float type, got {dt}", where=user_location())
     m = _MANTISSA[dt]
     span = np.int64(1 << m)
     r = anp.remainder(bits(k, shape, np.int64), span)  # floor-mod: in [0, 2^m)
@@ -87,9 +91,10 @@ def normal(k: Key, shape: Sequence[int] = (), dtype: Any = np.float32) -> Any:
 
 def randint(k: Key, shape: Sequence[int], minval: int, maxval: int, dtype: Any = np.int32) -> Any:
     """Integers in [minval, maxval) (modulo reduction: bias below 2^-30 for spans < 2^33)."""
-    span = int(maxval) - int(minval)
+    lo = size_arg(minval, "random.randint", "minval", -2**63, 2**63 - 1)
+    span = size_arg(maxval, "random.randint", "maxval", -2**63, 2**63 - 1) - lo
     if span <= 0:
-        raise ValueError(f"random.randint: empty range [{minval}, {maxval})")
+        raise ArgumentError(f"random.randint: empty range [{minval}, {maxval})", where=user_location())
     r = anp.remainder(bits(k, shape, np.int64), np.int64(span))
     return anp.astype(anp.add(r, np.int64(minval)), dtype)
 

@@ -52,9 +52,12 @@ def _describe_leaf(x: Any) -> str:
 
 
 def signature(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-              static_argnums: Sequence[int] = ()) -> Signature:
+              static_argnums: Sequence[int] = (), device: Any = None,
+              flags: tuple | None = None) -> Signature:
     """What a trace was specialised on, keyed by readable argument names
-    (``params[1]`` for the second leaf of a pytree argument ``params``)."""
+    (``params[1]`` for the second leaf of a pytree argument ``params``, ``params (structure)``
+    for its nesting), plus the ``device`` and compile ``flags`` when given: every part of
+    the jit cache key, so a retrace always has a named reason."""
     from .frontend.pytree import flatten
 
     out: Signature = {}
@@ -63,35 +66,71 @@ def signature(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         if i in static_argnums:
             out[names[i]] = f"static {a!r}"
             continue
-        leaves, _ = flatten(a)
-        if len(leaves) == 1 and leaves[0] is a:
-            out[names[i]] = _describe_leaf(a)
-        else:
-            for j, leaf in enumerate(leaves):
-                out[f"{names[i]}[{j}]"] = _describe_leaf(leaf)
+        _describe_tree(out, names[i], a, flatten)
     for k, v in kwargs.items():
-        leaves, _ = flatten(v)
-        for j, leaf in enumerate(leaves):
-            out[k if len(leaves) == 1 else f"{k}[{j}]"] = _describe_leaf(leaf)
+        _describe_tree(out, k, v, flatten)
+    if device is not None:
+        out[_DEVICE] = getattr(device, "name", str(device))
+    if flags is not None:
+        out[_FLAGS] = _describe_flags(flags)
     return out
 
 
+#: signature keys that are not arguments (parentheses keep them apart from Python names)
+_DEVICE, _FLAGS = "(device)", "(flags)"
+
+
+def _describe_tree(out: Signature, name: str, value: Any, flatten: Callable[..., Any]) -> None:
+    leaves, td = flatten(value)
+    if len(leaves) == 1 and leaves[0] is value:
+        out[name] = _describe_leaf(value)
+        return
+    out[f"{name} (structure)"] = repr(td)
+    for j, leaf in enumerate(leaves):
+        out[name if len(leaves) == 1 and td.kind == "leaf" else f"{name}[{j}]"] = _describe_leaf(leaf)
+
+
+def _describe_flags(flags: tuple) -> str:
+    """compiler.flags_key() as 'optimize=True strict_placement=False ...'."""
+    names = ("optimize", "strict_placement", "disable_passes", "backend_flags", "check_indices")
+    if len(flags) != len(names):
+        return repr(flags)
+    return " ".join(f"{n}={v!r}" for n, v in zip(names, flags))
+
+
+def _describe_change(name: str, a: str, b: str) -> str:
+    if name == _DEVICE:
+        return f"the device changed {a} -> {b}"
+    if name == _FLAGS:
+        return f"the compile flags changed ({a} -> {b})"
+    return f"argument '{name}' changed {a} -> {b}"
+
+
 def diff(old: Signature, new: Signature) -> list[str]:
-    """``"x: f32[100] -> f32[50]"`` for each argument that differs."""
+    """``"argument 'x' changed f32[100] -> f32[50]"`` for each part that differs."""
     out = []
     for name in list(old) + [k for k in new if k not in old]:
         a, b = old.get(name, "absent"), new.get(name, "absent")
         if a != b:
-            out.append(f"'{name}' changed {a} -> {b}")
+            out.append(_describe_change(name, a, b))
     return out
 
 
-def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stacklevel: int = 3) -> list[str]:
-    """Records one trace of ``jit_fn`` (a JitFunction; call right after tracing) and warns
-    once its trace count passes the threshold; the warning points ``stacklevel`` frames up
-    (the user's call). Returns the changes from the closest earlier signature (empty for
-    the first trace)."""
-    sig = signature(jit_fn.fn, args, kwargs, getattr(jit_fn, "static_argnums", ()))
+#: the reason when nothing in the signature changed: the executable left the cache
+_DROPPED = ("nothing in its signature changed: the compiled executable had been dropped from the "
+            "cache (clear_cache() or the cache's size bound)")
+
+
+def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stacklevel: int = 3,
+               device: Any = None) -> list[str]:
+    """Records one trace of ``jit_fn`` (a JitFunction; call right after tracing, with the
+    device it compiles for) and warns once its trace count passes the threshold; the
+    warning points ``stacklevel`` frames up (the user's call). Returns the changes from
+    the closest earlier signature (empty for the first trace)."""
+    from .compiler import flags_key
+
+    sig = signature(jit_fn.fn, args, kwargs, getattr(jit_fn, "static_argnums", ()), device=device,
+                    flags=flags_key())
     with _lock:
         seen = _history.setdefault(jit_fn, [])
         previous = list(seen)
@@ -102,13 +141,13 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stackle
     # The closest earlier signature explains the retrace best (fewest differences).
     changes = min((diff(p, sig) for p in reversed(previous)), key=len)  # ties: the latest
     name = getattr(jit_fn, "name", getattr(jit_fn.fn, "__name__", "fn"))
-    why = "; ".join(changes) or "the device or flags changed"
+    why = "; ".join(changes) or _DROPPED
     profiler.instant(f"retrace {name}", "retrace", count=count, changes=why)
     threshold = config.retrace_warning_threshold
     if threshold >= 0 and count > threshold:
         warnings.warn(
             f"axle.jit function '{name}' was traced {count} times (threshold {threshold}); this time "
-            f"because argument {why}. Each new shape or dtype costs a trace and a compile: pad inputs "
+            f"because {why}. Each new shape or dtype costs a trace and a compile: pad inputs "
             f"to a few fixed shapes, or mark the argument static (static_argnums). "
             f"Raise config.retrace_warning_threshold to silence this.",
             RecompilationWarning, stacklevel=stacklevel)

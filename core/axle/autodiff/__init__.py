@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import lax
 from ..errors import DTypeError, ShapeError, TracingError
+from ..frontend import checks
 from ..frontend.array import Array
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
@@ -44,19 +45,19 @@ class _CaptureTrace(Trace):
         self.captured: list[tuple[Node, Any]] = []
         self._by_id: dict[int, Node] = {}
 
-    def to_node(self, x: Any) -> Node:
+    def to_node(self, x: Any, fn: str = "grad") -> Node:
         if isinstance(x, Tracer) and x.trace is self:
             return x.node
         if isinstance(x, (Tracer, Array)):
             if isinstance(x, Tracer) and not x.trace.active:
-                return super().to_node(x)  # raises the 'escaped tracer' error
+                return super().to_node(x, fn)  # raises the 'escaped tracer' error
             node = self._by_id.get(id(x))
             if node is None:
                 node = self.builder.parameter(x.aval, name=f"captured{len(self.captured)}")
                 self._by_id[id(x)] = node
                 self.captured.append((node, x))
             return node
-        return super().to_node(x)
+        return super().to_node(x, fn)
 
 
 def _leaf_type(x: Any) -> tuple[TensorType, bool]:
@@ -97,10 +98,12 @@ class _Linearized:
             self.out_nodes = [trace.to_node(o) for o in out_leaves]
             aux_leaves, self.aux_tree = flatten(aux)
             aux_nodes = [trace.to_node(a) for a in aux_leaves]
+            # --check_indices flags of traced indices: replayed with the forward pass
+            index_checks = [(trace.to_node(flag), message, where) for flag, message, where in trace.index_checks]
         for node, value in trace.captured:
             inputs[node.uid] = value
         # Forward replay in the caller's mode.
-        self.order = post_order(self.out_nodes + aux_nodes)
+        self.order = post_order(self.out_nodes + aux_nodes + [c[0] for c in index_checks])
         self.env: dict[int, Any] = {}
         for n in self.order:
             if n.op is Op.PARAMETER:
@@ -109,6 +112,8 @@ class _Linearized:
                 self.env[n.uid] = np.asarray(n.attr["value"].array)
             else:
                 self.env[n.uid] = bind(n.op, *[self.env[o.uid] for o in n.operands], **n.attr)
+        for node, message, where in index_checks:
+            checks.replayed(self.env[node.uid], message, where)
         self.outputs = unflatten(self.out_tree, [self._value(n) for n in self.out_nodes])
         self.aux = unflatten(self.aux_tree, [self._value(n) for n in aux_nodes])
         # Which nodes depend on a differentiated input: only they get cotangents.

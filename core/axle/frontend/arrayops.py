@@ -11,6 +11,13 @@ def _np() -> Any:
     return anp
 
 
+def _unsized(what: str) -> Exception:
+    from ..errors import ArgumentError
+    from .source import user_location
+
+    return ArgumentError(f"{what}: a 0-d array has no length (NumPy raises TypeError too)", where=user_location())
+
+
 class ArrayOps:
     __slots__ = ()
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
@@ -30,12 +37,12 @@ class ArrayOps:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d array")
+            raise _unsized("len()")
         return self.shape[0]
 
     def __iter__(self) -> Any:
         if not self.shape:
-            raise TypeError("iteration over a 0-d array")
+            raise _unsized("iteration")
         return (self[i] for i in range(self.shape[0]))
 
     @property

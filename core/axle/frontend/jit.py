@@ -16,27 +16,33 @@ from ..compiler import flags_key
 from ..placement import to_buffer
 from ..backend import Device, Executable
 from ..ir.builder import make_node
-from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
+from ..errors import ArgumentError, DTypeError
+from ..ir.dtypes import dtype as to_dtype
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..ir.verifier import verify
+from . import checks as checks_mod
 from .array import Array
 from .pytree import TreeDef, flatten, unflatten
+from .source import user_location
 from .tracing import Trace, Tracer, current_trace, trace_context
+from .validate import check_host_dtype, host_array, is_out_of_memory, out_of_memory_error
 
 
 def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
     if isinstance(x, (Array, Tracer)):
         return x.aval, bool(x.weak)
     if isinstance(x, (bool, int, float)):
-        arr = np.asarray(x)
-        return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), ()), True
+        arr = host_array(x, "jit argument")  # a Python int beyond int64 is refused
+        return TensorType(to_dtype(arr.dtype), ()), True
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
     if arr.dtype.kind not in "biuf":
-        raise TypeError(f"jit argument of type {type(x).__name__} is not an array; "
-                        f"mark it static with static_argnums")
-    return TensorType(to_dtype(canonical_numpy_dtype(arr.dtype)), arr.shape), False
+        raise DTypeError(f"jit argument: a {type(x).__name__} of dtype {arr.dtype} (shape {arr.shape}) is not "
+                         f"an array axle supports; convert it, or mark the argument static (static_argnums)",
+                         where=user_location())
+    check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
+    return TensorType(to_dtype(arr.dtype), arr.shape), False
 
 
 def _arg_names(fn: Callable[..., Any], n: int) -> list[str]:
@@ -78,9 +84,10 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str
             kw_tracers.append(trace.new_arg(t, leaf_name, weak))
         out = fn(*traced_args, **unflatten(kw_td, kw_tracers))
         out_leaves, out_td = flatten(out)
-        nodes = [trace.to_node(o) for o in out_leaves]
+        nodes, checks = checks_mod.with_checks(trace, [trace.to_node(o) for o in out_leaves])
     root = nodes[0] if len(nodes) == 1 else make_node(Op.TUPLE, nodes)
     module = Module(name, Computation(name, tuple(trace.builder.params), root))
+    checks_mod.register(module, checks)  # --check_indices flags follow the outputs
     verify(module)
     return module, out_td
 
@@ -163,6 +170,8 @@ class Compiled:
         leaves = flatten(list(args))[0]
         bufs = [to_buffer(x, self.lowered.device) for x in leaves]
         outs = self.executable.execute(bufs)
+        if checks_mod.has_checks(self.lowered.module):
+            outs = checks_mod.split_and_raise(self.lowered.module, outs)
         return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
 
 
@@ -202,7 +211,8 @@ class JitFunction:
             try:
                 hash(static)
             except TypeError:
-                raise TypeError(f"{self.name}: static arguments must be hashable, got {list(static)!r}") from None
+                raise ArgumentError(f"jit({self.name}): static arguments must be hashable, got {list(static)!r}",
+                                    where=user_location()) from None
         else:
             dyn, static = list(args), ()
         leaves, td = flatten((dyn, kwargs) if kwargs else dyn)
@@ -227,6 +237,15 @@ class JitFunction:
             key, leaves = self._key(args, kwargs, device)
         except _Inline:
             return self.fn(*args, **kwargs)
+        try:
+            return self._run(args, kwargs, device, key, leaves)
+        except (MemoryError, OSError) as e:
+            if not is_out_of_memory(e):
+                raise
+            raise out_of_memory_error(e, f"jit({self.name})") from None
+
+    def _run(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple,
+             leaves: list[Any]) -> Any:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(args, kwargs, device, key)
@@ -236,6 +255,8 @@ class JitFunction:
         bufs = [x.buffer if type(x) is Array and (x.device is device or x.device == device) else to_buffer(x, device)
                 for x in leaves]
         outs = entry.executable.execute(bufs)
+        if checks_mod.has_checks(entry.module):
+            outs = checks_mod.split_and_raise(entry.module, outs)
         stats.record_run(entry.kernels, function=self.name, device=device.name)
         return unflatten(entry.out_tree, [Array(b) for b in outs])
 
@@ -245,7 +266,7 @@ class JitFunction:
 
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
         self.trace_count += 1
-        note_trace(self, args, kwargs, stacklevel=4)  # -> _compile -> __call__ -> the user's line
+        note_trace(self, args, kwargs, stacklevel=5, device=device)  # -> _compile -> __call__ -> user
         exe = compile_module(module, device)
         entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
         for what in ("traces", "compiles", "cache_misses"):

@@ -29,18 +29,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ..compiler import flags_key
 from .. import counters as stats
 from ..config import config
 from ..backend import Buffer, Device, Executable
 from ..ir.builder import make_node
-from ..ir.dtypes import canonical_numpy_dtype, dtype as to_dtype
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from .array import Array
+from .validate import host_array
 from .source import user_frame
 from .tracing import aval_of
 
@@ -103,9 +102,8 @@ class Cluster:
             if x._buffer is None and x._lazy[0] is self:
                 return x._lazy[1]
             return self._param(to_buffer(x, self.device))  # forces another cluster's value
-        arr = np.asarray(x)
+        arr = host_array(x, "axle")
         if arr.ndim == 0:  # scalars become literals: cheap, and they let the optimizer fold
-            arr = arr.astype(to_dtype(canonical_numpy_dtype(arr.dtype)).np)
             return make_node(Op.CONSTANT, (), {"value": Literal(arr)})
         return self._param(to_buffer(arr, self.device))
 

@@ -17,6 +17,7 @@ from ..ir.ops import Op
 from ..ir.types import TensorType
 from .arrayops import ArrayOps
 from .source import user_location
+from .validate import host_array, is_out_of_memory, out_of_memory_error
 
 
 class Trace:
@@ -25,20 +26,20 @@ class Trace:
     def __init__(self, name: str) -> None:
         self.builder = Builder(name)
         self.active = True
+        #: (flag, message, where) of traced index checks (--check_indices), see checks.py
+        self.index_checks: list[tuple[Any, str, str | None]] = []
 
     def new_arg(self, t: TensorType, name: str, weak: bool = False) -> "Tracer":
         return Tracer(self, self.builder.parameter(t, name=name), weak=weak)
 
-    def to_node(self, x: Any) -> Node:
+    def to_node(self, x: Any, fn: str = "jit") -> Node:
         if isinstance(x, Tracer):
             if x.trace is not self:
                 raise TracingError(
                     "a traced value escaped its jit function (it was stored outside and used later); "
                     "return it from the function instead", where=user_location())
             return x.node
-        arr = np.asarray(x)
-        if arr.dtype not in (np.bool_, np.int32, np.int64, np.float16, np.float32, np.float64):
-            arr = arr.astype(to_dtype(arr.dtype).np) if arr.dtype.kind != "O" else arr
+        arr = host_array(x, fn)  # a captured constant keeps its exact value or is refused
         return make_node(Op.CONSTANT, (), {"value": Literal(arr)}, loc=user_location())
 
 
@@ -120,8 +121,16 @@ def aval_of(x: Any) -> TensorType:
 
     if isinstance(x, Array):
         return x.aval
-    arr = np.asarray(x)
+    arr = host_array(x, "axle")
     return TensorType(to_dtype(arr.dtype), arr.shape)
+
+
+def constant_value(x: Any) -> np.ndarray | None:
+    """The value of a tracer that is a constant (NumPy data captured while tracing), so
+    that what is known is checked at trace time; None for a value computed at run time."""
+    if isinstance(x, Tracer) and x.node.op is Op.CONSTANT:
+        return dict(x.node.attrs)["value"].array
+    return None
 
 
 def is_weak(x: Any) -> bool:
@@ -141,11 +150,18 @@ def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
             raise TracingError("a traced value escaped its jit function and was used after tracing ended",
                                where=user_location())
         loc = user_location()
-        nodes = [trace.to_node(x) for x in operands]
+        nodes = [trace.to_node(x, op.value) for x in operands]
         return Tracer(trace, make_node(op, nodes, attrs, loc=loc))
     from .eager import apply_eager
 
-    return apply_eager(op, operands, attrs)
+    try:
+        return apply_eager(op, operands, attrs)
+    except AxleError as e:  # the IR's shape rules do not know the user's line
+        raise e.locate(user_location()) from None
+    except (MemoryError, OSError) as e:
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(e, op.value, [aval_of(x) for x in operands]) from None
 
 
 def check_dtype(x: Any) -> DType:

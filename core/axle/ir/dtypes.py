@@ -80,9 +80,10 @@ def dtype(x: object) -> DType:
         npd = np.dtype(x)  # type: ignore[call-overload]
     except TypeError:
         raise DTypeError(f"{x!r} is not a dtype") from None
-    if npd in _FROM_NUMPY:
-        return _FROM_NUMPY[npd]
-    # Narrow/unsigned integer types have no IR counterpart; name the supported ones.
+    found = supported_numpy_dtype(npd)
+    if found is not None:
+        return found
+    # Narrow/unsigned integer types have no IR counterpart (yet): refused, never converted.
     raise DTypeError(
         f"dtype {npd} is not supported by axle; supported: "
         + ", ".join(d.np.name for d in DType)
@@ -105,14 +106,25 @@ def result_type(*args: object) -> DType:
     return dtype(canonical_numpy_dtype(np.result_type(*converted)))
 
 
+#: the highest rank an array may have (NumPy's iterators, which the host paths use, stop at 32)
+MAX_RANK = 32
+
+
+def supported_numpy_dtype(npd: object) -> DType | None:
+    """The DType of a NumPy dtype that axle supports exactly, else None. This is the one
+    set of accepted host dtypes: everything else (int8, int16, uint*, longdouble, complex...)
+    is refused at the frontend's entry points, never widened or wrapped."""
+    try:
+        # byte order is storage, not value: big-endian float32 is float32
+        return _FROM_NUMPY.get(np.dtype(npd).newbyteorder("="))  # type: ignore[call-overload]
+    except TypeError:
+        return None
+
+
 def canonical_numpy_dtype(npd: np.dtype) -> np.dtype:
-    """Maps NumPy dtypes without an axle counterpart to one that holds every value:
-    int8/int16/uint8/uint16 -> int32, uint32/uint64 -> int64 (uint64 wraps), longdouble -> float64."""
+    """npd itself when axle supports it; a DTypeError otherwise. (It used to widen int8 to
+    int32 and wrap uint64 into int64, which changed values and overflow behaviour.)"""
     npd = np.dtype(npd)
     if npd in _FROM_NUMPY:
         return npd
-    if npd.kind in "ui":
-        return np.dtype(np.int32) if npd.itemsize < 4 or (npd.kind == "i" and npd.itemsize == 4) else np.dtype(np.int64)
-    if npd.kind == "f":
-        return np.dtype(np.float64)
-    return npd
+    return dtype(npd).np  # raises the DTypeError naming the supported dtypes

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
-from ..errors import ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.array import Array
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
-from ..ir.dtypes import DType, canonical_numpy_dtype, result_type as _result_type
-from ..ir.dtypes import dtype as _to_dtype
+from ..frontend.validate import (as_sequence, axis_arg, check_python_int, check_shape, check_weak_scalar,
+                                 dtype_arg, finite_number, host_array, nonzero_step, scalar_arg, shape_arg, size_arg)
+from ..ir.dtypes import DType, result_type as _result_type
 
 bool_ = _np.bool_
 int32 = _np.int32
@@ -43,9 +44,10 @@ def asarray(x: ArrayLike, dtype: Any = None) -> Any:
     device (or becomes a constant while tracing)."""
     if _is_array(x):
         return x if dtype is None else astype(x, dtype)
-    arr = _np.asarray(x)
-    target = _np.dtype(dtype) if dtype is not None else canonical_numpy_dtype(arr.dtype)
-    arr = arr.astype(_to_dtype(target).np, copy=False)
+    if dtype is None:
+        arr = host_array(x, "asarray")  # refuses what axle would have to convert (int8, uint64...)
+    else:
+        arr = _explicit_cast(x, dtype_arg(dtype, "asarray"), "asarray")
     if current_trace() is not None:
         return _const(arr)
     from ..placement import device_put
@@ -54,6 +56,24 @@ def asarray(x: ArrayLike, dtype: Any = None) -> Any:
 
 
 array = asarray
+
+
+def _explicit_cast(x: Any, dt: _np.dtype, fn: str) -> _np.ndarray:
+    """x converted to dt because the user asked for dt; Python ints out of dt's range
+    are refused (NumPy 2 raises OverflowError), array data casts as NumPy's astype does."""
+    if isinstance(x, (list, tuple, int)) and not isinstance(x, bool):
+        for v in _np.asarray(x, dtype=object).reshape(-1) if isinstance(x, (list, tuple)) else (x,):
+            if isinstance(v, int) and not isinstance(v, bool):
+                check_python_int(v, dt, fn)
+    try:
+        src = _np.asarray(x)
+    except (OverflowError, ValueError, TypeError) as e:
+        raise DTypeError(f"{fn}: cannot convert {type(x).__name__} to {dt}: {e}", where=user_location()) from None
+    if src.dtype.kind not in "biuf":
+        raise DTypeError(f"{fn}: cannot convert {src.dtype} data to {dt}", where=user_location())
+    check_shape(tuple(src.shape), fn, dt.itemsize)
+    with _np.errstate(all="ignore"):
+        return src.astype(dt, copy=False)
 
 
 def _const(arr: _np.ndarray) -> Any:
@@ -84,7 +104,7 @@ def _fail(op: str, why: str, *args: Any) -> ShapeError:
 def _to_value(x: Any, dt: _np.dtype) -> Any:
     if _is_array(x):
         return x if x.dtype == dt else lax.convert(x, dt)
-    arr = _np.asarray(x)
+    arr = host_array(x, "axle")  # strings, objects, int8...: refused, never cast
     if arr.dtype != dt:
         with _np.errstate(all="ignore"):
             arr = arr.astype(dt)
@@ -92,12 +112,18 @@ def _to_value(x: Any, dt: _np.dtype) -> Any:
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(_np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    try:
+        return tuple(_np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ShapeError(f"broadcast_shapes: shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be "
+                         f"broadcast together", where=user_location()) from None
 
 
 def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Any:
-    shape = tuple(int(s) for s in shape)
     xs = aval_of(x).shape
+    if type(shape) is tuple and xs == shape:  # the common case inside axle: nothing to check or do
+        return x
+    shape = shape_arg(shape, "broadcast_to")
     if xs == shape:
         return x
     if len(xs) > len(shape) or builtins.any(a not in (1, b) for a, b in zip(xs[::-1], shape[::-1])):
@@ -110,7 +136,9 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Any:
 
 def _prepare(name: str, *args: ArrayLike, dtype: Any = None) -> list[Any]:
     """Promotes to a common dtype and broadcasts to a common shape (NumPy rules)."""
-    dt = _np.dtype(dtype) if dtype is not None else result_type(*args)
+    dt = dtype_arg(dtype, name) if dtype is not None else result_type(*args)
+    for a in args:  # NEP 50: a Python int takes the array's dtype and must fit it
+        check_weak_scalar(a, dt, name)
     try:
         shape = broadcast_shapes(*[aval_of(a).shape for a in args])
     except ValueError:
@@ -152,9 +180,8 @@ divide = true_divide
 def _check_int_or_bool(name: str, *xs: Any) -> None:
     for x in xs:
         if isinstance(x, float) or (not isinstance(x, (bool, int)) and aval_of(x).dtype.is_float):
-            from ..errors import DTypeError
-
-            raise DTypeError(f"{name}: needs bool or integer operands, got {aval_of(x)}", where=user_location())
+            got = f"the Python float {x!r}" if isinstance(x, float) else f"{aval_of(x)}"
+            raise DTypeError(f"{name}: needs bool or integer operands, got {got}", where=user_location())
 
 
 def bitwise_and(x: ArrayLike, y: ArrayLike) -> Any:
@@ -284,13 +311,16 @@ ceil = _unary_same(lax.ceil, "ceil", int_identity=True)
 
 def astype(x: ArrayLike, dtype: Any) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    dt = _to_dtype(canonical_numpy_dtype(_np.dtype(dtype))).np
+    dt = dtype_arg(dtype, "astype")
     return x if x.dtype == dt else lax.convert(x, dt)
 
 
 def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike) -> Any:
     a, b = _prepare("where", x, y)
-    shape = broadcast_shapes(aval_of(cond).shape, a.shape)
+    try:
+        shape = broadcast_shapes(aval_of(cond).shape, a.shape)
+    except ShapeError:
+        raise _fail("where", "condition and values cannot be broadcast together", cond, x, y) from None
     c = broadcast_to(_to_value(cond, _np.dtype(bool)), shape)
     return lax.select(c, broadcast_to(a, shape), broadcast_to(b, shape))
 
@@ -299,16 +329,16 @@ def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike) -> Any:
 
 
 def _norm_axis(axis: int, ndim: int, name: str, x: Any) -> int:
-    if not -ndim <= axis < builtins.max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
-        raise _fail(name, f"axis {axis} is out of bounds for an array of rank {ndim}", x)
-    return axis % builtins.max(ndim, 1)
+    return axis_arg(axis, ndim, name, f"{aval_of(x)}")
 
 
 def _norm_axes(axis: Any, ndim: int, name: str, x: Any) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = tuple(_norm_axis(a, ndim, name, x) for a in axes)
+    if ndim == 0:
+        return ()  # NumPy accepts axis 0 / -1 of a 0-d array: there is nothing to reduce
     if len(set(out)) != len(out):
         raise _fail(name, f"repeated axis in {axis}", x)
     return out
@@ -316,7 +346,7 @@ def _norm_axes(axis: Any, ndim: int, name: str, x: Any) -> tuple[int, ...]:
 
 def reshape(x: ArrayLike, shape: Any) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    shape = _reshape_arg(shape)
     if shape.count(-1) > 1:
         raise _fail("reshape", f"can only infer one dimension, got {shape}", x)
     if -1 in shape:
@@ -329,9 +359,22 @@ def reshape(x: ArrayLike, shape: Any) -> Any:
     return x if shape == x.shape else lax.reshape(x, shape)
 
 
+def _reshape_arg(shape: Any) -> tuple[int, ...]:
+    """reshape's shape: integers, at most one of them -1 (checked by the caller)."""
+    if hasattr(shape, "__index__"):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, _np.ndarray)):
+        raise ArgumentError(f"reshape: shape must be an int or a sequence of ints, got {shape!r}",
+                            where=user_location())
+    dims = tuple(size_arg(s, "reshape", lambda: f"shape {tuple(shape)!r}: each entry", -1) for s in shape)
+    check_shape(tuple(builtins.max(d, 0) for d in dims), "reshape")
+    return dims
+
+
 def transpose(x: ArrayLike, axes: Any = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, "transpose", x) for a in axes)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, "transpose", x)
+                                                                     for a in as_sequence(axes))
     if sorted(perm) != list(range(x.ndim)):
         raise _fail("transpose", f"axes {axes} are not a permutation of {x.ndim} dims", x)
     return x if perm == tuple(range(x.ndim)) else lax.transpose(x, perm)
@@ -339,9 +382,11 @@ def transpose(x: ArrayLike, axes: Any = None) -> Any:
 
 def expand_dims(x: ArrayLike, axis: Any) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     nd = x.ndim + len(axes)
-    axes = tuple(sorted(a % nd for a in axes))
+    axes = tuple(sorted(axis_arg(a, nd, "expand_dims", f"{aval_of(x)}") for a in axes))
+    if len(set(axes)) != len(axes):
+        raise _fail("expand_dims", f"repeated axis in {axis}", x)
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)
@@ -371,7 +416,9 @@ def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype
         raise _fail(name, "zero-size array to reduction operation which has no identity", x)
     if x.dtype == _np.bool_ and kind in ("max", "min"):
         kind = "or" if kind == "max" else "and"
-    out = lax.reduce(x, kind, axes) if axes else x
+    # Sorted: the reduced set is the same, and opencl:0 reads garbage for unsorted axes
+    # (reduce(f64[2,3], axes=(1, 0)) gave -7e78; reported with the bad-input suite).
+    out = lax.reduce(x, kind, tuple(sorted(axes))) if axes else x
     if keepdims:
         out = reshape(out, [1 if i in axes else d for i, d in enumerate(x.shape)])
     return out
@@ -412,13 +459,17 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Any:
     a, b = (asarray(v) if not _is_array(v) else v for v in (a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("matmul", "operands must be at least 1-D; use multiply for scalars", a, b)
+    orig = (a, b)  # errors name the user's operands, not their promoted copies
     dt = result_type(a, b)
     a, b = _to_value(a, dt), _to_value(b, dt)
     a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise _fail("matmul", f"contracting dims differ: {a2.shape[-1]} vs {b2.shape[-2]}", a, b)
-    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        raise _fail("matmul", f"contracting dims differ: {a2.shape[-1]} vs {b2.shape[-2]}", *orig)
+    try:
+        batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ShapeError:
+        raise _fail("matmul", "batch dims cannot be broadcast together", *orig) from None
     a3 = broadcast_to(a2, batch + a2.shape[-2:])
     b3 = broadcast_to(b2, batch + b2.shape[-2:])
     nb = len(batch)
@@ -440,36 +491,48 @@ def dot(a: ArrayLike, b: ArrayLike) -> Any:
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    dt = _np.dtype(dtype) if dtype is not None else canonical_numpy_dtype(_np.asarray(fill_value).dtype)
-    scalar = _np.asarray(fill_value, dtype=dt)
+    return _full("full", shape, fill_value, dtype)
+
+
+def _full(fn: str, shape: Any, fill_value: Any, dtype: Any) -> Any:
+    """full() on behalf of ``fn`` (zeros, ones, empty...), which errors name."""
+    if _is_array(fill_value):
+        raise ArgumentError(f"{fn}: fill_value must be a scalar, got an array {aval_of(fill_value)}",
+                            where=user_location())
+    dt = dtype_arg(dtype, fn) if dtype is not None else host_array(fill_value, fn).dtype
+    shape = shape_arg(shape, fn, dt.itemsize)
+    scalar = scalar_arg(fill_value, dt, fn, "fill_value")
     if current_trace() is not None:
         return broadcast_to(_const(scalar), shape)
     return broadcast_to(asarray(scalar), shape)
 
 
 def zeros(shape: Any, dtype: Any = float) -> Any:
-    return full(shape, 0, dtype)
+    return _full("zeros", shape, 0, dtype)
 
 
 def ones(shape: Any, dtype: Any = float) -> Any:
-    return full(shape, 1, dtype)
+    return _full("ones", shape, 1, dtype)
 
 
 def zeros_like(x: ArrayLike, dtype: Any = None) -> Any:
-    return full(aval_of(x).shape, 0, dtype or aval_of(x).dtype.np)
+    return _full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np)
 
 
 def ones_like(x: ArrayLike, dtype: Any = None) -> Any:
-    return full(aval_of(x).shape, 1, dtype or aval_of(x).dtype.np)
+    return _full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np)
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Any:
     if stop is None:
         start, stop = 0, start
+    for what, v in (("start", start), ("stop", stop), ("step", step)):
+        finite_number(v, "arange", what)
+    nonzero_step(step, "arange")
     n = builtins.max(0, math.ceil((stop - start) / step))
-    dt = _np.dtype(dtype) if dtype is not None else _np.arange(start, start + step, step).dtype
-    dt = canonical_numpy_dtype(dt)
+    dt = dtype_arg(dtype, "arange") if dtype is not None else _np.result_type(start, stop, step)
+    dt = dtype_arg(dt, "arange")
+    check_shape((n,), "arange", dt.itemsize)
     idx = lax.iota(dt, (n,), 0) if n else asarray(_np.zeros((0,), dt))
     if start == 0 and step == 1:
         return idx

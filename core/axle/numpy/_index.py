@@ -18,20 +18,24 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
-from ..frontend.tracing import Tracer
-from . import (_basic_plan, _fail, _is_array, _is_basic_index, _to_value, asarray, broadcast_to, moveaxis, reshape,
-               where)
+from ..errors import ArgumentError
+from ..frontend import checks
+from ..frontend.source import user_location
+from ..frontend.tracing import Tracer, aval_of, constant_value
+from . import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_shapes,
+               broadcast_to, moveaxis, reshape, where)
 
 ArrayLike = Any
 
 
 def _static(i: Any) -> Any:
-    """The index as NumPy data when its value is known, else None (a traced index)."""
+    """The index as NumPy data when its value is known (a constant captured while
+    tracing counts), else None (a traced index)."""
     if isinstance(i, Tracer):
-        return None
+        return constant_value(i)
     if _is_array(i):
         return _np.asarray(i)
-    return i
+    return i if i is not None else _np.asarray(i)  # None as an index array: refused as a non-integer
 
 
 def _one_hot_axis0(k: Any, n: int) -> Any:
@@ -77,49 +81,130 @@ def _scatter0(x: Any, k: Any, v: Any, mode: str) -> Any:
     return lax.select(hit, contrib, x)
 
 
-def _normalize_traced(k: Any, n: int) -> Any:
+def _normalize_traced(k: Any, n: int, op: str = "", x: Any = None, ax: int = 0) -> Any:
+    """A traced index with negatives wrapped once, Python-style (-1 is the last); under
+    --check_indices a flag records whether any is still outside [0, n)."""
     k = _to_value(k, _np.dtype(_np.int64))
-    return where(k < 0, k + n, k)
+    k = where(k < 0, k + n, k)
+    if op and checks.enabled():
+        checks.add_index_check((k < 0) | (k >= n), f"{op}: an index is out of range for axis {ax} of size {n} "
+                               f"(operand {aval_of(x)}, indices {aval_of(k)})")
+    return k
 
 
-def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None) -> Any:
-    """Elements of x at integer ``indices`` along ``axis`` (flattened when None)."""
+def _in_range(k: Any, n: int) -> Any:
+    return (k >= 0) & (k < n)
+
+
+def _clamped(k: Any, n: int) -> Any:
+    """JAX's gather semantics: out-of-range (normalized) indices clamp to [0, n - 1]."""
+    hi = _np.asarray(builtins.max(n - 1, 0), _np.int64)
+    return lax.min(lax.max(k, _zeros(k.shape, _np.dtype(_np.int64))), broadcast_to(hi, k.shape))
+
+
+def fill_value_for(dt: _np.dtype) -> Any:
+    """JAX's fill for out-of-range gathers: nan, the most negative int, True."""
+    if dt.kind == "f":
+        return _np.asarray(_np.nan, dt)
+    if dt.kind == "b":
+        return _np.asarray(True)
+    return _np.asarray(_np.iinfo(dt).min, dt)
+
+
+def _static_indices(st: Any, n: int, op: str, x: Any, ax: int) -> _np.ndarray:
+    """Concrete indices, checked now (NumPy raises for them), negatives wrapped."""
+    k = _np.asarray(st)
+    if k.dtype.kind not in "iu":
+        raise _fail(op, f"indices must be integers, got {k.dtype}", x)
+    if k.size and (k.min() < -n or k.max() >= n):
+        bad = int(k.max()) if k.max() >= n else int(k.min())
+        raise _fail(op, f"index {bad} is out of bounds for axis {ax} with size {n}", x)
+    return _np.where(k < 0, k + n, k).astype(_np.int64)
+
+
+_MODES = ("fill", "clip")
+
+
+def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None, mode: str | None = None,
+         fill_value: Any = None) -> Any:
+    """Elements of x at integer ``indices`` along ``axis`` (flattened when None).
+
+    Concrete indices out of range raise, as in NumPy. Traced ones (inside jit) follow
+    JAX: ``mode="fill"`` (the default) gives ``fill_value`` (nan, the most negative int,
+    True) where an index is out of range, ``mode="clip"`` clamps it; negative indices in
+    [-n, 0) count from the end in both."""
     x = asarray(x) if not _is_array(x) else x
+    mode = mode or "fill"
+    if mode not in _MODES:
+        raise ArgumentError(f"take: mode must be one of {_MODES}, got {mode!r}", where=user_location())
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    ax = axis % builtins.max(x.ndim, 1)
+    return _take_named("take", x, indices, axis, mode, fill_value)
+
+
+def _take_named(op: str, x: Any, indices: Any, axis: int, mode: str, fill_value: Any = None) -> Any:
+    """take on behalf of ``op`` (take, getitem), which its errors and checks name."""
+    ax = _norm_axis(axis, x.ndim, op, x)
     n = x.shape[ax]
     st = _static(indices)
+    valid = None
     if st is not None:
-        k = _np.asarray(st)
-        if k.dtype.kind not in "iu":
-            raise _fail("take", f"indices must be integers, got {k.dtype}", x)
-        if k.size and (k.min() < -n or k.max() >= n):
-            raise _fail("take", f"index out of bounds for axis {ax} with size {n}", x)
-        k = _np.where(k < 0, k + n, k).astype(_np.int64)
+        k = _static_indices(st, n, op, x, ax)
     else:
         if indices.dtype.kind not in "iu":
-            raise _fail("take", f"indices must be integers, got {indices.dtype}", x, indices)
-        k = _normalize_traced(indices, n)
+            raise _fail(op, f"indices must be integers, got {indices.dtype}", x, indices)
+        k = _normalize_traced(indices, n, op, x, ax)
+        valid = _in_range(k, n) if mode == "fill" else None
+        k = _clamped(k, n) if n else k
     moved = moveaxis(x, ax, 0) if ax else x
     out = _take0(moved, k)
     kd = _np.ndim(k) if not _is_array(k) else k.ndim
+    if valid is not None:
+        fill = fill_value_for(x.dtype) if fill_value is None else _np.asarray(fill_value).astype(x.dtype)
+        mask = lax.broadcast_in_dim(valid, out.shape, tuple(range(kd)))
+        out = lax.select(mask, out, broadcast_to(fill, out.shape))
     if ax:  # result dims: k dims, then the others; put the k dims back at position ax
         perm = list(range(kd, kd + ax)) + list(range(kd)) + list(range(kd + ax, out.ndim))
         out = lax.transpose(out, perm)
     return out
 
 
-def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int) -> Any:
-    """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy."""
+def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int, mode: str | None = None,
+                    fill_value: Any = None) -> Any:
+    """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy.
+    Out-of-range indices: as :func:`take` (concrete ones raise; traced ones fill or clip)."""
     x = asarray(x) if not _is_array(x) else x
-    ax = axis % x.ndim
-    idx = asarray(indices) if not _is_array(indices) else indices
+    mode = mode or "fill"
+    if mode not in _MODES:
+        raise ArgumentError(f"take_along_axis: mode must be one of {_MODES}, got {mode!r}", where=user_location())
+    ax = _norm_axis(axis, x.ndim, "take_along_axis", x)
     n = x.shape[ax]
-    k = _normalize_traced(idx, n)
-    shape = tuple(builtins.max(a, b) if i != ax else b for i, (a, b) in enumerate(zip(x.shape, idx.shape)))
+    st = _static(indices)
+    idx = asarray(_static_indices(st, n, "take_along_axis", x, ax)) if st is not None else indices
+    if idx.dtype.kind not in "iu":
+        raise _fail("take_along_axis", f"indices must be integers, got {idx.dtype}", x, idx)
+    if idx.ndim != x.ndim:
+        raise _fail("take_along_axis", f"indices must have the rank of the array ({x.ndim})", x, idx)
+    try:
+        other = broadcast_shapes(x.shape[:ax] + x.shape[ax + 1:], idx.shape[:ax] + idx.shape[ax + 1:])
+    except ValueError:
+        raise _fail("take_along_axis", "shapes cannot be broadcast together outside the axis", x, idx) from None
+    shape = other[:ax] + (idx.shape[ax],) + other[ax:]
+    k = _normalize_traced(idx, n, "take_along_axis" if st is None else "", x, ax)
+    valid = _in_range(k, n) if st is None and mode == "fill" else None
+    if st is None and n:
+        k = _clamped(k, n)
+    out = _take_along(x, broadcast_to(k, shape), ax, n, shape)
+    if valid is not None:
+        fill = fill_value_for(x.dtype) if fill_value is None else _np.asarray(fill_value).astype(x.dtype)
+        out = lax.select(broadcast_to(valid, shape), out, broadcast_to(fill, shape))
+    return out
+
+
+def _take_along(x: Any, k: Any, ax: int, n: int, shape: tuple[int, ...]) -> Any:
+    """The one-hot gather of take_along_axis for in-range indices k of the result's shape."""
     full = shape[:ax + 1] + (n,) + shape[ax + 1:]
-    kb = lax.broadcast_in_dim(broadcast_to(k, shape), full, tuple(i for i in range(len(full)) if i != ax + 1))
+    kb = lax.broadcast_in_dim(k, full, tuple(i for i in range(len(full)) if i != ax + 1))
     oh = lax.compare(kb, lax.iota(_np.int64, full, ax + 1), "eq")
     xb_shape = shape[:ax] + (n,) + shape[ax + 1:]
     xb = broadcast_to(x, xb_shape)
@@ -146,13 +231,18 @@ def _positions(x: Any, idx: tuple, what: str) -> _np.ndarray:
     try:
         return _np.arange(x.size, dtype=_np.int64).reshape(x.shape)[static]
     except (IndexError, TypeError, ValueError) as e:
-        raise _fail(what, f"bad index: {e}", x) from None
+        shown = ", ".join(repr(i) if not isinstance(i, _np.ndarray) else f"array of {i.dtype}{list(i.shape)}"
+                          for i in static)
+        raise _fail(what, f"bad index ({shown}): {e}", x) from None
 
 
 def advanced_getitem(x: Any, idx: tuple) -> Any:
     traced = _traced_axis(x, idx)
-    if traced is not None:
-        return take(x, traced[1], axis=traced[0])
+    if traced is not None and traced[1].dtype == _np.bool_:
+        raise _fail("getitem", "a traced boolean mask cannot index inside jit (the result's shape would depend "
+                    "on traced values); use axle.numpy.where, or pass the mask as NumPy data", x, traced[1])
+    if traced is not None:  # JAX's indexing: out-of-range traced indices clamp
+        return _take_named("getitem", x, traced[1], traced[0], "clip")
     if builtins.any(isinstance(i, Tracer) for i in idx):
         bad = next(i for i in idx if isinstance(i, Tracer))
         raise _fail("getitem", "a traced index array must be the only array in the index, with the other "
@@ -192,7 +282,8 @@ class _AtRef:
             return _update_basic(x, idx, v, mode)
         traced = _traced_axis(x, idx)
         if traced is not None and traced[0] == 0 and traced[1].ndim == 1:
-            k = _normalize_traced(traced[1], x.shape[0])
+            # JAX's scatter: out-of-range updates are dropped (no one-hot position matches)
+            k = _normalize_traced(traced[1], x.shape[0], f"at[].{mode}", x)
             vv = broadcast_to(_to_value(v, x.dtype), (k.shape[0],) + x.shape[1:])
             return _scatter0(x, k, vv, mode)
         if builtins.any(isinstance(i, Tracer) for i in idx):

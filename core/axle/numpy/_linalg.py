@@ -1,18 +1,25 @@
 """einsum, tensordot, outer, inner: contractions lowered to one dot_general each."""
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from .. import lax
+from ..errors import ArgumentError
+from ..frontend.source import user_location
+from ..frontend.validate import as_sequence, axis_arg, size_arg
 from . import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose
 
 ArrayLike = Any
 
 
 def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
+    if not isinstance(subscripts, str):
+        raise ArgumentError(f"einsum: subscripts must be a string like 'ij,jk->ik', got {subscripts!r}",
+                            where=user_location())
     spec = subscripts.replace(" ", "")
     if "." in spec:
-        raise ValueError("einsum: ellipsis ('...') is not supported; name every axis")
+        raise ArgumentError("einsum: ellipsis ('...') is not supported; name every axis", where=user_location())
     if "->" in spec:
         lhs, out = spec.split("->")
     else:
@@ -21,7 +28,7 @@ def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
         out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     ins = lhs.split(",")
     if len(ins) != n:
-        raise ValueError(f"einsum: {len(ins)} operand subscripts for {n} operands")
+        raise ArgumentError(f"einsum: {len(ins)} operand subscripts for {n} operands", where=user_location())
     return ins, out
 
 
@@ -67,20 +74,25 @@ def einsum(subscripts: str, *operands: ArrayLike) -> Any:
         acc, sacc = _contract(acc, sacc, xs[i], ins[i], later)
     acc, sacc = _reduce_to(acc, sacc, set(out))
     if sorted(sacc) != sorted(out):
-        raise ValueError(f"einsum: output subscripts {out!r} name an axis no operand has")
+        raise ArgumentError(f"einsum: output subscripts {out!r} name an axis no operand has", where=user_location())
     return transpose(acc, [sacc.index(c) for c in out]) if sacc != out else acc
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2) -> Any:
     a = asarray(a) if not _is_array(a) else a
     b = asarray(b) if not _is_array(b) else b
-    if isinstance(axes, int):
-        ax_a, ax_b = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    if not isinstance(axes, (list, tuple)):
+        n = size_arg(axes, "tensordot", "axes", 0, builtins.min(a.ndim, b.ndim))
+        ax_a, ax_b = list(range(a.ndim - n, a.ndim)), list(range(n))
+    elif len(axes) != 2:
+        raise ArgumentError(f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}",
+                            where=user_location())
     else:
-        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
-                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
-    ax_a = [x % a.ndim for x in ax_a]
-    ax_b = [x % b.ndim for x in ax_b]
+        ax_a, ax_b = list(as_sequence(axes[0])), list(as_sequence(axes[1]))
+    if len(ax_a) != len(ax_b):
+        raise _fail("tensordot", f"axes {axes!r} name {len(ax_a)} and {len(ax_b)} axes", a, b)
+    ax_a = [axis_arg(x, a.ndim, "tensordot") for x in ax_a]
+    ax_b = [axis_arg(x, b.ndim, "tensordot") for x in ax_b]
     dt = result_type(a, b)
     for i, j in zip(ax_a, ax_b):
         if a.shape[i] != b.shape[j]:

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
-from . import (_finish, _fail, _is_array, _norm_axes, _reduce, _to_value, astype, asarray, broadcast_to, equal,
+from ..frontend.validate import finite_number
+from . import (_finish, _fail, _is_array, _norm_axes, _norm_axis, _reduce, _to_value, astype, asarray, broadcast_to, equal,
                logical_not, maximum, mean, minimum, multiply, not_equal, reshape, subtract, sum, true_divide, where)
 
 ArrayLike = Any
@@ -85,10 +86,12 @@ def clip(x: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
     return out
 
 
-def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
+def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False,
+        _name: str = "var") -> Any:
     """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
     x = asarray(x) if not _is_array(x) else x
-    axes = _norm_axes(axis, x.ndim, "var", x)
+    axes = _norm_axes(axis, x.ndim, _name, x)
+    finite_number(ddof, _name, "ddof")
     dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
     xf = astype(x, dt)
     d = subtract(xf, mean(xf, axis=axes, keepdims=True))
@@ -100,15 +103,21 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
 def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
     from . import sqrt
 
-    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
 
 
 def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
-    return _reduce("and", "all", astype(x, bool), axis, keepdims)
+    return _bool_reduce("and", "all", x, axis, keepdims)
 
 
 def any(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
-    return _reduce("or", "any", astype(x, bool), axis, keepdims)
+    return _bool_reduce("or", "any", x, axis, keepdims)
+
+
+def _bool_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -> Any:
+    x = asarray(x) if not _is_array(x) else x
+    _norm_axes(axis, x.ndim, name, x)  # errors name x, not its bool copy
+    return _reduce(kind, name, astype(x, bool), axis, keepdims)
 
 
 def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -> Any:
@@ -119,7 +128,7 @@ def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -
         flat = reshape(x, (-1,))
         out = _arg_reduce(kind, name, flat, 0, False)
         return reshape(out, (1,) * x.ndim) if keepdims else out
-    (ax,) = _norm_axes(axis, x.ndim, name, x)
+    ax = _norm_axis(axis, x.ndim, name, x)
     n = x.shape[ax]
     if n == 0:
         raise _fail(name, "attempt to get argmax/argmin of an empty sequence", x)
@@ -142,10 +151,15 @@ def argmin(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
-    from . import exp
+    """log(exp(x) + exp(y)) without overflow: max + log1p(exp(-|x - y|)). Where x == y
+    (both +inf or both -inf included, where x - y would be nan) it is x + log(2), as in
+    NumPy; a nan in either operand gives nan."""
+    from . import _finish, _float_result, _prepare, exp
 
-    m = maximum(x, y)
-    return m + log1p(exp(-abs_(subtract(x, y))))
+    a, b = _prepare("logaddexp", x, y, dtype=_float_result(x, y))
+    spread = maximum(a, b) + log1p(exp(-abs_(subtract(a, b))))
+    same = lax.add(a, _scalar(math.log(2.0), a))
+    return _finish(where(equal(a, b), same, spread), x, y)
 
 
 def abs_(x: ArrayLike) -> Any:
@@ -161,7 +175,7 @@ def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    (ax,) = _norm_axes(axis, x.ndim, "cumsum", x)
+    ax = _norm_axis(axis, x.ndim, "cumsum", x)
     if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
         x = astype(x, _np.int64)
     n = x.shape[ax]

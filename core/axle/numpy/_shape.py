@@ -9,21 +9,23 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
-from ..ir.dtypes import canonical_numpy_dtype
-from . import (_fail, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype, broadcast_to,
-               expand_dims, full, multiply, reshape, result_type, transpose, where)
+from ..errors import ArgumentError
+from ..frontend.source import user_location
+from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
+from . import (_fail, _full, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype,
+               broadcast_to, expand_dims, multiply, reshape, result_type, transpose, where)
 
 ArrayLike = Any
 
 
 def full_like(x: ArrayLike, fill_value: Any, dtype: Any = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    return full(x.shape, fill_value, dtype or x.dtype)
+    return _full("full_like", x.shape, fill_value, dtype or x.dtype)
 
 
 def empty(shape: Any, dtype: Any = float) -> Any:
     """Zeros: axle arrays are immutable, so 'uninitialized' has no use."""
-    return full(shape, 0, dtype)
+    return _full("empty", shape, 0, dtype)
 
 
 def empty_like(x: ArrayLike, dtype: Any = None) -> Any:
@@ -32,7 +34,10 @@ def empty_like(x: ArrayLike, dtype: Any = None) -> Any:
 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None) -> Any:
     """``num`` evenly spaced values; computed as start + i*step like NumPy (last value exact)."""
-    dt = canonical_numpy_dtype(_np.dtype(dtype)) if dtype is not None else _np.dtype(_np.float64)
+    num = size_arg(num, "linspace", "num")
+    finite_number(start, "linspace", "start"), finite_number(stop, "linspace", "stop")
+    dt = dtype_arg(dtype, "linspace") if dtype is not None else _np.dtype(_np.float64)
+    check_shape((num,), "linspace", dt.itemsize)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
     work = dt if dt.kind == "f" else _np.dtype(_np.float64)
@@ -44,8 +49,11 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dt
 
 
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = float) -> Any:
-    m = n if m is None else m
-    dt = canonical_numpy_dtype(_np.dtype(dtype))
+    n = size_arg(n, "eye", "N")
+    m = n if m is None else size_arg(m, "eye", "M")
+    k = size_arg(k, "eye", "k", -2**62, 2**62)
+    dt = dtype_arg(dtype, "eye")
+    check_shape((n, m), "eye", dt.itemsize)
     rows = lax.iota(_np.int64, (n, m), 0)
     cols = lax.iota(_np.int64, (n, m), 1)
     diag = lax.compare(lax.add(rows, broadcast_to(_np.asarray(k, _np.int64), (n, m))), cols, "eq")
@@ -76,33 +84,32 @@ def moveaxis(x: ArrayLike, source: int, destination: int) -> Any:
 
 def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0) -> Any:
     if not arrays:
-        raise ValueError("concatenate: need at least one array")
+        raise ArgumentError("concatenate: need at least one array", where=user_location())
     if axis is None:
         arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
     dt = result_type(*arrays)
-    xs = [asarray(_to_value(a, dt)) if not _is_array(a) else _to_value(a, dt) for a in arrays]
+    orig = [asarray(a) if not _is_array(a) else a for a in arrays]  # what errors name
+    xs = [_to_value(a, dt) for a in orig]
     ranks = {x.ndim for x in xs}
     if len(ranks) != 1 or 0 in ranks:
-        raise _fail("concatenate", "all inputs need the same rank >= 1", *xs)
-    ax = _norm_axis(axis, xs[0].ndim, "concatenate", xs[0])
+        raise _fail("concatenate", "all inputs need the same rank >= 1", *orig)
+    ax = _norm_axis(axis, xs[0].ndim, "concatenate", orig[0])
     for x in xs:
         if builtins.any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != ax):
-            raise _fail("concatenate", f"shapes must agree except on axis {ax}", *xs)
+            raise _fail("concatenate", f"shapes must agree except on axis {ax}", *orig)
     nonempty = [x for x in xs if x.shape[ax]] or xs[:1]
     return nonempty[0] if len(nonempty) == 1 else lax.concatenate(nonempty, ax)
 
 
 def stack(arrays: Sequence[ArrayLike], axis: int = 0) -> Any:
     if not arrays:
-        raise ValueError("stack: need at least one array")
+        raise ArgumentError("stack: need at least one array", where=user_location())
     shapes = {tuple(_np.shape(a)) if not _is_array(a) else a.shape for a in arrays}
     if len(shapes) != 1:
         raise _fail("stack", "all input arrays must have the same shape",
                     *[asarray(a) if not _is_array(a) else a for a in arrays])
     nd = len(shapes.pop()) + 1
-    ax = axis % nd if -nd <= axis < nd else axis
-    if not 0 <= ax < nd:
-        raise _fail("stack", f"axis {axis} is out of bounds for rank {nd}", asarray(arrays[0]))
+    ax = axis_arg(axis, nd, "stack")
     return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
 
 
@@ -125,13 +132,13 @@ def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     x = asarray(x) if not _is_array(x) else x
     ax = _norm_axis(axis, x.ndim, "split", x)
     n = x.shape[ax]
-    if isinstance(indices_or_sections, (int, _np.integer)):
-        k = int(indices_or_sections)
-        if k <= 0 or n % k:
+    if not isinstance(indices_or_sections, (list, tuple, _np.ndarray)) or _np.ndim(indices_or_sections) == 0:
+        k = size_arg(indices_or_sections, "split", "sections", 1)
+        if n % k:
             raise _fail("split", f"array split does not result in an equal division ({n} into {k})", x)
         points = [n // k * i for i in range(1, k)]
     else:
-        points = [int(p) for p in indices_or_sections]
+        points = [size_arg(p, "split", "split points", -2**62) for p in indices_or_sections]
     bounds = [0] + points + [n]
     out = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -145,6 +152,8 @@ def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 def array_split(x: ArrayLike, sections: int, axis: int = 0) -> list[Any]:
     x = asarray(x) if not _is_array(x) else x
     n = x.shape[_norm_axis(axis, x.ndim, "array_split", x)]
+    # more sections than elements only adds empty pieces; bound them like any array size
+    sections = size_arg(sections, "array_split", "sections", 1, builtins.max(n, 1) + 2**16)
     q, r = divmod(n, sections)
     points, acc = [], 0
     for i in range(sections - 1):
@@ -173,18 +182,31 @@ def pad(x: ArrayLike, pad_width: Any, mode: str = "constant", constant_values: A
     x = asarray(x) if not _is_array(x) else x
     if mode != "constant":
         raise _fail("pad", f"mode {mode!r} is not supported; only 'constant'", x)
-    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64).reshape(-1, 2) if _np.ndim(pad_width) else
-                          _np.asarray([[pad_width, pad_width]]), (x.ndim, 2)) if x.ndim else _np.zeros((0, 2), int)
+    pw = _pad_widths(pad_width, x)
     if (pw < 0).any():
         raise _fail("pad", f"pad widths must be >= 0, got {pad_width}", x)
     if not pw.any():
         return x
-    value = _np.asarray(constant_values)
+    check_shape(tuple(int(d) + int(lo) + int(hi) for d, (lo, hi) in zip(x.shape, pw)), "pad", x.dtype.itemsize)
+    value = host_array(constant_values, "pad")
     if value.ndim:
         raise _fail("pad", "only a scalar constant_values is supported", x)
     with _np.errstate(all="ignore"):
         pv = value.astype(x.dtype)
     return lax.pad(x, pv, tuple(int(v) for v in pw[:, 0]), tuple(int(v) for v in pw[:, 1]), (0,) * x.ndim)
+
+
+def _pad_widths(pad_width: Any, x: Any) -> _np.ndarray:
+    """int64[rank, 2] (before, after) from NumPy's forms: n, (n,), (b, a), ((b, a), ...)."""
+    raw = _np.asarray(pad_width, dtype=object)
+    if raw.size and not builtins.all(hasattr(v, "__index__") and not isinstance(v, bool) for v in raw.reshape(-1)):
+        raise ArgumentError(f"pad: pad widths must be integers, got {pad_width!r}", where=user_location())
+    try:
+        pw = _np.asarray(raw.astype(_np.int64).reshape(-1, 2) if raw.ndim and raw.size != 1 else
+                         _np.full((1, 2), int(raw.reshape(-1)[0]) if raw.size else 0, dtype=_np.int64))
+        return _np.broadcast_to(pw, (x.ndim, 2)) if x.ndim else _np.zeros((0, 2), _np.int64)
+    except (ValueError, OverflowError):
+        raise _fail("pad", f"pad_width {pad_width!r} does not fit an array of rank {x.ndim}", x) from None
 
 
 def atleast_1d(x: ArrayLike) -> Any:
@@ -199,7 +221,7 @@ def atleast_2d(x: ArrayLike) -> Any:
 
 def tile(x: ArrayLike, reps: Any) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    reps = tuple(size_arg(r, "tile", "reps") for r in as_sequence(reps))
     nd = builtins.max(len(reps), x.ndim)
     reps = (1,) * (nd - len(reps)) + reps
     x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
@@ -216,6 +238,7 @@ def repeat(x: ArrayLike, repeats: int, axis: int | None = None) -> Any:
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     ax = _norm_axis(axis, x.ndim, "repeat", x)
-    shape = x.shape[:ax + 1] + (int(repeats),) + x.shape[ax + 1:]
+    r = size_arg(repeats, "repeat", "repeats")
+    shape = x.shape[:ax + 1] + (r,) + x.shape[ax + 1:]
     b = broadcast_to(expand_dims(x, ax + 1), shape)
-    return reshape(b, x.shape[:ax] + (x.shape[ax] * int(repeats),) + x.shape[ax + 1:])
+    return reshape(b, x.shape[:ax] + (x.shape[ax] * r,) + x.shape[ax + 1:])
