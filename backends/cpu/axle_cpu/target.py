@@ -5,13 +5,27 @@ LLVM state is process-wide and not thread-safe while compiling, so every compile
 ``LOCK``."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 LOCK = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread may have been compiling at the fork: the child gets a fresh lock (the
+    # LLVM state itself is plain memory, copied with the process, and usable in the child).
+    global LOCK
+    LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass(frozen=True)
@@ -61,25 +75,43 @@ def optimize(mod, tm, interleave: bool = True) -> None:  # noqa: ANN001
     pb.getModulePassManager().run(mod, pb)
 
 
-def parse(ir_text: str):  # noqa: ANN201
-    mod = llvm.parse_assembly(ir_text)
+def parse(ir_text: str, context=None):  # noqa: ANN001, ANN201
+    mod = llvm.parse_assembly(ir_text, context)
     mod.verify()
     return mod
 
 
 class JitModule:
-    """One compiled LLVM module living in its own MCJIT engine (kept alive with it)."""
+    """One compiled LLVM module living in its own MCJIT engine (kept alive with it).
+
+    Each module gets its own LLVM context: types and constants are uniqued per context and
+    live as long as it does, so in the process-wide context every shape ever compiled
+    (array types, loop bounds) would stay resident. Freeing the JitModule frees the
+    engine (its code pages and the module) and then the context."""
 
     def __init__(self, ir_text: str, interleave: bool = True) -> None:
         with LOCK:
             host()
+            self._context = llvm.create_context()
             tm = target_machine(True)
-            mod = parse(ir_text)
+            mod = parse(ir_text, self._context)
             optimize(mod, tm, interleave)
             self.optimized_ir = str(mod)
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
             self._tm = tm
+
+    def __del__(self, _finalizing=sys.is_finalizing) -> None:  # noqa: ANN001 - bound now: at exit sys may be gone
+        # The engine (which owns the module and the target machine) must go before the
+        # context its module was made in. At interpreter exit the process frees it all.
+        if _finalizing():
+            return
+        engine = self.__dict__.pop("_engine", None)
+        if engine is not None:
+            engine.close()
+        context = self.__dict__.pop("_context", None)
+        if context is not None:
+            context.close()
 
     def address(self, name: str) -> int:
         addr = self._engine.get_function_address(name)
@@ -87,16 +119,33 @@ class JitModule:
         return addr
 
     def assembly(self) -> str:
-        with LOCK:
-            return self._tm.emit_assembly(parse(self.optimized_ir))
+        with LOCK, _scratch_context() as ctx:
+            mod = parse(self.optimized_ir, ctx)
+            try:
+                return self._tm.emit_assembly(mod)
+            finally:
+                mod.close()
 
 
 def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None,
                 interleave: bool = True) -> bytes:
     """A relocatable ELF object (PIC) for the host, or for ``cpu``/``features``."""
-    with LOCK:
+    with LOCK, _scratch_context() as ctx:
         host()
         tm = target_machine(False, cpu, features)
-        mod = parse(ir_text)
-        optimize(mod, tm, interleave)
-        return tm.emit_object(mod)
+        mod = parse(ir_text, ctx)
+        try:
+            optimize(mod, tm, interleave)
+            return tm.emit_object(mod)
+        finally:
+            mod.close()
+
+
+@contextlib.contextmanager
+def _scratch_context() -> Iterator[object]:
+    """A private LLVM context, disposed after use (see JitModule)."""
+    ctx = llvm.create_context()
+    try:
+        yield ctx
+    finally:
+        ctx.close()
