@@ -20,6 +20,7 @@ from typing import Any
 from .config import config
 from .backend import API_VERSION, Backend, BackendUnavailable, Device
 from .errors import DeviceError
+from .forksafe import renew_in_child
 
 NAMESPACE = "axle.backends"
 log = logging.getLogger("axle.registry")
@@ -210,3 +211,4 @@ class Registry:
 
 
 REGISTRY = Registry()
+renew_in_child(REGISTRY, "_lock", threading.RLock)
