@@ -48,14 +48,16 @@ class LRU(Generic[V]):
     def put(self, key: Hashable, value: V) -> V:
         """Stores ``value`` unless another thread stored one for ``key`` first; returns the
         one kept, so racing first calls all use the same executable."""
+        evicted = []  # dropped after the lock is released: freeing native code may take other locks
         with self._lock:
             kept = self._data.setdefault(key, value)
             self._data.move_to_end(key)
             limit = max(1, self._size())
             while len(self._data) > limit:
-                self._data.popitem(last=False)
+                evicted.append(self._data.popitem(last=False))
                 self.evictions += 1
-            return kept
+        del evicted
+        return kept
 
     def clear(self) -> None:
         with self._lock:

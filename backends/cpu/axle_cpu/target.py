@@ -2,7 +2,9 @@
 pipeline; JIT (MCJIT) and object-file emission.
 
 LLVM state is process-wide and not thread-safe while compiling, so every compile holds
-``LOCK``."""
+``LOCK``, and so does every disposal of compiled code: a JitModule that dies (evicted from
+a cache, in whatever thread drops the last reference) is disposed at once when no compile
+is running, else by the next compile (``_llvm``)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,13 +18,41 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 LOCK = threading.RLock()
+#: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
+_depth = 0
+#: (engine, context) of dead JitModules waiting for LOCK to be disposed
+_garbage: list[tuple[object, object]] = []
+
+
+def _dispose_garbage() -> None:
+    """Disposes dead modules' engines, then their contexts (the caller holds LOCK)."""
+    while _garbage:
+        engine, context = _garbage.pop()
+        engine.close()  # type: ignore[attr-defined]
+        context.close()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _llvm() -> Iterator[None]:
+    """Holds LOCK around LLVM work, disposing dead modules before and after it."""
+    global _depth
+    with LOCK:
+        if _depth == 0:
+            _dispose_garbage()
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+            if _depth == 0:
+                _dispose_garbage()
 
 
 def _after_fork_in_child() -> None:
     # Another thread may have been compiling at the fork: the child gets a fresh lock (the
     # LLVM state itself is plain memory, copied with the process, and usable in the child).
-    global LOCK
-    LOCK = threading.RLock()
+    global LOCK, _depth
+    LOCK, _depth = threading.RLock(), 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -90,7 +120,7 @@ class JitModule:
     engine (its code pages and the module) and then the context."""
 
     def __init__(self, ir_text: str, interleave: bool = True) -> None:
-        with LOCK:
+        with _llvm():
             host()
             self._context = llvm.create_context()
             tm = target_machine(True)
@@ -103,15 +133,21 @@ class JitModule:
 
     def __del__(self, _finalizing=sys.is_finalizing) -> None:  # noqa: ANN001 - bound now: at exit sys may be gone
         # The engine (which owns the module and the target machine) must go before the
-        # context its module was made in. At interpreter exit the process frees it all.
+        # context its module was made in, and never while another thread compiles: queued
+        # for LOCK, disposed now if nobody compiles. At interpreter exit the OS frees it all.
         if _finalizing():
             return
-        engine = self.__dict__.pop("_engine", None)
-        if engine is not None:
-            engine.close()
-        context = self.__dict__.pop("_context", None)
-        if context is not None:
-            context.close()
+        engine, context = self.__dict__.pop("_engine", None), self.__dict__.pop("_context", None)
+        if engine is None or context is None:
+            return
+        _garbage.append((engine, context))
+        lock = LOCK
+        if lock.acquire(blocking=False):
+            try:
+                if _depth == 0:  # not inside this thread's own compile (a GC run there)
+                    _dispose_garbage()
+            finally:
+                lock.release()
 
     def address(self, name: str) -> int:
         addr = self._engine.get_function_address(name)
@@ -119,7 +155,7 @@ class JitModule:
         return addr
 
     def assembly(self) -> str:
-        with LOCK, _scratch_context() as ctx:
+        with _llvm(), _scratch_context() as ctx:
             mod = parse(self.optimized_ir, ctx)
             try:
                 return self._tm.emit_assembly(mod)
@@ -130,7 +166,7 @@ class JitModule:
 def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None,
                 interleave: bool = True) -> bytes:
     """A relocatable ELF object (PIC) for the host, or for ``cpu``/``features``."""
-    with LOCK, _scratch_context() as ctx:
+    with _llvm(), _scratch_context() as ctx:
         host()
         tm = target_machine(False, cpu, features)
         mod = parse(ir_text, ctx)
