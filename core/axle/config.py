@@ -35,6 +35,13 @@ class Config:
     retrace_warning_threshold: int = 8
     #: passes disabled by name, comma-separated
     disable_passes: str = ""
+    #: compiled executables kept per cache (each jit function's, the eager op cache, the lazy
+    #: cluster cache, and each backend's compile caches): least recently used beyond this
+    #: are dropped and their native code freed
+    jit_cache_size: int = 256
+    #: seconds a backend plugin may take to load and list its devices before it is
+    #: recorded as unavailable ("timed out after N s in devices()")
+    backend_timeout: float = 30.0
     #: flags addressed to one backend: {"cpu_threads": "2"}
     backend_flags: dict[str, str] = field(default_factory=dict)
 
@@ -68,11 +75,26 @@ def _coerce(typ: Any, v: Any, name: str) -> Any:
         if v.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
             raise AxleError(f"setting {name} wants a boolean, got {v!r}")
         return v.lower() in ("1", "true", "yes", "on")
-    if t == "int":
-        return int(v)
+    if t in _NUMBERS:
+        return _number(_NUMBERS[t], v, name)
     if name == "jit_level" and v not in ("off", "auto"):
         raise AxleError(f"jit_level must be 'off' or 'auto', got {v!r}")
     return v
+
+
+_NUMBERS: dict[str, type] = {"int": int, "float": float}
+#: settings that must be positive (a cache of 0 entries or a zero time bound makes no sense)
+_POSITIVE = ("jit_cache_size", "backend_timeout")
+
+
+def _number(kind: type, v: Any, name: str) -> Any:
+    try:
+        out = kind(v)
+    except (TypeError, ValueError):
+        raise AxleError(f"setting {name} wants {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+    if name in _POSITIVE and not out > 0:
+        raise AxleError(f"setting {name} must be positive, got {v!r}")
+    return out
 
 
 config = Config()

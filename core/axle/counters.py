@@ -2,11 +2,15 @@
 function and per device. ``axle.stats()`` returns them; ``axle.reset_stats()`` clears."""
 from __future__ import annotations
 
+import sys
 import threading
 from collections import defaultdict
 from typing import Any
 
+from .forksafe import renew_in_child
+
 _lock = threading.Lock()
+renew_in_child(sys.modules[__name__], "_lock")
 _counts: dict[tuple[str, str, str], int] = defaultdict(int)
 TOTALS = ("traces", "compiles", "cache_hits", "cache_misses", "kernel_launches", "eager_ops", "executions",
           "clusters", "lazy_ops")

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -25,11 +26,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .config import config
+from .forksafe import renew_in_child
 
 if TYPE_CHECKING:
     from .ir.module import Node
 
 _lock = threading.Lock()
+renew_in_child(sys.modules[__name__], "_lock")
 #: every active recorder (nested ``trace`` blocks and the process-wide trace) gets each event
 _sinks: list[list[dict[str, Any]]] = []
 _PID = os.getpid()

@@ -12,6 +12,7 @@ whose shape, dtype or static value differ from the closest earlier signature, e.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import warnings
 import weakref
@@ -19,12 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import profiler
+from .forksafe import renew_in_child
 from .config import config
 
 #: a signature: argument (leaf) name -> "f32[100,784]" / "static 3" / "weak f32[]"
 Signature = dict[str, str]
 
 _lock = threading.Lock()
+renew_in_child(sys.modules[__name__], "_lock")
 _history: "weakref.WeakKeyDictionary[Any, list[Signature]]" = weakref.WeakKeyDictionary()
 
 

@@ -1,20 +1,26 @@
-"""Backend discovery through the ``axle.backends`` entry-point group (stevedore).
+"""Backend discovery through the ``axle.backends`` entry-point group.
 
-Plugins are loaded lazily, once, under a lock. A plugin that fails to import, to
-initialize, that reports no device, or that was built for another contract version is
-recorded with its reason (``axle devices`` shows it) and never stops the others.
-``AXLE_BACKENDS=cpu,interpreter`` selects and orders the backends.
+Plugins are loaded lazily, once, under a lock, each in its own thread with a time bound
+(``--backend_timeout``). A plugin that fails to import, to initialize, that hangs, reports
+no device, or that was built for another contract version is recorded with its reason
+(``axle devices`` shows it) and never stops the others. ``AXLE_BACKENDS=cpu,interpreter``
+selects and orders the backends; the others are not even imported.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import threading
+import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
+from .config import config
 from .backend import API_VERSION, Backend, BackendUnavailable, Device
 from .errors import DeviceError
+from .forksafe import renew_in_child
 
 NAMESPACE = "axle.backends"
 log = logging.getLogger("axle.registry")
@@ -40,40 +46,85 @@ def _compatible(version: object) -> str | None:
     return None
 
 
+def _entry_points(namespace: str) -> dict[str, Any]:
+    """The group's entry points by name (the first of duplicates), without importing them."""
+    out: dict[str, Any] = {}
+    for ep in importlib.metadata.entry_points(group=namespace):
+        out.setdefault(ep.name, ep)
+    return out
+
+
+def _selected() -> list[str] | None:
+    """The backend names AXLE_BACKENDS selects, in its order; None: every installed one."""
+    wanted = os.environ.get("AXLE_BACKENDS", "").strip()
+    return [n.strip() for n in wanted.split(",") if n.strip()] if wanted else None
+
+
 class Registry:
     def __init__(self, namespace: str = NAMESPACE) -> None:
         self.namespace = namespace
         self._lock = threading.RLock()
-        self._statuses: dict[str, BackendStatus] | None = None
+        self._statuses: dict[str, BackendStatus] | None = None  # the plugins asked so far
+        self._eps: dict[str, Any] | None = None
 
     # -- loading ---------------------------------------------------------------------
-    def _load(self) -> dict[str, BackendStatus]:
-        from stevedore import ExtensionManager
+    def _load(self, names: list[str] | None) -> dict[str, BackendStatus]:
+        """Loads the named plugins (every installed one for None) not loaded yet, each in
+        its own thread, waiting at most ``config.backend_timeout`` seconds for all: a plugin
+        that hangs in its import, constructor or ``devices()`` is recorded as timed out and
+        left behind (its daemon thread can never block the process's exit)."""
+        if self._statuses is None or self._eps is None:
+            self._statuses, self._eps = {}, _entry_points(self.namespace)
+        found = self._statuses
+        todo = [self._eps[n] for n in (self._eps if names is None else names) if n in self._eps and n not in found]
+        if todo:
+            found.update(self._load_bounded(todo))
+        return found
 
-        statuses: dict[str, BackendStatus] = {}
+    def _load_bounded(self, eps: list[Any]) -> dict[str, BackendStatus]:
+        limit = config.backend_timeout
+        results: dict[str, BackendStatus] = {}
+        stage: dict[str, str] = {}
+        threads = []
+        for ep in eps:
+            t = threading.Thread(target=self._load_one, args=(ep, results, stage), daemon=True,
+                                 name=f"axle-load-{ep.name}")
+            t.start()
+            threads.append((ep, t))
+        deadline = time.monotonic() + limit
+        out: dict[str, BackendStatus] = {}
+        for ep, t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            st = results.get(ep.name)
+            if st is None:  # still running: a plugin that hangs never stops the others
+                where = stage.get(ep.name, "import")
+                log.warning("axle backend %r timed out after %g s in %s", ep.name, limit, where)
+                st = BackendStatus(ep.name, False, f"timed out after {limit:g} s in {where} "
+                                   "(raise --backend_timeout in AXLE_FLAGS if it is only slow)", module=ep.value)
+            out[ep.name] = st
+        return out
 
-        def on_failure(manager: object, entrypoint: object, exc: BaseException) -> None:
-            name = getattr(entrypoint, "name", str(entrypoint))
-            statuses[name] = BackendStatus(name, False, f"import failed: {type(exc).__name__}: {exc}",
-                                           module=getattr(entrypoint, "value", ""))
-            log.warning("axle backend %r failed to import: %s", name, exc)
+    def _load_one(self, ep: Any, results: dict[str, BackendStatus], stage: dict[str, str]) -> None:
+        stage[ep.name] = "import"
+        try:
+            cls = ep.load()
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not break the others
+            log.warning("axle backend %r failed to import: %s", ep.name, e)
+            results[ep.name] = BackendStatus(ep.name, False, f"import failed: {type(e).__name__}: {e}", module=ep.value)
+            return
+        results[ep.name] = self._init(ep.name, cls, ep.value, stage)
 
-        # stevedore keeps a class-level entry-point cache per namespace; drop it so a
-        # reload sees plugins installed since (tests, `axle new-backend` + pip install).
-        getattr(ExtensionManager, "ENTRY_POINT_CACHE", {}).pop(self.namespace, None)
-        mgr = ExtensionManager(self.namespace, invoke_on_load=False, on_load_failure_callback=on_failure)
-        for ext in mgr.extensions:
-            statuses[ext.name] = self._init(ext.name, ext.plugin, ext.entry_point.value)
-        return statuses
-
-    def _init(self, name: str, cls: type, module: str) -> BackendStatus:
+    def _init(self, name: str, cls: type, module: str, stage: dict[str, str] | None = None) -> BackendStatus:
+        stage = {} if stage is None else stage
         why = _compatible(getattr(cls, "api_version", None))
         if why:
             return BackendStatus(name, False, why, module=module)
         try:
+            stage[name] = "__init__()"
             backend = cls()
             if not isinstance(backend, Backend):
                 return BackendStatus(name, False, f"{module} is not an axle.Backend subclass", module=module)
+            stage[name] = "devices()"
             devices = list(backend.devices())
         except BackendUnavailable as e:
             return BackendStatus(name, False, str(e), module=module)
@@ -88,14 +139,12 @@ class Registry:
         return BackendStatus(name, True, "", backend, module)
 
     def statuses(self) -> dict[str, BackendStatus]:
-        """Every backend found (available or not), in selection order."""
+        """Every backend found (available or not), in selection order. Only the backends
+        AXLE_BACKENDS selects are ever loaded (all of them when it is unset)."""
+        names = _selected()
         with self._lock:
-            if self._statuses is None:
-                self._statuses = self._load()
-            found = self._statuses
-        wanted = os.environ.get("AXLE_BACKENDS", "").strip()
-        if wanted:
-            names = [n.strip() for n in wanted.split(",") if n.strip()]
+            found = dict(self._load(names))
+        if names is not None:
             return {n: found.get(n, BackendStatus(n, False, "not installed (named in AXLE_BACKENDS)"))
                     for n in names}
         ordered = sorted(found.values(), key=lambda s: (-(s.backend.priority if s.backend else -1), s.name))
@@ -105,6 +154,7 @@ class Registry:
         """Forgets loaded plugins (tests, or after installing a plugin in-process)."""
         with self._lock:
             self._statuses = None
+            self._eps = None
 
     # -- queries ---------------------------------------------------------------------
     def backends(self) -> dict[str, Backend]:
@@ -161,3 +211,4 @@ class Registry:
 
 
 REGISTRY = Registry()
+renew_in_child(REGISTRY, "_lock", threading.RLock)

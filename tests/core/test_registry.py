@@ -121,3 +121,57 @@ def test_registry_loads_once_thread_safe():
     for t in threads:
         t.join()
     assert len(set(results)) == 1
+
+
+HANGING = textwrap.dedent("""
+    import threading
+    from axle.backends.interpreter import InterpreterBackend
+    STARTED = []
+    class Backend(InterpreterBackend):
+        name = "hangs"
+        def devices(self):
+            STARTED.append(1)
+            threading.Event().wait()  # a driver that never answers
+""")
+
+
+@pytest.fixture
+def hanging_plugin(plugin_path, monkeypatch):
+    (plugin_path / "fake_hangs.py").write_text(HANGING)
+    eps = plugin_path / "axle_fake_plugins-0.0.dist-info" / "entry_points.txt"
+    eps.write_text(eps.read_text() + "hangs = fake_hangs:Backend\n")
+    importlib.invalidate_caches()
+    monkeypatch.setattr(axle.config, "backend_timeout", 0.5)
+    return plugin_path
+
+
+def test_hanging_plugin_times_out_and_others_work(hanging_plugin, monkeypatch):
+    monkeypatch.delenv("AXLE_BACKENDS", raising=False)
+    reg = Registry()
+    st = reg.statuses()
+    assert not st["hangs"].available
+    assert st["hangs"].reason.startswith("timed out after 0.5 s in devices()")
+    assert st["interpreter"].available and "interpreter:0" in [d.name for d in reg.devices()]
+    assert reg.device("interpreter:0").name == "interpreter:0"
+
+
+def test_unselected_plugin_is_never_asked(hanging_plugin, monkeypatch):
+    import sys as _sys
+
+    monkeypatch.delitem(_sys.modules, "fake_hangs", raising=False)  # an earlier test imported it
+    monkeypatch.setenv("AXLE_BACKENDS", "interpreter")
+    reg = Registry()
+    assert [d.name for d in reg.devices()] == ["interpreter:0"]
+    assert "hangs" not in reg.statuses()
+    assert "fake_hangs" not in _sys.modules  # not even imported
+
+
+def test_backend_timeout_flag(monkeypatch):
+    from axle.config import Config
+
+    c = Config()
+    c.load_flags("--backend_timeout=2.5 --jit_cache_size=7")
+    assert (c.backend_timeout, c.jit_cache_size) == (2.5, 7)
+    for bad in ("--backend_timeout=0", "--jit_cache_size=-1", "--jit_cache_size=x"):
+        with pytest.raises(axle.errors.AxleError, match="backend_timeout|jit_cache_size"):
+            Config().load_flags(bad)

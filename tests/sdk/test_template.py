@@ -163,3 +163,17 @@ def test_claim_all_flag_from_axle_flags():
                           env={"PATH": "/usr/bin:/bin", **flags}).stdout.strip()
            for flags in ({}, {"AXLE_FLAGS": "--template_claim_all"})]
     assert out == ["False", "True"]
+
+
+def test_kernel_binaries_bounded_by_jit_cache_size(monkeypatch):
+    import axle.numpy as anp
+    from axle_template import codegen
+
+    dev = require_backend("template")
+    monkeypatch.setattr(axle.config, "jit_cache_size", 3)
+    monkeypatch.setattr(axle.config, "retrace_warning_threshold", -1)
+    f = axle.jit(lambda x: anp.exp(x) + 1.0, device=dev)
+    for n in range(1, 20):
+        x = np.linspace(0, 1, n, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(f(x)), np.exp(x) + 1.0, rtol=1e-6)
+        assert len(codegen._BINARIES) <= 6 and len(f._cache) <= 3

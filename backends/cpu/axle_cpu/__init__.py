@@ -6,22 +6,23 @@ See docs/backend-cpu.md for the design and docs/aot.md for ahead-of-time compila
 """
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
 from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
+from axle.lru import LRU
 from axle.ir.module import Module
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
 __all__ = ["CpuBackend", "CpuExecutable"]
 
-_CACHE_SIZE = 512
+#: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
+_KERNELS_PER_PLAN = 2
 
 
 class CpuBackend(Backend):
@@ -43,9 +44,10 @@ class CpuBackend(Backend):
 
         self._device = Device("cpu", 0, f"{self._host.cpu} via LLVM ({thread_count()} threads)", kind="cpu",
                               properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
-        self._cache: OrderedDict[tuple, object] = OrderedDict()  # module fingerprint -> plan
-        self._kernel_cache: OrderedDict[tuple, object] = OrderedDict()  # kernel fingerprint -> code
-        self._lock = threading.Lock()
+        # Both bounded by --jit_cache_size: an evicted plan's or kernel's LLVM engine is
+        # freed once no executable uses it (the caches hold the only other reference).
+        self._cache: LRU[tuple] = LRU()  # module fingerprint -> (plan, kernels)
+        self._kernel_cache: LRU[object] = LRU(lambda: _KERNELS_PER_PLAN * config.jit_cache_size)
 
     def devices(self) -> Sequence[Device]:
         return [self._device]
@@ -65,10 +67,7 @@ class CpuBackend(Backend):
         from .plan import build_plan
 
         key = (module.entry.structural_key, tuple(sorted(options.flags.items())))
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
+        hit = self._cache.get(key)
         if hit is not None:
             plan, kernels = hit  # type: ignore[misc]
             return CpuExecutable(plan, kernels, device, 0.0)
@@ -79,10 +78,7 @@ class CpuBackend(Backend):
             plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true")
             kernels = self._kernels(plan, module.name)
         ms = (time.perf_counter() - t0) * 1e3
-        with self._lock:
-            self._cache[key] = (plan, kernels)
-            while len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+        plan, kernels = self._cache.put(key, (plan, kernels))
         return CpuExecutable(plan, kernels, device, ms)
 
     def _kernels(self, plan: object, name: str) -> dict[str, object]:
@@ -94,21 +90,15 @@ class CpuBackend(Backend):
         missing = []
         for spec in plan.kernels.values():  # type: ignore[attr-defined]
             k = (spec.comp.structural_key, spec.kind)
-            with self._lock:
-                got = self._kernel_cache.get(k)
+            got = self._kernel_cache.get(k)
             if got is None:
                 missing.append((k, spec))
             else:
                 out[spec.name] = got
         if missing:
             jit, text = compile_kernels([s for _, s in missing], name)
-            with self._lock:
-                for k, spec in missing:
-                    ck = CompiledKernel(jit, spec.name, text)
-                    self._kernel_cache[k] = ck
-                    out[spec.name] = ck
-                while len(self._kernel_cache) > 4 * _CACHE_SIZE:
-                    self._kernel_cache.popitem(last=False)
+            for k, spec in missing:
+                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name, text))
         return out
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:

@@ -169,7 +169,10 @@ class _Launch:
             # the chunks' pointer arrays are made once (Python work is what a 1M-element
             # sum pays for on a cold cache).
             outputs = outs()
-            split = self._split.pop() if self._split else _ReductionSplit(self, outputs, CHUNKS * n)
+            try:
+                split = self._split.pop()  # atomic: another thread may take the last one first
+            except IndexError:
+                split = _ReductionSplit(self, outputs, CHUNKS * n)
             try:
                 split.run(pool, bufs, outputs)
             finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
+import os
 import threading
 import weakref
 from collections import defaultdict
@@ -115,3 +116,10 @@ def _aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> tuple[np.ndarray, in
 
 
 POOL = Pool()
+
+
+def _after_fork_in_child() -> None:
+    POOL._lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

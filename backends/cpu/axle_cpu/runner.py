@@ -17,10 +17,13 @@ NumPy gather from the slot addresses of the call.
 from __future__ import annotations
 
 import ctypes
-import functools
+import sys
+import threading
 
 import numpy as np
 from llvmlite import ir
+
+from axle.forksafe import renew_in_child
 
 from .emitter import INT64_MAX, SIG
 from .lltypes import I64, PTR, VOID
@@ -61,12 +64,22 @@ def _module() -> str:
     return str(mod)
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled() -> tuple[JitModule, ctypes._CFuncPtr]:
-    jit = JitModule(_module())
-    return jit, RUNNER(jit.address("axle_run_steps"))
+_RUNNER: tuple[JitModule, ctypes._CFuncPtr] | None = None
+_LOCK = threading.Lock()
+renew_in_child(sys.modules[__name__], "_LOCK")
 
 
 def run_steps() -> ctypes._CFuncPtr:
-    """The process-wide ``axle_run_steps`` (compiled on first use)."""
-    return _compiled()[1]
+    """The process-wide ``axle_run_steps`` (compiled on first use, once: under
+    ``functools.lru_cache`` two threads racing through the first call each compiled one,
+    and the module of the copy not cached was freed while its caller still held the
+    function pointer)."""
+    global _RUNNER
+    found = _RUNNER
+    if found is None:
+        with _LOCK:
+            if _RUNNER is None:
+                jit = JitModule(_module())
+                _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")))
+            found = _RUNNER
+    return found[1]

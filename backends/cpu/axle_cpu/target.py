@@ -2,16 +2,60 @@
 pipeline; JIT (MCJIT) and object-file emission.
 
 LLVM state is process-wide and not thread-safe while compiling, so every compile holds
-``LOCK``."""
+``LOCK``, and so does every disposal of compiled code: a JitModule that dies (evicted from
+a cache, in whatever thread drops the last reference) is disposed at once when no compile
+is running, else by the next compile (``_llvm``)."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 LOCK = threading.RLock()
+#: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
+_depth = 0
+#: (engine, context) of dead JitModules waiting for LOCK to be disposed
+_garbage: list[tuple[object, object]] = []
+
+
+def _dispose_garbage() -> None:
+    """Disposes dead modules' engines, then their contexts (the caller holds LOCK)."""
+    while _garbage:
+        engine, context = _garbage.pop()
+        engine.close()  # type: ignore[attr-defined]
+        context.close()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _llvm() -> Iterator[None]:
+    """Holds LOCK around LLVM work, disposing dead modules before and after it."""
+    global _depth
+    with LOCK:
+        if _depth == 0:
+            _dispose_garbage()
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+            if _depth == 0:
+                _dispose_garbage()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread may have been compiling at the fork: the child gets a fresh lock (the
+    # LLVM state itself is plain memory, copied with the process, and usable in the child).
+    global LOCK, _depth
+    LOCK, _depth = threading.RLock(), 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass(frozen=True)
@@ -61,25 +105,49 @@ def optimize(mod, tm, interleave: bool = True) -> None:  # noqa: ANN001
     pb.getModulePassManager().run(mod, pb)
 
 
-def parse(ir_text: str):  # noqa: ANN201
-    mod = llvm.parse_assembly(ir_text)
+def parse(ir_text: str, context=None):  # noqa: ANN001, ANN201
+    mod = llvm.parse_assembly(ir_text, context)
     mod.verify()
     return mod
 
 
 class JitModule:
-    """One compiled LLVM module living in its own MCJIT engine (kept alive with it)."""
+    """One compiled LLVM module living in its own MCJIT engine (kept alive with it).
+
+    Each module gets its own LLVM context: types and constants are uniqued per context and
+    live as long as it does, so in the process-wide context every shape ever compiled
+    (array types, loop bounds) would stay resident. Freeing the JitModule frees the
+    engine (its code pages and the module) and then the context."""
 
     def __init__(self, ir_text: str, interleave: bool = True) -> None:
-        with LOCK:
+        with _llvm():
             host()
+            self._context = llvm.create_context()
             tm = target_machine(True)
-            mod = parse(ir_text)
+            mod = parse(ir_text, self._context)
             optimize(mod, tm, interleave)
             self.optimized_ir = str(mod)
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
             self._tm = tm
+
+    def __del__(self, _finalizing=sys.is_finalizing) -> None:  # noqa: ANN001 - bound now: at exit sys may be gone
+        # The engine (which owns the module and the target machine) must go before the
+        # context its module was made in, and never while another thread compiles: queued
+        # for LOCK, disposed now if nobody compiles. At interpreter exit the OS frees it all.
+        if _finalizing():
+            return
+        engine, context = self.__dict__.pop("_engine", None), self.__dict__.pop("_context", None)
+        if engine is None or context is None:
+            return
+        _garbage.append((engine, context))
+        lock = LOCK
+        if lock.acquire(blocking=False):
+            try:
+                if _depth == 0:  # not inside this thread's own compile (a GC run there)
+                    _dispose_garbage()
+            finally:
+                lock.release()
 
     def address(self, name: str) -> int:
         addr = self._engine.get_function_address(name)
@@ -87,16 +155,33 @@ class JitModule:
         return addr
 
     def assembly(self) -> str:
-        with LOCK:
-            return self._tm.emit_assembly(parse(self.optimized_ir))
+        with _llvm(), _scratch_context() as ctx:
+            mod = parse(self.optimized_ir, ctx)
+            try:
+                return self._tm.emit_assembly(mod)
+            finally:
+                mod.close()
 
 
 def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None,
                 interleave: bool = True) -> bytes:
     """A relocatable ELF object (PIC) for the host, or for ``cpu``/``features``."""
-    with LOCK:
+    with _llvm(), _scratch_context() as ctx:
         host()
         tm = target_machine(False, cpu, features)
-        mod = parse(ir_text)
-        optimize(mod, tm, interleave)
-        return tm.emit_object(mod)
+        mod = parse(ir_text, ctx)
+        try:
+            optimize(mod, tm, interleave)
+            return tm.emit_object(mod)
+        finally:
+            mod.close()
+
+
+@contextlib.contextmanager
+def _scratch_context() -> Iterator[object]:
+    """A private LLVM context, disposed after use (see JitModule)."""
+    ctx = llvm.create_context()
+    try:
+        yield ctx
+    finally:
+        ctx.close()

@@ -136,6 +136,16 @@ def pool() -> WorkerPool:
         return _POOL
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's worker threads: forget the pool (the next
+    split creates one) and re-create its lock, which a parent thread may have held."""
+    global _POOL, _POOL_ENV, _LOCK
+    _POOL, _POOL_ENV, _LOCK = None, None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def chunks(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
     """[lo, hi) cut into at most n nearly equal, non-empty ranges."""
     total = hi - lo

@@ -1,6 +1,7 @@
 """The ``opencl`` backend: every device of every OpenCL platform."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -14,6 +15,8 @@ from axle.ir.module import Module
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
+
+from .forking import check_not_forked, keep_forever, note_initialized
 
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
@@ -70,6 +73,10 @@ class OpenCLBackend(Backend):
         self._devices: list[Device] = []
         self._cl: list[Any] = []
         self._runtimes: dict[int, Any] = {}
+        # Runtimes are created on first use, which may happen in several threads at once:
+        # two contexts for one device would hand one thread's buffers to another's queue.
+        self._runtime_lock = threading.Lock()
+        note_initialized(self)  # the driver is live from here on: a fork now cannot use it
         for index, (pi, di, p, d) in enumerate(_enumerate()):
             props = {
                 "platform": p.name.strip(),
@@ -90,12 +97,23 @@ class OpenCLBackend(Backend):
     def device_priority(self, device: Device) -> int:
         return GPU_PRIORITY if device.kind == "gpu" else CPU_PRIORITY
 
+    def after_fork_in_child(self) -> None:
+        """(forking.py) The parent's contexts, queues and pools belong to driver state
+        the child cannot use; dropping them would release them through it, so they are
+        kept forever."""
+        keep_forever(*self._runtimes.values())
+        self._runtime_lock = threading.Lock()
+
     def runtime(self, device: Device) -> Any:
+        check_not_forked()
         rt = self._runtimes.get(device.index)
         if rt is None:
             from .runtime import DeviceRuntime
 
-            rt = self._runtimes[device.index] = DeviceRuntime(self._cl[device.index])
+            with self._runtime_lock:
+                rt = self._runtimes.get(device.index)
+                if rt is None:
+                    rt = self._runtimes[device.index] = DeviceRuntime(self._cl[device.index])
         return rt
 
     def capabilities(self, device: Device) -> Capabilities:
@@ -145,6 +163,7 @@ class OpenCLBackend(Backend):
         return self.runtime(buffer.device).download(buffer.handle, buffer.type.dtype.np, buffer.type.shape)
 
     def free(self, buffer: Buffer) -> None:
+        check_not_forked()
         if buffer.handle is not None:
             buffer.handle.release()
 

@@ -15,6 +15,7 @@ from axle.backend import Buffer, Device, Executable
 from axle.ir.ops import CUSTOM_CALL_TARGETS
 
 from .plan import AliasStep, HostStep, KernelStep, Plan
+from .forking import check_not_forked
 from .runtime import DeviceRuntime
 
 
@@ -26,15 +27,17 @@ class OpenCLExecutable(Executable):
         self.kernel_steps = [s for s in plan.steps if isinstance(s, KernelStep)]
         # Build every program now (one compiler call), so errors surface at compile time.
         rt.build_many([s.kernel for s in self.kernel_steps])
-        self._launch: list[tuple[Any, list[Any]]] = []
+        # The executable holds its kernels: the runtime's cache may evict them meanwhile.
+        self._kernels: dict[str, Any] = {}
         for s in self.kernel_steps:
-            rt.kernel(s.kernel)
+            self._kernels[s.kernel.name] = rt.kernel(s.kernel)
             # constants are uploaded once; their buffers live as long as the executable
             s.inputs = [("constbuf", rt.upload(v[1])) if isinstance(v, tuple) and v[0] == "const" else v
                         for v in s.inputs]
         self.constants = {slot: rt.upload(a) for slot, a in plan.constants.items()}
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
+        check_not_forked()
         env: dict[Any, Any] = dict(self.constants)
         for slot, a in zip(self.plan.params, args, strict=True):
             env[slot] = a.handle
@@ -67,9 +70,10 @@ class OpenCLExecutable(Executable):
             buf = src[1] if isinstance(src, tuple) and src[0] == "constbuf" else env.get(src)
             args.append(buf if buf is not None else rt.dummy)
         args += [np.int32(v) for v in k.scalars]
-        kern = rt.kernel(k)
-        kern.set_args(*args)
-        return cl.enqueue_nd_range_kernel(rt.queue, kern, k.global_size, k.local_size)
+        kern = self._kernels[k.name]
+        with rt.launch_lock:  # another thread's set_args must not land between these two
+            kern.set_args(*args)
+            return cl.enqueue_nd_range_kernel(rt.queue, kern, k.global_size, k.local_size)
 
     def _run_host(self, step: HostStep, env: dict[Any, Any]) -> Any:
         n = step.node

@@ -1,5 +1,11 @@
 """The OpenCL runtime: one context and in-order queue per device, buffers, and programs
-cached in memory by source hash (and on disk through pyopencl's binary cache)."""
+cached in memory by source hash (bounded, --jit_cache_size) and on disk as binaries
+(axle.diskcache: private directory, atomic writes, no pickle).
+
+Thread safety: OpenCL calls are thread-safe except setting a kernel's arguments, which
+must not interleave with another thread's launch of the same kernel object, so a launch
+(set_args + enqueue) holds ``launch_lock``; pyopencl's memory pool is not documented as
+thread-safe, so allocation holds ``_pool_lock``."""
 from __future__ import annotations
 
 import os
@@ -10,20 +16,65 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.tools  # noqa: F401 - MemoryPool
 
+from axle.config import config
+from axle.diskcache import DiskCache
 from axle.errors import BackendError
+from axle.lru import LRU
 
 from .kernels import DeviceInfo, Kernel, program_source
 
+#: program binaries on disk (private directory, no pickle: axle.diskcache)
 CACHE_DIR = os.environ.get("AXLE_OPENCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle", "opencl"))
+#: bumped when what a cached binary depends on changes beyond source, options and driver
+CACHE_VERSION = b"axle-opencl-1"
+BUILD_OPTIONS = ["-cl-std=CL1.2"]
+
+_disk: DiskCache | None = None
+_disk_lock = threading.Lock()
 
 
-def _cache_dir() -> Any:
-    """pyopencl's on-disk binary cache for our programs (None: in-memory only)."""
+def disk_cache() -> DiskCache:
+    global _disk
+    with _disk_lock:
+        if _disk is None or _disk.path != CACHE_DIR:
+            _disk = DiskCache(CACHE_DIR, "OpenCL program")
+        return _disk
+
+
+def _binary_key(dev: "cl.Device", source: str) -> bytes:
+    """Everything a program binary depends on: format version, platform and driver,
+    device, options and source."""
+    parts = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
+             " ".join(BUILD_OPTIONS), source]
+    return b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)
+
+
+def build_program(context: "cl.Context", dev: "cl.Device", source: str) -> "cl.Program":
+    """A built program: from our disk cache when a binary for exactly this source, device
+    and driver is there, else from source (then stored). pyopencl's own binary cache is
+    bypassed: it unpickles files from a shared directory."""
+    cache = disk_cache()
+    key = _binary_key(dev, source)
+    binary = cache.get(key)
+    if binary is not None:
+        try:
+            return cl.Program(context, [dev], [binary]).build(options=BUILD_OPTIONS)
+        except cl.Error:
+            pass  # a binary the driver no longer accepts: rebuild from source below
+    # The one-argument Program form wraps an unbuilt program, which pyopencl then builds
+    # without consulting its pickle-based cache.
+    prg = cl.Program(cl._cl._Program(context, source)).build(options=BUILD_OPTIONS)
     try:
-        os.makedirs(CACHE_DIR, exist_ok=True)
-        return CACHE_DIR
-    except OSError:
-        return None
+        (out,) = prg.get_info(cl.program_info.BINARIES)
+        if out:
+            cache.put(key, bytes(out))
+    except cl.Error:
+        pass  # a driver that gives no binary: in-memory only
+    return prg
+
+
+#: kernels kept per executable-cache entry (an executable usually has a few kernels)
+_KERNELS_PER_PROGRAM_CACHE = 2
 
 
 def device_info(d: "cl.Device") -> DeviceInfo:
@@ -47,8 +98,12 @@ class DeviceRuntime:
         self.info = device_info(cl_device)
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        self._kernels: dict[str, cl.Kernel] = {}
-        self._lock = threading.Lock()
+        # Kernels by name (a hash of their source). Bounded: an evicted kernel's program is
+        # released once no executable holds it (executables keep their own kernels).
+        self._kernels: LRU[cl.Kernel] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
+        self._lock = threading.Lock()  # builds: one at a time per device
+        self.launch_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
         # Kernels never see a zero-size buffer: empty operands bind this instead.
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 16)
         # Kernel outputs come from a caching pool: a dropped result's memory is reused
@@ -67,7 +122,10 @@ class DeviceRuntime:
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
     def alloc(self, nbytes: int) -> "cl.Buffer | None":
-        return self.pool.allocate(nbytes) if nbytes > 0 else None
+        if nbytes <= 0:
+            return None
+        with self._pool_lock:
+            return self.pool.allocate(nbytes)
 
     def download(self, buf: "cl.Buffer | None", dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
@@ -85,8 +143,7 @@ class DeviceRuntime:
         with self._lock:
             hit = self._kernels.get(k.name)
             if hit is None:
-                hit = cl.Kernel(self._build(k), k.name)
-                self._kernels[k.name] = hit
+                hit = self._kernels.put(k.name, cl.Kernel(self._build(k), k.name))
         return hit
 
     def _build(self, k: Kernel) -> "cl.Program":
@@ -94,7 +151,7 @@ class DeviceRuntime:
             raise BackendError(f"opencl: {k.what} needs float64, but {self.cl_device.name.strip()} has no "
                                f"cl_khr_fp64; convert to float32 first")
         try:
-            return cl.Program(self.context, k.source).build(options=["-cl-std=CL1.2"], cache_dir=_cache_dir())
+            return build_program(self.context, self.cl_device, k.source)
         except cl.Error as e:
             log = getattr(e, "build_log", None) or str(e)
             raise BackendError(f"opencl: building the kernel for {k.what} failed on "
@@ -102,7 +159,7 @@ class DeviceRuntime:
 
     def build_many(self, kernels: list[Kernel]) -> None:
         """Builds several kernels' sources as one program (one compiler invocation)."""
-        todo = {k.name: k for k in kernels if k.name not in self._kernels}
+        todo = {k.name: k for k in kernels if self._kernels.get(k.name) is None}
         if not todo:
             return
         if any(k.uses_fp64 for k in todo.values()) and not self.info.fp64:
@@ -112,12 +169,14 @@ class DeviceRuntime:
         helpers = frozenset().union(*(k.helpers for k in todo.values()))
         src = program_source("\n".join(k.body for k in todo.values()), set(helpers),
                              any(k.uses_fp64 for k in todo.values()))
-        try:
-            prg = cl.Program(self.context, src).build(options=["-cl-std=CL1.2"], cache_dir=_cache_dir())
-        except cl.Error:
+        with self._lock:
+            try:
+                prg = build_program(self.context, self.cl_device, src)
+            except cl.Error:
+                prg = None
+            if prg is not None:
+                for name in todo:
+                    self._kernels.put(name, cl.Kernel(prg, name))
+        if prg is None:
             for k in todo.values():
                 self.kernel(k)
-            return
-        with self._lock:
-            for name in todo:
-                self._kernels.setdefault(name, cl.Kernel(prg, name))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from axle.config import config
+from axle.lru import LRU
 from axle.ir.builder import make_node
 from axle.ir.module import Computation, Node
 from axle.ir.ops import OPS, Op
@@ -71,7 +73,9 @@ def render_kernel(name: str, comp: Computation) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines) + "\n", env
 
 
-_BINARIES: dict[str, Any] = {}
+#: compiled kernels by source, bounded like every compile cache (--jit_cache_size): a
+#: program fed ever new shapes must not keep every binary it ever built
+_BINARIES: LRU[Any] = LRU(lambda: 2 * config.jit_cache_size)
 
 
 def compile_kernel(name: str, source: str, env: dict[str, Any]) -> Any:
@@ -81,7 +85,7 @@ def compile_kernel(name: str, source: str, env: dict[str, Any]) -> Any:
     # text keeps recompiles of the same kernel cheap.
     code = _BINARIES.get(source)
     if code is None:
-        code = _BINARIES[source] = compile(source, f"<axle-template kernel {name}>", "exec")
+        code = _BINARIES.put(source, compile(source, f"<axle-template kernel {name}>", "exec"))
     scope = dict(env)
     exec(code, scope)  # noqa: S102 - the "binary" of this host-memory device is Python code
     return scope[name]

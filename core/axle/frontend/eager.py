@@ -2,7 +2,6 @@
 executable on the operands' device, compiled once per signature and cached."""
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ from .. import counters as stats
 from ..compiler import flags_key
 from ..backend import Device, Executable
 from ..errors import DeviceError
+from ..lru import LRU
 from ..ir.builder import Builder, make_node
 from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
@@ -19,8 +19,9 @@ from .lazy import lazy_active, record
 from .source import user_location
 from .tracing import aval_of, is_weak
 
-_cache: dict[tuple, Executable] = {}
-_lock = threading.Lock()
+#: one-op executables by (op, attributes, operand types, device, flags), bounded
+#: (--jit_cache_size): the least recently used are dropped and their code freed
+_cache: LRU[Executable] = LRU()
 
 
 def _device_of(operands: Sequence[Any]) -> Device:
@@ -51,8 +52,7 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
         module = one_op_module(op, types, attrs)
         exe = compile_module(module, device, optimize=False)
         stats.record("compiles", function=f"eager:{op.value}", device=device.name)
-        with _lock:
-            _cache[key] = exe
+        exe = _cache.put(key, exe)
     return exe
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 
 from .. import counters as stats
 from .. import profiler
+from ..lru import LRU
 from ..compiler import flags_key
 from ..placement import to_buffer
 from ..backend import Device, Executable
@@ -188,8 +188,9 @@ class JitFunction:
         self.device_spec = device
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self.name = getattr(fn, "__name__", "fn").replace("<", "").replace(">", "") or "fn"
-        self._cache: dict[tuple, _Entry] = {}
-        self._lock = threading.Lock()
+        # Bounded (--jit_cache_size): a function called with ever new shapes keeps only
+        # the most recent executables, and the evicted ones' native code is freed.
+        self._cache: LRU[_Entry] = LRU()
         self.trace_count = 0
         self.cache_hits = 0
 
@@ -271,9 +272,7 @@ class JitFunction:
         entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
         for what in ("traces", "compiles", "cache_misses"):
             stats.record(what, function=self.name, device=device.name)
-        with self._lock:
-            self._cache[key] = entry
-        return entry
+        return self._cache.put(key, entry)
 
     def clear_cache(self) -> None:
         self._cache.clear()

@@ -33,6 +33,7 @@ from typing import Any
 from ..compiler import flags_key
 from .. import counters as stats
 from ..config import config
+from ..lru import LRU
 from ..backend import Buffer, Device, Executable
 from ..ir.builder import make_node
 from ..ir.literal import Literal
@@ -47,7 +48,8 @@ from .tracing import aval_of
 MAX_CLUSTER_OPS = 1000
 
 _state = threading.local()
-_exe_cache: dict[tuple, Executable] = {}
+#: cluster executables by structure, bounded (--jit_cache_size) like every executable cache
+_exe_cache: LRU[Executable] = LRU()
 
 
 @dataclass
@@ -143,8 +145,7 @@ class Cluster:
         if exe is None:
             from ..compiler import compile_module
 
-            exe = compile_module(module, self.device)
-            _exe_cache[key] = exe
+            exe = _exe_cache.put(key, compile_module(module, self.device))
             stats.record("compiles", function="cluster", device=self.device.name)
         else:
             stats.record("cache_hits", function="cluster", device=self.device.name)
