@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 import axle
 from axle.compiler import compile_module
+from axle.interpreter import evaluate
 from axle.errors import AxleError, ParseError, ShapeError, VerifierError
 from axle.ir import Builder, DType, TensorType, parse_module, parse_type
 from axle.ir.ops import CUSTOM_CALL_TARGETS, register_custom_call
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = str(ROOT / "examples" / "aot" / "models.py")
 
 settings.register_profile(
-    "parser-fuzz", max_examples=int(os.environ.get("AXLE_PARSER_FUZZ_EXAMPLES", "300")), deadline=None,
+    "parser-fuzz", max_examples=int(os.environ.get("AXLE_PARSER_FUZZ_EXAMPLES", "1000")), deadline=None,
     derandomize=IN_CI, database=None if IN_CI else settings.default.database,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -150,8 +152,13 @@ def test_tensor_type_validates_without_assert():
         TensorType(DType.FLOAT32, (-1,))
     with pytest.raises(ShapeError, match="ints >= 0"):
         TensorType(DType.FLOAT32, (2.0,))  # type: ignore[arg-type]
-    with pytest.raises(ShapeError, match="rank 25"):
-        TensorType(DType.FLOAT32, (1,) * 25)
+    with pytest.raises(ShapeError, match="rank 33"):
+        TensorType(DType.FLOAT32, (1,) * 33)
+    # the largest dot the limit allows (48 distinct dims) runs on the reference
+    b = Builder("dot")
+    x = b.parameter(TensorType(DType.FLOAT32, (1,) * 32))
+    m = b.build(b.dot_general(x, x, lhs_contracting=tuple(range(16)), rhs_contracting=tuple(range(16))))
+    assert evaluate(m, np.ones((1,) * 32, np.float32))[0].shape == (1,) * 32
     with pytest.raises(AxleError, match="not an axle dtype"):
         TensorType("f32", (1,))  # type: ignore[arg-type]
 
@@ -190,6 +197,19 @@ def test_unregistered_custom_call_is_a_verifier_error():
     exe = compile_module(ok, axle.device("interpreter:0"))
     (out,) = exe.execute([axle.device_put(np.ones(2, np.float32), "interpreter:0").buffer])
     assert out.handle.tolist() == [2.0, 2.0]
+
+
+def test_custom_call_result_of_the_wrong_shape_is_an_axle_error():
+    """It used to be reshaped (ValueError when the sizes differ, a silent relayout when not)."""
+    register_custom_call("test.parser.double", lambda x, config: x * 2)
+    text = _body('%y = f32[2] custom-call(%x), target="test.parser.double", shape=[2], dtype=f32')
+    for declared in ("f32[1,2]", "f32[7]"):
+        bad = text.replace("-> f32[2]", f"-> {declared}").replace("f32[2] custom", f"{declared} custom")
+        bad = bad.replace("shape=[2]", "shape=" + declared[3:])
+        exe = compile_module(parse_module(bad), axle.device("interpreter:0"))
+        with pytest.raises(ShapeError, match=r"target 'test.parser.double' returned shape \[2\] for operands "
+                                             r"\(f32\[2\]\); the node declares " + re.escape(declared)):
+            exe.execute([axle.device_put(np.ones(2, np.float32), "interpreter:0").buffer])
 
 
 def test_builder_refuses_no_roots_and_foreign_values():
