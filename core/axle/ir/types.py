@@ -8,10 +8,10 @@ from .dtypes import DType
 
 Shape = tuple[int, ...]
 
-#: The most dimensions an array type may have: beyond any real program, and it keeps
-#: NumPy's own limits (64 dims; 52 einsum subscripts over a dot's two operands) out of
-#: reach of the reference interpreter.
-MAX_RANK = 24
+#: The most dimensions an array type may have: beyond any real program, the frontend's
+#: limit too, and within the reference interpreter's: NumPy's 64 dims, and einsum's 52
+#: letters for a dot (operands and result of rank <= 32 span at most 48 distinct dims).
+MAX_RANK = 32
 #: The most bytes an array type may hold: what a signed 64-bit size can count.
 MAX_BYTES = (1 << 63) - 1
 
