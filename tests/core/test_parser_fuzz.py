@@ -224,8 +224,9 @@ def test_builder_refuses_no_roots_and_foreign_values():
         b.build(b.add(x, other))
     with pytest.raises(VerifierError, match="root 0 is a int"):
         b.build(3)  # type: ignore[arg-type]
-    with pytest.raises(ParseError, match="line 2, column 1: .*returns nothing"):
-        parse_module("module @m\nentry %m () -> () {\n  ROOT %t = () tuple()\n}\n")
+    # A traced function may return nothing (jit of ``lambda x: None``): only a Builder
+    # called with no roots at all is refused, as that is a mistake.
+    assert check_text("module @m\nentry %m () -> () {\n  ROOT %t = () tuple()\n}\n") == "ran"
 
 
 def test_computation_with_misnumbered_parameters_is_refused():

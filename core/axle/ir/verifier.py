@@ -100,7 +100,3 @@ def verify_computation(comp: Computation, *, fused: bool = False) -> None:
 def verify(module: Module) -> None:
     """Raises VerifierError on the first malformed node."""
     verify_computation(module.entry)
-    root_type = module.entry.root.type
-    if isinstance(root_type, TupleType) and not root_type.elements:
-        raise VerifierError(f"module @{module.name}: the entry computation %{module.entry.name} returns nothing "
-                            "(an empty tuple)")
