@@ -144,7 +144,8 @@ def _seq(t: _Tokens, close: str, item: Callable[[], T]) -> list[T]:
 def _parse_tensor_type(t: _Tokens) -> TensorType:
     tok = t.next()
     if tok.kind != "word" or tok.text not in _DTYPES:
-        raise t.error(tok, f"expected an element type ({', '.join(_DTYPES)}), found {tok.describe()}")
+        what = f"unknown element type {tok.text!r}" if tok.kind == "word" else f"found {tok.describe()}"
+        raise t.error(tok, f"{what}; expected an element type ({', '.join(_DTYPES)})")
     t.expect("[", " after the element type")
     dims = _seq(t, "]", lambda: t.int("a dimension"))
     try:
