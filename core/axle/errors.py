@@ -46,7 +46,13 @@ class VerifierError(AxleError):
 
 
 class ParseError(AxleError, ValueError):
-    """IR text that does not parse."""
+    """IR text that does not parse; ``line`` and ``column`` (1-based) locate it when known."""
+
+    def __init__(self, message: str, *, where: str | None = None, line: int | None = None,
+                 column: int | None = None) -> None:
+        super().__init__(message, where=where)
+        self.line = line
+        self.column = column
 
 
 class TracingError(AxleError):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AxleError
+from ..errors import AxleError, ShapeError, VerifierError
 from .dtypes import DType, dtype as to_dtype
 from .literal import Literal
 from .module import Computation, Module, Node
@@ -42,7 +42,8 @@ def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = N
         check_arity(op, len(operands))
         canon = canonical_attrs(op, attrs)
         if op is Op.PARAMETER:
-            assert type is not None, "parameters need a type"
+            if not isinstance(type, TensorType):
+                raise ShapeError(f"parameter: needs an array type, got {type!r}")
             t = type
         elif op is Op.CONSTANT:
             t = dict(canon)["value"].type
@@ -99,6 +100,12 @@ class Builder:
         return build
 
     def computation(self, *roots: Node, name: str | None = None) -> Computation:
+        if not roots:
+            raise VerifierError(f"Builder {self.name!r}: a computation needs at least one root value")
+        for i, r in enumerate(roots):
+            if not isinstance(r, Node):
+                raise VerifierError(f"Builder {self.name!r}: root {i} is a {type(r).__name__}, not a value "
+                                    "made by a Builder")
         root = roots[0] if len(roots) == 1 else make_node(Op.TUPLE, roots)
         return Computation(name or self.name, tuple(self.params), root)
 

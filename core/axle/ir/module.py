@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ..errors import ShapeError, VerifierError
 from .ops import OPS, Op, Traits
 from .types import TensorType, TupleType, Type
 
@@ -44,7 +45,8 @@ class Node:
 
     @property
     def tensor_type(self) -> TensorType:
-        assert isinstance(self.type, TensorType), f"{self.op.value} has tuple type {self.type}"
+        if not isinstance(self.type, TensorType):
+            raise ShapeError(f"{self.op.value}: the value has tuple type {self.type}, not an array type")
         return self.type
 
     @property
@@ -96,7 +98,8 @@ class Computation:
 
     def __post_init__(self) -> None:
         for i, p in enumerate(self.parameters):
-            assert p.op is Op.PARAMETER and p.attr["index"] == i, f"parameter {i} of {self.name} is {p}"
+            if p.op is not Op.PARAMETER or p.attr.get("index") != i:
+                raise VerifierError(f"computation %{self.name}: parameter {i} is {p}, not parameter({i})")
 
     @cached_property
     def nodes(self) -> list[Node]:

@@ -469,8 +469,13 @@ def register_custom_call(name: str, reference: Callable[..., np.ndarray]) -> Non
 def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, config: str) -> np.ndarray:
     if target not in CUSTOM_CALL_TARGETS:
         raise AttributeError_(f"custom-call: no reference registered for target {target!r}")
-    out = CUSTOM_CALL_TARGETS[target](*xs, config=config)
-    return np.asarray(out, dtype=dtype.np).reshape(shape)
+    out = np.asarray(CUSTOM_CALL_TARGETS[target](*xs, config=config))
+    if out.shape != tuple(shape):
+        # A target's result is only known when it runs: check it here, never reshape it.
+        operands = ", ".join(f"{to_dtype(x.dtype).value}{list(x.shape)}" for x in xs)
+        raise ShapeError(f"custom-call: target {target!r} returned shape {list(out.shape)} for operands "
+                         f"({operands}); the node declares {TensorType(dtype, tuple(shape))}")
+    return out.astype(dtype.np, copy=False)
 
 
 # ------------------------------------------------------------------------ shape rules

@@ -1,9 +1,18 @@
-"""Parses the text form written by :mod:`axle.ir.printer`."""
+"""Parses the text form written by :mod:`axle.ir.printer`.
+
+Every malformed input raises :class:`axle.errors.ParseError` with the line and column
+and an excerpt of the line with a caret under the offending token; a module that parses
+has also passed the verifier. The grammar has no unbounded recursion: tuple types hold
+arrays only and constant literals are read iteratively, their nesting bounded by the
+declared rank."""
 from __future__ import annotations
 
 import json
+import math
 import re
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -12,232 +21,444 @@ from .builder import make_node
 from .dtypes import DType
 from .literal import Literal
 from .module import Computation, Module, Node
-from .ops import BY_NAME, OPS, AttrKind, Op
+from .ops import BY_NAME, OPS, AttrKind, AttrSpec, Op
 from .types import TensorType, TupleType, Type
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+|//[^\n]*)
-  | (?P<str>"(?:[^"\\]|\\.)*")
+  | (?P<str>"(?:[^"\\\n]|\\.)*")
   | (?P<name>[%@][A-Za-z0-9_.\-]+)
-  | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan))
+  | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?:inf|nan)(?![A-Za-z0-9_\-])))
   | (?P<word>[A-Za-z_][A-Za-z0-9_\-]*)
   | (?P<arrow>->)
   | (?P<punct>[(){}\[\],=:])
 """, re.VERBOSE)
+_INT = re.compile(r"[-+]?\d+")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_EXCERPT = 72  # characters of the offending line shown in an error
 
 _DTYPES = {d.value: d for d in DType}
 
 
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # a group of _TOKEN, or "eof"
+    text: str
+    line: int
+    col: int
+
+    def describe(self) -> str:
+        return "end of input" if self.kind == "eof" else repr(self.text)
+
+
 class _Tokens:
     def __init__(self, text: str) -> None:
-        self.toks: list[tuple[str, str, int]] = []
-        pos = 0
-        line = 1
+        self.lines = text.split("\n")
+        self.toks: list[_Tok] = []
+        pos, line, line_start = 0, 1, 0
         while pos < len(text):
             m = _TOKEN.match(text, pos)
             if not m:
-                raise ParseError(f"line {line}: unexpected character {text[pos]!r}")
+                raise self.error(_Tok("char", text[pos], line, pos - line_start + 1),
+                                 f"unexpected character {text[pos]!r}")
             kind = m.lastgroup or ""
             if kind != "ws":
-                self.toks.append((kind, m.group(), line))
-            line += m.group().count("\n")
+                self.toks.append(_Tok(kind, m.group(), line, pos - line_start + 1))
+            newlines = m.group().count("\n")
+            if newlines:
+                line += newlines
+                line_start = m.start() + m.group().rindex("\n") + 1
             pos = m.end()
+        self.eof = _Tok("eof", "", line, pos - line_start + 1)
         self.i = 0
 
-    def peek(self, k: int = 0) -> tuple[str, str, int]:
-        return self.toks[self.i + k] if self.i + k < len(self.toks) else ("eof", "", -1)
+    # -- errors -------------------------------------------------------------------
+    def error(self, tok: _Tok, message: str) -> ParseError:
+        """A ParseError at ``tok``: the position, the message and the line with a caret."""
+        src = self.lines[tok.line - 1] if 0 < tok.line <= len(self.lines) else ""
+        start = max(0, tok.col - 1 - _EXCERPT // 2)
+        excerpt = src[start:start + _EXCERPT]
+        prefix = "..." if start else ""
+        caret = " " * (len(prefix) + tok.col - 1 - start) + "^"
+        return ParseError(f"line {tok.line}, column {tok.col}: {message}\n  {prefix}{excerpt}\n  {caret}",
+                          line=tok.line, column=tok.col)
 
-    def next(self) -> tuple[str, str, int]:
+    # -- reading ------------------------------------------------------------------
+    def peek(self) -> _Tok:
+        return self.toks[self.i] if self.i < len(self.toks) else self.eof
+
+    def next(self) -> _Tok:
         t = self.peek()
         self.i += 1
         return t
 
-    def expect(self, value: str) -> None:
-        kind, v, line = self.next()
-        if v != value:
-            raise ParseError(f"line {line}: expected {value!r}, found {v!r}")
+    def expect(self, value: str, what: str = "") -> _Tok:
+        tok = self.next()
+        if tok.text != value or tok.kind in ("str", "eof"):
+            raise self.error(tok, f"expected {value!r}{what}, found {tok.describe()}")
+        return tok
 
     def accept(self, value: str) -> bool:
-        if self.peek()[1] == value:
+        tok = self.peek()
+        if tok.text == value and tok.kind not in ("str", "eof"):
             self.i += 1
             return True
         return False
 
+    def int(self, what: str) -> int:
+        tok = self.next()
+        if tok.kind != "num" or not _INT.fullmatch(tok.text):
+            raise self.error(tok, f"expected an integer ({what}), found {tok.describe()}")
+        v = int(tok.text)
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise self.error(tok, f"{what} {tok.text} does not fit in 64 bits")
+        return v
+
+    def name(self, sigil: str, what: str) -> _Tok:
+        tok = self.next()
+        if tok.kind != "name" or tok.text[0] != sigil:
+            raise self.error(tok, f"expected {what} ({sigil}name), found {tok.describe()}")
+        return tok
+
+
+T = TypeVar("T")
+
+
+def _seq(t: _Tokens, close: str, item: Callable[[], T]) -> list[T]:
+    """Items separated by ',' up to ``close`` (the opening bracket already read)."""
+    out: list[T] = []
+    if t.accept(close):
+        return out
+    while True:
+        out.append(item())
+        tok = t.next()
+        if tok.text == close and tok.kind == "punct":
+            return out
+        if tok.text != "," or tok.kind != "punct":
+            raise t.error(tok, f"expected ',' or {close!r}, found {tok.describe()}")
+
+
+# ----------------------------------------------------------------------------- types
+
+
+def _parse_tensor_type(t: _Tokens) -> TensorType:
+    tok = t.next()
+    if tok.kind != "word" or tok.text not in _DTYPES:
+        what = f"unknown element type {tok.text!r}" if tok.kind == "word" else f"found {tok.describe()}"
+        raise t.error(tok, f"{what}; expected an element type ({', '.join(_DTYPES)})")
+    t.expect("[", " after the element type")
+    dims = _seq(t, "]", lambda: t.int("a dimension"))
+    try:
+        return TensorType(_DTYPES[tok.text], tuple(dims))
+    except AxleError as e:
+        raise t.error(tok, e.message) from None
+
 
 def _parse_type(t: _Tokens) -> Type:
-    if t.accept("("):
-        elems = []
-        while not t.accept(")"):
-            elems.append(_parse_type(t))
-            t.accept(",")
-        return TupleType(tuple(elems))  # type: ignore[arg-type]
-    kind, v, line = t.next()
-    if v not in _DTYPES:
-        raise ParseError(f"line {line}: unknown element type {v!r}")
-    t.expect("[")
-    dims = []
-    while not t.accept("]"):
-        dims.append(int(t.next()[1]))
-        t.accept(",")
-    return TensorType(_DTYPES[v], tuple(dims))
+    if t.accept("("):  # tuples hold arrays only: no nesting, no recursion
+        return TupleType(tuple(_seq(t, ")", lambda: _parse_tensor_type(t))))
+    return _parse_tensor_type(t)
 
 
 def parse_type(text: str) -> TensorType:
-    t = _parse_type(_Tokens(text))
-    if not isinstance(t, TensorType):
-        raise ParseError(f"{text!r} is not an array type")
-    return t
+    """'f32[2,3]' -> TensorType."""
+    t = _Tokens(text)
+    start = t.peek()
+    typ = _parse_type(t)
+    if not isinstance(typ, TensorType):
+        raise t.error(start, f"{text!r} is not an array type")
+    if t.peek().kind != "eof":
+        raise t.error(t.peek(), f"unexpected {t.peek().describe()} after the type")
+    return typ
 
 
-def _parse_nested(t: _Tokens) -> Any:
-    if t.accept("{"):
-        items = []
-        while not t.accept("}"):
-            items.append(_parse_nested(t))
-            t.accept(",")
-        return items
-    kind, v, line = t.next()
-    if v in ("true", "false"):
-        return v == "true"
-    try:
-        return float(v) if any(c in v for c in ".eEn") or v.endswith("inf") else int(v)
-    except ValueError:
-        raise ParseError(f"line {line}: bad literal element {v!r}") from None
+# -------------------------------------------------------------------------- literals
 
 
-def _literal(value: Any, tt: TensorType) -> Literal:
+def _scalar(t: _Tokens, dt: DType) -> object:
+    """One element of a constant, checked against its dtype: never a silent change of value."""
+    tok = t.next()
+    if dt.is_bool:
+        if tok.kind != "word" or tok.text not in ("true", "false"):
+            raise t.error(tok, f"expected true or false (a pred element), found {tok.describe()}")
+        return tok.text == "true"
+    if tok.kind != "num":
+        raise t.error(tok, f"expected a number (an {dt.value} element), found {tok.describe()}")
+    if dt.is_int:
+        info = np.iinfo(dt.np)
+        if not _INT.fullmatch(tok.text):
+            raise t.error(tok, f"{tok.text} is not an integer ({dt.value} element)")
+        v = int(tok.text)
+        if not info.min <= v <= info.max:
+            raise t.error(tok, f"{tok.text} is out of range for {dt.value} [{info.min}, {info.max}]")
+        return v
+    f = float(tok.text)
+    with np.errstate(over="ignore"):
+        rounded = dt.np.type(f)
+    if math.isfinite(f) != bool(np.isfinite(rounded)) or (math.isinf(f) and "inf" not in tok.text):
+        raise t.error(tok, f"{tok.text} is out of range for {dt.value}")
+    return f
+
+
+def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
+    """A constant's elements, nested as its type's shape. Read with an explicit stack of
+    counts, one per open brace, so nesting depth is bounded by the rank, not by Python's
+    recursion limit."""
+    shape, dt = tt.shape, tt.dtype
+    if not shape:
+        return Literal(np.array(_scalar(t, dt), dtype=dt.np))
     if tt.size == 0:
-        return Literal(np.zeros(tt.shape, tt.dtype.np))
-    arr = np.array(value, dtype=np.float64 if tt.dtype.is_float else None)
-    if tt.dtype.is_int:
-        arr = np.array(value, dtype=np.int64)
-    return Literal(arr.astype(tt.dtype.np).reshape(tt.shape))
+        t.expect("{", f" (the empty constant of type {tt} is written {{}})")
+        t.expect("}", f" (the empty constant of type {tt} is written {{}})")
+        return Literal(np.zeros(shape, dt.np))
+    values: list[object] = []
+    t.expect("{", f" (a constant of type {tt} starts with '{{')")
+    counts = [0]  # elements read so far at each open level
+    while counts:
+        level = len(counts) - 1
+        tok = t.peek()
+        if counts[-1] == shape[level]:
+            if not t.accept("}"):
+                raise t.error(tok, f"constant of type {tt}: dimension {level} has {shape[level]} elements, "
+                                   f"found {tok.describe()} after them")
+            counts.pop()
+            if counts:
+                counts[-1] += 1
+            continue
+        if counts[-1] and not t.accept(","):
+            raise t.error(tok, f"constant of type {tt}: dimension {level} has {shape[level]} elements, found "
+                               f"{counts[-1]} then {tok.describe()}")
+        if level == len(shape) - 1:
+            values.append(_scalar(t, dt))
+            counts[-1] += 1
+        else:
+            t.expect("{", f" (constant of type {tt}: dimension {level + 1} opens with '{{')")
+            counts.append(0)
+    return Literal(np.array(values, dtype=dt.np).reshape(shape))
 
 
-def _parse_attr(t: _Tokens, kind: AttrKind, comps: dict[str, Computation]) -> Any:
+# ------------------------------------------------------------------------ attributes
+
+
+def _parse_attr(t: _Tokens, op: Op, spec: AttrSpec, comps: dict[str, Computation]) -> Any:
+    """One attribute value, coerced by its schema (errors point at the value)."""
+    start = t.peek()
+    kind = spec.kind
     if kind is AttrKind.INTS:
-        t.expect("{")
-        vals = []
-        while not t.accept("}"):
-            vals.append(int(t.next()[1]))
-            t.accept(",")
-        return tuple(vals)
-    if kind is AttrKind.SHAPE:
-        t.expect("[")
-        vals = []
-        while not t.accept("]"):
-            vals.append(int(t.next()[1]))
-            t.accept(",")
-        return tuple(vals)
-    kind_, v, line = t.next()
-    if kind is AttrKind.INT:
-        return int(v)
-    if kind is AttrKind.DTYPE:
-        if v not in _DTYPES:
-            raise ParseError(f"line {line}: unknown dtype {v!r}")
-        return _DTYPES[v]
-    if kind is AttrKind.STR:
-        return json.loads(v)
-    if kind is AttrKind.COMPUTATION:
-        if v[1:] not in comps:
-            raise ParseError(f"line {line}: unknown computation {v}")
-        return comps[v[1:]]
-    return v
+        t.expect("{", f" ({spec.name} is a list of ints, like {{0,1}})")
+        value: Any = tuple(_seq(t, "}", lambda: t.int(f"an element of {spec.name}")))
+    elif kind is AttrKind.SHAPE:
+        t.expect("[", f" ({spec.name} is a shape, like [2,3])")
+        value = tuple(_seq(t, "]", lambda: t.int(f"a dimension of {spec.name}")))
+    elif kind is AttrKind.INT:
+        value = t.int(spec.name)
+    elif kind is AttrKind.COMPUTATION:
+        tok = t.name("%", "a computation")
+        if tok.text[1:] not in comps:
+            raise t.error(tok, f"unknown computation {tok.text} (computations are defined before their use)")
+        value = comps[tok.text[1:]]
+    elif kind is AttrKind.STR:
+        tok = t.next()
+        if tok.kind != "str":
+            raise t.error(tok, f"expected a quoted string for {spec.name}, found {tok.describe()}")
+        try:
+            value = json.loads(tok.text)
+        except ValueError as e:
+            raise t.error(tok, f"bad string literal: {e}") from None
+    elif kind in (AttrKind.DTYPE, AttrKind.ENUM):
+        tok = t.next()
+        if tok.kind != "word":
+            raise t.error(tok, f"expected a word for {spec.name}, found {tok.describe()}")
+        value = tok.text
+    else:  # literals are written inside constant(...)
+        raise t.error(start, f"{op.value}: attribute {spec.name} cannot be written as name=value")
+    try:
+        return spec.coerce(op, value)
+    except AxleError as e:
+        raise t.error(start, e.message) from None
+
+
+# ---------------------------------------------------------------------- computations
+
+
+@dataclass
+class _Body:
+    """What one computation's instructions define, for the checks made at its end."""
+
+    values: dict[str, tuple[Node, _Tok]]
+    params: dict[int, tuple[Node, _Tok]]
+    root: tuple[Node, _Tok] | None = None
+    last: tuple[Node, _Tok] | None = None
+
+
+def _parse_signature(t: _Tokens) -> list[tuple[Type, _Tok]]:
+    """``(x: f32[2], y: s32[])``: the parameters' names (not checked: the body names them)
+    and types (checked against the body's parameter instructions)."""
+    t.expect("(", " after the computation name")
+
+    def item() -> tuple[Type, _Tok]:
+        first = t.peek()
+        while t.peek().kind in ("word", "num", "name") and t.peek().text != ":":
+            t.next()
+        if t.peek() is first:
+            raise t.error(first, f"expected a parameter name, found {first.describe()}")
+        t.expect(":", " after the parameter name")
+        tok = t.peek()
+        return _parse_type(t), tok
+
+    return _seq(t, ")", item)
+
+
+def _parse_instruction(t: _Tokens, body: _Body, comps: dict[str, Computation], cname: str) -> None:
+    from .verifier import check_node
+
+    root_tok = t.peek()
+    is_root = t.accept("ROOT")
+    name_tok = t.name("%", "an instruction name")
+    vname = name_tok.text[1:]
+    if vname in body.values:
+        raise t.error(name_tok, f"{name_tok.text} is defined twice in %{cname} "
+                                f"(first on line {body.values[vname][1].line})")
+    t.expect("=", f" after {name_tok.text}")
+    type_tok = t.peek()
+    typ = _parse_type(t)
+    op_tok = t.next()
+    if op_tok.kind != "word" or op_tok.text not in BY_NAME:
+        raise t.error(op_tok, f"unknown op {op_tok.text!r}" if op_tok.kind == "word"
+                      else f"expected an op name, found {op_tok.describe()}")
+    op = BY_NAME[op_tok.text]
+    t.expect("(", f" after {op.value}")
+    operands: list[Node] = []
+    attrs: dict[str, Any] = {}
+    if op is Op.CONSTANT:
+        if not isinstance(typ, TensorType):
+            raise t.error(type_tok, f"a constant has an array type, not {typ}")
+        attrs["value"] = _parse_literal(t, typ)
+        t.expect(")", " after the constant's value")
+    elif op is Op.PARAMETER:
+        index_tok = t.peek()
+        index = t.int("the parameter index")
+        if index in body.params:
+            raise t.error(index_tok, f"parameter({index}) is defined twice in %{cname} "
+                                     f"(first on line {body.params[index][1].line})")
+        attrs["index"] = index
+        t.expect(")", " after the parameter index")
+    else:
+        def operand() -> Node:
+            ref = t.name("%", "an operand")
+            if ref.text[1:] not in body.values:
+                raise t.error(ref, f"{ref.text} is used before it is defined")
+            return body.values[ref.text[1:]][0]
+
+        operands = _seq(t, ")", operand)
+    while t.accept(","):
+        attr_tok = t.next()
+        if attr_tok.kind != "word":
+            raise t.error(attr_tok, f"expected an attribute name, found {attr_tok.describe()}")
+        try:
+            spec = OPS[op].attr_spec(attr_tok.text)
+        except KeyError:
+            known = ", ".join(a.name for a in OPS[op].attrs) or "none"
+            raise t.error(attr_tok, f"{op.value} has no attribute {attr_tok.text!r} "
+                                    f"(its attributes: {known})") from None
+        if spec.name in attrs:
+            raise t.error(attr_tok, f"attribute {spec.name} is given twice")
+        t.expect("=", f" after {spec.name}")
+        attrs[spec.name] = _parse_attr(t, op, spec, comps)
+    try:
+        node = make_node(op, operands, attrs, name=vname, type=typ if op is Op.PARAMETER else None)
+    except AxleError as e:
+        raise t.error(op_tok, e.message) from None
+    if node.type != typ:
+        raise t.error(type_tok, f"{name_tok.text} is declared {typ} but {op.value} gives {node.type}")
+    try:
+        check_node(node)
+    except AxleError as e:
+        raise t.error(op_tok, e.message) from None
+    if op is Op.PARAMETER:
+        body.params[node.attr["index"]] = (node, name_tok)
+    body.values[vname] = (node, name_tok)
+    body.last = (node, name_tok)
+    if is_root:
+        if body.root is not None:
+            raise t.error(root_tok, f"%{cname} has a second ROOT (the first is on line {body.root[1].line})")
+        body.root = (node, name_tok)
+
+
+def _check_fusions(t: _Tokens, body: _Body) -> None:
+    """A fused computation is checked as one (only fusible ops) where a fusion names it."""
+    from .verifier import verify_computation
+
+    for node, tok in body.values.values():
+        if node.op is Op.FUSION:
+            try:
+                verify_computation(node.attr["computation"], fused=True)
+            except AxleError as e:
+                raise t.error(tok, e.message) from None
 
 
 def _parse_computation(t: _Tokens, comps: dict[str, Computation]) -> tuple[Computation, bool]:
     entry = t.accept("entry")
-    kind, name, line = t.next()
-    if kind != "name" or not name.startswith("%"):
-        raise ParseError(f"line {line}: expected a computation name, found {name!r}")
-    t.expect("(")
-    while not t.accept(")"):  # the signature repeats the parameter instructions
-        t.next()
-    t.expect("->")
-    _parse_type(t)
-    t.expect("{")
-    values: dict[str, Node] = {}
-    params: dict[int, Node] = {}
-    root: Node | None = None
-    last: Node | None = None
+    name_tok = t.name("%", "a computation name")
+    cname = name_tok.text[1:]
+    if cname in comps:
+        raise t.error(name_tok, f"computation {name_tok.text} is defined twice")
+    signature = _parse_signature(t)
+    t.expect("->", " after the parameter list")
+    result_tok = t.peek()
+    result_type = _parse_type(t)
+    t.expect("{", " to open the computation's body")
+    body = _Body({}, {})
     while not t.accept("}"):
-        is_root = t.accept("ROOT")
-        kind, vname, line = t.next()
-        if kind != "name":
-            raise ParseError(f"line {line}: expected an instruction name, found {vname!r}")
-        t.expect("=")
-        typ = _parse_type(t)
-        _, opname, oline = t.next()
-        if opname not in BY_NAME:
-            raise ParseError(f"line {oline}: unknown op {opname!r}")
-        op = BY_NAME[opname]
-        t.expect("(")
-        operands: list[Node] = []
-        attrs: dict[str, Any] = {}
-        if op is Op.CONSTANT:
-            assert isinstance(typ, TensorType)
-            attrs["value"] = _literal(_parse_nested(t), typ)
-            t.expect(")")
-        elif op is Op.PARAMETER:
-            attrs["index"] = int(t.next()[1])
-            t.expect(")")
-        else:
-            while not t.accept(")"):
-                _, ref, rline = t.next()
-                if ref[1:] not in values:
-                    raise ParseError(f"line {rline}: {ref} is used before it is defined")
-                operands.append(values[ref[1:]])
-                t.accept(",")
-        while t.accept(","):
-            _, aname, aline = t.next()
-            t.expect("=")
-            try:
-                spec = OPS[op].attr_spec(aname)
-            except KeyError:
-                raise ParseError(f"line {aline}: {op.value} has no attribute {aname!r}") from None
-            attrs[aname] = _parse_attr(t, spec.kind, comps)
-        try:
-            node = make_node(op, operands, attrs, name=vname[1:], type=typ if op is Op.PARAMETER else None)
-        except AxleError as e:
-            raise ParseError(f"line {oline}: {e.message}") from None
-        if node.type != typ:
-            raise ParseError(f"line {oline}: %{vname[1:]} is declared {typ} but {op.value} gives {node.type}")
-        if op is Op.PARAMETER:
-            params[node.attr["index"]] = node
-        values[vname[1:]] = node
-        last = node
-        if is_root:
-            root = node
-    root = root or last
+        if t.peek().kind == "eof":
+            raise t.error(t.peek(), f"computation {name_tok.text} is not closed with '}}'")
+        _parse_instruction(t, body, comps, cname)
+    root = body.root or body.last
     if root is None:
-        raise ParseError(f"computation {name} is empty")
-    if sorted(params) != list(range(len(params))):
-        raise ParseError(f"computation {name}: parameter indices {sorted(params)} are not 0..n-1")
-    comp = Computation(name[1:], tuple(params[i] for i in range(len(params))), root)
-    comps[name[1:]] = comp
+        raise t.error(name_tok, f"computation {name_tok.text} has no instructions")
+    indices = sorted(body.params)
+    if indices != list(range(len(indices))):
+        raise t.error(name_tok, f"computation {name_tok.text}: parameter indices {indices} are not 0..n-1")
+    params = [body.params[i][0] for i in indices]
+    declared = [typ for typ, _ in signature]
+    if declared != [p.type for p in params]:
+        raise t.error(name_tok, f"computation {name_tok.text}: the signature declares parameters "
+                                f"({', '.join(map(str, declared))}) but the body defines "
+                                f"({', '.join(str(p.type) for p in params)})")
+    if result_type != root[0].type:
+        raise t.error(result_tok, f"computation {name_tok.text} is declared to return {result_type} but its "
+                                  f"root {root[1].text} is {root[0].type}")
+    _check_fusions(t, body)
+    comp = Computation(cname, tuple(params), root[0])
+    comps[cname] = comp
     return comp, entry
 
 
 def parse_module(text: str) -> Module:
-    """Parses IR text into a verified module."""
+    """Parses IR text into a verified module; any malformed input raises ParseError
+    (or VerifierError for a module-wide rule) naming the line and column."""
     from .verifier import verify
 
     t = _Tokens(text)
-    t.expect("module")
-    kind, mname, line = t.next()
-    if not mname.startswith("@"):
-        raise ParseError(f"line {line}: expected @name after 'module'")
+    t.expect("module", " (IR text starts with 'module @name')")
+    mname = t.name("@", "the module name")
     comps: dict[str, Computation] = {}
-    entry: Computation | None = None
-    last: Computation | None = None
-    while t.peek()[0] != "eof":
+    entry: tuple[Computation, _Tok] | None = None
+    last: tuple[Computation, _Tok] | None = None
+    while t.peek().kind != "eof":
+        start = t.peek()
         comp, is_entry = _parse_computation(t, comps)
-        last = comp
+        last = (comp, start)
         if is_entry:
-            entry = comp
-    entry = entry or last
-    if entry is None:
-        raise ParseError("module has no computation")
-    module = Module(mname[1:], entry)
-    verify(module)
+            if entry is not None:
+                raise t.error(start, f"a second entry computation (the first is on line {entry[1].line})")
+            entry = last
+    chosen = entry or last
+    if chosen is None:
+        raise t.error(t.eof, "the module has no computation")
+    module = Module(mname.text[1:], chosen[0])
+    try:
+        verify(module)
+    except AxleError as e:
+        raise t.error(chosen[1], e.message) from None
     return module

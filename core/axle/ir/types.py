@@ -8,6 +8,13 @@ from .dtypes import DType
 
 Shape = tuple[int, ...]
 
+#: The most dimensions an array type may have: beyond any real program, the frontend's
+#: limit too, and within the reference interpreter's: NumPy's 64 dims, and einsum's 52
+#: letters for a dot (operands and result of rank <= 32 span at most 48 distinct dims).
+MAX_RANK = 32
+#: The most bytes an array type may hold: what a signed 64-bit size can count.
+MAX_BYTES = (1 << 63) - 1
+
 
 @dataclass(frozen=True)
 class TensorType:
@@ -15,8 +22,16 @@ class TensorType:
     shape: Shape
 
     def __post_init__(self) -> None:
-        assert isinstance(self.dtype, DType), f"bad dtype {self.dtype!r}"
-        assert all(isinstance(d, int) and d >= 0 for d in self.shape), f"bad shape {self.shape!r}"
+        from ..errors import DTypeError, ShapeError
+
+        if not isinstance(self.dtype, DType):
+            raise DTypeError(f"array type: {self.dtype!r} is not an axle dtype")
+        if not isinstance(self.shape, tuple) or not all(type(d) is int and d >= 0 for d in self.shape):
+            raise ShapeError(f"array type: shape {self.shape!r} must be a tuple of ints >= 0")
+        if len(self.shape) > MAX_RANK:
+            raise ShapeError(f"array type: rank {len(self.shape)} is above the limit of {MAX_RANK}")
+        if math.prod(self.shape) * self.dtype.itemsize > MAX_BYTES:
+            raise ShapeError(f"array type: {self.dtype.value}{list(self.shape)} holds more than {MAX_BYTES} bytes")
 
     @property
     def rank(self) -> int:

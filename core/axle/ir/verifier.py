@@ -1,12 +1,13 @@
 """Invariant checker: every node's recorded type agrees with its op's rules.
 
-Run between passes when checks are on. Errors name the computation, the node, its op,
-its operands' types and the broken rule."""
+Run between passes when checks are on, and on every module the parser or the Builder
+makes: what passes it is safe to hand to a backend. Errors name the computation, the
+node, its op, its operands' types and the broken rule."""
 from __future__ import annotations
 
 from ..errors import AxleError, VerifierError
-from .module import Computation, Module, Node
-from .ops import OPS, Op, canonical_attrs, check_arity, infer_type
+from .module import Computation, Module, Node, post_order
+from .ops import CUSTOM_CALL_TARGETS, OPS, Op, canonical_attrs, check_arity, infer_type
 from .types import TensorType, TupleType
 
 
@@ -16,42 +17,78 @@ def _describe(n: Node) -> str:
     return f"%{n.name or n.op.value} = {n.type} {n.op.value}({ops}){where}"
 
 
+def _check_custom_call(n: Node) -> None:
+    # Without a registered reference the call cannot run on the interpreter (the oracle)
+    # nor fall back to the host: refuse it here, not at run time.
+    target = n.attr["target"]
+    if target not in CUSTOM_CALL_TARGETS:
+        known = ", ".join(sorted(CUSTOM_CALL_TARGETS)) or "none"
+        raise VerifierError(f"custom-call target {target!r} is not registered (registered targets: {known}); "
+                            "register it with axle.ir.register_custom_call")
+
+
+#: per-op checks beyond the op table's shape and dtype rules
+_EXTRA_CHECKS = {Op.CUSTOM_CALL: _check_custom_call}
+
+
+def check_node(n: Node) -> None:
+    """One node's own rules: arity, canonical attributes, operand kinds and the recorded
+    type. Raises VerifierError with the bare reason (callers add where the node is)."""
+    if n.op not in OPS:
+        raise VerifierError("unknown op")
+    for o in n.operands:
+        if isinstance(o.type, TupleType) and n.op is not Op.GET_TUPLE_ELEMENT:
+            raise VerifierError("a tuple value can only be read by get-tuple-element")
+    try:
+        check_arity(n.op, len(n.operands))
+        canon = canonical_attrs(n.op, n.attr)
+    except AxleError as e:
+        raise VerifierError(e.message) from None
+    if canon != n.attrs:
+        raise VerifierError(f"attributes {n.attrs} are not canonical (expected {canon})")
+    if n.op is Op.PARAMETER:
+        if not isinstance(n.type, TensorType):
+            raise VerifierError("parameters must be arrays")
+        return
+    if n.op is Op.CONSTANT:
+        expected = n.attr["value"].type
+    else:
+        try:
+            expected = infer_type(n.op, [o.type for o in n.operands], n.attr)
+        except AxleError as e:
+            raise VerifierError(e.message) from None
+    if expected != n.type:
+        raise VerifierError(f"recorded type {n.type} but the op's rules give {expected}")
+    extra = _EXTRA_CHECKS.get(n.op)
+    if extra is not None:
+        extra(n)
+
+
 def verify_computation(comp: Computation, *, fused: bool = False) -> None:
+    own_params = {p.uid for p in comp.parameters}
+    for n in post_order([comp.root]):
+        # Computation.nodes lists only its own parameters: one of another computation
+        # (a Builder's) would otherwise go unseen.
+        if n.op is Op.PARAMETER and n.uid not in own_params:
+            raise VerifierError(f"in computation %{comp.name}: {_describe(n)} is not one of its parameters "
+                                "(a value from another Builder or computation?)")
     in_comp = {n.uid for n in comp.nodes}
     seen_params: set[int] = set()
     for n in comp.nodes:
         ctx = f"in computation %{comp.name}: {_describe(n)}"
-        if n.op not in OPS:
-            raise VerifierError(f"{ctx}: unknown op")
         for o in n.operands:
             if o.uid not in in_comp:
                 raise VerifierError(f"{ctx}: operand {o!r} does not belong to the computation")
-            if isinstance(o.type, TupleType) and n.op not in (Op.GET_TUPLE_ELEMENT,):
-                raise VerifierError(f"{ctx}: a tuple value can only be read by get-tuple-element")
         try:
-            check_arity(n.op, len(n.operands))
-            canon = canonical_attrs(n.op, n.attr)
-        except AxleError as e:
+            check_node(n)
+        except VerifierError as e:
             raise VerifierError(f"{ctx}: {e.message}") from None
-        if canon != n.attrs:
-            raise VerifierError(f"{ctx}: attributes {n.attrs} are not canonical (expected {canon})")
         if n.op is Op.PARAMETER:
             idx = n.attr["index"]
             if idx in seen_params:
                 raise VerifierError(f"{ctx}: parameter index {idx} appears twice")
             seen_params.add(idx)
-            if not isinstance(n.type, TensorType):
-                raise VerifierError(f"{ctx}: parameters must be arrays")
             continue
-        if n.op is Op.CONSTANT:
-            expected = n.attr["value"].type
-        else:
-            try:
-                expected = infer_type(n.op, [o.type for o in n.operands], n.attr)
-            except AxleError as e:
-                raise VerifierError(f"{ctx}: {e.message}") from None
-        if expected != n.type:
-            raise VerifierError(f"{ctx}: recorded type {n.type} but the op's rules give {expected}")
         if fused and not OPS[n.op].traits.fusible and n.op is not Op.TUPLE:
             raise VerifierError(f"{ctx}: {n.op.value} cannot sit inside a fusion")
         if n.op is Op.FUSION:
