@@ -1,0 +1,50 @@
+"""Special values through opencl:0 that PoCL's math library gets wrong (issue 12: the
+differential sweep over random programs, unoptimized)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from axle.interpreter import evaluate
+from axle.ir import Builder
+from axle.ir.parser import parse_module
+from axle.testing.cases import OpCase, assert_close, run_case
+
+
+@pytest.mark.parametrize("dt", ["f16", "f32", "f64"])
+@pytest.mark.parametrize("n", [12, 400], ids=["scalar", "vector"])
+def test_tanh_saturates_to_exactly_one(dt: str, n: int, ocl, strategy) -> None:  # noqa: ANN001
+    """PoCL's float tanh returned 0.99999994 for +-inf and every |x| > 9: tanh(-inf)
+    must be -1 exactly (C99), and so must any x whose tanh rounds to -1."""
+    x = np.resize(np.array([np.inf, -np.inf, 9.02, -9.5, 20.0, -1e30, 9.0, 0.5, np.nan, -0.0, 1e-30, 3.0]),
+                  n).astype({"f16": np.float16, "f32": np.float32, "f64": np.float64}[dt])
+    b = Builder("tanh")
+    m = b.build(b.tanh(b.parameter(f"{dt}[{n}]")))
+    got = run_case(OpCase("tanh", m, [x]), ocl, optimize=False)[0]
+    want = evaluate(m, x)[0]
+    # beyond these, tanh rounds to +-1 (float: 13 ln 2 = 9.011; double: 27.5 ln 2 = 19.06)
+    big = np.abs(x.astype(np.float64)) > (19.1 if dt == "f64" else 9.02)
+    np.testing.assert_array_equal(got[big], np.sign(x[big]))
+    assert_close(got, want, 4e-6, 1e-6, "tanh")
+
+
+#: random_module(400366, 7) and (400020, 21): tanh(-inf) = -0.99999994 made pow(t, t) NaN
+#: instead of -1 and ceil(t) -0.0 instead of -1
+TANH_OF_INF = """module @r
+entry %r (p0: f32[3,1]) -> (f32[3,1], f32[3,1]) {
+  %p0 = f32[3,1] parameter(0)
+  %tanh = f32[3,1] tanh(%p0)
+  %power = f32[3,1] power(%tanh, %tanh)
+  %ceil = f32[3,1] ceil(%tanh)
+  ROOT %tuple = (f32[3,1], f32[3,1]) tuple(%power, %ceil)
+}
+"""
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_fuzz_tanh_of_inf_feeds_pow_and_ceil(optimize: bool, ocl) -> None:  # noqa: ANN001
+    m = parse_module(TANH_OF_INF)
+    x = np.array([[5.06611], [1.0764257], [-np.inf]], np.float32)
+    got = run_case(OpCase("r", m, [x]), ocl, optimize=optimize)
+    for g, w in zip(got, evaluate(m, x), strict=True):
+        assert_close(g, w, 1e-5, 1e-6, "pow/ceil of tanh")
