@@ -48,3 +48,14 @@ def test_fuzz_tanh_of_inf_feeds_pow_and_ceil(optimize: bool, ocl) -> None:  # no
     got = run_case(OpCase("r", m, [x]), ocl, optimize=optimize)
     for g, w in zip(got, evaluate(m, x), strict=True):
         assert_close(g, w, 1e-5, 1e-6, "pow/ceil of tanh")
+
+
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_cos_of_small_arguments_beside_huge_ones(op: str, ocl) -> None:  # noqa: ANN001
+    """PoCL's float16-vector sin/cos got the small lanes wrong when another lane of the
+    vector was huge (sin(1e-30) = 0.0099 beside 1e30): such kernels stay scalar."""
+    x = np.resize(np.array([1e-3, 1e-30, 0.5, 3.0, 1e30, 2e5, 7.0, -1e-3], np.float32), 64)
+    b = Builder(op)
+    m = b.build(getattr(b, op)(b.parameter("f32[64]")))
+    got = run_case(OpCase(op, m, [x]), ocl, optimize=False)[0]
+    assert_close(got, evaluate(m, x)[0], 1e-5, 1e-6, op)
