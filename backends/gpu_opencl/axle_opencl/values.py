@@ -19,6 +19,7 @@ from axle.errors import BackendError
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
+from axle.passes.fusion import squeeze
 
 from . import render
 from .ctypes_ import REG, identity, literal
@@ -202,6 +203,14 @@ class Renderer:
 
     def _reshape(self, n: Node, idx: Idx, lanes: int) -> str:
         (x,) = n.operands
+        if lanes == 1 and idx.coords is not None and squeeze(x.shape) == squeeze(n.shape):
+            # Only unit dims differ: the coordinates map straight across. Besides saving a
+            # flat round trip, this spells a row fusion's per-row value (reduce -> reshape
+            # -> broadcast) at the same coordinates as the row loop that computed it, so
+            # the output loop finds it instead of recomputing the reduction from a spill
+            # buffer it is overwriting (random_module(400027, 28)).
+            it = iter([c for c, d in zip(idx.coords, n.shape) if d != 1])
+            return self.value(x, Idx(x.shape, None, [next(it) if d != 1 else "0" for d in x.shape]), lanes)
         return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
 
     def _transpose(self, n: Node, idx: Idx, lanes: int) -> str:

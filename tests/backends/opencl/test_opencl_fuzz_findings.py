@@ -1,5 +1,6 @@
-"""Special values through opencl:0 that PoCL's math library gets wrong (issue 12: the
-differential sweep over random programs, unoptimized)."""
+"""Wrong answers on opencl:0 found by issue 12's differential sweep over random programs
+and by special values run through it: PoCL math library results (tanh, vector sin/cos)
+and a row kernel that recomputed a reduction from a spill buffer it was overwriting."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,3 +60,28 @@ def test_sin_cos_of_small_arguments_beside_huge_ones(op: str, ocl) -> None:  # n
     m = b.build(getattr(b, op)(b.parameter("f32[64]")))
     got = run_case(OpCase(op, m, [x]), ocl, optimize=False)[0]
     assert_close(got, evaluate(m, x)[0], 1e-5, 1e-6, op)
+
+
+#: random_module(400027, 28), reduced: a row fusion whose row max reaches the outputs
+#: through reshape [2,1] -> [2,1,1] and a broadcast. The output loop re-spelled the row
+#: index through the reshape, missed the row max computed by the reduction loop and
+#: recomputed it from the spilled cos values in out0, which it was overwriting.
+ROW_MAX_THROUGH_RESHAPE = """module @r
+entry %r (p0: f32[2,1,4]) -> f32[2,1,4] {
+  %p0 = f32[2,1,4] parameter(0)
+  %exponential = f32[2,1,4] exponential(%p0)
+  %cosine = f32[2,1,4] cosine(%exponential)
+  %reduce = f32[2,1] reduce(%cosine), axes={2}, kind=max
+  %reshape = f32[2,1,1] reshape(%reduce), shape=[2,1,1]
+  %broadcast = f32[2,1,4] broadcast(%reshape), broadcast_dimensions={0,1,2}, shape=[2,1,4]
+  %add = f32[2,1,4] add(%cosine, %broadcast)
+  ROOT %logistic = f32[2,1,4] logistic(%add)
+}
+"""
+
+
+def test_fuzz_row_value_through_reshape_is_not_recomputed_from_a_spill(ocl) -> None:  # noqa: ANN001
+    m = parse_module(ROW_MAX_THROUGH_RESHAPE)
+    x = np.linspace(-1, 1.5, 8, dtype=np.float32).reshape(2, 1, 4)
+    got = run_case(OpCase("r", m, [x]), ocl, optimize=True)[0]
+    assert_close(got, evaluate(m, x)[0], 1e-5, 1e-6, "row max through a reshape")
