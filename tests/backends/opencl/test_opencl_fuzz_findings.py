@@ -85,3 +85,27 @@ def test_fuzz_row_value_through_reshape_is_not_recomputed_from_a_spill(ocl) -> N
     x = np.linspace(-1, 1.5, 8, dtype=np.float32).reshape(2, 1, 4)
     got = run_case(OpCase("r", m, [x]), ocl, optimize=True)[0]
     assert_close(got, evaluate(m, x)[0], 1e-5, 1e-6, "row max through a reshape")
+
+
+def test_float16_interior_pads_with_nan_and_inf(ocl, strategy) -> None:  # noqa: ANN001
+    """Issue 12, finding 8 (a float16 interior pad with -inf and NaN swapped, unoptimized)
+    did not reproduce on this tree; this covers what it describes: 24 float16 pads with
+    low, high and interior padding of every random-program shape, NaN/+-inf/-0.0 in the
+    operand and as the padding value, one kernel each."""
+    rng = np.random.default_rng(12)
+    shapes = [(), (1,), (3,), (2, 3), (3, 1), (2, 1, 4), (0, 3), (4, 3), (5, 7)]
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0], np.float16)
+    b = Builder("pads")
+    inputs, outs = [], []
+    for k in range(24):
+        shape = shapes[k % len(shapes)]
+        lo, hi, it = ([int(v) for v in rng.integers(0, 3, len(shape))] for _ in range(3))
+        x = (rng.standard_normal(shape) * 3).astype(np.float16)
+        x = np.where(rng.random(shape) < 0.4, specials[rng.integers(8, size=shape)], x).astype(np.float16)
+        inputs.append(x)
+        pv = b.constant(np.array(specials[k % 8], np.float16))
+        outs.append(b.pad(b.parameter((shape, "f16")), pv, low=lo, high=hi, interior=it))
+    m = b.build(*outs)
+    got = run_case(OpCase("pads", m, inputs), ocl, optimize=False)
+    for g, w in zip(got, evaluate(m, *inputs), strict=True):
+        np.testing.assert_array_equal(g, w)
