@@ -498,6 +498,10 @@ def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: d
         return x.tensor_type.size <= 1 or (x.shape == full and vector_ok(x, full, row_rank, dt, memo))
     if n.op is Op.TANH and dt is not DType.FLOAT32:
         return False  # the vector tanh is an f32 approximation
+    if n.op in (Op.POW, Op.REM) and dt is DType.FLOAT64:
+        # PoCL's double2..8 pow and fmod are wrong at the extremes where the scalar
+        # builtins are right: pow(5e-324, 1) = 4.6e-305, fmod(-1, 5e-324) = NaN.
+        return False
     if n.op in render.VECTOR_OK and n.traits.elementwise:
         return n.shape == full and all(vector_ok(o, full, row_rank, dt, memo) for o in n.operands)
     return False

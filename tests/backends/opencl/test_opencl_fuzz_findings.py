@@ -3,6 +3,8 @@ and by special values run through it: PoCL math library results (tanh, vector si
 and a row kernel that recomputed a reduction from a spill buffer it was overwriting."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,18 @@ def test_float16_interior_pads_with_nan_and_inf(ocl, strategy) -> None:  # noqa:
     got = run_case(OpCase("pads", m, inputs), ocl, optimize=False)
     for g, w in zip(got, evaluate(m, *inputs), strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("op", ["pow", "rem"])
+def test_double_pow_and_rem_at_the_extremes(op: str, ocl) -> None:  # noqa: ANN001
+    """PoCL's vector (double2..8) pow and fmod went wrong at the extremes where the scalar
+    builtins are right (pow(5e-324, 1) = 4.6e-305, fmod(-1, 5e-324) = NaN): double pow
+    and rem stay scalar."""
+    f = np.finfo(np.float64)
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, f.max, f.tiny, f.smallest_subnormal,
+                  1e-3, 3e4])
+    a, c = (np.array(x) for x in zip(*itertools.product(v, v)))
+    b = Builder(op)
+    m = b.build(getattr(b, op)(b.parameter(f"f64[{a.size}]"), b.parameter(f"f64[{a.size}]")))
+    got = run_case(OpCase(op, m, [a, c]), ocl, optimize=False)[0]
+    assert_close(got, evaluate(m, a, c)[0], 1e-12, 0.0, op)
