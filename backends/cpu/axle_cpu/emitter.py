@@ -54,12 +54,14 @@ class KernelSpec:
 
     @property
     def iter_shape(self) -> tuple[int, ...]:
-        """The index space walked: the largest output (row fusions: the full shape)."""
-        best = self.outputs[0]
-        for o in self.outputs[1:]:
-            if math.prod(o.shape) > math.prod(best.shape) or len(o.shape) > len(best.shape):
-                best = o
-        return best.shape
+        """The index space walked: row fusions walk the full shape their reductions read
+        (whatever the outputs' shapes); other kernels their largest output (the first of
+        equal size). Every other output holds one element per row (see output_index)."""
+        if self.kind == "row":
+            full = [n.operands[0].shape for n in self.comp.nodes if n.op is Op.REDUCE and n.attr["axes"]]
+            if full:
+                return full[0]
+        return max(self.outputs, key=lambda o: math.prod(o.shape)).shape
 
     @property
     def flat(self) -> bool:
@@ -466,24 +468,43 @@ class KernelEmitter:
         nin = len(spec.comp.parameters)
         for k, out in enumerate(spec.outputs):
             oshape = self.shape_of(out)
-            oidx = idx[: len(oshape)] if len(oshape) < len(idx) else idx
+            oidx = self.output_index(idx, oshape)
             val = self.value(out, oidx)
             lvl = max((self.lv(v) for v in oidx), default=0)
-            lin_idx = oidx
             if lvl < 2:  # a per-row output of a row fusion: store it once per row
                 saved = b.block
                 b.position_at_end(self.tails[lvl])
-                self.store(self.buffer(nin + k), out.dtype, self.linear(lin_idx, oshape), val)
+                self.store(self.buffer(nin + k), out.dtype, self.linear(oidx, oshape), val)
                 self.tails[lvl] = b.block
                 b.position_at_end(saved)
             else:
-                self.store(self.buffer(nin + k), out.dtype, self.linear(lin_idx, oshape), val)
+                self.store(self.buffer(nin + k), out.dtype, self.linear(oidx, oshape), val)
         b.branch(ilatch)
         b.position_at_end(ilatch)
         inext = b.add(i, ir.Constant(I64, 1))
         b.branch(icond)
         i.add_incoming(inext, ilatch)
         return self._finish(o, ocond, olatch, ret, i, icond, i0)
+
+    def output_index(self, idx: list[Index], oshape: tuple[int, ...]) -> list[Index]:
+        """The index into an output of shape ``oshape`` at the walked index ``idx``.
+
+        An output of the walked shape takes ``idx``. Any other is a row fusion's per-row
+        output: its elements are the rows of a leading part ``S[:k]`` of the walked shape
+        ``S`` in row-major order, in any arrangement of unit dims (``[3]``, ``[3,1]``,
+        ``[1,3]`` for the rows of ``[3,4]``; docs/ir.md, "Fusions"), so its non-unit dims
+        take the non-unit row indices in order and its unit dims 0. Taking a prefix of
+        ``idx`` instead would address ``[1,3]`` as ``[row, 0]``: out of bounds."""
+        shape = self.spec.iter_shape if not self.flat else (math.prod(self.spec.iter_shape),)
+        if tuple(oshape) == tuple(shape):
+            return idx
+        k = next((k for k in range(len(shape) + 1) if math.prod(shape[:k]) == math.prod(oshape)), None)
+        rows = [v for v, d in zip(idx[:k or 0], shape) if d != 1]
+        if k is None or [d for d in shape[:k] if d != 1] != [d for d in oshape if d != 1]:
+            raise BackendError(f"cpu: kernel {self.spec.name}: output {list(oshape)} is neither the walked shape "
+                               f"{list(shape)} nor one element per row of it")
+        it = iter(rows)
+        return [next(it) if d != 1 else 0 for d in oshape]
 
     def _finish(self, o: ir.Value, ocond: ir.Block, olatch: ir.Block, ret: ir.Block,
                 i: ir.Value, icond: ir.Block, i0: ir.Value) -> ir.Function:

@@ -8,7 +8,7 @@ ranges, see tests/backends/cpu/test_math.py and docs/backend-cpu.md):
 * exp: range reduction x = n*ln2 + r (Cody-Waite, two-part ln2), Taylor polynomial on
   |r| <= ln2/2 (degree 7 for f32, 13 for f64), scaling by 2^n in two halves so results
   reaching the subnormal range and overflow come out right. ~2 ulp.
-* log: exponent split (subnormals rescaled first), mantissa m in [sqrt(1/2), sqrt(2)),
+* log: exponent split (subnormals rescaled by 2^(mant+2) first), mantissa m in [sqrt(1/2), sqrt(2)),
   log(m) = 2 atanh((m-1)/(m+1)) by its odd series (5 terms f32, 11 terms f64). ~2 ulp.
 * tanh: float32, x P(x^2)/Q(x^2) on |x| <= 9 (degree 4/4, fitted by tools/fit_tanh.py),
   relative error <= 3.2e-7; float64, t = expm1(2|x|) / (expm1(2|x|) + 2) with copysign,
@@ -82,6 +82,11 @@ _F = {  # per float type: int type, mantissa bits, bias, exp clamp, Taylor degre
 }
 
 
+def _nan_to_zero(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """x, or 0 where x is NaN: what an fptosi may safely read (fptosi(NaN) is poison)."""
+    return b.select(b.fcmp_ordered("ord", x, x), x, _c(x.type, 0.0))
+
+
 def _pow2(b: ir.IRBuilder, n: ir.Value, t: ir.Type) -> ir.Value:
     """2^n for n in the normal exponent range, built from the exponent bits."""
     p = _F[str(t)]
@@ -96,7 +101,10 @@ def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     n = unary_intr(b, "floor", b.fadd(b.fmul(xc, _c(t, 1 / math.log(2))), _c(t, 0.5)))
     r = b.fsub(b.fsub(xc, b.fmul(n, _c(t, p["ln2_hi"]))), b.fmul(n, _c(t, p["ln2_lo"])))
     poly = horner(b, r, [1.0 / math.factorial(k) for k in range(p["exp_deg"] + 1)])
-    ni = b.fptosi(n, p["it"])  # n is an integer in [lo/ln2, hi/ln2]: no saturation needed
+    # n is an integer in [lo/ln2, hi/ln2] except for a NaN x (the clamps pass NaN through):
+    # fptosi of NaN is poison, which LLVM folds to anything once it can prove the NaN
+    # (e.g. from constants), so the scale comes from 0 there; poly(r) is NaN anyway.
+    ni = b.fptosi(_nan_to_zero(b, n), p["it"])
     n1 = b.ashr(ni, ir.Constant(p["it"], 1))
     n2 = b.sub(ni, n1)
     return b.fmul(b.fmul(poly, _pow2(b, n1, t)), _pow2(b, n2, t))
@@ -116,9 +124,12 @@ def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     p = _F[str(t)]
     it, mant, bias = p["it"], p["mant"], p["bias"]
     min_normal = 2.0 ** (1 - bias)
+    # Subnormals are scaled into the normal range first: by 2^(mant+2), since the smallest
+    # subnormal is 2^(1-bias-mant) (2^30 left f64 subnormals below 2^-1052 subnormal).
+    scale = mant + 2
     sub = b.fcmp_ordered("<", x, _c(t, min_normal))
-    xs = b.select(sub, b.fmul(x, _c(t, 2.0 ** 30)), x)
-    eadj = b.select(sub, ir.Constant(it, -30), ir.Constant(it, 0))
+    xs = b.select(sub, b.fmul(x, _c(t, 2.0 ** scale)), x)
+    eadj = b.select(sub, ir.Constant(it, -scale), ir.Constant(it, 0))
     bits = b.bitcast(xs, it)
     e = b.sub(b.and_(b.lshr(bits, ir.Constant(it, mant)), ir.Constant(it, (1 << (it.width - 1 - mant)) - 1)),
               ir.Constant(it, bias))

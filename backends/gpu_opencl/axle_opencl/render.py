@@ -11,6 +11,7 @@ in C), NaN-propagating max/min (``fmax`` would drop NaNs), saturating float->int
 converts with NaN -> 0."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from axle.ir.dtypes import DType
@@ -57,6 +58,16 @@ def _nan_guard(f: Callable[[DType, Expr], Expr]) -> Callable[[DType, Expr], Expr
     return lambda dt, x: f"(isnan({x}) ? {x} : {f(dt, x)})"
 
 
+#: float tanh(x) rounds to +-1 beyond 13 ln 2 (where 1 - tanh(x) < 2^-25, half an ulp below 1)
+TANH_SATURATION_F32 = 13 * math.log(2)
+
+
+def _saturated_tanh(x: Expr) -> Expr:
+    """PoCL's float tanh never returns +-1, not even for +-inf (0.99999994): +-1 where
+    the correctly rounded tanh is +-1 (tanh(-inf) = -1 feeds pow, ceil... exactly)."""
+    return f"(fabs({x}) > {TANH_SATURATION_F32!r}f ? copysign(1.0f, {x}) : tanh({x}))"
+
+
 def _f(dt: DType, v: float) -> str:
     return literal(v, dt)
 
@@ -76,7 +87,7 @@ FLOAT_UNARY: dict[Op, FloatUnary] = {
     Op.LOG: lambda dt, x: f"log({x})",
     Op.SQRT: lambda dt, x: f"sqrt({x})",
     Op.RSQRT: lambda dt, x: f"({_f(dt, 1)} / sqrt({x}))",
-    Op.TANH: lambda dt, x: f"tanh({x})",
+    Op.TANH: lambda dt, x: f"tanh({x})" if dt is DType.FLOAT64 else _saturated_tanh(x),
     Op.LOGISTIC: lambda dt, x: f"({_f(dt, 1)} / ({_f(dt, 1)} + exp(-{x})))",
     Op.SIN: lambda dt, x: f"sin({x})",
     Op.COS: lambda dt, x: f"cos({x})",
@@ -127,7 +138,10 @@ COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": 
 #: reduction kind -> the binary op that combines two partial results
 REDUCE_OP: dict[str, Op] = {"sum": Op.ADD, "prod": Op.MUL, "max": Op.MAX, "min": Op.MIN, "and": Op.AND, "or": Op.OR}
 #: float ops the vectorizer may emit on floatN values (everything else stays scalar)
-VECTOR_OK: frozenset[Op] = frozenset(FLOAT_UNARY) | frozenset(FLOAT_BINARY) - {Op.SIGN}
+#: Ops rendered on floatN as well. Not sin/cos: PoCL's vector sin/cos lose the small
+#: lanes of a vector that also holds a huge argument (sin(1e-30) came out 0.0099 beside
+#: 1e30, on the CPU strategy's float16 vectors); the scalar builtins are right.
+VECTOR_OK: frozenset[Op] = (frozenset(FLOAT_UNARY) | frozenset(FLOAT_BINARY)) - {Op.SIGN, Op.SIN, Op.COS}
 
 
 def round_half(expr: Expr, helpers: Helpers) -> Expr:

@@ -19,6 +19,7 @@ from axle.errors import BackendError
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
+from axle.passes.fusion import squeeze
 
 from . import render
 from .ctypes_ import REG, identity, literal
@@ -202,6 +203,14 @@ class Renderer:
 
     def _reshape(self, n: Node, idx: Idx, lanes: int) -> str:
         (x,) = n.operands
+        if lanes == 1 and idx.coords is not None and squeeze(x.shape) == squeeze(n.shape):
+            # Only unit dims differ: the coordinates map straight across. Besides saving a
+            # flat round trip, this spells a row fusion's per-row value (reduce -> reshape
+            # -> broadcast) at the same coordinates as the row loop that computed it, so
+            # the output loop finds it instead of recomputing the reduction from a spill
+            # buffer it is overwriting (random_module(400027, 28)).
+            it = iter([c for c, d in zip(idx.coords, n.shape) if d != 1])
+            return self.value(x, Idx(x.shape, None, [next(it) if d != 1 else "0" for d in x.shape]), lanes)
         return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
 
     def _transpose(self, n: Node, idx: Idx, lanes: int) -> str:
@@ -489,6 +498,10 @@ def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: d
         return x.tensor_type.size <= 1 or (x.shape == full and vector_ok(x, full, row_rank, dt, memo))
     if n.op is Op.TANH and dt is not DType.FLOAT32:
         return False  # the vector tanh is an f32 approximation
+    if n.op in (Op.POW, Op.REM) and dt is DType.FLOAT64:
+        # PoCL's double2..8 pow and fmod are wrong at the extremes where the scalar
+        # builtins are right: pow(5e-324, 1) = 4.6e-305, fmod(-1, 5e-324) = NaN.
+        return False
     if n.op in render.VECTOR_OK and n.traits.elementwise:
         return n.shape == full and all(vector_ok(o, full, row_rank, dt, memo) for o in n.operands)
     return False
