@@ -27,7 +27,7 @@ from axle.interpreter import evaluate
 from axle.errors import AxleError, ParseError, ShapeError, VerifierError
 from axle.ir import Builder, DType, TensorType, parse_module, parse_type
 from axle.ir.ops import CUSTOM_CALL_TARGETS, register_custom_call
-from axle.testing import IN_CI
+from axle.testing import IN_CI, require_backend
 from axle.testing.ir_mutations import MUTATIONS, check_text, corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,17 +199,19 @@ def test_unregistered_custom_call_is_a_verifier_error():
     assert out.handle.tolist() == [2.0, 2.0]
 
 
-def test_custom_call_result_of_the_wrong_shape_is_an_axle_error():
+@pytest.mark.parametrize("backend", ["interpreter", "cpu", "opencl", "template"])
+def test_custom_call_result_of_the_wrong_shape_is_an_axle_error(backend: str):
     """It used to be reshaped (ValueError when the sizes differ, a silent relayout when not)."""
+    device = require_backend(backend)
     register_custom_call("test.parser.double", lambda x, config: x * 2)
     text = _body('%y = f32[2] custom-call(%x), target="test.parser.double", shape=[2], dtype=f32')
     for declared in ("f32[1,2]", "f32[7]"):
         bad = text.replace("-> f32[2]", f"-> {declared}").replace("f32[2] custom", f"{declared} custom")
         bad = bad.replace("shape=[2]", "shape=" + declared[3:])
-        exe = compile_module(parse_module(bad), axle.device("interpreter:0"))
+        exe = compile_module(parse_module(bad), device)
         with pytest.raises(ShapeError, match=r"target 'test.parser.double' returned shape \[2\] for operands "
                                              r"\(f32\[2\]\); the node declares " + re.escape(declared)):
-            exe.execute([axle.device_put(np.ones(2, np.float32), "interpreter:0").buffer])
+            exe.execute([axle.device_put(np.ones(2, np.float32), device).buffer])
 
 
 def test_builder_refuses_no_roots_and_foreign_values():
