@@ -6,8 +6,9 @@ values rewrites look for: 0, -0.0, 1, 2, -1, all-ones, true/false), plus random 
 that include NaN, ±inf and integer corner cases. Some steps are patterns shaped like what
 found backend bugs: softmax-like rows, dots with epilogues, NaN/inf made inside a fusion
 and fed to transcendentals, int64 chains with overflow and division by 0 or -1, float16
-interior pads, long elementwise chains ending in a reduction. The optimizer tests evaluate it before
-and after each pass; backends can use it the same way against the interpreter."""
+interior pads, long elementwise chains ending in a reduction. The optimizer tests evaluate
+it before and after each pass; backends (and ``make fuzz``, axle.testing.fuzz) run it
+against the interpreter."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -36,6 +36,7 @@ FAILURES = (MISMATCH, ERROR, CRASH, HANG)
 UNSTABLE = "unstable"
 _LABELS = {MISMATCH: "mismatches", ERROR: "errors", CRASH: "crashes", HANG: "hangs", UNSTABLE: "unstable"}
 MAX_NODES = 40
+PROGRESS_EVERY = 60.0  # seconds between progress lines
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,8 @@ def _inexact(n: Node) -> bool:
 
 
 def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.ndarray]:
-    """The interpreter's results with every inexact intermediate moved by its tolerance
-    (up for sign=1, down for -1): what a backend within tolerance at each op could give."""
+    """The interpreter's results with every inexact intermediate moved up (sign=1) or down
+    (-1) by part of its tolerance: what a backend a few ulps off at each op could give."""
     from ..interpreter import eval_node
     from .cases import reduced_terms, tolerance
 
@@ -123,7 +124,9 @@ def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.nd
         v = eval_node(n, [env[o.uid] for o in n.operands])
         if _inexact(n):
             rtol, atol = tolerance(n.dtype, n.op if n.traits.transcendental else None, reduced_terms(n))
-            v = (np.asarray(v, np.float64) * (1 + sign * rtol) + sign * atol).astype(n.dtype.np)
+            # an eighth of the op's tolerance: programs are compared within 8 times it
+            moved = (np.asarray(v, np.float64) * (1 + sign * rtol / 8) + sign * atol / 8).astype(n.dtype.np)
+            v = np.where(moved == v, np.nextafter(v, np.asarray(sign * np.inf, n.dtype.np)), moved)  # >= 1 ulp
         env[n.uid] = v
     root = env[module.entry.root.uid]
     return list(root) if isinstance(root, tuple) else [root]
@@ -437,6 +440,9 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
     if budget:
         module, inputs = shrink(module, inputs, still_fails, budget)
     finding.text, finding.inputs = module.as_text(), inputs
+    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)), finding.config)
+    if again.kind == finding.outcome.kind:  # the repro's own differing values
+        finding.outcome = again
 
 
 def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | None = None, *,
@@ -459,8 +465,13 @@ def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | Non
 
     with Pool(workers or os.cpu_count() or 1, timeout) as pool:
         failed: list[Finding] = []
+        next_note = time.monotonic() + PROGRESS_EVERY
         for (_, (prog, cfg)), outcome in pool.imap(tasks()):
             summary.add(cfg, outcome)
+            if log and time.monotonic() > next_note:
+                next_note += PROGRESS_EVERY
+                log(f"... {sum(summary.run.values())} runs up to seed {prog.seed}, {len(failed)} failures, "
+                    f"{time.monotonic() - start:.0f} s")
             if outcome.kind in FAILURES:
                 failed.append(Finding(prog, cfg, outcome))
                 if log:
