@@ -27,6 +27,7 @@ from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from ..passes.rewrite import full_like
 
 #: Outcome kinds; everything but "ok" is a failure a repro is printed for.
 OK, MISMATCH, ERROR, CRASH, HANG = "ok", "mismatch", "error", "crash", "hang"
@@ -332,8 +333,8 @@ def _rebuilt(module: Module, inputs: list[np.ndarray], subst: dict[int, Callable
 
 def _candidates(module: Module, inputs: list[np.ndarray]) -> Iterator[tuple[Module, list[np.ndarray]]]:
     """Smaller variants, biggest cuts first: one output alone; a node replaced by a new
-    parameter holding its value (dropping everything only it used) or by an operand of its
-    type; a parameter turned into a constant."""
+    parameter or a constant holding its value (dropping everything only it used) or by an
+    operand of its type; a parameter turned into a constant."""
     entry = module.entry
     if entry.root.op is Op.TUPLE:
         for r in dict.fromkeys(entry.root.operands):
@@ -341,36 +342,49 @@ def _candidates(module: Module, inputs: list[np.ndarray]) -> Iterator[tuple[Modu
     inner = [n for n in entry.nodes if n.op is not Op.PARAMETER and n is not entry.root
              and isinstance(n.type, TensorType) and n.op is not Op.TUPLE]
     for n in reversed(inner):  # users first: a cut near the root drops the most
+        value = _value_of(module, inputs, n)
         p = make_node(Op.PARAMETER, (), {"index": 0}, type=n.type)
-        yield _rebuilt(module, inputs, {n.uid: lambda _, p=p: p}, {p.uid: _value_of(module, inputs, n)})
+        yield _rebuilt(module, inputs, {n.uid: lambda _, p=p: p}, {p.uid: value})
+        if n.op not in (Op.CONSTANT, Op.BROADCAST_IN_DIM):  # the value made inside the kernel
+            yield _rebuilt(module, inputs, {n.uid: lambda m, v=value: _constant(m, v)})
     for n in reversed(entry.nodes):
         for o in dict.fromkeys(n.operands):
             if o.type == n.type and n is not entry.root:
                 yield _rebuilt(module, inputs, {n.uid: lambda m, i=n.operands.index(o): m.operands[i]})
     for p, x in zip(entry.parameters, inputs):
-        c = make_node(Op.CONSTANT, (), {"value": Literal(np.asarray(x))})
-        yield _rebuilt(module, inputs, {p.uid: lambda _, c=c: c})
+        yield _rebuilt(module, inputs, {p.uid: lambda m, x=x: _constant(m, np.asarray(x))})
+
+
+def _constant(like: Node, value: np.ndarray) -> Node:
+    """``value`` as a constant: a broadcast scalar when every element is the same."""
+    flat = value.reshape(-1)
+    if value.ndim and flat.size and all(x.tobytes() == flat[0].tobytes() for x in flat):
+        return full_like(like, flat[0])
+    return make_node(Op.CONSTANT, (), {"value": Literal(value)})
 
 
 def shrink(module: Module, inputs: list[np.ndarray], still_fails: Callable[[Module, list[np.ndarray]], bool],
            budget: int = 300) -> tuple[Module, list[np.ndarray]]:
-    """Greedy delta debugging: keeps taking the first smaller variant that still fails,
-    until none does or ``budget`` variants were tried."""
-    tried = 0
-    progress = True
-    while progress and tried < budget:
-        progress = False
-        size = len(module.entry.nodes)
-        for cand, cand_inputs in _candidates(module, inputs):
-            if len(cand.entry.nodes) > size or (len(cand.entry.nodes) == size and len(cand.entry.parameters) >= len(
-                    module.entry.parameters)):
+    """Greedy delta debugging: takes each smaller variant that still fails, resuming the
+    scan where the last one was found (the variants before it failed already), until a
+    full scan finds none or ``budget`` variants were tried."""
+    tried, start = 0, 0
+    while tried < budget:
+        size = (len(module.entry.nodes), len(module.entry.parameters))
+        found = None
+        for i, (cand, cand_inputs) in enumerate(_candidates(module, inputs)):
+            if i < start or (len(cand.entry.nodes), len(cand.entry.parameters)) >= size:
                 continue
             tried += 1
             if still_fails(cand, cand_inputs):
-                module, inputs, progress = cand, cand_inputs, True
+                found = i
+                module, inputs = cand, cand_inputs
                 break
             if tried >= budget:
                 break
+        if found is None and start == 0:
+            break
+        start = found or 0
     return module, inputs
 
 
