@@ -439,6 +439,8 @@ def default_configs(backends: Iterable[str] | None = None, modes: Iterable[bool]
     from ..registry import REGISTRY
 
     names = sorted(REGISTRY.backends()) if backends is None else list(backends)
+    for b in names:
+        REGISTRY.device(f"{b}:0")  # an unknown or broken backend: DeviceError with the reason
     return [Config(f"{b}:0", m) for b in names if b != "interpreter" for m in modes]
 
 
@@ -511,8 +513,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nodes", type=int, default=MAX_NODES, help="largest program size (40)")
     ap.add_argument("--shrink-budget", type=int, default=300, help="variants tried per failure (0: no shrinking)")
     args = ap.parse_args(argv)
-    modes = [m.strip() == "optimized" for m in args.modes.split(",") if m.strip()]
-    configs = default_configs(args.backends.split(",") if args.backends else None, modes)
+    words = {"optimized": True, "unoptimized": False}
+    if not set(args.modes.split(",")) <= words.keys():
+        ap.error(f"--modes takes optimized, unoptimized or both, not {args.modes!r}")
+    modes = [words[m] for m in args.modes.split(",")]
+    from ..errors import AxleError
+
+    try:
+        configs = default_configs(args.backends.split(",") if args.backends else None, modes)
+    except AxleError as e:
+        print(f"axle fuzz: {e}", file=sys.stderr)
+        return 2
     print(f"axle fuzz: {args.programs} programs from seed {args.seed_start} on "
           f"{', '.join(c.name for c in configs)}", flush=True)
     summary = run_campaign(args.programs, args.seed_start, configs, workers=args.workers, timeout=args.timeout,
