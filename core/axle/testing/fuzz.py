@@ -29,7 +29,7 @@ from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..passes.rewrite import full_like
 
-#: Outcome kinds; everything but "ok" is a failure a repro is printed for.
+#: Outcome kinds of one program on one config; each of FAILURES is minimized and printed.
 OK, MISMATCH, ERROR, CRASH, HANG = "ok", "mismatch", "error", "crash", "hang"
 FAILURES = (MISMATCH, ERROR, CRASH, HANG)
 #: Differs from the interpreter only where the reference itself moves when its inexact
@@ -451,8 +451,8 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
         prog = Program(finding.program.seed, finding.program.n_nodes, m.as_text(), tuple(xs))
         return pool.run(prog, finding.config).kind == finding.outcome.kind
 
-    if finding.outcome.kind in (CRASH, HANG):  # each try costs a worker restart or a timeout
-        budget = min(budget, 40)
+    # a crash costs a worker restart per try, a hang that persists a whole timeout
+    budget = min(budget, {CRASH: 40, HANG: 10}.get(finding.outcome.kind, budget))
     if budget:
         module, inputs = shrink(module, inputs, still_fails, budget)
     finding.text, finding.inputs = module.as_text(), inputs
