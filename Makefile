@@ -7,7 +7,7 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test bench setup system-deps clean
+.PHONY: demo test bench fuzz fuzz-differential setup system-deps clean
 
 demo: setup
 	$(PY) examples/demo.py
@@ -27,6 +27,21 @@ bench: setup $(BENCH_STAMP)
 $(BENCH_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKEND_DIRS))
 	$(PY) -m pip install -q -e '.[bench]' $(foreach d,$(BACKEND_DIRS),-e '$(d)[bench]')
 	touch $(BENCH_STAMP)
+
+# Long campaigns, outside `make test` (docs/reliability.md, "Running the campaigns").
+# FUZZ_TARGETS lists the campaigns: each NAME is a fuzz-NAME rule below.
+# FUZZ_PROGRAMS random programs per config from seed FUZZ_SEED; FUZZ_ARGS passes more
+# options, e.g. FUZZ_ARGS="--backends cpu --modes optimized --time-limit 600".
+FUZZ_TARGETS  ?= differential
+FUZZ_PROGRAMS ?= 10000
+FUZZ_SEED     ?= 0
+FUZZ_ARGS     ?=
+
+fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
+
+# Random programs on every installed backend, optimized and not, against the interpreter.
+fuzz-differential: setup
+	$(PY) -m axle.testing.fuzz --programs $(FUZZ_PROGRAMS) --seed-start $(FUZZ_SEED) $(FUZZ_ARGS)
 
 setup: system-deps $(STAMP)
 

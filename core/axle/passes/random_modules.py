@@ -1,10 +1,14 @@
 """Random well-typed modules over the whole primitive set, for differential testing.
 
-``random_module(seed, n_nodes)`` builds a module of about ``n_nodes`` instructions whose
+``random_module(seed, n_nodes)`` builds a module of about ``n_nodes`` steps whose
 operands come from earlier values, fresh parameters or constants (constants favour the
 values rewrites look for: 0, -0.0, 1, 2, -1, all-ones, true/false), plus random inputs
-that include NaN, ±inf and integer corner cases. The optimizer tests evaluate it before
-and after each pass; backends can use it the same way against the interpreter."""
+that include NaN, ±inf and integer corner cases. Some steps are patterns shaped like what
+found backend bugs: softmax-like rows, dots with epilogues, NaN/inf made inside a fusion
+and fed to transcendentals, int64 chains with overflow and division by 0 or -1, float16
+interior pads, long elementwise chains ending in a reduction. The optimizer tests evaluate
+it before and after each pass; backends (and ``make fuzz``, axle.testing.fuzz) run it
+against the interpreter."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,6 +25,14 @@ DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64,
 SHAPES = ((), (1,), (3,), (2, 3), (3, 1), (2, 1, 4), (0, 3), (4, 3))
 CUSTOM_TARGET = "axle.random.scale2"
 _INTERESTING = (0, -0.0, 1, 2, -1, 0.5)
+FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
+#: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
+_NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
+                        Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
+_INT_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
+            Op.NOT, Op.POW)
+_CHAIN_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.TANH,
+              Op.LOGISTIC, Op.SQRT, Op.SIN, Op.COS, Op.FLOOR)
 
 
 def _ensure_custom_call() -> None:
@@ -134,6 +146,84 @@ class _Gen:
         bias = b.broadcast_in_dim(self.like(TensorType(dt, (n,))), shape=(m, n), broadcast_dimensions=(1,))
         return b.max(b.add(d, bias), self.splat(TensorType(dt, (m, n))))
 
+    # -- what found real backend bugs ------------------------------------------------
+    def float_value(self, dtypes: tuple[DType, ...] = FLOATS) -> Node:
+        x = self.pick(lambda n: n.dtype in dtypes and n.tensor_type.size > 0)
+        if x is None or self.rng.random() < 0.3:
+            x = self.fresh(TensorType(self.choice(dtypes), self.choice([s for s in SHAPES if s != (0, 3)])))
+        return x
+
+    def nonfinite_pattern(self) -> Node:
+        """A NaN or inf made inside what becomes one fused kernel (log of a negative, 0/0,
+        inf-inf, sqrt of a negative, log 0), then fed through transcendentals and
+        arithmetic, as the cpu NaN-in-exp bug needed."""
+        b, x = self.b, self.float_value()
+        t = x.tensor_type
+        makers = (
+            lambda: b.log(b.neg(b.abs(x))),
+            lambda: b.div(b.sub(x, x), b.sub(x, x)),
+            lambda: b.sub(b.mul(x, self.splat_of(t, np.inf)), b.mul(x, self.splat_of(t, np.inf))),
+            lambda: b.sqrt(b.sub(self.splat_of(t, -1.0), b.abs(x))),
+            lambda: b.log(b.sub(x, x)),
+            lambda: b.sub(b.log(x), b.log(x)),
+        )
+        v = self.choice(makers)()
+        for _ in range(int(self.rng.integers(1, 4))):
+            op = self.choice(_NONFINITE_CONSUMERS)
+            v = b.op(op, v) if OPS[op].arity == 1 else b.op(op, v, self.like(t) if self.rng.random() < 0.5 else x)
+        return v
+
+    def splat_of(self, t: TensorType, v: object) -> Node:
+        c = self.b.constant(np.asarray(v, t.dtype.np))
+        return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=()) if t.shape else c
+
+    def int_pattern(self) -> Node:
+        """Integer arithmetic in a fusion: wrapping overflow, division and remainder by 0
+        and INT_MIN / -1 (docs/ir.md fixes each result), often summed at the end."""
+        b = self.b
+        x = self.operand((DType.INT64, DType.INT32) if self.rng.random() < 0.3 else (DType.INT64,))
+        t = x.tensor_type
+        info = np.iinfo(t.dtype.np)
+        for _ in range(int(self.rng.integers(2, 7))):
+            op = self.choice(_INT_OPS)
+            if OPS[op].arity == 1:
+                x = b.op(op, x)
+                continue
+            y = self.splat_of(t, self.choice((0, -1, 1, 2, int(info.min), int(info.max)))) if (
+                self.rng.random() < 0.5) else self.like(t)
+            x = b.op(op, *((y, x) if self.rng.random() < 0.3 else (x, y)))
+        if x.shape and self.rng.random() < 0.5:
+            x = b.reduce(x, kind=self.choice(("sum", "prod", "max", "min")), axes=tuple(range(len(x.shape))))
+        return x
+
+    def f16_pad_pattern(self) -> Node:
+        """float16 pad with interior padding (the value a special), then an elementwise op."""
+        b = self.b
+        x = self.float_value((DType.FLOAT16,))
+        if not x.shape:
+            x = b.reshape(x, shape=(1,))
+        r = len(x.shape)
+        lo, hi = ([int(v) for v in self.rng.integers(0, 3, r)] for _ in range(2))
+        it = [int(v) for v in self.rng.integers(1, 3, r)]
+        pad_value = self.choice((np.nan, np.inf, -np.inf, -0.0, 1.0))
+        p = b.pad(x, b.constant(np.asarray(pad_value, np.float16)), low=lo, high=hi, interior=it)
+        return b.op(self.choice((Op.ADD, Op.MUL, Op.MAX)), p, self.like(p.tensor_type)) if (
+            self.rng.random() < 0.6) else p
+
+    def chain_pattern(self) -> Node:
+        """A long elementwise chain (one loop fusion) ending in a reduction (an input fusion)."""
+        b = self.b
+        x = self.float_value()
+        t = x.tensor_type
+        for _ in range(int(self.rng.integers(5, 13))):
+            op = self.choice(_CHAIN_OPS)
+            x = b.op(op, x) if OPS[op].arity == 1 else b.op(op, x, self.like(t) if self.rng.random() < 0.7 else
+                                                            self.splat(t))
+        if not x.shape:
+            return x
+        axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
+        return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
+
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # noqa: C901 - one branch per op family is the point
         b, d = self.b, OPS[op]
@@ -234,16 +324,19 @@ GENERATED_OPS: tuple[Op, ...] = tuple(sorted(CORE_PRIMITIVES - {Op.PARAMETER}, k
 _WEIGHTED: tuple[Op, ...] = GENERATED_OPS + 2 * tuple(o for o in GENERATED_OPS if OPS[o].traits.elementwise)
 
 
+#: (cumulative probability, pattern) per step; the rest of the steps make one random op
+_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
+    (0.06, _Gen.row_pattern), (0.10, _Gen.dense_pattern), (0.14, _Gen.nonfinite_pattern),
+    (0.18, _Gen.int_pattern), (0.20, _Gen.f16_pad_pattern), (0.24, _Gen.chain_pattern),
+)
+
+
 def random_module(seed: int, n_nodes: int) -> tuple[Module, list[np.ndarray]]:
     """A random well-typed module with about ``n_nodes`` ops, and inputs for it."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
         r = g.rng.random()
-        if r < 0.06:
-            g.pool.append(g.row_pattern())
-        elif r < 0.1:
-            g.pool.append(g.dense_pattern())
-        else:
-            g.pool.append(g.make(g.choice(_WEIGHTED)))
+        pattern = next((p for bound, p in _PATTERNS if r < bound), None)
+        g.pool.append(pattern(g) if pattern else g.make(g.choice(_WEIGHTED)))
     outs = [g.pool[-1]] + [g.choice(g.pool) for _ in range(int(g.rng.integers(0, 3)))]
     return g.b.build(*outs), g.inputs

@@ -19,7 +19,7 @@ from ..backend import Device
 from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.dtypes import DType
-from ..ir.module import Module
+from ..ir.module import Module, Node
 from ..ir.ops import OPS, Op
 from ..ir.types import TensorType
 
@@ -100,6 +100,37 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
     else:
         np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
                                    equal_nan=True, err_msg=what)
+
+
+def reduced_terms(node: Node) -> int:
+    """How many terms ``node`` (a reduce or a dot) sums into each result element; else 1."""
+    if node.op is Op.REDUCE:
+        return math.prod(node.operands[0].shape[a] for a in node.attr["axes"])
+    if node.op is Op.DOT_GENERAL and node.attr["lhs_contracting"]:
+        return math.prod(node.operands[0].shape[a] for a in node.attr["lhs_contracting"])
+    return 1
+
+
+def n_reduced(module: Module) -> int:
+    """The most terms any one reduce or dot of ``module``'s entry sums (1 if none)."""
+    return max((reduced_terms(n) for n in module.entry.nodes), default=1)
+
+
+def assert_program_close(module: Module, actual: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                         what: str = "") -> None:
+    """The comparison for whole programs (random or fused) against the interpreter: each
+    result within its dtype's tolerance, transcendental when the program has any such op,
+    widened by the longest reduction, times 8 because chains of ops compound rounding."""
+    assert len(actual) == len(expected), f"{what}: {len(actual)} results, expected {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert_close(a, e, *program_tolerance(module, np.asarray(e).dtype), f"{what} result {i}")
+
+
+def program_tolerance(module: Module, result_dtype: np.dtype) -> tuple[float, float]:
+    """(rtol, atol) for a result of a whole program (see assert_program_close)."""
+    transcendental = any(node.traits.transcendental for node in module.entry.nodes)
+    rtol, atol = tolerance(DType(_dtype_value(result_dtype)), Op.EXP if transcendental else None, n_reduced(module))
+    return rtol * 8, atol * 8
 
 
 def _case(name: str, build: Callable[[Builder, list[Any]], Any], types: Sequence[TensorType],
