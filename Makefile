@@ -7,7 +7,7 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test bench fuzz fuzz-differential setup system-deps clean
+.PHONY: demo test bench fuzz fuzz-differential fuzz-parser setup system-deps clean
 
 demo: setup
 	$(PY) examples/demo.py
@@ -32,7 +32,7 @@ $(BENCH_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKEND_DIRS))
 # FUZZ_TARGETS lists the campaigns: each NAME is a fuzz-NAME rule below.
 # FUZZ_PROGRAMS random programs per config from seed FUZZ_SEED; FUZZ_ARGS passes more
 # options, e.g. FUZZ_ARGS="--backends cpu --modes optimized --time-limit 600".
-FUZZ_TARGETS  ?= differential
+FUZZ_TARGETS  ?= differential parser
 FUZZ_PROGRAMS ?= 10000
 FUZZ_SEED     ?= 0
 FUZZ_ARGS     ?=
@@ -42,6 +42,10 @@ fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
 # Random programs on every installed backend, optimized and not, against the interpreter.
 fuzz-differential: setup
 	$(PY) -m axle.testing.fuzz --programs $(FUZZ_PROGRAMS) --seed-start $(FUZZ_SEED) $(FUZZ_ARGS)
+
+# Mutated IR texts through parse, verify, compile and run: only axle errors may come out.
+fuzz-parser: setup
+	$(PY) tools/parser_fuzz.py --n $(FUZZ_PROGRAMS) --seed $(FUZZ_SEED)
 
 setup: system-deps $(STAMP)
 
