@@ -52,3 +52,17 @@ def test_frontend_on_every_device(mode):
             t = tol(np.asarray(w).dtype)
             np.testing.assert_allclose(g, w, rtol=max(t["rtol"], 1e-5) * 5, atol=max(t["atol"], 1e-6) * 5,
                                        err_msg=f"{dev.name} {mode} output {i}")
+
+
+@pytest.mark.parametrize("dev", [d.name for d in axle.devices()])
+def test_lax_reduce_takes_axes_in_any_order(dev):
+    """lax.reduce sorts its axes (a set) for the IR; opencl read out of bounds on (1, 0)."""
+    x = np.arange(24, dtype=np.float64).reshape(2, 3, 4) - 5
+    placed = axle.device_put(x, dev)
+    for axes in ((1, 0), (2, 0), (2, 1, 0), (0, 2, 1), (2, 1)):
+        for kind in ("sum", "max"):
+            want = getattr(x, kind)(axis=axes)
+            eager = axle.lax.reduce(placed, kind, axes)
+            jitted = axle.jit(lambda v, k=kind, a=axes: axle.lax.reduce(v, k, a), device=dev)(placed)
+            for how, got in (("eager", eager), ("jit", jitted)):
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=f"{kind} {axes} {how} on {dev}")
