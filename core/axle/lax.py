@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .frontend.tracing import bind
+from .ir.builder import sorted_dims
 from .ir.dtypes import DType, dtype as to_dtype
 from .ir.ops import Op
 
@@ -50,7 +51,8 @@ def convert(x: Value, dtype: Any) -> Value:
 
 
 def reduce(x: Value, kind: str, axes: Sequence[int]) -> Value:
-    return bind(Op.REDUCE, x, kind=kind, axes=tuple(axes))
+    """Reduces the set of dims ``axes``, given in any order (the IR keeps them sorted)."""
+    return bind(Op.REDUCE, x, kind=kind, axes=sorted_dims(axes))
 
 
 def dot_general(lhs: Value, rhs: Value, lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],

@@ -66,8 +66,12 @@ def to_buffer(x: Any, dev: Device) -> Buffer:
 
 
 def device_put(x: Any, dev: str | Device | None = None) -> Any:
-    """Copies x (an array, scalar or pytree of them) to a device and returns axle Arrays."""
+    """Copies x (an array, scalar or pytree of them) to a device and returns axle Arrays,
+    committed to ``dev`` when one is named (eager ops then run there and bring uncommitted
+    operands along), uncommitted on the default device when not."""
     from .frontend.pytree import tree_map
 
     target = resolve(dev)
-    return tree_map(lambda leaf: Array(to_buffer(leaf, target), weak=isinstance(leaf, (bool, int, float))), x)
+    committed = dev is not None
+    return tree_map(lambda leaf: Array(to_buffer(leaf, target), weak=isinstance(leaf, (bool, int, float)),
+                                       committed=committed), x)

@@ -142,3 +142,26 @@ def test_structural_key_and_equality():
     x = bb.parameter("f32[2]")
     n1, n2 = bb.exp(x), bb.exp(x)
     assert n1 is not n2 and n1.key == n2.key
+
+
+def test_reduce_axes_are_one_sorted_set():
+    """reduce's axes are a set of dims (issue 12: opencl read garbage for axes=(1, 0)). The
+    IR keeps one spelling, sorted ascending: the builder and lax sort what they are given,
+    text and hand-made nodes with another order are refused, naming the canonical one."""
+    b = Builder("r")
+    x = b.parameter("f32[2,3,4]")
+    r = b.reduce(x, kind="sum", axes=[2, np.int64(0)])
+    assert r.attr["axes"] == (0, 2) and r.shape == (3,)
+    assert "reduce(%p0), axes={0,2}, kind=sum" in b.build(r).as_text()
+    with pytest.raises(ShapeError, match=r"reduce: axes \(2, 2\) must be distinct"):
+        b.reduce(x, kind="sum", axes=(2, 2))
+    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(0, 'a'\)"):
+        b.reduce(x, kind="sum", axes=(0, "a"))
+    unsorted = Node(Op.REDUCE, (x,), (("axes", (2, 0)), ("kind", "sum")), TensorType(DType.FLOAT32, (3,)))
+    with pytest.raises(VerifierError, match=r"reduce: axes \(2, 0\) must be sorted ascending .*write \{0,2\}"):
+        verify(_malformed(unsorted, [x]))
+    text = ("module @m\nentry %m (x: f32[2,3]) -> f32[] {\n  %x = f32[2,3] parameter(0)\n"
+            "  ROOT %s = f32[] reduce(%x), axes={1,0}, kind=max\n}\n")
+    with pytest.raises(ParseError, match=r"line 4: reduce: axes \(1, 0\) must be sorted ascending"):
+        parse_module(text)
+    assert parse_module(text.replace("{1,0}", "{0,1}")).entry.root.attr["axes"] == (0, 1)

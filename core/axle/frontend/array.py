@@ -15,14 +15,21 @@ class Array(ArrayOps):
 
     In ``jit_scope`` / auto-clustering mode an Array may be *pending*: its value is a node
     of a lazy cluster (see frontend/lazy.py) and reading ``buffer`` (or the values)
-    compiles and runs that cluster first. Shape, dtype and device never force it."""
+    compiles and runs that cluster first. Shape, dtype and device never force it.
 
-    __slots__ = ("_buffer", "weak", "_host", "_lazy", "__weakref__")
+    ``committed`` (as in JAX): the array was placed on its device on purpose, by
+    ``device_put(x, device)``, a ``jit(device=...)`` or an eager op on committed operands. An
+    eager op runs on its committed operands' device (two different ones are an error), and
+    uncommitted operands (Python scalars, NumPy data, arrays made without naming a device)
+    follow it there."""
+
+    __slots__ = ("_buffer", "weak", "committed", "_host", "_lazy", "__weakref__")
     __array_priority__ = 1000
 
-    def __init__(self, buffer: Buffer | None, weak: bool = False, lazy: Any = None) -> None:
+    def __init__(self, buffer: Buffer | None, weak: bool = False, lazy: Any = None, committed: bool = False) -> None:
         self._buffer = buffer
         self.weak = weak
+        self.committed = committed
         self._host: np.ndarray | None = None
         self._lazy = lazy  # (cluster, node) while pending
 

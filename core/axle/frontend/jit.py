@@ -104,10 +104,11 @@ class _Entry:
 class Lowered:
     """A traced (not yet optimized) module for one signature and device."""
 
-    def __init__(self, module: Module, device: Device, out_tree: TreeDef) -> None:
+    def __init__(self, module: Module, device: Device, out_tree: TreeDef, committed: bool = False) -> None:
         self.module = module
         self.device = device
         self.out_tree = out_tree
+        self.committed = committed  # the device was named: results are committed to it
 
     def as_text(self) -> str:
         return self.module.as_text()
@@ -172,7 +173,7 @@ class Compiled:
         outs = self.executable.execute(bufs)
         if checks_mod.has_checks(self.lowered.module):
             outs = checks_mod.split_and_raise(self.lowered.module, outs)
-        return unflatten(self.lowered.out_tree, [Array(b) for b in outs])
+        return unflatten(self.lowered.out_tree, [Array(b, committed=self.lowered.committed) for b in outs])
 
 
 class _Inline(Exception):
@@ -227,7 +228,7 @@ class JitFunction:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         device = self._device()
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
-        return Lowered(module, device, out_td)
+        return Lowered(module, device, out_td, committed=self.device_spec is not None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # The dispatch path of every call: one flatten, one dict lookup, one counter update.
@@ -259,7 +260,8 @@ class JitFunction:
         if checks_mod.has_checks(entry.module):
             outs = checks_mod.split_and_raise(entry.module, outs)
         stats.record_run(entry.kernels, function=self.name, device=device.name)
-        return unflatten(entry.out_tree, [Array(b) for b in outs])
+        # results of a jit with a named device are committed to it (eager ops follow them)
+        return unflatten(entry.out_tree, [Array(b, committed=self.device_spec is not None) for b in outs])
 
     def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> "_Entry":
         from ..compiler import compile_module

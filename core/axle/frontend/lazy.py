@@ -109,10 +109,11 @@ class Cluster:
             return make_node(Op.CONSTANT, (), {"value": Literal(arr)})
         return self._param(to_buffer(arr, self.device))
 
-    def record(self, op: Op, operands: Sequence[Any], attrs: dict[str, Any], weak: bool, loc: str | None) -> Array:
+    def record(self, op: Op, operands: Sequence[Any], attrs: dict[str, Any], weak: bool, loc: str | None,
+               committed: bool = False) -> Array:
         nodes = [self.node_for(x) for x in operands]
         node = make_node(op, nodes, attrs, loc=loc)
-        out = Array(None, weak=weak, lazy=(self, node))
+        out = Array(None, weak=weak, lazy=(self, node), committed=committed)
         self.pending.append(weakref.ref(out))
         self.ops += 1
         stats.record("lazy_ops", device=self.device.name)
@@ -181,7 +182,8 @@ def _site(op: Op, operands: Sequence[Any]) -> tuple[tuple, str | None]:
     return (where, op, tuple(aval_of(x) for x in operands)), loc
 
 
-def record(op: Op, operands: Sequence[Any], attrs: dict[str, Any], device: Device, weak: bool) -> Array:
+def record(op: Op, operands: Sequence[Any], attrs: dict[str, Any], device: Device, weak: bool,
+           committed: bool = False) -> Array:
     site, loc = _site(op, operands)
     cluster: Cluster | None = getattr(_state, "cluster", None)
     if cluster is not None and (cluster.device != device or (cluster.ops and site == cluster.first_site)):
@@ -191,7 +193,7 @@ def record(op: Op, operands: Sequence[Any], attrs: dict[str, Any], device: Devic
         cluster = Cluster(device)
         cluster.first_site = site
         _state.cluster = cluster
-    out = cluster.record(op, operands, attrs, weak, loc)
+    out = cluster.record(op, operands, attrs, weak, loc, committed)
     if cluster.ops >= MAX_CLUSTER_OPS:
         cluster.flush()
     return out

@@ -10,6 +10,7 @@ Shape and dtype errors are raised here, naming the op, the operands and the sour
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,21 @@ _ALIASES: dict[str, Op] = {
 }
 for _op in Op:
     _ALIASES.setdefault(_op.name.lower(), _op)
+
+# Attributes that name a set of dims. The op table takes them only sorted ascending (one
+# spelling, so parsed text is canonical); the builder and lax sort them, so no user is
+# refused for the order they wrote.
+SET_ATTRS: dict[Op, str] = {Op.REDUCE: "axes"}
+
+
+def sorted_dims(value: Any) -> Any:
+    """A set of dims in canonical (ascending) order. A value that is not a sequence of
+    integers is returned as given, for the op table to refuse with its own message."""
+    try:
+        dims = [operator.index(v) for v in value]
+    except TypeError:
+        return value
+    return tuple(sorted(dims))
 
 
 def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
@@ -85,6 +101,9 @@ class Builder:
         return make_node(Op.CONSTANT, (), {"value": lit}, loc=self.loc)
 
     def op(self, op: Op, *operands: Node, **attrs: Any) -> Node:
+        name = SET_ATTRS.get(op)
+        if name in attrs:
+            attrs[name] = sorted_dims(attrs[name])
         return make_node(op, operands, attrs, loc=self.loc)
 
     def __getattr__(self, name: str) -> Any:
@@ -122,4 +141,4 @@ def constant_like(value: object, t: TensorType) -> Literal:
     return Literal(np.full(t.shape, value, dtype=t.dtype.np))
 
 
-__all__ = ["Builder", "make_node", "TensorType", "TupleType", "constant_like"]
+__all__ = ["Builder", "make_node", "sorted_dims", "SET_ATTRS", "TensorType", "TupleType", "constant_like"]

@@ -483,8 +483,14 @@ def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, confi
 
 def _reduce_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
     (t,) = ts
-    _check_axes(op, ts, attrs["axes"], t.rank, "axes")
-    return tuple(d for i, d in enumerate(t.shape) if i not in attrs["axes"])
+    axes = attrs["axes"]
+    _check_axes(op, ts, axes, t.rank, "axes")
+    # axes name a set of dims (StableHLO gives them no order); one canonical spelling lets
+    # backends, fusion and CSE compare and iterate them without sorting. Builder and lax sort.
+    if list(axes) != sorted(axes):
+        raise _shape_error(op, ts, f"axes {tuple(axes)} must be sorted ascending (they are a set of dims): "
+                                   f"write {{{','.join(map(str, sorted(axes)))}}}")
+    return tuple(d for i, d in enumerate(t.shape) if i not in axes)
 
 
 def _reduce_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:

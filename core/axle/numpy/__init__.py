@@ -14,6 +14,7 @@ import numpy as _np
 from .. import lax
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.array import Array
+from ..frontend.eager import colocate
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
 from ..frontend.validate import (as_sequence, axis_arg, check_python_int, check_shape, check_weak_scalar,
@@ -143,7 +144,7 @@ def _prepare(name: str, *args: ArrayLike, dtype: Any = None) -> list[Any]:
         shape = broadcast_shapes(*[aval_of(a).shape for a in args])
     except ValueError:
         raise _fail(name, "shapes cannot be broadcast together", *args) from None
-    return [broadcast_to(_to_value(a, dt), shape) for a in args]
+    return [broadcast_to(v, shape) for v in colocate([_to_value(a, dt) for a in args])]
 
 
 def _finish(x: Any, *args: Any) -> Any:
@@ -244,7 +245,8 @@ fmod = _binary(lax.rem, "fmod")
 
 
 def _full_like_value(x: Any, v: Any) -> Any:
-    return broadcast_to(_np.asarray(v, dtype=x.dtype), x.shape)
+    """v in x's shape and dtype, made on x's device."""
+    return broadcast_to(colocate([_np.asarray(v, dtype=x.dtype), x])[0], x.shape)
 
 
 def _zeros_like(x: Any) -> Any:
@@ -321,7 +323,7 @@ def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike) -> Any:
         shape = broadcast_shapes(aval_of(cond).shape, a.shape)
     except ShapeError:
         raise _fail("where", "condition and values cannot be broadcast together", cond, x, y) from None
-    c = broadcast_to(_to_value(cond, _np.dtype(bool)), shape)
+    c = broadcast_to(colocate([_to_value(cond, _np.dtype(bool)), a, b])[0], shape)
     return lax.select(c, broadcast_to(a, shape), broadcast_to(b, shape))
 
 

@@ -9,7 +9,7 @@ import numpy as _np
 
 from .. import lax
 from ..frontend.validate import finite_number
-from . import (_finish, _fail, _is_array, _norm_axes, _norm_axis, _reduce, _to_value, astype, asarray, broadcast_to, equal,
+from . import (_finish, _fail, _full_like_value, _is_array, _norm_axes, _norm_axis, _reduce, _to_value, astype, asarray, broadcast_to, equal,
                logical_not, maximum, mean, minimum, multiply, not_equal, reshape, subtract, sum, true_divide, where)
 
 ArrayLike = Any
@@ -48,7 +48,7 @@ def expm1(x: ArrayLike) -> Any:
 
 
 def _scalar(v: Any, like: Any) -> Any:
-    return broadcast_to(_np.asarray(v, dtype=like.dtype), like.shape)
+    return _full_like_value(like, v)
 
 
 def square(x: ArrayLike) -> Any:
