@@ -133,7 +133,7 @@ def close_pass_manager(mpm) -> None:  # noqa: ANN001
     frees nothing: the class derives from ``(ffi.ObjectRef, NewPassManager)``, so
     ObjectRef's empty ``_dispose`` shadows NewPassManager's, which deletes the C++ pass
     manager. Every O3 pipeline (about 40 KB, plus what its passes keep after a run: about
-    90 KB per compile in all) stayed allocated forever. Disposed here through the method
+    70 to 90 KB per compile in all) stayed allocated forever. Disposed here through the method
     llvmlite meant; a plain ``close()`` where a later llvmlite has it right."""
     from llvmlite.binding import ffi
     from llvmlite.binding.newpassmanagers import NewPassManager

@@ -2,13 +2,13 @@
 
 llvmlite 0.50's ``ModulePassManager.close()`` frees nothing (ObjectRef's empty
 ``_dispose`` shadows NewPassManager's in the MRO), so every O3 pipeline stayed allocated:
-about 90 KB of RSS per compiled module, whatever the cache bounds. The cpu backend frees
+70 to 90 KB of RSS per compiled module, whatever the cache bounds. The cpu backend frees
 it itself (``axle_cpu.target.close_pass_manager``). Measured in a fresh interpreter: the
 same small module compiled (parse, O3, MCJIT, dispose) 240 times; the growth per compile
 is the difference of the median RSS over the last and the second quarters (medians: one
-allocator hiccup cannot move it), against a bound of 20 KB (measured: about 2.5 KB, the
+allocator hiccup cannot move it), against a bound of 20 KB (measured: about 2 KB, the
 ``PassInstrumentationCallbacks`` llvmlite's ``LLVMPY_CreatePassBuilder`` never frees;
-before the fix about 90 KB). RSS is a count of resident pages, so CPU load does not move it.
+before the fix about 70 KB). RSS is a count of resident pages, so CPU load does not move it.
 
 A live module holds its code and a small MCJIT engine: about 0.1 MB. Each engine used to
 generate the code itself with a target machine it owns, which then kept its X86 subtarget
