@@ -3,7 +3,8 @@ or dtypes of its arguments keep changing) is usually a bug that makes it slow.
 
 After ``config.retrace_warning_threshold`` traces of one function, every further trace
 warns with a :class:`RecompilationWarning` naming the function and the argument(s)
-whose shape, dtype or static value differ from the closest earlier signature, e.g.::
+whose shape, dtype or static value differ from the closest earlier signature (of the last
+``history_size()``, twice ``config.jit_cache_size``: all that is kept), e.g.::
 
     RecompilationWarning: axle.jit function 'step' was traced 9 times (threshold 8);
     this time because argument 'x' changed f32[100,784] -> f32[37,784].
@@ -16,6 +17,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +30,43 @@ Signature = dict[str, str]
 
 _lock = threading.Lock()
 renew_in_child(sys.modules[__name__], "_lock")
-_history: "weakref.WeakKeyDictionary[Any, list[Signature]]" = weakref.WeakKeyDictionary()
+
+
+def history_size() -> int:
+    """Signatures kept per function: twice ``config.jit_cache_size`` (read at each trace).
+    Bounded, so a function traced for 10,000 shapes does not keep 10,000 signatures and
+    explaining a retrace costs time linear in the bound (it compared each new trace with
+    every earlier one before). Twice the cache's bound, so a signature whose executable the
+    LRU evicted is still recognised when it comes back within as many traces again: a
+    function cycling through a few more shapes than the cache holds is told so."""
+    return 2 * max(1, config.jit_cache_size)
+
+
+class _History:
+    """One function's trace count and its most recent signatures (``history_size()``).
+    ``_seen`` counts the retained copies of each signature, so an identical earlier one is
+    found at once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.recent: deque[tuple[frozenset[tuple[str, str]], Signature]] = deque()
+        self._seen: Counter[frozenset[tuple[str, str]]] = Counter()
+
+    def add(self, key: frozenset[tuple[str, str]], sig: Signature, bound: int) -> None:
+        self.count += 1
+        self.recent.append((key, sig))
+        self._seen[key] += 1
+        while len(self.recent) > bound:
+            old, _ = self.recent.popleft()
+            self._seen[old] -= 1
+            if not self._seen[old]:
+                del self._seen[old]
+
+    def seen(self, key: frozenset[tuple[str, str]]) -> bool:
+        return key in self._seen
+
+
+_history: "weakref.WeakKeyDictionary[Any, _History]" = weakref.WeakKeyDictionary()
 
 
 class RecompilationWarning(UserWarning):
@@ -129,20 +167,27 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stackle
     """Records one trace of ``jit_fn`` (a JitFunction; call right after tracing, with the
     device it compiles for) and warns once its trace count passes the threshold; the
     warning points ``stacklevel`` frames up (the user's call). Returns the changes from
-    the closest earlier signature (empty for the first trace)."""
+    the closest of the retained earlier signatures (empty for the first trace, and when an
+    identical one was retained: the executable had been dropped from the cache)."""
     from .compiler import flags_key
 
     sig = signature(jit_fn.fn, args, kwargs, getattr(jit_fn, "static_argnums", ()), device=device,
                     flags=flags_key())
+    key = frozenset(sig.items())
     with _lock:
-        seen = _history.setdefault(jit_fn, [])
-        previous = list(seen)
-        seen.append(sig)
-        count = len(seen)
-    if not previous:
+        history = _history.get(jit_fn)
+        if history is None:
+            history = _history[jit_fn] = _History()
+        # An identical recent signature: its executable left the cache. Else the closest
+        # recent one explains the retrace best (fewest differences).
+        same = history.seen(key)
+        previous = [] if same else [p for _, p in history.recent]
+        first = history.count == 0
+        history.add(key, sig, history_size())
+        count = history.count
+    if first:
         return []
-    # The closest earlier signature explains the retrace best (fewest differences).
-    changes = min((diff(p, sig) for p in reversed(previous)), key=len)  # ties: the latest
+    changes = [] if same else min((diff(p, sig) for p in reversed(previous)), key=len)  # ties: the latest
     name = getattr(jit_fn, "name", getattr(jit_fn.fn, "__name__", "fn"))
     why = "; ".join(changes) or _DROPPED
     profiler.instant(f"retrace {name}", "retrace", count=count, changes=why)
@@ -158,6 +203,9 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stackle
 
 
 def traces(jit_fn: Any) -> list[Signature]:
-    """Every signature ``jit_fn`` was traced for, oldest first."""
+    """The signatures of ``jit_fn``'s most recent traces (at most ``history_size()``), oldest
+    first."""
     with _lock:
-        return list(_history.get(jit_fn, []))
+        history = _history.get(jit_fn)
+        return [] if history is None else [sig for _, sig in history.recent]
+

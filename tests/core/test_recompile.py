@@ -108,3 +108,48 @@ def test_stats_per_function_and_device():
     dev = s["per_device"][DEV]
     assert dev["traces"] >= 2 and dev["cache_hits"] >= 1
     assert s["traces"] == 2 and s["cache_hits"] == 1
+
+
+@pytest.fixture
+def small_cache(monkeypatch):
+    monkeypatch.setattr(axle.config, "jit_cache_size", 3)
+    monkeypatch.setattr(axle.config, "retrace_warning_threshold", 0)
+
+
+def _retrace_reason(f, x) -> str:  # noqa: ANN001
+    with pytest.warns(RecompilationWarning) as rec:
+        f(x, np.float32(1))
+    (w,) = [r for r in rec if r.category is RecompilationWarning]
+    return str(w.message)
+
+
+def test_retrace_history_is_bounded_and_counts_every_trace(small_cache):
+    # 2 x jit_cache_size signatures are kept, however many shapes the function sees (it
+    # kept one per trace for ever: memory and the time to explain a retrace grew with them)
+    f = axle.jit(step, device=DEV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompilationWarning)
+        for n in range(1, 41):
+            f(np.ones(n, np.float32), np.float32(1))
+    assert f.trace_count == 40
+    assert [s["x"] for s in traces(f)] == [f"f32[{n}]" for n in range(35, 41)]
+    msg = _retrace_reason(f, np.ones(41, np.float32))
+    assert "traced 41 times" in msg and "'x' changed f32[40] -> f32[41]" in msg
+
+
+def test_evicted_shape_coming_back_is_reported_as_dropped(small_cache):
+    # a cache of 3 cycled through 4 shapes: each retrace is an eviction, not a new shape
+    f = axle.jit(step, device=DEV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompilationWarning)
+        for n in (1, 2, 3, 4):
+            f(np.ones(n, np.float32), np.float32(1))
+    msg = _retrace_reason(f, np.ones(1, np.float32))
+    assert "dropped from the cache" in msg and "'x' changed" not in msg
+    # one that left the kept history too is compared with the closest kept signature
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompilationWarning)
+        for n in range(10, 17):
+            f(np.ones(n, np.float32), np.float32(1))
+    msg = _retrace_reason(f, np.ones(2, np.float32))
+    assert "'x' changed f32[16] -> f32[2]" in msg
