@@ -162,6 +162,6 @@ def test_reduce_axes_are_one_sorted_set():
         verify(_malformed(unsorted, [x]))
     text = ("module @m\nentry %m (x: f32[2,3]) -> f32[] {\n  %x = f32[2,3] parameter(0)\n"
             "  ROOT %s = f32[] reduce(%x), axes={1,0}, kind=max\n}\n")
-    with pytest.raises(ParseError, match=r"line 4: reduce: axes \(1, 0\) must be sorted ascending"):
+    with pytest.raises(ParseError, match=r"line 4, column 19: reduce: axes \(1, 0\) must be sorted ascending"):
         parse_module(text)
     assert parse_module(text.replace("{1,0}", "{0,1}")).entry.root.attr["axes"] == (0, 1)

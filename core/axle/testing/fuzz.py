@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from ..errors import BackendError
 from ..ir.builder import make_node
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node, post_order
@@ -170,6 +171,10 @@ def _worker(read_fd: int, write_fd: int) -> None:
 
     _ensure_custom_call()  # texts that name the generator's custom call must parse
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    from .. import devices
+
+    devices()  # load every backend now, so that start-up never counts against a task's timeout
+    outbox.send(_READY)
     while True:
         try:
             fn, args = inbox.recv()
@@ -200,6 +205,10 @@ def _exit_reason(code: int | None) -> str:
 Task = tuple[Callable[..., Outcome], tuple]
 
 
+_READY = "ready"
+_STARTUP_LIMIT_S = 300
+
+
 @dataclass
 class _Slot:
     proc: subprocess.Popen
@@ -219,6 +228,8 @@ class Pool:
         self.timeout = timeout
         self.cache = tempfile.TemporaryDirectory(prefix="axle-fuzz-")
         self.slots = [self._start() for _ in range(max(1, workers))]
+        for slot in self.slots:
+            self._await_ready(slot)
 
     def _start(self) -> _Slot:
         to_worker, from_worker = os.pipe(), os.pipe()
@@ -232,13 +243,28 @@ class Pool:
         os.close(from_worker[1])
         return _Slot(proc, Connection(from_worker[0], writable=False), Connection(to_worker[1], readable=False))
 
+    @staticmethod
+    def _await_ready(slot: _Slot) -> None:
+        """Waits for a new worker's imports and backend discovery (slow on a loaded machine)."""
+        if slot.inbox.poll(_STARTUP_LIMIT_S):
+            try:
+                if slot.inbox.recv() == _READY:
+                    return
+            except (EOFError, OSError):
+                pass
+        slot.proc.kill()
+        raise BackendError(f"a fuzz worker did not start within {_STARTUP_LIMIT_S} s "
+                           f"(exit status {slot.proc.wait()})")
+
     def _replace(self, slot: _Slot) -> None:
         if slot.proc.poll() is None:
             slot.proc.kill()
         slot.proc.wait()
         slot.inbox.close()
         slot.outbox.close()
-        self.slots[self.slots.index(slot)] = self._start()
+        fresh = self._start()
+        self._await_ready(fresh)
+        self.slots[self.slots.index(slot)] = fresh
 
     def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:
         """(task, outcome) pairs in completion order."""
