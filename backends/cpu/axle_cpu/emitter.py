@@ -460,6 +460,13 @@ class KernelEmitter:
             idx = []
         else:
             idx = self.unravel(o, shape[:-1]) + [i]
+        if idx and spec.loop_sizes[1] == 1:
+            # A column loop of one element only ever runs i = 0: say so, so that what
+            # depends on the element index alone is hoisted out of the loops. Left inside,
+            # LLVM sees it as uniform work it cannot hoist (the output store may alias
+            # its loads), and its loop vectorizer takes time exponential in the depth of
+            # such a chain where a value is used twice (x*x: 26 squarings took 3.5 s).
+            idx[-1] = 0
         self.row_idx = idx[:-1]
         self.tails[1] = b.block
         self._plan_row_cache()
