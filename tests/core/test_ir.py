@@ -6,6 +6,7 @@ import pytest
 
 from axle.errors import AttributeError_, DTypeError, ParseError, ShapeError, VerifierError
 from axle.ir import Builder, DType, Module, Op, parse_module, verify
+from axle.ir.ops import OPS, AttrKind
 from axle.ir.module import Computation, Node
 from axle.ir.types import TensorType
 from axle.testing.cases import core_cases, fused_cases
@@ -165,3 +166,55 @@ def test_reduce_axes_are_one_sorted_set():
     with pytest.raises(ParseError, match=r"line 4, column 19: reduce: axes \(1, 0\) must be sorted ascending"):
         parse_module(text)
     assert parse_module(text.replace("{1,0}", "{0,1}")).entry.root.attr["axes"] == (0, 1)
+
+
+#: every integer-valued attribute of the op table: (op, attribute name, kind)
+INT_ATTRS = [(d.op, a.name, a.kind) for d in OPS.values() for a in d.attrs
+             if a.kind in (AttrKind.INT, AttrKind.INTS, AttrKind.SHAPE)]
+#: values that are not integers, with the type the error names
+NOT_INTEGRAL = [(1.7, "float"), (1.0, "float"), (True, "bool"), (np.bool_(False), "bool"), ("1", "str"),
+                (np.float32(2.0), "float32")]
+
+
+@pytest.mark.parametrize("bad,kind", NOT_INTEGRAL, ids=[repr(v) for v, _ in NOT_INTEGRAL])
+@pytest.mark.parametrize("op,name,attr_kind", INT_ATTRS, ids=[f"{o.value}.{n}" for o, n, _ in INT_ATTRS])
+def test_integer_attributes_refuse_non_integral_values(op: Op, name: str, attr_kind: AttrKind, bad: object,
+                                                       kind: str) -> None:
+    """Issue 12: the op table turned each entry with int(v), so axes=(1.7,) reduced axis 1
+    and shape=("3",) was a shape of 3. Every integer attribute now refuses a float, a bool
+    or a string, naming the op, the attribute and the entry."""
+    spec = next(a for a in OPS[op].attrs if a.name == name)
+    value = bad if attr_kind is AttrKind.INT else (0, bad)
+    with pytest.raises(AttributeError_, match=rf"^{op.value}: attribute {name}=.* \(.* is a {kind}, not an integer\)"):
+        spec.coerce(op, value)
+    good = np.int64(1) if attr_kind is AttrKind.INT else (np.int32(0), np.int64(1), 2)
+    assert spec.coerce(op, good) == (1 if attr_kind is AttrKind.INT else (0, 1, 2))
+
+
+def test_float_axes_are_refused_not_truncated():
+    """axle.lax.reduce(x, "sum", (1.7,)) summed axis 1; the Builder path took it too."""
+    import axle
+
+    x = np.arange(6.0).reshape(2, 3)
+    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(1\.7,\) .*1\.7 is a float"):
+        axle.lax.reduce(x, "sum", (1.7,))
+    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(True,\) .*True is a bool"):
+        axle.lax.reduce(x, "sum", (True,))
+    assert np.array_equal(np.asarray(axle.lax.reduce(x, "sum", np.array([1]))), x.sum(axis=1))
+    b = Builder("f")
+    p = b.parameter("f32[2,3]")
+    with pytest.raises(AttributeError_, match=r"slice: attribute start=\(0, 0\.5\)"):
+        b.slice(p, start=(0, 0.5), limit=(2, 3), stride=(1, 1))
+    with pytest.raises(AttributeError_, match=r"reshape: attribute shape=\(6\.0,\)"):
+        b.reshape(p, shape=(6.0,))
+    with pytest.raises(AttributeError_, match=r"get-tuple-element: attribute index=1\.0"):
+        b.get_tuple_element(b.tuple(p, p), index=1.0)
+    assert b.reduce(p, kind="sum", axes=(np.int64(1),)).shape == (2,)
+
+
+@pytest.mark.parametrize("bad", ["1.7", "1.0", "true", '"1"', "1e0"])
+def test_parser_refuses_non_integral_attribute_entries(bad: str):
+    text = ("module @m\nentry %m (x: f32[2,3]) -> f32[2] {\n  %x = f32[2,3] parameter(0)\n"
+            "  ROOT %s = f32[2] reduce(%x), axes={AX}, kind=sum\n}\n")
+    with pytest.raises(ParseError, match=r"line 4, column \d+: expected an integer \(an element of axes\)"):
+        parse_module(text.replace("AX", bad))

@@ -460,6 +460,13 @@ class KernelEmitter:
             idx = []
         else:
             idx = self.unravel(o, shape[:-1]) + [i]
+        if idx and spec.loop_sizes[1] == 1:
+            # A column loop of one element only ever runs i = 0: say so, so that what
+            # depends on the element index alone is hoisted out of the loops. Left inside,
+            # LLVM sees it as uniform work it cannot hoist (the output store may alias
+            # its loads), and its loop vectorizer takes time exponential in the depth of
+            # such a chain where a value is used twice (x*x: 26 squarings took 3.5 s).
+            idx[-1] = 0
         self.row_idx = idx[:-1]
         self.tails[1] = b.block
         self._plan_row_cache()
@@ -976,18 +983,44 @@ def _pow(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     t = COMPUTE[dt]
     one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
     neg = b.icmp_signed("<", y, zero)
-    e = b.select(neg, zero, y)
-    result: ir.Value = one
-    base = x
-    for _ in range(t.width - 1):  # square-and-multiply over every exponent bit, branch-free
-        odd = b.icmp_unsigned("!=", b.and_(e, one), zero)
-        result = b.select(odd, b.mul(result, base), result)
-        base = b.mul(base, base)
-        e = b.lshr(e, one)
+    result = _ipow_loop(em, x, b.select(neg, zero, y))
     yodd = b.icmp_unsigned("!=", b.and_(y, one), zero)
     negval = b.select(b.icmp_signed("==", x, one), one,
                       b.select(b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(yodd, ir.Constant(t, -1), one), zero))
     return b.select(neg, negval, result)
+
+
+def _ipow_loop(em: KernelEmitter, x: ir.Value, e0: ir.Value) -> ir.Value:
+    """x**e0 (e0 >= 0, wrapping) by square-and-multiply in a real loop over e0's
+    significant bits. Not unrolled over all 63 bits: with loop-invariant operands LLVM's
+    loop vectorizer takes time exponential in the number of unrolled rounds (hours for
+    63; 4 s for 28 rounds, doubling with each one). A constant exponent still folds: the
+    loop's trip count is then known and the unroller flattens it."""
+    b = em.b
+    t = x.type
+    one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
+    start = b.block
+    cond = em.fn.append_basic_block("ipow.cond")
+    body = em.fn.append_basic_block("ipow.body")
+    done = em.fn.append_basic_block("ipow.done")
+    b.branch(cond)
+    b.position_at_end(cond)
+    r, p, e = b.phi(t), b.phi(t), b.phi(t)
+    b.cbranch(b.icmp_unsigned("!=", e, zero), body, done)
+    b.position_at_end(body)
+    odd = b.icmp_unsigned("!=", b.and_(e, one), zero)
+    r.add_incoming(b.select(odd, b.mul(r, p), r), body)
+    p.add_incoming(b.mul(p, p), body)
+    e.add_incoming(b.lshr(e, one), body)
+    b.branch(cond)
+    for phi, v in ((r, one), (p, x), (e, e0)):
+        phi.add_incoming(v, start)
+    b.position_at_end(done)
+    # Code emitted here was being appended to an open preamble: it goes on in `done`.
+    for level, tail in list(em.tails.items()):
+        if tail is start:
+            em.tails[level] = done
+    return r
 
 
 def _maxmin_rule(is_max: bool) -> Callable[..., ir.Value]:

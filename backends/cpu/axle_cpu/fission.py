@@ -23,7 +23,7 @@ _CHEAP = (Op.PARAMETER, Op.CONSTANT, Op.IOTA)
 
 def _weight(n: Node) -> int:
     if n.op is Op.POW and not n.dtype.is_float:
-        return 64  # unrolled square-and-multiply
+        return 64  # up to 63 square-and-multiply rounds per element
     return 30 if n.traits.transcendental else 1
 
 

@@ -10,7 +10,6 @@ Shape and dtype errors are raised here, naming the op, the operands and the sour
 """
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..errors import AxleError, ShapeError, VerifierError
 from .dtypes import DType, dtype as to_dtype
 from .literal import Literal
 from .module import Computation, Module, Node
-from .ops import OPS, Op, canonical_attrs, check_arity, infer_type
+from .ops import OPS, Op, as_int, canonical_attrs, check_arity, infer_type
 from .types import TensorType, TupleType, Type
 
 # Method names for ops whose enum value is not a Python identifier or is long.
@@ -44,7 +43,7 @@ def sorted_dims(value: Any) -> Any:
     """A set of dims in canonical (ascending) order. A value that is not a sequence of
     integers is returned as given, for the op table to refuse with its own message."""
     try:
-        dims = [operator.index(v) for v in value]
+        dims = [as_int(v) for v in value]
     except TypeError:
         return value
     return tuple(sorted(dims))

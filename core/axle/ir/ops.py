@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,18 @@ class AttrKind(enum.Enum):
 _REQUIRED = object()
 
 
+def as_int(v: object) -> int:
+    """An integral attribute entry: a Python or NumPy integer, never a bool, float or
+    string (``int(v)`` would turn axes=(1.7,) into axis 1 and "3" into 3 silently).
+    Raises TypeError naming the entry."""
+    if not isinstance(v, (bool, np.bool_)):
+        try:
+            return operator.index(v)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{v!r} is a {type(v).__name__}, not an integer")
+
+
 @dataclass(frozen=True)
 class AttrSpec:
     name: str
@@ -106,13 +119,12 @@ class AttrSpec:
     def coerce(self, op: "Op", value: object) -> object:
         """Canonical, hashable form of an attribute value (tuples, DType...)."""
         k = self.kind
+        why = ""
         try:
             if k is AttrKind.INT:
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                    raise TypeError
-                return int(value)
+                return as_int(value)
             if k in (AttrKind.INTS, AttrKind.SHAPE):
-                vals = tuple(int(v) for v in value)  # type: ignore[union-attr]
+                vals = tuple(as_int(v) for v in value)  # type: ignore[union-attr]
                 if k is AttrKind.SHAPE and any(v < 0 for v in vals):
                     raise ValueError
                 return vals
@@ -135,10 +147,10 @@ class AttrSpec:
                 if not isinstance(value, Computation):
                     raise TypeError
                 return value
-        except (TypeError, ValueError, OverflowError):
-            pass
+        except (TypeError, ValueError, OverflowError) as e:
+            why = f" ({e})" if str(e) else ""
         expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
-        raise AttributeError_(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}")
+        raise AttributeError_(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}{why}")
 
 
 @dataclass(frozen=True)
