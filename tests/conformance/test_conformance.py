@@ -75,10 +75,11 @@ def test_kit_catches_a_wrong_kernel(monkeypatch):
     import axle_template.codegen as cg
 
     from axle.ir.ops import Op
+    from axle.lru import LRU
 
     dev = require_backend("template")
     monkeypatch.setitem(cg.RENDER, Op.ADD, lambda n, a: f"np.subtract({a[0]}, {a[1]})")
-    monkeypatch.setattr(cg, "_BINARIES", {})
+    monkeypatch.setattr(cg, "_BINARIES", LRU())  # an empty cache: the broken add is compiled anew
     bad = [c for c in CHECKS if c.category == "op.add"]
     failed = 0
     for c in bad:
