@@ -251,3 +251,18 @@ def test_control_flow_on_values_inside_grad_is_a_tracing_error():
         _, pull = axle.vjp(lambda v: v * 2, np.ones(3))
         with pytest.raises(ShapeError, match="cotangent"):
             pull(np.ones(4))
+
+
+@pytest.mark.parametrize("a, b", [(0.0, -0.0), (-0.0, 0.0)])
+def test_maximum_minimum_gradient_splits_a_signed_zero_tie(a: float, b: float) -> None:
+    """-0.0 == +0.0 is a tie for the gradient even though max/min now pick +0.0/-0.0
+    (IEEE 754-2019): the cotangent is split evenly, whichever zero won."""
+    x, y = np.float32(a), np.float32(b)
+    for fn in (anp.maximum, anp.minimum):
+        gx, gy = axle.grad(lambda u, v: fn(u, v), argnums=(0, 1))(x, y)
+        assert (float(gx), float(gy)) == (0.5, 0.5), fn.__name__
+    # a reduction over both zeros: each zero is a hit and takes half
+    for fn, other in ((anp.max, -1.0), (anp.min, 1.0)):
+        v = np.array([a, b, other], np.float32)
+        g = np.asarray(axle.grad(lambda u: fn(u) * 1.0)(v))
+        np.testing.assert_array_equal(g, np.array([0.5, 0.5, 0.0], np.float32), err_msg=fn.__name__)

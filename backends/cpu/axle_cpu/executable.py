@@ -9,6 +9,7 @@ come from the reusing pool (memory.py); temporaries go back to it when the call 
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from dataclasses import dataclass
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from llvmlite import ir
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
+from axle.ir.ops import COMBINE
 from axle.ir.types import TensorType
 
 from . import threads
@@ -36,9 +38,6 @@ KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, 
 SPLIT_GAIN = 0.85
 #: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
 CHUNKS = 4
-
-_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
-            "and": np.bitwise_and, "or": np.bitwise_or}
 
 
 def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
@@ -208,7 +207,9 @@ class _ReductionSplit:
         self.combine = []
         for p, out_node in zip(self.partial, launch.step.spec.outputs):
             kind = out_node.attr["kind"]
-            ufunc = _COMBINE[kind]
+            # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
+            # as the kernels' llvm.maximum/minimum do
+            ufunc = COMBINE[kind]
             if p.dtype == np.bool_:
                 ufunc = np.logical_or if kind in ("sum", "max", "or") else np.logical_and
             self.combine.append(ufunc)
@@ -219,7 +220,8 @@ class _ReductionSplit:
         fn, parts, base, row = la.fn, self.parts, self.base, 8 * la.nbuf
         pool.run(lambda k: fn(base + k * row, 0, la.outer, 0, la.inner, *parts[k]), len(parts))
         for o, p, ufunc in zip(outputs, self.partial, self.combine):
-            o[...] = ufunc.reduce(p.astype(np.float32) if p.dtype == np.float16 else p, axis=0)
+            # row by row (few rows: one per chunk), as ufunc.reduce(axis=0) would
+            o[...] = functools.reduce(ufunc, p.astype(np.float32) if p.dtype == np.float16 else p)
 
 
 def _address(buf: Buffer) -> int:

@@ -104,9 +104,12 @@ FLOAT_BINARY: dict[Op, Callable[[DType, Expr, Expr], Expr]] = {
     Op.DIV: lambda dt, a, b: f"({a} / {b})",
     Op.REM: lambda dt, a, b: f"fmod({a}, {b})",
     Op.POW: lambda dt, a, b: f"pow({a}, {b})",
-    # NaN-propagating (fmax/fmin return the non-NaN operand).
-    Op.MAX: lambda dt, a, b: f"(({a} > {b} || isnan({a})) ? {a} : {b})",
-    Op.MIN: lambda dt, a, b: f"(({a} < {b} || isnan({a})) ? {a} : {b})",
+    # IEEE 754-2019 maximum/minimum: NaN-propagating (fmax/fmin return the non-NaN
+    # operand) and -0.0 < +0.0 (on a tie of zeros: max keeps a unless a is -0.0, min keeps
+    # a unless a is +0.0). Written for scalars and vectors alike (&&, signbit and the
+    # ternary act per lane on vectors).
+    Op.MAX: lambda dt, a, b: f"(({a} > {b} || isnan({a}) || ({a} == {b} && !signbit({a}))) ? {a} : {b})",
+    Op.MIN: lambda dt, a, b: f"(({a} < {b} || isnan({a}) || ({a} == {b} && signbit({a}))) ? {a} : {b})",
 }
 INT_UNARY: dict[Op, Callable[[DType, Expr], tuple[Expr, str | None]]] = {
     Op.NEG: lambda dt, x: (f"(({REG[dt]})(0 - ({UNSIGNED[dt]}){x}))", None),

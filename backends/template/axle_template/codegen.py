@@ -16,7 +16,7 @@ from axle.config import config
 from axle.lru import LRU
 from axle.ir.builder import make_node
 from axle.ir.module import Computation, Node
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import OPS, Op, maximum, minimum
 
 # HARDWARE: render a fusion. Each entry turns operand names into one expression of the
 # device language; an op without an entry is rendered as a call to the core's reference
@@ -27,9 +27,12 @@ UNARY: dict[Op, str] = {
     Op.NOT: "np.invert",
 }
 BINARY: dict[Op, str] = {
-    Op.ADD: "np.add", Op.SUB: "np.subtract", Op.MUL: "np.multiply", Op.MAX: "np.maximum",
-    Op.MIN: "np.minimum", Op.AND: "np.bitwise_and", Op.OR: "np.bitwise_or",
+    Op.ADD: "np.add", Op.SUB: "np.subtract", Op.MUL: "np.multiply", Op.MAX: "ieee_maximum",
+    Op.MIN: "ieee_minimum", Op.AND: "np.bitwise_and", Op.OR: "np.bitwise_or",
 }
+#: helpers the rendered source calls by name: NumPy's maximum/minimum pick an arbitrary
+#: zero on a (-0.0, +0.0) tie; the IR's max/min follow IEEE 754-2019 (-0.0 < +0.0)
+HELPERS: dict[str, Any] = {"ieee_maximum": maximum, "ieee_minimum": minimum}
 COMPARE: dict[str, str] = {"eq": "np.equal", "ne": "np.not_equal", "lt": "np.less", "le": "np.less_equal",
                            "gt": "np.greater", "ge": "np.greater_equal"}
 RENDER: dict[Op, Any] = {
@@ -51,7 +54,7 @@ def single_op(node: Node) -> Computation:
 
 def render_kernel(name: str, comp: Computation) -> tuple[str, dict[str, Any]]:
     """The kernel's source text and the names it needs bound (constants, helpers)."""
-    env: dict[str, Any] = {"np": np}
+    env: dict[str, Any] = {"np": np, **HELPERS}
     names = {p.uid: f"p{i}" for i, p in enumerate(comp.parameters)}
     lines = [f"def {name}({', '.join(names[p.uid] for p in comp.parameters)}):"]
     for n in comp.nodes:

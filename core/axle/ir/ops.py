@@ -373,6 +373,44 @@ _REDUCER = {
 }
 
 
+# IEEE 754-2019 maximum/minimum (as StableHLO, XLA and JAX): NaN-propagating and
+# -0.0 < +0.0, so max(-0.0, +0.0) = +0.0 and min(-0.0, +0.0) = -0.0 in either operand
+# order. NumPy's maximum/minimum propagate NaN but pick an arbitrary zero on a tie (the
+# second operand for f32/f64, the first for f16), so ties are fixed up here.
+def maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 maximum (ints and bools: NumPy's, which has no ties to break)."""
+    out = np.maximum(x, y)
+    if np.asarray(out).dtype.kind != "f":
+        return out
+    # equal operands differ at most in the sign of a zero: the one without a sign bit wins
+    return np.where(x == y, np.where(np.signbit(x), y, x), out)
+
+
+def minimum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 minimum (ints and bools: NumPy's, which has no ties to break)."""
+    out = np.minimum(x, y)
+    if np.asarray(out).dtype.kind != "f":
+        return out
+    return np.where(x == y, np.where(np.signbit(x), x, y), out)
+
+
+#: the partial-result combiners of every reduction kind, IEEE max/min included
+COMBINE = {**_REDUCER, "max": maximum, "min": minimum}
+
+
+def _signed_zero_fixup(x: np.ndarray, out: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
+    """A max/min reduction whose result is a zero: +0.0 (max) if any reduced element is
+    +0.0, else -0.0; -0.0 (min) if any is -0.0, else +0.0 (NumPy's ufunc.reduce keeps
+    whichever zero it met first or last, depending on the dtype)."""
+    zero = out == 0
+    if not np.any(zero):
+        return out
+    want_neg = kind == "min"  # the zero that wins a tie
+    found = np.logical_or.reduce((x == 0) & (np.signbit(x) == want_neg), axis=axes)
+    winner, other = (-0.0, 0.0) if want_neg else (0.0, -0.0)
+    return np.where(zero, np.where(found, winner, other).astype(out.dtype), out)
+
+
 def reduce_identity(kind: str, dt: DType) -> object:
     """The value a reduction of this kind over no elements produces."""
     return np.array(_IDENTITY[kind](dt.np)).astype(dt.np)[()]
@@ -381,8 +419,10 @@ def reduce_identity(kind: str, dt: DType) -> object:
 def _reduce(x: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
     ident = reduce_identity(kind, to_dtype(x.dtype))
     work = x.astype(np.float32) if x.dtype == np.float16 and kind in ("sum", "prod") else x
-    out = _REDUCER[kind].reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident))
-    return np.asarray(out).astype(x.dtype)
+    out = np.asarray(_REDUCER[kind].reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident)))
+    if kind in ("max", "min") and x.dtype.kind == "f":
+        out = _signed_zero_fixup(x, out, kind=kind, axes=tuple(axes))
+    return out.astype(x.dtype)
 
 
 def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...], rhs_batch: tuple[int, ...],
@@ -707,8 +747,8 @@ for _op, _f, _dts, _tr in [
     (Op.DIV, _div, NUMERIC, _EW),
     (Op.REM, _rem, NUMERIC, _EW),
     (Op.POW, _pow, NUMERIC, Traits(elementwise=True, transcendental=True)),
-    (Op.MAX, np.maximum, frozenset(ALL_DTYPES), _EW_C),
-    (Op.MIN, np.minimum, frozenset(ALL_DTYPES), _EW_C),
+    (Op.MAX, maximum, frozenset(ALL_DTYPES), _EW_C),
+    (Op.MIN, minimum, frozenset(ALL_DTYPES), _EW_C),
     (Op.AND, np.bitwise_and, INTEGRAL, _EW_C),
     (Op.OR, np.bitwise_or, INTEGRAL, _EW_C),
 ]:

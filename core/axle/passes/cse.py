@@ -1,8 +1,8 @@
 """Common-subexpression elimination: one dict lookup per node.
 
 Nodes are hash-consed on their structural key (op, canonical operands, attributes,
-type); commutative ops use their operands in a canonical order for the lookup (except float max/min, which the reference does not treat as
-bit-commutative for signed zeros). Ops with
+type); commutative ops use their operands in a canonical order for the lookup (float
+max/min included: IEEE 754-2019 orders -0.0 < +0.0, so they are bit-commutative). Ops with
 side effects (rng-bit-generator, custom-call) are never merged: two random draws are two
 draws. Fusion nodes compare their fused computations structurally, so identical
 fusions merge too."""
@@ -14,14 +14,9 @@ from .pipeline import Pass
 from .rewrite import rebuild_module
 
 
-#: commutative ops whose reference is not bit-commutative on floats: NumPy's maximum and
-#: minimum return one or the other operand for max(-0.0, +0.0) depending on the order
-ORDER_SENSITIVE_ON_FLOATS = frozenset({Op.MAX, Op.MIN})
-
-
 def _lookup_key(n: Node) -> tuple:
     operands = n.operands
-    if n.traits.commutative and not (n.op in ORDER_SENSITIVE_ON_FLOATS and n.operands[0].dtype.is_float):
+    if n.traits.commutative:
         operands = tuple(sorted(operands, key=lambda o: o.uid))
     return (n.op, operands, n.attrs, n.type)
 

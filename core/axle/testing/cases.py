@@ -150,6 +150,50 @@ def _t(dt: DType, shape: Sequence[int]) -> TensorType:
     return TensorType(dt, tuple(shape))
 
 
+#: (a, b) pairs on which IEEE 754-2019 max/min order the zeros (-0.0 < +0.0): both
+#: operand orders, equal zeros, and NaN beside a zero
+_ZERO_PAIRS = ((0.0, -0.0), (-0.0, 0.0), (0.0, 0.0), (-0.0, -0.0), (np.nan, -0.0), (-0.0, np.nan), (1.0, -0.0),
+               (-1.0, 0.0))
+#: rows whose max/min is a zero picked from both kinds (or NaN)
+_ZERO_ROWS = ((0.0, -0.0, -0.0), (-0.0, -0.0, 0.0), (-0.0, -0.0, -0.0), (0.0, 0.0, 0.0), (np.nan, -0.0, 0.0),
+              (-1.0, -0.0, 0.0), (0.0, 1.0, -0.0))
+
+
+def _explicit_case(name: str, build: Callable[[Builder, list[Any]], Any], inputs: list[np.ndarray]) -> OpCase:
+    case = _case(name, build, [_t(DType(_dtype_value(x.dtype)), x.shape) for x in inputs], np.random.default_rng(0))
+    return OpCase(case.id, case.module, inputs, case.ops)
+
+
+def _signed_zero_pairs(op: Op) -> list[OpCase]:
+    """max/min over (-0.0, +0.0) in both orders, per float dtype (check_case compares the
+    zeros' signs of these ops, which allclose alone would not)."""
+    out = []
+    for dt in FLOAT_DTYPES:
+        a, b = (np.tile(np.array(c, dt.np), 9) for c in zip(*_ZERO_PAIRS))  # 72: vector lanes and a tail
+        out.append(_explicit_case(f"{op.value}-signed-zeros-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
+    return out
+
+
+def _signed_zero_rows() -> list[OpCase]:
+    """reduce max/min over rows and columns holding both zeros, per float dtype."""
+    out = []
+    for kind in ("max", "min"):
+        for dt in FLOAT_DTYPES:
+            x = np.array([list(r) * 11 for r in _ZERO_ROWS], dt.np)  # rows of 33
+            for axis, xin in ((1, x), (0, np.ascontiguousarray(x.T))):
+                out.append(_explicit_case(f"reduce.{kind}-signed-zeros-{dt.value}-axis{axis}",
+                                          lambda bl, p, k=kind, a=axis: bl.reduce(p[0], kind=k, axes=(a,)), [xin]))
+    return out
+
+
+def _orders_zeros(module: Module) -> bool:
+    """Whether every op of the module picks among its operands with IEEE 754-2019's
+    -0.0 < +0.0 (max/min, reduce max/min): then the sign of a zero result is specified."""
+    def picks(n: Node) -> bool:
+        return n.op in (Op.PARAMETER, Op.MAX, Op.MIN) or n.op is Op.REDUCE and n.attr["kind"] in ("max", "min")
+    return all(picks(n) for n in module.entry.nodes)
+
+
 def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
     """Cases exercising ``op`` alone over its dtypes and edge shapes."""
     # A stable seed: hash() of a str changes per process (PYTHONHASHSEED).
@@ -168,6 +212,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
                     kw = {"small": True}
                 out.append(_case(f"{op.value}-{dt.value}{list(shape)}", lambda b, p: b.op(op, *p),
                                  [_t(dt, shape)] * arity, rng, **kw))
+        if op in (Op.MAX, Op.MIN):
+            out += _signed_zero_pairs(op)
         return out
     if op is Op.COMPARE:
         for direction in ("eq", "ne", "lt", "le", "gt", "ge"):
@@ -198,6 +244,7 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
                     out.append(_case(f"reduce.{kind}-{dt.value}{list(shape)}-axes{list(axes)}",
                                      lambda b, p, k=kind, a=axes: b.reduce(p[0], kind=k, axes=a),
                                      [_t(dt, shape)], rng, small=small, special=not small))
+        out += _signed_zero_rows()
         return out
     if op is Op.DOT_GENERAL:
         specs = [
@@ -410,6 +457,10 @@ def check_case(case: OpCase, device: Device, *, optimize: bool = True) -> None:
             assert ok.all(), f"{case.id} (result {i}) on {device.name}: max error {err.max()} exceeds the dot bound"
             continue
         assert_close(a, e, rtol, atol, f"{case.id} (result {i}) on {device.name}")
+        if _orders_zeros(case.module) and e.dtype.kind == "f":
+            zero = e == 0
+            np.testing.assert_array_equal(np.signbit(a[zero]), np.signbit(e[zero]),
+                                          err_msg=f"{case.id} (result {i}) on {device.name}: signs of zeros")
 
 
 def _dot_error_bound(case: OpCase) -> np.ndarray | None:
