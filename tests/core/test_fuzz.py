@@ -101,3 +101,20 @@ def test_generator_makes_the_patterns_that_found_bugs():
                 seen.add("chain into a reduction")
     assert seen == {"f16 interior pad", "int64 div/rem", "log of a negative", "nan into a transcendental",
                     "chain into a reduction"}
+
+
+def test_an_interrupted_campaign_reports_what_it_ran(monkeypatch):
+    """Ctrl-C during a long `make fuzz` prints the counts so far instead of a traceback."""
+    import axle.testing.fuzz as fuzz
+
+    monkeypatch.setattr(fuzz, "PROGRESS_EVERY", 0.0)  # a log line after every run
+    calls = []
+
+    def log(line: str) -> None:
+        calls.append(line)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    summary = fuzz.run_campaign(1000, 0, [INTERP], workers=1, log=log)
+    assert summary.interrupted and 3 <= summary.run[INTERP.name] < 1000
+    assert summary.table().endswith("(interrupted)")

@@ -163,8 +163,10 @@ def _close(a: np.ndarray, e: np.ndarray, tol: tuple[float, float]) -> np.ndarray
 def _worker(read_fd: int, write_fd: int) -> None:
     """A worker's loop: (function, args) in, Outcome out, over its own pipes (not stdio,
     which a backend may print to)."""
+    import signal
     import warnings
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not a task's
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
     from ..passes.random_modules import _ensure_custom_call
@@ -441,6 +443,7 @@ class Summary:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    interrupted: bool = False  # Ctrl-C: the counts are what ran until then
 
     def add(self, config: Config, outcome: Outcome) -> None:
         self.run[config.name] = self.run.get(config.name, 0) + 1
@@ -456,7 +459,7 @@ class Summary:
         for cfg in self.configs:
             c = self.counts.get(cfg.name, dict.fromkeys(_LABELS, 0))
             lines.append(f"{cfg.name:<26}{self.run.get(cfg.name, 0):>9}" + "".join(f"{c[k]:>12}" for k in _LABELS))
-        lines.append(f"run time {self.seconds:.1f} s")
+        lines.append(f"run time {self.seconds:.1f} s" + (" (interrupted)" if self.interrupted else ""))
         return "\n".join(lines)
 
 
@@ -508,18 +511,22 @@ def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | Non
     with Pool(workers or os.cpu_count() or 1, timeout) as pool:
         failed: list[Finding] = []
         next_note = time.monotonic() + PROGRESS_EVERY
-        for (_, (prog, cfg)), outcome in pool.imap(tasks()):
-            summary.add(cfg, outcome)
-            if log and time.monotonic() > next_note:
-                next_note += PROGRESS_EVERY
-                log(f"... {sum(summary.run.values())} runs up to seed {prog.seed}, {len(failed)} failures, "
-                    f"{time.monotonic() - start:.0f} s")
-            if outcome.kind in FAILURES:
-                failed.append(Finding(prog, cfg, outcome))
-                if log:
-                    log(f"{outcome.kind} on {cfg.name}: random_module({prog.seed}, {prog.n_nodes})")
+        try:
+            for (_, (prog, cfg)), outcome in pool.imap(tasks()):
+                summary.add(cfg, outcome)
+                if log and time.monotonic() > next_note:
+                    next_note += PROGRESS_EVERY
+                    log(f"... {sum(summary.run.values())} runs up to seed {prog.seed}, {len(failed)} failures, "
+                        f"{time.monotonic() - start:.0f} s")
+                if outcome.kind in FAILURES:
+                    failed.append(Finding(prog, cfg, outcome))
+                    if log:
+                        log(f"{outcome.kind} on {cfg.name}: random_module({prog.seed}, {prog.n_nodes})")
+        except KeyboardInterrupt:  # a long campaign stopped by hand still reports what it ran
+            summary.interrupted = True
         for f in failed:
-            _minimize(f, pool, shrink_budget)
+            if not summary.interrupted:
+                _minimize(f, pool, shrink_budget)
             summary.findings.append(f)
             if log:
                 log(f.report())
