@@ -11,7 +11,6 @@ int8 array is refused, not widened: widened, it would overflow differently).
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError, AxleError, DTypeError, ShapeError
 from ..ir.dtypes import MAX_RANK, supported_numpy_dtype
+from ..ir.ops import as_int
 from .source import user_location
 
 #: the largest array (in bytes) any shape may describe; beyond it sizes overflow int64
@@ -32,11 +32,10 @@ def _index(v: Any, fn: str, what: Any) -> int:
     checked on every call)."""
     if type(v) is int:
         return v
-    if not isinstance(v, (bool, np.bool_, float, np.floating)):
-        try:
-            return operator.index(v)
-        except TypeError:
-            pass
+    try:
+        return as_int(v)
+    except TypeError:
+        pass
     name = what() if callable(what) else what
     raise ArgumentError(f"{fn}: {name} must be an integer, got {type(v).__name__} {v!r}", where=user_location())
 
