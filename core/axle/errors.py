@@ -69,3 +69,7 @@ class BackendError(AxleError):
 
 class PlacementError(AxleError):
     """Strict placement: an op the device cannot run."""
+
+
+class CustomCallError(AxleError, RuntimeError):
+    """A registered custom-call target that raised on its operands (the cause is chained)."""

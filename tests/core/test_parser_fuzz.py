@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import axle
 from axle.compiler import compile_module
 from axle.interpreter import evaluate
-from axle.errors import AxleError, ParseError, ShapeError, VerifierError
+from axle.errors import AxleError, CustomCallError, ParseError, ShapeError, VerifierError
 from axle.ir import Builder, DType, TensorType, parse_module, parse_type
 from axle.ir.ops import CUSTOM_CALL_TARGETS, register_custom_call
 from axle.testing import IN_CI, require_backend
@@ -285,3 +285,20 @@ def test_campaign_mutants_are_rebuilt_from_their_number():
     texts = _corpus()
     rnd_a, rnd_b = random.Random(42), random.Random(42)
     assert mutate(rnd_a.choice(texts), rnd_a, 3) == mutate(rnd_b.choice(texts), rnd_b, 3)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu", "opencl", "template"])
+def test_custom_call_target_that_raises_is_an_axle_error(backend: str):
+    """A target called with operands it does not take (here: none) raised the target's own
+    TypeError from inside axle (found by the parser campaign)."""
+    device = require_backend(backend)
+    register_custom_call("test.parser.unary", lambda x, config: x * 2)
+    text = """module @m
+
+entry %m () -> f32[2] {
+  ROOT %y = f32[2] custom-call(), target="test.parser.unary", shape=[2], dtype=f32
+}
+"""
+    exe = compile_module(parse_module(text), device)
+    with pytest.raises(CustomCallError, match=r"target 'test.parser.unary' failed on operands \(\): TypeError"):
+        exe.execute([])

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttributeError_, DTypeError, ShapeError
+from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
 from .literal import Literal
@@ -521,10 +521,16 @@ def register_custom_call(name: str, reference: Callable[..., np.ndarray]) -> Non
 def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, config: str) -> np.ndarray:
     if target not in CUSTOM_CALL_TARGETS:
         raise AttributeError_(f"custom-call: no reference registered for target {target!r}")
-    out = np.asarray(CUSTOM_CALL_TARGETS[target](*xs, config=config))
+    operands = ", ".join(f"{to_dtype(x.dtype).value}{list(x.shape)}" for x in xs)
+    try:
+        out = np.asarray(CUSTOM_CALL_TARGETS[target](*xs, config=config))
+    except AxleError:
+        raise
+    except Exception as e:  # the target is user code: its failure names the call it came from
+        raise CustomCallError(f"custom-call: target {target!r} failed on operands ({operands}): "
+                              f"{type(e).__name__}: {e}") from e
     if out.shape != tuple(shape):
         # A target's result is only known when it runs: check it here, never reshape it.
-        operands = ", ".join(f"{to_dtype(x.dtype).value}{list(x.shape)}" for x in xs)
         raise ShapeError(f"custom-call: target {target!r} returned shape {list(out.shape)} for operands "
                          f"({operands}); the node declares {TensorType(dtype, tuple(shape))}")
     return out.astype(dtype.np, copy=False)
