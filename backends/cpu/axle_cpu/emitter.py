@@ -28,7 +28,8 @@ from llvmlite import ir
 from axle.errors import BackendError
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
-from axle.ir.ops import Op, reduce_identity
+from axle.ir.ops import Op
+from axle.ir.reductions import REDUCE_KINDS
 
 from . import mathfns as M
 from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
@@ -584,7 +585,7 @@ class KernelEmitter:
 
         def init(c: ir.Value) -> None:
             for (acc, t, dt), out in zip(accs, outs):
-                ident = reduce_identity(out.attr["kind"], dt)
+                ident = REDUCE_KINDS[out.attr["kind"]].identity(dt)
                 b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), slot(acc, c))
 
         self.loop(0, ch, init, level=2)
@@ -791,17 +792,22 @@ def _rng(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
 # -- reductions and contractions --------------------------------------------------
 
 
+#: reduction combiners by the reduce kind's combining op; float sums and products may be
+#: reassociated (the loop vectorizer needs it), so they are not the elementwise ops' code
+_COMBINE: dict[Op, Callable[[KernelEmitter, DType, ir.Value, ir.Value], ir.Value]] = {
+    Op.ADD: lambda em, dt, a, v: em.b.fadd(a, v, flags=("reassoc", "contract")) if dt.is_float else (
+        em.b.or_(a, v) if dt.is_bool else em.b.add(a, v)),
+    Op.MUL: lambda em, dt, a, v: em.b.fmul(a, v, flags=("reassoc", "contract")) if dt.is_float else (
+        em.b.and_(a, v) if dt.is_bool else em.b.mul(a, v)),
+    Op.AND: lambda em, dt, a, v: em.b.and_(a, v),
+    Op.OR: lambda em, dt, a, v: em.b.or_(a, v),
+    Op.MAX: lambda em, dt, a, v: _maxmin(em, dt, a, v, True),
+    Op.MIN: lambda em, dt, a, v: _maxmin(em, dt, a, v, False),
+}
+
+
 def combine(em: KernelEmitter, kind: str, dt: DType, acc: ir.Value, v: ir.Value) -> ir.Value:
-    b = em.b
-    if kind == "sum":
-        return b.fadd(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.or_(acc, v) if dt.is_bool else b.add(acc, v))
-    if kind == "prod":
-        return b.fmul(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.and_(acc, v) if dt.is_bool else b.mul(acc, v))
-    if kind == "and":
-        return b.and_(acc, v)
-    if kind == "or":
-        return b.or_(acc, v)
-    return _maxmin(em, dt, acc, v, kind == "max")
+    return _COMBINE[REDUCE_KINDS[kind].combiner](em, dt, acc, v)
 
 
 def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool) -> ir.Value:
@@ -825,7 +831,7 @@ def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     x = n.operands[0]
     kind, axes = n.attr["kind"], tuple(sorted(n.attr["axes"]))
     dt = x.dtype
-    ident = const(dt, (lambda v: v.item() if hasattr(v, "item") else v)(reduce_identity(kind, dt)))
+    ident = const(dt, (lambda v: v.item() if hasattr(v, "item") else v)(REDUCE_KINDS[kind].identity(dt)))
     acc_t = COMPUTE[dt]
     kept = iter(idx)
     full: list[Index] = [0 if d in axes else next(kept) for d in range(len(x.shape))]

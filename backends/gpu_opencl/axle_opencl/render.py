@@ -138,8 +138,6 @@ BOOL_BINARY: dict[Op, Callable[[Expr, Expr], Expr]] = {
 }
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
-#: reduction kind -> the binary op that combines two partial results
-REDUCE_OP: dict[str, Op] = {"sum": Op.ADD, "prod": Op.MUL, "max": Op.MAX, "min": Op.MIN, "and": Op.AND, "or": Op.OR}
 #: float ops the vectorizer may emit on floatN values (everything else stays scalar)
 #: Ops rendered on floatN as well. Not sin/cos: PoCL's vector sin/cos lose the small
 #: lanes of a vector that also holds a huge argument (sin(1e-30) came out 0.0099 beside

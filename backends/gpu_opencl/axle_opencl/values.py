@@ -19,6 +19,7 @@ from axle.errors import BackendError
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
+from axle.ir.reductions import REDUCE_KINDS
 from axle.passes.fusion import squeeze
 
 from . import render
@@ -63,7 +64,7 @@ def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
 
 def combine(kind: str, dt: DType, a: str, b: str, helpers: set[str]) -> str:
     """Expression merging two partial reductions of ``kind`` (f16 partials are f32)."""
-    return render.binary(render.REDUCE_OP[kind], acc_dtype(dt), a, b, helpers)
+    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b, helpers)
 
 
 class Renderer:
