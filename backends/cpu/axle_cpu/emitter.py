@@ -26,6 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from axle.errors import BackendError
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
@@ -883,19 +884,9 @@ def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
 
 def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     lhs, rhs = n.operands
-    a = n.attr
-    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
-    nb = len(lb)
-    lfree = [d for d in range(len(lhs.shape)) if d not in lb + lc]
-    rfree = [d for d in range(len(rhs.shape)) if d not in rb + rc]
-    li: list[Index] = [0] * len(lhs.shape)
-    ri: list[Index] = [0] * len(rhs.shape)
-    for k, (l, r) in enumerate(zip(lb, rb)):
-        li[l] = ri[r] = idx[k]
-    for k, d in enumerate(lfree):
-        li[d] = idx[nb + k]
-    for k, d in enumerate(rfree):
-        ri[d] = idx[nb + len(lfree) + k]
+    dims = DotDims.of(n)
+    lc, rc = dims.lhs_contracting, dims.rhs_contracting
+    li, ri = dims.operand_indices(idx, [0] * len(lc), len(lhs.shape), len(rhs.shape))
     dt = n.dtype
     # float32/float16 products are accumulated in double: the result then differs from
     # the exact dot only by its final rounding, whatever the contraction length.

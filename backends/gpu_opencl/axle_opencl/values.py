@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from axle.errors import BackendError
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
@@ -357,33 +358,22 @@ class Renderer:
 
     def _dot(self, n: Node, idx: Idx, lanes: int) -> str:
         lhs, rhs = n.operands
-        a = n.attr
-        lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+        d = DotDims.of(n)
         c = self.em.coords(idx)
-        lfree = [i for i in range(lhs.tensor_type.rank) if i not in lb + lc]
-        rfree = [i for i in range(rhs.tensor_type.rank) if i not in rb + rc]
-        nb = len(lb)
-        lco: list[str] = [""] * lhs.tensor_type.rank
-        rco: list[str] = [""] * rhs.tensor_type.rank
-        for k, (l, r) in enumerate(zip(lb, rb)):
-            lco[l] = rco[r] = c[k]
-        for k, i in enumerate(lfree):
-            lco[i] = c[nb + k]
-        for k, i in enumerate(rfree):
-            rco[i] = c[nb + len(lfree) + k]
         adt = acc_dtype(n.dtype)
         acc = self.em.tmp(reg_type(adt), literal(0, adt), "acc")
-        if any(lhs.shape[i] == 0 for i in lc):
+        if d.k == 0:
             return acc
-        for l, r in zip(lc, rc):
-            v = self.em.fresh("r")
-            self.em.open(f"for (int {v} = 0; {v} < {lhs.shape[l]}; {v}++)")
-            lco[l] = rco[r] = v
+        ks = []
+        for l in d.lhs_contracting:
+            ks.append(self.em.fresh("r"))
+            self.em.open(f"for (int {ks[-1]} = 0; {ks[-1]} < {lhs.shape[l]}; {ks[-1]}++)")
+        lco, rco = d.operand_indices(c, ks, len(lhs.shape), len(rhs.shape))
         x = self.value(lhs, Idx(lhs.shape, None, lco))
         y = self.value(rhs, Idx(rhs.shape, None, rco))
         prod = render.binary(Op.MUL, adt, x, y, self.helpers)
         self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod, self.helpers)};")
-        for _ in lc:
+        for _ in ks:
             self.em.close()
         return render.round_half(acc, self.helpers) if n.dtype is DType.FLOAT16 else acc
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .dotdims import DotDims
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -471,10 +472,7 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
         if lhs.shape[a] != rhs.shape[b]:
             raise _shape_error(op, ts, f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
-    batch = tuple(lhs.shape[a] for a in lb)
-    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lb + lc)
-    rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rb + rc)
-    return batch + lfree + rfree
+    return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
 
 
 def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
