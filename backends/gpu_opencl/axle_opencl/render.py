@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 from axle.ir.dtypes import DType
+from axle.ir.numerics import TANH_SATURATION_F32
 from axle.ir.ops import Op
 
 from .ctypes_ import REG, UNSIGNED, literal
@@ -58,8 +59,6 @@ def _nan_guard(f: Callable[[DType, Expr], Expr]) -> Callable[[DType, Expr], Expr
     return lambda dt, x: f"(isnan({x}) ? {x} : {f(dt, x)})"
 
 
-#: float tanh(x) rounds to +-1 beyond 13 ln 2 (where 1 - tanh(x) < 2^-25, half an ulp below 1)
-TANH_SATURATION_F32 = 13 * math.log(2)
 
 
 def _saturated_tanh(x: Expr) -> Expr:

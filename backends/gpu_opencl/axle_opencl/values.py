@@ -19,6 +19,7 @@ from axle.errors import BackendError
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
+from axle.ir.numerics import TANH_F32
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
 from axle.passes.fusion import squeeze
@@ -28,12 +29,6 @@ from .ctypes_ import REG, identity, literal
 from .emitter import Emitter, Idx
 
 LANE_NAMES = "0123456789abcdef"
-# tanh(x)/x ~ P(x^2)/Q(x^2) on |x| <= 9: a least-squares fit for relative error made
-# for this backend (iteratively reweighted linearized fit, then checked in f32).
-_TANH_P = (1.0, 0.13393756747245789, 0.0035106686409562826, 2.0855723050772212e-05, 1.36936719741243e-08)
-_TANH_Q = (1.0, 0.46727079153060913, 0.025934455916285515, 0.0003310230968054384, 7.91588547599531e-07)
-
-
 def reg_type(dt: DType, lanes: int = 1) -> str:
     return REG[dt] + (str(lanes) if lanes > 1 else "")
 
@@ -163,11 +158,12 @@ class Renderer:
 
     def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
         """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
-        vectorizes): tanh(x) ~ x P(x^2) / Q(x^2) on [-9, 9], degree 4 over 4 in x^2, fitted for
-        relative error (max ~3e-7 evaluated in f32, Q >= 1 so no poles), NaN passed on."""
+        vectorizes): the shared fit axle.ir.numerics.TANH_F32 (max ~3e-7 relative error
+        evaluated in f32, Q >= 1 so no poles), NaN passed on."""
         assert dt is DType.FLOAT32, "vector tanh is f32 only (vector_ok keeps f64 scalar)"
         t = reg_type(dt, lanes)
-        c = self.em.tmp(t, f"clamp({x}, -9.0f, 9.0f)")
+        lim = literal(TANH_F32.clamp, dt)
+        c = self.em.tmp(t, f"clamp({x}, -{lim}, {lim})")
         s = self.em.tmp(t, f"{c} * {c}")
 
         def horner(coeffs: tuple[float, ...]) -> str:
@@ -176,8 +172,8 @@ class Renderer:
                 e = f"({e} * {s} + {literal(a, dt)})"
             return e
 
-        p = self.em.tmp(t, horner(_TANH_P))
-        q = self.em.tmp(t, horner(_TANH_Q))
+        p = self.em.tmp(t, horner(TANH_F32.p))
+        q = self.em.tmp(t, horner(TANH_F32.q))
         return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
 
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
