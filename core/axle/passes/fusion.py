@@ -16,7 +16,8 @@ Two phases, then materialization:
 
 Every candidate group is checked by :func:`classify`, which names its kind (loop, input,
 row, output) or refuses it; the backend's :class:`~axle.passes.policy.FusionPolicy`
-bounds what it accepts.
+bounds what it accepts, including the size of the kernel that inlines the group
+(:mod:`axle.passes.inline_cost`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..ir.builder import make_node
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
 
@@ -82,11 +84,13 @@ def classify(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolic
     ``members`` in topological order; ``roots`` are the values the group exports."""
     if len(members) > policy.max_fusion_nodes:
         return None
+    inside = {m.uid for m in members}
+    if inline_cost(roots, inside) > policy.max_inline_cost or padded_transcendental(roots, inside) is not None:
+        return None
     if len(roots) > 1 and not policy.multi_output:
         return None
     if any(not isinstance(r.type, TensorType) for r in roots):
         return None
-    inside = {m.uid for m in members}
     dots = [m for m in members if is_contraction(m)]
     reds = [m for m in members if is_reduction(m)]
     if dots:

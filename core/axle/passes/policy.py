@@ -20,6 +20,12 @@ class FusionPolicy:
     #: constants with at most this many elements are inlined into fused computations;
     #: bigger ones stay outside and are passed in like any other operand
     max_fused_constant_elements: int = 1
+    #: most weighted evaluations per output element of a fused kernel that inlines its
+    #: producers at each consumer's index (axle.passes.inline_cost: a value read through
+    #: index-changing ops at k index patterns counts k times, a transcendental 30): bigger
+    #: groups are not formed, so chains like add(x, reverse(x)) cannot grow a kernel
+    #: exponentially. The kernel plan splits hand-written fusions over it the same way.
+    max_inline_cost: int = 3000
 
 
 DEFAULT_POLICY = FusionPolicy()
