@@ -10,7 +10,6 @@ the GEMM kernel is faster at every shape, so it is off by default (AOT never doe
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from axle import profiler
 from axle.errors import BackendError
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
@@ -77,15 +77,9 @@ def matmul_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]
     """dot_general as one ``np.matmul`` (NumPy's BLAS) over batched-matrix views of the
     operands (transposes are views; a reshape copies only where dims do not merge),
     written into the output buffer."""
-    lhs, rhs = (o.shape for o in n.operands)
-    a = n.attr
-    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
-    lfree = tuple(d for d in range(len(lhs)) if d not in lb + lc)
-    rfree = tuple(d for d in range(len(rhs)) if d not in rb + rc)
-    bt = math.prod(lhs[d] for d in lb)
-    m, k, nn = (math.prod(lhs[d] for d in lfree), math.prod(lhs[d] for d in lc),
-                math.prod(rhs[d] for d in rfree))
-    lperm, rperm = tuple(lb) + lfree + tuple(lc), tuple(rb) + tuple(rc) + rfree
+    d = DotDims.of(n)
+    bt, m, k, nn = d.batch, d.m, d.k, d.n
+    lperm, rperm = d.lhs_batch + d.lhs_free + d.lhs_contracting, d.rhs_batch + d.rhs_contracting + d.rhs_free
     shapes = ((m, k), (k, nn), (m, nn)) if bt == 1 else ((bt, m, k), (bt, k, nn), (bt, m, nn))
 
     def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
