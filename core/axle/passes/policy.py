@@ -1,7 +1,12 @@
 """What a backend lets the fusion pass build (returned by ``Backend.fusion_policy()``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ir.module import Node
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,9 @@ class FusionPolicy:
     #: constants with at most this many elements are inlined into fused computations;
     #: bigger ones stay outside and are passed in like any other operand
     max_fused_constant_elements: int = 1
+    #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
+    #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
+    veto: Callable[["Node"], str | None] | None = field(default=None, compare=False)
 
 
 DEFAULT_POLICY = FusionPolicy()
