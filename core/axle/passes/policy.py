@@ -1,7 +1,12 @@
 """What a backend lets the fusion pass build (returned by ``Backend.fusion_policy()``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ir.module import Node
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,9 @@ class FusionPolicy:
     #: groups are not formed, so chains like add(x, reverse(x)) cannot grow a kernel
     #: exponentially. The kernel plan splits hand-written fusions over it the same way.
     max_inline_cost: int = 3000
+    #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
+    #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
+    veto: Callable[["Node"], str | None] | None = field(default=None, compare=False)
 
 
 DEFAULT_POLICY = FusionPolicy()
