@@ -93,7 +93,9 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
     if len(members) > policy.max_fusion_nodes:
         return None
     inside = {m.uid for m in members}
-    if inline_cost(roots, inside) > policy.max_inline_cost or padded_transcendental(roots, inside) is not None:
+    if inline_cost(roots, inside) > policy.max_inline_cost:
+        return None
+    if any(m.op is Op.PAD for m in members) and padded_transcendental(roots, inside) is not None:
         return None
     if len(roots) > 1 and not policy.multi_output:
         return None
