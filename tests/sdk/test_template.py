@@ -44,7 +44,7 @@ def test_code_lines_ignores_comments_and_docstrings():
 
 def test_template_source_is_small():
     total = sum(code_lines(p.read_text()) for p in (TEMPLATE / "axle_template").glob("*.py"))
-    assert 50 < total < 300, f"the template has {total} lines of code; keep the contract visibly small"
+    assert 50 < total < 250, f"the template has {total} lines of code; keep the contract visibly small"
 
 
 def test_every_hardware_place_is_marked():
@@ -73,7 +73,9 @@ def test_template_kernels_are_generated_source():
     np.testing.assert_array_equal(f(x, x).numpy(), (x + x) * x)
     sources = f.lower(x, x).compile().executable.kernel_sources()
     text = "\n".join(sources.values())
-    assert "np.add(" in text and "np.multiply(" in text and "def k0_" in text
+    # one C loop nest: both ops inlined into the loop over the output
+    assert "void k0_loop_fusion(" in text and "for (int64_t" in text, text
+    assert "+" in text and "*" in text and len(sources) == 1, text
 
 
 def test_template_executable_rejects_wrong_arguments():

@@ -37,7 +37,7 @@ class TemplateBackend(Backend):
         # axle.backend.BackendUnavailable("why") when the driver or device is missing: the
         # reason is shown by `axle devices` and `axle doctor`, and other backends keep working.
         self.claim_all = claim_all
-        self._devices = [Device(self.name, 0, "host memory, NumPy kernels (template backend)",
+        self._devices = [Device(self.name, 0, "host memory, C kernels (template backend)",
                                 kind="accelerator", properties={"memory": "host"})]
 
     def devices(self) -> Sequence[Device]:

@@ -1,6 +1,7 @@
 """The executable: an ordered list of kernel launches over the entry computation."""
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,18 +11,21 @@ import numpy as np
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
 from axle.ir.module import Module, Node
-from axle.ir.ops import Op
+from axle.ir.ops import OPS, Op
 from axle.ir.types import TensorType
+from axle.lowering.c import CKernel
 
-from .codegen import compile_kernel, render_kernel, single_op
+from .codegen import RENDERER, compile_program, render_kernel, single_op
+
+#: entry nodes that are not kernels: values the executable moves around itself
+_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CUSTOM_CALL)
 
 
 @dataclass
 class Launch:
-    name: str
     node: Node
-    source: str
-    fn: Any
+    kernel: CKernel
+    fn: Any = None
 
 
 class TemplateExecutable(Executable):
@@ -34,12 +38,17 @@ class TemplateExecutable(Executable):
             if n.op is Op.CONSTANT:
                 # HARDWARE: upload constants once, at compile time, into device memory.
                 self.constants[n.uid] = np.array(n.attr["value"].array)
-            elif n.op not in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
+            elif n.op not in _PLUMBING:
                 fused = n.op is Op.FUSION
                 comp = n.attr["computation"] if fused else single_op(n)
                 name = f"k{len(self.launches)}_{n.attr['kind'] + '_fusion' if fused else n.op.name.lower()}"
-                source, env = render_kernel(name, comp)
-                self.launches[n.uid] = Launch(name, n, source, compile_kernel(name, source, env))
+                self.launches[n.uid] = Launch(n, render_kernel(name, comp))
+        kernels = [k.kernel for k in self.launches.values()]
+        if kernels:
+            lib = compile_program(RENDERER.program(kernels))
+            for launch in self.launches.values():
+                launch.fn = getattr(lib, launch.kernel.name)
+                launch.fn.restype = None
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         entry = self.module.entry
@@ -51,30 +60,31 @@ class TemplateExecutable(Executable):
             if a.type != p.type:
                 raise BackendError(f"{self.module.name}: parameter {p.attr['index']} expects {p.type}, got {a.type}")
             values[p.uid] = a.handle
-        with np.errstate(all="ignore"):  # NaN/inf results are values, not errors
-            for n in entry.nodes:
-                if n.uid in self.launches:
-                    # HARDWARE: launch. Enqueue the kernel with its argument buffers and an
-                    # output allocation; real devices return before the kernel has finished.
-                    values[n.uid] = self.launches[n.uid].fn(*[values[o.uid] for o in n.operands])
-                elif n.op is Op.GET_TUPLE_ELEMENT:
-                    values[n.uid] = values[n.operands[0].uid][n.attr["index"]]
+        for n in entry.nodes:
+            operands = [values[o.uid] for o in n.operands]
+            if n.uid in self.launches:
+                values[n.uid] = self._launch(self.launches[n.uid], operands)
+            elif n.op is Op.GET_TUPLE_ELEMENT:
+                values[n.uid] = operands[0][n.attr["index"]]
+            elif n.op is Op.CUSTOM_CALL:  # user Python code: it runs on the host
+                with np.errstate(all="ignore"):
+                    values[n.uid] = OPS[Op.CUSTOM_CALL].reference(*operands, **n.attr)
         root = entry.root
         outs = list(root.operands) if root.op is Op.TUPLE else [root]
-        return [Buffer(self.device, o.type, self._check(o, values[o.uid])) for o in outs]  # type: ignore[arg-type]
+        return [Buffer(self.device, o.type, values[o.uid]) for o in outs]  # type: ignore[arg-type]
 
-    def _check(self, node: Node, value: Any) -> np.ndarray:
-        """Catches a renderer bug here, naming the kernel, instead of as a wrong answer later."""
-        arr = np.asarray(value)
-        t = node.type
-        assert isinstance(t, TensorType)
-        if arr.shape != t.shape or arr.dtype != t.dtype.np:
-            raise BackendError(f"{self.device.backend} kernel for {node.op.value} produced {arr.dtype}{list(arr.shape)}, "
-                               f"expected {t}")
-        return arr
+    def _launch(self, launch: Launch, inputs: list[np.ndarray]) -> Any:
+        # HARDWARE: launch. Allocate the outputs and scratch buffers in device memory and
+        # enqueue the kernel; real devices return before the kernel has finished.
+        k = launch.kernel
+        outs = [np.empty(t.shape, t.dtype.np) for t in k.outputs]
+        scratch = [np.empty(t.shape, t.dtype.np) for t in k.scratch]
+        arrays = [*map(np.ascontiguousarray, inputs), *k.constants, *outs, *scratch]
+        launch.fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays])
+        return outs[0] if isinstance(launch.node.type, TensorType) else tuple(outs)
 
     def report(self) -> dict[str, Any]:
         return {"kernels": len(self.launches)}
 
     def kernel_sources(self) -> dict[str, str]:
-        return {k.name: k.source for k in self.launches.values()}
+        return {k.kernel.name: k.kernel.source for k in self.launches.values()}
