@@ -74,7 +74,7 @@ def test_template_kernels_are_generated_source():
     sources = f.lower(x, x).compile().executable.kernel_sources()
     text = "\n".join(sources.values())
     # one C loop nest: both ops inlined into the loop over the output
-    assert "void k0_loop_fusion(" in text and "for (int64_t" in text, text
+    assert "void k0_loop_fusion_0(" in text and "for (int64_t" in text, text
     assert "+" in text and "*" in text and len(sources) == 1, text
 
 

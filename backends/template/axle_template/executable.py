@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CUSTO
 class Launch:
     node: Node
     kernel: CKernel
-    fn: Any = None
+    stages: list[Any] = field(default_factory=list)
 
 
 class TemplateExecutable(Executable):
@@ -47,8 +47,7 @@ class TemplateExecutable(Executable):
         if kernels:
             lib = compile_program(RENDERER.program(kernels))
             for launch in self.launches.values():
-                launch.fn = getattr(lib, launch.kernel.name)
-                launch.fn.restype = None
+                launch.stages = [getattr(lib, name) for name in launch.kernel.stages]
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         entry = self.module.entry
@@ -80,7 +79,9 @@ class TemplateExecutable(Executable):
         outs = [np.empty(t.shape, t.dtype.np) for t in k.outputs]
         scratch = [np.empty(t.shape, t.dtype.np) for t in k.scratch]
         arrays = [*map(np.ascontiguousarray, inputs), *k.constants, *outs, *scratch]
-        launch.fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays])
+        pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        for stage in launch.stages:  # one after the other: a stage reads what the last wrote
+            stage(*pointers)
         return outs[0] if isinstance(launch.node.type, TensorType) else tuple(outs)
 
     def report(self) -> dict[str, Any]:

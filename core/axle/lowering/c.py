@@ -307,8 +307,12 @@ def combine(d: Dialect, kind: str, dt: DType, a: Expr, b: Expr) -> Expr:
 
 @dataclass
 class CKernel:
-    """One rendered function. Its arguments, in order: the computation's parameters, the
-    constant arrays (``constants``), the outputs, the scratch buffers."""
+    """One rendered computation: ``stages`` functions to launch in order, each one device
+    loop (a reduction or dot into its buffer, then each output), all with the same
+    arguments: the computation's parameters, the constant arrays (``constants``), the
+    outputs, the scratch buffers. Stages are separate launches because a later one reads
+    what every thread of an earlier one wrote (no device has a global barrier inside a
+    kernel); a single-threaded device may call them back to back."""
 
     name: str
     source: str
@@ -316,6 +320,7 @@ class CKernel:
     constants: list[np.ndarray]
     outputs: list[TensorType]
     scratch: list[TensorType]
+    stages: list[str]
     helpers: set[str] = field(default_factory=set)
 
 
@@ -363,6 +368,8 @@ class _KernelBuilder:
         self.scratch: list[TensorType] = []
         #: materialized nodes (reductions, dots): uid -> buffer argument
         self.buffers: dict[int, str] = {}
+        #: (function name, body lines) of each stage, in launch order
+        self.stages: list[tuple[str, list[str]]] = []
 
     # -- statements ------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -450,7 +457,6 @@ class _KernelBuilder:
         for i, o in enumerate(outs):
             if o.uid not in self.buffers or self.buffers[o.uid] != f"o{i}":
                 self.loop(o, f"o{i}")
-        body = self.lines
         for i, o in enumerate(outs):
             self.argument(f"o{i}", o.tensor_type, False)
         consts_at = len(params)
@@ -459,16 +465,20 @@ class _KernelBuilder:
             self.args.insert(consts_at + k, f"{q}const {self.d.storage[_dtype(arr)]}* {self.d.restrict} {name}")
         for k, t in enumerate(self.scratch):
             self.argument(f"s{k}", t, False)
-        head = f"{self.d.kernel_prefix + ' ' if self.d.kernel_prefix else ''}void {self.name}({', '.join(self.args)})"
-        source = head + " {\n" + "\n".join(body) + "\n}\n"
+        prefix = f"{self.d.kernel_prefix} " if self.d.kernel_prefix else ""
+        source = "".join(f"{prefix}void {name}({', '.join(self.args)}) {{\n" + "\n".join(body) + "\n}\n"
+                         for name, body in self.stages)
         used = set(re.findall(r"\baxle_\w+", source)) & set(helpers(self.d))
-        return CKernel(self.name, source, params, self.constants, [o.tensor_type for o in outs], self.scratch, used)
+        return CKernel(self.name, source, params, self.constants, [o.tensor_type for o in outs], self.scratch,
+                       [name for name, _ in self.stages], used)
 
     def loop(self, n: Node, buf: str) -> None:
-        """The device loop over ``n``'s elements, storing each into ``buf``."""
+        """A stage: a function whose device loop stores each of ``n``'s elements into ``buf``."""
         size = n.tensor_type.size
         if size == 0:
             return
+        self.lines, self.scopes = [], [{}]
+        self.stages.append((f"{self.name}_{len(self.stages)}", self.lines))
         v = f"e{self.n}"
         self.n += 1
         self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
