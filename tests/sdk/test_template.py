@@ -179,3 +179,20 @@ def test_kernel_binaries_bounded_by_jit_cache_size(monkeypatch):
         x = np.linspace(0, 1, n, dtype=np.float32)
         np.testing.assert_allclose(np.asarray(f(x)), np.exp(x) + 1.0, rtol=1e-6)
         assert len(codegen._BINARIES) <= 6 and len(f._cache) <= 3
+
+
+def test_template_without_a_c_compiler_is_unavailable(monkeypatch):
+    import axle_template.backend as tb
+
+    from axle.backend import BackendUnavailable
+
+    monkeypatch.setattr(tb, "COMPILER", ("no-such-cc-for-axle", "-O2"))
+    with pytest.raises(BackendUnavailable, match="no-such-cc-for-axle"):
+        tb.TemplateBackend()
+
+
+def test_template_compile_errors_name_the_toolchain_and_source():
+    from axle_template.codegen import compile_program
+
+    with pytest.raises(axle.errors.BackendError, match=r"(?s)-std=c99.*failed.*this is not C"):
+        compile_program("this is not C;\n")
