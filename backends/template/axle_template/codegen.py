@@ -32,8 +32,9 @@ class Dialect(C99):
 
 RENDERER = CRenderer(Dialect)
 # HARDWARE: compile. Your toolchain's command line (a vendor compiler, clang for your
-# target...). The renderer's semantics need strict IEEE floats: no -ffast-math, and no
-# contraction of a*b+c into one rounding.
+# target...), and in compile_program below how its output is loaded (an in-process
+# compiler such as nvrtc or clBuildProgram replaces the subprocess). The renderer's
+# semantics need strict IEEE floats: no -ffast-math, and no contraction of a*b+c.
 COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 
 
