@@ -62,6 +62,7 @@ class C99:
     int_min: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MIN", DType.INT64: "INT64_MIN"}
     int_max: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MAX", DType.INT64: "INT64_MAX"}
     int64_suffix: ClassVar[str] = "LL"
+    uint64_suffix: ClassVar[str] = "ULL"
     index_type: ClassVar[str] = "int64_t"
     #: math function suffix per register type (C99 expf vs exp; OpenCL overloads)
     math_suffix: ClassVar[dict[str, str]] = {"float": "f", "double": ""}
@@ -96,6 +97,7 @@ class OpenCLC(C99):
     int_min = {DType.INT32: "INT_MIN", DType.INT64: "LONG_MIN"}
     int_max = {DType.INT32: "INT_MAX", DType.INT64: "LONG_MAX"}
     int64_suffix = "L"
+    uint64_suffix = "UL"
     index_type = "long"
     math_suffix = {"float": "", "double": ""}
     header = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
@@ -116,11 +118,13 @@ Dialect = type[C99]
 
 def helpers(d: Dialect) -> dict[str, str]:
     """Functions a kernel may call, by name; a program includes those its kernels use."""
+    u64, us = d.unsigned[DType.INT64], d.uint64_suffix
     out = {
-        "axle_rng": f"{d.helper_prefix} {d.unsigned[DType.INT64]} axle_rng({d.unsigned[DType.INT64]} key, "
-                    f"{d.unsigned[DType.INT64]} i) {{\n"
-                    f"  {d.unsigned[DType.INT64]} z = key + (i + 1u) * 0x9E3779B97F4A7C15u;\n"
-                    "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;\n  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;\n"
+        # splitmix64 of key + (i + 1) * golden ratio, as axle.ir.ops.rng_bits
+        "axle_rng": f"{d.helper_prefix} {u64} axle_rng({u64} key, {u64} i) {{\n"
+                    f"  {u64} z = key + (i + 1{us}) * 0x9E3779B97F4A7C15{us};\n"
+                    f"  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9{us};\n"
+                    f"  z = (z ^ (z >> 27)) * 0x94D049BB133111EB{us};\n"
                     "  return z ^ (z >> 31);\n}",
         # round through the half type and back (OpenCL: no half arithmetic needed)
         "axle_rh": f"{d.helper_prefix} float axle_rh(float x) {{ ushort t; vstore_half_rte(x, 0, (__private half*)&t); "
