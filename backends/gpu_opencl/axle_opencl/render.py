@@ -11,7 +11,6 @@ in C), NaN-propagating max/min (``fmax`` would drop NaNs), saturating float->int
 converts with NaN -> 0."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from axle.ir.dtypes import DType
