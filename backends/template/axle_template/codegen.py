@@ -16,9 +16,7 @@ from pathlib import Path
 
 from axle.config import config
 from axle.errors import BackendError
-from axle.ir.builder import make_node
-from axle.ir.module import Computation, Node
-from axle.ir.ops import Op
+from axle.ir.module import Computation
 from axle.lowering.c import C99, CKernel, CRenderer
 from axle.lru import LRU
 
@@ -36,12 +34,6 @@ RENDERER = CRenderer(Dialect)
 # compiler such as nvrtc or clBuildProgram replaces the subprocess). The renderer's
 # semantics need strict IEEE floats: no -ffast-math, and no contraction of a*b+c.
 COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
-
-
-def single_op(node: Node) -> Computation:
-    """An unfused entry node as a one-op computation, so it renders like a fusion."""
-    params = tuple(make_node(Op.PARAMETER, (), {"index": i}, type=o.type) for i, o in enumerate(node.operands))
-    return Computation(node.op.value, params, node.replace(operands=params))
 
 
 def render_kernel(name: str, comp: Computation) -> CKernel:
