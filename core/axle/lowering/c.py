@@ -18,7 +18,8 @@ and rounded once per op, reductions accumulating float16 sums in float32.
 Kernel shape: a fusion's values are recomputed inline at each index (one expression tree
 per output element, movement ops rewriting the index through :mod:`axle.lowering.index`),
 except reductions and dots: each is computed once into a buffer (the output itself, or a
-scratch buffer the launcher allocates) by its own loop nest, which later loops read back.
+scratch buffer the launcher allocates) by a stage of its own, a function with one device
+loop that the launcher calls before the stages reading the buffer (:class:`CKernel`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..errors import BackendError
 from ..ir.dotdims import DotDims
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, dtype
 from ..ir.module import Computation, Node
 from ..ir.opcodes import Op
 from ..ir.reductions import REDUCE_KINDS
@@ -466,7 +467,7 @@ class _KernelBuilder:
         consts_at = len(params)
         for k, (name, arr) in enumerate(zip(self.const_args.values(), self.constants)):
             q = f"{self.d.buffer_qualifier} " if self.d.buffer_qualifier else ""
-            self.args.insert(consts_at + k, f"{q}const {self.d.storage[_dtype(arr)]}* {self.d.restrict} {name}")
+            self.args.insert(consts_at + k, f"{q}const {self.d.storage[dtype(arr.dtype)]}* {self.d.restrict} {name}")
         for k, t in enumerate(self.scratch):
             self.argument(f"s{k}", t, False)
         prefix = f"{self.d.kernel_prefix} " if self.d.kernel_prefix else ""
@@ -631,10 +632,6 @@ class _KernelBuilder:
     def _unsupported(self, n: Node, idx: Idx) -> str:
         raise BackendError(f"{self.d.name} renderer: {n.op.value} cannot appear inside a kernel ({n.type})",
                            where=n.loc)
-
-
-def _dtype(arr: np.ndarray) -> DType:
-    return next(dt for dt in DType if dt.np == arr.dtype)
 
 
 def _is_literal(e: str) -> bool:
