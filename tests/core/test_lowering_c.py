@@ -244,3 +244,14 @@ def test_opencl_dialect_runs_the_same_kind_of_program_on_pocl() -> None:
         cl.enqueue_copy(queue, a, buf)
     queue.finish()
     assert_same(outs, [np.asarray(v) for v in evaluate(m, *args)])
+
+
+def test_an_op_no_kernel_can_hold_is_a_backend_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from axle.errors import BackendError
+    from axle.ir.ops import CUSTOM_CALL_TARGETS
+
+    monkeypatch.setitem(CUSTOM_CALL_TARGETS, "lowering_c_test_host_fn", lambda x, config: x)
+    t = TensorType(DType.FLOAT32, (2,))
+    m = module([t], lambda b, p: b.custom_call(p[0], target="lowering_c_test_host_fn", shape=(2,), dtype=DType.FLOAT32))
+    with pytest.raises(BackendError, match=r"c99 renderer: custom-call cannot appear inside a kernel \(f32\[2\]\)"):
+        CRenderer(C99).kernel("k", m.entry)
