@@ -38,10 +38,11 @@ def apply_diff(text: str, diff: str) -> str:
     return text.replace(before, after)
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+def run(command: str, cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A documented command as this venv runs it: leading VAR=value words set the environment."""
     words = shlex.split(command)
     env = {k: v for k, v in os.environ.items() if k not in ("AXLE_BACKENDS", "AXLE_FLAGS", "PYTHONPATH")}
+    env.update(extra_env or {})
     while "=" in words[0]:
         k, v = words.pop(0).split("=", 1)
         env[k] = v
@@ -73,10 +74,13 @@ def test_derived_c_device_passes_the_kit_from_a_wheel(tmp_path: Path) -> None:
     build, install, kit = rest
     run(build, tmp_path)
     run(install, tmp_path)
+    # kernel binaries cached in the temporary folder: this run compiles with the device's own
+    # toolchain, never loading a binary an earlier run left in the user's cache
+    cache = {f"AXLE_{name.upper()}_CACHE": str(tmp_path / "kernel-cache")}
     site = tmp_path / "site"
     assert (site / f"axle_{name}" / "codegen.py").read_text() == text, "the kit must run the installed wheel"
     assert not list(site.glob("__editable__*")) and not list(site.glob("*.pth")), "installed editable"
-    out = run(kit, tmp_path).stdout
+    out = run(kit, tmp_path, cache).stdout
     claimed = re.search(r"claimed by the device:\s+(\d+) passed, (\d+) failed", out)
     fallback = re.search(r"not claimed \(host fallback\):\s+(\d+) passed, (\d+) failed", out)
     assert claimed and fallback, out[-3000:]
@@ -85,5 +89,6 @@ def test_derived_c_device_passes_the_kit_from_a_wheel(tmp_path: Path) -> None:
     # the device compiled its own dialect
     probe = (f"import numpy as np, axle; f = axle.jit(lambda x: x * 2 + 1, device='{name}:0'); "
              "x = np.ones(3, np.float32); print(f(x)); print(*f.lower(x).compile().executable.kernel_sources().values())")
-    src = run(f"PYTHONPATH=./site python -c {shlex.quote(probe)}", tmp_path).stdout
+    src = run(f"PYTHONPATH=./site python -c {shlex.quote(probe)}", tmp_path, cache).stdout
     assert "[3. 3. 3.]" in src and "for (long long" in src and "__restrict__" in src, src
+    assert len(list((tmp_path / "kernel-cache").glob("*.bin"))) > 1000, "the kit compiled in the test's cache"

@@ -196,3 +196,26 @@ def test_template_compile_errors_name_the_toolchain_and_source():
 
     with pytest.raises(axle.errors.BackendError, match=r"(?s)-std=c99.*failed.*this is not C"):
         compile_program("this is not C;\n")
+
+
+def test_kernel_binaries_come_back_from_the_disk_cache(tmp_path, monkeypatch):
+    """A second process (an empty in-memory cache) loads the binary from disk instead of
+    compiling; other compiler flags are another key."""
+    from axle_template import codegen
+
+    from axle.diskcache import DiskCache
+    from axle.lru import LRU
+
+    def no_compiler(source, tmp):  # noqa: ANN001, ANN202
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(codegen, "DISK", DiskCache(str(tmp_path / "cache"), "kernel binary"))
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    source = "int axle_probe(void) { return 42; }\n"
+    assert codegen.compile_program(source).axle_probe() == 42
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    monkeypatch.setattr(codegen, "build", no_compiler)
+    assert codegen.compile_program(source).axle_probe() == 42
+    monkeypatch.setattr(codegen, "COMPILER", (*codegen.COMPILER, "-O1"))
+    with pytest.raises(AssertionError, match="compiled again"):
+        codegen.compile_program(source)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 
 from axle.config import config
+from axle.diskcache import DiskCache
 from axle.errors import BackendError
 from axle.ir.module import Computation
 from axle.lowering.c import C99, CKernel, CRenderer
@@ -30,9 +32,9 @@ class Dialect(C99):
 
 RENDERER = CRenderer(Dialect)
 # HARDWARE: compile. Your toolchain's command line (a vendor compiler, clang for your
-# target...), and in compile_program below how its output is loaded (an in-process
-# compiler such as nvrtc or clBuildProgram replaces the subprocess). The renderer's
-# semantics need strict IEEE floats: no -ffast-math, and no contraction of a*b+c.
+# target...), and in build() below how it is called (an in-process compiler such as
+# nvrtc or clBuildProgram replaces the subprocess). The renderer's semantics need strict
+# IEEE floats: no -ffast-math, and no contraction of a*b+c.
 COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 
 
@@ -43,22 +45,37 @@ def render_kernel(name: str, comp: Computation) -> CKernel:
 #: loaded programs by source hash, bounded like every compile cache (--jit_cache_size): a
 #: program fed ever new shapes must not keep every binary it ever built
 _BINARIES: LRU[ctypes.CDLL] = LRU(lambda: 2 * config.jit_cache_size)
+#: binaries across processes and runs, by the same key, in a private directory (axle's
+#: DiskCache trusts only what this user wrote; AXLE_TEMPLATE_CACHE moves it): with a
+#: toolchain that takes seconds, a second kit run compiles nothing
+DISK = DiskCache(os.environ.get("AXLE_TEMPLATE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle",
+                                                                     Dialect.name)), "kernel binary")
 
 
 def compile_program(source: str) -> ctypes.CDLL:
-    """Compiles one translation unit and loads it (cached by the hash of source and flags)."""
-    key = hashlib.sha256("\0".join((*COMPILER, source)).encode()).hexdigest()
-    lib = _BINARIES.get(key)
+    """Compiles one translation unit and loads it (cached by the hash of flags and source)."""
+    key = hashlib.sha256("\0".join((*COMPILER, source)).encode())
+    lib = _BINARIES.get(key.hexdigest())
     if lib is None:
         with tempfile.TemporaryDirectory(prefix="axle-kernels-") as tmp:
-            src, out = Path(tmp) / "kernels.c", Path(tmp) / "kernels.so"
-            src.write_text(source)
-            try:
-                r = subprocess.run([*COMPILER, "-o", str(out), str(src)], capture_output=True, text=True)
-            except OSError as e:
-                raise BackendError(f"{Dialect.name}: cannot run the C compiler {COMPILER[0]!r}: {e}") from e
-            if r.returncode:
-                raise BackendError(f"{Dialect.name}: {' '.join(COMPILER)} failed:\n{r.stderr[-4000:]}\n{source}")
+            binary = DISK.get(key.digest())
+            if binary is None:
+                binary = build(source, Path(tmp))
+                DISK.put(key.digest(), binary)
+            (Path(tmp) / "kernels.so").write_bytes(binary)
             # the library stays mapped after its file is removed with the folder
-            lib = _BINARIES.put(key, ctypes.CDLL(str(out)))
+            lib = _BINARIES.put(key.hexdigest(), ctypes.CDLL(str(Path(tmp) / "kernels.so")))
     return lib
+
+
+def build(source: str, tmp: Path) -> bytes:
+    """The toolchain call: C source in, a shared library's bytes out."""
+    src, out = tmp / "kernels.c", tmp / "kernels-build.so"
+    src.write_text(source)
+    try:
+        r = subprocess.run([*COMPILER, "-o", str(out), str(src)], capture_output=True, text=True)
+    except OSError as e:
+        raise BackendError(f"{Dialect.name}: cannot run the C compiler {COMPILER[0]!r}: {e}") from e
+    if r.returncode:
+        raise BackendError(f"{Dialect.name}: {' '.join(COMPILER)} failed:\n{r.stderr[-4000:]}\n{source}")
+    return out.read_bytes()
