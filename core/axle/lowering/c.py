@@ -13,7 +13,7 @@ Semantics are the interpreter's (``axle.ir.ops``): XLA integer division and rema
 (x/0 = -1, x%0 = x, INT_MIN/-1 = INT_MIN, never a trap), wrapping integer arithmetic (done
 in unsigned types: signed overflow is undefined in C), IEEE 754-2019 max/min (NaN wins,
 -0.0 < +0.0), float -> int converts that saturate with NaN -> 0, float16 computed in float
-and rounded once per op, reductions accumulating float16 sums in float32.
+and rounded once per op, float sums accumulating in double (:func:`accumulator`).
 
 Kernel shape: a fusion's values are recomputed inline at each index (one expression tree
 per output element, movement ops rewriting the index through :mod:`axle.lowering.index`),
@@ -82,6 +82,8 @@ class C99:
     #: float -> int with saturation and NaN -> 0 (C has no such cast: a helper)
     sat_convert: ClassVar[dict[DType, str]] = {DType.INT32: "axle_sat_int32", DType.INT64: "axle_sat_int64"}
     float_cast: ClassVar[dict[DType, str]] = {DType.FLOAT32: "(float)", DType.FLOAT64: "(double)"}
+    #: loops add float16/float32 terms in double (see :func:`accumulator`)
+    wide_float_sums: ClassVar[bool] = True
 
 
 class OpenCLC(C99):
@@ -112,6 +114,8 @@ class OpenCLC(C99):
     round_half_double = "axle_rh_d({x})"
     sat_convert = {DType.INT32: "convert_int_sat_rtz", DType.INT64: "convert_long_sat_rtz"}
     float_cast = {DType.FLOAT32: "convert_float", DType.FLOAT64: "convert_double"}
+    #: many GPUs have no doubles (cl_khr_fp64): the reduce table's accumulators
+    wide_float_sums = False
 
 
 Dialect = type[C99]
@@ -301,10 +305,15 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
     return f"{d.float_cast[dst]}({x})"
 
 
-def combine(d: Dialect, kind: str, dt: DType, a: Expr, b: Expr) -> Expr:
-    """Two partial results of reduction ``kind`` combined (in the accumulator's dtype)."""
-    rk = REDUCE_KINDS[kind]
-    return binary(d, rk.combiner, rk.accumulator(dt), a, b)
+def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
+    """The dtype a loop keeps reduction ``kind`` (or a dot, as "sum") of ``dt`` values in:
+    the reduce table's, except that a dialect with ``wide_float_sums`` adds float32 and
+    float16 terms in double. A loop adds one term at a time, so its rounding error grows
+    with the length (3M positive float32 terms drifted 2e-3 from the exact sum, where
+    NumPy's pairwise sum stays near 1e-7); in double it stays below float32's rounding."""
+    if d.wide_float_sums and kind == "sum" and dt in (DType.FLOAT16, DType.FLOAT32):
+        return DType.FLOAT64
+    return REDUCE_KINDS[kind].accumulator(dt)
 
 
 # ------------------------------------------------------------------------------ kernels
@@ -593,24 +602,25 @@ class _KernelBuilder:
             return self.value(x, Idx(x.shape, None, self.coords(idx)))
         if any(x.shape[a] == 0 for a in axes):
             return identity(self.d, kind, dt)
-        acc_dt = REDUCE_KINDS[kind].accumulator(dt)
+        rk, acc_dt = REDUCE_KINDS[kind], accumulator(self.d, kind, dt)
         kept = iter(self.coords(idx))
-        acc = self.tmp(self.d.reg[acc_dt], identity(self.d, kind, dt), "acc")
+        acc = self.tmp(self.d.reg[acc_dt], literal(self.d, rk.identity(dt), acc_dt), "acc")
         coords = []
         for a in range(x.tensor_type.rank):
             if a in axes:
                 coords.append(self.counted_loop(x.shape[a]))
             else:
                 coords.append(next(kept))
-        self.line(f"{acc} = {combine(self.d, kind, dt, acc, self.at(x, coords))};")
+        v = convert(self.d, self.at(x, coords), dt, acc_dt)
+        self.line(f"{acc} = {binary(self.d, rk.combiner, acc_dt, acc, v)};")
         for _ in axes:
             self.close()
-        return self.d.round_half.format(x=acc) if acc_dt is not dt else acc
+        return convert(self.d, acc, acc_dt, dt)
 
     def _dot(self, n: Node, idx: Idx) -> str:
         lhs, rhs = n.operands
         dims = DotDims.of(n)
-        acc_dt = REDUCE_KINDS["sum"].accumulator(n.dtype)
+        acc_dt = accumulator(self.d, "sum", n.dtype)
         acc = self.tmp(self.d.reg[acc_dt], literal(self.d, 0, acc_dt), "acc")
         if dims.k == 0:
             return convert(self.d, acc, acc_dt, n.dtype)
