@@ -1,7 +1,8 @@
 """The target-independent layer between the optimizer and a backend's code emitter.
 
 - :mod:`axle.lowering.plan`: an optimized module as an ordered list of kernel launches over
-  buffer slots, the same for every backend;
+  buffer slots, the same for every backend (:mod:`axle.lowering.fission` splits fusions
+  over the inline-cost bound);
 - :mod:`axle.lowering.index`: index algebra, the output-index -> operand-index maps of the
   movement ops as small expressions any emitter can print or walk;
 - :mod:`axle.lowering.c`: the C-family renderer (an op -> C expression table with the IR's

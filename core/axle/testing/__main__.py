@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import sys
 
+from .environment import kit_unavailable
+
 
 def main(argv: list[str] | None = None) -> int:
+    why = kit_unavailable()
+    if why:
+        print(f"python -m axle.testing: {why}", file=sys.stderr)
+        return 2
     import pytest
 
     from .plugin import SUITE
