@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..ir.builder import make_node
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, squeeze
 from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
@@ -62,11 +62,6 @@ def is_kernel(n: Node) -> bool:
 
 
 # ------------------------------------------------------------------------ classify
-
-
-def squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape without its unit dims (same row-major element order)."""
-    return tuple(d for d in shape if d != 1)
 
 
 def _downstream(members: Sequence[Node], sources: Iterable[Node]) -> set[int]:
