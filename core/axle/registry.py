@@ -8,6 +8,7 @@ selects and orders the backends; the others are not even imported.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -24,6 +25,10 @@ from .forksafe import renew_in_child
 
 NAMESPACE = "axle.backends"
 log = logging.getLogger("axle.registry")
+#: the core modules plugins import, imported before the loader threads start: two threads
+#: importing submodules of one package at once can deadlock Python's per-module import
+#: locks (seen as a _DeadlockError on axle.passes.policy while two backends loaded)
+_SHARED_MODULES = ("axle.passes", "axle.lowering.plan", "axle.lowering.index", "axle.lowering.c")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class Registry:
         results: dict[str, BackendStatus] = {}
         stage: dict[str, str] = {}
         threads = []
+        for name in _SHARED_MODULES:
+            importlib.import_module(name)
         for ep in eps:
             t = threading.Thread(target=self._load_one, args=(ep, results, stage), daemon=True,
                                  name=f"axle-load-{ep.name}")
