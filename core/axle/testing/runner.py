@@ -178,8 +178,7 @@ class KitRunner:
             self._pool = workers.Pool(n, timeout, setup="axle.testing.runner:setup_worker", capture=True)
             if self._stop:
                 return
-            tasks = [(run_in_worker, (cid, self.device_name)) for cid in self.checks]
-            for (_, (cid, _)), answer in self._pool.imap(tasks, affinity=self._affinity):
+            for (_, (cid, _)), answer in self._pool.imap(self._tasks(), affinity=self._affinity):
                 self._record(CheckResult(cid, *self._outcome(self.checks[cid], answer)))
                 if self._stop:
                     return
@@ -194,8 +193,20 @@ class KitRunner:
                 self._stop = True
                 self._done.notify_all()
 
+    def _tasks(self) -> list[workers.Task]:
+        """The checks as tasks, those sharing a module one after the other (so that the
+        worker's small compile cache still holds its executables: kernels/X and inputs/X
+        run right after fusion/X, not a thousand checks later)."""
+        groups: dict[object, list[str]] = {}
+        for cid, check in self.checks.items():
+            groups.setdefault(self._key(check), []).append(cid)
+        return [(run_in_worker, (cid, self.device_name)) for ids in groups.values() for cid in ids]
+
     def _affinity(self, task: workers.Task) -> object:
-        check = self.checks[task[1][0]]
+        return self._key(self.checks[task[1][0]])
+
+    @staticmethod
+    def _key(check: Check) -> object:
         return check.module.as_text() if check.module is not None else check.id
 
     def _outcome(self, check: Check, answer: object) -> tuple[str, str]:

@@ -24,8 +24,10 @@ from ..ir.module import Module
 from ..lru import LRU
 from . import workers
 
-#: executables kept per run: every check's modules, optimized and not, with room to spare
-CACHE_ENTRIES = 8192
+#: executables kept per run (per worker): enough for the checks that share a module, which
+#: the kit's runner sends one after the other to one worker; small, since a JIT-compiled
+#: executable may hold megabytes
+CACHE_ENTRIES = 64
 
 _lock = threading.Lock()  # the record is appended to by a check's threads
 _cache: LRU[tuple[Executable, Module]] | None = None
