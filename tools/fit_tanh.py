@@ -1,4 +1,5 @@
-"""Fits the float32 tanh of the CPU backend (axle_cpu/mathfns.py): tanh(x) ~ x P(x^2)/Q(x^2)
+"""Fits the float32 tanh every backend inlines (axle.ir.numerics.TANH_F32, read by the cpu
+backend's mathfns and the OpenCL backend's vector tanh): tanh(x) ~ x P(x^2)/Q(x^2)
 on |x| <= 9 (beyond, tanh rounds to +-1 in float32), P and Q of degree 4 in x^2 with
 P(0) = Q(0) = 1, so tanh(x) = x exactly for tiny x.
 
@@ -6,11 +7,21 @@ Method: linearized least squares (Sanathanan-Koerner iteration, weighting by the
 denominator) for relative error, with Lawson-style reweighting towards minimax. Prints the
 coefficients and the error of a float32 Horner evaluation against float64 tanh.
 
-    python tools/fit_tanh.py
+    python tools/fit_tanh.py            # print the fit and its error
+    python tools/fit_tanh.py --write    # rewrite the generated block of core/axle/ir/numerics.py
+    python tools/fit_tanh.py --check    # exit 1 if numerics.py differs from a fresh fit
 """
 from __future__ import annotations
 
+import argparse
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
+
+NUMERICS = Path(__file__).resolve().parent.parent / "core" / "axle" / "ir" / "numerics.py"
+_BLOCK = re.compile(r"(# BEGIN fit_tanh.py[^\n]*\n)(.*?)(# END fit_tanh.py)", re.S)
 
 DEG, CLAMP = 4, 9.0
 
@@ -54,9 +65,43 @@ def f32_error(p: np.ndarray, q: np.ndarray) -> tuple[float, float]:
     return float(rel.max()), float(ulp.max())
 
 
-if __name__ == "__main__":
+def block(p: np.ndarray, q: np.ndarray) -> str:
+    """The generated part of numerics.py: the TANH_F32 constant."""
+    fmt = lambda c: "(" + ", ".join(repr(float(v)) for v in c) + ")"  # noqa: E731
+    return f"TANH_F32 = RationalTanh(\n    clamp={CLAMP!r},\n    p={fmt(p)},\n    q={fmt(q)},\n)\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the block in numerics.py")
+    mode.add_argument("--check", action="store_true", help="fail if numerics.py is not the fit")
+    ap.add_argument("--numerics", type=Path, default=NUMERICS, help="the file to check or rewrite")
+    args = ap.parse_args(argv)
     p, q = fit()
+    path: Path = args.numerics
+    text = path.read_text()
+    m = _BLOCK.search(text)
+    if m is None:
+        print(f"{path}: no '# BEGIN fit_tanh.py' ... '# END fit_tanh.py' block", file=sys.stderr)
+        return 2
+    if args.check:
+        # to rounding (the least-squares solve may differ in its last bits between BLAS builds)
+        stored = {k: np.array(v, dtype=float) for k, v in re.findall(r"(\w+)=\(([^)]*)\)", m.group(2))
+                  for v in [[float(c) for c in v.split(",")]]}
+        if set(stored) != {"p", "q"} or not all(np.allclose(stored[k], c, rtol=1e-9, atol=0)
+                                                for k, c in (("p", p), ("q", q))):
+            print(f"{path}: TANH_F32 is not what tools/fit_tanh.py fits; run it with --write", file=sys.stderr)
+            return 1
+        return 0
+    if args.write:
+        path.write_text(text[:m.start(2)] + block(p, q) + text[m.end(2):])
     print("P =", tuple(float(v) for v in p))
     print("Q =", tuple(float(v) for v in q))
     rel, ulp = f32_error(p, q)
     print(f"float32 evaluation: max relative error {rel:.3g}, max {ulp:.2f} ulp")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,9 +26,11 @@ import numpy as np
 from llvmlite import ir
 
 from axle.errors import BackendError
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
-from axle.ir.ops import Op, reduce_identity
+from axle.ir.ops import Op
+from axle.ir.reductions import REDUCE_KINDS
 
 from . import mathfns as M
 from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
@@ -584,7 +586,7 @@ class KernelEmitter:
 
         def init(c: ir.Value) -> None:
             for (acc, t, dt), out in zip(accs, outs):
-                ident = reduce_identity(out.attr["kind"], dt)
+                ident = REDUCE_KINDS[out.attr["kind"]].identity(dt)
                 b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), slot(acc, c))
 
         self.loop(0, ch, init, level=2)
@@ -791,17 +793,22 @@ def _rng(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
 # -- reductions and contractions --------------------------------------------------
 
 
+#: reduction combiners by the reduce kind's combining op; float sums and products may be
+#: reassociated (the loop vectorizer needs it), so they are not the elementwise ops' code
+_COMBINE: dict[Op, Callable[[KernelEmitter, DType, ir.Value, ir.Value], ir.Value]] = {
+    Op.ADD: lambda em, dt, a, v: em.b.fadd(a, v, flags=("reassoc", "contract")) if dt.is_float else (
+        em.b.or_(a, v) if dt.is_bool else em.b.add(a, v)),
+    Op.MUL: lambda em, dt, a, v: em.b.fmul(a, v, flags=("reassoc", "contract")) if dt.is_float else (
+        em.b.and_(a, v) if dt.is_bool else em.b.mul(a, v)),
+    Op.AND: lambda em, dt, a, v: em.b.and_(a, v),
+    Op.OR: lambda em, dt, a, v: em.b.or_(a, v),
+    Op.MAX: lambda em, dt, a, v: _maxmin(em, dt, a, v, True),
+    Op.MIN: lambda em, dt, a, v: _maxmin(em, dt, a, v, False),
+}
+
+
 def combine(em: KernelEmitter, kind: str, dt: DType, acc: ir.Value, v: ir.Value) -> ir.Value:
-    b = em.b
-    if kind == "sum":
-        return b.fadd(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.or_(acc, v) if dt.is_bool else b.add(acc, v))
-    if kind == "prod":
-        return b.fmul(acc, v, flags=("reassoc", "contract")) if dt.is_float else (b.and_(acc, v) if dt.is_bool else b.mul(acc, v))
-    if kind == "and":
-        return b.and_(acc, v)
-    if kind == "or":
-        return b.or_(acc, v)
-    return _maxmin(em, dt, acc, v, kind == "max")
+    return _COMBINE[REDUCE_KINDS[kind].combiner](em, dt, acc, v)
 
 
 def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool) -> ir.Value:
@@ -825,7 +832,7 @@ def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     x = n.operands[0]
     kind, axes = n.attr["kind"], tuple(sorted(n.attr["axes"]))
     dt = x.dtype
-    ident = const(dt, (lambda v: v.item() if hasattr(v, "item") else v)(reduce_identity(kind, dt)))
+    ident = const(dt, (lambda v: v.item() if hasattr(v, "item") else v)(REDUCE_KINDS[kind].identity(dt)))
     acc_t = COMPUTE[dt]
     kept = iter(idx)
     full: list[Index] = [0 if d in axes else next(kept) for d in range(len(x.shape))]
@@ -877,19 +884,9 @@ def _reduce(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
 
 def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     lhs, rhs = n.operands
-    a = n.attr
-    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
-    nb = len(lb)
-    lfree = [d for d in range(len(lhs.shape)) if d not in lb + lc]
-    rfree = [d for d in range(len(rhs.shape)) if d not in rb + rc]
-    li: list[Index] = [0] * len(lhs.shape)
-    ri: list[Index] = [0] * len(rhs.shape)
-    for k, (l, r) in enumerate(zip(lb, rb)):
-        li[l] = ri[r] = idx[k]
-    for k, d in enumerate(lfree):
-        li[d] = idx[nb + k]
-    for k, d in enumerate(rfree):
-        ri[d] = idx[nb + len(lfree) + k]
+    dims = DotDims.of(n)
+    lc, rc = dims.lhs_contracting, dims.rhs_contracting
+    li, ri = dims.operand_indices(idx, [0] * len(lc), len(lhs.shape), len(rhs.shape))
     dt = n.dtype
     # float32/float16 products are accumulated in double: the result then differs from
     # the exact dot only by its final rounding, whatever the contraction length.

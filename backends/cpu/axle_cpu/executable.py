@@ -21,7 +21,7 @@ from llvmlite import ir
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
-from axle.ir.ops import COMBINE
+from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
 from . import threads
@@ -209,10 +209,7 @@ class _ReductionSplit:
             kind = out_node.attr["kind"]
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
-            ufunc = COMBINE[kind]
-            if p.dtype == np.bool_:
-                ufunc = np.logical_or if kind in ("sum", "max", "or") else np.logical_and
-            self.combine.append(ufunc)
+            self.combine.append(REDUCE_KINDS[kind].combine_host)
 
     def run(self, pool: threads.WorkerPool, bufs: int, outputs: list[np.ndarray]) -> None:
         la = self.launch

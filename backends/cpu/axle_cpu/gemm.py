@@ -51,6 +51,7 @@ import numpy as np
 from llvmlite import ir
 from llvmlite.ir import instructions
 
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
@@ -108,10 +109,9 @@ class Layout:
     @staticmethod
     def of(node: Node) -> Layout:
         lhs, rhs = (o.shape for o in node.operands)
-        a = node.attr
-        lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
-        lfree = [d for d in range(len(lhs)) if d not in lb + lc]
-        rfree = [d for d in range(len(rhs)) if d not in rb + rc]
+        d = DotDims.of(node)
+        lb, rb, lc, rc, lfree, rfree = (list(g) for g in (d.lhs_batch, d.rhs_batch, d.lhs_contracting,
+                                                         d.rhs_contracting, d.lhs_free, d.rhs_free))
         ab, am, ak = Offsets.of(lhs, lb), Offsets.of(lhs, lfree), Offsets.of(lhs, lc)
         bb, bk, bn = Offsets.of(rhs, rb), Offsets.of(rhs, rc), Offsets.of(rhs, rfree)
         return Layout(ab.size, am.size, bn.size, ak.size, ab, am, ak, bb, bk, bn)

@@ -10,7 +10,7 @@ ranges, see tests/backends/cpu/test_math.py and docs/backend-cpu.md):
   reaching the subnormal range and overflow come out right. ~2 ulp.
 * log: exponent split (subnormals rescaled by 2^(mant+2) first), mantissa m in [sqrt(1/2), sqrt(2)),
   log(m) = 2 atanh((m-1)/(m+1)) by its odd series (5 terms f32, 11 terms f64). ~2 ulp.
-* tanh: float32, x P(x^2)/Q(x^2) on |x| <= 9 (degree 4/4, fitted by tools/fit_tanh.py),
+* tanh: float32, x P(x^2)/Q(x^2) on |x| <= 9 (degree 4/4, axle.ir.numerics.TANH_F32),
   relative error <= 3.2e-7; float64, t = expm1(2|x|) / (expm1(2|x|) + 2) with copysign,
   where expm1 uses its Taylor series near 0 (no cancellation) and exp(y)-1 elsewhere. ~3 ulp.
 * logistic: 1 / (1 + exp(-x)) with the exp above.
@@ -23,6 +23,9 @@ from __future__ import annotations
 import math
 
 from llvmlite import ir
+
+from axle.ir.dtypes import DType
+from axle.ir.numerics import EXP_LOG, TANH_F32
 
 from . import trig
 from .lltypes import F32, F64, I32, I64, suffix
@@ -74,12 +77,11 @@ def _sel_gt(b: ir.IRBuilder, x: ir.Value, lim: float) -> ir.Value:
     return b.select(b.fcmp_ordered(">", x, _c(x.type, lim)), _c(x.type, lim), x)
 
 
-_F = {  # per float type: int type, mantissa bits, bias, exp clamp, Taylor degree of exp
-    "float": dict(it=I32, mant=23, bias=127, lo=-104.0, hi=89.0, exp_deg=7, log_terms=5, expm1_deg=8,
-                  ln2_hi=0.693145751953125, ln2_lo=1.428606765330187045e-06, tanh_clamp=10.0),
-    "double": dict(it=I64, mant=52, bias=1023, lo=-746.0, hi=710.0, exp_deg=13, log_terms=11, expm1_deg=15,
-                   ln2_hi=6.93147180369123816490e-01, ln2_lo=1.90821492927058770002e-10, tanh_clamp=20.0),
+_F = {  # per float type: the bits of the format (the approximations' constants: ir/numerics.py)
+    "float": dict(it=I32, mant=23, bias=127),
+    "double": dict(it=I64, mant=52, bias=1023),
 }
+_K = {"float": EXP_LOG[DType.FLOAT32], "double": EXP_LOG[DType.FLOAT64]}
 
 
 def _nan_to_zero(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -96,11 +98,11 @@ def _pow2(b: ir.IRBuilder, n: ir.Value, t: ir.Type) -> ir.Value:
 
 def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = x.type
-    p = _F[str(t)]
-    xc = _sel_gt(b, _sel_lt(b, x, p["lo"]), p["hi"])
+    p, k = _F[str(t)], _K[str(t)]
+    xc = _sel_gt(b, _sel_lt(b, x, k.exp_lo), k.exp_hi)
     n = unary_intr(b, "floor", b.fadd(b.fmul(xc, _c(t, 1 / math.log(2))), _c(t, 0.5)))
-    r = b.fsub(b.fsub(xc, b.fmul(n, _c(t, p["ln2_hi"]))), b.fmul(n, _c(t, p["ln2_lo"])))
-    poly = horner(b, r, [1.0 / math.factorial(k) for k in range(p["exp_deg"] + 1)])
+    r = b.fsub(b.fsub(xc, b.fmul(n, _c(t, k.ln2_hi))), b.fmul(n, _c(t, k.ln2_lo)))
+    poly = horner(b, r, [1.0 / math.factorial(i) for i in range(k.exp_degree + 1)])
     # n is an integer in [lo/ln2, hi/ln2] except for a NaN x (the clamps pass NaN through):
     # fptosi of NaN is poison, which LLVM folds to anything once it can prove the NaN
     # (e.g. from constants), so the scale comes from 0 there; poly(r) is NaN anyway.
@@ -112,8 +114,7 @@ def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = x.type
-    p = _F[str(t)]
-    series = b.fmul(x, horner(b, x, [1.0 / math.factorial(k + 1) for k in range(p["expm1_deg"])]))
+    series = b.fmul(x, horner(b, x, [1.0 / math.factorial(i + 1) for i in range(_K[str(t)].expm1_degree)]))
     big = b.fsub(exp(b, x), _c(t, 1.0))
     small = b.fcmp_ordered("<", unary_intr(b, "fabs", x), _c(t, math.log(2) / 2))
     return b.select(small, series, big)
@@ -121,7 +122,7 @@ def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = x.type
-    p = _F[str(t)]
+    p, k = _F[str(t)], _K[str(t)]
     it, mant, bias = p["it"], p["mant"], p["bias"]
     min_normal = 2.0 ** (1 - bias)
     # Subnormals are scaled into the normal range first: by 2^(mant+2), since the smallest
@@ -141,29 +142,24 @@ def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     e = b.select(big, b.add(e, ir.Constant(it, 1)), e)
     f = b.fdiv(b.fsub(m, _c(t, 1.0)), b.fadd(m, _c(t, 1.0)))
     s = b.fmul(f, f)
-    series = horner(b, s, [1.0 / (2 * k + 1) for k in range(p["log_terms"])])
+    series = horner(b, s, [1.0 / (2 * i + 1) for i in range(k.log_terms)])
     logm = b.fmul(b.fmul(f, _c(t, 2.0)), series)
     ef = b.sitofp(e, t)
-    r = b.fadd(b.fmul(ef, _c(t, p["ln2_hi"])), b.fadd(b.fmul(ef, _c(t, p["ln2_lo"])), logm))
+    r = b.fadd(b.fmul(ef, _c(t, k.ln2_hi)), b.fadd(b.fmul(ef, _c(t, k.ln2_lo)), logm))
     r = b.select(b.fcmp_ordered("==", x, _c(t, math.inf)), _c(t, math.inf), r)
     r = b.select(b.fcmp_ordered("==", x, _c(t, 0.0)), _c(t, -math.inf), r)
     return b.select(b.fcmp_unordered("<", x, _c(t, 0.0)), _c(t, math.nan), r)
-
-
-#: float32 tanh(x) ~ x P(x^2) / Q(x^2) on |x| <= 9 (tools/fit_tanh.py; Q >= 1, no poles)
-_TANH_P = (1.0, 0.13384275478010196, 0.003499343590374364, 2.0666832104527353e-05, 1.3427212918349501e-08)
-_TANH_Q = (1.0, 0.4671759707195601, 0.02589153675969186, 0.00032916005776727214, 7.807825729856644e-07)
 
 
 def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = x.type
     if t == F32:
         # A rational function: ~12 vector ops where the expm1 form below takes ~45. Beyond
-        # |x| = 9, tanh rounds to +-1 in float32; a NaN passes through the clamp.
-        xc = _sel_lt(b, _sel_gt(b, x, 9.0), -9.0)
+        # the clamp tanh is within an ulp of +-1 in float32; a NaN passes through the clamp.
+        xc = _sel_lt(b, _sel_gt(b, x, TANH_F32.clamp), -TANH_F32.clamp)
         s = b.fmul(xc, xc)
-        return b.fdiv(b.fmul(xc, horner(b, s, list(_TANH_P))), horner(b, s, list(_TANH_Q)))
-    a = _sel_gt(b, unary_intr(b, "fabs", x), _F[str(t)]["tanh_clamp"])
+        return b.fdiv(b.fmul(xc, horner(b, s, list(TANH_F32.p))), horner(b, s, list(TANH_F32.q)))
+    a = _sel_gt(b, unary_intr(b, "fabs", x), _K[str(t)].tanh_clamp)
     u = expm1(b, b.fmul(a, _c(t, 2.0)))
     r = b.fdiv(u, b.fadd(u, _c(t, 2.0)))
     return intrinsic(b, f"llvm.copysign.{suffix(t)}", t, [r, x])

@@ -149,7 +149,7 @@ class OpenCLBackend(Backend):
             # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
             info = replace(info, is_gpu=strategy == "gpu")
         with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
-            plan = plan_module(module.entry, info)
+            plan = plan_module(module, info)
         with profiler.span(f"compile {module.name}", "compile", device=device.name):
             return OpenCLExecutable(plan, device, rt)
 

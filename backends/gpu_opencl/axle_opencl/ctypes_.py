@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from axle.ir.dtypes import DType
+from axle.ir.reductions import REDUCE_KINDS
 
 #: element type inside buffers
 STORAGE: dict[DType, str] = {
@@ -25,7 +26,6 @@ REG: dict[DType, str] = {
 }
 #: unsigned twin used for wrapping integer arithmetic (signed overflow is UB in C)
 UNSIGNED = {DType.INT32: "uint", DType.INT64: "ulong"}
-INT_LIMITS = {DType.INT32: ("INT_MIN", "INT_MAX"), DType.INT64: ("LONG_MIN", "LONG_MAX")}
 
 
 def literal(value: object, dt: DType) -> str:
@@ -57,16 +57,6 @@ def _literal(value: object, dt: DType) -> str:
     return text if dt is DType.FLOAT64 else text + "f"
 
 
-_IDENT = {
-    "sum": lambda dt: literal(0, dt),
-    "prod": lambda dt: literal(1, dt),
-    "max": lambda dt: literal(-np.inf, dt) if dt.is_float else (INT_LIMITS[dt][0] if dt.is_int else "0"),
-    "min": lambda dt: literal(np.inf, dt) if dt.is_float else (INT_LIMITS[dt][1] if dt.is_int else "1"),
-    "and": lambda dt: "1" if dt is DType.BOOL else literal(-1, dt),
-    "or": lambda dt: literal(0, dt),
-}
-
-
 def identity(kind: str, dt: DType) -> str:
     """The register-typed identity of a reduction kind (its value over no elements)."""
-    return _IDENT[kind](dt)
+    return literal(REDUCE_KINDS[kind].identity(dt), dt)

@@ -23,8 +23,10 @@ dots load halves into f32 registers and round once when storing."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 
@@ -34,34 +36,7 @@ from .kernels import DeviceInfo, Kernel, _finish, _signature
 from .values import Renderer, acc_dtype, combine, load, reg_type, store
 
 
-@dataclass(frozen=True)
-class DotDims:
-    """A dot_general as a batch of [M, K] x [K, N] products over flattened dim groups."""
-
-    lb: list[int]
-    rb: list[int]
-    lc: list[int]
-    rc: list[int]
-    lf: list[int]
-    rf: list[int]
-    B: int
-    M: int
-    N: int
-    K: int
-
-    @staticmethod
-    def of(n: Node) -> "DotDims":
-        lhs, rhs = n.operands
-        a = n.attr
-        lb, rb = list(a["lhs_batch"]), list(a["rhs_batch"])
-        lc, rc = list(a["lhs_contracting"]), list(a["rhs_contracting"])
-        lf = [i for i in range(len(lhs.shape)) if i not in lb + lc]
-        rf = [i for i in range(len(rhs.shape)) if i not in rb + rc]
-        return DotDims(lb, rb, lc, rc, lf, rf, math.prod(lhs.shape[i] for i in lb), math.prod(lhs.shape[i] for i in lf),
-                       math.prod(rhs.shape[i] for i in rf), math.prod(lhs.shape[i] for i in lc))
-
-
-def _group_offset(g: str, dims: list[int], shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+def _group_offset(g: str, dims: Sequence[int], shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     """Offset of flattened index ``g`` over ``dims`` (row-major among themselves)."""
     if not dims:
         return "0"
@@ -77,9 +52,9 @@ def _group_offset(g: str, dims: list[int], shape: tuple[int, ...], strides: tupl
     return "(" + " + ".join(terms) + ")"
 
 
-def _trailing(dims: list[int], rank: int) -> bool:
+def _trailing(dims: Sequence[int], rank: int) -> bool:
     """Whether ``dims`` are the trailing dims in order: their flattened index is the offset."""
-    return dims == list(range(rank - len(dims), rank))
+    return tuple(dims) == tuple(range(rank - len(dims), rank))
 
 
 def _what(n: Node) -> str:
@@ -110,24 +85,24 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
         f"  const int n0 = (int)get_group_id(0) * {tn}, m0 = (int)get_group_id(1) * {tm};",
         f"  __local {act} As[{tk}][{tm + 1}];",
         f"  __local {act} Bs[{tk}][{tn + 1}];",
-        f"  const int lb_off = {_group_offset('bb', d.lb, lhs.shape, ls)}, "
-        f"rb_off = {_group_offset('bb', d.rb, rhs.shape, rs)};",
+        f"  const int lb_off = {_group_offset('bb', d.lhs_batch, lhs.shape, ls)}, "
+        f"rb_off = {_group_offset('bb', d.rhs_batch, rhs.shape, rs)};",
     ]
     lines += [f"  {act} c{i}_{j} = {zero};" for i in range(rm) for j in range(rn)]
-    lines.append(f"  for (int k0 = 0; k0 < {d.K}; k0 += {tk}) {{")
+    lines.append(f"  for (int k0 = 0; k0 < {d.k}; k0 += {tk}) {{")
     # cooperative loads: each work-item stages rm lhs and rn rhs values (zero outside)
     lines.append(f"    const int ka = k0 + ln, kb = k0 + lm;")
-    lines.append(f"    const int ka_off = {_group_offset('ka', d.lc, lhs.shape, ls)}, "
-                 f"kb_off = {_group_offset('kb', d.rc, rhs.shape, rs)};")
+    lines.append(f"    const int ka_off = {_group_offset('ka', d.lhs_contracting, lhs.shape, ls)}, "
+                 f"kb_off = {_group_offset('kb', d.rhs_contracting, rhs.shape, rs)};")
     for i in range(rm):
         lines.append(f"    {{ const int m = m0 + lm + {i * ts};")
-        lines.append(f"      if (m < {d.M} && ka < {d.K}) {{ const int m_off = "
-                     f"{_group_offset('m', d.lf, lhs.shape, ls)}; As[ln][lm + {i * ts}] = {la}; }}")
+        lines.append(f"      if (m < {d.m} && ka < {d.k}) {{ const int m_off = "
+                     f"{_group_offset('m', d.lhs_free, lhs.shape, ls)}; As[ln][lm + {i * ts}] = {la}; }}")
         lines.append(f"      else As[ln][lm + {i * ts}] = {zero}; }}")
     for j in range(rn):
         lines.append(f"    {{ const int nn = n0 + ln + {j * ts};")
-        lines.append(f"      if (nn < {d.N} && kb < {d.K}) {{ const int n_off = "
-                     f"{_group_offset('nn', d.rf, rhs.shape, rs)}; Bs[lm][ln + {j * ts}] = {lbv}; }}")
+        lines.append(f"      if (nn < {d.n} && kb < {d.k}) {{ const int n_off = "
+                     f"{_group_offset('nn', d.rhs_free, rhs.shape, rs)}; Bs[lm][ln + {j * ts}] = {lbv}; }}")
         lines.append(f"      else Bs[lm][ln + {j * ts}] = {zero}; }}")
     lines.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     lines.append(f"    for (int kk = 0; kk < {tk}; kk++) {{")
@@ -140,10 +115,10 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
     for i in range(rm):
         lines.append(f"  {{ const int m = m0 + lm + {i * ts};")
-        lines.append(f"    if (m < {d.M}) {{")
+        lines.append(f"    if (m < {d.m}) {{")
         for j in range(rn):
-            off = f"(bb * {d.M} + m) * {d.N} + n0 + ln + {j * ts}"
-            lines.append(f"      if (n0 + ln + {j * ts} < {d.N}) {{ {store('out0', n.dtype, off, f'c{i}_{j}')} }}")
+            off = f"(bb * {d.m} + m) * {d.n} + n0 + ln + {j * ts}"
+            lines.append(f"      if (n0 + ln + {j * ts} < {d.n}) {{ {store('out0', n.dtype, off, f'c{i}_{j}')} }}")
         lines.append("    }")
         lines.append("  }")
     body = "\n".join(lines)
@@ -153,7 +128,7 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
     def text(name: str) -> str:
         return f"__kernel {attr}void {name}({sig}) {{\n{body}\n}}"
 
-    gs = (-(-d.N // tn) * ts, -(-d.M // tm) * ts, d.B)
+    gs = (-(-d.n // tn) * ts, -(-d.m // tm) * ts, d.batch)
     return _finish(text, _what(n), r, [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
                    global_size=gs, local_size=(ts, ts, 1))
 
@@ -229,15 +204,15 @@ class _Side:
 
     arg: str
     node: Node
-    batch: list[int]
-    contracting: list[int]
-    free: list[int]
+    batch: Sequence[int]
+    contracting: Sequence[int]
+    free: Sequence[int]
     size: int
 
-    def offset(self, g: str, dims: list[int]) -> str:
+    def offset(self, g: str, dims: Sequence[int]) -> str:
         return _group_offset(g, dims, self.node.shape, row_major_strides(self.node.shape))
 
-    def trailing(self, dims: list[int]) -> bool:
+    def trailing(self, dims: Sequence[int]) -> bool:
         return _trailing(dims, len(self.node.shape))
 
     @property
@@ -252,10 +227,11 @@ def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
         return None
     d = DotDims.of(n)
     lhs, rhs = n.operands
-    x, y = _Side("in0", lhs, d.lb, d.lc, d.lf, d.M), _Side("in1", rhs, d.rb, d.rc, d.rf, d.N)
+    x = _Side("in0", lhs, d.lhs_batch, d.lhs_contracting, d.lhs_free, d.m)
+    y = _Side("in1", rhs, d.rhs_batch, d.rhs_contracting, d.rhs_free, d.n)
     w = _lanes(n.dtype, dev)
     k_contig = x.trailing(x.contracting) and y.trailing(y.contracting)
-    if y.trailing(y.free) and (d.N >= w or not k_contig or d.K < w):
+    if y.trailing(y.free) and (d.n >= w or not k_contig or d.k < w):
         return _rows_times_vectors(n, d, x, y, w, transposed=False)
     if k_contig:
         return _dot_products(n, d, x, y, w)
@@ -269,7 +245,7 @@ def _common(n: Node, d: DotDims, x: _Side, y: _Side) -> list[str]:
         "  const int bb = (int)get_global_id(2);",
         f"  {x.ptr} X = {x.arg} + {x.offset('bb', x.batch)};",
         f"  {y.ptr} Y = {y.arg} + {y.offset('bb', y.batch)};",
-        f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.M * d.N};",
+        f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.m * d.n};",
     ]
 
 
@@ -305,7 +281,7 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
         for i in range(mr):
             for j in range(len(cols)):
                 L.append(f"{indent}{t} c{i}_{j} = ({t})(0);")
-        L.append(f"{indent}for (int k = 0; k < {d.K}; k++) {{")
+        L.append(f"{indent}for (int k = 0; k < {d.k}; k++) {{")
         L.append(f"{indent}  const int kx = {kx}, ky = {ky};")
         for j, c in enumerate(cols):
             L.append(f"{indent}  const {t} y{j} = " +
@@ -338,7 +314,7 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
             L.append(f"  for (; cc < {V}; cc++) {{")
             block(["cc"], False, "    ")
             L.append("  }")
-    gs = (-(-R // mr), -(-V // nr), d.B)
+    gs = (-(-R // mr), -(-V // nr), d.batch)
     return _cpu_kernel(n, "\n".join(L), gs)
 
 
@@ -347,15 +323,15 @@ def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int) -> Kernel:
     contiguous along k), MR x NC vector accumulators summed horizontally at the end,
     then a scalar k tail."""
     ops = _Ops(n.dtype, w)
-    mr, nc = min(4, d.M), min(4, d.N)
+    mr, nc = min(4, d.m), min(4, d.n)
     vt, t = ops.vt(), ops.acc
     L = _common(n, d, x, y)
     L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nc};")
-    L += [f"  {x.ptr} a{i} = X + {x.offset(f'min(m0 + {i}, {d.M - 1})', x.free)};" for i in range(mr)]
-    L += [f"  {y.ptr} b{j} = Y + {y.offset(f'min(n0 + {j}, {d.N - 1})', y.free)};" for j in range(nc)]
+    L += [f"  {x.ptr} a{i} = X + {x.offset(f'min(m0 + {i}, {d.m - 1})', x.free)};" for i in range(mr)]
+    L += [f"  {y.ptr} b{j} = Y + {y.offset(f'min(n0 + {j}, {d.n - 1})', y.free)};" for j in range(nc)]
     L += [f"  {vt} v{i}_{j} = ({vt})(0);" for i in range(mr) for j in range(nc)]
     L.append("  int k = 0;")
-    L.append(f"  for (; k + {w} <= {d.K}; k += {w}) {{")
+    L.append(f"  for (; k + {w} <= {d.k}; k += {w}) {{")
     L += [f"    const {vt} x{i} = {ops.vload(f'a{i} + k')};" for i in range(mr)]
     L += [f"    const {vt} y{j} = {ops.vload(f'b{j} + k')};" for j in range(nc)]
     L += [f"    {ops.mac(f'v{i}_{j}', f'x{i}', f'y{j}')}" for i in range(mr) for j in range(nc)]
@@ -363,18 +339,18 @@ def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int) -> Kernel:
     for i in range(mr):
         for j in range(nc):
             L.append(f"  {t} c{i}_{j} = {_lane_sum(L, ops.acc, f'v{i}_{j}', w)};")
-    if d.K % w:
-        L.append(f"  for (; k < {d.K}; k++) {{")
+    if d.k % w:
+        L.append(f"  for (; k < {d.k}; k++) {{")
         L += [f"    const {t} x{i} = {ops.sload(f'a{i}', 'k')};" for i in range(mr)]
         L += [f"    const {t} y{j} = {ops.sload(f'b{j}', 'k')};" for j in range(nc)]
         L += [f"    {ops.mac(f'c{i}_{j}', f'x{i}', f'y{j}')}" for i in range(mr) for j in range(nc)]
         L.append("  }")
     for i in range(mr):
         for j in range(nc):
-            cond = [c for c, partial in ((f"m0 + {i} < {d.M}", d.M % mr), (f"n0 + {j} < {d.N}", d.N % nc)) if partial]
-            st = ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.N} + n0 + {j}")
+            cond = [c for c, partial in ((f"m0 + {i} < {d.m}", d.m % mr), (f"n0 + {j} < {d.n}", d.n % nc)) if partial]
+            st = ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.n} + n0 + {j}")
             L.append(f"  if ({' && '.join(cond)}) {st}" if cond else f"  {st}")
-    gs = (-(-d.M // mr), -(-d.N // nc), d.B)
+    gs = (-(-d.m // mr), -(-d.n // nc), d.batch)
     return _cpu_kernel(n, "\n".join(L), gs)
 
 

@@ -1,9 +1,9 @@
-"""From a module to a list of steps: which kernels to generate for each entry node.
+"""From a module to a list of steps: which kernels to generate for each launch of the
+shared kernel plan (axle.lowering.plan).
 
-Every entry node that is not a parameter, constant, tuple or get-tuple-element becomes
-work: a fusion node or an unfused op is one kernel (two for a reduction that needs a
-second pass), a reshape outside a fusion is a free re-typing of its operand's buffer,
-a custom-call is a host step."""
+A fusion or an unfused op is one kernel (two for a reduction that needs a second pass), a
+reshape outside a fusion is a free re-typing of its operand's buffer, a custom-call is a
+host step."""
 from __future__ import annotations
 
 import math
@@ -12,17 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from axle import profiler
-from axle.errors import BackendError
-from axle.ir.builder import Builder, make_node
 from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
+from axle.lowering.plan import kernel_plan
 
 from .dots import dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, second_pass
 
-Slot = tuple[int, int]  # (entry node uid, result index)
+Slot = int  # a buffer slot of the shared kernel plan
 
 
 @dataclass
@@ -56,14 +54,6 @@ class Plan:
     params: list[Slot]
     constants: dict[Slot, np.ndarray]
     results: list[tuple[Slot, TensorType]]
-
-
-def wrap_op(n: Node) -> Computation:
-    """A one-op computation whose parameters bind the op's operands."""
-    b = Builder(n.op.value.replace("-", "_"))
-    params = [b.parameter(o.tensor_type) for o in n.operands]
-    node = make_node(n.op, params, dict(n.attrs), loc=n.loc)
-    return b.computation(node)
 
 
 def _roots(comp: Computation) -> list[Node]:
@@ -147,54 +137,19 @@ def _group(comp: Computation, outs: list[tuple[Node, int]], kept: int, red: int,
     return [(k1, k1.inputs, k1.outputs, scratch), (k2, k2.inputs, k2.outputs, {})]
 
 
-def plan_module(entry: Computation, dev: DeviceInfo) -> Plan:
+def plan_module(module: Module, dev: DeviceInfo) -> Plan:
+    """The steps of ``module``'s shared kernel plan (:mod:`axle.lowering.plan`)."""
+    kp = kernel_plan(module, assign_buffers=False)
     steps: list[Any] = []
-    constants: dict[Slot, np.ndarray] = {}
-    slot_of: dict[int, Slot] = {}  # entry node uid -> slot of its (single) value
-    tuples: dict[int, list[Slot]] = {}
-    params: list[Slot] = []
-    labels = profiler.kernel_names(Module(entry.name, entry))
-    for n in entry.nodes:
-        if n.op is Op.PARAMETER:
-            slot_of[n.uid] = (n.uid, 0)
-            params.append((n.uid, 0))
-        elif n.op is Op.CONSTANT:
-            slot_of[n.uid] = (n.uid, 0)
-            constants[(n.uid, 0)] = n.attr["value"].array
-        elif n.op is Op.TUPLE:
-            tuples[n.uid] = [slot_of[o.uid] for o in n.operands]
-        elif n.op is Op.GET_TUPLE_ELEMENT:
-            slot_of[n.uid] = tuples[n.operands[0].uid][n.attr["index"]]
-        elif n.op is Op.RESHAPE:
-            slot_of[n.uid] = (n.uid, 0)
-            steps.append(AliasStep(slot_of[n.operands[0].uid], (n.uid, 0), n.tensor_type))
-        elif n.op is Op.CUSTOM_CALL:
-            slot_of[n.uid] = (n.uid, 0)
-            steps.append(HostStep(n, [slot_of[o.uid] for o in n.operands], (n.uid, 0)))
+    for launch in kp.launches:
+        if launch.is_bitcast:
+            steps.append(AliasStep(launch.inputs[0], launch.outputs[0], launch.output_types[0]))
+        elif launch.kind == "custom-call":
+            steps.append(HostStep(launch.node, list(launch.inputs), launch.outputs[0]))
         else:
-            comp = n.attr["computation"] if n.op is Op.FUSION else wrap_op(n)
-            results = _roots(comp)
-            mine = [(n.uid, k) for k in range(len(results))]
-            if n.op is Op.FUSION and comp.root.op is Op.TUPLE:
-                tuples[n.uid] = mine
-            else:
-                slot_of[n.uid] = mine[0]
-            in_slots = [slot_of[o.uid] for o in n.operands]
-            for kernel, kin, kout, scratch in plan_unit(comp, dev):
-                inputs = [in_slots[v] if kind == "param" else (("const", v) if kind == "const" else ("scratch", v))
+            for kernel, kin, kout, scratch in plan_unit(launch.computation, dev):
+                inputs = [launch.inputs[v] if kind == "param" else (("const", v) if kind == "const" else ("scratch", v))
                           for kind, v in ((x[0], x[1]) for x in kin)]
-                outputs = [mine[j] if kind == "out" else ("scratch", j) for kind, j, _ in kout]
-                steps.append(KernelStep(kernel, inputs, outputs, scratch, labels[n.uid]))
-    root = entry.root
-    if root.op is Op.TUPLE:
-        res_slots = tuples[root.uid]
-        types = [o.tensor_type for o in root.operands]
-    elif root.uid in tuples:
-        res_slots = tuples[root.uid]
-        types = list(root.type.elements)  # type: ignore[union-attr]
-    else:
-        res_slots = [slot_of[root.uid]]
-        types = [root.tensor_type]
-    if any(not isinstance(t, TensorType) for t in types):
-        raise BackendError("opencl: nested tuple results are not supported")
-    return Plan(steps, params, constants, list(zip(res_slots, types)))
+                outputs = [launch.outputs[j] if kind == "out" else ("scratch", j) for kind, j, _ in kout]
+                steps.append(KernelStep(kernel, inputs, outputs, scratch, launch.label))
+    return Plan(steps, list(range(kp.n_params)), kp.constants, list(zip(kp.results, kp.result_types)))

@@ -11,10 +11,10 @@ in C), NaN-propagating max/min (``fmax`` would drop NaNs), saturating float->int
 converts with NaN -> 0."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from axle.ir.dtypes import DType
+from axle.ir.numerics import TANH_SATURATION_F32
 from axle.ir.ops import Op
 
 from .ctypes_ import REG, UNSIGNED, literal
@@ -58,8 +58,6 @@ def _nan_guard(f: Callable[[DType, Expr], Expr]) -> Callable[[DType, Expr], Expr
     return lambda dt, x: f"(isnan({x}) ? {x} : {f(dt, x)})"
 
 
-#: float tanh(x) rounds to +-1 beyond 13 ln 2 (where 1 - tanh(x) < 2^-25, half an ulp below 1)
-TANH_SATURATION_F32 = 13 * math.log(2)
 
 
 def _saturated_tanh(x: Expr) -> Expr:
@@ -138,8 +136,6 @@ BOOL_BINARY: dict[Op, Callable[[Expr, Expr], Expr]] = {
 }
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
-#: reduction kind -> the binary op that combines two partial results
-REDUCE_OP: dict[str, Op] = {"sum": Op.ADD, "prod": Op.MUL, "max": Op.MAX, "min": Op.MIN, "and": Op.AND, "or": Op.OR}
 #: float ops the vectorizer may emit on floatN values (everything else stays scalar)
 #: Ops rendered on floatN as well. Not sin/cos: PoCL's vector sin/cos lose the small
 #: lanes of a vector that also holds a huge argument (sin(1e-30) came out 0.0099 beside

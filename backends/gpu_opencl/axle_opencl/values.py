@@ -16,9 +16,12 @@ from collections.abc import Callable
 import numpy as np
 
 from axle.errors import BackendError
+from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
+from axle.ir.numerics import TANH_F32
 from axle.ir.ops import Op
+from axle.ir.reductions import REDUCE_KINDS
 from axle.passes.fusion import squeeze
 
 from . import render
@@ -26,12 +29,6 @@ from .ctypes_ import REG, identity, literal
 from .emitter import Emitter, Idx
 
 LANE_NAMES = "0123456789abcdef"
-# tanh(x)/x ~ P(x^2)/Q(x^2) on |x| <= 9: a least-squares fit for relative error made
-# for this backend (iteratively reweighted linearized fit, then checked in f32).
-_TANH_P = (1.0, 0.13393756747245789, 0.0035106686409562826, 2.0855723050772212e-05, 1.36936719741243e-08)
-_TANH_Q = (1.0, 0.46727079153060913, 0.025934455916285515, 0.0003310230968054384, 7.91588547599531e-07)
-
-
 def reg_type(dt: DType, lanes: int = 1) -> str:
     return REG[dt] + (str(lanes) if lanes > 1 else "")
 
@@ -63,7 +60,7 @@ def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
 
 def combine(kind: str, dt: DType, a: str, b: str, helpers: set[str]) -> str:
     """Expression merging two partial reductions of ``kind`` (f16 partials are f32)."""
-    return render.binary(render.REDUCE_OP[kind], acc_dtype(dt), a, b, helpers)
+    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b, helpers)
 
 
 class Renderer:
@@ -161,11 +158,12 @@ class Renderer:
 
     def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
         """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
-        vectorizes): tanh(x) ~ x P(x^2) / Q(x^2) on [-9, 9], degree 4 over 4 in x^2, fitted for
-        relative error (max ~3e-7 evaluated in f32, Q >= 1 so no poles), NaN passed on."""
+        vectorizes): the shared fit axle.ir.numerics.TANH_F32 (max ~3e-7 relative error
+        evaluated in f32, Q >= 1 so no poles), NaN passed on."""
         assert dt is DType.FLOAT32, "vector tanh is f32 only (vector_ok keeps f64 scalar)"
         t = reg_type(dt, lanes)
-        c = self.em.tmp(t, f"clamp({x}, -9.0f, 9.0f)")
+        lim = literal(TANH_F32.clamp, dt)
+        c = self.em.tmp(t, f"clamp({x}, -{lim}, {lim})")
         s = self.em.tmp(t, f"{c} * {c}")
 
         def horner(coeffs: tuple[float, ...]) -> str:
@@ -174,8 +172,8 @@ class Renderer:
                 e = f"({e} * {s} + {literal(a, dt)})"
             return e
 
-        p = self.em.tmp(t, horner(_TANH_P))
-        q = self.em.tmp(t, horner(_TANH_Q))
+        p = self.em.tmp(t, horner(TANH_F32.p))
+        q = self.em.tmp(t, horner(TANH_F32.q))
         return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
 
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
@@ -356,33 +354,22 @@ class Renderer:
 
     def _dot(self, n: Node, idx: Idx, lanes: int) -> str:
         lhs, rhs = n.operands
-        a = n.attr
-        lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+        d = DotDims.of(n)
         c = self.em.coords(idx)
-        lfree = [i for i in range(lhs.tensor_type.rank) if i not in lb + lc]
-        rfree = [i for i in range(rhs.tensor_type.rank) if i not in rb + rc]
-        nb = len(lb)
-        lco: list[str] = [""] * lhs.tensor_type.rank
-        rco: list[str] = [""] * rhs.tensor_type.rank
-        for k, (l, r) in enumerate(zip(lb, rb)):
-            lco[l] = rco[r] = c[k]
-        for k, i in enumerate(lfree):
-            lco[i] = c[nb + k]
-        for k, i in enumerate(rfree):
-            rco[i] = c[nb + len(lfree) + k]
         adt = acc_dtype(n.dtype)
         acc = self.em.tmp(reg_type(adt), literal(0, adt), "acc")
-        if any(lhs.shape[i] == 0 for i in lc):
+        if d.k == 0:
             return acc
-        for l, r in zip(lc, rc):
-            v = self.em.fresh("r")
-            self.em.open(f"for (int {v} = 0; {v} < {lhs.shape[l]}; {v}++)")
-            lco[l] = rco[r] = v
+        ks = []
+        for l in d.lhs_contracting:
+            ks.append(self.em.fresh("r"))
+            self.em.open(f"for (int {ks[-1]} = 0; {ks[-1]} < {lhs.shape[l]}; {ks[-1]}++)")
+        lco, rco = d.operand_indices(c, ks, len(lhs.shape), len(rhs.shape))
         x = self.value(lhs, Idx(lhs.shape, None, lco))
         y = self.value(rhs, Idx(rhs.shape, None, rco))
         prod = render.binary(Op.MUL, adt, x, y, self.helpers)
         self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod, self.helpers)};")
-        for _ in lc:
+        for _ in ks:
             self.em.close()
         return render.round_half(acc, self.helpers) if n.dtype is DType.FLOAT16 else acc
 

@@ -16,7 +16,8 @@ from axle.config import config
 from axle.lru import LRU
 from axle.ir.builder import make_node
 from axle.ir.module import Computation, Node
-from axle.ir.ops import OPS, Op, maximum, minimum
+from axle.ir.ops import OPS, Op
+from axle.ir.reductions import maximum, minimum
 
 # HARDWARE: render a fusion. Each entry turns operand names into one expression of the
 # device language; an op without an entry is rendered as a call to the core's reference

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import lax
+from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
 
@@ -130,15 +131,11 @@ def _reduce(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
 
 def _dot(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     lhs, rhs = xs
-    a = n.attr
-    lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contracting"], a["rhs_contracting"]
+    d = DotDims.of(n)
+    lb, rb, lc, rc = d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting
     lr, rr = n.operands[0].tensor_type.rank, n.operands[1].tensor_type.rank
-    lfree = [i for i in range(lr) if i not in lb + lc]
-    rfree = [i for i in range(rr) if i not in rb + rc]
-    nb = len(lb)
-    ct_batch = list(range(nb))
-    ct_lfree = list(range(nb, nb + len(lfree)))
-    ct_rfree = list(range(nb + len(lfree), nb + len(lfree) + len(rfree)))
+    lfree, rfree = list(d.lhs_free), list(d.rhs_free)
+    ct_batch, ct_lfree, ct_rfree = (list(g) for g in d.result_groups)
 
     # d lhs: ct (batch, lfree, rfree) . rhs over rfree -> (batch, lfree, rhs contracting dims in rhs order)
     g = lax.dot_general(ct, rhs, ct_rfree, rfree, ct_batch, list(rb))

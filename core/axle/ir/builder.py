@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AxleError, ShapeError, VerifierError
+from ..errors import ArgumentError, AxleError, ShapeError, VerifierError
 from .dtypes import DType, dtype as to_dtype
 from .literal import Literal
 from .module import Computation, Module, Node
@@ -55,6 +55,10 @@ def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = N
     attrs = dict(attrs or {})
     try:
         check_arity(op, len(operands))
+        for k, o in enumerate(operands):
+            if not isinstance(o, Node):
+                raise ArgumentError(f"{op.value}: operand {k} is a {o.__class__.__name__}, not a node "
+                                    f"(build operands with the Builder's methods; pass several as separate arguments)")
         canon = canonical_attrs(op, attrs)
         if op is Op.PARAMETER:
             if not isinstance(type, TensorType):

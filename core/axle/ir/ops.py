@@ -19,64 +19,11 @@ import numpy as np
 from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .dotdims import DotDims
 from .literal import Literal
+from .opcodes import Op
+from .reductions import REDUCE_KINDS, maximum, minimum
 from .types import Shape, TensorType, TupleType, Type
-
-
-class Op(enum.Enum):
-    # structure
-    PARAMETER = "parameter"
-    CONSTANT = "constant"
-    IOTA = "iota"
-    CONVERT = "convert"
-    TUPLE = "tuple"
-    GET_TUPLE_ELEMENT = "get-tuple-element"
-    FUSION = "fusion"
-    # unary elementwise
-    NEG = "negate"
-    ABS = "abs"
-    EXP = "exponential"
-    LOG = "log"
-    SQRT = "sqrt"
-    RSQRT = "rsqrt"
-    TANH = "tanh"
-    LOGISTIC = "logistic"
-    SIN = "sine"
-    COS = "cosine"
-    FLOOR = "floor"
-    CEIL = "ceil"
-    SIGN = "sign"
-    NOT = "not"
-    # binary elementwise
-    ADD = "add"
-    SUB = "subtract"
-    MUL = "multiply"
-    DIV = "divide"
-    REM = "remainder"
-    POW = "power"
-    MAX = "maximum"
-    MIN = "minimum"
-    AND = "and"
-    OR = "or"
-    COMPARE = "compare"
-    SELECT = "select"
-    # reductions and contractions
-    REDUCE = "reduce"
-    DOT_GENERAL = "dot"
-    # data movement
-    BROADCAST_IN_DIM = "broadcast"
-    RESHAPE = "reshape"
-    TRANSPOSE = "transpose"
-    SLICE = "slice"
-    PAD = "pad"
-    CONCATENATE = "concatenate"
-    REVERSE = "reverse"
-    # others
-    RNG_BIT_GENERATOR = "rng-bit-generator"
-    CUSTOM_CALL = "custom-call"
-
-    def __repr__(self) -> str:
-        return f"Op.{self.name}"
 
 
 class AttrKind(enum.Enum):
@@ -355,49 +302,6 @@ def convert_array(x: np.ndarray, dt: DType) -> np.ndarray:
     return x.astype(target)
 
 
-_IDENTITY = {
-    "sum": lambda d: 0,
-    "prod": lambda d: 1,
-    "max": lambda d: -np.inf if d.kind == "f" else (np.iinfo(d).min if d.kind == "i" else False),
-    "min": lambda d: np.inf if d.kind == "f" else (np.iinfo(d).max if d.kind == "i" else True),
-    "and": lambda d: True if d == np.bool_ else -1,
-    "or": lambda d: False if d == np.bool_ else 0,
-}
-_REDUCER = {
-    "sum": np.add,
-    "prod": np.multiply,
-    "max": np.maximum,
-    "min": np.minimum,
-    "and": np.bitwise_and,
-    "or": np.bitwise_or,
-}
-
-
-# IEEE 754-2019 maximum/minimum (as StableHLO, XLA and JAX): NaN-propagating and
-# -0.0 < +0.0, so max(-0.0, +0.0) = +0.0 and min(-0.0, +0.0) = -0.0 in either operand
-# order. NumPy's maximum/minimum propagate NaN but pick an arbitrary zero on a tie (the
-# second operand for f32/f64, the first for f16), so ties are fixed up here.
-def maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """IEEE 754-2019 maximum (ints and bools: NumPy's, which has no ties to break)."""
-    out = np.maximum(x, y)
-    if np.asarray(out).dtype.kind != "f":
-        return out
-    # equal operands differ at most in the sign of a zero: the one without a sign bit wins
-    return np.where(x == y, np.where(np.signbit(x), y, x), out)
-
-
-def minimum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """IEEE 754-2019 minimum (ints and bools: NumPy's, which has no ties to break)."""
-    out = np.minimum(x, y)
-    if np.asarray(out).dtype.kind != "f":
-        return out
-    return np.where(x == y, np.where(np.signbit(x), x, y), out)
-
-
-#: the partial-result combiners of every reduction kind, IEEE max/min included
-COMBINE = {**_REDUCER, "max": maximum, "min": minimum}
-
-
 def _signed_zero_fixup(x: np.ndarray, out: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
     """A max/min reduction whose result is a zero: +0.0 (max) if any reduced element is
     +0.0, else -0.0; -0.0 (min) if any is -0.0, else +0.0 (NumPy's ufunc.reduce keeps
@@ -411,15 +315,11 @@ def _signed_zero_fixup(x: np.ndarray, out: np.ndarray, *, kind: str, axes: tuple
     return np.where(zero, np.where(found, winner, other).astype(out.dtype), out)
 
 
-def reduce_identity(kind: str, dt: DType) -> object:
-    """The value a reduction of this kind over no elements produces."""
-    return np.array(_IDENTITY[kind](dt.np)).astype(dt.np)[()]
-
-
 def _reduce(x: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
-    ident = reduce_identity(kind, to_dtype(x.dtype))
-    work = x.astype(np.float32) if x.dtype == np.float16 and kind in ("sum", "prod") else x
-    out = np.asarray(_REDUCER[kind].reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident)))
+    rk = REDUCE_KINDS[kind]
+    ident = rk.identity(to_dtype(x.dtype))
+    work = x.astype(np.float32) if rk.accumulator(to_dtype(x.dtype)) is not to_dtype(x.dtype) else x
+    out = np.asarray(rk.ufunc.reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident)))
     if kind in ("max", "min") and x.dtype.kind == "f":
         out = _signed_zero_fixup(x, out, kind=kind, axes=tuple(axes))
     return out.astype(x.dtype)
@@ -572,10 +472,7 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
         if lhs.shape[a] != rhs.shape[b]:
             raise _shape_error(op, ts, f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
-    batch = tuple(lhs.shape[a] for a in lb)
-    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lb + lc)
-    rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rb + rc)
-    return batch + lfree + rfree
+    return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
 
 
 def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
@@ -769,7 +666,7 @@ _def(Op.SELECT, 3, _select_shape, _select_dtype, lambda p, a, b: np.where(p, a, 
 
 # reductions and contractions
 _def(Op.REDUCE, 1, _reduce_shape, _reduce_dtype, _quiet(_reduce),
-     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=tuple(_REDUCER)), AttrSpec("axes", AttrKind.INTS)),
+     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=tuple(REDUCE_KINDS)), AttrSpec("axes", AttrKind.INTS)),
      traits=Traits(reduction=True), doc="Reduces `axes` with sum/prod/max/min/and/or; empty -> identity.")
 _def(Op.DOT_GENERAL, 2, _dot_shape, _same_dtype, _quiet(_dot_general),
      attrs=(AttrSpec("lhs_batch", AttrKind.INTS, ()), AttrSpec("rhs_batch", AttrKind.INTS, ()),

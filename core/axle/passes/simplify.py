@@ -18,6 +18,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.module import Module, Node
 from ..ir.ops import Op
+from ..ir.reductions import REDUCE_KINDS
 from .pipeline import Pass
 from .rewrite import full_like, is_splat, like, rebuild_module, splat
 
@@ -232,14 +233,11 @@ def _concatenate(n: Node) -> Node | None:
     return None
 
 
-#: reduce kinds whose reduction over no axes returns its operand bit for bit; a float sum
-#: adds its identity +0.0, which turns -0.0 into +0.0
-_EMPTY_REDUCE_IS_IDENTITY = {"prod": True, "max": True, "min": True, "and": True, "or": True}
-
-
 def _reduce(n: Node) -> Node | None:
+    """A reduction over no axes returns its operand bit for bit, except a float sum: it
+    adds its identity +0.0, which turns -0.0 into +0.0."""
     x = n.operands[0]
-    if not n.attr["axes"] and (_EMPTY_REDUCE_IS_IDENTITY.get(n.attr["kind"], False) or not x.dtype.is_float):
+    if not n.attr["axes"] and (REDUCE_KINDS[n.attr["kind"]].combiner is not Op.ADD or not x.dtype.is_float):
         return x
     return None
 

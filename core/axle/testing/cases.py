@@ -18,6 +18,7 @@ import numpy as np
 from ..backend import Device
 from ..interpreter import evaluate
 from ..ir.builder import Builder
+from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType
 from ..ir.module import Module, Node
 from ..ir.ops import OPS, Op
@@ -108,8 +109,8 @@ def reduced_terms(node: Node) -> int:
     """How many terms ``node`` (a reduce or a dot) sums into each result element; else 1."""
     if node.op is Op.REDUCE:
         return math.prod(node.operands[0].shape[a] for a in node.attr["axes"])
-    if node.op is Op.DOT_GENERAL and node.attr["lhs_contracting"]:
-        return math.prod(node.operands[0].shape[a] for a in node.attr["lhs_contracting"])
+    if node.op is Op.DOT_GENERAL:
+        return DotDims.of(node).k
     return 1
 
 

@@ -36,7 +36,7 @@ def _kernel(dev, op: str):  # noqa: ANN001, ANN202
     b = Builder("k")
     x = b.parameter("f32[37]")
     module = b.build(getattr(b, op)(b.exp(x), x))
-    plan = plan_module(module.entry, _fresh_runtime(dev).info)
+    plan = plan_module(module, _fresh_runtime(dev).info)
     return next(s.kernel for s in plan.steps if hasattr(s, "kernel"))
 
 

@@ -1,0 +1,61 @@
+"""The op enum: every primitive's name, on its own so that small tables keyed by op (the
+reduce kinds, a renderer's expression table) need not import the whole op table."""
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # structure
+    PARAMETER = "parameter"
+    CONSTANT = "constant"
+    IOTA = "iota"
+    CONVERT = "convert"
+    TUPLE = "tuple"
+    GET_TUPLE_ELEMENT = "get-tuple-element"
+    FUSION = "fusion"
+    # unary elementwise
+    NEG = "negate"
+    ABS = "abs"
+    EXP = "exponential"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    TANH = "tanh"
+    LOGISTIC = "logistic"
+    SIN = "sine"
+    COS = "cosine"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    SIGN = "sign"
+    NOT = "not"
+    # binary elementwise
+    ADD = "add"
+    SUB = "subtract"
+    MUL = "multiply"
+    DIV = "divide"
+    REM = "remainder"
+    POW = "power"
+    MAX = "maximum"
+    MIN = "minimum"
+    AND = "and"
+    OR = "or"
+    COMPARE = "compare"
+    SELECT = "select"
+    # reductions and contractions
+    REDUCE = "reduce"
+    DOT_GENERAL = "dot"
+    # data movement
+    BROADCAST_IN_DIM = "broadcast"
+    RESHAPE = "reshape"
+    TRANSPOSE = "transpose"
+    SLICE = "slice"
+    PAD = "pad"
+    CONCATENATE = "concatenate"
+    REVERSE = "reverse"
+    # others
+    RNG_BIT_GENERATOR = "rng-bit-generator"
+    CUSTOM_CALL = "custom-call"
+
+    def __repr__(self) -> str:
+        return f"Op.{self.name}"

@@ -1,0 +1,132 @@
+"""The kernel plan: an optimized module as an ordered list of launches over buffer slots.
+
+Every backend walks the same plan. Slots ``0..P-1`` are the entry's parameters, then one
+slot per constant, then one per launch output, in launch order. Every entry node that is
+not plumbing (parameter, constant, tuple, get-tuple-element) is one :class:`KernelLaunch`:
+a fusion node launches its fused computation with the kind the fusion pass recorded; an
+unfused op launches a one-op computation (:func:`single_op`) with the kind its op implies.
+A backend turns each launch into its own steps (one kernel, two passes, a library call, a
+host call) but never re-walks the module or re-decides what a fusion is.
+
+With ``assign_buffers`` the launch order is buffer assignment's schedule and each temporary
+slot carries its offset in the per-call arena (:mod:`axle.passes.buffers`), so a backend
+that allocates one arena per call only has to honour ``temp_offsets``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import profiler
+from ..ir.module import Computation, Module, Node
+from ..ir.ops import Op
+from ..ir.types import TensorType, TupleType
+from ..passes.buffers import assign
+
+#: entry nodes that name values and launch nothing
+PLUMBING = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
+
+#: the launch kind of an unfused op (every other op is a "loop": one value per output element)
+_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call"}
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One unit of work: ``computation`` reads ``inputs`` (slots, one per computation
+    parameter, in parameter order) and writes ``outputs`` (slots, one per result).
+
+    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``, ``output``)
+    for a fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
+    dot_general) or ``custom-call`` (a call of a registered host function)."""
+
+    node: Node  # the entry node launched (its op, attributes and source location)
+    computation: Computation
+    kind: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    output_types: tuple[TensorType, ...]
+    label: str  # the profiler's timeline name, mapping back to the module
+
+    @property
+    def is_bitcast(self) -> bool:
+        """An unfused reshape: its output has its operand's bytes under a new type, so a
+        backend may alias the buffer instead of launching a copy."""
+        return self.node.op is Op.RESHAPE
+
+
+@dataclass
+class KernelPlan:
+    param_types: list[TensorType]
+    constants: dict[int, np.ndarray]  # slot -> C-contiguous value
+    launches: list[KernelLaunch]
+    results: list[int]  # slots of the entry's results, in order
+    result_types: list[TensorType]
+    n_slots: int
+    #: bytes of the per-call temporary arena and each temporary slot's offset in it
+    #: (``assign_buffers`` only); slots not listed need buffers of their own
+    temp_bytes: int = 0
+    temp_offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_params(self) -> int:
+        return len(self.param_types)
+
+
+def single_op(node: Node, name: str | None = None) -> Computation:
+    """A one-op computation computing ``node`` from parameters bound to its operands."""
+    params = tuple(Node(Op.PARAMETER, (), (("index", k),), o.type, name=f"p{k}")
+                   for k, o in enumerate(node.operands))
+    root = Node(node.op, params, node.attrs, node.type, loc=node.loc, name=node.name)
+    return Computation(name or node.op.value.replace("-", "_"), params, root)
+
+
+def _types(t: object) -> list[TensorType]:
+    return list(t.elements) if isinstance(t, TupleType) else [t]  # type: ignore[list-item]
+
+
+def kernel_plan(module: Module, *, assign_buffers: bool = True) -> KernelPlan:
+    """The plan of ``module``'s entry computation (see the module docstring). Parameters
+    are arrays and tuples do not nest (the IR's rules), so every slot holds one array."""
+    entry = module.entry
+    labels = profiler.kernel_names(module)
+    ba = assign(module) if assign_buffers else None
+    slots: dict[int, list[int]] = {}
+    constants: dict[int, np.ndarray] = {}
+    launches: list[KernelLaunch] = []
+    temp_offsets: dict[int, int] = {}
+    n_slots = len(entry.parameters)
+
+    def new_slots(k: int) -> list[int]:
+        nonlocal n_slots
+        n_slots += k
+        return list(range(n_slots - k, n_slots))
+
+    for n in (ba.order if ba is not None else entry.nodes):
+        if n.op is Op.PARAMETER:
+            slots[n.uid] = [n.attr["index"]]
+        elif n.op is Op.CONSTANT:
+            slots[n.uid] = new_slots(1)
+            constants[slots[n.uid][0]] = np.array(n.attr["value"].array, copy=True, order="C")
+        elif n.op is Op.TUPLE:
+            slots[n.uid] = [slots[o.uid][0] for o in n.operands]
+        elif n.op is Op.GET_TUPLE_ELEMENT:
+            slots[n.uid] = [slots[n.operands[0].uid][n.attr["index"]]]
+        else:
+            types = _types(n.type)
+            outs = slots[n.uid] = new_slots(len(types))
+            if ba is not None:
+                for i, s in enumerate(outs):
+                    a = ba.allocations.get((n.uid, i))
+                    if a is not None and a.region == "temp":
+                        temp_offsets[s] = a.offset
+            label = labels[n.uid]
+            if n.op is Op.FUSION:
+                comp, kind = n.attr["computation"], n.attr["kind"]
+            else:
+                comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
+            launches.append(KernelLaunch(n, comp, kind, tuple(slots[o.uid][0] for o in n.operands),
+                                         tuple(outs), tuple(types), label))
+    root = entry.root
+    return KernelPlan(list(entry.parameter_types), constants, launches, list(slots[root.uid]),  # type: ignore[arg-type]
+                      _types(root.type), n_slots, ba.temp_bytes if ba is not None else 0, temp_offsets)
