@@ -15,6 +15,7 @@ debugger: no crash isolation).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ import pytest
 SUITE = str(Path(__file__).with_name("suite.py"))
 #: the run's KitRunner, in the pytest config's stash
 RUNNER: pytest.StashKey[Any] = pytest.StashKey()
+#: with --axle-in-process: the run's compile cache, open until the session ends
+IN_PROCESS: pytest.StashKey[contextlib.ExitStack] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,7 +58,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     reports them one by one, so ``--axle-workers`` runs them in parallel)."""
     config = session.config
     target = config.getoption("--axle-backend", default=None)
-    if not target or config.getoption("--axle-in-process"):
+    if not target or config.getoption("collectonly"):
+        return
+    if config.getoption("--axle-in-process"):
+        from .session import kit_session
+
+        config.stash[IN_PROCESS] = contextlib.ExitStack()
+        config.stash[IN_PROCESS].enter_context(kit_session())  # the run's compile cache, as in a worker
         return
     from .runner import DEFAULT_TIMEOUT_S, KitRunner
 
@@ -71,6 +80,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     runner = session.config.stash.get(RUNNER, None)
     if runner is not None:
         runner.close()
+    here = session.config.stash.get(IN_PROCESS, None)
+    if here is not None:
+        here.close()
 
 
 def check_result(config: pytest.Config, check: Any, device: Any) -> Any:
