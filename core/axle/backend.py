@@ -15,8 +15,9 @@ a plugin written against an older minor version keeps loading.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -25,6 +26,9 @@ from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.ops import CORE_PRIMITIVES, Op
 from .ir.types import TensorType
+from .errors import BackendError
+from .passes.fusion import fusion_size
+from .passes.policy import FusionPolicy
 
 if TYPE_CHECKING:
     from .passes.pipeline import Pass
@@ -71,28 +75,101 @@ class Device:
         return self.name
 
 
+#: A per-op refinement of a claim. Called with a node whose op and dtypes the device
+#: claims (its operands' and result's types: shapes, dtypes, ``rank``; its attributes; for
+#: ``Op.FUSION`` its ``kind`` and ``computation``), it returns None to accept the node or a
+#: non-empty reason to refuse it; the placement summary and strict-mode errors print it.
+Predicate = Callable[[Node], "str | None"]
+
+#: nodes every device runs: they only name, assemble or hold values
+_PLUMBING = (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CONSTANT)
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """What a device can run. The partitioner sends everything else to the host."""
+    """What a device can run. The partitioner sends everything else to the host.
+
+    A node is claimed when its op is in ``ops``, every dtype it touches is in ``dtypes`` and
+    in ``op_dtypes[op]`` (when given), and ``predicates[op]`` (when given) accepts it; a
+    fusion when every node inside is claimed, it has at most ``limits["max_fusion_nodes"]``
+    ops and ``predicates[Op.FUSION]`` accepts it. The fusion pass builds no fusion this
+    device refuses by those two rules (see :meth:`bound`)."""
 
     ops: frozenset[Op] = CORE_PRIMITIVES
     dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
     #: per-op dtype restrictions, e.g. {Op.DOT_GENERAL: frozenset({DType.FLOAT32})}
     op_dtypes: Mapping[Op, frozenset[DType]] = field(default_factory=dict)
-    #: e.g. {"max_fusion_nodes": 64, "max_buffer_bytes": 2**31}
+    #: ``max_fusion_nodes`` (ops in one fusion), ``max_buffer_bytes`` and ``max_elements``
+    #: (of any one operand or result), e.g. {"max_fusion_nodes": 64, "max_buffer_bytes": 2**31}
     limits: Mapping[str, int] = field(default_factory=dict)
+    #: per-op predicates, e.g. {Op.REDUCE: lambda n: None if n.attr["axes"] == (len(n.operands[0].shape) - 1,)
+    #: else "reduces the last axis only"}
+    predicates: Mapping[Op, Predicate] = field(default_factory=dict)
 
     def supports(self, node: Node) -> bool:
-        """True if the device runs this node (its op and every dtype it touches)."""
-        if node.op in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CONSTANT):
-            return True
+        """True if the device runs this node (see the class docstring). Prefer
+        ``predicates`` to overriding this: an override cannot say why it refuses."""
+        return self._refusal(node) is None
+
+    def refusal(self, node: Node) -> str | None:
+        """Why :meth:`supports` refuses ``node`` (None when it accepts it)."""
+        if self.supports(node):
+            return None
+        return self._refusal(node) or (f"op '{node.op.value}' is refused by {type(self).__name__}.supports(), "
+                                       f"which gives no reason (Capabilities.predicates can give one)")
+
+    def bound(self, policy: FusionPolicy) -> FusionPolicy:
+        """``policy`` narrowed to the fusions this device accepts: at most
+        ``limits["max_fusion_nodes"]`` ops, and ``predicates[Op.FUSION]`` as a veto on each
+        candidate (the core optimizes for a device under this policy)."""
+        limit = min(self.limits.get("max_fusion_nodes", policy.max_fusion_nodes), policy.max_fusion_nodes)
+        pred = self.predicates.get(Op.FUSION)
+        veto = policy.veto if pred is None else functools.partial(_ask, pred)
+        return replace(policy, max_fusion_nodes=limit, veto=veto)
+
+    def _refusal(self, node: Node) -> str | None:
+        if node.op in _PLUMBING:
+            return None
         if node.op is Op.FUSION:
-            return all(self.supports(n) for n in node.attr["computation"].nodes)
-        if node.op not in self.ops:
-            return False
-        types = [o.type for o in node.operands] + [node.type]
+            why = self._fusion_refusal(node)
+        elif node.op not in self.ops:
+            return f"op '{node.op.value}' is not in the device's capabilities"
+        else:
+            why = self._dtype_refusal(node)
+        pred = self.predicates.get(node.op)
+        return why or (None if pred is None else _ask(pred, node))
+
+    def _dtype_refusal(self, node: Node) -> str | None:
         allowed = self.op_dtypes.get(node.op, self.dtypes)
-        return all(t.dtype in allowed and t.dtype in self.dtypes for t in types if isinstance(t, TensorType))
+        types = [o.type for o in node.operands] + [node.type]
+        bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
+                      and (t.dtype not in allowed or t.dtype not in self.dtypes)})
+        return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}" if bad else None
+
+    def _fusion_refusal(self, node: Node) -> str | None:
+        comp = node.attr["computation"]
+        for n in comp.nodes:
+            why = self.refusal(n)
+            if why:
+                return f"fusion holds {why}"
+        limit = self.limits.get("max_fusion_nodes")
+        size = fusion_size(comp)
+        if limit is not None and size > limit:
+            return f"the {node.attr['kind']} fusion has {size} ops, above the device's max_fusion_nodes={limit}"
+        return None
+
+
+def _ask(predicate: Predicate, node: Node) -> str | None:
+    """A predicate's verdict on a node, checked: None or a non-empty reason."""
+    try:
+        why = predicate(node)
+    except Exception as e:  # noqa: BLE001 - a plugin's bug, reported with the node it failed on
+        raise BackendError(f"the device's capability predicate for op '{node.op.value}' raised "
+                           f"{type(e).__name__}: {e} on {node.op.value} {node.type}") from e
+    if why is None or (isinstance(why, str) and why):
+        return why
+    raise BackendError(f"the device's capability predicate for op '{node.op.value}' returned {why!r}: a predicate "
+                       f"returns None to accept a node or a non-empty reason string to refuse it")
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def cmd_new_backend(args: argparse.Namespace) -> int:
         return 2
     print(f"created axle-{args.name} in {out}\nnext steps (docs/writing-a-backend.md):\n"
           f"  pip install -e {out}\n  axle devices                   # shows {args.name}:0\n"
-          f"  python -m axle.testing {args.name}  # the conformance kit")
+          f"  python -m axle.testing {args.name}  # the conformance kit (needs pip install 'axle[kit]')")
     return 0
 
 

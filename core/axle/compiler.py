@@ -26,7 +26,7 @@ def optimize_for(module: Module, device: Device) -> Module:
 
     backend = REGISTRY.backend_for(device)
     with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
-        return optimize(module, backend=backend)
+        return optimize(module, backend=backend, device=device)
 
 
 def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:

@@ -24,7 +24,8 @@ from .backend import Capabilities, Device
 from .ir.module import Computation, Module, Node
 from .ir.ops import Op
 from .ir.printer import _node_names
-from .passes.policy import DEFAULT_POLICY, FusionPolicy
+from .passes import policy_for
+from .passes.policy import FusionPolicy
 
 if TYPE_CHECKING:
     from .frontend.jit import Lowered
@@ -337,7 +338,7 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
 
         module = lowered.module
         skip = disabled_passes()
-        for entry in pipeline_for(REGISTRY.backend_for(lowered.device)).entries:
+        for entry in pipeline_for(REGISTRY.backend_for(lowered.device), lowered.device).entries:
             if entry.item.name in skip:
                 continue
             module, changed = run_pass(entry.item, module)
@@ -374,7 +375,7 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
         optimized = optimize_for(lowered.module, device) if config.optimize else lowered.module
     report = dict(compiled.report())
     sources = dict(compiled.executable.kernel_sources()) if source else {}
-    policy = backend.fusion_policy() or DEFAULT_POLICY
+    policy = policy_for(backend, device)
     caps = backend.capabilities(device)
     placement = placement_of(optimized, device, caps)
     summary_fn = getattr(compiled, "placement", None)  # the partitioner's summary, when present

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,29 +44,27 @@ _FREE = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE)
 
 
 def unsupported_reason(caps: Capabilities, node: Node) -> str | None:
-    """Why ``caps`` does not cover ``node`` (None when it does): an op or dtype it does not
-    claim, or a buffer above its ``limits["max_buffer_bytes"]``."""
-    if caps.supports(node):
-        return _over_limit(caps, node)
-    if node.op is Op.FUSION:
-        inner = next(n for n in node.attr["computation"].nodes if not caps.supports(n))
-        return f"fusion holds {unsupported_reason(caps, inner)}"
-    if node.op not in caps.ops:
-        return f"op '{node.op.value}' is not in the device's capabilities"
-    types = [o.type for o in node.operands] + [node.type]
-    allowed = caps.op_dtypes.get(node.op, caps.dtypes)
-    bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
-                  and (t.dtype not in allowed or t.dtype not in caps.dtypes)})
-    return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}"
+    """Why ``caps`` does not cover ``node`` (None when it does): an op, dtype or shape it does
+    not claim (``Capabilities.refusal``), or a buffer above one of its buffer ``limits``."""
+    return caps.refusal(node) or _over_limit(caps, node)
+
+
+#: per-buffer limits a device may set in ``Capabilities.limits``: what each one measures
+_BUFFER_LIMITS: dict[str, tuple[str, Callable[[TensorType], int]]] = {
+    "max_buffer_bytes": ("byte", lambda t: t.nbytes),
+    "max_elements": ("element", lambda t: t.size),
+}
 
 
 def _over_limit(caps: Capabilities, node: Node) -> str | None:
-    limit = caps.limits.get("max_buffer_bytes")
-    if limit is None or node.op in _FREE or node.op is Op.GET_TUPLE_ELEMENT:
+    if node.op in _FREE or node.op is Op.GET_TUPLE_ELEMENT:
         return None
-    sizes = [t.nbytes for t in [o.type for o in node.operands] + [node.type] if isinstance(t, TensorType)]
-    if sizes and max(sizes) > limit:
-        return f"op '{node.op.value}' needs a {max(sizes)}-byte buffer, above the device's max_buffer_bytes={limit}"
+    types = [t for t in [o.type for o in node.operands] + [node.type] if isinstance(t, TensorType)]
+    for key, (unit, measure) in _BUFFER_LIMITS.items():
+        limit = caps.limits.get(key)
+        biggest = max((measure(t) for t in types), default=0)
+        if limit is not None and biggest > limit:
+            return f"op '{node.op.value}' needs a {biggest}-{unit} buffer, above the device's {key}={limit}"
     return None
 
 

@@ -54,6 +54,12 @@ def _entry_points(namespace: str) -> dict[str, Any]:
     return out
 
 
+def installed_names(namespace: str = NAMESPACE) -> list[str]:
+    """The names of every installed backend, sorted, without importing any (whatever
+    AXLE_BACKENDS selects: ``axle new-backend`` must not reuse a name that is only hidden)."""
+    return sorted(_entry_points(namespace))
+
+
 def _selected() -> list[str] | None:
     """The backend names AXLE_BACKENDS selects, in its order; None: every installed one."""
     wanted = os.environ.get("AXLE_BACKENDS", "").strip()

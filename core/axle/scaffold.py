@@ -3,34 +3,39 @@
 The copy is a complete distribution (``axle-NAME``, package ``axle_NAME``, entry point
 ``NAME``) that passes the conformance kit as soon as it is installed with
 ``pip install -e DIR``; its README is the tutorial for turning it into a real device.
+
+The template is backends/template of the source checkout; an installed axle wheel carries
+a copy of it as package data (``axle/_template``, made by the build in setup.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import keyword
 import re
 import shutil
 from pathlib import Path
 
-from .errors import AxleError
+from .errors import AxleError, ArgumentError
+from .registry import installed_names
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".pytest_cache")
+#: build artefacts never copied (setup.py's ARTEFACTS, a test keeps the two equal)
+ARTEFACTS = ("__pycache__", "*.pyc", "*.pyo", "*.so", "*.o", "*.egg-info", "build", "dist", ".pytest_cache")
+_SKIP = shutil.ignore_patterns(*ARTEFACTS)
+#: where an installed wheel keeps the template (package data, see setup.py)
+PACKAGED = Path(__file__).resolve().parent / "_template"
+#: the template of the source checkout axle runs from (editable installs, tests)
+CHECKOUT = Path(__file__).resolve().parents[2] / "backends" / "template"
 
 
 def template_dir() -> Path:
-    """The template's source tree: the installed ``axle_template`` package's project
-    folder, or backends/template of the source checkout axle runs from."""
-    candidates = []
-    spec = importlib.util.find_spec("axle_template")
-    if spec is not None and spec.origin:
-        candidates.append(Path(spec.origin).resolve().parent.parent)
-    candidates.append(Path(__file__).resolve().parents[2] / "backends" / "template")
-    for c in candidates:
+    """The template's source tree: the copy shipped in the axle wheel, or backends/template
+    of the source checkout axle runs from."""
+    for c in (PACKAGED, CHECKOUT):
         if (c / "pyproject.toml").is_file() and (c / "axle_template").is_dir():
             return c
-    raise AxleError("cannot find the backend template: install it (pip install -e backends/template "
-                    "from an axle checkout) or run axle from a source checkout")
+    raise AxleError(f"cannot find the backend template: neither {PACKAGED} (in an axle wheel) nor {CHECKOUT} "
+                    f"(a source checkout) holds it; reinstall axle from a wheel or an sdist built by its "
+                    f"setup.py, or run axle from a source checkout")
 
 
 def renames(name: str) -> list[tuple[str, str]]:
@@ -49,9 +54,15 @@ def renames(name: str) -> list[tuple[str, str]]:
 
 
 def check_name(name: str) -> None:
+    """Refuses a name that is not a valid package suffix, or that an installed backend uses
+    (two entry points with one name: the registry would load only one of them)."""
     if not _NAME.match(name) or keyword.iskeyword(name):
-        raise AxleError(f"backend name {name!r} must be lowercase letters, digits and '_', starting with a "
-                        f"letter (it becomes the device prefix {name}:0 and the package axle_{name})")
+        raise ArgumentError(f"backend name {name!r} must be lowercase letters, digits and '_', starting with a "
+                            f"letter (it becomes the device prefix {name}:0 and the package axle_{name})")
+    taken = installed_names()
+    if name in taken:
+        raise ArgumentError(f"backend name {name!r} is already used by an installed backend (installed: "
+                            f"{', '.join(taken)}); choose another name, or uninstall that backend first")
 
 
 def new_backend(name: str, dest: str | Path | None = None) -> Path:

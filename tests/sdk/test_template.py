@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 from pathlib import Path
 
@@ -129,6 +130,39 @@ def test_cli_new_backend_reports_errors(tmp_path, capsys):
 
 def test_template_dir_is_the_source_tree():
     assert template_dir().resolve() == TEMPLATE.resolve()
+
+
+def test_new_backend_refuses_an_installed_backends_name(tmp_path, capsys):
+    from axle.cli import main
+    from axle.registry import installed_names
+
+    assert {"interpreter", "template"} <= set(installed_names())
+    for taken in ("interpreter", "template"):
+        with pytest.raises(axle.errors.ArgumentError, match=f"'{taken}' is already used by an installed backend "
+                                                            f"\\(installed: .*interpreter.*\\)"):
+            new_backend(taken, tmp_path / taken)
+        assert not (tmp_path / taken).exists()
+    assert main(["new-backend", "interpreter", str(tmp_path / "cli")]) == 2
+    err = capsys.readouterr().err
+    assert "already used by an installed backend" in err and "template" in err
+
+
+def test_build_and_scaffold_skip_the_same_artefacts():
+    """setup.py copies the template into the wheel with the skip list new_backend uses."""
+    from axle.scaffold import ARTEFACTS
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (value,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "ARTEFACTS"]
+    assert ast.literal_eval(value) == ARTEFACTS
+
+
+def test_kit_without_pytest_names_the_extra(monkeypatch, capsys):
+    """`python -m axle.testing` without pytest: how to install it, not a traceback."""
+    from axle.testing.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "pytest", None)  # `import pytest` now raises ImportError
+    assert main(["template", "--quick"]) == 2
+    assert "pip install 'axle[kit]'" in capsys.readouterr().err
 
 
 def test_target_passes_run_on_the_device_cluster_only(monkeypatch):

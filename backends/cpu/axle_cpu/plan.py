@@ -1,9 +1,8 @@
 """From a module's entry computation to a plan: a list of steps over numbered buffer slots.
 
 The slots and launches are the shared kernel plan's (axle.lowering.plan); each launch
-becomes steps here: fusions and single ops LLVM kernels (the fission pass may first split
-off producer kernels, whose outputs take slots past the plan's), an unfused dot_general a
-GEMM kernel (gemm.py), custom calls host steps calling the registered Python reference. ``blas=True`` (JIT only, the ``cpu_blas`` flag)
+becomes a step here: fusions and single ops LLVM kernels, an unfused dot_general a GEMM
+kernel (gemm.py), custom calls host steps calling the registered Python reference. ``blas=True`` (JIT only, the ``cpu_blas`` flag)
 turns float32/float64 dots into host steps calling NumPy's BLAS instead; measured here
 the GEMM kernel is faster at every shape, so it is off by default (AOT never does it).
 """
@@ -22,7 +21,6 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 
 from .emitter import KernelSpec
-from .fission import split
 from .gemm import GemmSpec
 
 @dataclass
@@ -107,7 +105,6 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
     kp = kernel_plan(module, assign_buffers=arena)
     steps: list[KernelStep | HostStep] = []
     kernels: dict[tuple, KernelSpec] = {}
-    nxt = kp.n_slots  # slots past the shared plan's: outputs of fission's producer kernels
 
     for launch in kp.launches:
         ins, outs, types, label = list(launch.inputs), list(launch.outputs), list(launch.output_types), launch.label
@@ -123,14 +120,7 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
             continue
         # a fused dot's epilogue ("output") is computed inline per output element
         kind = "loop" if launch.kind == "output" else launch.kind
-        producers, comp = split(launch.computation)
-        extra: list[int] = []
-        for pc in producers:
-            pspec = _spec(kernels, pc, "loop", label + "_part")
-            steps.append(KernelStep(pspec, ins + extra, [nxt], [pc.root.tensor_type], label + "(part)"))
-            extra.append(nxt)
-            nxt += 1
-        ins = ins + extra
+        comp = launch.computation
         spec = _spec(kernels, comp, kind, label)
         outer, _ = spec.loop_sizes
         if outer == 0 and any(t.size for t in types):
@@ -139,7 +129,7 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
             steps.append(HostStep(_interp_host(comp), ins, outs, types, f"{label}(host)"))
             continue
         steps.append(KernelStep(spec, ins, outs, types, label))
-    return Plan(kp.n_params, kp.param_types, kp.constants, steps, kp.results, kp.result_types, nxt,
+    return Plan(kp.n_params, kp.param_types, kp.constants, steps, kp.results, kp.result_types, kp.n_slots,
                 {s.name: s for s in kernels.values()}, kp.temp_bytes, kp.temp_offsets)
 
 

@@ -8,7 +8,7 @@ ordinary dicts keyed by nodes stay cheap identity lookups.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -68,8 +68,10 @@ class Node:
         return f"<{self.op.value} {self.type} #{self.uid}>"
 
 
-def post_order(roots: Sequence[Node]) -> list[Node]:
-    """Every node reachable from roots, operands before users (iterative: deep graphs are fine)."""
+def post_order(roots: Sequence[Node], through: Callable[[Node], bool] | None = None) -> list[Node]:
+    """Every node reachable from roots, operands before users (iterative: deep graphs are
+    fine). ``through``: whether to look through a node to its operands (default: always);
+    a node it refuses is listed, but not its operands for its sake."""
     seen: set[int] = set()
     order: list[Node] = []
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
@@ -82,9 +84,10 @@ def post_order(roots: Sequence[Node]) -> list[Node]:
             continue
         seen.add(node.uid)
         stack.append((node, True))
-        for o in reversed(node.operands):
-            if o.uid not in seen:
-                stack.append((o, False))
+        if through is None or through(node):
+            for o in reversed(node.operands):
+                if o.uid not in seen:
+                    stack.append((o, False))
     return order
 
 

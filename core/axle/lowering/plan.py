@@ -23,6 +23,8 @@ from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
 from ..passes.buffers import assign
+from ..passes.policy import DEFAULT_POLICY
+from .fission import split
 
 #: entry nodes that name values and launch nothing
 PLUMBING = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
@@ -85,9 +87,12 @@ def _types(t: object) -> list[TensorType]:
     return list(t.elements) if isinstance(t, TupleType) else [t]  # type: ignore[list-item]
 
 
-def kernel_plan(module: Module, *, assign_buffers: bool = True) -> KernelPlan:
+def kernel_plan(module: Module, *, assign_buffers: bool = True,
+                max_inline_cost: int = DEFAULT_POLICY.max_inline_cost) -> KernelPlan:
     """The plan of ``module``'s entry computation (see the module docstring). Parameters
-    are arrays and tuples do not nest (the IR's rules), so every slot holds one array."""
+    are arrays and tuples do not nest (the IR's rules), so every slot holds one array.
+    A fusion over ``max_inline_cost`` (written by hand: the fusion pass forms none) is
+    launched as producer kernels of kind ``loop`` (label ``...(part)``) and the rest."""
     entry = module.entry
     labels = profiler.kernel_names(module)
     ba = assign(module) if assign_buffers else None
@@ -113,6 +118,17 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True) -> KernelPlan:
         elif n.op is Op.GET_TUPLE_ELEMENT:
             slots[n.uid] = [slots[n.operands[0].uid][n.attr["index"]]]
         else:
+            label = labels[n.uid]
+            ins = tuple(slots[o.uid][0] for o in n.operands)
+            if n.op is Op.FUSION:
+                producers, comp = split(n.attr["computation"], max_inline_cost)
+                kind = n.attr["kind"]
+                for pc in producers:
+                    (s,) = new_slots(1)
+                    launches.append(KernelLaunch(n, pc, "loop", ins, (s,), (pc.root.tensor_type,), f"{label}(part)"))
+                    ins += (s,)
+            else:
+                comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
             types = _types(n.type)
             outs = slots[n.uid] = new_slots(len(types))
             if ba is not None:
@@ -120,13 +136,7 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True) -> KernelPlan:
                     a = ba.allocations.get((n.uid, i))
                     if a is not None and a.region == "temp":
                         temp_offsets[s] = a.offset
-            label = labels[n.uid]
-            if n.op is Op.FUSION:
-                comp, kind = n.attr["computation"], n.attr["kind"]
-            else:
-                comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
-            launches.append(KernelLaunch(n, comp, kind, tuple(slots[o.uid][0] for o in n.operands),
-                                         tuple(outs), tuple(types), label))
+            launches.append(KernelLaunch(n, comp, kind, ins, tuple(outs), tuple(types), label))
     root = entry.root
     return KernelPlan(list(entry.parameter_types), constants, launches, list(slots[root.uid]),  # type: ignore[arg-type]
                       _types(root.type), n_slots, ba.temp_bytes if ba is not None else 0, temp_offsets)

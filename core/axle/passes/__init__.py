@@ -35,29 +35,35 @@ def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
     ])
 
 
-def pipeline_for(backend: Any = None) -> Pipeline:
-    """The default pipeline under the backend's fusion policy, plus its passes."""
-    policy = None
-    extra: list[Pass] = []
-    if backend is not None:
-        policy = backend.fusion_policy()
-        extra = list(backend.passes() or [])
+def policy_for(backend: Any = None, device: Any = None) -> FusionPolicy:
+    """The backend's fusion policy (the core default when it has none), bounded by the
+    device's capabilities when a device is given (``Capabilities.bound``)."""
+    policy = backend.fusion_policy() if backend is not None else None
     if policy is not None and not isinstance(policy, FusionPolicy):
         raise BackendError(f"backend {getattr(backend, 'name', backend)!r}: fusion_policy() returned "
                            f"{policy!r}; expected axle.passes.policy.FusionPolicy or None")
-    pipe = default_pipeline(policy)
+    policy = policy or DEFAULT_POLICY
+    return backend.capabilities(device).bound(policy) if device is not None else policy
+
+
+def pipeline_for(backend: Any = None, device: Any = None) -> Pipeline:
+    """The default pipeline under the backend's fusion policy (bounded by the device's
+    capabilities when a device is given), plus its passes."""
+    extra: list[Pass] = list(backend.passes() or []) if backend is not None else []
+    pipe = default_pipeline(policy_for(backend, device))
     if extra:
         name = getattr(backend, "name", "backend")
         pipe = pipe.extended([(p, f"target-specific pass of the {name} backend, after core fusion") for p in extra])
     return pipe
 
 
-def optimize(module: Module, backend: Any = None) -> Module:
-    """Runs the default pipeline (and the backend's passes) over a module."""
-    out, _ = pipeline_for(backend).run(module)
+def optimize(module: Module, backend: Any = None, device: Any = None) -> Module:
+    """Runs the default pipeline (and the backend's passes) over a module, for ``device``
+    when given (its capabilities bound the fusions)."""
+    out, _ = pipeline_for(backend, device).run(module)
     return out
 
 
-__all__ = ["optimize", "default_pipeline", "pipeline_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
+__all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
            "Fusion", "TransposeFolding", "assign", "BufferAssignment", "schedule"]

@@ -16,18 +16,20 @@ Two phases, then materialization:
 
 Every candidate group is checked by :func:`classify`, which names its kind (loop, input,
 row, output) or refuses it; the backend's :class:`~axle.passes.policy.FusionPolicy`
-bounds what it accepts.
+bounds what it accepts, including the size of the kernel that inlines the group
+(:mod:`axle.passes.inline_cost`).
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.builder import make_node
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
 
@@ -77,16 +79,26 @@ def _downstream(members: Sequence[Node], sources: Iterable[Node]) -> set[int]:
 
 
 def classify(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | None:
-    """The fusion kind of a candidate group, or None if no kind allows it.
+    """The fusion kind of a candidate group, or None if no kind allows it or the device's
+    veto refuses the fusion node it would become.
 
     ``members`` in topological order; ``roots`` are the values the group exports."""
+    kind = _kind(members, roots, policy)
+    if kind is None or policy.veto is None:
+        return kind
+    return None if policy.veto(build_fusion(members, roots, kind)) else kind
+
+
+def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | None:
     if len(members) > policy.max_fusion_nodes:
+        return None
+    inside = {m.uid for m in members}
+    if inline_cost(roots, inside) > policy.max_inline_cost or padded_transcendental(roots, inside) is not None:
         return None
     if len(roots) > 1 and not policy.multi_output:
         return None
     if any(not isinstance(r.type, TensorType) for r in roots):
         return None
-    inside = {m.uid for m in members}
     dots = [m for m in members if is_contraction(m)]
     reds = [m for m in members if is_reduction(m)]
     if dots:
@@ -139,6 +151,33 @@ def classify(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolic
     if any(r.shape != S and not reduced(r.shape) for r in roots):
         return None
     return "row"
+
+
+def build_fusion(members: Sequence[Node], roots: Sequence[Node], kind: str,
+                 order: Callable[[Node], int] | None = None, source: Callable[[Node], Node] = lambda o: o) -> Node:
+    """The fusion node of a group: each value it reads from outside (sorted by ``order``,
+    else in first-use order) becomes a parameter, and the fusion's operand is ``source(value)``."""
+    inside = {m.uid for m in members}
+    external = list({o.uid: o for m in members for o in m.operands if o.uid not in inside}.values())
+    if order is not None:
+        external.sort(key=order)
+    inner: dict[int, Node] = {}
+    for i, o in enumerate(external):
+        inner[o.uid] = make_node(Op.PARAMETER, (), {"index": i}, type=o.type, name=f"p{i}", loc=o.loc)
+    for m in members:
+        inner[m.uid] = m.replace(operands=tuple(inner[o.uid] for o in m.operands))
+    outs = [inner[r.uid] for r in roots]
+    root = outs[0] if len(outs) == 1 else make_node(Op.TUPLE, outs)
+    head = roots[-1]
+    comp = Computation(f"fused_{head.name or head.op.value}", tuple(inner[o.uid] for o in external), root)
+    return make_node(Op.FUSION, [source(o) for o in external], {"kind": kind, "computation": comp},
+                     loc=head.loc, name="fusion")
+
+
+def fusion_size(comp: Computation) -> int:
+    """The ops of a fused computation, as ``FusionPolicy.max_fusion_nodes`` counts them
+    (its parameters and tuple root are not ops)."""
+    return sum(1 for n in comp.nodes if n.op not in (Op.PARAMETER, Op.TUPLE))
 
 
 # --------------------------------------------------------------------------- groups
@@ -349,30 +388,17 @@ class _Fuser:
 
     def _emit_group(self, g: Group, env: dict[int, Node]) -> None:
         members = g.sorted_members(self.index)
-        if len(members) == 1 and is_contraction(members[0]):
+        lone_dot = len(members) == 1 and is_contraction(members[0])
+        kind = None if lone_dot else classify(members, g.roots, self.policy)
+        if kind is None:
+            # a lone dot, or a lone op whose one-op fusion the device refuses: a plain kernel
+            assert len(members) == 1, f"group {[m.op.value for m in members]} lost its kind"
             n = members[0]
             ops = tuple(env[o.uid] for o in n.operands)
             env[n.uid] = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
             return
-        kind = classify(members, g.roots, self.policy)
-        assert kind is not None, f"group {[m.op.value for m in members]} lost its kind"
-        inner: dict[int, Node] = {}
-        params: list[Node] = []
-        inputs: list[Node] = []
-        external = {o.uid: o for m in members for o in m.operands if o.uid not in g.members}
-        for o in sorted(external.values(), key=lambda o: self.index[o.uid]):
-            p = make_node(Op.PARAMETER, (), {"index": len(params)}, type=o.type, name=f"p{len(params)}", loc=o.loc)
-            params.append(p)
-            inputs.append(env[o.uid])
-            inner[o.uid] = p
-        for m in members:
-            inner[m.uid] = m.replace(operands=tuple(inner[o.uid] for o in m.operands))
-        outs = [inner[r.uid] for r in g.roots]
-        root = outs[0] if len(outs) == 1 else make_node(Op.TUPLE, outs)
-        head = g.roots[-1]
-        comp = Computation(f"fused_{head.name or head.op.value}", tuple(params), root)
-        fusion = make_node(Op.FUSION, inputs, {"kind": kind, "computation": comp}, loc=head.loc, name="fusion")
-        if len(outs) == 1:
+        fusion = build_fusion(members, g.roots, kind, order=lambda o: self.index[o.uid], source=lambda o: env[o.uid])
+        if len(g.roots) == 1:
             env[g.roots[0].uid] = fusion
         else:
             for i, r in enumerate(g.roots):

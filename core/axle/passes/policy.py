@@ -1,7 +1,12 @@
 """What a backend lets the fusion pass build (returned by ``Backend.fusion_policy()``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ir.module import Node
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,15 @@ class FusionPolicy:
     #: constants with at most this many elements are inlined into fused computations;
     #: bigger ones stay outside and are passed in like any other operand
     max_fused_constant_elements: int = 1
+    #: most weighted evaluations per output element of a fused kernel that inlines its
+    #: producers at each consumer's index (axle.passes.inline_cost: a value read through
+    #: index-changing ops at k index patterns counts k times, a transcendental 30): bigger
+    #: groups are not formed, so chains like add(x, reverse(x)) cannot grow a kernel
+    #: exponentially. The kernel plan splits hand-written fusions over it the same way.
+    max_inline_cost: int = 3000
+    #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
+    #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
+    veto: Callable[["Node"], str | None] | None = field(default=None, compare=False)
 
 
 DEFAULT_POLICY = FusionPolicy()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .environment import kit_unavailable
+
 USAGE = "python -m axle.testing NAME[:INDEX] [--quick] [-n N] [--timeout S] [--in-process] [pytest options]"
 #: the kit's short options and the plugin's options they stand for
 _OPTIONS = {"--quick": "--axle-quick", "-n": "--axle-workers", "--timeout": "--axle-timeout",
@@ -25,6 +27,10 @@ def _kit_options(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    why = kit_unavailable()
+    if why:
+        print(f"python -m axle.testing: {why}", file=sys.stderr)
+        return 2
     import pytest
 
     from .plugin import SUITE

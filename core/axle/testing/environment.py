@@ -7,6 +7,18 @@ import os
 from ..backend import Device
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+#: how to get the kit's runner: pytest is the ``kit`` extra, not a dependency of axle
+KIT_INSTALL = "pip install 'axle[kit]'"
+
+
+def kit_unavailable() -> str | None:
+    """Why the conformance kit cannot run here (its runner, pytest, does not import), or
+    None. Commands that run the kit print this instead of a ModuleNotFoundError traceback."""
+    try:
+        import pytest  # noqa: F401 - only whether it imports
+    except ImportError as e:
+        return f"the conformance kit runs on pytest, which cannot be imported here ({e}); install it with: {KIT_INSTALL}"
+    return None
 
 
 def require_backend(name: str) -> Device:
