@@ -257,7 +257,10 @@ class Pool:
     def _dispatch(self, slot: _Slot, task: Task) -> None:
         slot.task, slot.started, slot.notes = task, time.monotonic(), []
         slot.output_at = os.path.getsize(slot.output) if slot.output else 0
-        slot.outbox.send(task)
+        try:
+            slot.outbox.send(task)
+        except OSError:  # the worker died since its last task (or was terminated): _collect says so
+            pass
 
     def _collect(self, slot: _Slot, ready: set) -> tuple[bool, Any]:
         if slot.inbox in ready:
