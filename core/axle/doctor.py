@@ -12,7 +12,7 @@ whole. :func:`diagnose` is the same check in this process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import warnings
 
@@ -111,6 +111,7 @@ def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendSta
         row.reason = f"capabilities() failed: {type(e).__name__}: {e}"
     results = []
     for d in devs:
+        note(replace(row))  # what is known so far, should the kernel take the process down
         note(f"the tiny kernel on {d.name}")  # where a crash or hang happened
         try:
             why = check_kernel(d)
@@ -153,14 +154,26 @@ def diagnose_isolated(names: list[str] | None = None, timeout: float = TIMEOUT_S
     with Pool(1, timeout, capture=True) as pool:
         for (_, (name,)), answer in pool.imap([(diagnose_one, (n,)) for n in names]):
             if isinstance(answer, Lost):
-                where = f" in {answer.notes[-1]}" if answer.notes else ""
-                said = f"; it printed: {answer.output.splitlines()[-1]}" if answer.output else ""
-                answer = DoctorRow(name, False, reason=f"{answer.kind}{where}: {answer.detail}{said}")
+                answer = _lost_row(name, answer)
             elif isinstance(answer, Raised):
                 answer = DoctorRow(name, False, reason=f"the check raised {answer.error}")
             rows[name] = answer
     order = {n: i for i, n in enumerate(names)}
     return sorted(rows.values(), key=lambda r: (-r.priority, r.backend) if not _selected() else order[r.backend])
+
+
+def _lost_row(name: str, lost) -> DoctorRow:  # noqa: ANN001 - axle.testing.workers.Lost
+    """The row of a backend whose check crashed or hung: what was known before, and where."""
+    known = [n for n in lost.notes if isinstance(n, DoctorRow)]
+    stages = [n for n in lost.notes if isinstance(n, str)]
+    where = f" in {stages[-1]}" if stages else ""
+    said = f"; it printed: {lost.output.splitlines()[-1]}" if lost.output else ""
+    row = replace(known[-1]) if known else DoctorRow(name, False)
+    row.ok = False
+    if stages and stages[-1].startswith("the tiny kernel"):
+        row.kernel = lost.kind.upper()
+    row.reason = "; ".join(filter(None, [row.reason, f"{lost.kind}{where}: {lost.detail}{said}"]))
+    return row
 
 
 def format_table(rows: list[DoctorRow]) -> str:
