@@ -100,7 +100,8 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
     eps = "\n".join(f"{n} = kit_contract_fakes:{c}" for n, c in BACKENDS.items())
     (dist / "entry_points.txt").write_text(f"[axle.backends]\n{eps}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("AXLE_FLAGS", "PYTEST_ADDOPTS")}
-    env.update(PYTHONPATH=str(root), AXLE_BACKENDS=f"{','.join(BACKENDS)},interpreter")
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env.update(PYTHONPATH=path, AXLE_BACKENDS=f"{','.join(BACKENDS)},interpreter")
     return env
 
 

@@ -87,7 +87,8 @@ def broken_env(tmp_path_factory) -> dict[str, str]:
     (dist / "entry_points.txt").write_text(f"[axle.backends]\n{NAME} = {entry}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("AXLE_FLAGS", "PYTEST_ADDOPTS")}
     # the host fallback runs on the interpreter; the other backends are not needed here
-    env.update(PYTHONPATH=str(out), AXLE_BACKENDS=f"{NAME},interpreter", AXLE_FLAGS=f"--{NAME}_claim_all=true")
+    path = os.pathsep.join(filter(None, [str(out), os.environ.get("PYTHONPATH")]))
+    env.update(PYTHONPATH=path, AXLE_BACKENDS=f"{NAME},interpreter", AXLE_FLAGS=f"--{NAME}_claim_all=true")
     return env
 
 

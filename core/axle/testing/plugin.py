@@ -167,7 +167,8 @@ class _Report:
                 tr.write_line(f"{title}: {len(self.failed[claimed])}")
                 for nid in self.failed[claimed][:30]:
                     tr.write_line(f"  {nid}")
-        for kind, title in (("crash", "CRASHED (the worker process died)"), ("hang", "HUNG (killed at the time limit)")):
+        for kind, title in (("crash", "CRASHED (the worker process died)"),
+                            ("hang", "HUNG (killed at the time limit)")):
             if self.lost[kind]:
                 tr.write_line(f"{title}: {len(self.lost[kind])}")
                 for nid in self.lost[kind][:30]:
