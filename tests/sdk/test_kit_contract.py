@@ -137,3 +137,19 @@ def test_executables_sharing_scratch_fail_thread_checks(plugin_env, tmp_path):
     assert r.returncode == 1, r.stdout[-4000:]
     assert failed_ids(r.stdout) == THREADS, r.stdout[-4000:]  # one call at a time is right
     assert re.search(r"thread [01]: AssertionError", r.stdout)
+
+
+def test_kernel_budget_is_one_kernel_per_launch_and_two_where_it_reduces():
+    from axle.ir import Builder, DType
+    from axle.ir.types import TensorType
+    from axle.passes import optimize
+    from axle.testing.cases import fused_cases
+    from axle.testing.contract import kernel_budget
+
+    softmax = next(c for c in fused_cases() if c.id == "softmax-f32[4, 5]")
+    fusions, most, per_op = kernel_budget(optimize(softmax.module))
+    assert fusions >= 1 and most < per_op  # one kernel per member op is over the budget
+    b = Builder("sum")
+    x = b.parameter(TensorType(DType.FLOAT32, (1 << 20,)))
+    # an unfused reduction may be split into a partial and a final pass
+    assert kernel_budget(b.build(b.reduce(x, kind="sum", axes=(0,)))) == (0, 2, 1)

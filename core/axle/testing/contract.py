@@ -87,7 +87,7 @@ def kernel_budget(module: Module) -> tuple[int, int, int]:
             fusions += 1
             members = [m for m in n.attr["computation"].nodes if m.op not in _NOT_LAUNCHED]
         passes = 2 if any(m.op is Op.REDUCE for m in members) else 1
-        most += min(passes, len(members))
+        most += passes
         per_op += len(members)
     return fusions, most, per_op
 
