@@ -107,10 +107,12 @@ def test_kit_catches_a_wrong_kernel(monkeypatch):
     import axle_template.codegen as cg
 
     from axle.ir.ops import Op
+    from axle.lowering import c as crender
     from axle.lru import LRU
 
     dev = require_backend("template")
-    monkeypatch.setitem(cg.RENDER, Op.ADD, lambda n, a: f"np.subtract({a[0]}, {a[1]})")
+    for table in (crender.FLOAT_BINARY, crender.INT_BINARY):
+        monkeypatch.setitem(table, Op.ADD, table[Op.SUB])
     monkeypatch.setattr(cg, "_BINARIES", LRU())  # an empty cache: the broken add is compiled anew
     bad = [c for c in CHECKS if c.category == "op.add"]
     failed = 0

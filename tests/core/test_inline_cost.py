@@ -8,7 +8,7 @@ import pytest
 
 from axle.interpreter import evaluate
 from axle.ir import Builder, Module, Op
-from axle.lowering import kernel_plan
+from axle.lowering.plan import kernel_plan
 from axle.passes import optimize
 from axle.passes.inline_cost import inline_cost, padded_transcendental
 from axle.passes.policy import DEFAULT_POLICY

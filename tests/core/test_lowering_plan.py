@@ -8,7 +8,7 @@ import pytest
 from axle.interpreter import evaluate, evaluate_computation
 from axle.ir import Builder, DType, Module, Op
 from axle.ir.types import TensorType
-from axle.lowering import KernelPlan, kernel_plan, single_op
+from axle.lowering.plan import KernelPlan, kernel_plan, single_op
 from axle.passes import optimize
 from axle.passes.buffers import assign
 from axle.passes.random_modules import random_module

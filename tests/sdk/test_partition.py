@@ -19,6 +19,7 @@ from axle.ir.types import TensorType
 from axle.partition import PlacementWarning, partition, placement_of
 from axle.placement import to_buffer
 from axle.testing import require_backend
+from axle.testing.cases import assert_program_close
 
 F32 = DType.FLOAT32
 
@@ -32,8 +33,9 @@ def run(module, device, *inputs):
     exe = compile_module(module, device)
     backend = axle.REGISTRY.backend_for(device)
     outs = [np.asarray(backend.to_host(b)) for b in exe.execute([to_buffer(x, device) for x in inputs])]
-    for got, want in zip(outs, evaluate(module, *inputs), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+    # the kit's comparison for whole programs: the device computes tanh with its own math
+    # library (within an ulp or two of NumPy's), and a chain of adds can cancel
+    assert_program_close(module, outs, evaluate(module, *inputs))
     return exe, outs
 
 

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
+from axle.lowering.index import row_major_strides
 
 from .ctypes_ import REG, STORAGE, UNSIGNED, identity
-from .emitter import Emitter, row_major_strides
+from .emitter import Emitter
 from .kernels import DeviceInfo, Kernel, _finish, _signature
 from .values import Renderer, acc_dtype, combine, load, reg_type, store
 

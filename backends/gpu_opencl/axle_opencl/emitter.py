@@ -6,13 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
+from axle.lowering.index import row_major_strides
 
 
 @dataclass

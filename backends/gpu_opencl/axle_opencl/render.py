@@ -16,6 +16,7 @@ from collections.abc import Callable
 from axle.ir.dtypes import DType
 from axle.ir.numerics import TANH_SATURATION_F32
 from axle.ir.ops import Op
+from axle.lowering.c import OpenCLC, helpers
 
 from .ctypes_ import REG, UNSIGNED, literal
 
@@ -23,32 +24,9 @@ Expr = str
 Helpers = set[str]
 
 # ------------------------------------------------------------------- helper functions
-#: OpenCL C functions emitted into a program only when a kernel uses them.
-HELPERS: dict[str, str] = {
-    # Round a float to the nearest half and back: f16 values stay exactly representable.
-    "axle_rh": "inline float axle_rh(float x) { ushort t; vstore_half_rte(x, 0, (__private half*)&t); "
-               "return vload_half(0, (__private const half*)&t); }",
-    "axle_rh_d": "inline float axle_rh_d(double x) { ushort t; vstore_half_rte(x, 0, (__private half*)&t); "
-                 "return vload_half(0, (__private const half*)&t); }",
-    "axle_rng": "inline ulong axle_rng(ulong key, ulong i) {\n"
-                "  ulong z = key + (i + 1UL) * 0x9E3779B97F4A7C15UL;\n"
-                "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;\n"
-                "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;\n"
-                "  return z ^ (z >> 31);\n}",
-}
-for _t, _u, _min in (("int", "uint", "INT_MIN"), ("long", "ulong", "LONG_MIN")):
-    HELPERS[f"axle_div_{_t}"] = (
-        f"inline {_t} axle_div_{_t}({_t} a, {_t} b) {{\n"
-        f"  if (b == 0) return -1;\n  if (a == {_min} && b == -1) return {_min};\n  return a / b;\n}}")
-    HELPERS[f"axle_rem_{_t}"] = (
-        f"inline {_t} axle_rem_{_t}({_t} a, {_t} b) {{\n"
-        f"  if (b == 0) return a;\n  if (b == -1) return 0;\n  return a % b;\n}}")
-    HELPERS[f"axle_pow_{_t}"] = (
-        f"inline {_t} axle_pow_{_t}({_t} x, {_t} y) {{\n"
-        f"  if (y < 0) return x == 1 ? 1 : (x == -1 ? ((y & 1) ? -1 : 1) : 0);\n"
-        f"  {_u} r = 1, b = ({_u})x;\n"
-        f"  while (y > 0) {{ if (y & 1) r *= b; b *= b; y >>= 1; }}\n  return ({_t})r;\n}}")
-    HELPERS[f"axle_abs_{_t}"] = f"inline {_t} axle_abs_{_t}({_t} a) {{ return a < 0 ? ({_t})(0 - ({_u})a) : a; }}"
+#: OpenCL C functions emitted into a program only when a kernel uses them (the shared
+#: dialect's: integer division, remainder, power and abs, half rounding, the RNG).
+HELPERS: dict[str, str] = helpers(OpenCLC)
 
 
 def _nan_guard(f: Callable[[DType, Expr], Expr]) -> Callable[[DType, Expr], Expr]:

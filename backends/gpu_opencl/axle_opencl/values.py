@@ -22,7 +22,7 @@ from axle.ir.module import Node
 from axle.ir.numerics import TANH_F32
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
-from axle.passes.fusion import squeeze
+from axle.ir.types import squeeze
 
 from . import render
 from .ctypes_ import REG, identity, literal

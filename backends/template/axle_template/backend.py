@@ -1,17 +1,19 @@
 """The backend class: devices, capabilities, buffers and compile."""
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
 
-from axle.backend import Backend, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
 from axle.ir.ops import OPS, Op
 from axle.ir.types import TensorType
 
+from .codegen import COMPILER
 from .executable import TemplateExecutable
 
 #: What this device claims: elementwise ops, reductions and a few shape ops. Everything
@@ -37,7 +39,9 @@ class TemplateBackend(Backend):
         # axle.backend.BackendUnavailable("why") when the driver or device is missing: the
         # reason is shown by `axle devices` and `axle doctor`, and other backends keep working.
         self.claim_all = claim_all
-        self._devices = [Device(self.name, 0, "host memory, NumPy kernels (template backend)",
+        if shutil.which(COMPILER[0]) is None:  # the toolchain is this device's driver
+            raise BackendUnavailable(f"the C compiler {COMPILER[0]!r} is not on PATH")
+        self._devices = [Device(self.name, 0, "host memory, C kernels (template backend)",
                                 kind="accelerator", properties={"memory": "host"})]
 
     def devices(self) -> Sequence[Device]:

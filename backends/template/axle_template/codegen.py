@@ -1,95 +1,81 @@
-"""Code generation: one kernel per fusion (or per op the optimizer left unfused).
+"""Code generation: one C function per fusion (or per op the optimizer left unfused),
+one shared library per executable.
 
-A renderer is a table from op to a small string template (tinygrad's renderers work the
-same way). This one writes Python/NumPy source text; yours writes C, OpenCL, an assembly
-dialect or your compiler's IR. Everything else (which ops are fused together, in what
-order kernels run) was already decided by the core optimizer.
+The core's C-family renderer (``axle.lowering.c``) writes the loop nests with the IR's
+exact semantics; what a device team changes is the dialect (type names, qualifiers, how
+work is spread over the device) and the toolchain call. Which ops are fused together and
+in what order kernels run was already decided by the core optimizer.
 """
 from __future__ import annotations
 
-import functools
-from typing import Any
-
-import numpy as np
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
 
 from axle.config import config
+from axle.diskcache import DiskCache
+from axle.errors import BackendError
+from axle.ir.module import Computation
+from axle.lowering.c import C99, CKernel, CRenderer
 from axle.lru import LRU
-from axle.ir.builder import make_node
-from axle.ir.module import Computation, Node
-from axle.ir.ops import OPS, Op
-from axle.ir.reductions import maximum, minimum
-
-# HARDWARE: render a fusion. Each entry turns operand names into one expression of the
-# device language; an op without an entry is rendered as a call to the core's reference
-# implementation, which a real backend replaces with its own device code.
-UNARY: dict[Op, str] = {
-    Op.NEG: "np.negative", Op.ABS: "np.abs", Op.EXP: "np.exp", Op.LOG: "np.log", Op.SQRT: "np.sqrt",
-    Op.TANH: "np.tanh", Op.SIN: "np.sin", Op.COS: "np.cos", Op.FLOOR: "np.floor", Op.CEIL: "np.ceil",
-    Op.NOT: "np.invert",
-}
-BINARY: dict[Op, str] = {
-    Op.ADD: "np.add", Op.SUB: "np.subtract", Op.MUL: "np.multiply", Op.MAX: "ieee_maximum",
-    Op.MIN: "ieee_minimum", Op.AND: "np.bitwise_and", Op.OR: "np.bitwise_or",
-}
-#: helpers the rendered source calls by name: NumPy's maximum/minimum pick an arbitrary
-#: zero on a (-0.0, +0.0) tie; the IR's max/min follow IEEE 754-2019 (-0.0 < +0.0)
-HELPERS: dict[str, Any] = {"ieee_maximum": maximum, "ieee_minimum": minimum}
-COMPARE: dict[str, str] = {"eq": "np.equal", "ne": "np.not_equal", "lt": "np.less", "le": "np.less_equal",
-                           "gt": "np.greater", "ge": "np.greater_equal"}
-RENDER: dict[Op, Any] = {
-    **{op: (lambda f: lambda n, a: f"{f}({a[0]})")(f) for op, f in UNARY.items()},
-    **{op: (lambda f: lambda n, a: f"{f}({a[0]}, {a[1]})")(f) for op, f in BINARY.items()},
-    Op.COMPARE: lambda n, a: f"{COMPARE[n.attr['direction']]}({a[0]}, {a[1]})",
-    Op.SELECT: lambda n, a: f"np.where({a[0]}, {a[1]}, {a[2]})",
-    Op.RESHAPE: lambda n, a: f"np.reshape({a[0]}, {n.attr['shape']})",
-    Op.TUPLE: lambda n, a: "(" + "".join(f"{x}, " for x in a) + ")",
-    Op.GET_TUPLE_ELEMENT: lambda n, a: f"{a[0]}[{n.attr['index']}]",
-}
 
 
-def single_op(node: Node) -> Computation:
-    """An unfused entry node as a one-op computation, so it renders like a fusion."""
-    params = tuple(make_node(Op.PARAMETER, (), {"index": i}, type=o.type) for i, o in enumerate(node.operands))
-    return Computation(node.op.value, params, node.replace(operands=params))
+# HARDWARE: render a fusion. The dialect says how your C spells types, buffers and the
+# loop over the device's threads (``axle.lowering.c.OpenCLC`` is one for OpenCL); a device
+# whose C differs only in names is a subclass changing a few of these attributes.
+class Dialect(C99):
+    name = "template"
 
 
-def render_kernel(name: str, comp: Computation) -> tuple[str, dict[str, Any]]:
-    """The kernel's source text and the names it needs bound (constants, helpers)."""
-    env: dict[str, Any] = {"np": np, **HELPERS}
-    names = {p.uid: f"p{i}" for i, p in enumerate(comp.parameters)}
-    lines = [f"def {name}({', '.join(names[p.uid] for p in comp.parameters)}):"]
-    for n in comp.nodes:
-        if n.op is Op.PARAMETER:
-            continue
-        v = names[n.uid] = f"v{len(names)}"
-        args = [names[o.uid] for o in n.operands]
-        if n.op is Op.CONSTANT:
-            env[f"const_{v}"] = n.attr["value"].array
-            expr = f"const_{v}"
-        elif n.op in RENDER:
-            expr = RENDER[n.op](n, args)
-        else:
-            ref = f"{n.op.name.lower()}_{v}"  # e.g. reduce_v5: the reference, attributes bound
-            env[ref] = functools.partial(OPS[n.op].reference, **n.attr)
-            expr = f"{ref}({', '.join(args)})"
-        lines.append(f"    {v} = {expr}  # {n.op.value} -> {n.type}")
-    lines.append(f"    return {names[comp.root.uid]}")
-    return "\n".join(lines) + "\n", env
+RENDERER = CRenderer(Dialect)
+# HARDWARE: compile. Your toolchain's command line (a vendor compiler, clang for your
+# target...), and in build() below how it is called (an in-process compiler such as
+# nvrtc or clBuildProgram replaces the subprocess). The renderer's semantics need strict
+# IEEE floats: no -ffast-math, and no contraction of a*b+c.
+COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 
 
-#: compiled kernels by source, bounded like every compile cache (--jit_cache_size): a
+def render_kernel(name: str, comp: Computation) -> CKernel:
+    return RENDERER.kernel(name, comp)
+
+
+#: loaded programs by source hash, bounded like every compile cache (--jit_cache_size): a
 #: program fed ever new shapes must not keep every binary it ever built
-_BINARIES: LRU[Any] = LRU(lambda: 2 * config.jit_cache_size)
+_BINARIES: LRU[ctypes.CDLL] = LRU(lambda: 2 * config.jit_cache_size)
+#: binaries across processes and runs, by the same key, in a private directory (axle's
+#: DiskCache trusts only what this user wrote; AXLE_TEMPLATE_CACHE moves it): with a
+#: toolchain that takes seconds, a second kit run compiles nothing
+DISK = DiskCache(os.environ.get("AXLE_TEMPLATE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle",
+                                                                     Dialect.name)), "kernel binary")
 
 
-def compile_kernel(name: str, source: str, env: dict[str, Any]) -> Any:
-    """Turns kernel source into something launchable."""
-    # HARDWARE: compile. Call your device compiler here (clBuildProgram, nvrtc, an LLVM
-    # target machine, a vendor toolchain...) and load the binary. Caching binaries by source
-    # text keeps recompiles of the same kernel cheap.
-    code = _BINARIES.get(source)
-    if code is None:
-        code = _BINARIES.put(source, compile(source, f"<axle-template kernel {name}>", "exec"))
-    scope = dict(env)
-    exec(code, scope)  # noqa: S102 - the "binary" of this host-memory device is Python code
-    return scope[name]
+def compile_program(source: str) -> ctypes.CDLL:
+    """Compiles one translation unit and loads it (cached by the hash of flags and source)."""
+    key = hashlib.sha256("\0".join((*COMPILER, source)).encode())
+    lib = _BINARIES.get(key.hexdigest())
+    if lib is None:
+        with tempfile.TemporaryDirectory(prefix="axle-kernels-") as tmp:
+            binary = DISK.get(key.digest())
+            if binary is None:
+                binary = build(source, Path(tmp))
+                DISK.put(key.digest(), binary)
+            (Path(tmp) / "kernels.so").write_bytes(binary)
+            # the library stays mapped after its file is removed with the folder
+            lib = _BINARIES.put(key.hexdigest(), ctypes.CDLL(str(Path(tmp) / "kernels.so")))
+    return lib
+
+
+def build(source: str, tmp: Path) -> bytes:
+    """The toolchain call: C source in, a shared library's bytes out."""
+    src, out = tmp / "kernels.c", tmp / "kernels-build.so"
+    src.write_text(source)
+    try:
+        r = subprocess.run([*COMPILER, "-o", str(out), str(src)], capture_output=True, text=True)
+    except OSError as e:
+        raise BackendError(f"{Dialect.name}: cannot run the C compiler {COMPILER[0]!r}: {e}") from e
+    if r.returncode:
+        raise BackendError(f"{Dialect.name}: {' '.join(COMPILER)} failed:\n{r.stderr[-4000:]}\n{source}")
+    return out.read_bytes()

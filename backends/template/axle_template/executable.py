@@ -1,80 +1,91 @@
 """The executable: an ordered list of kernel launches over the entry computation."""
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
-from axle.ir.module import Module, Node
-from axle.ir.ops import Op
-from axle.ir.types import TensorType
+from axle.ir.module import Module
+from axle.ir.ops import OPS, Op
+from axle.lowering.c import CKernel
+from axle.lowering.plan import KernelLaunch, kernel_plan
 
-from .codegen import compile_kernel, render_kernel, single_op
+from .codegen import RENDERER, compile_program, render_kernel
 
 
 @dataclass
 class Launch:
-    name: str
-    node: Node
-    source: str
-    fn: Any
+    plan: KernelLaunch
+    kernel: CKernel | None  # None: a custom-call, a registered Python function run on the host
+    stages: list[Any] = field(default_factory=list)
 
 
 class TemplateExecutable(Executable):
     def __init__(self, module: Module, device: Device) -> None:
         self.module = module
         self.device = device
-        self.launches: dict[int, Launch] = {}
-        self.constants: dict[int, np.ndarray] = {}
-        for n in module.entry.nodes:
-            if n.op is Op.CONSTANT:
-                # HARDWARE: upload constants once, at compile time, into device memory.
-                self.constants[n.uid] = np.array(n.attr["value"].array)
-            elif n.op not in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT):
-                fused = n.op is Op.FUSION
-                comp = n.attr["computation"] if fused else single_op(n)
-                name = f"k{len(self.launches)}_{n.attr['kind'] + '_fusion' if fused else n.op.name.lower()}"
-                source, env = render_kernel(name, comp)
-                self.launches[n.uid] = Launch(name, n, source, compile_kernel(name, source, env))
+        # The core's kernel plan: launches in order, over numbered buffer slots
+        # (parameters first, then constants, then each launch's outputs).
+        self.plan = kernel_plan(module, assign_buffers=False)
+        # HARDWARE: upload constants once, at compile time, into device memory.
+        self.constants = dict(self.plan.constants)
+        self.launches = [Launch(k, None if k.kind == "custom-call" else render_kernel(_name(i, k), k.computation))
+                         for i, k in enumerate(self.plan.launches)]
+        kernels = [launch.kernel for launch in self.launches if launch.kernel is not None]
+        if kernels:
+            lib = compile_program(RENDERER.program(kernels))
+            for launch in self.launches:
+                launch.stages = [getattr(lib, name) for name in launch.kernel.stages] if launch.kernel else []
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
-        entry = self.module.entry
-        if len(args) != len(entry.parameters):
-            raise BackendError(f"{self.module.name}: {len(args)} arguments given, "
-                               f"{len(entry.parameters)} expected ({entry.parameter_types})")
-        values: dict[int, Any] = dict(self.constants)
-        for p, a in zip(entry.parameters, args):
-            if a.type != p.type:
-                raise BackendError(f"{self.module.name}: parameter {p.attr['index']} expects {p.type}, got {a.type}")
-            values[p.uid] = a.handle
-        with np.errstate(all="ignore"):  # NaN/inf results are values, not errors
-            for n in entry.nodes:
-                if n.uid in self.launches:
-                    # HARDWARE: launch. Enqueue the kernel with its argument buffers and an
-                    # output allocation; real devices return before the kernel has finished.
-                    values[n.uid] = self.launches[n.uid].fn(*[values[o.uid] for o in n.operands])
-                elif n.op is Op.GET_TUPLE_ELEMENT:
-                    values[n.uid] = values[n.operands[0].uid][n.attr["index"]]
-        root = entry.root
-        outs = list(root.operands) if root.op is Op.TUPLE else [root]
-        return [Buffer(self.device, o.type, self._check(o, values[o.uid])) for o in outs]  # type: ignore[arg-type]
+        plan = self.plan
+        if len(args) != plan.n_params:
+            raise BackendError(f"{self.module.name}: {len(args)} arguments given, {plan.n_params} expected "
+                               f"({self.module.entry.parameter_types})")
+        values: list[Any] = [None] * plan.n_slots
+        for i, (t, a) in enumerate(zip(plan.param_types, args)):
+            if a.type != t:
+                raise BackendError(f"{self.module.name}: parameter {i} expects {t}, got {a.type}")
+            values[i] = a.handle
+        for slot, array in self.constants.items():
+            values[slot] = array
+        for launch in self.launches:
+            inputs = [values[s] for s in launch.plan.inputs]
+            if launch.kernel is None:  # user Python code: it runs on the host
+                with np.errstate(all="ignore"):
+                    outputs = [OPS[Op.CUSTOM_CALL].reference(*inputs, **launch.plan.node.attr)]
+            else:
+                outputs = self._launch(launch, inputs)
+            for s, out in zip(launch.plan.outputs, outputs):
+                values[s] = out
+        return [Buffer(self.device, t, values[s]) for s, t in zip(plan.results, plan.result_types)]
 
-    def _check(self, node: Node, value: Any) -> np.ndarray:
-        """Catches a renderer bug here, naming the kernel, instead of as a wrong answer later."""
-        arr = np.asarray(value)
-        t = node.type
-        assert isinstance(t, TensorType)
-        if arr.shape != t.shape or arr.dtype != t.dtype.np:
-            raise BackendError(f"{self.device.backend} kernel for {node.op.value} produced {arr.dtype}{list(arr.shape)}, "
-                               f"expected {t}")
-        return arr
+    def _launch(self, launch: Launch, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        # HARDWARE: launch. Allocate the outputs and scratch buffers in device memory and
+        # enqueue the kernel; real devices return before the kernel has finished.
+        k = launch.kernel
+        assert k is not None
+        outs = [np.empty(t.shape, t.dtype.np) for t in k.outputs]
+        scratch = [np.empty(t.shape, t.dtype.np) for t in k.scratch]
+        arrays = [*map(np.ascontiguousarray, inputs), *k.constants, *outs, *scratch]
+        pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        for stage in launch.stages:  # one after the other: a stage reads what the last wrote
+            stage(*pointers)
+        return outs
 
     def report(self) -> dict[str, Any]:
-        return {"kernels": len(self.launches)}
+        return {"kernels": sum(launch.kernel is not None for launch in self.launches)}
 
     def kernel_sources(self) -> dict[str, str]:
-        return {k.name: k.source for k in self.launches.values()}
+        return {k.kernel.name: k.kernel.source for k in self.launches if k.kernel is not None}
+
+
+def _name(i: int, launch: KernelLaunch) -> str:
+    """A C identifier: k0_loop_fusion, k1_reduce..."""
+    op = launch.node.op
+    return f"k{i}_{launch.kind}_fusion" if op is Op.FUSION else f"k{i}_{op.name.lower()}"

@@ -16,6 +16,11 @@ MAX_RANK = 32
 MAX_BYTES = (1 << 63) - 1
 
 
+def squeeze(shape: Shape) -> Shape:
+    """The shape without its unit dims (same row-major element order)."""
+    return tuple(d for d in shape if d != 1)
+
+
 @dataclass(frozen=True)
 class TensorType:
     dtype: DType

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..ir.builder import make_node
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, squeeze
 from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
@@ -64,11 +64,6 @@ def is_kernel(n: Node) -> bool:
 # ------------------------------------------------------------------------ classify
 
 
-def squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape without its unit dims (same row-major element order)."""
-    return tuple(d for d in shape if d != 1)
-
-
 def _downstream(members: Sequence[Node], sources: Iterable[Node]) -> set[int]:
     """uids of members reachable from ``sources`` through members (sources included)."""
     dep = {s.uid for s in sources}
@@ -93,7 +88,9 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
     if len(members) > policy.max_fusion_nodes:
         return None
     inside = {m.uid for m in members}
-    if inline_cost(roots, inside) > policy.max_inline_cost or padded_transcendental(roots, inside) is not None:
+    if inline_cost(roots, inside) > policy.max_inline_cost:
+        return None
+    if any(m.op is Op.PAD for m in members) and padded_transcendental(roots, inside) is not None:
         return None
     if len(roots) > 1 and not policy.multi_output:
         return None

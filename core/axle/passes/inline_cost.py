@@ -18,10 +18,12 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 
 from ..ir.module import Node, post_order
-from ..ir.ops import Op
+from ..ir.ops import OPS, Op
 
 #: ops that are free to evaluate at any index (no kernel ever materializes them)
 CHEAP_LEAVES = (Op.PARAMETER, Op.CONSTANT, Op.IOTA)
+#: ops that read their operands at their own index (when the shapes match)
+_ELEMENTWISE = frozenset(op for op, d in OPS.items() if d.traits.elementwise)
 
 
 def _weight(n: Node) -> int:
@@ -41,31 +43,42 @@ def _is_member(n: Node, inside: Collection[int] | None) -> bool:
     return inside is None or n.uid in inside
 
 
-def evaluations(roots: Sequence[Node], inside: Collection[int] | None = None) -> dict[int, int]:
-    """Estimated evaluations of each node of the group per output element."""
-    roots = [o for r in roots for o in (r.operands if r.op is Op.TUPLE else (r,))]
-    outputs = {r.uid for r in roots}
+def _outputs(roots: Sequence[Node]) -> list[Node]:
+    return [o for r in roots for o in (r.operands if r.op is Op.TUPLE else (r,))]
+
+
+def _evaluations(order: list[Node], outputs: set[int], inside: Collection[int] | None) -> dict[int, int]:
     same: dict[int, int] = defaultdict(int)
     moved: dict[int, int] = defaultdict(int)
     est: dict[int, int] = {}
-    for n in reversed(group_order(roots, inside)):
-        e = max(same[n.uid], 1 if n.uid in outputs else 0) + moved[n.uid]
-        est[n.uid] = e
-        if not _is_member(n, inside):
+    for n in reversed(order):
+        uid = n.uid
+        e = max(same[uid], 1 if uid in outputs else 0) + moved[uid]
+        est[uid] = e
+        if inside is not None and uid not in inside:
             continue  # read from memory: its operands are not evaluated here
+        shape = n.type.shape if n.op in _ELEMENTWISE else None  # type: ignore[union-attr]
         for o in n.operands:
-            if n.traits.elementwise and o.shape == n.shape:
-                same[o.uid] = max(same[o.uid], e)
+            if shape is not None and o.type.shape == shape:  # type: ignore[union-attr]
+                if same[o.uid] < e:
+                    same[o.uid] = e
             else:
                 moved[o.uid] += e
     return est
 
 
+def evaluations(roots: Sequence[Node], inside: Collection[int] | None = None) -> dict[int, int]:
+    """Estimated evaluations of each node of the group per output element."""
+    outs = _outputs(roots)
+    return _evaluations(group_order(outs, inside), {r.uid for r in outs}, inside)
+
+
 def inline_cost(roots: Sequence[Node], inside: Collection[int] | None = None) -> int:
     """Weighted evaluations of the group: the size of the kernel that inlines it."""
-    est = evaluations(roots, inside)
-    roots = [o for r in roots for o in (r.operands if r.op is Op.TUPLE else (r,))]
-    return sum(est[n.uid] * (_weight(n) if _is_member(n, inside) else 1) for n in group_order(roots, inside))
+    outs = _outputs(roots)
+    order = group_order(outs, inside)
+    est = _evaluations(order, {r.uid for r in outs}, inside)
+    return sum(est[n.uid] * (_weight(n) if _is_member(n, inside) else 1) for n in order)
 
 
 def padded_transcendental(roots: Sequence[Node], inside: Collection[int] | None = None) -> Node | None:
@@ -73,8 +86,7 @@ def padded_transcendental(roots: Sequence[Node], inside: Collection[int] | None 
     among its members upstream, or None. A pad evaluates its operand at clamped indices for
     every padding element too, and LLVM was seen to take minutes optimizing transcendental
     chains under a padded index: such an operand is computed by a kernel of its own."""
-    roots = [o for r in roots for o in (r.operands if r.op is Op.TUPLE else (r,))]
-    for n in group_order(roots, inside):
+    for n in group_order(_outputs(roots), inside):
         if n.op is not Op.PAD or not _is_member(n, inside):
             continue
         x = n.operands[0]

@@ -1,0 +1,664 @@
+"""The C-family renderer: a fused computation as a C function of loop nests.
+
+Two layers, as in tinygrad's renderers:
+
+- a **dialect** (:class:`C99`, :class:`OpenCLC`) is a handful of class attributes: type
+  names, qualifiers, the kernel prefix, the loop that spreads work over the device, how
+  half floats are loaded, stored and rounded. CUDA, Metal or a vendor C are another small
+  subclass;
+- the **renderer** (:class:`CRenderer`) is the same for every dialect: the op -> expression
+  tables with the IR's exact semantics, literals, and loop nests.
+
+Semantics are the interpreter's (``axle.ir.ops``): XLA integer division and remainder
+(x/0 = -1, x%0 = x, INT_MIN/-1 = INT_MIN, never a trap), wrapping integer arithmetic (done
+in unsigned types: signed overflow is undefined in C), IEEE 754-2019 max/min (NaN wins,
+-0.0 < +0.0), float -> int converts that saturate with NaN -> 0, float16 computed in float
+and rounded once per op, float sums accumulating in double (:func:`accumulator`).
+
+Kernel shape: a fusion's values are recomputed inline at each index (one expression tree
+per output element, movement ops rewriting the index through :mod:`axle.lowering.index`),
+except reductions and dots: each is computed once into a buffer (the output itself, or a
+scratch buffer the launcher allocates) by a stage of its own, a function with one device
+loop that the launcher calls before the stages reading the buffer (:class:`CKernel`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import BackendError
+from ..ir.dotdims import DotDims
+from ..ir.dtypes import DType, dtype
+from ..ir.module import Computation, Node
+from ..ir.opcodes import Op
+from ..ir.reductions import REDUCE_KINDS
+from ..ir.types import TensorType
+from . import index as ix
+from .index import Ix
+
+
+# ------------------------------------------------------------------------------ dialects
+
+
+class C99:
+    """ISO C99 with the ``_Float16`` extension of GCC and Clang (storage only: float16
+    arithmetic runs in float). Host memory, one thread: the device loop is a plain loop."""
+
+    name: ClassVar[str] = "c99"
+    #: element type inside buffers
+    storage: ClassVar[dict[DType, str]] = {
+        DType.BOOL: "uint8_t", DType.INT32: "int32_t", DType.INT64: "int64_t",
+        DType.FLOAT16: "_Float16", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+    #: type of values in registers: bool as int 0/1, float16 as float
+    reg: ClassVar[dict[DType, str]] = {
+        DType.BOOL: "int", DType.INT32: "int32_t", DType.INT64: "int64_t",
+        DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+    #: unsigned twin for wrapping arithmetic
+    unsigned: ClassVar[dict[DType, str]] = {DType.INT32: "uint32_t", DType.INT64: "uint64_t"}
+    int_min: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MIN", DType.INT64: "INT64_MIN"}
+    int_max: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MAX", DType.INT64: "INT64_MAX"}
+    int64_suffix: ClassVar[str] = "LL"
+    uint64_suffix: ClassVar[str] = "ULL"
+    index_type: ClassVar[str] = "int64_t"
+    #: math function suffix per register type (C99 expf vs exp; OpenCL overloads)
+    math_suffix: ClassVar[dict[str, str]] = {"float": "f", "double": ""}
+    header: ClassVar[str] = "#include <math.h>\n#include <stdint.h>\n"
+    kernel_prefix: ClassVar[str] = ""
+    buffer_qualifier: ClassVar[str] = ""
+    restrict: ClassVar[str] = "restrict"
+    helper_prefix: ClassVar[str] = "static inline"
+    #: the loop spreading ``n`` output elements over the device (here: one thread)
+    device_loop: ClassVar[str] = "for ({t} {v} = 0; {v} < {n}; {v}++)"
+    #: float16: load, store (value already rounded), round float or double to the nearest half
+    load_half: ClassVar[str] = "((float){ptr}[{off}])"
+    store_half: ClassVar[str] = "{ptr}[{off}] = (_Float16)({value});"
+    round_half: ClassVar[str] = "((float)(_Float16)({x}))"
+    round_half_double: ClassVar[str] = "((float)(_Float16)({x}))"
+    #: float -> int with saturation and NaN -> 0 (C has no such cast: a helper)
+    sat_convert: ClassVar[dict[DType, str]] = {DType.INT32: "axle_sat_int32", DType.INT64: "axle_sat_int64"}
+    float_cast: ClassVar[dict[DType, str]] = {DType.FLOAT32: "(float)", DType.FLOAT64: "(double)"}
+    #: loops add float16/float32 terms in double (see :func:`accumulator`)
+    wide_float_sums: ClassVar[bool] = True
+
+
+class OpenCLC(C99):
+    """OpenCL C 1.2: address-space qualifiers, a ``__kernel`` prefix, a grid-stride device
+    loop over the work-items, ``vload_half``/``vstore_half_rte`` for float16, and the
+    built-in saturating converts. Doubles need the cl_khr_fp64 extension."""
+
+    name = "opencl"
+    storage = {DType.BOOL: "uchar", DType.INT32: "int", DType.INT64: "long",
+               DType.FLOAT16: "half", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+    reg = {DType.BOOL: "int", DType.INT32: "int", DType.INT64: "long",
+           DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+    unsigned = {DType.INT32: "uint", DType.INT64: "ulong"}
+    int_min = {DType.INT32: "INT_MIN", DType.INT64: "LONG_MIN"}
+    int_max = {DType.INT32: "INT_MAX", DType.INT64: "LONG_MAX"}
+    int64_suffix = "L"
+    uint64_suffix = "UL"
+    index_type = "long"
+    math_suffix = {"float": "", "double": ""}
+    header = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    kernel_prefix = "__kernel"
+    buffer_qualifier = "__global"
+    helper_prefix = "inline"
+    device_loop = "for ({t} {v} = get_global_id(0); {v} < {n}; {v} += get_global_size(0))"
+    load_half = "vload_half({off}, {ptr})"
+    store_half = "vstore_half_rte({value}, {off}, {ptr});"
+    round_half = "axle_rh({x})"
+    round_half_double = "axle_rh_d({x})"
+    sat_convert = {DType.INT32: "convert_int_sat_rtz", DType.INT64: "convert_long_sat_rtz"}
+    float_cast = {DType.FLOAT32: "convert_float", DType.FLOAT64: "convert_double"}
+    #: many GPUs have no doubles (cl_khr_fp64): the reduce table's accumulators
+    wide_float_sums = False
+
+
+Dialect = type[C99]
+
+
+def helpers(d: Dialect) -> dict[str, str]:
+    """Functions a kernel may call, by name; a program includes those its kernels use."""
+    u64, us = d.unsigned[DType.INT64], d.uint64_suffix
+    out = {
+        # splitmix64 of key + (i + 1) * golden ratio, as axle.ir.ops.rng_bits
+        "axle_rng": f"{d.helper_prefix} {u64} axle_rng({u64} key, {u64} i) {{\n"
+                    f"  {u64} z = key + (i + 1{us}) * 0x9E3779B97F4A7C15{us};\n"
+                    f"  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9{us};\n"
+                    f"  z = (z ^ (z >> 27)) * 0x94D049BB133111EB{us};\n"
+                    "  return z ^ (z >> 31);\n}",
+        # round through the half type and back (OpenCL: no half arithmetic needed)
+        "axle_rh": f"{d.helper_prefix} float axle_rh(float x) {{ ushort t; vstore_half_rte(x, 0, (__private half*)&t); "
+                   "return vload_half(0, (__private const half*)&t); }",
+        "axle_rh_d": f"{d.helper_prefix} float axle_rh_d(double x) {{ ushort t; vstore_half_rte(x, 0, "
+                     "(__private half*)&t); return vload_half(0, (__private const half*)&t); }",
+    }
+    for dt in (DType.INT32, DType.INT64):
+        t, u, lo, hi = d.reg[dt], d.unsigned[dt], d.int_min[dt], d.int_max[dt]
+        s = t.replace("_t", "")
+        out[f"axle_div_{s}"] = (f"{d.helper_prefix} {t} axle_div_{s}({t} a, {t} b) {{\n"
+                                f"  if (b == 0) return -1;\n  if (a == {lo} && b == -1) return {lo};\n"
+                                "  return a / b;\n}")
+        out[f"axle_rem_{s}"] = (f"{d.helper_prefix} {t} axle_rem_{s}({t} a, {t} b) {{\n"
+                                "  if (b == 0) return a;\n  if (b == -1) return 0;\n  return a % b;\n}")
+        out[f"axle_pow_{s}"] = (f"{d.helper_prefix} {t} axle_pow_{s}({t} x, {t} y) {{\n"
+                                "  if (y < 0) return x == 1 ? 1 : (x == -1 ? ((y & 1) ? -1 : 1) : 0);\n"
+                                f"  {u} r = 1, b = ({u})x;\n"
+                                "  while (y > 0) { if (y & 1) r *= b; b *= b; y >>= 1; }\n"
+                                f"  return ({t})r;\n}}")
+        out[f"axle_abs_{s}"] = f"{d.helper_prefix} {t} axle_abs_{s}({t} a) {{ return a < 0 ? ({t})(0 - ({u})a) : a; }}"
+        # trunc toward zero, saturate (the bounds as doubles: 2^31 - 1 is exact, 2^63 - 1
+        # rounds up to 2^63, where every larger value saturates too), NaN -> 0
+        bits = 31 if dt is DType.INT32 else 63
+        out[f"axle_sat_{s}"] = (f"{d.helper_prefix} {t} axle_sat_{s}(double x) {{\n"
+                                f"  return x != x ? 0 : x <= -{float(2 ** bits)!r} ? {lo} : "
+                                f"x >= {float(2 ** bits - 1)!r} ? {hi} : ({t})x;\n}}")
+    return out
+
+
+def literal(d: Dialect, value: object, dt: DType) -> str:
+    """A register-typed literal; negative ones are parenthesized (``-x`` never meets ``--1``)."""
+    text = _literal(d, value, dt)
+    return f"({text})" if text.startswith("-") else text
+
+
+def _literal(d: Dialect, value: object, dt: DType) -> str:
+    v = np.asarray(value).astype(dt.np)[()]
+    if dt is DType.BOOL:
+        return "1" if bool(v) else "0"
+    if dt.is_int:
+        iv = int(v)
+        if iv == np.iinfo(dt.np).min:
+            return d.int_min[dt]
+        return str(iv) if dt is DType.INT32 else f"{iv}{d.int64_suffix}"
+    f = float(v)
+    cast = "(double)" if dt is DType.FLOAT64 else ""
+    if math.isnan(f):
+        return f"({cast}NAN)" if cast else "NAN"
+    if math.isinf(f):
+        s = f"({cast}INFINITY)" if cast else "INFINITY"
+        return s if f > 0 else f"(-{s})"
+    text = repr(f) if dt is DType.FLOAT64 else repr(float(np.float32(f)))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text if dt is DType.FLOAT64 else text + "f"
+
+
+def identity(d: Dialect, kind: str, dt: DType) -> str:
+    """The identity of a reduction kind in its accumulator's register type."""
+    return literal(d, REDUCE_KINDS[kind].identity(dt), REDUCE_KINDS[kind].accumulator(dt))
+
+
+# ----------------------------------------------------------------- elementwise semantics
+
+Expr = str
+
+
+def _fn(d: Dialect, dt: DType, name: str) -> str:
+    return name + d.math_suffix[d.reg[dt]]
+
+
+def _one(d: Dialect, dt: DType) -> str:
+    return literal(d, 1, dt)
+
+
+FLOAT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
+    Op.NEG: lambda d, dt, x: f"(-{x})",
+    Op.ABS: lambda d, dt, x: f"{_fn(d, dt, 'fabs')}({x})",
+    Op.EXP: lambda d, dt, x: f"{_fn(d, dt, 'exp')}({x})",
+    Op.LOG: lambda d, dt, x: f"{_fn(d, dt, 'log')}({x})",
+    Op.SQRT: lambda d, dt, x: f"{_fn(d, dt, 'sqrt')}({x})",
+    Op.RSQRT: lambda d, dt, x: f"({_one(d, dt)} / {_fn(d, dt, 'sqrt')}({x}))",
+    Op.TANH: lambda d, dt, x: f"{_fn(d, dt, 'tanh')}({x})",
+    Op.LOGISTIC: lambda d, dt, x: f"({_one(d, dt)} / ({_one(d, dt)} + {_fn(d, dt, 'exp')}(-{x})))",
+    Op.SIN: lambda d, dt, x: f"{_fn(d, dt, 'sin')}({x})",
+    Op.COS: lambda d, dt, x: f"{_fn(d, dt, 'cos')}({x})",
+    Op.FLOOR: lambda d, dt, x: f"{_fn(d, dt, 'floor')}({x})",
+    Op.CEIL: lambda d, dt, x: f"{_fn(d, dt, 'ceil')}({x})",
+    # NumPy's sign: NaN stays NaN, both zeros give +0.0
+    Op.SIGN: lambda d, dt, x: f"(isnan({x}) ? {x} : ({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
+}
+FLOAT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
+    Op.ADD: lambda d, dt, a, b: f"({a} + {b})",
+    Op.SUB: lambda d, dt, a, b: f"({a} - {b})",
+    Op.MUL: lambda d, dt, a, b: f"({a} * {b})",
+    Op.DIV: lambda d, dt, a, b: f"({a} / {b})",
+    Op.REM: lambda d, dt, a, b: f"{_fn(d, dt, 'fmod')}({a}, {b})",
+    Op.POW: lambda d, dt, a, b: f"{_fn(d, dt, 'pow')}({a}, {b})",
+    # IEEE 754-2019 maximum/minimum: NaN-propagating (fmax/fmin drop NaNs) and -0.0 < +0.0
+    Op.MAX: lambda d, dt, a, b: f"(({a} > {b} || isnan({a}) || ({a} == {b} && !signbit({a}))) ? {a} : {b})",
+    Op.MIN: lambda d, dt, a, b: f"(({a} < {b} || isnan({a}) || ({a} == {b} && signbit({a}))) ? {a} : {b})",
+}
+#: float16 results of these are operands already: no rounding
+EXACT_HALF = frozenset({Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SIGN})
+
+
+def _s(d: Dialect, dt: DType) -> str:
+    return d.reg[dt].replace("_t", "")
+
+
+def _wrap(op: str) -> Callable[[Dialect, DType, Expr, Expr], Expr]:
+    return lambda d, dt, a, b: f"(({d.reg[dt]})(({d.unsigned[dt]}){a} {op} ({d.unsigned[dt]}){b}))"
+
+
+INT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
+    Op.NEG: lambda d, dt, x: f"(({d.reg[dt]})(0 - ({d.unsigned[dt]}){x}))",
+    Op.ABS: lambda d, dt, x: f"axle_abs_{_s(d, dt)}({x})",
+    Op.SIGN: lambda d, dt, x: f"(({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
+    Op.NOT: lambda d, dt, x: f"(~{x})",
+}
+INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
+    Op.ADD: _wrap("+"), Op.SUB: _wrap("-"), Op.MUL: _wrap("*"),
+    Op.DIV: lambda d, dt, a, b: f"axle_div_{_s(d, dt)}({a}, {b})",
+    Op.REM: lambda d, dt, a, b: f"axle_rem_{_s(d, dt)}({a}, {b})",
+    Op.POW: lambda d, dt, a, b: f"axle_pow_{_s(d, dt)}({a}, {b})",
+    Op.MAX: lambda d, dt, a, b: f"({a} > {b} ? {a} : {b})",
+    Op.MIN: lambda d, dt, a, b: f"({a} < {b} ? {a} : {b})",
+    Op.AND: lambda d, dt, a, b: f"({a} & {b})",
+    Op.OR: lambda d, dt, a, b: f"({a} | {b})",
+}
+#: bools are int 0/1 in registers; add and multiply (the sum and prod reductions) are or, and
+BOOL_UNARY: dict[Op, Callable[[Expr], Expr]] = {Op.NOT: lambda x: f"(!{x})"}
+BOOL_BINARY: dict[Op, Callable[[Expr, Expr], Expr]] = {
+    Op.AND: lambda a, b: f"({a} & {b})", Op.MIN: lambda a, b: f"({a} & {b})", Op.MUL: lambda a, b: f"({a} & {b})",
+    Op.OR: lambda a, b: f"({a} | {b})", Op.MAX: lambda a, b: f"({a} | {b})", Op.ADD: lambda a, b: f"({a} | {b})",
+}
+COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def unary(d: Dialect, op: Op, dt: DType, x: Expr) -> Expr:
+    """A unary elementwise op on a register value of dtype ``dt``."""
+    if dt.is_float:
+        e = FLOAT_UNARY[op](d, dt, x)
+        return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
+    return BOOL_UNARY[op](x) if dt.is_bool else INT_UNARY[op](d, dt, x)
+
+
+def binary(d: Dialect, op: Op, dt: DType, a: Expr, b: Expr) -> Expr:
+    """A binary elementwise op on two register values of dtype ``dt``."""
+    if dt.is_float:
+        e = FLOAT_BINARY[op](d, dt, a, b)
+        return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
+    return BOOL_BINARY[op](a, b) if dt.is_bool else INT_BINARY[op](d, dt, a, b)
+
+
+def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
+    """Element conversion: float -> int saturates (NaN -> 0), anything -> bool is != 0,
+    ints wrap, a float16 result is rounded once from the source value."""
+    if src is dst:
+        return x
+    if dst is DType.BOOL:
+        return f"({x} != 0)"
+    if dst.is_int:
+        return f"{d.sat_convert[dst]}({x})" if src.is_float else f"(({d.reg[dst]}){x})"
+    if dst is DType.FLOAT16:
+        if src is DType.FLOAT64:
+            return d.round_half_double.format(x=x)
+        # ints go through float: exact for every int f16 does not overflow on
+        return d.round_half.format(x=x if src.is_float else f"{d.float_cast[DType.FLOAT32]}({x})")
+    if dst is DType.FLOAT32 and src is DType.FLOAT16:
+        return x
+    return f"{d.float_cast[dst]}({x})"
+
+
+def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
+    """The dtype a loop keeps reduction ``kind`` (or a dot, as "sum") of ``dt`` values in:
+    the reduce table's, except that a dialect with ``wide_float_sums`` adds float32 and
+    float16 terms in double. A loop adds one term at a time, so its rounding error grows
+    with the length (3M positive float32 terms drifted 2e-3 from the exact sum, where
+    NumPy's pairwise sum stays near 1e-7); in double it stays below float32's rounding."""
+    if d.wide_float_sums and kind == "sum" and dt in (DType.FLOAT16, DType.FLOAT32):
+        return DType.FLOAT64
+    return REDUCE_KINDS[kind].accumulator(dt)
+
+
+# ------------------------------------------------------------------------------ kernels
+
+
+@dataclass
+class CKernel:
+    """One rendered computation: ``stages`` functions to launch in order, each one device
+    loop (a reduction or dot into its buffer, then each output), all with the same
+    arguments: the computation's parameters, the constant arrays (``constants``), the
+    outputs, the scratch buffers. Stages are separate launches because a later one reads
+    what every thread of an earlier one wrote (no device has a global barrier inside a
+    kernel); a single-threaded device may call them back to back."""
+
+    name: str
+    source: str
+    params: list[TensorType]
+    constants: list[np.ndarray]
+    outputs: list[TensorType]
+    scratch: list[TensorType]
+    stages: list[str]
+    helpers: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Idx:
+    """A position in an array of ``shape``: its flat offset and/or its coordinates;
+    the missing one is derived when asked for (:meth:`CRenderer.coords`, ``.flat``)."""
+
+    shape: tuple[int, ...]
+    flat: Ix | None = None
+    coords: list[Ix] | None = None
+
+    @property
+    def key(self) -> tuple:
+        return ("c", *map(ix.to_c, self.coords)) if self.coords is not None else ("f", ix.to_c(self.flat))
+
+
+class CRenderer:
+    """Renders computations as C functions of ``dialect``."""
+
+    def __init__(self, dialect: Dialect = C99) -> None:
+        self.d = dialect
+
+    def program(self, kernels: list[CKernel]) -> str:
+        """One translation unit: the header, the helpers the kernels call, the kernels."""
+        table = helpers(self.d)
+        used = sorted(set().union(*(k.helpers for k in kernels)) if kernels else set())
+        return "\n".join([self.d.header, *(table[h] for h in used), *(k.source for k in kernels)]) + "\n"
+
+    def kernel(self, name: str, comp: Computation) -> CKernel:
+        return _KernelBuilder(self.d, name, comp).build()
+
+
+class _KernelBuilder:
+    """The state of one kernel being rendered: statements, scoped value memory, buffers."""
+
+    def __init__(self, d: Dialect, name: str, comp: Computation) -> None:
+        self.d, self.name, self.comp = d, name, comp
+        self.lines: list[str] = []
+        self.scopes: list[dict[tuple, str]] = [{}]
+        self.n = 0
+        self.args: list[str] = []
+        self.constants: list[np.ndarray] = []
+        self.const_args: dict[int, str] = {}
+        self.scratch: list[TensorType] = []
+        #: materialized nodes (reductions, dots): uid -> buffer argument
+        self.buffers: dict[int, str] = {}
+        #: (function name, body lines) of each stage, in launch order
+        self.stages: list[tuple[str, list[str]]] = []
+
+    # -- statements ------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * len(self.scopes) + text)
+
+    def tmp(self, ctype: str, expr: str, prefix: str = "t") -> str:
+        self.n += 1
+        name = f"{prefix}{self.n}"
+        self.line(f"{ctype} {name} = {expr};")
+        return name
+
+    def open(self, header: str) -> None:
+        self.line(header + " {")
+        self.scopes.append({})
+
+    def close(self) -> None:
+        self.scopes.pop()
+        self.line("}")
+
+    def lookup(self, key: tuple) -> str | None:
+        return next((s[key] for s in reversed(self.scopes) if key in s), None)
+
+    def bind(self, e: Ix) -> Ix:
+        """An index expression as a variable (a temporary shared within the scope)."""
+        if ix.is_simple(e):
+            return e
+        text = ix.to_c(e)
+        key = ("ix", text)
+        name = self.lookup(key)
+        if name is None:
+            name = self.tmp(self.d.index_type, text, "i")
+            self.scopes[-1][key] = name
+        return ix.var(name)
+
+    def coords(self, idx: Idx) -> list[Ix]:
+        if idx.coords is None:
+            assert idx.flat is not None
+            idx.coords = [self.bind(c) for c in ix.delinearize(idx.flat, idx.shape)]
+        return idx.coords
+
+    def flat(self, idx: Idx) -> Ix:
+        if idx.flat is None:
+            assert idx.coords is not None
+            idx.flat = self.bind(ix.linearize(idx.coords, idx.shape))
+        return idx.flat
+
+    # -- loads and stores ------------------------------------------------------------
+    def load(self, ptr: str, dt: DType, off: Ix) -> str:
+        o = ix.to_c(off)
+        if dt is DType.FLOAT16:
+            return self.d.load_half.format(ptr=ptr, off=o)
+        return f"(({self.d.reg[dt]}){ptr}[{o}])" if dt is DType.BOOL else f"{ptr}[{o}]"
+
+    def store(self, ptr: str, dt: DType, off: Ix, value: str) -> None:
+        o = ix.to_c(off)
+        if dt is DType.FLOAT16:
+            self.line(self.d.store_half.format(ptr=ptr, off=o, value=value))
+        else:
+            self.line(f"{ptr}[{o}] = ({self.d.storage[dt]})({value});")
+
+    def argument(self, name: str, t: TensorType, const: bool) -> None:
+        q = f"{self.d.buffer_qualifier} " if self.d.buffer_qualifier else ""
+        self.args.append(f"{q}{'const ' if const else ''}{self.d.storage[t.dtype]}* {self.d.restrict} {name}")
+
+    # -- the kernel ------------------------------------------------------------------
+    def build(self) -> CKernel:
+        comp = self.comp
+        params = [p.tensor_type for p in comp.parameters]
+        for i, t in enumerate(params):
+            self.argument(f"p{i}", t, True)
+        root = comp.root
+        outs = list(root.operands) if root.op is Op.TUPLE else [root]
+        out_args = {}
+        for i, o in enumerate(outs):
+            out_args.setdefault(o.uid, f"o{i}")
+        # reductions and dots: once each, into their output or a scratch buffer
+        for n in comp.nodes:
+            if n.op in (Op.REDUCE, Op.DOT_GENERAL):
+                buf = out_args.get(n.uid)
+                if buf is None:
+                    buf = f"s{len(self.scratch)}"
+                    self.scratch.append(n.tensor_type)
+                self.loop(n, buf)
+                self.buffers[n.uid] = buf
+        for i, o in enumerate(outs):
+            if o.uid not in self.buffers or self.buffers[o.uid] != f"o{i}":
+                self.loop(o, f"o{i}")
+        for i, o in enumerate(outs):
+            self.argument(f"o{i}", o.tensor_type, False)
+        consts_at = len(params)
+        for k, (name, arr) in enumerate(zip(self.const_args.values(), self.constants)):
+            q = f"{self.d.buffer_qualifier} " if self.d.buffer_qualifier else ""
+            self.args.insert(consts_at + k, f"{q}const {self.d.storage[dtype(arr.dtype)]}* {self.d.restrict} {name}")
+        for k, t in enumerate(self.scratch):
+            self.argument(f"s{k}", t, False)
+        prefix = f"{self.d.kernel_prefix} " if self.d.kernel_prefix else ""
+        source = "".join(f"{prefix}void {name}({', '.join(self.args)}) {{\n" + "\n".join(body) + "\n}\n"
+                         for name, body in self.stages)
+        used = set(re.findall(r"\baxle_\w+", source)) & set(helpers(self.d))
+        return CKernel(self.name, source, params, self.constants, [o.tensor_type for o in outs], self.scratch,
+                       [name for name, _ in self.stages], used)
+
+    def loop(self, n: Node, buf: str) -> None:
+        """A stage: a function whose device loop stores each of ``n``'s elements into ``buf``."""
+        size = n.tensor_type.size
+        if size == 0:
+            return
+        self.lines, self.scopes = [], [{}]
+        self.stages.append((f"{self.name}_{len(self.stages)}", self.lines))
+        v = f"e{self.n}"
+        self.n += 1
+        self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
+        idx = Idx(n.shape, ix.var(v))
+        self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]
+        self.close()
+
+    # -- values ----------------------------------------------------------------------
+    def value(self, n: Node, idx: Idx) -> str:
+        """A C expression (a temporary or a literal) holding ``n``'s element at ``idx``."""
+        if n.uid in self.buffers:
+            return self.load(self.buffers[n.uid], n.dtype, self.flat(idx))
+        return self.compute(n, idx)
+
+    def compute(self, n: Node, idx: Idx) -> str:
+        key = (n.uid, idx.key)
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        expr = _RULES.get(n.op, _KernelBuilder._unsupported)(self, n, idx)
+        if not (expr.isidentifier() or _is_literal(expr)):
+            expr = self.tmp(self.d.reg[n.dtype], expr)
+        self.scopes[-1][key] = expr
+        self.scopes[-1][(n.uid, idx.key)] = expr  # the key may have gained coordinates
+        return expr
+
+    def scalar(self, n: Node) -> str:
+        return self.value(n, Idx(n.shape, ix.const(0), [ix.const(0)] * len(n.shape)))
+
+    def at(self, n: Node, coords: list[Ix]) -> str:
+        return self.value(n, Idx(n.shape, None, [self.bind(c) for c in coords]))
+
+    def _parameter(self, n: Node, idx: Idx) -> str:
+        off = ix.const(0) if n.tensor_type.size <= 1 else self.flat(idx)
+        return self.load(f"p{n.attr['index']}", n.dtype, off)
+
+    def _constant(self, n: Node, idx: Idx) -> str:
+        arr = n.attr["value"].array
+        if arr.size == 1:
+            return literal(self.d, arr.reshape(-1)[0], n.dtype)
+        name = self.const_args.get(n.uid)
+        if name is None:
+            name = self.const_args[n.uid] = f"c{len(self.constants)}"
+            self.constants.append(np.ascontiguousarray(arr))
+        return self.load(name, n.dtype, self.flat(idx))
+
+    def _iota(self, n: Node, idx: Idx) -> str:
+        c = ix.iota_value(self.coords(idx), n.attr["dimension"])
+        return convert(self.d, f"(({self.d.reg[DType.INT64]}){ix.to_c(c)})", DType.INT64, n.dtype)
+
+    def _convert(self, n: Node, idx: Idx) -> str:
+        (x,) = n.operands
+        return convert(self.d, self.value(x, idx), x.dtype, n.dtype)
+
+    def _elementwise(self, n: Node, idx: Idx) -> str:
+        args = [self.value(o, idx) for o in n.operands]
+        if len(args) == 1:
+            return unary(self.d, n.op, n.dtype, args[0])
+        return binary(self.d, n.op, n.dtype, args[0], args[1])
+
+    def _compare(self, n: Node, idx: Idx) -> str:
+        a, b = (self.value(o, idx) for o in n.operands)
+        return f"({a} {COMPARE[n.attr['direction']]} {b})"
+
+    def _select(self, n: Node, idx: Idx) -> str:
+        p, a, b = (self.value(o, idx) for o in n.operands)
+        return f"({p} ? {a} : {b})"
+
+    def _movement(self, n: Node, idx: Idx) -> str:
+        (x,) = n.operands
+        if x.tensor_type.size <= 1:
+            return self.scalar(x)
+        if n.op in (Op.RESHAPE, Op.BROADCAST_IN_DIM) and x.shape == n.shape:
+            return self.value(x, idx)  # the identity map
+        if n.op is Op.RESHAPE and idx.coords is None:
+            return self.value(x, Idx(x.shape, idx.flat))  # same row-major offset
+        return self.at(x, ix.MOVEMENT[n.op](n, self.coords(idx)))
+
+    def _pad(self, n: Node, idx: Idx) -> str:
+        x, pv = n.operands
+        padv = self.scalar(pv)
+        if x.tensor_type.size == 0:
+            return padv
+        coords, inside = ix.pad_index(self.coords(idx), x.shape, n.attr["low"], n.attr["high"], n.attr["interior"])
+        v = self.at(x, coords)
+        return v if inside.const == 1 else f"({ix.to_c(inside)} ? {v} : {padv})"
+
+    def _concatenate(self, n: Node, idx: Idx) -> str:
+        pieces = ix.concatenate_pieces(self.coords(idx), n.attr["dimension"], [o.shape for o in n.operands])
+        vals = [(pred, self.at(n.operands[k], coords)) for k, coords, pred in pieces]
+        expr = vals[-1][1]
+        for pred, v in reversed(vals[:-1]):
+            expr = f"({ix.to_c(pred)} ? {v} : {expr})"
+        return expr
+
+    def _rng(self, n: Node, idx: Idx) -> str:
+        u = self.d.unsigned[DType.INT64]
+        z = f"axle_rng(({u}){self.scalar(n.operands[0])}, ({u}){ix.to_c(self.flat(idx))})"
+        if n.dtype is DType.INT32:
+            return f"(({self.d.reg[DType.INT32]})({self.d.unsigned[DType.INT32]})({z} >> 32))"
+        return f"(({self.d.reg[DType.INT64]}){z})"
+
+    def _reduce(self, n: Node, idx: Idx) -> str:
+        (x,) = n.operands
+        axes, kind, dt = tuple(n.attr["axes"]), n.attr["kind"], n.dtype
+        if not axes:
+            return self.value(x, Idx(x.shape, None, self.coords(idx)))
+        if any(x.shape[a] == 0 for a in axes):
+            return identity(self.d, kind, dt)
+        rk, acc_dt = REDUCE_KINDS[kind], accumulator(self.d, kind, dt)
+        kept = iter(self.coords(idx))
+        acc = self.tmp(self.d.reg[acc_dt], literal(self.d, rk.identity(dt), acc_dt), "acc")
+        coords = []
+        for a in range(x.tensor_type.rank):
+            if a in axes:
+                coords.append(self.counted_loop(x.shape[a]))
+            else:
+                coords.append(next(kept))
+        v = convert(self.d, self.at(x, coords), dt, acc_dt)
+        self.line(f"{acc} = {binary(self.d, rk.combiner, acc_dt, acc, v)};")
+        for _ in axes:
+            self.close()
+        return convert(self.d, acc, acc_dt, dt)
+
+    def _dot(self, n: Node, idx: Idx) -> str:
+        lhs, rhs = n.operands
+        dims = DotDims.of(n)
+        acc_dt = accumulator(self.d, "sum", n.dtype)
+        acc = self.tmp(self.d.reg[acc_dt], literal(self.d, 0, acc_dt), "acc")
+        if dims.k == 0:
+            return convert(self.d, acc, acc_dt, n.dtype)
+        ks = [self.counted_loop(lhs.shape[c]) for c in dims.lhs_contracting]
+        li, ri = dims.operand_indices(self.coords(idx), ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
+        a = convert(self.d, self.at(lhs, li), lhs.dtype, acc_dt)
+        b = convert(self.d, self.at(rhs, ri), rhs.dtype, acc_dt)
+        self.line(f"{acc} = {binary(self.d, Op.ADD, acc_dt, acc, binary(self.d, Op.MUL, acc_dt, a, b))};")
+        for _ in ks:
+            self.close()
+        return convert(self.d, acc, acc_dt, n.dtype)
+
+    def counted_loop(self, n: int) -> Ix:
+        self.n += 1
+        v = f"r{self.n}"
+        self.open(f"for ({self.d.index_type} {v} = 0; {v} < {n}; {v}++)")
+        return ix.var(v)
+
+    def _unsupported(self, n: Node, idx: Idx) -> str:
+        raise BackendError(f"{self.d.name} renderer: {n.op.value} cannot appear inside a kernel ({n.type})",
+                           where=n.loc)
+
+
+def _is_literal(e: str) -> bool:
+    if e.startswith("(") and e.endswith(")"):
+        e = e[1:-1]
+    return bool(re.fullmatch(r"-?[0-9][0-9.e+\-]*(f|LL|L)?|-?\(?(\(double\))?(NAN|INFINITY)\)?|[A-Z0-9_]+_MIN", e))
+
+
+_Rule = Callable[[_KernelBuilder, Node, Idx], str]
+_RULES: dict[Op, _Rule] = {
+    Op.PARAMETER: _KernelBuilder._parameter, Op.CONSTANT: _KernelBuilder._constant, Op.IOTA: _KernelBuilder._iota,
+    Op.CONVERT: _KernelBuilder._convert, Op.COMPARE: _KernelBuilder._compare, Op.SELECT: _KernelBuilder._select,
+    Op.PAD: _KernelBuilder._pad, Op.CONCATENATE: _KernelBuilder._concatenate, Op.RNG_BIT_GENERATOR: _KernelBuilder._rng,
+    Op.REDUCE: _KernelBuilder._reduce, Op.DOT_GENERAL: _KernelBuilder._dot,
+    **{op: _KernelBuilder._movement for op in ix.MOVEMENT},
+    **{op: _KernelBuilder._elementwise for op in (*FLOAT_UNARY, *FLOAT_BINARY, Op.NOT, Op.AND, Op.OR)},
+}
+
+#: ops a fusion rendered by :class:`CRenderer` may contain
+RENDERABLE: frozenset[Op] = frozenset(_RULES) - {Op.PARAMETER}

@@ -1,0 +1,301 @@
+"""Index algebra: where a movement op's output element comes from, as expressions.
+
+Every movement op (broadcast, reshape, transpose, slice, pad, concatenate, reverse) and
+iota is a map from an output index to an operand index. Here those maps are written once,
+over small integer expressions (:class:`Ix`), so that every emitter reuses them: a C
+dialect prints them with :func:`to_c`, an IR emitter walks the same tree, and the tests
+evaluate them in Python (:func:`evaluate`) against the ops' NumPy references.
+
+Division and remainder are C's (truncating). The maps only divide values that are
+non-negative, except where a predicate guards the result (pad's interior test), and every
+operand index a map returns is in bounds even where its predicate is false (clamped), so
+an emitter may load it unconditionally and select afterwards.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from ..ir.opcodes import Op
+from ..ir.types import squeeze
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An integer expression: ``op`` is ``var`` (args: name), ``const`` (args: value), a
+    binary operator (``+ - * / %``, comparisons ``< >= ==``, ``&&``) or ``min``/``max``."""
+
+    op: str
+    args: tuple[Any, ...]
+
+    def __add__(self, other: IxLike) -> Ix:
+        return add(self, other)
+
+    def __sub__(self, other: IxLike) -> Ix:
+        return add(self, mul(other, -1))
+
+    def __mul__(self, other: IxLike) -> Ix:
+        return mul(self, other)
+
+    def __floordiv__(self, other: int) -> Ix:
+        return div(self, other)
+
+    def __mod__(self, other: int) -> Ix:
+        return mod(self, other)
+
+    @property
+    def const(self) -> int | None:
+        """The value of a constant expression, else None."""
+        return self.args[0] if self.op == "const" else None
+
+
+IxLike = Union[Ix, int]
+
+
+def var(name: str) -> Ix:
+    return Ix("var", (name,))
+
+
+def const(value: int) -> Ix:
+    return Ix("const", (int(value),))
+
+
+def ix(e: IxLike) -> Ix:
+    return e if isinstance(e, Ix) else const(e)
+
+
+def add(a: IxLike, b: IxLike) -> Ix:
+    a, b = ix(a), ix(b)
+    if a.const is not None and b.const is not None:
+        return const(a.const + b.const)
+    if b.const == 0:
+        return a
+    if a.const == 0:
+        return b
+    if b.const is not None and b.const < 0:
+        return Ix("-", (a, const(-b.const)))
+    return Ix("+", (a, b))
+
+
+def mul(a: IxLike, b: IxLike) -> Ix:
+    a, b = ix(a), ix(b)
+    if a.const is not None and b.const is not None:
+        return const(a.const * b.const)
+    if 0 in (a.const, b.const):
+        return const(0)
+    if b.const == 1:
+        return a
+    if a.const == 1:
+        return b
+    return Ix("*", (a, b))
+
+
+def div(a: IxLike, k: int) -> Ix:
+    """``a / k`` truncating (k > 0)."""
+    a = ix(a)
+    if k == 1:
+        return a
+    return const(_trunc_div(a.const, k)) if a.const is not None else Ix("/", (a, const(k)))
+
+
+def mod(a: IxLike, k: int) -> Ix:
+    """``a % k`` with the sign of ``a`` (k > 0)."""
+    a = ix(a)
+    if k == 1:
+        return const(0)
+    return const(a.const - k * _trunc_div(a.const, k)) if a.const is not None else Ix("%", (a, const(k)))
+
+
+def minimum(a: IxLike, b: IxLike) -> Ix:
+    a, b = ix(a), ix(b)
+    return const(min(a.const, b.const)) if a.const is not None and b.const is not None else Ix("min", (a, b))
+
+
+def maximum(a: IxLike, b: IxLike) -> Ix:
+    a, b = ix(a), ix(b)
+    return const(max(a.const, b.const)) if a.const is not None and b.const is not None else Ix("max", (a, b))
+
+
+def clamp(a: IxLike, lo: int, hi: int) -> Ix:
+    return minimum(maximum(a, lo), hi)
+
+
+def compare(op: str, a: IxLike, b: IxLike) -> Ix:
+    a, b = ix(a), ix(b)
+    if a.const is not None and b.const is not None:
+        return const(int(_COMPARE[op](a.const, b.const)))
+    return Ix(op, (a, b))
+
+
+def all_of(preds: Sequence[Ix]) -> Ix:
+    """The conjunction of predicates (constant-true ones dropped)."""
+    out = const(1)
+    for p in preds:
+        if p.const == 0:
+            return const(0)
+        if p.const is None:
+            out = p if out.const == 1 else Ix("&&", (out, p))
+    return out
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+_COMPARE: dict[str, Callable[[int, int], bool]] = {
+    "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
+_EVAL: dict[str, Callable[[int, int], int]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _trunc_div,
+    "%": lambda a, b: a - b * _trunc_div(a, b), "min": min, "max": max,
+    "&&": lambda a, b: int(bool(a) and bool(b)),
+    **{k: (lambda f: lambda a, b: int(f(a, b)))(f) for k, f in _COMPARE.items()}}
+
+
+def evaluate(e: Ix, env: Mapping[str, int]) -> int:
+    """The value of ``e`` with variables bound by ``env`` (C's integer semantics)."""
+    if e.op == "const":
+        return e.args[0]
+    if e.op == "var":
+        return env[e.args[0]]
+    return _EVAL[e.op](evaluate(e.args[0], env), evaluate(e.args[1], env))
+
+
+def to_c(e: Ix) -> str:
+    """C syntax, shared by every C-like dialect (min/max as conditionals: operands are
+    variables or small expressions, so repeating one is cheap)."""
+    if e.op == "const":
+        return str(e.args[0]) if e.args[0] >= 0 else f"({e.args[0]})"
+    if e.op == "var":
+        return e.args[0]
+    a, b = (to_c(x) for x in e.args)
+    if e.op in ("min", "max"):
+        return f"({a} {'<' if e.op == 'min' else '>'} {b} ? {a} : {b})"
+    return f"({a} {e.op} {b})"
+
+
+def is_simple(e: Ix) -> bool:
+    """Whether ``e`` is a variable or a constant (worth no temporary of its own)."""
+    return e.op in ("var", "const")
+
+
+# ---------------------------------------------------------------------- flat offsets
+
+
+def row_major_strides(shape: Shape) -> Shape:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def linearize(coords: Sequence[IxLike], shape: Shape) -> Ix:
+    """The row-major flat offset of ``coords`` in ``shape`` (unit dims contribute nothing)."""
+    out: Ix = const(0)
+    for c, s, n in zip(coords, row_major_strides(shape), shape):
+        if n != 1:
+            out = add(out, mul(c, s))
+    return out
+
+
+def delinearize(flat: IxLike, shape: Shape) -> list[Ix]:
+    """The coordinates of row-major offset ``flat`` in ``shape``."""
+    out = []
+    for k, (n, s) in enumerate(zip(shape, row_major_strides(shape))):
+        if n == 1:
+            out.append(const(0))
+            continue
+        e = div(flat, s)
+        # the leading non-unit dim needs no modulo: the offset is below the size
+        out.append(mod(e, n) if any(d != 1 for d in shape[:k]) else e)
+    return out
+
+
+# --------------------------------------------------------------- movement-op index maps
+
+
+def broadcast_index(out: Sequence[Ix], operand_shape: Shape, dims: Sequence[int]) -> list[Ix]:
+    """broadcast_in_dim: operand dim i is output dim ``dims[i]`` (a unit operand dim stays 0)."""
+    return [out[d] if operand_shape[i] != 1 else const(0) for i, d in enumerate(dims)]
+
+
+def reshape_index(out: Sequence[Ix], out_shape: Shape, operand_shape: Shape) -> list[Ix]:
+    """Row-major reshape. Where only unit dims differ the coordinates map straight across
+    (no flat round trip, and a per-row value keeps the row loop's spelling)."""
+    if squeeze(out_shape) == squeeze(operand_shape):
+        it = iter([c for c, d in zip(out, out_shape) if d != 1])
+        return [next(it) if d != 1 else const(0) for d in operand_shape]
+    return delinearize(linearize(out, out_shape), operand_shape)
+
+
+def transpose_index(out: Sequence[Ix], permutation: Sequence[int]) -> list[Ix]:
+    """Output dim i is operand dim ``permutation[i]``."""
+    res: list[Ix] = [const(0)] * len(out)
+    for i, p in enumerate(permutation):
+        res[p] = out[i]
+    return res
+
+
+def slice_index(out: Sequence[Ix], start: Sequence[int], stride: Sequence[int]) -> list[Ix]:
+    return [add(mul(c, st), s) for c, s, st in zip(out, start, stride)]
+
+
+def reverse_index(out: Sequence[Ix], operand_shape: Shape, dims: Sequence[int]) -> list[Ix]:
+    return [add(const(n - 1), mul(c, -1)) if i in dims else c for i, (c, n) in enumerate(zip(out, operand_shape))]
+
+
+def pad_index(out: Sequence[Ix], operand_shape: Shape, low: Sequence[int], high: Sequence[int],
+              interior: Sequence[int]) -> tuple[list[Ix], Ix]:
+    """(operand coordinates, clamped into bounds; the predicate "this output element is an
+    operand element", else it is the padding value). A non-empty operand is assumed."""
+    coords, preds = [], []
+    for c, lo, hi, it, n in zip(out, low, high, interior, operand_shape):
+        if lo == hi == it == 0:  # not padded: no test, no clamp
+            coords.append(c)
+            continue
+        if lo == 0 and it == 0:  # padded at the high end only
+            preds.append(compare("<", c, n))
+            coords.append(minimum(c, n - 1))
+            continue
+        t = add(c, -lo)
+        q = div(t, it + 1)
+        preds += [compare(">=", t, 0), compare("<", q, n)]
+        if it:
+            preds.append(compare("==", mod(t, it + 1), 0))
+        coords.append(clamp(q, 0, n - 1))
+    return coords, all_of(preds)
+
+
+def concatenate_pieces(out: Sequence[Ix], dimension: int,
+                       operand_shapes: Sequence[Shape]) -> list[tuple[int, list[Ix], Ix]]:
+    """For each non-empty operand: (its position, its coordinates clamped into bounds, the
+    predicate "the output element lies before this operand's end"). The element comes
+    from the first piece whose predicate holds."""
+    pieces, off = [], 0
+    for k, shape in enumerate(operand_shapes):
+        n = shape[dimension]
+        if n > 0:
+            coords = list(out)
+            coords[dimension] = clamp(add(out[dimension], -off), 0, n - 1)
+            pieces.append((k, coords, compare("<", out[dimension], off + n)))
+        off += n
+    return pieces
+
+
+def iota_value(out: Sequence[Ix], dimension: int) -> Ix:
+    return out[dimension]
+
+
+#: single-operand movement ops: (node, output coordinates) -> operand coordinates
+OperandIndex = Callable[[Any, Sequence[Ix]], list[Ix]]
+MOVEMENT: dict[Op, OperandIndex] = {
+    Op.BROADCAST_IN_DIM: lambda n, c: broadcast_index(c, n.operands[0].shape, n.attr["broadcast_dimensions"]),
+    Op.RESHAPE: lambda n, c: reshape_index(c, n.shape, n.operands[0].shape),
+    Op.TRANSPOSE: lambda n, c: transpose_index(c, n.attr["permutation"]),
+    Op.SLICE: lambda n, c: slice_index(c, n.attr["start"], n.attr["stride"]),
+    Op.REVERSE: lambda n, c: reverse_index(c, n.operands[0].shape, n.attr["dimensions"]),
+}
