@@ -72,7 +72,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Checks every backend: import, devices, a tiny kernel against the interpreter."""
     from .doctor import main as doctor_main
 
-    return doctor_main()
+    return doctor_main(args.timeout)
+
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
+    from .doctor import TIMEOUT_S
+
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S,
+                   help=f"seconds one backend's check may take before it counts as hung (default {TIMEOUT_S:g})")
 
 
 def cmd_new_backend(args: argparse.Namespace) -> int:
@@ -105,6 +112,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 #: subcommands that take arguments: name -> function adding them to its parser
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "doctor": _doctor_args,
     "new-backend": _new_backend_args,
     "explain": _explain_args,
     "trace": _trace_args,

@@ -3,16 +3,25 @@
 For each backend: did it import and initialize (with which contract version), which
 devices it has, and does a tiny kernel compile, run on each device and match the
 reference interpreter. One row per backend; the reason column says what to fix.
+
+``axle doctor`` checks each backend in its own worker process (:func:`diagnose_isolated`),
+within :data:`TIMEOUT_S`: a backend that segfaults or hangs in its import, its
+constructor or its kernel gets a FAIL row saying where, and the table is still printed
+whole. :func:`diagnose` is the same check in this process.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import warnings
 
 import numpy as np
 
-from .registry import REGISTRY, Registry
+from .registry import NAMESPACE, REGISTRY, Registry, _entry_points, _selected
+
+#: seconds one backend's check may take in its worker (import, devices, tiny kernels)
+TIMEOUT_S = 120.0
 
 #: the tiny kernel: sum(x * y + x) over an odd length, every backend's smallest fusion
 TINY_N = 17
@@ -28,6 +37,8 @@ class DoctorRow:
     claims: str = "-"
     kernel: str = "-"
     reason: str = ""
+    #: the backend's priority (the table's order: highest first, as ``axle devices``)
+    priority: int = -1
 
 
 def _tiny_module():  # noqa: ANN202 - axle.ir.Module
@@ -76,34 +87,93 @@ UNCLAIMED = "ran on the host fallback (the device does not claim these ops)"
 
 
 def diagnose(registry: Registry = REGISTRY) -> list[DoctorRow]:
-    rows = []
-    for st in registry.statuses().values():
-        if not st.available or st.backend is None:
-            rows.append(DoctorRow(st.name, False, reason=st.reason))
-            continue
-        b = st.backend
-        devs = list(b.devices())
-        row = DoctorRow(st.name, True, f"{b.api_version[0]}.{b.api_version[1]}", ", ".join(d.name for d in devs))
-        try:
-            from .ir.ops import CORE_PRIMITIVES
+    """One row per installed backend, checked in this process."""
+    return [diagnose_status(st) for st in registry.statuses().values()]
 
-            row.claims = f"{len(CORE_PRIMITIVES & b.capabilities(devs[0]).ops)}/{len(CORE_PRIMITIVES)} ops"
+
+def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendStatus
+    """A backend's row from its registry status: its devices, claims and tiny kernel."""
+    from .testing.workers import note
+
+    if not st.available or st.backend is None:
+        return DoctorRow(st.name, False, reason=st.reason)
+    b = st.backend
+    devs = list(b.devices())
+    row = DoctorRow(st.name, True, f"{b.api_version[0]}.{b.api_version[1]}", ", ".join(d.name for d in devs),
+                    priority=b.priority)
+    try:
+        from .ir.ops import CORE_PRIMITIVES
+
+        note("capabilities()")
+        row.claims = f"{len(CORE_PRIMITIVES & b.capabilities(devs[0]).ops)}/{len(CORE_PRIMITIVES)} ops"
+    except Exception as e:  # noqa: BLE001 - the table reports it
+        row.claims = "?"
+        row.reason = f"capabilities() failed: {type(e).__name__}: {e}"
+    results = []
+    for d in devs:
+        note(replace(row))  # what is known so far, should the kernel take the process down
+        note(f"the tiny kernel on {d.name}")  # where a crash or hang happened
+        try:
+            why = check_kernel(d)
         except Exception as e:  # noqa: BLE001 - the table reports it
-            row.claims = "?"
-            row.reason = f"capabilities() failed: {type(e).__name__}: {e}"
-        results = []
-        for d in devs:
-            try:
-                why = check_kernel(d)
-            except Exception as e:  # noqa: BLE001 - the table reports it
-                why = f"{type(e).__name__}: {e}".strip().splitlines()[0]
-            results.append((d, why))
-        bad = [(d, w) for d, w in results if w and w != UNCLAIMED]
-        row.kernel = "ok" if not bad else "FAILED"
-        row.ok = not bad
-        row.reason = "; ".join(filter(None, [row.reason] + [f"{d.name}: {w}" for d, w in results if w]))
-        rows.append(row)
-    return rows
+            why = f"{type(e).__name__}: {e}".strip().splitlines()[0]
+        results.append((d, why))
+    bad = [(d, w) for d, w in results if w and w != UNCLAIMED]
+    row.kernel = "ok" if not bad else "FAILED"
+    row.ok = not bad
+    row.reason = "; ".join(filter(None, [row.reason] + [f"{d.name}: {w}" for d, w in results if w]))
+    return row
+
+
+def diagnose_one(name: str) -> DoctorRow:
+    """The row of backend ``name`` (in a worker): only it and the host backends are
+    loaded, so that another plugin's crash at import cannot take this row down."""
+    from .partition import HOST_BACKENDS
+    from .testing.workers import note
+
+    warnings.simplefilter("ignore")  # the row says what failed
+    os.environ["AXLE_BACKENDS"] = ",".join(dict.fromkeys([name, *HOST_BACKENDS]))
+    REGISTRY.reset()
+    note("import, __init__() and devices()")
+    return diagnose_status(REGISTRY.statuses()[name])
+
+
+def backend_names() -> list[str]:
+    """The backends ``axle doctor`` checks: those AXLE_BACKENDS selects, else every
+    installed one (found without importing any)."""
+    return _selected() or sorted(_entry_points(NAMESPACE))
+
+
+def diagnose_isolated(names: list[str] | None = None, timeout: float = TIMEOUT_S) -> list[DoctorRow]:
+    """:func:`diagnose` with each backend checked in a worker process: a crash or a hang
+    is that backend's FAIL row (saying what it was doing), never the whole table's end."""
+    from .testing.workers import Lost, Pool, Raised
+
+    names = backend_names() if names is None else names
+    rows: dict[str, DoctorRow] = {}
+    with Pool(1, timeout, capture=True) as pool:
+        for (_, (name,)), answer in pool.imap([(diagnose_one, (n,)) for n in names]):
+            if isinstance(answer, Lost):
+                answer = _lost_row(name, answer)
+            elif isinstance(answer, Raised):
+                answer = DoctorRow(name, False, reason=f"the check raised {answer.error}")
+            rows[name] = answer
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(rows.values(), key=lambda r: (-r.priority, r.backend) if not _selected() else order[r.backend])
+
+
+def _lost_row(name: str, lost) -> DoctorRow:  # noqa: ANN001 - axle.testing.workers.Lost
+    """The row of a backend whose check crashed or hung: what was known before, and where."""
+    known = [n for n in lost.notes if isinstance(n, DoctorRow)]
+    stages = [n for n in lost.notes if isinstance(n, str)]
+    where = f" in {stages[-1]}" if stages else ""
+    said = f"; it printed: {lost.output.splitlines()[-1]}" if lost.output else ""
+    row = replace(known[-1]) if known else DoctorRow(name, False)
+    row.ok = False
+    if stages and stages[-1].startswith("the tiny kernel"):
+        row.kernel = lost.kind.upper()
+    row.reason = "; ".join(filter(None, [row.reason, f"{lost.kind}{where}: {lost.detail}{said}"]))
+    return row
 
 
 def format_table(rows: list[DoctorRow]) -> str:
@@ -116,8 +186,8 @@ def format_table(rows: list[DoctorRow]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def main() -> int:
-    rows = diagnose()
+def main(timeout: float = TIMEOUT_S) -> int:
+    rows = diagnose_isolated(timeout=timeout)
     if not rows:
         print("no axle backends are installed (entry-point group 'axle.backends')")
         return 1

@@ -2,23 +2,54 @@
 
 Claimed checks run under strict placement (they must run on the device); checks a backend
 does not claim run through the host fallback and must still match the interpreter, and
-their placement must show the fallback."""
+their placement must show the fallback. The kit's checks run in worker processes, as
+``python -m axle.testing`` runs them: a kernel that crashes or hangs fails its own check."""
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 import pytest
 
 import axle
 from axle.testing.kit import claimed, kit_checks, run_check
 from axle.testing import require_backend
+from axle.testing.runner import CheckResult, KitRunner
 
 BACKENDS = sorted(axle.REGISTRY.backends())
 CHECKS = kit_checks()
 
 
+@pytest.fixture(scope="session")
+def kit_results(request: pytest.FixtureRequest) -> Iterator[Callable[[str, object], CheckResult]]:
+    """A check's result on a backend. At the first check, every collected ``test_kit``
+    check is handed to one worker per backend, all backends at once (they run side by
+    side while pytest reports them in order)."""
+    runners: dict[str, KitRunner] = {}
+
+    def start() -> None:
+        chosen: dict[str, list] = {}
+        for item in request.session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if getattr(item, "function", None) is test_kit:
+                chosen.setdefault(params["backend"], []).append(params["check"])
+        runners.update((b, KitRunner(f"{b}:0", checks)) for b, checks in chosen.items())
+
+    def result(backend: str, check: object) -> CheckResult:
+        if not runners:
+            start()
+        return runners[backend].result(check.id)  # type: ignore[attr-defined]
+
+    yield result
+    for r in runners.values():
+        r.close()
+
+
 @pytest.mark.parametrize("check", CHECKS, ids=[c.id for c in CHECKS])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kit(backend: str, check) -> None:  # noqa: ANN001
-    run_check(check, axle.device(f"{backend}:0"))
+def test_kit(backend: str, check, kit_results) -> None:  # noqa: ANN001
+    result = kit_results(backend, check)
+    if not result.passed:
+        pytest.fail(result.report, pytrace=False)
 
 
 @pytest.mark.parametrize("name", sorted(axle.REGISTRY.statuses()))
@@ -67,7 +98,8 @@ def test_kit_covers_every_primitive_and_category():
     cats = {c.category for c in CHECKS}
     for op in CORE_PRIMITIVES:
         assert ("dot" if op.value == "dot" else f"op.{op.value}") in cats, op
-    assert {"fusion", "multi-output", "dot", "transfer", "large", "empty", "caching", "errors"} <= cats
+    assert {"fusion", "multi-output", "dot", "transfer", "large", "empty", "caching", "errors", "kernels", "inputs",
+            "threads", "late", "random"} <= cats
 
 
 def test_kit_catches_a_wrong_kernel(monkeypatch):

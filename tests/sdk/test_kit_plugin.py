@@ -72,3 +72,14 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert r.returncode != 0 and "no backend 'nosuch' is installed" in r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "axle.testing"], capture_output=True, text=True)
     assert r.returncode == 2 and "usage: python -m axle.testing NAME" in r.stderr
+
+
+def test_in_process_failures_print_the_check_inputs_module_and_sources(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "axle.testing", "liar", "--in-process", "-k", "op.add/add-f32[7]"],
+                       cwd=tmp_path, env=env_with(tmp_path), capture_output=True, text=True, timeout=600)
+    out = r.stdout
+    assert r.returncode == 1, out[-3000:]
+    report = out.split("check op.add/add-f32[7] on liar:0 FAILED: AssertionError", 1)[1]
+    assert "--- inputs ---\n  %0: float32[7] = [" in report and "check_named('op.add/add-f32[7]')" in report
+    assert "--- module ---\nmodule @add_f32_7" in report
+    assert "--- kernel_sources() of add_f32_7 on liar:0, optimized ---\n(none reported)" in report

@@ -1,9 +1,29 @@
-"""``python -m axle.testing NAME [--quick] [pytest options]``: runs the conformance kit."""
+"""``python -m axle.testing NAME [--quick] [-n N] [--timeout S] [--in-process] [pytest options]``:
+runs the conformance kit (N worker processes, S seconds per check; see plugin.py)."""
 from __future__ import annotations
 
 import sys
 
 from .environment import kit_unavailable
+
+USAGE = "python -m axle.testing NAME[:INDEX] [--quick] [-n N] [--timeout S] [--in-process] [pytest options]"
+#: the kit's short options and the plugin's options they stand for
+_OPTIONS = {"--quick": "--axle-quick", "-n": "--axle-workers", "--timeout": "--axle-timeout",
+            "--in-process": "--axle-in-process"}
+
+
+def _kit_options(args: list[str]) -> list[str]:
+    """The kit's own options as the plugin's (``-n 4``, ``-n4``, ``--timeout=30`` too)."""
+    out = []
+    for a in args:
+        name, eq, value = a.partition("=")
+        if name in _OPTIONS:
+            out.append(_OPTIONS[name] + eq + value)
+        elif a.startswith("-n") and a[2:].isdigit():
+            out += ["--axle-workers", a[2:]]
+        else:
+            out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,11 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0].startswith("-"):
-        print("usage: python -m axle.testing NAME[:INDEX] [--quick] [pytest options]", file=sys.stderr)
+        print(f"usage: {USAGE}", file=sys.stderr)
         return 2
-    target, rest = args[0], args[1:]
-    if "--quick" in rest:
-        rest = [a if a != "--quick" else "--axle-quick" for a in rest]
+    target, rest = args[0], _kit_options(args[1:])
     return int(pytest.main([SUITE, "-p", "axle.testing.plugin", "-p", "no:cacheprovider", "-q",
                             "--axle-backend", target, *rest,
                             # axle is imported already (this module is part of it): nothing to rewrite

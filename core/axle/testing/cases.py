@@ -423,15 +423,15 @@ def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.
     """Compiles and runs a case on a device; returns host arrays. When the device claims
     every op of the case, it runs under strict placement: a backend whose compile fails
     must fail the case, not pass it through the host fallback."""
-    from ..compiler import compile_module
     from ..config import config
     from ..partition import unsupported_nodes
     from ..placement import to_buffer
     from ..registry import REGISTRY
+    from .session import compile_case
 
     claimed = not unsupported_nodes(case.module, REGISTRY.backend_for(device).capabilities(device))
     with strict_placement(claimed or config.strict_placement):
-        exe = compile_module(case.module, device, optimize=optimize)
+        exe, _ = compile_case(case.module, device, optimize=optimize)
     outs = exe.execute([to_buffer(x, device) for x in case.inputs])
     backend = REGISTRY.backend_for(device)
     return [np.asarray(backend.to_host(o)) for o in outs]
@@ -441,6 +441,12 @@ def check_case(case: OpCase, device: Device, *, optimize: bool = True) -> None:
     """Asserts the device's results equal the interpreter's within the op's tolerance."""
     expected = evaluate(case.module, *case.inputs)
     actual = run_case(case, device, optimize=optimize)
+    assert_case_close(case, actual, expected, device)
+
+
+def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                      device: Device) -> None:
+    """check_case's comparison: within the case's tolerance, signs of zeros where they count."""
     assert len(actual) == len(expected), f"{case.id}: {len(actual)} results, expected {len(expected)}"
     root_ops = [n.op for n in case.module.entry.nodes]
     main_op = next((o for o in reversed(root_ops) if OPS[o].traits.transcendental), None)

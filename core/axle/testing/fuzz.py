@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from ..errors import BackendError
 from ..ir.builder import make_node
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..passes.rewrite import full_like
+from . import workers
 
 #: Outcome kinds of one program on one config; each of FAILURES is minimized and printed.
-OK, MISMATCH, ERROR, CRASH, HANG = "ok", "mismatch", "error", "crash", "hang"
+OK, MISMATCH, ERROR = "ok", "mismatch", "error"
+CRASH, HANG = workers.CRASH, workers.HANG
 FAILURES = (MISMATCH, ERROR, CRASH, HANG)
 #: Differs from the interpreter only where the reference itself moves when its inexact
 #: ops move within tolerance (see _stable_mismatch): counted, not a failure.
@@ -160,172 +159,57 @@ def _close(a: np.ndarray, e: np.ndarray, tol: tuple[float, float]) -> np.ndarray
     return np.isclose(a.astype(np.float64), e.astype(np.float64), *tol, equal_nan=True)
 
 
-def _worker(read_fd: int, write_fd: int) -> None:
-    """A worker's loop: (function, args) in, Outcome out, over its own pipes (not stdio,
-    which a backend may print to)."""
-    import signal
+def _setup_worker() -> None:
+    """A campaign worker's setup: quiet numerics, the generator's custom call, every
+    backend loaded (so that start-up never counts against a task's timeout)."""
     import warnings
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not a task's
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
     from ..passes.random_modules import _ensure_custom_call
 
     _ensure_custom_call()  # texts that name the generator's custom call must parse
-    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     from .. import devices
 
-    devices()  # load every backend now, so that start-up never counts against a task's timeout
-    outbox.send(_READY)
-    while True:
-        try:
-            fn, args = inbox.recv()
-        except EOFError:
-            return
-        try:
-            result = fn(*args)
-        except Exception as e:  # noqa: BLE001 - reported, and the worker lives on
-            result = Outcome(ERROR, f"{type(e).__name__}: {e}")
-        outbox.send(result)
+    devices()
 
 
 # ---------------------------------------------------------------------------- the pool
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is not None and code < 0:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return f"exit code {code}"
-
-
 #: A task: a module-level function and its arguments, run in a worker; it returns an Outcome.
-Task = tuple[Callable[..., Outcome], tuple]
+Task = workers.Task
 
 
-_READY = "ready"
-_STARTUP_LIMIT_S = 300
+def _outcome(answer: object) -> Outcome:
+    """A worker's answer as an Outcome: a task that raised is an error, a lost worker a
+    crash or a hang."""
+    if isinstance(answer, workers.Raised):
+        return Outcome(ERROR, answer.error)
+    if isinstance(answer, workers.Lost):
+        return Outcome(answer.kind, answer.detail)
+    return answer  # type: ignore[return-value]
 
 
-@dataclass
-class _Slot:
-    proc: subprocess.Popen
-    inbox: Connection  # the worker's results
-    outbox: Connection  # its tasks
-    task: Task | None = None
-    started: float = 0.0
+class Pool(workers.Pool):
+    """The campaign's worker pool (axle.testing.workers): answers are Outcomes, and the
+    campaign's OpenCL programs, new each time, are cached away from the user's cache."""
 
-
-class Pool:
-    """Worker processes that run tasks, each within ``timeout`` seconds. A worker that dies
-    is a crash, one that overruns is killed as a hang; both are restarted. Workers are
-    fresh interpreters (no fork: forking after OpenCL use is unsafe), started with
-    ``python -c`` so that callers need no ``__main__`` guard."""
-
-    def __init__(self, workers: int, timeout: float) -> None:
-        self.timeout = timeout
+    def __init__(self, workers_: int, timeout: float) -> None:
         self.cache = tempfile.TemporaryDirectory(prefix="axle-fuzz-")
-        self.slots = [self._start() for _ in range(max(1, workers))]
-        for slot in self.slots:
-            self._await_ready(slot)
+        env = {} if "AXLE_OPENCL_CACHE" in os.environ else {"AXLE_OPENCL_CACHE": self.cache.name}
+        super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env)
 
-    def _start(self) -> _Slot:
-        to_worker, from_worker = os.pipe(), os.pipe()
-        env = dict(os.environ)
-        # The campaign's OpenCL programs are new each time: keep their cache out of the user's.
-        env.setdefault("AXLE_OPENCL_CACHE", self.cache.name)
-        code = f"from axle.testing.fuzz import _worker; _worker({to_worker[0]}, {from_worker[1]})"
-        proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_worker[0], from_worker[1]), env=env,
-                                stdin=subprocess.DEVNULL)
-        os.close(to_worker[0])
-        os.close(from_worker[1])
-        return _Slot(proc, Connection(from_worker[0], writable=False), Connection(to_worker[1], readable=False))
+    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]
+        for task, answer in super().imap(tasks):
+            yield task, _outcome(answer)
 
-    @staticmethod
-    def _await_ready(slot: _Slot) -> None:
-        """Waits for a new worker's imports and backend discovery (slow on a loaded machine)."""
-        if slot.inbox.poll(_STARTUP_LIMIT_S):
-            try:
-                if slot.inbox.recv() == _READY:
-                    return
-            except (EOFError, OSError):
-                pass
-        slot.proc.kill()
-        raise BackendError(f"a fuzz worker did not start within {_STARTUP_LIMIT_S} s "
-                           f"(exit status {slot.proc.wait()})")
-
-    def _replace(self, slot: _Slot) -> None:
-        if slot.proc.poll() is None:
-            slot.proc.kill()
-        slot.proc.wait()
-        slot.inbox.close()
-        slot.outbox.close()
-        fresh = self._start()
-        self._await_ready(fresh)
-        self.slots[self.slots.index(slot)] = fresh
-
-    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:
-        """(task, outcome) pairs in completion order."""
-        todo = iter(tasks)
-        more = True
-        while True:
-            for slot in self.slots:
-                if slot.task is None and more:
-                    task = next(todo, None)
-                    if task is None:
-                        more = False
-                        break
-                    slot.task, slot.started = task, time.monotonic()
-                    slot.outbox.send(task)
-            busy = [s for s in self.slots if s.task is not None]
-            if not busy:
-                return
-            left = min(s.started + self.timeout for s in busy) - time.monotonic()
-            ready = set(wait([s.inbox for s in busy], max(0.0, left)))
-            for slot in busy:
-                task, outcome = slot.task, self._collect(slot, ready)
-                if outcome is not None:
-                    yield task, outcome  # type: ignore[misc]
-
-    def _collect(self, slot: _Slot, ready: set) -> Outcome | None:
-        if slot.inbox in ready:
-            try:
-                outcome: Outcome = slot.inbox.recv()
-                slot.task = None
-                return outcome
-            except (EOFError, OSError):  # the worker died mid-task
-                code = slot.proc.wait()
-                self._replace(slot)
-                return Outcome(CRASH, f"worker died: {_exit_reason(code)}")
-        if time.monotonic() - slot.started > self.timeout:
-            self._replace(slot)
-            return Outcome(HANG, f"no result within {self.timeout:g} s")
-        return None
-
-    def run(self, program: Program, config: Config) -> Outcome:
+    def run(self, program: Program, config: Config) -> Outcome:  # type: ignore[override]
         return next(self.imap([(check_program, (program, config))]))[1]
 
     def close(self) -> None:
-        for slot in self.slots:
-            slot.outbox.close()  # EOF: the worker returns
-        for slot in self.slots:
-            try:
-                slot.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                slot.proc.kill()
-                slot.proc.wait()
-            slot.inbox.close()
+        super().close()
         self.cache.cleanup()
-
-    def __enter__(self) -> "Pool":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------- shrinking

@@ -10,7 +10,6 @@ by ``python -m axle.testing NAME`` and by the repository's tests/conformance.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,41 +20,13 @@ from ..ir.module import Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from ..ir.ops import CORE_PRIMITIVES
-from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input, strict_placement
+from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input
+from .check import Check, claimed, run_check
+from .contract import contract_checks
 
 #: Bytes of the "large buffer" checks: big enough to cross any 32-bit index or
 #: work-group-size assumption a backend might make on small inputs.
 LARGE_ELEMENTS = (1 << 22) + 3
-
-
-@dataclass
-class Check:
-    """One conformance check."""
-
-    id: str
-    category: str
-    run: Callable[[Device], None]
-    #: what the check needs the device to run (None: only transfers, always claimed)
-    module: Module | None = None
-
-
-def claimed(check: Check, device: Device) -> bool:
-    """Whether the device's capabilities cover everything the check runs."""
-    from ..partition import unsupported_nodes
-    from ..registry import REGISTRY
-
-    if check.module is None:
-        return True
-    caps = REGISTRY.backend_for(device).capabilities(device)
-    return not unsupported_nodes(check.module, caps)
-
-
-def run_check(check: Check, device: Device) -> bool:
-    """Runs a check; claimed checks under strict placement. Returns whether it was claimed."""
-    is_claimed = claimed(check, device)
-    with strict_placement(is_claimed):
-        check.run(device)
-    return is_claimed
 
 
 # ------------------------------------------------------------------------------ checks
@@ -68,7 +39,7 @@ def _case_check(case: OpCase, category: str, *, unoptimized: bool = True) -> Che
         if unoptimized:
             check_case(case, device, optimize=False)
 
-    return Check(f"{category}/{case.id}", category, run, case.module)
+    return Check(f"{category}/{case.id}", category, run, case.module, case)
 
 
 def _transfer_check(dt: DType, shape: tuple[int, ...]) -> Check:
@@ -209,7 +180,21 @@ def kit_checks(quick: bool = False) -> list[Check]:
             out.append(_transfer_check(dt, shape))
     out.append(_transfer_check(DType.FLOAT32, (LARGE_ELEMENTS,)))
     out += _large_checks() + _empty_checks() + [_caching_check()] + _error_checks()
-    return out
+    return out + contract_checks(quick)
+
+
+_BY_ID: dict[str, Check] = {}
+
+
+def check_named(check_id: str) -> Check:
+    """The kit's check with this id (rebuilds its module and inputs: the way to repeat a
+    failure the kit printed, e.g. ``check_named(ID).case.inputs``)."""
+    if not _BY_ID:
+        _BY_ID.update((c.id, c) for c in kit_checks())
+    try:
+        return _BY_ID[check_id]
+    except KeyError:
+        raise KeyError(f"the kit has no check {check_id!r}") from None
 
 
 def builder_module(name: str, build: Callable[[Builder], object]) -> Module:

@@ -6,9 +6,16 @@ test paths on the command line, pytest collects the kit (``axle/testing/suite.py
 against ``NAME:0`` (or the device given, ``--axle-backend acme:1``), and the summary
 separates checks the device claims from checks it does not claim (those ran through the
 host fallback).
+
+Each check runs in a worker process (axle.testing.runner) with a time limit
+(``--axle-timeout``, default 120 s): a check that crashes or hangs its worker fails with
+its id, module and kernel sources, and the run goes on. ``--axle-workers N`` runs N
+workers at once; ``--axle-in-process`` runs the checks in pytest's own process (for a
+debugger: no crash isolation).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,10 @@ from typing import Any
 import pytest
 
 SUITE = str(Path(__file__).with_name("suite.py"))
+#: the run's KitRunner, in the pytest config's stash
+RUNNER: pytest.StashKey[Any] = pytest.StashKey()
+#: with --axle-in-process: the run's compile cache, open until the session ends
+IN_PROCESS: pytest.StashKey[contextlib.ExitStack] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,6 +35,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the axle conformance kit against backend NAME (device NAME:0, or NAME:INDEX)")
     group.addoption("--axle-quick", action="store_true", default=False,
                     help="a few cases per op instead of every dtype and shape")
+    group.addoption("--axle-workers", type=int, default=1, metavar="N",
+                    help="worker processes running checks at once (default 1)")
+    group.addoption("--axle-timeout", type=float, default=None, metavar="SECONDS",
+                    help="seconds one check may run before it is reported as a hang (default 120)")
+    group.addoption("--axle-in-process", action="store_true", default=False,
+                    help="run the checks in this process (no crash isolation; for a debugger)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,6 +51,47 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.args_source is not pytest.Config.ArgsSource.ARGS:
         config.args = [SUITE]  # `pytest --axle-backend NAME` alone runs the kit
     config.pluginmanager.register(_Report(target), "axle-conformance-report")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Hands every selected check to the worker processes at once (they run while pytest
+    reports them one by one, so ``--axle-workers`` runs them in parallel)."""
+    config = session.config
+    target = config.getoption("--axle-backend", default=None)
+    if not target or config.getoption("collectonly"):
+        return
+    if config.getoption("--axle-in-process"):
+        from .session import kit_session
+
+        config.stash[IN_PROCESS] = contextlib.ExitStack()
+        config.stash[IN_PROCESS].enter_context(kit_session())  # the run's compile cache, as in a worker
+        return
+    from .runner import DEFAULT_TIMEOUT_S, KitRunner
+
+    checks = [item.callspec.params["axle_check"] for item in session.items
+              if hasattr(item, "callspec") and "axle_check" in item.callspec.params]
+    if checks:
+        timeout = config.getoption("--axle-timeout") or DEFAULT_TIMEOUT_S
+        config.stash[RUNNER] = KitRunner(device_for(target).name, checks, max(1, config.getoption("--axle-workers")),
+                                         timeout)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    runner = session.config.stash.get(RUNNER, None)
+    if runner is not None:
+        runner.close()
+    here = session.config.stash.get(IN_PROCESS, None)
+    if here is not None:
+        here.close()
+
+
+def check_result(config: pytest.Config, check: Any, device: Any) -> Any:
+    """The check's :class:`axle.testing.runner.CheckResult`: from the workers, or run in
+    this process with ``--axle-in-process``."""
+    from .runner import run_here
+
+    runner = config.stash.get(RUNNER, None)
+    return run_here(check, device) if runner is None else runner.result(check.id)
 
 
 def device_for(target: str) -> Any:
@@ -77,6 +135,8 @@ class _Report:
         self.outcomes: Counter = Counter()
         self.failed: dict[bool, list[str]] = {True: [], False: []}
         self.categories: dict[str, Counter] = {}
+        #: checks whose worker crashed or hung, by kind
+        self.lost: dict[str, list[str]] = {"crash": [], "hang": []}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -89,6 +149,8 @@ class _Report:
         if report.failed:
             nid = report.nodeid  # ".../suite.py::test_conformance[<check id>]"; ids hold brackets too
             self.failed[claimed].append(nid[nid.index("[") + 1:-1] if nid.endswith("]") else nid)
+            if props.get("axle_outcome") in self.lost:
+                self.lost[props["axle_outcome"]].append(self.failed[claimed][-1])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
@@ -104,4 +166,10 @@ class _Report:
             if self.failed[claimed]:
                 tr.write_line(f"{title}: {len(self.failed[claimed])}")
                 for nid in self.failed[claimed][:30]:
+                    tr.write_line(f"  {nid}")
+        for kind, title in (("crash", "CRASHED (the worker process died)"),
+                            ("hang", "HUNG (killed at the time limit)")):
+            if self.lost[kind]:
+                tr.write_line(f"{title}: {len(self.lost[kind])}")
+                for nid in self.lost[kind][:30]:
                     tr.write_line(f"  {nid}")

@@ -3,10 +3,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 
-def test_conformance(axle_check: Any, axle_device: Any, record_property: Any) -> None:
-    from axle.testing.kit import claimed, run_check
+
+def test_conformance(axle_check: Any, axle_device: Any, record_property: Any, request: Any) -> None:
+    from axle.testing.kit import claimed
+    from axle.testing.plugin import check_result
 
     record_property("axle_claimed", claimed(axle_check, axle_device))
     record_property("axle_category", axle_check.category)
-    run_check(axle_check, axle_device)
+    result = check_result(request.config, axle_check, axle_device)
+    record_property("axle_outcome", result.kind)
+    if not result.passed:
+        pytest.fail(result.report, pytrace=False)
