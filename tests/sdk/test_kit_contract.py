@@ -111,7 +111,8 @@ def run_kit(env: dict[str, str], backend: str, select: str, cwd) -> subprocess.C
 
 
 def failed_ids(out: str) -> set[str]:
-    return set(re.findall(r"FAILED .*?test_conformance\[(.+)\]\n", out))
+    # pytest's summary line may go on with " - <message>" (it does when CI=true)
+    return set(re.findall(r"FAILED \S*test_conformance\[(.+?)\](?: - |\n|$)", out, re.M))
 
 
 SELECT = "late/ or threads/"
