@@ -1,6 +1,6 @@
 """maximum/minimum and reduce max/min follow IEEE 754-2019 on every backend: NaN-propagating
 and -0.0 < +0.0, so max(-0.0, +0.0) = +0.0 and min(-0.0, +0.0) = -0.0 in either operand
-order, alone, inside fusions, optimized and not. Checked against explicit expected values
+order, alone, inside fusions, optimized and not. sign(+-0.0) is +0.0 everywhere (NumPy's). Checked against explicit expected values
 (bit for bit, the sign of zero included), not only against the interpreter: the
 interpreter itself used NumPy's maximum/minimum, which pick an arbitrary zero on a tie."""
 from __future__ import annotations
@@ -162,3 +162,47 @@ def test_fuzz_repro_min_of_zeros_then_divide(backend: str, optimize: bool) -> No
     want = np.broadcast_to(np.where(has_neg, -np.inf, np.inf), p0.shape).astype(np.float16)
     same_bits(evaluate(m, p0, p1)[0], want, "interpreter reference")
     same_bits(run(m, [p0, p1], backend, optimize)[0], want, f"fuzz repro on {backend}")
+
+
+SIGNS = [(-0.0, 0.0), (0.0, 0.0), (-2.5, -1.0), (3.0, 1.0), (NAN, NAN), (-INF, -1.0), (INF, 1.0), (1e-7, 1.0)]
+
+
+@pytest.mark.parametrize("optimize", [True, False], ids=["opt", "noopt"])
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.value)
+@pytest.mark.parametrize("reps", [1, 11])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sign_of_either_zero_is_plus_zero(backend: str, reps: int, dt: DType, optimize: bool) -> None:
+    """OpenCL's builtin sign(-0.0) is -0.0: 1 / sign(-0.0) was -inf there and +inf elsewhere
+    (the fuzz found it through a divide in float16)."""
+    x = np.tile(np.array([v for v, _ in SIGNS], dt.np), reps)
+    expected = np.tile(np.array([s for _, s in SIGNS], dt.np), reps)
+    t = TensorType(dt, x.shape)
+    alone = build("sign_alone", [t], lambda bl, p: bl.op(Op.SIGN, p[0]))
+    same_bits(run(alone, [x], backend, optimize)[0], expected, f"sign {dt.value} on {backend}")
+    fused = build("sign_fused", [t, t], lambda bl, p: bl.op(Op.DIV, p[1], bl.op(Op.SIGN, p[0])))
+    ones = np.ones_like(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = (ones / expected).astype(dt.np)
+    same_bits(run(fused, [x, ones], backend, optimize)[0], want, f"1/sign {dt.value} on {backend}")
+
+
+SIGN_FUZZ_REPRO = """
+module @random
+entry %random () -> f16[3] {
+  %constant = f16[3,1] constant({{0.87255859375}, {0.93798828125}, {0.9638671875}})
+  %constant.1 = f16[3,1] constant({{-0.0}, {3.986328125}, {1.4951171875}})
+  %sign = f16[3,1] sign(%constant.1)
+  %divide = f16[3,1] divide(%constant, %sign)
+  ROOT %reduce = f16[3] reduce(%divide), axes={1}, kind=max
+}
+"""
+
+
+@pytest.mark.parametrize("optimize", [True, False], ids=["opt", "noopt"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fuzz_repro_divide_by_sign_of_minus_zero(backend: str, optimize: bool) -> None:
+    """make fuzz, random_module(8142, 22) minimized: opencl gave -inf for the first row."""
+    m = parse_module(SIGN_FUZZ_REPRO)
+    want = np.array([np.inf, 0.93798828125 / 1, 0.9638671875], np.float16)
+    same_bits(evaluate(m)[0], want, "interpreter reference")
+    same_bits(run(m, [], backend, optimize)[0], want, f"fuzz repro on {backend}")

@@ -69,7 +69,9 @@ FLOAT_UNARY: dict[Op, FloatUnary] = {
     Op.COS: lambda dt, x: f"cos({x})",
     Op.FLOOR: lambda dt, x: f"floor({x})",
     Op.CEIL: lambda dt, x: f"ceil({x})",
-    Op.SIGN: lambda dt, x: f"(isnan({x}) ? {x} : sign({x}))",
+    # OpenCL's sign(-0.0) is -0.0; the IR's (NumPy's) is +0.0: adding +0.0 turns -0.0 into
+    # +0.0 and changes nothing else (no fast-math build option lets the compiler drop it)
+    Op.SIGN: lambda dt, x: f"(isnan({x}) ? {x} : sign({x}) + {literal(0.0, dt)})",
 }
 for _op in (Op.EXP, Op.TANH, Op.LOGISTIC, Op.FLOOR, Op.CEIL):
     FLOAT_UNARY[_op] = _nan_guard(FLOAT_UNARY[_op])
