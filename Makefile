@@ -7,13 +7,17 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test bench fuzz fuzz-differential fuzz-parser setup system-deps clean
+.PHONY: demo test test-fast bench fuzz fuzz-differential fuzz-parser setup system-deps clean
 
 demo: setup
 	$(PY) examples/demo.py
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The everyday tier: everything but the tests marked slow (tests/conftest.py).
+test-fast: setup
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 BENCH_STAMP  := $(VENV)/.bench-installed
 BENCH_ARGS   ?=
