@@ -24,6 +24,7 @@ import numpy as np
 
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
+from .ir.opcodes import PLUMBING
 from .ir.ops import CORE_PRIMITIVES, Op
 from .ir.types import TensorType
 from .errors import BackendError
@@ -81,8 +82,6 @@ class Device:
 #: non-empty reason to refuse it; the placement summary and strict-mode errors print it.
 Predicate = Callable[[Node], "str | None"]
 
-#: nodes every device runs: they only name, assemble or hold values
-_PLUMBING = (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CONSTANT)
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ class Capabilities:
         return replace(policy, max_fusion_nodes=limit, veto=veto)
 
     def _refusal(self, node: Node) -> str | None:
-        if node.op in _PLUMBING:
+        if node.op in PLUMBING:
             return None
         if node.op is Op.FUSION:
             why = self._fusion_refusal(node)

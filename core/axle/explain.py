@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backend import Capabilities, Device
 from .ir.module import Computation, Module, Node
+from .ir.opcodes import PLUMBING
 from .ir.ops import Op
 from .ir.printer import _node_names
 from .passes import policy_for
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from .frontend.jit import Lowered
 
 #: entry nodes that are not kernels of their own
-_PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT)
 HOST = "interpreter:0"  # the host reference backend, when the partitioner names none
 
 
@@ -292,7 +292,7 @@ def _pass_reasons(module: Module) -> Callable[[Node, Node], str | None] | None:
 # -- gathering ------------------------------------------------------------------------
 
 def _launched(comp: Computation) -> list[Node]:
-    return [n for n in comp.nodes if n.op not in _PLUMBING]
+    return [n for n in comp.nodes if n.op not in PLUMBING]
 
 
 def _through_plumbing_up(n: Node) -> list[Node]:

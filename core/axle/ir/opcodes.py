@@ -59,3 +59,7 @@ class Op(enum.Enum):
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
+
+
+#: entry nodes that only name, assemble or hold values: no device launches anything for them
+PLUMBING = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})

@@ -26,9 +26,6 @@ from ..passes.buffers import assign
 from ..passes.policy import DEFAULT_POLICY
 from .fission import split
 
-#: entry nodes that name values and launch nothing
-PLUMBING = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
-
 #: the launch kind of an unfused op (every other op is a "loop": one value per output element)
 _SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call"}
 

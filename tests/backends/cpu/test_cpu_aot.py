@@ -15,6 +15,7 @@ from axle.errors import AxleError
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType
 from axle.ir.types import TensorType
+from axle.testing import IN_CI
 from axle.testing.cases import assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -27,8 +28,7 @@ C_TYPE = {"f32": "float", "f64": "double", "s32": "int32_t", "s64": "int64_t", "
 def _cc() -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.fail("no C compiler (cc) on PATH: the AOT test needs one") if os.environ.get("CI") == "true" \
-            else pytest.skip("no C compiler")
+        pytest.fail("no C compiler (cc) on PATH: the AOT test needs one") if IN_CI else pytest.skip("no C compiler")
     return cc  # type: ignore[return-value]
 
 
