@@ -24,6 +24,7 @@ from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import squeeze
 from axle.lowering import c
+from axle.lowering import index as ix
 
 from . import render
 from .render import REG, identity, literal
@@ -184,95 +185,49 @@ class Renderer:
         p, a, b = (self.value(o, idx) for o in n.operands)
         return f"({p} ? {a} : {b})"
 
-    def _broadcast(self, n: Node, idx: Idx, lanes: int) -> str:
+    def _at(self, x: Node, coords: list[ix.Ix]) -> str:
+        """``x``'s scalar value at index expressions ``coords`` (bound to temporaries)."""
+        return self.value(x, Idx(x.shape, None, [self.em.bind(c) for c in coords]))
+
+    def _movement(self, n: Node, idx: Idx, lanes: int) -> str:
+        """Broadcast, reshape, transpose, slice, reverse: the shared index maps
+        (axle.lowering.index). Vector lanes only through a broadcast of a per-row value or
+        a reshape (checked by vector_ok)."""
         (x,) = n.operands
-        dims = n.attr["broadcast_dimensions"]
         if x.tensor_type.size <= 1:
             return self.value(x, Idx(x.shape, "0", ["0"] * len(x.shape)), lanes)
-        if x.shape == n.shape:
+        if n.op in (Op.BROADCAST_IN_DIM, Op.RESHAPE) and x.shape == n.shape:
             return self.value(x, idx, lanes)
-        if lanes > 1:
-            # vectorized only when x is a per-row value (checked by vector_ok)
+        if n.op is Op.BROADCAST_IN_DIM and lanes > 1:
+            # the splat of one scalar: x is a per-row value
+            dims = n.attr["broadcast_dimensions"]
             assert self.row is not None and all(d < len(self.row[0]) for d in dims), "bad vector broadcast"
             coords = [self.row[1][d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]
             return self.splat(self.value(x, Idx(x.shape, None, coords)), x.dtype, lanes)
-        c = self.em.coords(idx)
-        return self.value(x, Idx(x.shape, None, [c[d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]))
-
-    def _reshape(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        if lanes == 1 and idx.coords is not None and squeeze(x.shape) == squeeze(n.shape):
-            # Only unit dims differ: the coordinates map straight across. Besides saving a
-            # flat round trip, this spells a row fusion's per-row value (reduce -> reshape
-            # -> broadcast) at the same coordinates as the row loop that computed it, so
-            # the output loop finds it instead of recomputing the reduction from a spill
-            # buffer it is overwriting (random_module(400027, 28)).
-            it = iter([c for c, d in zip(idx.coords, n.shape) if d != 1])
-            return self.value(x, Idx(x.shape, None, [next(it) if d != 1 else "0" for d in x.shape]), lanes)
-        return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
-
-    def _transpose(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = self.em.coords(idx)
-        oc = [""] * len(c)
-        for i, p in enumerate(n.attr["permutation"]):
-            oc[p] = c[i]
-        return self.value(x, Idx(x.shape, None, oc))
-
-    def _slice(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = self.em.coords(idx)
-        oc = []
-        for ci, s, st in zip(c, n.attr["start"], n.attr["stride"]):
-            e = ci if st == 1 else f"{ci} * {st}"
-            oc.append(e if s == 0 else f"({e} + {s})")
-        return self.value(x, Idx(x.shape, None, oc))
-
-    def _reverse(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = list(self.em.coords(idx))
-        for d in n.attr["dimensions"]:
-            c[d] = f"({x.shape[d] - 1} - {c[d]})"
-        return self.value(x, Idx(x.shape, None, c))
+        if n.op is Op.RESHAPE and (lanes > 1 or idx.coords is None or squeeze(x.shape) != squeeze(n.shape)):
+            # the same row-major offset. Where only unit dims differ and coordinates are
+            # known, the map below keeps them instead: that spells a row fusion's per-row
+            # value (reduce -> reshape -> broadcast) at the same coordinates as the row
+            # loop that computed it, so the output loop finds it instead of recomputing
+            # the reduction from a spill buffer it is overwriting (random_module(400027, 28)).
+            return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
+        return self._at(x, ix.MOVEMENT[n.op](n, self.em.ix_coords(idx)))
 
     def _pad(self, n: Node, idx: Idx, lanes: int) -> str:
         x, pv = n.operands
         padv = self.value(pv, Idx((), "0", []))
         if x.tensor_type.size == 0:
             return padv
-        c = self.em.coords(idx)
-        conds, oc = [], []
-        for ci, lo, hi, it, size in zip(c, n.attr["low"], n.attr["high"], n.attr["interior"], x.shape):
-            if lo == hi == it == 0:  # this dim is not padded: no test, no clamp
-                oc.append(ci)
-                continue
-            t = f"({ci} - {lo})" if lo else ci
-            step = it + 1
-            q = t if step == 1 else f"({t} / {step})"
-            conds.append(f"{t} >= 0")
-            if step > 1:
-                conds.append(f"{t} % {step} == 0")
-            conds.append(f"{q} < {size}")
-            oc.append(self.em.tmp("int", f"clamp({q}, 0, {size - 1})", "c"))
-        inside = self.value(x, Idx(x.shape, None, oc))
-        cond = " && ".join(conds) if conds else "1"
-        return f"(({cond}) ? {inside} : {padv})"
+        coords, inside = ix.pad_index(self.em.ix_coords(idx), x.shape, n.attr["low"], n.attr["high"], n.attr["interior"])
+        v = self._at(x, coords)
+        return v if inside.const == 1 else f"({ix.to_c(inside)} ? {v} : {padv})"
 
     def _concatenate(self, n: Node, idx: Idx, lanes: int) -> str:
-        dim = n.attr["dimension"]
-        c = self.em.coords(idx)
-        pieces: list[tuple[int, str]] = []
-        off = 0
-        for x in n.operands:
-            size = x.shape[dim]
-            if size > 0:
-                oc = list(c)
-                oc[dim] = self.em.tmp("int", f"clamp({c[dim]} - {off}, 0, {size - 1})", "c")
-                pieces.append((off + size, self.value(x, Idx(x.shape, None, oc))))
-            off += size
-        expr = pieces[-1][1]
-        for end, v in reversed(pieces[:-1]):
-            expr = f"({c[dim]} < {end} ? {v} : {expr})"
+        pieces = ix.concatenate_pieces(self.em.ix_coords(idx), n.attr["dimension"], [o.shape for o in n.operands])
+        vals = [(pred, self._at(n.operands[k], coords)) for k, coords, pred in pieces]
+        expr = vals[-1][1]
+        for pred, v in reversed(vals[:-1]):
+            expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
 
     def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
@@ -440,8 +395,7 @@ Rule = Callable[[Renderer, Node, Idx, int], str]
 _RULES: dict[Op, Rule] = {
     Op.PARAMETER: Renderer._parameter, Op.CONSTANT: Renderer._constant, Op.IOTA: Renderer._iota,
     Op.CONVERT: Renderer._convert, Op.COMPARE: Renderer._compare, Op.SELECT: Renderer._select,
-    Op.BROADCAST_IN_DIM: Renderer._broadcast, Op.RESHAPE: Renderer._reshape, Op.TRANSPOSE: Renderer._transpose,
-    Op.SLICE: Renderer._slice, Op.REVERSE: Renderer._reverse, Op.PAD: Renderer._pad,
+    **{op: Renderer._movement for op in ix.MOVEMENT}, Op.PAD: Renderer._pad,
     Op.CONCATENATE: Renderer._concatenate, Op.RNG_BIT_GENERATOR: Renderer._rng, Op.REDUCE: Renderer._reduce,
     Op.DOT_GENERAL: Renderer._dot, Op.CUSTOM_CALL: Renderer._unsupported, Op.TUPLE: Renderer._unsupported,
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
