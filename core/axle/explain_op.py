@@ -108,19 +108,19 @@ class _Doc:
         note = f", made by `{made_by.__qualname__}`" if made_by is not None else ""
         note += f", with {', '.join(f'{k} = {v}' for k, v in captured.items())}" if captured else ""
         self.code(title, refs.excerpt(made_by if made_by is not None else fn), note)
-        inner = [f for f in refs.behind(fn) if f is not refs.unwrap(fn) and f is not made_by]
-        for f in inner:
-            if seen is None or id(f) not in seen:
-                self.code(f"which runs `{f.__qualname__}`", refs.excerpt(f))
-                if seen is not None:
-                    seen.add(id(f))
+        self.runs([f for f in refs.behind(fn) if f is not refs.unwrap(fn) and f is not made_by],
+                  set() if seen is None else seen)
 
     def table_entry(self, title: str, module: types.ModuleType, table: str, key: Op, value: Any,
                     seen: set[int]) -> None:
         """The entry for ``key`` of ``module.table``, then the named functions it runs."""
         for ex in refs.table_entry(module, table, key):
             self.code(f"{title}: `{table}[{key!r}]`", ex)
-        for f in refs.behind(value):
+        self.runs(refs.behind(value), seen)
+
+    def runs(self, fns: Sequence[Any], seen: set[int]) -> None:
+        """The source of each of ``fns`` not shown yet in this section (``seen``: their ids)."""
+        for f in fns:
             if id(f) not in seen:
                 seen.add(id(f))
                 self.code(f"which runs `{f.__qualname__}`", refs.excerpt(f))

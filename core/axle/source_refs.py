@@ -122,8 +122,8 @@ def behind(value: Any, depth: int = 4) -> list[Any]:
 
 
 def captured(fn: Any) -> dict[str, str]:
-    """A closure's (or a lambda's defaults') captured values that are not functions, by
-    name: what a generic reference such as ``_float_unary(np.tanh)`` applies."""
+    """What a closure captured and a lambda's defaults, described by name: what a generic
+    rule such as the reference ``_float_unary(np.tanh)`` applies (``f = numpy.tanh``)."""
     fn = unwrap(fn)
     code = getattr(fn, "__code__", None)
     out: dict[str, str] = {}

@@ -13,11 +13,13 @@ import pytest
 
 from axle import explain_op as eo
 from axle.autodiff import rules
-from axle.backend import LoweringEntry
+from axle.backend import Capabilities, Device, LoweringEntry
 from axle.backends.interpreter import InterpreterBackend
 from axle.cli import main
 from axle.errors import ArgumentError
 from axle.ir import numerics, ops
+from axle.ir.dtypes import DType
+from axle.ir.module import Node
 from axle.ir.dotdims import DotDims
 from axle.ir.opcodes import Op
 from axle.lowering import c as clower
@@ -133,8 +135,16 @@ def test_unknown_name_is_an_axle_error_with_close_matches(capsys: pytest.Capture
     assert rc == 2 and "name an op" in err
 
 
+def _last_axis_only(n: Node) -> str | None:
+    return None if n.attr["axes"] == (n.operands[0].tensor_type.rank - 1,) else "reduces the last axis only"
+
+
 class _Described(InterpreterBackend):
-    """A plugin using every form of LoweringEntry, a wrong name among them."""
+    """A plugin using every form of LoweringEntry, a wrong name among them, and a predicate."""
+
+    def capabilities(self, device: Device) -> Capabilities:
+        return Capabilities(ops=frozenset({Op.REDUCE, Op.TANH}), dtypes=frozenset({DType.FLOAT32, DType.FLOAT64}),
+                            op_dtypes={Op.REDUCE: frozenset({DType.FLOAT32})}, predicates={Op.REDUCE: _last_axis_only})
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return [LoweringEntry("an object", clower.convert),
@@ -157,6 +167,11 @@ def test_lowering_entries_is_optional_and_each_form_is_shown() -> None:
     assert source(clower.convert) in out
     assert "a table with the op: `FLOAT_UNARY[Op.TANH]`" in out and "a table without it" not in out
     assert "a renamed function: cannot resolve `axle.lowering.c:no_such_function` (AttributeError" in out
+    out = eo.explain_op("reduce", [eo.BackendInfo("interpreter", _Described())])
+    assert "- claims reduce on interpreter:0 for operand dtypes f32\n- not for pred, s32, s64, f16, f64" in out
+    assert "Predicate (returns the refusal reason, None to accept)" in out and source(_last_axis_only) in out
+    out = eo.explain_op("dot", [eo.BackendInfo("interpreter", _Described())])
+    assert "- does not claim dot on interpreter:0: the partitioner runs it on the host" in out
     out = eo.explain_op("tanh", [eo.BackendInfo("gone", None, "no driver")])
     assert "### gone\n\nunavailable here: no driver" in out
 
