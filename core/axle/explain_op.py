@@ -398,16 +398,16 @@ def _backend(doc: _Doc, info: BackendInfo, op: Op) -> None:
 def _entry(doc: _Doc, e: LoweringEntry, op: Op, package: str | None, seen: set[int]) -> None:
     if isinstance(e.where, str):
         try:
-            module, obj, top = refs.resolve(e.where, package)
+            module, obj, qual = refs.resolve(e.where, package)
         except (ImportError, AttributeError) as err:
             doc.add(f"{e.what}: cannot resolve `{e.where}` ({type(err).__name__}: {err})", "")
             return
     else:
         obj = e.where
-        module, top = inspect.getmodule(obj), getattr(obj, "__name__", "")
+        module, qual = inspect.getmodule(obj), getattr(obj, "__qualname__", "")
     if e.key is not None:
         if isinstance(obj, Mapping) and e.key in obj and module is not None:
-            doc.table_entry(e.what, module, top, e.key, obj[e.key], seen)
+            doc.table_entry(e.what, module, qual, e.key, obj[e.key], seen)
         return  # a table without this op: nothing to show
     if id(refs.unwrap(obj)) in seen:
         return
@@ -415,7 +415,7 @@ def _entry(doc: _Doc, e: LoweringEntry, op: Op, package: str | None, seen: set[i
     if callable(obj):
         doc.function(e.what, obj, seen)
     else:
-        doc.code(e.what, refs.located(obj, module, top))
+        doc.code(e.what, refs.located(obj, module, qual))
 
 
 # ---------------------------------------------------------------------------- whole

@@ -174,10 +174,23 @@ def _lines(src: list[str], node: ast.AST) -> str:
     return "\n".join(src[node.lineno - 1:node.end_lineno])  # type: ignore[attr-defined]
 
 
-def assignment(module: types.ModuleType, name: str) -> Excerpt | None:
-    """The top-level statement assigning ``name`` in ``module`` (a table, a constant)."""
+def _scope(tree: ast.Module, qual: str) -> tuple[list[ast.stmt], str]:
+    """The statements that may assign ``qual``'s last name: the module's, or for
+    ``"Class.attr"`` the class body's."""
+    *owners, name = qual.split(".")
+    body: list[ast.stmt] = tree.body
+    for owner in owners:
+        cls = next((s for s in body if isinstance(s, ast.ClassDef) and s.name == owner), None)
+        body = cls.body if cls is not None else []
+    return body, name
+
+
+def assignment(module: types.ModuleType, qual: str) -> Excerpt | None:
+    """The statement assigning ``qual`` in ``module`` (a table, a constant; ``"Class.attr"``
+    for a class attribute)."""
     tree, src = _module_tree(module)
-    for stmt in tree.body:
+    body, name = _scope(tree, qual)
+    for stmt in body:
         if _assigns(stmt, name):
             return Excerpt(relative_path(module), stmt.lineno, _clip(_lines(src, stmt)))
     return None
@@ -198,15 +211,17 @@ def _sets_item(stmt: ast.stmt, table: str) -> bool:
                and isinstance(n.ctx, ast.Store) for n in ast.walk(stmt))
 
 
-def table_entry(module: types.ModuleType, table: str, key: object) -> list[Excerpt]:
-    """Where ``table[key]`` is written in ``module``: its item in the table's dict literal and
-    the top-level statements that assign ``table[...]`` naming ``key`` (a wrapping loop);
-    the whole table statement when the item comes from an expression (a comprehension)."""
+def table_entry(module: types.ModuleType, qual: str, key: object) -> list[Excerpt]:
+    """Where ``table[key]`` is written in ``module`` (``qual``: the table's name, or
+    ``"Class.attr"``): its item in the table's dict literal and the statements beside it that
+    assign ``table[...]`` naming ``key`` (a wrapping loop); the whole table statement when
+    the item comes from an expression (a comprehension)."""
     tree, src = _module_tree(module)
     path = relative_path(module)
+    body, table = _scope(tree, qual)
     found: list[Excerpt] = []
     whole: Excerpt | None = None
-    for stmt in tree.body:
+    for stmt in body:
         if _assigns(stmt, table):
             value = stmt.value
             whole = Excerpt(path, stmt.lineno, _clip(_lines(src, stmt)))
@@ -240,20 +255,21 @@ def statements_calling(module: types.ModuleType, fn_name: str, key: object) -> l
 
 def resolve(where: str, package: str | None = None) -> tuple[types.ModuleType, Any, str]:
     """``"pkg.module:Name.attr"`` (or ``".module:Name"`` relative to ``package``) -> the
-    module, the object and its top-level name. Raises ImportError or AttributeError."""
+    module, the object and its qualified name in the module (``Name.attr``). Raises
+    ImportError or AttributeError."""
     mod_name, _, qual = where.partition(":")
     module = importlib.import_module(mod_name, package) if mod_name.startswith(".") else importlib.import_module(mod_name)
     obj: Any = module
     for part in qual.split(".") if qual else ():
         obj = getattr(obj, part)
-    return module, obj, qual.split(".")[0]
+    return module, obj, qual
 
 
-def located(obj: Any, module: types.ModuleType | None = None, name: str = "") -> Excerpt | None:
-    """Source of a function or class; of a module-level value (a table, a constant) when
-    its ``module`` and top-level ``name`` are given."""
+def located(obj: Any, module: types.ModuleType | None = None, qual: str = "") -> Excerpt | None:
+    """Source of a function or class; of a value assigned in a module or class body (a
+    table, a constant) when its ``module`` and qualified name are given."""
     ex = excerpt(obj) if (inspect.isfunction(unwrap(obj)) or inspect.isclass(obj) or inspect.ismethod(obj)) else None
-    if ex is None and module is not None and name:
-        ex = assignment(module, name)
+    if ex is None and module is not None and qual:
+        ex = assignment(module, qual)
     return ex
 

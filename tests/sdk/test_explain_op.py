@@ -76,10 +76,11 @@ def test_tanh_prints_every_section_with_its_source(capsys: pytest.CaptureFixture
         if info.backend is not None:
             assert f"- claims tanh on {info.name}:0 for operand dtypes f16, f32, f64" in out
     from axle_cpu import mathfns
-    from axle_opencl import values
+    from axle_opencl import render, values
 
     assert "`LOWERING[Op.TANH]` (`axle_cpu/emitter.py:" in out and source(mathfns.tanh) in out
-    assert "`FLOAT_UNARY[Op.TANH]` (`axle_opencl/render.py:" in out and source(values.Renderer._vector_tanh) in out
+    assert "`CL.float_unary_override[Op.TANH]` (`axle_opencl/render.py:" in out and source(render._tanh) in out
+    assert source(values.Renderer._vector_tanh) in out
     assert "`FLOAT_UNARY[Op.TANH]` (`axle/lowering/c.py:" in out and "class Dialect(C99):" in out
 
 

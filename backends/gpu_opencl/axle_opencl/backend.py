@@ -23,13 +23,16 @@ _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSIO
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
 
-#: the OpenCL C expression tables of elementwise ops (render.py), by register type
-_EXPRESSION_TABLES = ("FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")
+#: the expression tables of elementwise ops: the shared C renderer's (axle.lowering.c), in
+#: this backend's dialect, then the dialect's per-op replacements (PoCL fixes)
+_EXPRESSION_TABLES = tuple((f"C expression ({t.lower().replace('_', ' ')})", f"axle.lowering.c:{t}") for t in (
+    "FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")) + (
+    ("PoCL fix: replaces the float unary expression", ".render:CL.float_unary_override"),)
 #: kernels and helpers beyond the per-op rule and expression tables
 _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.TANH: (("float32 vectors: the shared rational fit (the builtin tanh does not vectorize on PoCL)",
                ".values:Renderer._vector_tanh"),),
-    Op.CONVERT: (("the conversion expression", ".render:convert"),),
+    Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
     Op.REDUCE: (("a reduction kernel: work-groups over the reduced axes, split in two passes when long",
                  ".kernels:group_reduce_kernel"),
                 ("partial results combined per reduce kind", ".values:combine")),
@@ -44,9 +47,9 @@ def lowering_entries(op: Op) -> list[LoweringEntry]:
     """Where this backend lowers ``op`` (for `axle explain-op`; names resolve only when it
     runs): the kernel-body rule, the expression tables, then kernels some ops get."""
     return [LoweringEntry("kernel-body rule (values.py)", ".values:_RULES", op),
-            *(LoweringEntry(f"OpenCL C expression ({t.lower().replace('_', ' ')})", f".render:{t}", op)
-              for t in _EXPRESSION_TABLES),
-            *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ()))]
+            *(LoweringEntry(what, where, op) for what, where in _EXPRESSION_TABLES),
+            *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ())),
+            LoweringEntry("the OpenCL C dialect, with PoCL's fixes", ".render:CL")]
 
 
 def _enumerate() -> list[tuple[int, int, Any, Any]]:
