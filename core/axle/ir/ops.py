@@ -191,6 +191,7 @@ def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
             return fn(*args, **kw)
 
     run.__name__ = getattr(fn, "__name__", "reference")
+    run.__wrapped__ = fn  # type: ignore[attr-defined] # inspect.unwrap: explain-op shows fn's source
     return run
 
 
