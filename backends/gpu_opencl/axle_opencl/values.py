@@ -23,9 +23,10 @@ from axle.ir.numerics import TANH_F32
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import squeeze
+from axle.lowering import c
 
 from . import render
-from .ctypes_ import REG, identity, literal
+from .render import REG, identity, literal
 from .emitter import Emitter, Idx
 
 LANE_NAMES = "0123456789abcdef"
@@ -58,9 +59,9 @@ def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
     return f"{ptr}[{off}] = {value};"
 
 
-def combine(kind: str, dt: DType, a: str, b: str, helpers: set[str]) -> str:
+def combine(kind: str, dt: DType, a: str, b: str) -> str:
     """Expression merging two partial reductions of ``kind`` (f16 partials are f32)."""
-    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b, helpers)
+    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b)
 
 
 class Renderer:
@@ -69,7 +70,6 @@ class Renderer:
     def __init__(self, em: Emitter, param_args: dict[int, str]) -> None:
         self.em = em
         self.param_args = param_args  # parameter index -> kernel argument name
-        self.helpers: set[str] = set()
         self.consts: list[tuple[str, np.ndarray]] = []  # (argument name, array)
         self._const_args: dict[int, str] = {}
         self.uses_fp64 = False
@@ -142,19 +142,19 @@ class Renderer:
 
     def _iota(self, n: Node, idx: Idx, lanes: int) -> str:
         c = self.em.coords(idx)[n.attr["dimension"]]
-        return render.convert(c, DType.INT32, n.dtype, self.helpers)
+        return render.convert(c, DType.INT32, n.dtype)
 
     def _convert(self, n: Node, idx: Idx, lanes: int) -> str:
         (x,) = n.operands
-        return render.convert(self.value(x, idx), x.dtype, n.dtype, self.helpers)
+        return render.convert(self.value(x, idx), x.dtype, n.dtype)
 
     def _elementwise(self, n: Node, idx: Idx, lanes: int) -> str:
         args = [self.value(o, idx, lanes) for o in n.operands]
         if lanes > 1 and n.op is Op.TANH:
             return self._vector_tanh(args[0], n.dtype, lanes)
         if len(args) == 1:
-            return render.unary(n.op, n.dtype, args[0], self.helpers)
-        return render.binary(n.op, n.dtype, args[0], args[1], self.helpers)
+            return render.unary(n.op, n.dtype, args[0])
+        return render.binary(n.op, n.dtype, args[0], args[1])
 
     def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
         """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
@@ -178,7 +178,7 @@ class Renderer:
 
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
-        return render.compare(n.attr["direction"], a, b)
+        return c.compare(n.attr["direction"], a, b)
 
     def _select(self, n: Node, idx: Idx, lanes: int) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)
@@ -278,7 +278,6 @@ class Renderer:
     def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
         (key,) = n.operands
         k = self.value(key, Idx((), "0", []))
-        self.helpers.add("axle_rng")
         z = f"axle_rng((ulong){k}, (ulong){self.em.flat(idx)})"
         return f"((int)(uint)({z} >> 32))" if n.dtype is DType.INT32 else f"((long){z})"
 
@@ -312,14 +311,14 @@ class Renderer:
             xi = Idx(x.shape, None, coords)
             self.home = xi if at_home else saved[0]
             v = self.value(x, xi)
-            self.em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            self.em.line(f"{acc} = {combine(kind, dt, acc, v)};")
             for _ in loops:
                 self.em.close()
         self.home, self._storing = saved
         if at_home:  # every element of the row has been stored now
             self.spilled |= self._pending
             self._pending = set()
-        return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
+        return render.round_half(acc) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
 
     #: lanes for vectorized reduction loops (set by the kernel builder on CPU devices)
     vector_lanes: int = 0
@@ -339,16 +338,16 @@ class Renderer:
         xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
         self.home = xi if at_home else saved[1]
         v = self.value(x, xi, w)
-        em.line(f"{vacc} = {combine(kind, dt, vacc, v, self.helpers)};")
+        em.line(f"{vacc} = {combine(kind, dt, vacc, v)};")
         em.close()
-        em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w, self.helpers), self.helpers)};")
+        em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w))};")
         tail = red - red % w
         if tail < red:
             em.open(f"for (int {r} = {tail}; {r} < {red}; {r}++)")
             xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
             self.home = xi if at_home else saved[1]
             v = self.value(x, xi)
-            em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            em.line(f"{acc} = {combine(kind, dt, acc, v)};")
             em.close()
         self.row, self.home = saved
 
@@ -367,27 +366,27 @@ class Renderer:
         lco, rco = d.operand_indices(c, ks, len(lhs.shape), len(rhs.shape))
         x = self.value(lhs, Idx(lhs.shape, None, lco))
         y = self.value(rhs, Idx(rhs.shape, None, rco))
-        prod = render.binary(Op.MUL, adt, x, y, self.helpers)
-        self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod, self.helpers)};")
+        prod = render.binary(Op.MUL, adt, x, y)
+        self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod)};")
         for _ in ks:
             self.em.close()
-        return render.round_half(acc, self.helpers) if n.dtype is DType.FLOAT16 else acc
+        return render.round_half(acc) if n.dtype is DType.FLOAT16 else acc
 
     def _unsupported(self, n: Node, idx: Idx, lanes: int) -> str:
         raise BackendError(f"opencl: {n.op.value} cannot appear inside a kernel ({n.type})", where=n.loc)
 
 
-def horizontal(em: Emitter, kind: str, dt: DType, vec: str, w: int, helpers: set[str]) -> str:
+def horizontal(em: Emitter, kind: str, dt: DType, vec: str, w: int) -> str:
     """Combines the lanes of a ``w``-lane accumulator into one value: halves combined
     as vectors (log2 w steps) where w is a power of two, else lane by lane."""
     if w & (w - 1):
         e = f"{vec}.s0"
         for k in range(1, w):
-            e = em.tmp(reg_type(dt), combine(kind, dt, e, f"{vec}.s{LANE_NAMES[k]}", helpers), "h")
+            e = em.tmp(reg_type(dt), combine(kind, dt, e, f"{vec}.s{LANE_NAMES[k]}"), "h")
         return e
     while w > 1:
         w //= 2
-        vec = em.tmp(reg_type(dt, w), combine(kind, dt, f"{vec}.lo", f"{vec}.hi", helpers), "h")
+        vec = em.tmp(reg_type(dt, w), combine(kind, dt, f"{vec}.lo", f"{vec}.hi"), "h")
     return vec
 
 
