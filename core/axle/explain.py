@@ -231,8 +231,9 @@ def recorded_reason(module: Module, producer: Node, consumer: Node) -> tuple[str
     if rec is not None:
         outs = {str(o.attr["index"]) if o.op is Op.GET_TUPLE_ELEMENT else "0"
                 for o in consumer.operands if producer in _through_plumbing_up(o)}
+        ops = set(_inner_ops(consumer)) if consumer.op is Op.FUSION else {consumer.op.value}
         for nf in rec.reasons("consumer"):
-            if nf.port in outs and (consumer.op is Op.FUSION or nf.neighbour == consumer.op.value):
+            if nf.port in outs and nf.neighbour in ops:
                 return nf.code, nf.text
     if module.fusion_records and producer.op is not Op.FUSION and consumer.op is not Op.FUSION:
         why = why_alone(consumer) or why_alone(producer)

@@ -11,10 +11,12 @@ import pytest
 import axle
 import axle.numpy as anp
 from axle.errors import ParseError
+from axle.explain import _through_plumbing_up, recorded_reason
 from axle.interpreter import evaluate
 from axle.ir import Builder, Module, Op
 from axle.ir.builder import make_node
 from axle.ir.fusion_record import REASON_CODES, members_of
+from axle.ir.opcodes import PLUMBING
 from axle.ir.ops import OPS, Traits
 from axle.ir.parser import parse_module
 from axle.ir.types import TupleType
@@ -139,8 +141,15 @@ def test_records_survive_a_rewritten_fusion_and_drop_what_is_gone():
 
 @pytest.mark.parametrize("seed", range(40))
 def test_records_name_only_what_exists_after_the_whole_pipeline(seed):
-    m, _ = random_module(seed, 24)
-    _check_records(optimize(m))
+    m, _ = random_module(seed, 40)
+    opt = optimize(m)
+    _check_records(opt)
+    if not opt.fusion_records:
+        return
+    # and they explain every edge between two kernels, whichever side is a fusion
+    for k in (n for n in opt.entry.nodes if n.op not in PLUMBING):
+        for p in (p for o in k.operands for p in _through_plumbing_up(o)):
+            assert recorded_reason(opt, p, k) is not None, (p, k)
 
 
 def test_parser_rejects_the_removed_output_kind():
