@@ -32,6 +32,7 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
+from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
 from . import mathfns as M
@@ -186,34 +187,36 @@ class KernelEmitter:
             return a % c
         return 0 if c == 1 else self._ix(lambda: self.b.urem(a, ir.Constant(I64, c)), a)
 
-    def clamp(self, a: Index, lo: int, hi: int) -> Index:
-        if isinstance(a, int):
-            return min(max(a, lo), hi)
+    def _minmax(self, pred: str, a: Index, c: Index) -> Index:
+        if isinstance(a, int) and isinstance(c, int):
+            return min(a, c) if pred == "<" else max(a, c)
         b = self.b
+        return self._ix(lambda: b.select(b.icmp_signed(pred, self.iv(a), self.iv(c)), self.iv(a), self.iv(c)), a, c)
 
-        def build() -> ir.Value:
-            x = b.select(b.icmp_signed("<", a, ir.Constant(I64, lo)), ir.Constant(I64, lo), a)
-            return b.select(b.icmp_signed(">", x, ir.Constant(I64, hi)), ir.Constant(I64, hi), x)
+    # The shared index algebra (axle.lowering.index) emitted as LLVM: index expressions
+    # go through the helpers above, so they are folded and hoisted like every index.
+    def ix_value(self, e: ix.Ix, env: dict[str, Index]) -> Index:
+        """The index expression ``e`` over the coordinates named in ``env``. Comparisons
+        and ``&&`` give i1 values (predicates for selects, never indices)."""
+        if e.op == "const":
+            return e.args[0]
+        if e.op == "var":
+            return env[e.args[0]]
+        a, c = (self.ix_value(x, env) for x in e.args)
+        return _IX_OPS[e.op](self, a, c)
 
-        return self._ix(build, a)
+    def ix_map(self, f: Callable[[list[ix.Ix]], ix.Ix | list[ix.Ix]], idx: Sequence[Index]) -> tuple[object, dict[str, Index]]:
+        """``f`` applied to ``idx`` as index-algebra variables (ints stay constants)."""
+        env = {f"v{k}": v for k, v in enumerate(idx) if not isinstance(v, int)}
+        return f([ix.const(v) if isinstance(v, int) else ix.var(f"v{k}") for k, v in enumerate(idx)]), env
 
     def linear(self, idx: Sequence[Index], shape: Sequence[int]) -> Index:
-        out: Index = 0
-        stride = 1
-        for v, n in zip(reversed(idx), reversed(shape)):
-            out = self.add(out, self.mul(v, stride))
-            stride *= n
-        return out
+        e, env = self.ix_map(lambda c: ix.linearize(c, tuple(shape)), idx)
+        return self.ix_value(e, env)  # type: ignore[arg-type]
 
     def unravel(self, lin: Index, shape: Sequence[int]) -> list[Index]:
-        out: list[Index] = []
-        for n in reversed(shape):
-            out.append(self.rem(lin, n) if n != 1 else 0)
-            lin = self.div(lin, n)
-        return list(reversed(out))
-
-    def cmp_idx(self, pred: str, a: Index, c: int) -> ir.Value:
-        return self.b.icmp_signed(pred, self.iv(a), ir.Constant(I64, c))
+        es, env = self.ix_map(lambda c: ix.delinearize(c[0], tuple(shape)), [lin])
+        return [self.ix_value(e, env) for e in es]  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------- loops & blocks
     def loop(self, lo: Index, hi: Index, body: Callable[[ir.Value], None], level: int) -> None:
@@ -657,42 +660,14 @@ def _from_i64(em: KernelEmitter, v: ir.Value, dt: DType) -> ir.Value:
     return v
 
 
-def _broadcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+def _movement(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    """Broadcast, reshape, transpose, slice, reverse: the shared index maps."""
     x = n.operands[0]
-    dims = n.attr["broadcast_dimensions"]
-    sub = [0 if x.shape[k] == 1 else idx[d] for k, d in enumerate(dims)]
-    return em.value(x, sub)
-
-
-def _reshape(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
-    x = n.operands[0]
-    xs, ns = em.shape_of(x), em.shape_of(n)
-    if [d for d in xs if d != 1] == [d for d in ns if d != 1]:
-        # Only unit dims differ: map the non-unit index entries straight across.
-        it = iter([v for v, d in zip(idx, ns) if d != 1])
-        return em.value(x, [0 if d == 1 else next(it) for d in xs])
-    return em.value(x, em.unravel(em.linear(idx, ns), xs))
-
-
-def _transpose(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
-    perm = n.attr["permutation"]
-    sub: list[Index] = [0] * len(perm)
-    for k, p in enumerate(perm):
-        sub[p] = idx[k]
-    return em.value(n.operands[0], sub)
-
-
-def _slice(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
-    a = n.attr
-    sub = [em.add(em.mul(v, st), s) for v, s, st in zip(idx, a["start"], a["stride"])]
-    return em.value(n.operands[0], sub)
-
-
-def _reverse(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
-    x = n.operands[0]
-    dims = set(n.attr["dimensions"])
-    sub = [em.sub(x.shape[d] - 1, v) if d in dims else v for d, v in enumerate(idx)]
-    return em.value(x, sub)
+    if n.op is Op.RESHAPE:  # in the kernel's (possibly flattened) shapes
+        es, env = em.ix_map(lambda c: ix.reshape_index(c, em.shape_of(n), em.shape_of(x)), idx)
+    else:
+        es, env = em.ix_map(lambda c: ix.MOVEMENT[n.op](n, c), idx)
+    return em.value(x, [em.ix_value(e, env) for e in es])  # type: ignore[union-attr]
 
 
 def _pad(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -700,50 +675,32 @@ def _pad(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     padv = em.value(pv, [])
     if 0 in x.shape:
         return padv
-    b = em.b
-    ok: ir.Value | None = None
-    sub: list[Index] = []
-    for d, v in enumerate(idx):
-        lo, it, size = n.attr["low"][d], n.attr["interior"][d], x.shape[d]
-        t = em.sub(v, lo)
-        conds = [em.cmp_idx(">=", t, 0)]
-        tc = em.clamp(t, 0, (size - 1) * (it + 1))
-        q = em.div(tc, it + 1)
-        if it:
-            conds.append(b.icmp_signed("==", em.iv(em.rem(tc, it + 1)), ir.Constant(I64, 0)))
-        conds.append(em.cmp_idx("<=", t, (size - 1) * (it + 1)))
-        sub.append(q)
-        for c in conds:
-            if isinstance(c, ir.Constant):
-                continue
-            ok = c if ok is None else b.and_(ok, c)
-    val = em.value(x, sub)
-    return val if ok is None else b.select(ok, val, padv)
+    a = n.attr
+    (coords, inside), env = em.ix_map(lambda c: ix.pad_index(c, x.shape, a["low"], a["high"], a["interior"]), idx)
+    if inside.const == 0:
+        return padv
+    val = em.value(x, [em.ix_value(e, env) for e in coords])
+    # every coordinate is clamped in bounds: load, then select (branch-free, vectorizes)
+    return val if inside.const == 1 else em.b.select(em.ix_value(inside, env), val, padv)
 
 
 def _concatenate(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
-    dim = n.attr["dimension"]
-    parts: list[tuple[int, Node]] = []
-    off = 0
-    for x in n.operands:
-        if x.shape[dim]:
-            parts.append((off, x))
-        off += x.shape[dim]
-    v = idx[dim]
-    if isinstance(v, int):
-        for start, x in reversed(parts):
-            if v >= start:
-                return em.value(x, [*idx[:dim], v - start, *idx[dim + 1:]])
-    # Every part read at a clamped index, the right one picked by selects: branch-free,
+    pieces, env = em.ix_map(lambda c: ix.concatenate_pieces(c, n.attr["dimension"], [o.shape for o in n.operands]), idx)
+    live = []
+    for k, coords, pred in pieces:  # type: ignore[union-attr]
+        if pred.const == 0:
+            continue  # known to lie past this piece
+        live.append((k, coords, pred))
+        if pred.const == 1:
+            break  # known to lie in this piece: later ones are never read
+    assert live, "concatenate of empty parts has no elements to compute"
+    # Every piece read at a clamped index, the right one picked by selects: branch-free,
     # so a loop over a concatenation still vectorizes.
-    acc: ir.Value | None = None
-    nxt = 0
-    for start, x in reversed(parts):
-        local = em.clamp(em.sub(v, start), 0, x.shape[dim] - 1)
-        val = em.value(x, [*idx[:dim], local, *idx[dim + 1:]])
-        acc = val if acc is None else em.b.select(em.cmp_idx("<", v, nxt), val, acc)
-        nxt = start
-    assert acc is not None, "concatenate of empty parts has no elements to compute"
+    k, coords, _ = live[-1]
+    acc = em.value(n.operands[k], [em.ix_value(e, env) for e in coords])
+    for k, coords, pred in reversed(live[:-1]):
+        val = em.value(n.operands[k], [em.ix_value(e, env) for e in coords])
+        acc = em.b.select(em.ix_value(pred, env), val, acc)
     return acc
 
 
@@ -1126,12 +1083,23 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.SELECT: _select,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
-    Op.BROADCAST_IN_DIM: _broadcast,
-    Op.RESHAPE: _reshape,
-    Op.TRANSPOSE: _transpose,
-    Op.SLICE: _slice,
+    **{op: _movement for op in ix.MOVEMENT},
     Op.PAD: _pad,
     Op.CONCATENATE: _concatenate,
-    Op.REVERSE: _reverse,
     Op.RNG_BIT_GENERATOR: _rng,
+}
+
+
+def _icmp(pred: str) -> Callable[[KernelEmitter, Index, Index], ir.Value]:
+    return lambda em, a, c: em.b.icmp_signed(pred, em.iv(a), em.iv(c))
+
+
+#: the index algebra's operators as emitter calls (division and remainder only ever see
+#: non-negative values, or results a predicate discards: unsigned is right and cheaper)
+_IX_OPS: dict[str, Callable[[KernelEmitter, Index, Index], Index]] = {
+    "+": KernelEmitter.add, "-": KernelEmitter.sub, "*": KernelEmitter.mul,  # type: ignore[dict-item]
+    "/": KernelEmitter.div, "%": KernelEmitter.rem,  # type: ignore[dict-item]
+    "min": lambda em, a, c: em._minmax("<", a, c), "max": lambda em, a, c: em._minmax(">", a, c),
+    "<": _icmp("<"), ">=": _icmp(">="), "==": _icmp("=="),
+    "&&": lambda em, a, c: em.b.and_(a, c),
 }
