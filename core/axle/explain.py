@@ -15,21 +15,27 @@ backend's :class:`~axle.passes.policy.FusionPolicy`, and say so.
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import passes
 from .backend import Capabilities, Device
+from .compiler import optimize_for
+from .config import config
+from .explain_html import explanation_html
+from .frontend.jit import Lowered
 from .ir.module import Computation, Module, Node
 from .ir.opcodes import PLUMBING
+from .ir.dot import module_to_dot
 from .ir.ops import Op
 from .ir.printer import _node_names
+from .partition import host_devices, unsupported_reason
+from .passes import fusion as fusion_pass
 from .passes import policy_for
+from .passes.pipeline import disabled_passes, run_pass
 from .passes.policy import FusionPolicy
-
-if TYPE_CHECKING:
-    from .frontend.jit import Lowered
+from .registry import REGISTRY
 
 #: entry nodes that are not kernels of their own
 HOST = "interpreter:0"  # the host reference backend, when the partitioner names none
@@ -37,10 +43,7 @@ HOST = "interpreter:0"  # the host reference backend, when the partitioner names
 
 def host_device_name(device: Device) -> str:
     """Where work the device cannot run goes: the partitioner's first host, when present."""
-    try:
-        hosts = importlib.import_module("axle.partition").host_devices(device)
-    except (ImportError, AttributeError):
-        return HOST
+    hosts = host_devices(device)
     return hosts[0].name if hosts else HOST
 
 
@@ -158,8 +161,6 @@ class Explanation:
     # -- pictures -----------------------------------------------------------------
     def dot(self, stage: int = -1) -> str:
         """DOT of one stage (default: the optimized module, colored by placement)."""
-        from .ir.dot import module_to_dot
-
         name, module = self.stages[stage]
         # Color by device only when there is more than one; else keep the op-kind colors.
         several = len({d for d in self.placement.values()}) > 1
@@ -170,8 +171,6 @@ class Explanation:
     def to_html(self) -> str:
         """A self-contained HTML page: the pass-by-pass pictures side by side, then the
         text sections."""
-        from .explain_html import explanation_html
-
         return explanation_html(self)
 
 
@@ -279,11 +278,7 @@ def _pass_reasons(module: Module) -> Callable[[Node, Node], str | None] | None:
     recorded = getattr(module, "fusion_reasons", None)
     if isinstance(recorded, dict):
         return lambda p, c: recorded.get((p.uid, c.uid))
-    try:
-        fusion = importlib.import_module("axle.passes.fusion")
-    except ImportError:
-        return None
-    fn = getattr(fusion, "why_not_fused", None)
+    fn = getattr(fusion_pass, "why_not_fused", None)
     if fn is None:
         return None
     return lambda p, c: fn(module, p, c)
@@ -306,11 +301,7 @@ def _through_plumbing_up(n: Node) -> list[Node]:
 
 def _unsupported_reason(caps: Capabilities, node: Node) -> str:
     """The partitioner's words for why ``caps`` does not cover ``node``, when it has them."""
-    try:
-        fn = importlib.import_module("axle.partition").unsupported_reason
-    except (ImportError, AttributeError):
-        return ""
-    return fn(caps, node) or ""
+    return unsupported_reason(caps, node) or ""
 
 
 def placement_of(module: Module, device: Device, caps: Capabilities) -> dict[int, str]:
@@ -327,15 +318,9 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
     """The module after each top-level pipeline entry that changed it (a fixed-point
     group counts as one entry), from the traced module to the one the backend compiled.
     Without a pass manager (or with the optimizer off): traced and optimized only."""
-    from . import passes
-    from .config import config
-    from .registry import REGISTRY
-
     snaps: list[tuple[str, Module]] = [("traced", lowered.module)]
     pipeline_for = getattr(passes, "pipeline_for", None)
     if pipeline_for is not None and config.optimize:
-        from .passes.pipeline import disabled_passes, run_pass
-
         module = lowered.module
         skip = disabled_passes()
         for entry in pipeline_for(REGISTRY.backend_for(lowered.device), lowered.device).entries:
@@ -356,10 +341,6 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
 def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     """Optimizes and compiles ``lowered`` (from ``axle.jit(f).lower(*args)``) and
     gathers what happened. ``source=False`` skips nothing but the code listing."""
-    from .compiler import optimize_for
-    from .config import config
-    from .registry import REGISTRY
-
     device = lowered.device
     backend = REGISTRY.backend_for(device)
     compiled = lowered.compile()
@@ -421,3 +402,8 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
         reasons_source="fusion pass" if pass_reason is not None else "derived from op traits and the fusion policy",
         policy=policy, placement=placement, placement_summary=str(summary) if summary is not None else None,
         notes=notes)
+
+
+# ``Lowered.explain()``: the frontend's class gets its tools-layer method here, as axle.numpy
+# attaches the array methods, so that jit needs nothing above it (axle/__init__ imports this).
+Lowered.explain = explain  # type: ignore[attr-defined]  # attached method, see above
