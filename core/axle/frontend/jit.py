@@ -19,7 +19,6 @@ from ..ir.builder import make_node
 from ..errors import ArgumentError
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
-from ..ir.types import TensorType
 from ..ir.verifier import verify
 from . import checks as checks_mod
 from .array import Array

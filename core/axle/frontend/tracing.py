@@ -4,7 +4,6 @@ any argument (``aval_of``, ``leaf_aval``). Applying a primitive, traced or eager
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np

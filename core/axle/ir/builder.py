@@ -21,7 +21,7 @@ from .literal import Literal
 from .module import Computation, Module, Node, make_node
 from .ops import OPS, Op, as_int
 from .parser import parse_type
-from .types import TensorType, TupleType, Type
+from .types import TensorType, TupleType
 from .verifier import verify
 
 # Method names for ops whose enum value is not a Python identifier or is long.

@@ -31,7 +31,7 @@ ArrayLike = Any
 
 def getitem(x: ArrayLike, idx: Any) -> Any:
     """NumPy indexing. Basic (integers, slices of any step, None, Ellipsis) becomes slice /
-    reverse / reshape; integer-array and boolean-mask indices (see numpy/_index.py) become
+    reverse / reshape; integer-array and boolean-mask indices (advanced_getitem, below) become
     a one-hot gather, with static shapes."""
     x = asarray(x) if not _is_array(x) else x
     if not isinstance(idx, tuple):
