@@ -7,7 +7,7 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test test-fast bench fuzz fuzz-differential fuzz-parser setup system-deps clean
+.PHONY: demo test test-fast bench fuzz fuzz-differential fuzz-parser setup system-deps clean docs-ops
 
 demo: setup
 	$(PY) examples/demo.py
@@ -18,6 +18,12 @@ test: setup
 # The everyday tier: everything but the tests marked slow (tests/conftest.py).
 test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# docs/ops/: one page per op, the output of `axle explain-op` (tests/sdk/test_explain_op.py
+# fails when a page is stale). Needs the in-tree backends cpu, opencl and template.
+docs-ops: setup
+	rm -f docs/ops/*.md
+	$(PY) -m axle explain-op --write-docs docs/ops
 
 BENCH_STAMP  := $(VENV)/.bench-installed
 BENCH_ARGS   ?=

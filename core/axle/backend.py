@@ -162,6 +162,23 @@ def _ask(predicate: Predicate, node: Node) -> str | None:
 
 
 @dataclass(frozen=True)
+class LoweringEntry:
+    """One place where a backend lowers an op, for ``axle explain-op`` (optional, see
+    :meth:`Backend.lowering_entries`).
+
+    ``what`` says how, in one line. ``where`` names the code: a function, method or class
+    as ``"package.module:Name.attr"`` (``".module:Name"`` is relative to the backend's
+    package) or the object itself; its source is shown. With ``key`` (an ``Op``), ``where``
+    names a dict keyed by op and only the entry for ``key`` is shown, with the functions it
+    runs; a dict without that key is left out, so a backend may list every table an op
+    could be in. Names are resolved when explain-op runs: listing them imports nothing."""
+
+    what: str
+    where: str | object
+    key: Op | None = None
+
+
+@dataclass(frozen=True)
 class CompileOptions:
     """Options the core passes to ``Backend.compile``."""
 
@@ -250,3 +267,9 @@ class Backend(abc.ABC):
 
     def synchronize(self, device: Device) -> None:
         """Waits until all work queued on ``device`` has finished."""
+
+    def lowering_entries(self, op: Op) -> Sequence[LoweringEntry]:
+        """Where and how this backend lowers ``op``: its op-table entries and the functions
+        that emit the code, shown by ``axle explain-op`` and docs/ops/. Optional; the
+        default (empty) reads "not described"."""
+        return []

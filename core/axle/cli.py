@@ -14,6 +14,8 @@ from .explain_cli import add_arguments, run_explain
 from .registry import REGISTRY
 from .scaffold import new_backend
 
+from .explain_op import main as explain_op_main
+
 
 def cmd_devices(args: argparse.Namespace) -> int:
     """Lists installed backends, their devices, and why a backend is unavailable."""
@@ -43,6 +45,18 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     """What the compiler does with FILE.py:fn for the given argument types (see axle.explain)."""
     return run_explain(args)
+
+
+def cmd_explain_op(args: argparse.Namespace) -> int:
+    """One op's whole story (see axle.explain_op); --write-docs DIR writes docs/ops/."""
+    return explain_op_main(args.name, args.write_docs)
+
+
+def _explain_op_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", default=None,
+                   help="the op: its IR name (tanh, reduce, dot) or enum name (exp, dot_general)")
+    p.add_argument("--write-docs", metavar="DIR", default=None,
+                   help="write DIR/<op>.md for every op and DIR/README.md (make docs-ops: docs/ops)")
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -100,6 +114,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "doctor": (cmd_doctor, "check every installed backend and say why one does not work"),
     "new-backend": (cmd_new_backend, "create a new backend from the template: NAME [DIR]"),
     "explain": (cmd_explain, "show the optimized module, fusions, buffers, placement and kernel code of a function"),
+    "explain-op": (cmd_explain_op, "show an op's rules, tables and each backend's claim and lowering: NAME"),
     "trace": (cmd_trace, "validate a timeline file and summarize it"),
 }
 #: subcommands that take arguments: name -> function adding them to its parser
@@ -107,6 +122,7 @@ ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "doctor": _doctor_args,
     "new-backend": _new_backend_args,
     "explain": _explain_args,
+    "explain-op": _explain_op_args,
     "trace": _trace_args,
 }
 

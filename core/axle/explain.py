@@ -8,14 +8,13 @@ backend's buffer assignment reports, plus every value written to memory between
 kernels); where each kernel runs (placement, fallbacks to the host); and the code the
 backend generated. ``Explanation.to_html()`` adds the pass-by-pass graph pictures.
 
-The reasons for unfused neighbours come from the fusion pass when it records them
-(``module`` attribute ``fusion_reasons`` or a ``why_not_fused`` function in
-``axle.passes.fusion``); otherwise they are derived here from the op traits and the
-backend's :class:`~axle.passes.policy.FusionPolicy`, and say so.
+The reasons for unfused neighbours are the fusion pass's own records
+(``Module.fusion_records``, :mod:`axle.ir.fusion_record`): explain reads them and never
+re-derives a fusion decision. Placement is the partitioner's (:func:`axle.partition.place_nodes`,
+cost guard included).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +24,15 @@ from .compiler import optimize_for
 from .config import config
 from .explain_html import explanation_html
 from .frontend.jit import Lowered
+from .ir.fusion_record import FusionRecord
 from .ir.module import Computation, Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.dot import module_to_dot
 from .ir.ops import Op
 from .ir.printer import _node_names
-from .partition import host_devices, unsupported_reason
-from .passes import fusion as fusion_pass
+from .partition import host_devices, place_nodes, unsupported_reason
 from .passes import policy_for
+from .passes.fusion import why_alone
 from .passes.pipeline import disabled_passes, run_pass
 from .passes.policy import FusionPolicy
 from .registry import REGISTRY
@@ -54,6 +54,9 @@ class Neighbour:
     name: str
     direction: str  # "producer" (edges are listed under their consumer)
     reason: str
+    #: the fusion pass's reason code (ir.fusion_record.REASON_CODES), "placement" when a
+    #: transfer separates them, "" when no record covers the edge
+    code: str = ""
 
 
 @dataclass
@@ -72,6 +75,8 @@ class Kernel:
     fallback_reason: str = ""
     #: its value is a result of the function (else a temporary read by later kernels)
     is_output: bool = False
+    #: the fusion pass's record of this fusion (None for a lone op, or a fusion it did not form)
+    record: FusionRecord | None = None
 
     @property
     def title(self) -> str:
@@ -93,7 +98,7 @@ class Explanation:
     kernels: list[Kernel]
     report: dict[str, Any]
     kernel_sources: dict[str, str]
-    reasons_source: str  # "fusion pass" or "derived from op traits and the fusion policy"
+    reasons_source: str  # "the fusion pass's records", or why there are none
     policy: FusionPolicy
     #: entry node uid -> device name, for pictures colored by placement
     placement: dict[int, str] = field(default_factory=dict)
@@ -142,8 +147,12 @@ class Explanation:
             lines.append(f"  {k.title}  -> {k.type}  on {k.device}")
             if k.op == Op.FUSION.value:
                 lines.append(f"      {len(k.ops)} ops inside: {', '.join(k.ops)}")
+            if k.record is not None:
+                lines.append(f"      fusion pass: {k.record.kind} fusion %{k.record.fusion} of "
+                             f"{', '.join(k.record.members)}")
             for nb in k.neighbours:
-                lines.append(f"      not fused with {nb.direction} %{nb.name}: {nb.reason}")
+                code = f"[{nb.code}] " if nb.code else ""
+                lines.append(f"      not fused with {nb.direction} %{nb.name}: {code}{nb.reason}")
         lines += ["", "-- buffers --", *self.buffers_text(), "", "-- placement --", *self.placement_text()]
         if source:
             lines += ["", f"-- generated code ({self.device.backend}) --"]
@@ -201,87 +210,33 @@ def _inner_ops(n: Node) -> list[str]:
     return [n.op.value]
 
 
-def _ends_in_reduce(n: Node) -> bool:
-    if n.op is Op.FUSION:
-        root = n.attr["computation"].root
-        roots = root.operands if root.op is Op.TUPLE else (root,)
-        return any(r.traits.reduction for r in roots)
-    return n.traits.reduction
-
-
-def _why_no_row(producer: Node, policy: FusionPolicy) -> str:
-    """Why a row fusion (reduce over trailing axes, broadcast back) did not absorb it."""
-    if not policy.row_fusion:
-        return " (row fusion is off in this backend's policy)"
-    comp_nodes = producer.attr["computation"].nodes if producer.op is Op.FUSION else [producer]
-    for r in (m for m in comp_nodes if m.traits.reduction):
-        rank = len(r.operands[0].shape)
-        axes = tuple(sorted(r.attr["axes"]))
-        if axes != tuple(range(rank - len(axes), rank)):
-            return f" (it reduces axes {list(axes)}; a row fusion needs the trailing axes)"
-    return " (no row fusion fits: the consumer mixes other reductions or shapes)"
-
-
-def _is_dot_kernel(n: Node) -> bool:
-    """A lone dot, or an output fusion (a dot with its epilogue)."""
-    return n.op is Op.DOT_GENERAL or (n.op is Op.FUSION and n.attr["kind"] == "output")
-
-
-def _not_fusible(n: Node) -> bool:
-    if n.op is Op.FUSION:
-        return False
-    return not n.traits.fusible or n.traits.side_effect
-
-
-def _out_shape(n: Node) -> tuple[int, ...] | None:
-    t = n.type
-    return getattr(t, "shape", None)
-
-
-def derived_reason(producer: Node, consumer: Node, users: int, policy: FusionPolicy,
-                   placement: dict[int, str], optimizer_fused: bool = True) -> str:
-    """Why the fusion pass would keep ``producer`` and ``consumer`` in separate kernels,
-    judged from traits and the policy (the first rule that applies)."""
-    dp, dc = placement.get(producer.uid), placement.get(consumer.uid)
-    if dp and dc and dp != dc:
-        return f"they run on different devices ({dp} vs {dc}); a transfer separates them"
-    for n in (producer, consumer):
-        if _not_fusible(n):
-            return f"{n.op.value} is never fused (not fusible / side effects): it is a kernel of its own"
-    if _is_dot_kernel(producer):
-        if policy.dot_epilogue:
-            return "the dot could take an elementwise epilogue, but this consumer is not a pure elementwise op on its result"
-        return "a dot stays its own kernel: this backend's fusion policy has dot_epilogue=False"
-    if _is_dot_kernel(consumer):
-        return "a dot reads its operands tile by tile, several times each; producers are not inlined into it"
-    if _ends_in_reduce(producer):
-        if users > 1:
-            return (f"the producer ends in a reduction and has {users} consumers: a reduction is never "
-                    f"recomputed in several kernels, so its result goes through memory")
-        return "the producer ends in a reduction: its consumers need the finished result" + _why_no_row(producer, policy)
-    size = len(_inner_ops(producer)) + len(_inner_ops(consumer))
-    if size > policy.max_fusion_nodes:
-        return f"together they have {size} ops, more than max_fusion_nodes={policy.max_fusion_nodes}"
-    if users > 1 and not (producer.op is not Op.FUSION and producer.traits.cheap):
-        return (f"the producer has {users} consumers; fusing it into each would recompute it "
-                f"(it is not cheap enough to duplicate)")
-    ps, cs = _out_shape(producer), _out_shape(consumer)
-    if ps is not None and cs is not None and ps != cs and not _ends_in_reduce(consumer):
-        return f"different iteration shapes ({list(ps)} vs {list(cs)})"
-    if not optimizer_fused:
-        return "the optimizer formed no fusions in this module (optimizer off, or not in this build)"
-    return "no rule derived here forbids it: the fusion pass chose to keep them apart"
-
-
-def _pass_reasons(module: Module) -> Callable[[Node, Node], str | None] | None:
-    """The fusion pass's own explanation, when it offers one."""
-    recorded = getattr(module, "fusion_reasons", None)
-    if isinstance(recorded, dict):
-        return lambda p, c: recorded.get((p.uid, c.uid))
-    fn = getattr(fusion_pass, "why_not_fused", None)
-    if fn is None:
-        return None
-    return lambda p, c: fn(module, p, c)
+def recorded_reason(module: Module, producer: Node, consumer: Node) -> tuple[str, str] | None:
+    """The fusion pass's (code, sentence) for why entry kernels ``producer`` and
+    ``consumer`` are apart, read from the records (None when no record covers the edge):
+    the consumer fusion's producer entry for the parameter the value enters through, else
+    the producer fusion's consumer entry for the output the consumer reads, else, between
+    two lone ops of a module the pass fused, why it left one of them alone."""
+    rec = module.fusion_record(consumer)
+    if rec is not None:
+        comp = consumer.attr["computation"]
+        ports = {comp.parameters[i].name for i, o in enumerate(consumer.operands)
+                 if producer in _through_plumbing_up(o)}
+        for nf in rec.reasons("producer"):
+            if nf.port in ports:
+                return nf.code, nf.text
+    rec = module.fusion_record(producer)
+    if rec is not None:
+        outs = {str(o.attr["index"]) if o.op is Op.GET_TUPLE_ELEMENT else "0"
+                for o in consumer.operands if producer in _through_plumbing_up(o)}
+        ops = set(_inner_ops(consumer)) if consumer.op is Op.FUSION else {consumer.op.value}
+        for nf in rec.reasons("consumer"):
+            if nf.port in outs and nf.neighbour in ops:
+                return nf.code, nf.text
+    if module.fusion_records and producer.op is not Op.FUSION and consumer.op is not Op.FUSION:
+        why = why_alone(consumer) or why_alone(producer)
+        if why is not None:
+            return why.code, why.text
+    return None
 
 
 # -- gathering ------------------------------------------------------------------------
@@ -299,19 +254,17 @@ def _through_plumbing_up(n: Node) -> list[Node]:
     return [n]
 
 
-def _unsupported_reason(caps: Capabilities, node: Node) -> str:
-    """The partitioner's words for why ``caps`` does not cover ``node``, when it has them."""
-    return unsupported_reason(caps, node) or ""
-
-
-def placement_of(module: Module, device: Device, caps: Capabilities) -> dict[int, str]:
-    """Where each entry kernel runs: on ``device`` when its capabilities cover the node,
-    else on the host reference backend (what the partitioner does)."""
-    out: dict[int, str] = {}
-    host = host_device_name(device)
-    for n in module.entry.nodes:
-        out[n.uid] = device.name if caps.supports(n) else host
-    return out
+def placement(module: Module, device: Device, caps: Capabilities) -> tuple[dict[int, str], dict[int, str]]:
+    """Where each entry kernel runs and why each one off ``device`` is: the partitioner's
+    decision (:func:`axle.partition.place_nodes`, its cost guard included) as device names;
+    nodes it does not place (parameters, constants, tuples) are on ``device``."""
+    hosts = host_devices(device)
+    host = hosts[0] if hosts else Device(HOST.split(":")[0], 0)
+    _, place, why = place_nodes(module, device, caps, host)
+    names = {n.uid: place[n.uid].name if n.uid in place else device.name for n in module.entry.nodes}
+    # the device's own words for a node it refuses; the cost guard's for one it moved
+    reasons = {n.uid: unsupported_reason(caps, n) or why[n.uid] for n in module.entry.nodes if n.uid in why}
+    return names, reasons
 
 
 def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
@@ -358,10 +311,9 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     sources = dict(compiled.executable.kernel_sources()) if source else {}
     policy = policy_for(backend, device)
     caps = backend.capabilities(device)
-    placement = placement_of(optimized, device, caps)
+    where, off_device = placement(optimized, device, caps)
     summary_fn = getattr(compiled, "placement", None)  # the partitioner's summary, when present
     summary = summary_fn() if callable(summary_fn) else None
-    pass_reason = _pass_reasons(optimized)
 
     comp = optimized.entry
     names = _node_names(comp)
@@ -373,15 +325,19 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
                 if n not in consumers[p.uid]:
                     consumers[p.uid].append(n)
 
-    def reason(p: Node, c: Node) -> str:
-        if pass_reason is not None:
-            r = pass_reason(p, c)
-            if r:
-                return r
-        return derived_reason(p, c, len(consumers[p.uid]), policy, placement, fused_any)
+    recorded = bool(optimized.fusion_records)
+
+    def neighbour(p: Node, c: Node) -> Neighbour:
+        if where[p.uid] != where[c.uid]:
+            return Neighbour(names[p.uid], "producer", f"they run on different devices ({where[p.uid]} vs "
+                                                       f"{where[c.uid]}); a transfer separates them", "placement")
+        r = recorded_reason(optimized, p, c)
+        if r is None:
+            return Neighbour(names[p.uid], "producer", "no fusion record covers this edge" if recorded
+                             else "the fusion pass made no records for this module (optimizer off, or nothing to fuse)")
+        return Neighbour(names[p.uid], "producer", r[1], r[0])
 
     outputs = {k.uid for k in _through_plumbing_up(comp.root)}
-    fused_any = any(n.op is Op.FUSION for n in launched)
     kernels: list[Kernel] = []
     for n in launched:
         # Each producer->consumer edge is explained once, under the consumer.
@@ -390,17 +346,17 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
             for p in _through_plumbing_up(o):
                 if p not in producers:
                     producers.append(p)
-        neighbours = [Neighbour(names[p.uid], "producer", reason(p, n)) for p in producers]
+        neighbours = [neighbour(p, n) for p in producers]
         kernels.append(Kernel(
             name=names[n.uid], op=n.op.value, kind=n.attr["kind"] if n.op is Op.FUSION else "op",
-            ops=_inner_ops(n), type=str(n.type), bytes_out=n.type.nbytes, device=placement[n.uid],
-            neighbours=neighbours, is_output=n.uid in outputs,
-            fallback_reason="" if placement[n.uid] == device.name else _unsupported_reason(caps, n)))
+            ops=_inner_ops(n), type=str(n.type), bytes_out=n.type.nbytes, device=where[n.uid],
+            neighbours=neighbours, is_output=n.uid in outputs, record=optimized.fusion_record(n),
+            fallback_reason=off_device.get(n.uid, "")))
     return Explanation(
         function=lowered.module.name, device=device, traced=lowered.module, optimized=optimized,
         stages=_stages(lowered, optimized), kernels=kernels, report=report, kernel_sources=sources,
-        reasons_source="fusion pass" if pass_reason is not None else "derived from op traits and the fusion policy",
-        policy=policy, placement=placement, placement_summary=str(summary) if summary is not None else None,
+        reasons_source="the fusion pass's records" if recorded else "none: the fusion pass made no records",
+        policy=policy, placement=where, placement_summary=str(summary) if summary is not None else None,
         notes=notes)
 
 

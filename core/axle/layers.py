@@ -32,8 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("compiler", ("axle.compiler", "axle.placement")),
     ("frontend", ("axle.frontend", "axle.numpy", "axle.lax", "axle.nn", "axle.random", "axle.autodiff",
                   "axle.optimizers", "axle.recompile")),
-    ("tools", ("axle", "axle.__main__", "axle.explain", "axle.explain_cli", "axle.explain_html", "axle.doctor",
-               "axle.cli", "axle.scaffold", "axle.testing", "axle.layers")),
+    ("tools", ("axle", "axle.__main__", "axle.explain", "axle.explain_cli", "axle.explain_html", "axle.explain_op",
+               "axle.source_refs", "axle.doctor", "axle.cli", "axle.scaffold", "axle.testing", "axle.layers")),
 )
 
 #: Imports allowed inside a function: (importing module, imported module, why it is lazy).

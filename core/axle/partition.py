@@ -198,7 +198,30 @@ class Cluster:
 
 
 def _is_shape_only(n: Node) -> bool:
+    if n.op is Op.FUSION:  # an optimized module's fusion of movement ops only
+        return all(_is_shape_only(m) for m in n.attr["computation"].nodes)
     return n.traits.movement or n.op in (Op.IOTA, Op.GET_TUPLE_ELEMENT) or n.op in _FREE
+
+
+def place_nodes(module: Module, device: Device, caps: Capabilities, host: Device
+                ) -> tuple[list[Node], dict[int, Device], dict[int, str]]:
+    """Where the partitioner runs each placed entry node (steps 1 and 3 of
+    :func:`partition`), and why each node not on ``device`` is not: the placed nodes, their
+    devices and the reasons. ``axle explain`` shows this very placement."""
+    nodes = [n for n in module.entry.nodes if n.op not in _FREE]
+    place: dict[int, Device] = {}
+    why: dict[int, str] = {}
+    for n in nodes:
+        if n.op is Op.GET_TUPLE_ELEMENT:  # stays with the tuple it reads
+            place[n.uid] = place[n.operands[0].uid]
+            continue
+        reason = unsupported_reason(caps, n)
+        place[n.uid] = host if reason else device
+        if reason:
+            why[n.uid] = f"{n.op.value}: {reason}"
+    for uid in _cost_guard(_phase_clusters(nodes, place), nodes, place, host):
+        why[uid] = "cost guard: shape-only ops between host ops stay on the host"
+    return nodes, place, why
 
 
 def partition(module: Module, device: Device, caps: Capabilities, host: Device) -> list[Cluster]:
@@ -212,23 +235,8 @@ def partition(module: Module, device: Device, caps: Capabilities, host: Device) 
        to the host (then the phases are recomputed).
     4. Greedy merging of same-placement clusters while that creates no cycle.
     """
-    nodes = [n for n in module.entry.nodes if n.op not in _FREE]
-    place: dict[int, Device] = {}
-    why: dict[int, str] = {}
-    for n in nodes:
-        if n.op is Op.GET_TUPLE_ELEMENT:  # stays with the tuple it reads
-            place[n.uid] = place[n.operands[0].uid]
-            continue
-        reason = unsupported_reason(caps, n)
-        place[n.uid] = host if reason else device
-        if reason:
-            why[n.uid] = f"{n.op.value}: {reason}"
+    nodes, place, why = place_nodes(module, device, caps, host)
     members = _phase_clusters(nodes, place)
-    guarded = _cost_guard(members, nodes, place, host)
-    for uid in guarded:
-        why[uid] = "cost guard: shape-only ops between host ops stay on the host"
-    if guarded:
-        members = _phase_clusters(nodes, place)
     where = {n.uid: c for c, ns in members.items() for n in ns}
     _greedy_merge(members, where, nodes, place)
     order = _topo(members, _edges(members, where, nodes))

@@ -13,13 +13,14 @@ import axle
 import axle.numpy as anp
 from axle.backend import Capabilities
 from axle.cli import main
-from axle.explain import derived_reason, host_device_name, placement_of
+from axle.explain import host_device_name, placement, recorded_reason
 from axle.frontend.jit import Lowered
 from axle.frontend.pytree import flatten
 from axle.ir.builder import Builder, make_node
 from axle.ir.ops import CORE_PRIMITIVES, Op
 from axle.ir import dot as dotmod
-from axle.passes.policy import FusionPolicy
+from axle.partition import host_devices, partition
+from axle.passes import optimize
 from axle.testing import require_backend
 
 DEV = "interpreter:0"
@@ -91,9 +92,10 @@ def test_mnist_step_explained():
     assert len(expl.kernels) == report["kernels"]
     dots = [k for k in expl.kernels if "dot" in k.ops]
     assert len(dots) == 2  # forward logits and the weight gradient
-    # the interpreter's policy keeps dots apart from their elementwise neighbours
-    reasons = [nb.reason for k in expl.kernels for nb in k.neighbours if nb.name in {d.name for d in dots}]
-    assert reasons and all("dot_epilogue=False" in r for r in reasons)
+    # dots stay apart from their elementwise neighbours, and explain says so from the records
+    reasons = [nb for k in expl.kernels for nb in k.neighbours if nb.name in {d.name for d in dots}]
+    assert reasons and all(nb.code == "contraction" and "epilogue fusion is not done" in nb.reason for nb in reasons)
+    assert expl.reasons_source == "the fusion pass's records"
     assert sum(k.is_output for k in expl.kernels) == 3  # new w, new b, loss
     assert any(k.kind == "row" for k in expl.kernels)  # the softmax, a row at a time
     assert len(expl.kernels) < len([n for n in expl.traced.entry.nodes if n.op not in (Op.PARAMETER, Op.CONSTANT)])
@@ -102,30 +104,47 @@ def test_mnist_step_explained():
     assert "temporaries (kernel results read by later kernels)" in text
 
 
-def test_reasons_derived_from_traits_and_policy():
+def _softmax_twice(x):
+    """A row-sum read by two kernels: the division and a second, column reduction."""
+    e = anp.exp(x)
+    s = anp.sum(e, axis=1, keepdims=True)
+    return e / s, anp.sum(s * s, axis=0)
+
+
+def test_explain_prints_the_fusion_pass_records():
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    expl = _explain(_softmax_twice, x)
+    recorded = {r.fusion: r for r in expl.optimized.fusion_records}
+    text = expl.text(source=False)
+    for k in expl.kernels:
+        if k.op == "fusion":  # every fusion the pass formed has its record, shown
+            assert k.record is recorded[k.record.fusion] and k.record.kind == k.kind
+            assert f"fusion pass: {k.kind} fusion %{k.record.fusion} of {', '.join(k.record.members)}" in text
+        for nb in k.neighbours:
+            assert nb.code and f"not fused with producer %{nb.name}: [{nb.code}] {nb.reason}" in text
+    codes = {nb.code for k in expl.kernels for nb in k.neighbours}
+    assert "duplicate-reduction" in codes or "multiple-consumers" in codes
+
+
+def test_recorded_reason_reads_both_sides_of_an_edge():
     b = Builder("r")
     x = b.parameter("f32[4,8]")
     w = b.parameter("f32[8,8]")
-    e = b.op(Op.EXP, x)
-    d = b.op(Op.DOT_GENERAL, e, w, lhs_contracting=(1,), rhs_contracting=(0,), lhs_batch=(), rhs_batch=())
-    r = b.op(Op.REDUCE, d, axes=(1,), kind="sum")
-    n = b.op(Op.NEG, r)
-    pol = FusionPolicy()
-    assert "dot_epilogue=False" in derived_reason(d, n, 1, pol, {})
-    assert "tile" in derived_reason(e, d, 1, pol, {})
-    assert "reduction" in derived_reason(r, n, 1, pol, {})
-    col = b.op(Op.REDUCE, e, axes=(0,), kind="sum")
-    assert "axes [0]; a row fusion needs the trailing axes" in derived_reason(col, b.op(Op.NEG, col), 1, pol, {})
-    assert "row fusion is off" in derived_reason(r, n, 1, FusionPolicy(row_fusion=False), {})
-    assert "different devices (cpu:0 vs interpreter:0)" in derived_reason(e, n, 1, pol, {e.uid: "cpu:0", n.uid: "interpreter:0"})
-    assert "3 consumers" in derived_reason(e, n, 3, pol, {})
-    assert "reduction and has 2 consumers" in derived_reason(r, n, 2, pol, {})
-    assert "max_fusion_nodes=1" in derived_reason(e, n, 1, FusionPolicy(max_fusion_nodes=1), {})
-    bc = b.op(Op.BROADCAST_IN_DIM, b.op(Op.NEG, x), shape=(2, 4, 8), broadcast_dimensions=(1, 2))
-    assert "different iteration shapes" in derived_reason(e, bc, 1, pol, {})
+    d = b.op(Op.DOT_GENERAL, b.op(Op.EXP, x), w, lhs_contracting=(1,), rhs_contracting=(0,), lhs_batch=(), rhs_batch=())
+    m = optimize(b.build(b.op(Op.NEG, d)))
+    fusions = [n for n in m.entry.nodes if n.op is Op.FUSION]
+    dot = next(n for n in m.entry.nodes if n.op is Op.DOT_GENERAL)
+    (exp_f,) = [f for f in fusions if f in dot.operands]
+    (neg_f,) = [f for f in fusions if dot in f.operands]
+    # exp -> dot: only the producer is a fusion (its consumer entry); dot -> neg: the consumer's
+    assert recorded_reason(m, exp_f, dot)[0] == "contraction"
+    assert recorded_reason(m, dot, neg_f)[0] == "contraction"
+    # a module the pass did not fuse has no records, and explain invents none
+    unfused = b.build(b.op(Op.NEG, d))
+    assert unfused.fusion_records == () and recorded_reason(unfused, d, d) is None
 
 
-def test_placement_of_follows_capabilities():
+def test_placement_follows_capabilities():
     no_exp = Capabilities(ops=CORE_PRIMITIVES - {Op.EXP})
 
     def f(x):
@@ -133,11 +152,32 @@ def test_placement_of_follows_capabilities():
 
     m = axle.jit(f).lower(np.ones(8, np.float32)).module
     accel = axle.Device("accel", 0, kind="accelerator")  # a device without exp
-    placed = placement_of(m, accel, no_exp)
+    placed, why = placement(m, accel, no_exp)
     exp_node = next(n for n in m.entry.nodes if n.op is Op.EXP)
     add_node = next(n for n in m.entry.nodes if n.op is Op.ADD)
     assert placed[add_node.uid] == "accel:0"
     assert placed[exp_node.uid] == host_device_name(accel) != "accel:0"
+    assert "not in the device's capabilities" in why[exp_node.uid]
+
+
+def test_placement_is_the_partitioners_cost_guard_included():
+    """A reshape between two host ops stays on the host (the partitioner's cost guard);
+    explain used to place it on the device because the device claims reshape."""
+    no_exp = Capabilities(ops=CORE_PRIMITIVES - {Op.EXP})
+
+    def f(x):
+        return anp.exp(anp.exp(x).reshape(2, 4))
+
+    m = axle.jit(f).lower(np.ones(8, np.float32)).module
+    accel = axle.Device("accel", 0, kind="accelerator")
+    placed, why = placement(m, accel, no_exp)
+    reshape = next(n for n in m.entry.nodes if n.op is Op.RESHAPE)
+    host = host_devices(accel)[0]
+    clusters = partition(m, accel, no_exp, host)
+    on = {n.uid: c.device.name for c in clusters for n in c.nodes}
+    assert on[reshape.uid] == host.name
+    assert {u: placed[u] for u in on} == on
+    assert why[reshape.uid].startswith("cost guard")
 
 
 def test_fallbacks_on_a_partial_backend():
@@ -193,7 +233,9 @@ def test_fusion_kernel_and_html_report():
     assert "3 ops inside: multiply, add, reduce" in str(expl)
     assert fusion.neighbours == []  # its producers are parameters
     (nb,) = expl.kernels[1].neighbours
-    assert nb.name == "fusion" and nb.direction == "producer" and "reduction" in nb.reason
+    # a fusion written by hand has no record of the fusion pass, and explain invents no reason
+    assert nb.name == "fusion" and nb.direction == "producer" and nb.code == ""
+    assert "made no records" in nb.reason and expl.reasons_source.startswith("none")
     page = expl.to_html()
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     assert "%fusion (input) [add, multiply, reduce]" in page

@@ -48,7 +48,7 @@ SINGLE_PASSES = {
     "cse": CSE,
     "dce": DCE,
     "fusion": Fusion,
-    "fusion-dot-epilogue-no-row": lambda: Fusion(FusionPolicy(dot_epilogue=True, row_fusion=False)),
+    "fusion-no-row-low-cost": lambda: Fusion(FusionPolicy(row_fusion=False, max_inline_cost=40)),
     "fusion-tiny-no-dup-no-mof": lambda: Fusion(FusionPolicy(max_fusion_nodes=3, duplicate_cheap=False,
                                                              multi_output=False)),
 }
@@ -77,7 +77,7 @@ class _Backend:
         return self.policy
 
 
-POLICIES = [None, FusionPolicy(dot_epilogue=True), FusionPolicy(row_fusion=False, multi_output=False),
+POLICIES = [None, FusionPolicy(max_inline_cost=40), FusionPolicy(row_fusion=False, multi_output=False),
             FusionPolicy(max_fusion_nodes=4, duplicate_cheap=False, max_fused_constant_elements=100)]
 
 

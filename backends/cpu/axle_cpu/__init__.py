@@ -11,11 +11,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
+                          LoweringEntry)
 from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
 from axle.lru import LRU
 from axle.ir.module import Module
+from axle.ir.opcodes import Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
@@ -23,6 +25,21 @@ __all__ = ["CpuBackend", "CpuExecutable"]
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
+
+#: Where ops are lowered, for `axle explain-op` (names resolve only when it runs): every
+#: op's entry in the emitter's table, plus the kernels and host steps some ops get
+_LOWERING_TABLE = ".emitter:LOWERING"
+_LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
+    Op.REDUCE: (("partial results combined per reduce kind (float sums and products reassociable)",
+                 ".emitter:_COMBINE"),),
+    Op.DOT_GENERAL: (("a dot on its own: the GEMM kernel (register tiles, vectorized)", ".gemm:GemmSpec"),
+                     ("the GEMM kernel's emitter", ".gemm:emit"),
+                     ("a float dot under --cpu_blas=true: NumPy's BLAS as a host step", ".plan:matmul_host")),
+    Op.CONVERT: (("element conversion with the interpreter's rules (float->int saturates, NaN->0)",
+                  ".emitter:convert_value"),),
+    Op.FUSION: (("a fusion is one kernel: a loop nest of its kind over the fused ops", ".emitter:KernelEmitter"),),
+    Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
+}
 
 
 class CpuBackend(Backend):
@@ -100,6 +117,10 @@ class CpuBackend(Backend):
             for k, spec in missing:
                 out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name, text))
         return out
+
+    def lowering_entries(self, op: Op) -> list[LoweringEntry]:
+        return [LoweringEntry("LLVM IR for one element, from the emitter's op table", _LOWERING_TABLE, op),
+                *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ()))]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
         from .memory import POOL

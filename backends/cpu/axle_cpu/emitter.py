@@ -17,6 +17,7 @@ its reductions once per row and an ``input`` fusion's broadcast operands load on
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
+from axle.lowering.schedule import Schedule, outputs_of, schedule
 
 from . import mathfns as M
 from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
@@ -49,45 +51,29 @@ class KernelSpec:
     comp: Computation
     kind: str  # loop / input / row (fusion kinds); single ops get loop or input
 
+    @functools.cached_property
+    def schedule(self) -> Schedule:
+        """The shared schedule (axle.lowering.schedule): form, index space, loop sizes."""
+        return schedule(self.comp, self.kind)
+
     @property
     def outputs(self) -> list[Node]:
-        r = self.comp.root
-        return list(r.operands) if r.op is Op.TUPLE else [r]
+        return list(outputs_of(self.comp))
 
     @property
     def iter_shape(self) -> tuple[int, ...]:
-        """The index space walked: row fusions walk the full shape their reductions read
-        (whatever the outputs' shapes); other kernels their largest output (the first of
-        equal size). Every other output holds one element per row (see output_index)."""
-        if self.kind == "row":
-            full = [n.operands[0].shape for n in self.comp.nodes if n.op is Op.REDUCE and n.attr["axes"]]
-            if full:
-                return full[0]
-        return max(self.outputs, key=lambda o: math.prod(o.shape)).shape
+        """The index space walked; every output not of this shape holds one element per
+        row (see output_index)."""
+        return self.schedule.iter_shape
 
     @property
     def flat(self) -> bool:
-        """Pure elementwise over one shape: walk it as a flat 1-D range."""
-        s = self.iter_shape
-        for n in self.comp.nodes:
-            if n.op is Op.TUPLE:
-                continue
-            if n.op in (Op.PARAMETER, Op.CONSTANT) or n.traits.elementwise:
-                if n.shape != s and not (n.op is Op.CONSTANT and n.shape == ()):
-                    return False
-            elif not (n.op is Op.BROADCAST_IN_DIM and n.operands[0].shape == ()):
-                return False
-        return all(o.shape == s for o in self.outputs)
+        return self.schedule.flat
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
         """(outer rows, inner columns) of the loop nest."""
-        s = self.iter_shape
-        if self.flat:
-            return 1, math.prod(s)
-        if not s:
-            return 1, 1
-        return math.prod(s[:-1]), s[-1]
+        return self.schedule.rows, self.schedule.cols
 
     #: rows up to this long are walked whole (constant trip count), never split by column
     SHORT_ROW = 64
@@ -105,29 +91,14 @@ class KernelSpec:
 
     @property
     def column_reduce(self) -> bool:
-        """Reductions that keep the operand's last axis (column sums, bias gradients): the
-        kernel walks the reduced axes outside and the columns inside, so memory streams
-        (see KernelEmitter.build_columns)."""
-        outs = self.outputs
-        if self.kind != "input" or not all(o.op is Op.REDUCE and o.attr["axes"] for o in outs):
-            return False
-        forms = {(o.operands[0].shape, tuple(sorted(o.attr["axes"]))) for o in outs}
-        if len(forms) != 1:
-            return False
-        shape, axes = forms.pop()
-        return len(shape) >= 2 and len(shape) - 1 not in axes and shape[-1] > 1
+        """The schedule's column form: the kernel walks the reduced axes outside and the
+        columns inside, so memory streams (see KernelEmitter.build_columns)."""
+        return self.schedule.column
 
     @property
     def split_reduce_size(self) -> int:
-        """Extent of the first reduced axis of the root reductions (0: not splittable)."""
-        outs = self.outputs
-        if not all(o.op is Op.REDUCE and o.attr["axes"] for o in outs):
-            return 0
-        first = {(o.operands[0].shape, min(o.attr["axes"])) for o in outs}
-        if len(first) != 1:
-            return 0
-        shape, ax = first.pop()
-        return shape[ax]
+        """Extent of the axis a big reduction splits along across threads (0: none)."""
+        return self.schedule.split_extent
 
 
 class _Unsupported(BackendError):

@@ -118,10 +118,8 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
                 spec = _spec(kernels, launch.computation, "gemm", label, vector_bits)
                 steps.append(KernelStep(spec, ins, outs, types, label))
             continue
-        # a fused dot's epilogue ("output") is computed inline per output element
-        kind = "loop" if launch.kind == "output" else launch.kind
         comp = launch.computation
-        spec = _spec(kernels, comp, kind, label)
+        spec = _spec(kernels, comp, launch.kind, label)
         outer, _ = spec.loop_sizes
         if outer == 0 and any(t.size for t in types):
             # Non-empty per-row outputs over an empty row space: the loop nest would

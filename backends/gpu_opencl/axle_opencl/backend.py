@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
+                          LoweringEntry)
 from axle.errors import BackendError
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype as to_dtype
 from axle.ir.module import Module
@@ -21,6 +22,34 @@ from .forking import check_not_forked, keep_forever, note_initialized
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
+
+#: the expression tables of elementwise ops: the shared C renderer's (axle.lowering.c), in
+#: this backend's dialect, then the dialect's per-op replacements (PoCL fixes)
+_EXPRESSION_TABLES = tuple((f"C expression ({t.lower().replace('_', ' ')})", f"axle.lowering.c:{t}") for t in (
+    "FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")) + (
+    ("PoCL fix: replaces the float unary expression", ".render:CL.float_unary_override"),)
+#: kernels and helpers beyond the per-op rule and expression tables
+_LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
+    Op.TANH: (("float32 vectors: the shared rational fit (the builtin tanh does not vectorize on PoCL)",
+               ".values:Renderer._vector_tanh"),),
+    Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
+    Op.REDUCE: (("a reduction kernel: work-groups over the reduced axes, split in two passes when long",
+                 ".kernels:group_reduce_kernel"),
+                ("partial results combined per reduce kind", ".values:combine")),
+    Op.DOT_GENERAL: (("a dot on its own, GPU strategy: local-memory tiles", ".dots:dot_kernel"),
+                     ("a dot on its own, CPU strategy: register blocks over vector types", ".dots:dot_kernel_cpu")),
+    Op.FUSION: (("a loop or row fusion: one work-item per element or row", ".kernels:map_kernel"),
+                ("an input fusion ending in reductions", ".kernels:group_reduce_kernel")),
+}
+
+
+def lowering_entries(op: Op) -> list[LoweringEntry]:
+    """Where this backend lowers ``op`` (for `axle explain-op`; names resolve only when it
+    runs): the kernel-body rule, the expression tables, then kernels some ops get."""
+    return [LoweringEntry("kernel-body rule (values.py)", ".values:_RULES", op),
+            *(LoweringEntry(what, where, op) for what, where in _EXPRESSION_TABLES),
+            *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ())),
+            LoweringEntry("the OpenCL C dialect, with PoCL's fixes", ".render:CL")]
 
 
 def _enumerate() -> list[tuple[int, int, Any, Any]]:
@@ -123,6 +152,9 @@ class OpenCLBackend(Backend):
 
     def fusion_policy(self) -> FusionPolicy:
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+
+    def lowering_entries(self, op: Op) -> list[LoweringEntry]:
+        return lowering_entries(op)
 
     # -- compile -----------------------------------------------------------------
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:

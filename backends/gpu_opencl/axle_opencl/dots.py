@@ -31,7 +31,7 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.lowering.index import row_major_strides
 
-from .ctypes_ import REG, STORAGE, UNSIGNED, identity
+from .render import REG, STORAGE, UNSIGNED, identity
 from .emitter import Emitter
 from .kernels import DeviceInfo, Kernel, _finish, _signature
 from .values import Renderer, acc_dtype, combine, load, reg_type, store
@@ -111,8 +111,8 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
     lines += [f"      const {act} b{j} = Bs[kk][ln + {j * ts}];" for j in range(rn)]
     for i in range(rm):
         for j in range(rn):
-            prod = combine("prod", n.dtype, f"a{i}", f"b{j}", r.helpers)
-            lines.append(f"      c{i}_{j} = {combine('sum', n.dtype, f'c{i}_{j}', prod, r.helpers)};")
+            prod = combine("prod", n.dtype, f"a{i}", f"b{j}")
+            lines.append(f"      c{i}_{j} = {combine('sum', n.dtype, f'c{i}_{j}', prod)};")
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
     for i in range(rm):
         lines.append(f"  {{ const int m = m0 + lm + {i * ts};")

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from axle.lowering.index import row_major_strides
+from axle.lowering import index as ix
 
 
 @dataclass
@@ -65,36 +65,33 @@ class Emitter:
         self.scopes[-1][key] = value
 
     # -- indices -------------------------------------------------------------------
+    # Coordinates and offsets are C expressions here; the maps between them are the
+    # shared index algebra's (axle.lowering.index), bound to int temporaries.
+    def bind(self, e: ix.Ix) -> str:
+        """An index expression as a variable or literal (a temporary shared in scope)."""
+        return self._cached_tmp("int", ix.to_c(e), "c")
+
+    def ix_coords(self, idx: Idx) -> list[ix.Ix]:
+        return [ix.const(int(c)) if c.lstrip("-").isdigit() else ix.var(c) for c in self.coords(idx)]
+
     def coords(self, idx: Idx) -> list[str]:
         if idx.coords is None:
             assert idx.flat is not None
-            strides = row_major_strides(idx.shape)
-            out = []
-            for k, (n, s) in enumerate(zip(idx.shape, strides)):
-                if n == 1:
-                    out.append("0")
-                    continue
-                e = idx.flat if s == 1 else f"({idx.flat} / {s})"
-                if k > 0 and any(d != 1 for d in idx.shape[:k]):
-                    e = f"({e} % {n})"
-                out.append(self._cached_tmp("int", e, "c"))
-            idx.coords = out
+            flat = ix.const(int(idx.flat)) if idx.flat.isdigit() else ix.var(idx.flat)
+            idx.coords = [self.bind(c) for c in ix.delinearize(flat, idx.shape)]
         return idx.coords
 
     def flat(self, idx: Idx) -> str:
         if idx.flat is None:
             assert idx.coords is not None
-            if math.prod(idx.shape) <= 1:
-                idx.flat = "0"
-            else:
-                terms = [c if s == 1 else f"{c} * {s}" for c, s, n in
-                         zip(idx.coords, row_major_strides(idx.shape), idx.shape) if n != 1 and c != "0"]
-                idx.flat = self._cached_tmp("int", " + ".join(terms) if terms else "0", "f")
+            idx.flat = "0" if math.prod(idx.shape) <= 1 else self.bind(ix.linearize(self.ix_coords(idx), idx.shape))
         return idx.flat
 
     def _cached_tmp(self, ctype: str, expr: str, prefix: str) -> str:
         if expr.isidentifier() or expr.lstrip("-").isdigit():
             return expr
+        if expr.startswith("(-") and expr.endswith(")") and expr[2:-1].isdigit():
+            return expr  # a negative literal, as ix.to_c prints it
         key = ("expr", expr)
         hit = self.lookup(key)
         if hit is None:

@@ -28,9 +28,8 @@ from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 
-from .ctypes_ import STORAGE, identity
 from .emitter import Emitter, Idx
-from .render import HELPERS
+from .render import STORAGE, identity, program_source
 from .values import Renderer, acc_dtype, combine, horizontal, reg_type, spill_plan, store, vector_ok
 
 INT_MAX = 2**31 - 1
@@ -67,23 +66,16 @@ class Kernel:
     global_size: tuple[int, ...] = (1,)
     local_size: tuple[int, ...] | None = None
     uses_fp64: bool = False
-    helpers: frozenset[str] = frozenset()
     body: str = ""
-
-
-def program_source(body: str, helpers: set[str], fp64: bool) -> str:
-    head = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if fp64 else []
-    head += [HELPERS[h] for h in sorted(helpers)]
-    return "\n".join(head + [body]) + "\n"
 
 
 def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa: ANN001
     """Names the kernel after a hash of its source (identical sources share programs)."""
     body = body_fn("KERNEL")
-    src = program_source(body, r.helpers, r.uses_fp64)
+    src = program_source(body, r.uses_fp64)
     name = "axle_" + hashlib.sha1(src.encode()).hexdigest()[:12]
     return Kernel(name, src.replace("KERNEL", name), what, outs, ins, uses_fp64=r.uses_fp64,
-                  helpers=frozenset(r.helpers), body=body.replace("KERNEL", name), **kw)
+                  body=body.replace("KERNEL", name), **kw)
 
 
 def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]], consts, extra: str) -> str:  # noqa: ANN001
@@ -276,7 +268,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         idx = index(rv)
         for (n, _), a in zip(reduces, targets):
             v = r.value(n.operands[0], idx, w)
-            em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v, r.helpers)};")
+            em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v)};")
 
     dts = {n.dtype for n, _ in reduces}
     w = 0
@@ -304,8 +296,8 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
             em.close()
             r.row = None
             for (n, _), a, va in zip(reduces, accs, vaccs):
-                h = horizontal(em, n.attr["kind"], n.dtype, va, w, r.helpers)
-                em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, h, r.helpers)};")
+                h = horizontal(em, n.attr["kind"], n.dtype, va, w)
+                em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, h)};")
         em.open("for (; rr < re; rr++)")
         accumulate("rr", 1, accs)
         em.close()
@@ -317,7 +309,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
     em.open("if (lid < st)")
     for k, (n, _) in enumerate(reduces):
-        em.line(f"sh{k}[lid] = {combine(n.attr['kind'], n.dtype, f'sh{k}[lid]', f'sh{k}[lid + st]', r.helpers)};")
+        em.line(f"sh{k}[lid] = {combine(n.attr['kind'], n.dtype, f'sh{k}[lid]', f'sh{k}[lid + st]')};")
     em.close()
     em.line("barrier(CLK_LOCAL_MEM_FENCE);")
     em.close()
@@ -332,7 +324,6 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
             v = f"sh{k}[0]"
             if n.dtype is DType.FLOAT16 and n.attr["kind"] in ("sum", "prod"):
                 v = f"axle_rh({v})"
-                r.helpers.add("axle_rh")
             em.line(store(f"out{k}", n.dtype, "g", v))
     em.close()
     pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]

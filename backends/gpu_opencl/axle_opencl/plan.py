@@ -16,6 +16,7 @@ from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
+from axle.lowering.schedule import Schedule, outputs_of, schedule
 
 from .dots import dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, second_pass
@@ -56,48 +57,29 @@ class Plan:
     results: list[tuple[Slot, TensorType]]
 
 
-def _roots(comp: Computation) -> list[Node]:
-    return list(comp.root.operands) if comp.root.op is Op.TUPLE else [comp.root]
-
-
-def _trailing(n: Node) -> bool:
-    axes, rank = n.attr["axes"], len(n.operands[0].shape)
-    return bool(axes) and tuple(axes) == tuple(range(rank - len(axes), rank))
-
-
-def plan_unit(comp: Computation, dev: DeviceInfo) -> list[tuple[Kernel, list[Any], list[Any], dict[int, TensorType]]]:
-    """Kernels for one fused computation. Inputs/outputs name ("param", i) / ("out", k) /
-    ("scratch", j)."""
+def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[tuple[Kernel, list[Any], list[Any], dict[int, TensorType]]]:
+    """Kernels for one launch of the shared plan, by the form of its shared schedule
+    (axle.lowering.schedule). Inputs/outputs name ("param", i) / ("out", k) / ("scratch", j)."""
     for n in comp.nodes:
         if n.op is not Op.PARAMETER:
             check_size(n)
-    outs = [(n, k) for k, n in enumerate(_roots(comp)) if n.tensor_type.size > 0]
+    s = schedule(comp, kind)
+    outs = [(n, k) for k, n in enumerate(s.outputs) if n.tensor_type.size > 0]
     if not outs:
         return []
     nodes = [n for n, _ in outs]
-    if len(outs) == 1 and nodes[0].op is Op.DOT_GENERAL and all(o.op is Op.PARAMETER for o in nodes[0].operands):
+    if s.form == "dot":
         d = nodes[0]
         k = (None if dev.is_gpu else dot_kernel_cpu(d, dev)) or dot_kernel(d, dev)
         k.inputs = [("param", o.attr["index"]) for o in d.operands]
         k.outputs = [("out", outs[0][1], d.tensor_type)]
         return [(k, k.inputs, k.outputs, {})]
-    reduces = [n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"]]
-    # input fusion: every output a reduce of one operand shape over the same axes
-    if all(n.op is Op.REDUCE and n.attr["axes"] for n in nodes) and \
-            len({(n.operands[0].shape, n.attr["axes"]) for n in nodes}) == 1:
-        kept = math.prod(nodes[0].shape)
-        red = math.prod(nodes[0].operands[0].shape[a] for a in nodes[0].attr["axes"])
-        if _use_group_reduce(kept, red, dev):
-            return _group(comp, outs, kept, red, dev)
-    # row fusion: trailing reductions of one row shape, outputs per row or per element
-    if reduces and all(_trailing(r) for r in reduces):
-        kshapes = {r.shape for r in reduces}
-        fulls = {r.operands[0].shape for r in reduces}
-        if len(kshapes) == 1 and len(fulls) == 1:
-            kshape, full = kshapes.pop(), fulls.pop()
-            if all(n.shape in (kshape, full) for n in nodes):
-                k = map_kernel(comp, outs, kshape, dev, pre=reduces)
-                return [(k, k.inputs, k.outputs, {})]
+    if s.form == "reduce" and _use_group_reduce(math.prod(s.row_shape), s.reduced, dev):
+        return _group(comp, s, outs, dev)
+    # a row kernel: per-row values first, then the row's elements (outputs of one shape each)
+    if s.form in ("row", "reduce") and s.trailing and all(n.shape in (s.row_shape, s.iter_shape) for n in nodes):
+        k = map_kernel(comp, outs, s.row_shape, dev, pre=list(s.reduces))
+        return [(k, k.inputs, k.outputs, {})]
     shapes = {n.shape for n in nodes}
     if len(shapes) == 1:
         k = map_kernel(comp, outs, nodes[0].shape, dev)
@@ -115,23 +97,23 @@ def _use_group_reduce(kept: int, red: int, dev: DeviceInfo) -> bool:
     return red >= 1024 and kept < dev.compute_units * 8
 
 
-def _group(comp: Computation, outs: list[tuple[Node, int]], kept: int, red: int, dev: DeviceInfo) -> list:
+def _group(comp: Computation, s: Schedule, outs: list[tuple[Node, int]], dev: DeviceInfo) -> list:
+    """Work-group tree reductions, split in two passes (the schedule's split) when the
+    kept outputs alone leave the device's compute units idle."""
     if dev.is_gpu:
         L = 1 << min(8, int(math.log2(max(1, dev.max_work_group))))
         target = dev.compute_units * 8
     else:
         L = 4 if dev.max_work_group >= 4 else 1
         target = dev.compute_units * 4
-    splits = 1
-    if kept < target:
-        splits = max(1, min(-(-target // kept), red // (L * 2048) or 1))
+    splits = s.split_parts(target, L * 2048)
     k1 = group_reduce_kernel(comp, outs, dev, splits, L)
     if splits == 1:
         return [(k1, k1.inputs, k1.outputs, {})]
     scratch = {j: t for (_, j, t) in k1.outputs}
     k1.outputs = [("scratch", j, t) for (_, j, t) in k1.outputs]
     comp2 = second_pass(outs, splits)
-    k2 = map_kernel(comp2, [(n, j) for n, (_, j) in zip(_roots(comp2), outs)], outs[0][0].shape, dev,
+    k2 = map_kernel(comp2, [(n, j) for n, (_, j) in zip(outputs_of(comp2), outs)], outs[0][0].shape, dev,
                     pre=[n for n in comp2.nodes if n.op is Op.REDUCE])
     k2.inputs = [("scratch", i) for i in range(len(outs))]
     return [(k1, k1.inputs, k1.outputs, scratch), (k2, k2.inputs, k2.outputs, {})]
@@ -147,7 +129,7 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
         elif launch.kind == "custom-call":
             steps.append(HostStep(launch.node, list(launch.inputs), launch.outputs[0]))
         else:
-            for kernel, kin, kout, scratch in plan_unit(launch.computation, dev):
+            for kernel, kin, kout, scratch in plan_unit(launch.computation, launch.kind, dev):
                 inputs = [launch.inputs[v] if kind == "param" else (("const", v) if kind == "const" else ("scratch", v))
                           for kind, v in ((x[0], x[1]) for x in kin)]
                 outputs = [launch.outputs[j] if kind == "out" else ("scratch", j) for kind, j, _ in kout]

@@ -166,9 +166,7 @@ class DeviceRuntime:
             for k in todo.values():
                 self.kernel(k)
             return
-        helpers = frozenset().union(*(k.helpers for k in todo.values()))
-        src = program_source("\n".join(k.body for k in todo.values()), set(helpers),
-                             any(k.uses_fp64 for k in todo.values()))
+        src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()))
         with self._lock:
             try:
                 prg = build_program(self.context, self.cl_device, src)

@@ -23,9 +23,11 @@ from axle.ir.numerics import TANH_F32
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import squeeze
+from axle.lowering import c
+from axle.lowering import index as ix
 
 from . import render
-from .ctypes_ import REG, identity, literal
+from .render import REG, identity, literal
 from .emitter import Emitter, Idx
 
 LANE_NAMES = "0123456789abcdef"
@@ -58,9 +60,9 @@ def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
     return f"{ptr}[{off}] = {value};"
 
 
-def combine(kind: str, dt: DType, a: str, b: str, helpers: set[str]) -> str:
+def combine(kind: str, dt: DType, a: str, b: str) -> str:
     """Expression merging two partial reductions of ``kind`` (f16 partials are f32)."""
-    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b, helpers)
+    return render.binary(REDUCE_KINDS[kind].combiner, acc_dtype(dt), a, b)
 
 
 class Renderer:
@@ -69,7 +71,6 @@ class Renderer:
     def __init__(self, em: Emitter, param_args: dict[int, str]) -> None:
         self.em = em
         self.param_args = param_args  # parameter index -> kernel argument name
-        self.helpers: set[str] = set()
         self.consts: list[tuple[str, np.ndarray]] = []  # (argument name, array)
         self._const_args: dict[int, str] = {}
         self.uses_fp64 = False
@@ -142,19 +143,19 @@ class Renderer:
 
     def _iota(self, n: Node, idx: Idx, lanes: int) -> str:
         c = self.em.coords(idx)[n.attr["dimension"]]
-        return render.convert(c, DType.INT32, n.dtype, self.helpers)
+        return render.convert(c, DType.INT32, n.dtype)
 
     def _convert(self, n: Node, idx: Idx, lanes: int) -> str:
         (x,) = n.operands
-        return render.convert(self.value(x, idx), x.dtype, n.dtype, self.helpers)
+        return render.convert(self.value(x, idx), x.dtype, n.dtype)
 
     def _elementwise(self, n: Node, idx: Idx, lanes: int) -> str:
         args = [self.value(o, idx, lanes) for o in n.operands]
         if lanes > 1 and n.op is Op.TANH:
             return self._vector_tanh(args[0], n.dtype, lanes)
         if len(args) == 1:
-            return render.unary(n.op, n.dtype, args[0], self.helpers)
-        return render.binary(n.op, n.dtype, args[0], args[1], self.helpers)
+            return render.unary(n.op, n.dtype, args[0])
+        return render.binary(n.op, n.dtype, args[0], args[1])
 
     def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
         """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
@@ -178,107 +179,60 @@ class Renderer:
 
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
-        return render.compare(n.attr["direction"], a, b)
+        return c.compare(n.attr["direction"], a, b)
 
     def _select(self, n: Node, idx: Idx, lanes: int) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)
         return f"({p} ? {a} : {b})"
 
-    def _broadcast(self, n: Node, idx: Idx, lanes: int) -> str:
+    def _at(self, x: Node, coords: list[ix.Ix]) -> str:
+        """``x``'s scalar value at index expressions ``coords`` (bound to temporaries)."""
+        return self.value(x, Idx(x.shape, None, [self.em.bind(c) for c in coords]))
+
+    def _movement(self, n: Node, idx: Idx, lanes: int) -> str:
+        """Broadcast, reshape, transpose, slice, reverse: the shared index maps
+        (axle.lowering.index). Vector lanes only through a broadcast of a per-row value or
+        a reshape (checked by vector_ok)."""
         (x,) = n.operands
-        dims = n.attr["broadcast_dimensions"]
         if x.tensor_type.size <= 1:
             return self.value(x, Idx(x.shape, "0", ["0"] * len(x.shape)), lanes)
-        if x.shape == n.shape:
+        if n.op in (Op.BROADCAST_IN_DIM, Op.RESHAPE) and x.shape == n.shape:
             return self.value(x, idx, lanes)
-        if lanes > 1:
-            # vectorized only when x is a per-row value (checked by vector_ok)
+        if n.op is Op.BROADCAST_IN_DIM and lanes > 1:
+            # the splat of one scalar: x is a per-row value
+            dims = n.attr["broadcast_dimensions"]
             assert self.row is not None and all(d < len(self.row[0]) for d in dims), "bad vector broadcast"
             coords = [self.row[1][d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]
             return self.splat(self.value(x, Idx(x.shape, None, coords)), x.dtype, lanes)
-        c = self.em.coords(idx)
-        return self.value(x, Idx(x.shape, None, [c[d] if x.shape[i] != 1 else "0" for i, d in enumerate(dims)]))
-
-    def _reshape(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        if lanes == 1 and idx.coords is not None and squeeze(x.shape) == squeeze(n.shape):
-            # Only unit dims differ: the coordinates map straight across. Besides saving a
-            # flat round trip, this spells a row fusion's per-row value (reduce -> reshape
-            # -> broadcast) at the same coordinates as the row loop that computed it, so
-            # the output loop finds it instead of recomputing the reduction from a spill
-            # buffer it is overwriting (random_module(400027, 28)).
-            it = iter([c for c, d in zip(idx.coords, n.shape) if d != 1])
-            return self.value(x, Idx(x.shape, None, [next(it) if d != 1 else "0" for d in x.shape]), lanes)
-        return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
-
-    def _transpose(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = self.em.coords(idx)
-        oc = [""] * len(c)
-        for i, p in enumerate(n.attr["permutation"]):
-            oc[p] = c[i]
-        return self.value(x, Idx(x.shape, None, oc))
-
-    def _slice(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = self.em.coords(idx)
-        oc = []
-        for ci, s, st in zip(c, n.attr["start"], n.attr["stride"]):
-            e = ci if st == 1 else f"{ci} * {st}"
-            oc.append(e if s == 0 else f"({e} + {s})")
-        return self.value(x, Idx(x.shape, None, oc))
-
-    def _reverse(self, n: Node, idx: Idx, lanes: int) -> str:
-        (x,) = n.operands
-        c = list(self.em.coords(idx))
-        for d in n.attr["dimensions"]:
-            c[d] = f"({x.shape[d] - 1} - {c[d]})"
-        return self.value(x, Idx(x.shape, None, c))
+        if n.op is Op.RESHAPE and (lanes > 1 or idx.coords is None or squeeze(x.shape) != squeeze(n.shape)):
+            # the same row-major offset. Where only unit dims differ and coordinates are
+            # known, the map below keeps them instead: that spells a row fusion's per-row
+            # value (reduce -> reshape -> broadcast) at the same coordinates as the row
+            # loop that computed it, so the output loop finds it instead of recomputing
+            # the reduction from a spill buffer it is overwriting (random_module(400027, 28)).
+            return self.value(x, Idx(x.shape, self.em.flat(idx)), lanes)
+        return self._at(x, ix.MOVEMENT[n.op](n, self.em.ix_coords(idx)))
 
     def _pad(self, n: Node, idx: Idx, lanes: int) -> str:
         x, pv = n.operands
         padv = self.value(pv, Idx((), "0", []))
         if x.tensor_type.size == 0:
             return padv
-        c = self.em.coords(idx)
-        conds, oc = [], []
-        for ci, lo, hi, it, size in zip(c, n.attr["low"], n.attr["high"], n.attr["interior"], x.shape):
-            if lo == hi == it == 0:  # this dim is not padded: no test, no clamp
-                oc.append(ci)
-                continue
-            t = f"({ci} - {lo})" if lo else ci
-            step = it + 1
-            q = t if step == 1 else f"({t} / {step})"
-            conds.append(f"{t} >= 0")
-            if step > 1:
-                conds.append(f"{t} % {step} == 0")
-            conds.append(f"{q} < {size}")
-            oc.append(self.em.tmp("int", f"clamp({q}, 0, {size - 1})", "c"))
-        inside = self.value(x, Idx(x.shape, None, oc))
-        cond = " && ".join(conds) if conds else "1"
-        return f"(({cond}) ? {inside} : {padv})"
+        coords, inside = ix.pad_index(self.em.ix_coords(idx), x.shape, n.attr["low"], n.attr["high"], n.attr["interior"])
+        v = self._at(x, coords)
+        return v if inside.const == 1 else f"({ix.to_c(inside)} ? {v} : {padv})"
 
     def _concatenate(self, n: Node, idx: Idx, lanes: int) -> str:
-        dim = n.attr["dimension"]
-        c = self.em.coords(idx)
-        pieces: list[tuple[int, str]] = []
-        off = 0
-        for x in n.operands:
-            size = x.shape[dim]
-            if size > 0:
-                oc = list(c)
-                oc[dim] = self.em.tmp("int", f"clamp({c[dim]} - {off}, 0, {size - 1})", "c")
-                pieces.append((off + size, self.value(x, Idx(x.shape, None, oc))))
-            off += size
-        expr = pieces[-1][1]
-        for end, v in reversed(pieces[:-1]):
-            expr = f"({c[dim]} < {end} ? {v} : {expr})"
+        pieces = ix.concatenate_pieces(self.em.ix_coords(idx), n.attr["dimension"], [o.shape for o in n.operands])
+        vals = [(pred, self._at(n.operands[k], coords)) for k, coords, pred in pieces]
+        expr = vals[-1][1]
+        for pred, v in reversed(vals[:-1]):
+            expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
 
     def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
         (key,) = n.operands
         k = self.value(key, Idx((), "0", []))
-        self.helpers.add("axle_rng")
         z = f"axle_rng((ulong){k}, (ulong){self.em.flat(idx)})"
         return f"((int)(uint)({z} >> 32))" if n.dtype is DType.INT32 else f"((long){z})"
 
@@ -312,14 +266,14 @@ class Renderer:
             xi = Idx(x.shape, None, coords)
             self.home = xi if at_home else saved[0]
             v = self.value(x, xi)
-            self.em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            self.em.line(f"{acc} = {combine(kind, dt, acc, v)};")
             for _ in loops:
                 self.em.close()
         self.home, self._storing = saved
         if at_home:  # every element of the row has been stored now
             self.spilled |= self._pending
             self._pending = set()
-        return render.round_half(acc, self.helpers) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
+        return render.round_half(acc) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
 
     #: lanes for vectorized reduction loops (set by the kernel builder on CPU devices)
     vector_lanes: int = 0
@@ -339,16 +293,16 @@ class Renderer:
         xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
         self.home = xi if at_home else saved[1]
         v = self.value(x, xi, w)
-        em.line(f"{vacc} = {combine(kind, dt, vacc, v, self.helpers)};")
+        em.line(f"{vacc} = {combine(kind, dt, vacc, v)};")
         em.close()
-        em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w, self.helpers), self.helpers)};")
+        em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w))};")
         tail = red - red % w
         if tail < red:
             em.open(f"for (int {r} = {tail}; {r} < {red}; {r}++)")
             xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
             self.home = xi if at_home else saved[1]
             v = self.value(x, xi)
-            em.line(f"{acc} = {combine(kind, dt, acc, v, self.helpers)};")
+            em.line(f"{acc} = {combine(kind, dt, acc, v)};")
             em.close()
         self.row, self.home = saved
 
@@ -367,27 +321,27 @@ class Renderer:
         lco, rco = d.operand_indices(c, ks, len(lhs.shape), len(rhs.shape))
         x = self.value(lhs, Idx(lhs.shape, None, lco))
         y = self.value(rhs, Idx(rhs.shape, None, rco))
-        prod = render.binary(Op.MUL, adt, x, y, self.helpers)
-        self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod, self.helpers)};")
+        prod = render.binary(Op.MUL, adt, x, y)
+        self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod)};")
         for _ in ks:
             self.em.close()
-        return render.round_half(acc, self.helpers) if n.dtype is DType.FLOAT16 else acc
+        return render.round_half(acc) if n.dtype is DType.FLOAT16 else acc
 
     def _unsupported(self, n: Node, idx: Idx, lanes: int) -> str:
         raise BackendError(f"opencl: {n.op.value} cannot appear inside a kernel ({n.type})", where=n.loc)
 
 
-def horizontal(em: Emitter, kind: str, dt: DType, vec: str, w: int, helpers: set[str]) -> str:
+def horizontal(em: Emitter, kind: str, dt: DType, vec: str, w: int) -> str:
     """Combines the lanes of a ``w``-lane accumulator into one value: halves combined
     as vectors (log2 w steps) where w is a power of two, else lane by lane."""
     if w & (w - 1):
         e = f"{vec}.s0"
         for k in range(1, w):
-            e = em.tmp(reg_type(dt), combine(kind, dt, e, f"{vec}.s{LANE_NAMES[k]}", helpers), "h")
+            e = em.tmp(reg_type(dt), combine(kind, dt, e, f"{vec}.s{LANE_NAMES[k]}"), "h")
         return e
     while w > 1:
         w //= 2
-        vec = em.tmp(reg_type(dt, w), combine(kind, dt, f"{vec}.lo", f"{vec}.hi", helpers), "h")
+        vec = em.tmp(reg_type(dt, w), combine(kind, dt, f"{vec}.lo", f"{vec}.hi"), "h")
     return vec
 
 
@@ -441,8 +395,7 @@ Rule = Callable[[Renderer, Node, Idx, int], str]
 _RULES: dict[Op, Rule] = {
     Op.PARAMETER: Renderer._parameter, Op.CONSTANT: Renderer._constant, Op.IOTA: Renderer._iota,
     Op.CONVERT: Renderer._convert, Op.COMPARE: Renderer._compare, Op.SELECT: Renderer._select,
-    Op.BROADCAST_IN_DIM: Renderer._broadcast, Op.RESHAPE: Renderer._reshape, Op.TRANSPOSE: Renderer._transpose,
-    Op.SLICE: Renderer._slice, Op.REVERSE: Renderer._reverse, Op.PAD: Renderer._pad,
+    **{op: Renderer._movement for op in ix.MOVEMENT}, Op.PAD: Renderer._pad,
     Op.CONCATENATE: Renderer._concatenate, Op.RNG_BIT_GENERATOR: Renderer._rng, Op.REDUCE: Renderer._reduce,
     Op.DOT_GENERAL: Renderer._dot, Op.CUSTOM_CALL: Renderer._unsupported, Op.TUPLE: Renderer._unsupported,
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from axle.backend import Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable
+from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
+                          LoweringEntry)
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
@@ -23,6 +24,20 @@ CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.eleme
     Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT}
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
+
+#: Where ops are lowered, for `axle explain-op` and docs/ops/ (names resolve only when it
+#: runs; ".x:Y" is this package's module x). HARDWARE: point these at your code generator's
+#: tables as you replace the shared C renderer (axle.lowering.c) with your own.
+LOWERING: tuple[tuple[str, str], ...] = (
+    ("kernel-body rule of the shared C renderer", "axle.lowering.c:_RULES"),
+    *((f"C expression ({t.lower().replace('_', ' ')})", f"axle.lowering.c:{t}")
+      for t in ("FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")),
+)
+#: code some ops use beyond those tables
+LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
+    Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
+    Op.REDUCE: (("the dtype a reduction loop accumulates in", "axle.lowering.c:accumulator"),),
+}
 
 
 class TemplateBackend(Backend):
@@ -58,6 +73,13 @@ class TemplateBackend(Backend):
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)
+
+    def lowering_entries(self, op: Op) -> list[LoweringEntry]:
+        # Optional: only `axle explain-op` reads it. Tables without `op` are left out.
+        return [*(LoweringEntry(what, where, op) for what, where in LOWERING),
+                *(LoweringEntry(what, where) for what, where in LOWERING_MORE.get(op, ())),
+                LoweringEntry("this device's C dialect (type names, qualifiers, the loop over threads)",
+                              ".codegen:Dialect")]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
         # HARDWARE: allocate device memory for the array, then copy in its bytes.

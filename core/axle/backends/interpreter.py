@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import profiler
-from ..backend import Backend, Buffer, CompileOptions, Device, Executable
+from ..backend import Backend, Buffer, CompileOptions, Device, Executable, LoweringEntry
 from ..interpreter import _check_input, eval_node, evaluate
 from ..ir.dtypes import dtype
 from ..ir.module import Module
@@ -70,6 +70,9 @@ class InterpreterBackend(Backend):
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)
+
+    def lowering_entries(self, op: Op) -> list[LoweringEntry]:
+        return [LoweringEntry("runs the op table's NumPy reference (shown above) on each node", "axle.interpreter:eval_node")]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
         arr = np.array(array, copy=True, order="C")

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ArgumentError, AxleError, ShapeError
 from .computation import Computation, post_order
 from .dot import module_to_dot
+from .fusion_record import FusionRecord, carry_records
 from .ops import OPS, Op, Traits, canonical_attrs, check_arity, infer_type
 from .printer import print_module
 from .types import TensorType, Type
@@ -101,10 +102,16 @@ def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = N
 
 @dataclass(frozen=True, eq=False)
 class Module:
-    """A compilation unit: the entry computation and, through fusion nodes, its callees."""
+    """A compilation unit: the entry computation and, through fusion nodes, its callees.
+
+    ``fusion_records``: the fusion pass's decisions (:mod:`axle.ir.fusion_record`), one per
+    fusion it formed. ``with_entry`` carries them to the new entry and drops those whose
+    fusion is gone; they are not part of the text form (a parsed module has none) and not
+    part of a module's identity."""
 
     name: str
     entry: Computation
+    fusion_records: tuple[FusionRecord, ...] = field(default=(), compare=False, repr=False)
 
     def computations(self) -> list[Computation]:
         """Callees before callers, entry last; each computation once."""
@@ -125,7 +132,12 @@ class Module:
         return out
 
     def with_entry(self, entry: Computation) -> "Module":
-        return Module(self.name, entry)
+        return Module(self.name, entry, carry_records(self.fusion_records, entry))
+
+    def fusion_record(self, fusion: Node) -> FusionRecord | None:
+        """The fusion pass's record of an entry fusion node (None: not formed by the pass)."""
+        name = fusion.attr["computation"].name if fusion.op is Op.FUSION else None
+        return next((r for r in self.fusion_records if r.fusion == name), None)
 
     def as_text(self) -> str:
         return print_module(self)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from .dtypes import DType
+from .opcodes import Op
 
 
 @dataclass(frozen=True)
@@ -63,4 +64,14 @@ EXP_LOG: dict[DType, ExpLogConstants] = {
     DType.FLOAT64: ExpLogConstants(ln2_hi=6.93147180369123816490e-01, ln2_lo=1.90821492927058770002e-10,
                                    exp_lo=-746.0, exp_hi=710.0, exp_degree=13, expm1_degree=15,
                                    log_terms=11, tanh_clamp=20.0),
+}
+
+#: the constants above each op's inlined approximations read (axle explain-op shows them):
+#: tanh's rational fit and saturation, and the exp/log splits (tanh's float64 form and
+#: logistic go through exp)
+APPROXIMATIONS: dict[Op, tuple[str, ...]] = {
+    Op.EXP: ("EXP_LOG",),
+    Op.LOG: ("EXP_LOG",),
+    Op.LOGISTIC: ("EXP_LOG",),
+    Op.TANH: ("TANH_F32", "TANH_SATURATION_F32", "EXP_LOG"),
 }

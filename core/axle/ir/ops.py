@@ -110,6 +110,9 @@ class Traits:
     structural: bool = False  # parameter, tuple plumbing: not computation
     transcendental: bool = False
     fusible: bool = True  # may sit inside a fusion
+    #: contracts operands over shared dimensions (dot_general): each output element reads
+    #: whole rows/columns of its operands, so its producers are not inlined into it
+    contraction: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -190,6 +193,7 @@ def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
             return fn(*args, **kw)
 
     run.__name__ = getattr(fn, "__name__", "reference")
+    run.__wrapped__ = fn  # type: ignore[attr-defined] # inspect.unwrap: explain-op shows fn's source
     return run
 
 
@@ -579,7 +583,7 @@ def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
 # -------------------------------------------------------------------------- the table
 
 #: How a backend generates a fusion's kernel (see docs/ir.md, "Fusions").
-FUSION_KINDS = ("loop", "input", "row", "output")
+FUSION_KINDS = ("loop", "input", "row")
 
 OPS: dict[Op, OpDef] = {}
 
@@ -670,7 +674,7 @@ _def(Op.REDUCE, 1, _reduce_shape, _reduce_dtype, _quiet(_reduce),
 _def(Op.DOT_GENERAL, 2, _dot_shape, _same_dtype, _quiet(_dot_general),
      attrs=(AttrSpec("lhs_batch", AttrKind.INTS, ()), AttrSpec("rhs_batch", AttrKind.INTS, ()),
             AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS)),
-     traits=Traits(), operand_dtypes=NUMERIC,
+     traits=Traits(contraction=True), operand_dtypes=NUMERIC,
      doc="Output dims: batch, lhs free, rhs free (XLA order).")
 
 # data movement

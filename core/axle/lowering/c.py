@@ -84,6 +84,9 @@ class C99:
     float_cast: ClassVar[dict[DType, str]] = {DType.FLOAT32: "(float)", DType.FLOAT64: "(double)"}
     #: loops add float16/float32 terms in double (see :func:`accumulator`)
     wide_float_sums: ClassVar[bool] = True
+    #: per-op replacements of the float unary table, for a compiler that gets a builtin
+    #: wrong (each entry: ``(dialect, dtype, x) -> expression``; see axle_opencl.render)
+    float_unary_override: ClassVar[dict[Op, Callable[[type[C99], DType, str], str]]] = {}
 
 
 class OpenCLC(C99):
@@ -273,7 +276,7 @@ COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": 
 def unary(d: Dialect, op: Op, dt: DType, x: Expr) -> Expr:
     """A unary elementwise op on a register value of dtype ``dt``."""
     if dt.is_float:
-        e = FLOAT_UNARY[op](d, dt, x)
+        e = d.float_unary_override.get(op, FLOAT_UNARY[op])(d, dt, x)
         return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
     return BOOL_UNARY[op](x) if dt.is_bool else INT_UNARY[op](d, dt, x)
 
@@ -284,6 +287,16 @@ def binary(d: Dialect, op: Op, dt: DType, a: Expr, b: Expr) -> Expr:
         e = FLOAT_BINARY[op](d, dt, a, b)
         return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
     return BOOL_BINARY[op](a, b) if dt.is_bool else INT_BINARY[op](d, dt, a, b)
+
+
+def compare(direction: str, a: Expr, b: Expr) -> Expr:
+    """``a <direction> b`` (eq, ne, lt, le, gt, ge) as 0/1 (all-ones lanes on vectors)."""
+    return f"({a} {COMPARE[direction]} {b})"
+
+
+def used_helpers(d: Dialect, source: str) -> list[str]:
+    """The :func:`helpers` that ``source`` calls, sorted: what a program must define."""
+    return sorted(set(re.findall(r"\baxle_\w+", source)) & set(helpers(d)))
 
 
 def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
@@ -482,9 +495,8 @@ class _KernelBuilder:
         prefix = f"{self.d.kernel_prefix} " if self.d.kernel_prefix else ""
         source = "".join(f"{prefix}void {name}({', '.join(self.args)}) {{\n" + "\n".join(body) + "\n}\n"
                          for name, body in self.stages)
-        used = set(re.findall(r"\baxle_\w+", source)) & set(helpers(self.d))
         return CKernel(self.name, source, params, self.constants, [o.tensor_type for o in outs], self.scratch,
-                       [name for name, _ in self.stages], used)
+                       [name for name, _ in self.stages], set(used_helpers(self.d, source)))
 
     def loop(self, n: Node, buf: str) -> None:
         """A stage: a function whose device loop stores each of ``n``'s elements into ``buf``."""
@@ -555,7 +567,7 @@ class _KernelBuilder:
 
     def _compare(self, n: Node, idx: Idx) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
-        return f"({a} {COMPARE[n.attr['direction']]} {b})"
+        return compare(n.attr["direction"], a, b)
 
     def _select(self, n: Node, idx: Idx) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)

@@ -35,8 +35,8 @@ class KernelLaunch:
     """One unit of work: ``computation`` reads ``inputs`` (slots, one per computation
     parameter, in parameter order) and writes ``outputs`` (slots, one per result).
 
-    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``, ``output``)
-    for a fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
+    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``) for a
+    fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
     dot_general) or ``custom-call`` (a call of a registered host function)."""
 
     node: Node  # the entry node launched (its op, attributes and source location)

@@ -8,16 +8,21 @@ Two phases, then materialization:
    node (broadcast, constant, iota, convert...) with users in several groups is
    recomputed in each of them when the policy allows; an expensive one (exp, a reduce,
    a dot) is never duplicated. A reduce joins a consumer group only as a ``row`` fusion
-   (reduction over trailing axes broadcast back along the kept dims); a dot joins only
-   as the head of an ``output`` fusion when the backend's policy has ``dot_epilogue``.
+   (reduction over trailing axes broadcast back along the kept dims); a dot (trait
+   ``contraction``) joins no group: epilogue fusion is not done yet.
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
 
-Every candidate group is checked by :func:`classify`, which names its kind (loop, input,
-row, output) or refuses it; the backend's :class:`~axle.passes.policy.FusionPolicy`
+Every candidate group is checked by :func:`decide`, which names its kind (loop, input,
+row) or refuses it with a reason; the backend's :class:`~axle.passes.policy.FusionPolicy`
 bounds what it accepts, including the size of the kernel that inlines the group
 (:mod:`axle.passes.inline_cost`).
+
+The pass records each decision on the module (``Module.fusion_records``, see
+:mod:`axle.ir.fusion_record`): per fusion its kind, its members and, for each neighbour
+left out, the reason code and sentence of the refusal that kept it out. ``axle explain``
+and the placement summary read those records and never re-derive them.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.builder import make_node
+from ..ir.fusion_record import FusionRecord, NotFused, members_of
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, squeeze
@@ -50,15 +56,38 @@ def is_reduction(n: Node) -> bool:
 
 
 def is_contraction(n: Node) -> bool:
-    """A dot: fusible compute that is neither elementwise, movement nor a reduction."""
+    """A dot: the op table's ``contraction`` trait (a gather or a convolution is not one
+    just because it is none of the other kinds)."""
     t = n.traits
-    return (t.fusible and not t.structural and not t.side_effect and not t.reduction
-            and not t.elementwise and not t.movement and bool(n.operands))
+    return t.contraction and t.fusible and not t.side_effect
 
 
 def is_kernel(n: Node) -> bool:
     """Needs a kernel of its own when not fused (constants are data, not kernels)."""
     return n.op is not Op.CONSTANT and (loop_fusible(n) or is_reduction(n) or is_contraction(n))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a node stays out of a group: a code of ``ir.fusion_record.REASON_CODES`` and
+    the sentence for the case at hand."""
+
+    code: str
+    text: str
+
+
+def why_alone(n: Node) -> Refusal | None:
+    """Why the pass puts ``n`` in no group at all (None: it may join one)."""
+    t = n.traits
+    if not t.fusible or t.side_effect or t.structural:
+        what = "has side effects" if t.side_effect else "is plumbing" if t.structural else "is not fusible"
+        return Refusal("not-fusible", f"{n.op.value} {what}: it is never fused")
+    if is_contraction(n):
+        return Refusal("contraction", f"{n.op.value} is a contraction: a kernel of its own (its operands are "
+                                      f"read from memory tile by tile; epilogue fusion is not done yet)")
+    if not (loop_fusible(n) or is_reduction(n)):
+        return Refusal("no-kind", f"{n.op.value} has no fusion kind: a kernel of its own")
+    return None
 
 
 # ------------------------------------------------------------------------ classify
@@ -75,55 +104,71 @@ def _downstream(members: Sequence[Node], sources: Iterable[Node]) -> set[int]:
 
 def classify(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | None:
     """The fusion kind of a candidate group, or None if no kind allows it or the device's
-    veto refuses the fusion node it would become.
+    veto refuses the fusion node it would become (:func:`decide` says why).
 
     ``members`` in topological order; ``roots`` are the values the group exports."""
+    kind = decide(members, roots, policy)
+    return kind if isinstance(kind, str) else None
+
+
+def classify_computation(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> str | None:
+    """:func:`classify` of a whole fused computation (a test's hand-built fusion, say):
+    every node but its parameters and tuple root is a member, the root's values are the roots."""
+    members = [n for n in comp.nodes if n.op not in (Op.PARAMETER, Op.TUPLE)]
+    roots = list(comp.root.operands) if comp.root.op is Op.TUPLE else [comp.root]
+    return classify(members, roots, policy)
+
+
+def decide(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | Refusal:
+    """:func:`classify`, with the refusal when no kind fits."""
     kind = _kind(members, roots, policy)
-    if kind is None or policy.veto is None:
+    if isinstance(kind, Refusal) or policy.veto is None:
         return kind
-    return None if policy.veto(build_fusion(members, roots, kind)) else kind
+    why = policy.veto(build_fusion(members, roots, kind))
+    return Refusal("vetoed", f"vetoed by the device's fusion predicate: {why}") if why else kind
 
 
-def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | None:
+def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) -> str | Refusal:
     if len(members) > policy.max_fusion_nodes:
-        return None
+        return Refusal("max-fusion-nodes", f"the fusion would have {len(members)} ops > max_fusion_nodes "
+                                           f"{policy.max_fusion_nodes} (the backend's policy)")
     inside = {m.uid for m in members}
-    if inline_cost(roots, inside) > policy.max_inline_cost:
-        return None
+    cost = inline_cost(roots, inside)
+    if cost > policy.max_inline_cost:
+        return Refusal("inline-cost", f"inline cost {cost} > max_inline_cost {policy.max_inline_cost} "
+                                      f"(the backend's policy)")
     if any(m.op is Op.PAD for m in members) and padded_transcendental(roots, inside) is not None:
-        return None
+        return Refusal("padded-transcendental", "a pad would re-evaluate a transcendental for each padded element")
     if len(roots) > 1 and not policy.multi_output:
-        return None
+        return Refusal("multi-output-off", f"the fusion would export {len(roots)} values and the backend's "
+                                           f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
-        return None
-    dots = [m for m in members if is_contraction(m)]
+        return Refusal("tuple-value", "a tuple value cannot be a fusion output")
+    for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
+        if (alone := why_alone(m)) is not None:
+            return alone
     reds = [m for m in members if is_reduction(m)]
-    if dots:
-        if len(dots) > 1 or reds or not policy.dot_epilogue:
-            return None
-        d = dots[0]
-        if any(o.uid in inside for o in d.operands):
-            return None  # the dot's operands come from memory; only its epilogue fuses
-        epilogue = _downstream(members, [d])
-        for m in members:
-            if m.uid in epilogue and m is not d and not (m.traits.elementwise and m.shape == d.shape):
-                return None
-        if any(r.uid not in epilogue or r.shape != d.shape for r in roots):
-            return None
-        return "output"
     if not reds:
-        return "loop" if len({r.shape for r in roots}) == 1 else None
+        shapes = sorted({r.shape for r in roots})
+        if len(shapes) == 1:
+            return "loop"
+        return Refusal("iteration-space", "different iteration spaces: a loop fusion computes one output shape, "
+                                          f"these are {', '.join(str(list(x)) for x in shapes)}")
     shapes_axes = {(r.operands[0].shape, r.attr["axes"]) for r in reds}
     used_inside = {o.uid for m in members for o in m.operands}
     if (len(shapes_axes) == 1 and all(r.uid not in used_inside for r in reds)
             and {r.uid for r in roots} == {r.uid for r in reds}):
         return "input"
-    if not policy.row_fusion or len(shapes_axes) != 1:
-        return None
+    if len(shapes_axes) != 1:
+        return Refusal("reduction-shape", "reductions over different shapes or axes cannot share one kernel")
+    if not policy.row_fusion:
+        return Refusal("row-fusion-off", "the reduction's result is consumed in the group, which needs a row "
+                                         "fusion; the backend's policy has row_fusion off")
     ((S, axes),) = shapes_axes
     k = len(S) - len(axes)
     if axes != tuple(range(k, len(S))):
-        return None  # a row kernel reduces trailing axes
+        return Refusal("reduction-axes", f"the reduction is over axes {list(axes)} of {list(S)}; a row fusion "
+                                         f"reduces trailing axes")
     L = S[:k]
     lead = [j for j in range(k) if S[j] != 1]
 
@@ -144,20 +189,29 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
             dims = m.attr["broadcast_dimensions"]
             if [dims[i] for i, d in enumerate(src.shape) if d != 1] == lead:
                 continue
-        return None  # would read another row's reduction
+        return Refusal("row-mismatch", f"{m.op.value} {m.type} would read the reduction's result at another "
+                                       f"row's index: a row fusion cannot index it")
     if any(r.shape != S and not reduced(r.shape) for r in roots):
-        return None
+        return Refusal("row-mismatch", "an output is neither per element nor per row of the reduction")
     return "row"
 
 
-def build_fusion(members: Sequence[Node], roots: Sequence[Node], kind: str,
-                 order: Callable[[Node], int] | None = None, source: Callable[[Node], Node] = lambda o: o) -> Node:
-    """The fusion node of a group: each value it reads from outside (sorted by ``order``,
-    else in first-use order) becomes a parameter, and the fusion's operand is ``source(value)``."""
+def _external(members: Sequence[Node], order: Callable[[Node], int] | None) -> list[Node]:
+    """The values a group reads from outside, one parameter each, in parameter order."""
     inside = {m.uid for m in members}
     external = list({o.uid: o for m in members for o in m.operands if o.uid not in inside}.values())
     if order is not None:
         external.sort(key=order)
+    return external
+
+
+def build_fusion(members: Sequence[Node], roots: Sequence[Node], kind: str,
+                 order: Callable[[Node], int] | None = None, source: Callable[[Node], Node] = lambda o: o,
+                 name: str | None = None) -> Node:
+    """The fusion node of a group: each value it reads from outside (sorted by ``order``,
+    else in first-use order) becomes a parameter ``p<i>``, and the fusion's operand is
+    ``source(value)``. ``name``: the fused computation's (default ``fused_<last root>``)."""
+    external = _external(members, order)
     inner: dict[int, Node] = {}
     for i, o in enumerate(external):
         inner[o.uid] = make_node(Op.PARAMETER, (), {"index": i}, type=o.type, name=f"p{i}", loc=o.loc)
@@ -166,9 +220,13 @@ def build_fusion(members: Sequence[Node], roots: Sequence[Node], kind: str,
     outs = [inner[r.uid] for r in roots]
     root = outs[0] if len(outs) == 1 else make_node(Op.TUPLE, outs)
     head = roots[-1]
-    comp = Computation(f"fused_{head.name or head.op.value}", tuple(inner[o.uid] for o in external), root)
+    comp = Computation(name or _default_name(head), tuple(inner[o.uid] for o in external), root)
     return make_node(Op.FUSION, [source(o) for o in external], {"kind": kind, "computation": comp},
                      loc=head.loc, name="fusion")
+
+
+def _default_name(head: Node) -> str:
+    return f"fused_{head.name or head.op.value}"
 
 
 def fusion_size(comp: Computation) -> int:
@@ -209,24 +267,29 @@ class _Fuser:
         self.groups_of: dict[int, list[Group]] = {}
         self.home: dict[int, Group] = {}  # the group that exports a node's value
         self.groups: list[Group] = []
+        #: (producer uid, consumer uid) -> why the producer stayed out of the consumer's group
+        self.why: dict[tuple[int, int], Refusal] = {}
+        self.records: list[FusionRecord] = []
+        self.names: set[str] = set()
 
     # -- phase 1 ----------------------------------------------------------------
-    def _kind_with(self, g: Group, n: Node) -> str | None:
+    def _refusal(self, g: Group, n: Node) -> Refusal | None:
+        """Why ``n`` may not join ``g`` (None: it may)."""
+        if n.op is Op.CONSTANT and n.tensor_type.size > self.policy.max_fused_constant_elements:
+            return Refusal("big-constant", f"the constant has {n.tensor_type.size} elements > "
+                                           f"max_fused_constant_elements {self.policy.max_fused_constant_elements}")
         members = g.sorted_members(self.index)
         members.append(n)
         members.sort(key=lambda m: self.index[m.uid])
-        return classify(members, g.roots, self.policy)
+        kind = decide(members, g.roots, self.policy)
+        return kind if isinstance(kind, Refusal) else None
 
-    def _accepts(self, g: Group, n: Node) -> bool:
-        if n.op is Op.CONSTANT and n.tensor_type.size > self.policy.max_fused_constant_elements:
-            return False
-        if is_contraction(n):
-            users_inside = [u for u in self.users[n.uid] if u.uid in g.members]
-            if not all(u.traits.elementwise for u in users_inside):
-                return False
-        elif any(is_contraction(m) and m in self.users[n.uid] for m in g.members.values()):
-            return False  # a dot's operands are not fused into its output fusion
-        return self._kind_with(g, n) is not None
+    def _refuse(self, n: Node, users: Iterable[Node], why: Refusal) -> None:
+        for u in users:
+            self.why.setdefault((n.uid, u.uid), why)
+
+    def _users_in(self, n: Node, g: Group) -> list[Node]:
+        return [u for u in self.users[n.uid] if u.uid in g.members]
 
     def _add(self, g: Group, n: Node) -> None:
         g.members[n.uid] = n
@@ -242,24 +305,42 @@ class _Fuser:
 
     def grow(self) -> None:
         for n in reversed(self.comp.nodes):
-            if not (loop_fusible(n) or is_reduction(n) or is_contraction(n)):
+            if n.op is Op.PARAMETER or n.traits.structural:
+                continue  # not a kernel: explain looks through plumbing to its source
+            alone = why_alone(n)
+            if alone is not None:
+                self._refuse(n, self.users[n.uid], alone)
                 continue
-            external = n.uid in self.outputs
+            output = n.uid in self.outputs
             user_groups: list[Group] = []
+            ungrouped: list[Node] = []
             for u in self.users[n.uid]:
                 gs = self.groups_of.get(u.uid)
                 if not gs:
-                    external = True
+                    ungrouped.append(u)
                 for g in gs or ():
                     if g not in user_groups:
                         user_groups.append(g)
-            if not external and len(user_groups) == 1 and self._accepts(user_groups[0], n):
-                g = user_groups[0]
-                self._add(g, n)
-                self.home[n.uid] = g
-                continue
+            for u in ungrouped:  # a dot, a custom call...: it takes no producer
+                if (w := why_alone(u)) is not None:
+                    self._refuse(n, [u], w)
+            external = output or bool(ungrouped)
+            refusal = None
+            if not external and len(user_groups) == 1:
+                refusal = self._refusal(user_groups[0], n)
+                if refusal is None:
+                    g = user_groups[0]
+                    self._add(g, n)
+                    self.home[n.uid] = g
+                    continue
             if n.traits.cheap and loop_fusible(n) and self.policy.duplicate_cheap and user_groups:
-                taken = [g for g in user_groups if self._accepts(g, n)]
+                taken = []
+                for g in user_groups:
+                    r = self._refusal(g, n)
+                    if r is None:
+                        taken.append(g)
+                    else:
+                        self._refuse(n, self._users_in(n, g), r)
                 for g in taken:
                     self._add(g, n)
                 if not external and len(taken) == len(user_groups):
@@ -268,9 +349,28 @@ class _Fuser:
                     continue  # the remaining readers read the constant itself
                 self._new_group(n)
                 continue
+            why = refusal or self._shared(n, output, ungrouped, len(user_groups))
+            for g in user_groups if why is not None else ():
+                self._refuse(n, self._users_in(n, g), why)
             if n.op is Op.CONSTANT:
                 continue
             self._new_group(n)
+
+    def _shared(self, n: Node, output: bool, ungrouped: list[Node], n_groups: int) -> Refusal | None:
+        """Why ``n``, read by several kernels (or returned), joins none of them."""
+        op = n.op.value
+        if output:
+            return Refusal("result", f"{op}'s value is a result of the function: it is written to memory "
+                                     f"once and read from there, not recomputed in its readers")
+        readers = n_groups + len(ungrouped)
+        if readers < 2:
+            return None
+        if is_reduction(n):
+            return Refusal("duplicate-reduction", f"the reduction is read by {readers} kernels: fusing it into "
+                                                  f"each would duplicate a reduction")
+        why = "its policy has duplicate_cheap off" if n.traits.cheap else f"{op} is not cheap enough to recompute"
+        return Refusal("multiple-consumers", f"{op} is read by {readers} kernels: fusing it into each would "
+                                             f"recompute it ({why})")
 
     # -- phase 2 ----------------------------------------------------------------
     def _unit_edges(self) -> dict[object, set[object]]:
@@ -385,29 +485,75 @@ class _Fuser:
 
     def _emit_group(self, g: Group, env: dict[int, Node]) -> None:
         members = g.sorted_members(self.index)
-        lone_dot = len(members) == 1 and is_contraction(members[0])
-        kind = None if lone_dot else classify(members, g.roots, self.policy)
+        kind = classify(members, g.roots, self.policy)
         if kind is None:
-            # a lone dot, or a lone op whose one-op fusion the device refuses: a plain kernel
+            # a lone op whose one-op fusion the device refuses: a plain kernel
             assert len(members) == 1, f"group {[m.op.value for m in members]} lost its kind"
             n = members[0]
             ops = tuple(env[o.uid] for o in n.operands)
             env[n.uid] = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
             return
-        fusion = build_fusion(members, g.roots, kind, order=lambda o: self.index[o.uid], source=lambda o: env[o.uid])
+        name = self._unique(_default_name(g.roots[-1]))
+        order = lambda o: self.index[o.uid]  # noqa: E731 - the parameter order, twice
+        fusion = build_fusion(members, g.roots, kind, order=order, source=lambda o: env[o.uid], name=name)
+        self.records.append(self._record(g, members, fusion, _external(members, order)))
         if len(g.roots) == 1:
             env[g.roots[0].uid] = fusion
         else:
             for i, r in enumerate(g.roots):
                 env[r.uid] = make_node(Op.GET_TUPLE_ELEMENT, [fusion], {"index": i}, loc=r.loc, name=r.name)
 
+    def _unique(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.names:
+            k += 1
+            name = f"{base}.{k}"
+        self.names.add(name)
+        return name
 
-def fuse_computation(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> Computation:
-    """The computation with its kernels grouped into fusion nodes."""
+    def _record(self, g: Group, members: list[Node], fusion: Node, external: list[Node]) -> FusionRecord:
+        """The decision record of a group: each neighbour left out, with its refusal."""
+        comp: Computation = fusion.attr["computation"]
+        out: list[NotFused] = []
+        for i, o in enumerate(external):
+            src = _source(o)
+            if src.op is Op.PARAMETER:
+                continue  # an input of the function, not a neighbour kernel
+            for m in members:
+                if any(x.uid == o.uid for x in m.operands):
+                    why = self.why.get((o.uid, m.uid)) or why_alone(src)
+                    if why is not None:
+                        out.append(NotFused("producer", src.op.value, m.op.value, why.code, why.text,
+                                            comp.parameters[i].name or f"p{i}"))
+        for j, r in enumerate(g.roots):
+            for u in self.users[r.uid]:
+                if u.uid in g.members or u.op is Op.TUPLE:
+                    continue
+                why = self.why.get((r.uid, u.uid)) or why_alone(u)
+                if why is not None:
+                    out.append(NotFused("consumer", u.op.value, r.op.value, why.code, why.text, str(j)))
+        return FusionRecord(comp.name, fusion.attr["kind"], members_of(comp), tuple(dict.fromkeys(out)), comp)
+
+
+def _source(n: Node) -> Node:
+    """The node computing a value read through tuple plumbing."""
+    while n.op is Op.GET_TUPLE_ELEMENT:
+        n = n.operands[0]
+    return n
+
+
+def fuse(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> tuple[Computation, tuple[FusionRecord, ...]]:
+    """The computation with its kernels grouped into fusion nodes, and the pass's record
+    of each fusion (kind, members, why each neighbour stayed out)."""
     f = _Fuser(comp, policy)
     f.grow()
     f.merge_siblings()
-    return f.materialize()
+    return f.materialize(), tuple(f.records)
+
+
+def fuse_computation(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> Computation:
+    """The computation with its kernels grouped into fusion nodes."""
+    return fuse(comp, policy)[0]
 
 
 class Fusion(Pass):
@@ -423,5 +569,7 @@ class Fusion(Pass):
             return module, False  # already fused: fusing again would nest kernels
         if not any(is_kernel(n) for n in module.entry.nodes):
             return module, False
-        entry = fuse_computation(module.entry, self.policy)
-        return (module, False) if entry is module.entry else (module.with_entry(entry), True)
+        entry, records = fuse(module.entry, self.policy)
+        if entry is module.entry:
+            return module, False
+        return Module(module.name, entry, records), True

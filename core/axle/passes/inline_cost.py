@@ -26,10 +26,15 @@ CHEAP_LEAVES = (Op.PARAMETER, Op.CONSTANT, Op.IOTA)
 _ELEMENTWISE = frozenset(op for op, d in OPS.items() if d.traits.elementwise)
 
 
-def _weight(n: Node) -> int:
-    if n.op is Op.POW and not n.dtype.is_float:
+def op_weight(op: Op, is_float: bool = True) -> int:
+    """The cost of evaluating one element of ``op`` (on floats or not), relative to an add."""
+    if op is Op.POW and not is_float:
         return 64  # up to 63 square-and-multiply rounds per element
-    return 30 if n.traits.transcendental else 1
+    return 30 if OPS[op].traits.transcendental else 1
+
+
+def _weight(n: Node) -> int:
+    return op_weight(n.op, n.op is not Op.POW or n.dtype.is_float)
 
 
 def group_order(roots: Sequence[Node], inside: Collection[int] | None = None) -> list[Node]:

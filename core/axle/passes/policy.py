@@ -18,7 +18,8 @@ class FusionPolicy:
     row_fusion: bool = True
     #: allow tuple roots (sibling outputs computed in one pass)
     multi_output: bool = True
-    #: allow kind=output fusions: a dot_general with an elementwise epilogue
+    #: reserved for dot epilogue fusion (a dot with its elementwise consumers in one kernel),
+    #: which is not done yet: no fusion holds a contraction whatever its value
     dot_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True

@@ -311,7 +311,7 @@ def _multi_output_fusion_text() -> str:
     comp = inner.computation(inner.add(x, y), inner.reduce(inner.mul(x, y), kind="max", axes=(1,)))
     outer = Builder("pair")
     a, b = outer.parameter("f32[2,3]"), outer.parameter("f32[2,3]")
-    fused = make_node(Op.FUSION, (a, b), {"kind": "output", "computation": comp})
+    fused = make_node(Op.FUSION, (a, b), {"kind": "row", "computation": comp})
     return outer.build(outer.get_tuple_element(fused, index=1), outer.get_tuple_element(fused, index=0)).as_text()
 
 

@@ -9,6 +9,11 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.verifier import verify
+from axle.passes.fusion import classify_computation
+from axle.passes.policy import FusionPolicy
+
+#: the fusion pass's rules without its size limits, for whole-program test fusions
+UNLIMITED = FusionPolicy(max_fusion_nodes=10**9, max_inline_cost=10**12, max_fused_constant_elements=10**12)
 
 
 def _ident(b: Builder, x: Node) -> Node:
@@ -18,15 +23,10 @@ def _ident(b: Builder, x: Node) -> Node:
 
 
 def fusion_kind(comp: Computation) -> str:
-    roots = list(comp.root.operands) if comp.root.op is Op.TUPLE else [comp.root]
-    ops = {n.op for n in comp.nodes}
-    if Op.DOT_GENERAL in ops:
-        return "output"
-    if all(r.op is Op.REDUCE for r in roots):
-        return "input"
-    if Op.REDUCE in ops:
-        return "row"
-    return "loop"
+    """The fusion pass's kind for the whole computation (its classify, with no size
+    limits); "loop" for a kernel the pass would not form (a dot inside, a reduction read
+    back across rows): the OpenCL backend plans a kernel from its computation."""
+    return classify_computation(comp, UNLIMITED) or "loop"
 
 
 def fuse_whole(module: Module, *, wrap: bool = True, kind: str | None = None) -> Module:
