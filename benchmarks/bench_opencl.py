@@ -43,7 +43,7 @@ def _fuse(module: Any, kind: str) -> Any:
 def _axle_fn(module: Any, kind: str, inputs: list[np.ndarray]) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
     import axle
     from axle.compiler import compile_module
-    from axle.placement import to_buffer
+    from axle.frontend.device_put import to_buffer
 
     dev = axle.device("opencl:0")
     backend = axle.REGISTRY.backend_for(dev)

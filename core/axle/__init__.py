@@ -12,6 +12,9 @@
 """
 from __future__ import annotations
 
+import importlib
+
+from . import counters as _stats
 from . import errors, ir
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
@@ -21,8 +24,13 @@ from .frontend.lazy import jit_scope
 from .autodiff import grad, value_and_grad, vjp
 from .frontend.pytree import tree_map
 from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
-from .placement import default_device, device, device_put, devices
+from .frontend.device_put import device_put
+from .placement import default_device, device, devices
 from .registry import REGISTRY
+# imported for what they attach: the array operators and methods (numpy), ``with device:``
+# (placement, above) and ``Lowered.explain()`` (explain); see axle/layers.py
+from . import numpy as numpy
+from . import explain as _explain  # noqa: F401 - imported for Lowered.explain
 
 __version__ = "0.1.0"
 
@@ -36,20 +44,14 @@ __all__ = [
 def stats() -> dict:
     """Counters since start (or the last ``axle.reset_stats()``): traces, compiles, cache
     hits and misses, kernel launches, eager ops; totals, per function and per device."""
-    from . import counters as _stats
-
     return _stats.snapshot()
 
 
 def reset_stats() -> None:
-    from . import counters as _stats
-
     _stats.reset()
 
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
-    import importlib
-
-    if name in ("numpy", "lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
+    if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

@@ -45,7 +45,8 @@ class BackendUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Device:
-    """One device of a backend, named ``<backend>:<index>``."""
+    """One device of a backend, named ``<backend>:<index>``: a plain value. ``with device:``
+    (the device as the default one for a block) comes from axle.placement."""
 
     backend: str
     index: int
@@ -60,17 +61,6 @@ class Device:
 
     def __repr__(self) -> str:
         return f"Device('{self.name}')"
-
-    def __enter__(self) -> "Device":
-        from .placement import push_default
-
-        push_default(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from .placement import pop_default
-
-        pop_default()
 
     def __str__(self) -> str:
         return self.name

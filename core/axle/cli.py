@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+
+from . import profiler
+from .doctor import main as doctor_main, TIMEOUT_S
+from .errors import AxleError
+from .explain_cli import add_arguments, run_explain
+from .registry import REGISTRY
+from .scaffold import new_backend
 
 from .explain_op import main as explain_op_main
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
     """Lists installed backends, their devices, and why a backend is unavailable."""
-    from .registry import REGISTRY
-
     statuses = REGISTRY.statuses()
     if not statuses:
         print("no axle backends are installed (entry-point group 'axle.backends')")
@@ -37,8 +44,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """What the compiler does with FILE.py:fn for the given argument types (see axle.explain)."""
-    from .explain_cli import run_explain
-
     return run_explain(args)
 
 
@@ -56,10 +61,6 @@ def _explain_op_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """Checks trace files against the trace-event format and prints where the time went."""
-    import json
-
-    from . import profiler
-
     status = 0
     for path in args.files:
         with open(path) as f:
@@ -73,8 +74,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:
-    from .explain_cli import add_arguments
-
     add_arguments(p)
 
 
@@ -84,23 +83,16 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Checks every backend: import, devices, a tiny kernel against the interpreter."""
-    from .doctor import main as doctor_main
-
     return doctor_main(args.timeout)
 
 
 def _doctor_args(p: argparse.ArgumentParser) -> None:
-    from .doctor import TIMEOUT_S
-
     p.add_argument("--timeout", type=float, default=TIMEOUT_S,
                    help=f"seconds one backend's check may take before it counts as hung (default {TIMEOUT_S:g})")
 
 
 def cmd_new_backend(args: argparse.Namespace) -> int:
     """Copies the template backend under a new name, ready for `pip install -e`."""
-    from .errors import AxleError
-    from .scaffold import new_backend
-
     try:
         out = new_backend(args.name, args.dir)
     except AxleError as e:
@@ -139,8 +131,6 @@ def plugin_commands() -> dict[str, object]:
     """Commands contributed by installed distributions (entry-point group
     ``axle.commands``): a module with ``HELP``, ``add_arguments(parser)`` and
     ``run(args) -> int`` (e.g. ``axle aot`` from axle-cpu). Import failures are skipped."""
-    from importlib.metadata import entry_points
-
     out: dict[str, object] = {}
     for ep in entry_points(group="axle.commands"):
         if ep.name in COMMANDS:

@@ -12,13 +12,22 @@ whole. :func:`diagnose` is the same check in this process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-
 import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .compiler import compile_module
+from .frontend.device_put import to_buffer
+from .interpreter import evaluate
+from .ir.builder import Builder
+from .ir.dtypes import DType
+from .ir.ops import CORE_PRIMITIVES
+from .ir.types import TensorType
+from .partition import HOST_BACKENDS, placement_of
 from .registry import NAMESPACE, REGISTRY, Registry, _entry_points, _selected
+from .testing.cases import assert_close, tolerance
+from .testing.workers import Lost, note, Pool, Raised
 
 #: seconds one backend's check may take in its worker (import, devices, tiny kernels)
 TIMEOUT_S = 120.0
@@ -42,10 +51,6 @@ class DoctorRow:
 
 
 def _tiny_module():  # noqa: ANN202 - axle.ir.Module
-    from .ir.builder import Builder
-    from .ir.dtypes import DType
-    from .ir.types import TensorType
-
     b = Builder("doctor_tiny_kernel")
     t = TensorType(DType.FLOAT32, (TINY_N,))
     x, y = b.parameter(t, name="x"), b.parameter(t, name="y")
@@ -55,13 +60,6 @@ def _tiny_module():  # noqa: ANN202 - axle.ir.Module
 def check_kernel(device) -> str:  # noqa: ANN001 - axle.Device
     """Runs the tiny kernel on a device; '' when it matches the interpreter, else why not.
     Raises on failures to compile or run."""
-    from .compiler import compile_module
-    from .interpreter import evaluate
-    from .partition import placement_of
-    from .placement import to_buffer
-    from .testing.cases import assert_close, tolerance
-    from .ir.dtypes import DType
-
     module = _tiny_module()
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(TINY_N).astype(np.float32) for _ in range(2)]
@@ -93,8 +91,6 @@ def diagnose(registry: Registry = REGISTRY) -> list[DoctorRow]:
 
 def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendStatus
     """A backend's row from its registry status: its devices, claims and tiny kernel."""
-    from .testing.workers import note
-
     if not st.available or st.backend is None:
         return DoctorRow(st.name, False, reason=st.reason)
     b = st.backend
@@ -102,8 +98,6 @@ def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendSta
     row = DoctorRow(st.name, True, f"{b.api_version[0]}.{b.api_version[1]}", ", ".join(d.name for d in devs),
                     priority=b.priority)
     try:
-        from .ir.ops import CORE_PRIMITIVES
-
         note("capabilities()")
         row.claims = f"{len(CORE_PRIMITIVES & b.capabilities(devs[0]).ops)}/{len(CORE_PRIMITIVES)} ops"
     except Exception as e:  # noqa: BLE001 - the table reports it
@@ -128,9 +122,6 @@ def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendSta
 def diagnose_one(name: str) -> DoctorRow:
     """The row of backend ``name`` (in a worker): only it and the host backends are
     loaded, so that another plugin's crash at import cannot take this row down."""
-    from .partition import HOST_BACKENDS
-    from .testing.workers import note
-
     warnings.simplefilter("ignore")  # the row says what failed
     os.environ["AXLE_BACKENDS"] = ",".join(dict.fromkeys([name, *HOST_BACKENDS]))
     REGISTRY.reset()
@@ -147,8 +138,6 @@ def backend_names() -> list[str]:
 def diagnose_isolated(names: list[str] | None = None, timeout: float = TIMEOUT_S) -> list[DoctorRow]:
     """:func:`diagnose` with each backend checked in a worker process: a crash or a hang
     is that backend's FAIL row (saying what it was doing), never the whole table's end."""
-    from .testing.workers import Lost, Pool, Raised
-
     names = backend_names() if names is None else names
     rows: dict[str, DoctorRow] = {}
     with Pool(1, timeout, capture=True) as pool:

@@ -15,23 +15,27 @@ cost guard included).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import passes
 from .backend import Capabilities, Device
+from .compiler import optimize_for
+from .config import config
+from .explain_html import explanation_html
+from .frontend.jit import Lowered
 from .ir.fusion_record import FusionRecord
 from .ir.module import Computation, Module, Node
 from .ir.opcodes import PLUMBING
+from .ir.dot import module_to_dot
 from .ir.ops import Op
 from .ir.printer import _node_names
 from .partition import host_devices, place_nodes, unsupported_reason
 from .passes import policy_for
 from .passes.fusion import why_alone
+from .passes.pipeline import disabled_passes, run_pass
 from .passes.policy import FusionPolicy
-
-if TYPE_CHECKING:
-    from .frontend.jit import Lowered
+from .registry import REGISTRY
 
 #: entry nodes that are not kernels of their own
 HOST = "interpreter:0"  # the host reference backend, when the partitioner names none
@@ -39,10 +43,7 @@ HOST = "interpreter:0"  # the host reference backend, when the partitioner names
 
 def host_device_name(device: Device) -> str:
     """Where work the device cannot run goes: the partitioner's first host, when present."""
-    try:
-        hosts = importlib.import_module("axle.partition").host_devices(device)
-    except (ImportError, AttributeError):
-        return HOST
+    hosts = host_devices(device)
     return hosts[0].name if hosts else HOST
 
 
@@ -169,8 +170,6 @@ class Explanation:
     # -- pictures -----------------------------------------------------------------
     def dot(self, stage: int = -1) -> str:
         """DOT of one stage (default: the optimized module, colored by placement)."""
-        from .ir.dot import module_to_dot
-
         name, module = self.stages[stage]
         # Color by device only when there is more than one; else keep the op-kind colors.
         several = len({d for d in self.placement.values()}) > 1
@@ -181,8 +180,6 @@ class Explanation:
     def to_html(self) -> str:
         """A self-contained HTML page: the pass-by-pass pictures side by side, then the
         text sections."""
-        from .explain_html import explanation_html
-
         return explanation_html(self)
 
 
@@ -274,15 +271,9 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
     """The module after each top-level pipeline entry that changed it (a fixed-point
     group counts as one entry), from the traced module to the one the backend compiled.
     Without a pass manager (or with the optimizer off): traced and optimized only."""
-    from . import passes
-    from .config import config
-    from .registry import REGISTRY
-
     snaps: list[tuple[str, Module]] = [("traced", lowered.module)]
     pipeline_for = getattr(passes, "pipeline_for", None)
     if pipeline_for is not None and config.optimize:
-        from .passes.pipeline import disabled_passes, run_pass
-
         module = lowered.module
         skip = disabled_passes()
         for entry in pipeline_for(REGISTRY.backend_for(lowered.device), lowered.device).entries:
@@ -303,10 +294,6 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
 def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
     """Optimizes and compiles ``lowered`` (from ``axle.jit(f).lower(*args)``) and
     gathers what happened. ``source=False`` skips nothing but the code listing."""
-    from .compiler import optimize_for
-    from .config import config
-    from .registry import REGISTRY
-
     device = lowered.device
     backend = REGISTRY.backend_for(device)
     compiled = lowered.compile()
@@ -371,3 +358,8 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
         reasons_source="the fusion pass's records" if recorded else "none: the fusion pass made no records",
         policy=policy, placement=where, placement_summary=str(summary) if summary is not None else None,
         notes=notes)
+
+
+# ``Lowered.explain()``: the frontend's class gets its tools-layer method here, as axle.numpy
+# attaches the array methods, so that jit needs nothing above it (axle/__init__ imports this).
+Lowered.explain = explain  # type: ignore[attr-defined]  # attached method, see above

@@ -21,6 +21,9 @@ from typing import Any
 import numpy as np
 
 from .errors import AxleError
+from .frontend.jit import jit, JitFunction
+from .ir.dot import render
+from .ir.parser import parse_type
 
 _ALIASES = {"bool": "pred", "i32": "s32", "i64": "s64", "int32": "s32", "int64": "s64", "float16": "f16",
             "float32": "f32", "float64": "f64", "half": "f16", "float": "f32", "double": "f64"}
@@ -33,8 +36,6 @@ _MARK = "__axle_explain_arg_"
 
 
 def _placeholder(text: str, dt_name: str, dims: str) -> np.ndarray:
-    from .ir.parser import parse_type
-
     dt = _ALIASES.get(dt_name, dt_name)
     try:
         t = parse_type(f"{dt}[{dims}]")
@@ -118,8 +119,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from .frontend.jit import JitFunction, jit
-
     try:
         fn = load_function(args.target)
         call_args = [parse_arg(a) for a in args.arg]
@@ -139,8 +138,6 @@ def run_explain(args: argparse.Namespace) -> int:
             f.write(expl.to_html())
         print(f"wrote {args.html}")
     if args.dot:
-        from .ir.dot import render
-
         text = expl.dot()
         if args.dot.endswith((".dot", ".gv")):
             with open(args.dot, "w") as f:

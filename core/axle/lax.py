@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .frontend.tracing import bind
+from .frontend.bind import bind
 from .ir.builder import sorted_dims
 from .ir.dtypes import DType, dtype as to_dtype
 from .ir.ops import Op

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
+from .numpy._core import _is_array, _norm_axes
 from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend.source import user_location
 from .frontend import checks
@@ -21,7 +22,7 @@ ArrayLike = Any
 
 
 def _arr(x: ArrayLike) -> Any:
-    return anp.asarray(x) if not anp._is_array(x) else x
+    return anp.asarray(x) if not _is_array(x) else x
 
 
 def relu(x: ArrayLike) -> Any:
@@ -152,7 +153,7 @@ def layer_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, ax
     Mean and variance come from two *sibling* reductions of x (sum x and sum x*x), so the
     optimizer's multi-output fusion computes both in one pass over x."""
     x = _arr(x)
-    axes = anp._norm_axes(axis, x.ndim, "layer_norm", x)
+    axes = _norm_axes(axis, x.ndim, "layer_norm", x)
     n = float(np.prod([x.shape[a] for a in axes]))
     s1 = anp.sum(x, axis=axes, keepdims=True)
     s2 = anp.sum(x * x, axis=axes, keepdims=True)

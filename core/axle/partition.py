@@ -18,6 +18,7 @@ In strict placement mode (``AXLE_FLAGS=--strict_placement`` or
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,11 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import Buffer, Capabilities, Device, Executable
+from .config import config
+from .device_compile import compile_on_device
 from .errors import PlacementError
 from .ir.builder import make_node
 from .ir.module import Computation, Module, Node
 from .ir.ops import Op
 from .ir.types import TensorType, TupleType
+from .registry import REGISTRY
+from .transfer import host_to_device
 
 #: Backends tried, in order, to run what the device cannot (the first available one
 #: that is not the device's own backend).
@@ -414,19 +419,17 @@ class PartitionedExecutable(Executable):
         self.summary = summary
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
-        from .placement import to_buffer
-
         entry = self.module.entry
         env: dict[int, Any] = {p.uid: a for p, a in zip(entry.parameters, args, strict=True)}
         for n in entry.nodes:
             if n.op is Op.CONSTANT:
                 env[n.uid] = n.attr["value"].array
         for s in self.steps:
-            ins = [_on(env[u], s.device, to_buffer) for u in s.inputs]
+            ins = [_on(env[u], s.device) for u in s.inputs]
             for u, b in zip(s.outputs, s.executable.execute(ins), strict=True):
                 env[u] = b
         results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
-        return [_on(env[r.uid], self.device, to_buffer) for r in results]
+        return [_on(env[r.uid], self.device) for r in results]
 
     def report(self) -> dict[str, Any]:
         kernels = 0
@@ -445,14 +448,13 @@ class PartitionedExecutable(Executable):
         return self.summary
 
 
-def _on(value: Any, device: Device, to_buffer: Any) -> Buffer:
+def _on(value: Any, device: Device) -> Buffer:
+    """A value of the run (a buffer, or a constant's host array) as a buffer on ``device``."""
     if isinstance(value, Buffer):
         if value.device == device:
             return value
-        from .registry import REGISTRY
-
         value = REGISTRY.backend_for(value.device).to_host(value)
-    return to_buffer(value, device)
+    return host_to_device(value, device)
 
 
 def plan_transfers(device: Device, module: Module, parts: Sequence[ClusterModule],
@@ -489,8 +491,6 @@ class PlacementWarning(UserWarning):
 
 def host_devices(device: Device) -> list[Device]:
     """The devices fallback work may run on, best first."""
-    from .registry import REGISTRY
-
     out = []
     for name in HOST_BACKENDS:
         st = REGISTRY.statuses().get(name)
@@ -505,8 +505,6 @@ def _ops_text(module: Module) -> str:
 
 
 def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Device, Executable]:
-    from .compiler import compile_on_device
-
     errors = []
     for host in host_devices(device):
         try:
@@ -524,8 +522,6 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
                      ) -> tuple[Device, Executable, str, Module]:
     """Compiles a cluster for ``device`` (on failure for the host, unless strict); returns
     the device, the executable, why it is not on ``device`` and the module compiled."""
-    from .compiler import compile_on_device
-
     try:
         exe, compiled = compile_on_device(module, device, optimize=optimize)
         return device, exe, "", compiled
@@ -538,8 +534,6 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
             raise PlacementError(f"strict placement: {module.name} ({_ops_text(module)}) failed to compile for "
                                  f"{device.name} ({why}); first op {describe(first)}", where=first.loc) from e
         host, exe = _compile_host(module, device, optimize)
-        import warnings
-
         warnings.warn(f"axle: {module.name} ({_ops_text(module)}) failed to compile for {device.name} ({why}); "
                       f"running it on {host.name}", PlacementWarning, stacklevel=4)
         return host, exe, f"compile failed on {device.name}: {why}", module
@@ -550,9 +544,6 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
     node (falling back to the host if compilation fails), otherwise a partitioned
     executable. Returns the executable and the module compiled (for a partitioned or
     fallen-back executable: the module given)."""
-    from .config import config
-    from .registry import REGISTRY
-
     backend = REGISTRY.backend_for(device)
     caps = backend.capabilities(device)
     strict = config.strict_placement

@@ -1,14 +1,15 @@
-"""Named devices and placement: axle.devices(), axle.device(name), axle.device_put."""
+"""Named devices and the default device: axle.devices(), axle.device(name), and
+``with device:``, which makes a device the default for the block (per thread).
+
+The contract keeps :class:`~axle.backend.Device` a plain value; this layer gives it the
+context-manager protocol (as a NumPy-style config context, like JAX's
+``default_device``), so ``with axle.device("interpreter:0"):`` works for every device
+of every backend. Moving data to a device is the frontend's ``axle.device_put``."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-import numpy as np
-
-from . import profiler
-from .backend import Buffer, Device
-from .frontend.array import Array
+from .backend import Device
 from .registry import REGISTRY
 
 _local = threading.local()
@@ -50,28 +51,16 @@ def resolve(dev: str | Device | None) -> Device:
     return REGISTRY.device(dev)
 
 
-def to_buffer(x: Any, dev: Device) -> Buffer:
-    """The value of x as a buffer on dev, transferring only when needed."""
-    if isinstance(x, Array):
-        if x.device == dev:
-            return x.buffer
-        host = x.numpy()
-    else:
-        from .frontend.validate import host_array
-
-        host = host_array(x, "device_put")  # refuses dtypes axle would have to convert
-    host = np.asarray(host, order="C")
-    with profiler.span(f"to {dev.name}", "transfer", bytes=host.nbytes, shape=host.shape, dtype=host.dtype):
-        return REGISTRY.backend_for(dev).to_device(host, dev)
+def _enter(dev: Device) -> Device:
+    push_default(dev)
+    return dev
 
 
-def device_put(x: Any, dev: str | Device | None = None) -> Any:
-    """Copies x (an array, scalar or pytree of them) to a device and returns axle Arrays,
-    committed to ``dev`` when one is named (eager ops then run there and bring uncommitted
-    operands along), uncommitted on the default device when not."""
-    from .frontend.pytree import tree_map
+def _exit(dev: Device, *exc: object) -> None:
+    pop_default()
 
-    target = resolve(dev)
-    committed = dev is not None
-    return tree_map(lambda leaf: Array(to_buffer(leaf, target), weak=isinstance(leaf, (bool, int, float)),
-                                       committed=committed), x)
+
+# ``with device:``: attached here, where the default-device stack lives, so that the
+# contract's Device needs nothing above it (axle/__init__ imports this module).
+Device.__enter__ = _enter  # type: ignore[attr-defined]  # attached protocol, see above
+Device.__exit__ = _exit  # type: ignore[attr-defined]  # attached protocol, see above

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from .config import config
 from .forksafe import renew_in_child
+from .ir.ops import Op
+from .ir.printer import _node_names
 
 if TYPE_CHECKING:
     from .ir.module import Node
@@ -76,8 +78,6 @@ def _write_process_trace() -> None:
         try:
             _write_unlocked(_process_path, events)
         except OSError as e:  # at exit a traceback helps nobody; say what was lost
-            import sys
-
             print(f"axle: could not write the trace to {_process_path!r} (--trace_to): {e}", file=sys.stderr)
 
 
@@ -146,8 +146,6 @@ def instant(name: str, cat: str, **args: Any) -> None:
 def kernel_name(node: "Node", name: str | None = None) -> str:
     """The timeline name of a launched node: ``add.4`` for a single op, and for a fusion
     its name plus the distinct ops inside, e.g. ``fusion.3 [add, multiply, reduce]``."""
-    from .ir.ops import Op
-
     label = name or node.name or node.op.value
     if node.op is not Op.FUSION:
         return label
@@ -160,8 +158,6 @@ def kernel_names(module: Any) -> dict[int, str]:
     """Timeline names for every node of ``module``'s entry (by node uid), from the printed
     module's names: what a backend should pass to :func:`kernel_event` so that its boxes
     match ``axle explain`` (call it once at compile time)."""
-    from .ir.printer import _node_names
-
     comp = module.entry
     names = _node_names(comp)
     return {n.uid: kernel_name(n, names[n.uid]) for n in comp.nodes}

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
+from .numpy._core import _is_array
 from .errors import ArgumentError, DTypeError
 from .frontend.source import user_location
 from .frontend.validate import dtype_arg, shape_arg, size_arg
@@ -39,7 +40,7 @@ PRNGKey = key
 
 
 def _check_key(k: Key) -> Any:
-    k = anp.asarray(k) if not anp._is_array(k) else k
+    k = anp.asarray(k) if not _is_array(k) else k
     if k.shape != () or k.dtype != np.int64:
         raise DTypeError(f"random: a key must be an int64 scalar from axle.random.key, got {k.dtype}{list(k.shape)}",
                          where=user_location())

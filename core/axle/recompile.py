@@ -23,7 +23,10 @@ from typing import Any
 
 from . import profiler
 from .forksafe import renew_in_child
+from .compiler import flags_key
 from .config import config
+from .frontend.pytree import flatten
+from .frontend.tracing import leaf_aval
 
 #: a signature: argument (leaf) name -> "f32[100,784]" / "static 3" / "weak f32[]"
 Signature = dict[str, str]
@@ -83,10 +86,8 @@ def _param_names(fn: Callable[..., Any], n: int) -> list[str]:
 
 
 def _describe_leaf(x: Any) -> str:
-    from .frontend.jit import _leaf_aval
-
     try:
-        t, weak = _leaf_aval(x)
+        t, weak = leaf_aval(x)
     except TypeError:
         return f"value {type(x).__name__}"
     return f"{'weak ' if weak else ''}{t}"
@@ -99,8 +100,6 @@ def signature(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
     (``params[1]`` for the second leaf of a pytree argument ``params``, ``params (structure)``
     for its nesting), plus the ``device`` and compile ``flags`` when given: every part of
     the jit cache key, so a retrace always has a named reason."""
-    from .frontend.pytree import flatten
-
     out: Signature = {}
     names = _param_names(fn, len(args))
     for i, a in enumerate(args):
@@ -169,8 +168,6 @@ def note_trace(jit_fn: Any, args: Sequence[Any], kwargs: dict[str, Any], stackle
     warning points ``stacklevel`` frames up (the user's call). Returns the changes from
     the closest of the retained earlier signatures (empty for the first trace, and when an
     identical one was retained: the executable had been dropped from the cache)."""
-    from .compiler import flags_key
-
     sig = signature(jit_fn.fn, args, kwargs, getattr(jit_fn, "static_argnums", ()), device=device,
                     flags=flags_key())
     key = frozenset(sig.items())

@@ -23,8 +23,8 @@ from axle.ir import Builder, Module, Node, Op
 from axle.ir.types import TensorType, TupleType
 from axle.passes import optimize
 from axle.passes.buffers import BufferAssignment, assign
-from axle.passes.random_modules import random_module
-from axle.passes.report import _programs
+from axle.testing.random_modules import random_module
+from axle.testing.optimizer_report import _programs
 from axle.passes.schedule import schedule
 
 VIEWS = (Op.TUPLE, Op.GET_TUPLE_ELEMENT)

@@ -23,7 +23,7 @@ from axle.ir.types import TupleType
 from axle.passes import CSE, DCE, Fusion, optimize
 from axle.passes.fusion import classify_computation, is_contraction, why_alone
 from axle.passes.policy import FusionPolicy
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 
 
 def _softmax(x):

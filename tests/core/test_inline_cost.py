@@ -12,7 +12,7 @@ from axle.lowering.plan import kernel_plan
 from axle.passes import optimize
 from axle.passes.inline_cost import inline_cost, padded_transcendental
 from axle.passes.policy import DEFAULT_POLICY
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 
 from test_lowering_plan import run_plan
 

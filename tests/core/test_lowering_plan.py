@@ -12,7 +12,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import KernelPlan, kernel_plan, single_op
 from axle.passes import optimize
 from axle.passes.buffers import assign
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 
 f32 = DType.FLOAT32
 

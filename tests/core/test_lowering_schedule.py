@@ -13,7 +13,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 from axle.lowering.schedule import FORMS, Schedule, schedule
 from axle.passes import optimize
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 from axle.ir.types import squeeze
 
 f32 = DType.FLOAT32

@@ -21,10 +21,10 @@ def test_case_optimized_on_interpreter(case):
 
 
 def test_report_command_prints_the_table_recorded_in_docs():
-    out = subprocess.run([sys.executable, "-m", "axle.passes.report"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "axle.testing.optimizer_report"], capture_output=True, text=True, check=True).stdout
     table = out.strip()
     assert table.startswith("| program |") and "seed" in table and "MLP backward" in table
-    assert table in DOCS.read_text(), "docs/optimizer.md does not hold the current table; rerun python -m axle.passes.report"
+    assert table in DOCS.read_text(), "docs/optimizer.md does not hold the current table; rerun python -m axle.testing.optimizer_report"
     rows = [line.split("|")[1:-1] for line in table.splitlines()[2:]]
     for program, kb, ka, tb, ta, *_ in rows:
         assert int(ka) < int(kb), f"{program}: the optimizer did not reduce kernels"

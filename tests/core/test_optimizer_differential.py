@@ -21,7 +21,7 @@ from axle.ir.verifier import verify
 from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, TransposeFolding, optimize
 from axle.ir import Builder, DType, Op
 from axle.passes.policy import FusionPolicy
-from axle.passes.random_modules import GENERATED_OPS, random_module
+from axle.testing.random_modules import GENERATED_OPS, random_module
 from axle.testing.cases import assert_close, tolerance
 
 # CI runs a fixed set of examples (no flaky red builds); local runs explore new ones

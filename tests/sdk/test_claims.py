@@ -24,7 +24,7 @@ from axle.ir.types import TensorType
 from axle.partition import placement_of, unsupported_reason
 from axle.passes import optimize
 from axle.passes.fusion import fusion_size
-from axle.placement import to_buffer
+from axle.frontend.device_put import to_buffer
 from axle.testing import require_backend
 
 F32 = DType.FLOAT32

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+import axle.registry
 from axle.doctor import diagnose, format_table
 from axle.registry import Registry
 
@@ -82,10 +83,11 @@ def test_diagnose_rows(plugin_path, monkeypatch):
     import axle.doctor as doctor
 
     reg = Registry()
-    monkeypatch.setattr(doctor, "REGISTRY", reg)  # the tiny kernel runs through this registry
-    monkeypatch.setattr("axle.registry.REGISTRY", reg)
-    monkeypatch.setattr("axle.compiler.REGISTRY", reg)
-    monkeypatch.setattr("axle.placement.REGISTRY", reg)
+    # the tiny kernel runs through this registry: every core module that holds the global one
+    original = axle.registry.REGISTRY
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "axle" and getattr(module, "REGISTRY", None) is original:
+            monkeypatch.setattr(module, "REGISTRY", reg)
     rows = {r.backend: r for r in diagnose(reg)}
     assert rows["interpreter"].ok and rows["interpreter"].kernel == "ok"
     assert not rows["acme"].ok and "libacme.so" in rows["acme"].reason

@@ -17,7 +17,7 @@ from axle.ir.dtypes import DType
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.partition import PlacementWarning, partition, placement_of
-from axle.placement import to_buffer
+from axle.frontend.device_put import to_buffer
 from axle.testing import require_backend
 from axle.testing.cases import assert_program_close
 

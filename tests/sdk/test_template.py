@@ -82,7 +82,7 @@ def test_template_kernels_are_generated_source():
 def test_template_executable_rejects_wrong_arguments():
     from axle.compiler import compile_module
     from axle.ir.builder import Builder
-    from axle.placement import to_buffer
+    from axle.frontend.device_put import to_buffer
 
     dev = require_backend("template")
     b = Builder("two")

@@ -22,12 +22,14 @@ from typing import Any
 import numpy as np
 
 from .. import lax
+from .. import numpy as anp
 from ..errors import DTypeError, ShapeError, TracingError
 from ..frontend import checks
 from ..frontend.array import Array
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
-from ..frontend.tracing import Trace, Tracer, bind, trace_context
+from ..frontend.bind import bind
+from ..frontend.tracing import Trace, Tracer, aval_of, leaf_aval, trace_context
 from ..ir.module import Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TensorType
@@ -61,9 +63,7 @@ class _CaptureTrace(Trace):
 
 
 def _leaf_type(x: Any) -> tuple[TensorType, bool]:
-    from ..frontend.jit import _leaf_aval
-
-    return _leaf_aval(x)
+    return leaf_aval(x)
 
 
 class _Linearized:
@@ -129,8 +129,6 @@ class _Linearized:
     def _value(self, n: Node) -> Any:
         v = self.env[n.uid]
         if isinstance(v, np.ndarray):  # an output that is a constant: give an axle value
-            from .. import numpy as anp
-
             return anp.asarray(v)
         return v
 
@@ -175,14 +173,10 @@ def _accumulate(acc: dict[int, Any], n: Node, g: Any) -> None:
 
 
 def _aval(x: Any) -> TensorType:
-    from ..frontend.tracing import aval_of
-
     return aval_of(x)
 
 
 def _ct_like(out: Any, ct: Any) -> Any:
-    from .. import numpy as anp
-
     o = _aval(out)
     c = anp.asarray(ct) if not isinstance(ct, (Array, Tracer)) else ct
     if _aval(c).shape != o.shape:

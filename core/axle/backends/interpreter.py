@@ -13,6 +13,7 @@ import numpy as np
 from .. import profiler
 from ..backend import Backend, Buffer, CompileOptions, Device, Executable, LoweringEntry
 from ..interpreter import _check_input, eval_node, evaluate
+from ..ir.dtypes import dtype
 from ..ir.module import Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
@@ -74,8 +75,6 @@ class InterpreterBackend(Backend):
         return [LoweringEntry("runs the op table's NumPy reference (shown above) on each node", "axle.interpreter:eval_node")]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
-        from ..ir.dtypes import dtype
-
         arr = np.array(array, copy=True, order="C")
         return Buffer(device, TensorType(dtype(arr.dtype), arr.shape), arr)
 

@@ -5,7 +5,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import profiler
 from ..backend import Buffer, Device
+from ..registry import REGISTRY
 from ..ir.types import TensorType
 from .arrayops import ArrayOps
 
@@ -72,9 +74,6 @@ class Array(ArrayOps):
     def numpy(self) -> np.ndarray:
         """The values as a read-only host array (copied once, then cached)."""
         if self._host is None:
-            from .. import profiler
-            from ..registry import REGISTRY
-
             buf = self.buffer  # a pending (lazy) value runs its cluster first, outside the copy's span
             backend = REGISTRY.backend_for(buf.device)
             if profiler.enabled():
@@ -94,8 +93,6 @@ class Array(ArrayOps):
         return host
 
     def block_until_ready(self) -> "Array":
-        from ..registry import REGISTRY
-
         REGISTRY.backend_for(self.device).synchronize(self.device)
         return self
 

@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from .. import lax
 from ..config import config
 from ..errors import IndexError_
 from ..ir.module import Module, Node
+from ..registry import REGISTRY
 from .source import user_location
+from .tracing import Tracer
 
 #: module -> (message, where) of each flag output, which follow the user's outputs
 _CHECKS: "weakref.WeakKeyDictionary[Module, tuple[tuple[str, str | None], ...]]" = weakref.WeakKeyDictionary()
@@ -31,14 +34,18 @@ def enabled() -> bool:
 def add_index_check(out_of_range: Any, message: str) -> None:
     """Records the bool flag ``out_of_range`` (any shape) of a traced index op on the
     current jit trace; a no-op when checks are off or nothing is being traced for jit."""
-    from .. import numpy as anp
-    from .tracing import Tracer
-
     if not config.check_indices or not isinstance(out_of_range, Tracer):
         return
     checks = getattr(out_of_range.trace, "index_checks", None)
     if checks is not None:
-        checks.append((anp.any(out_of_range), message, user_location()))
+        checks.append((_any(out_of_range), message, user_location()))
+
+
+def _any(flag: Tracer) -> Tracer:
+    """``axle.numpy.any(flag)`` in primitives (axle.numpy is built on this module)."""
+    if flag.dtype != np.bool_:
+        flag = lax.convert(flag, np.dtype(np.bool_))
+    return lax.reduce(flag, "or", tuple(range(flag.ndim))) if flag.ndim else flag
 
 
 def raise_now(out_of_range: np.ndarray, message: str) -> None:
@@ -50,8 +57,6 @@ def raise_now(out_of_range: np.ndarray, message: str) -> None:
 def replayed(flag: Any, message: str, where: str | None) -> None:
     """A flag of ``axle.grad``'s traced forward pass, replayed in the caller's mode: a
     concrete value is checked now, a value of an enclosing jit trace joins its checks."""
-    from .tracing import Tracer
-
     if isinstance(flag, Tracer):
         checks = getattr(flag.trace, "index_checks", None)
         if checks is not None:
@@ -82,8 +87,6 @@ def split_and_raise(module: Module, outs: Sequence[Any]) -> list[Any]:
     """The user's outputs of a checked module; raises for the first flag that is set."""
     checks = _CHECKS[module]
     n = len(outs) - len(checks)
-    from ..registry import REGISTRY
-
     for (message, where), flag in zip(checks, outs[n:]):
         if bool(np.asarray(REGISTRY.backend_for(flag.device).to_host(flag))):
             raise IndexError_(message + " (found by --check_indices)", where=where)

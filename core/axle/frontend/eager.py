@@ -6,15 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import counters as stats
-from ..compiler import flags_key
+from ..compiler import compile_module, flags_key
 from ..backend import Device, Executable
 from ..errors import DeviceError
 from ..lru import LRU
+from ..placement import default_device
 from ..ir.builder import Builder, make_node
 from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
 from ..ir.types import TensorType
 from .array import Array
+from .device_put import to_buffer
 from .lazy import lazy_active, record
 from .source import user_location
 from .tracing import Tracer, aval_of, current_trace, is_weak
@@ -29,8 +31,6 @@ def _placement(operands: Sequence[Any]) -> tuple[Device, bool]:
     fix the device (two different ones are the user's error, never a silent copy);
     uncommitted operands follow it, as in JAX. Without a committed operand the op runs
     where its arrays are, or on the default device when they disagree or there are none."""
-    from ..placement import default_device
-
     arrays = [x for x in operands if isinstance(x, Array)]
     committed = {x.device for x in arrays if x.committed}
     if len(committed) > 1:
@@ -50,8 +50,6 @@ def colocate(values: Sequence[Any]) -> list[Any]:
     (broadcasting a scalar) then runs there, not on the default device followed by a
     full-size copy (eager) or a cluster of its own (lazy). On the default device, and while
     tracing, they stay as they are (a lazy or traced scalar is a literal the optimizer folds)."""
-    from ..placement import default_device, to_buffer
-
     if current_trace() is not None or not any(isinstance(v, Array) for v in values):
         return list(values)
     device, _ = _placement(values)
@@ -75,8 +73,6 @@ def one_op_module(op: Op, types: Sequence[TensorType], attrs: dict[str, Any]) ->
 
 
 def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any], device: Device) -> Executable:
-    from ..compiler import compile_module
-
     key = (op, canonical_attrs(op, attrs), types, device, flags_key())
     exe = _cache.get(key)
     if exe is None:
@@ -88,8 +84,6 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
 
 
 def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
-    from ..placement import to_buffer
-
     device, committed = _placement(operands)
     weak = bool(operands) and all(is_weak(x) for x in operands)
     if lazy_active():

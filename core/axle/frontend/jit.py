@@ -7,42 +7,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .. import counters as stats
 from .. import profiler
 from ..lru import LRU
-from ..compiler import flags_key
-from ..placement import to_buffer
+from ..compiler import compile_module, compile_optimized, executable_report, flags_key, optimize_for
+from ..partition import placement_of
+from ..placement import resolve
+from ..recompile import note_trace
 from ..backend import Device, Executable
 from ..ir.builder import make_node
-from ..errors import ArgumentError, DTypeError
-from ..ir.dtypes import dtype as to_dtype
+from ..errors import ArgumentError
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
-from ..ir.types import TensorType
 from ..ir.verifier import verify
 from . import checks as checks_mod
 from .array import Array
+from .device_put import to_buffer
 from .pytree import TreeDef, flatten, unflatten
 from .source import user_location
-from .tracing import Trace, Tracer, current_trace, trace_context
-from .validate import check_host_dtype, host_array, is_out_of_memory, out_of_memory_error
-
-
-def _leaf_aval(x: Any) -> tuple[TensorType, bool]:
-    if isinstance(x, (Array, Tracer)):
-        return x.aval, bool(x.weak)
-    if isinstance(x, (bool, int, float)):
-        arr = host_array(x, "jit argument")  # a Python int beyond int64 is refused
-        return TensorType(to_dtype(arr.dtype), ()), True
-    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if arr.dtype.kind not in "biuf":
-        raise DTypeError(f"jit argument: a {type(x).__name__} of dtype {arr.dtype} (shape {arr.shape}) is not "
-                         f"an array axle supports; convert it, or mark the argument static (static_argnums)",
-                         where=user_location())
-    check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
-    return TensorType(to_dtype(arr.dtype), arr.shape), False
+from .tracing import Trace, Tracer, current_trace, leaf_aval, trace_context
+from .validate import is_out_of_memory, out_of_memory_error
 
 
 def _arg_names(fn: Callable[..., Any], n: int) -> list[str]:
@@ -74,13 +58,13 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str
             leaves, td = flatten(a)
             tracers = []
             for leaf, leaf_name in zip(leaves, _leaf_names(names[i], td)):
-                t, weak = _leaf_aval(leaf)
+                t, weak = leaf_aval(leaf)
                 tracers.append(trace.new_arg(t, leaf_name, weak))
             traced_args.append(unflatten(td, tracers))
         kw_leaves, kw_td = flatten(kwargs)
         kw_tracers = []
         for leaf, leaf_name in zip(kw_leaves, _leaf_names("kw", kw_td)):
-            t, weak = _leaf_aval(leaf)
+            t, weak = leaf_aval(leaf)
             kw_tracers.append(trace.new_arg(t, leaf_name, weak))
         out = fn(*traced_args, **unflatten(kw_td, kw_tracers))
         out_leaves, out_td = flatten(out)
@@ -102,7 +86,8 @@ class _Entry:
 
 
 class Lowered:
-    """A traced (not yet optimized) module for one signature and device."""
+    """A traced (not yet optimized) module for one signature and device. ``explain()``,
+    what the compiler does with it, is added by the tools layer (axle.explain)."""
 
     def __init__(self, module: Module, device: Device, out_tree: TreeDef, committed: bool = False) -> None:
         self.module = module
@@ -118,21 +103,11 @@ class Lowered:
 
     def optimize(self) -> Module:
         """The module after the optimizer pipeline for this device's backend."""
-        from ..compiler import optimize_for
-
         return optimize_for(self.module, self.device)
 
     def compile(self) -> "Compiled":
-        from ..compiler import compile_optimized
-
         exe, optimized = compile_optimized(self.module, self.device)
         return Compiled(self, exe, optimized)
-
-    def explain(self, **options: Any) -> Any:
-        """What the compiler does with this module: see :func:`axle.explain.explain`."""
-        from ..explain import explain
-
-        return explain(self, **options)
 
 
 class Compiled:
@@ -148,8 +123,6 @@ class Compiled:
         """``kernels`` (launches per call), ``temp_bytes``, ``peak_bytes`` and more: the
         core's buffer assignment facts overlaid with the backend executable's report, and
         ``placement`` (see :meth:`placement`)."""
-        from ..compiler import executable_report
-
         out = executable_report(self.module, self.executable)
         summary = self.placement()
         if summary is not None:
@@ -159,8 +132,6 @@ class Compiled:
     def placement(self) -> Any:
         """Which ops run on which device and the bytes crossing per call
         (an ``axle.partition.PlacementSummary``; ``print`` it for a table)."""
-        from ..partition import placement_of
-
         return placement_of(self.executable)
 
     def as_text(self) -> str:
@@ -198,8 +169,6 @@ class JitFunction:
     def _device(self) -> Device:
         if isinstance(self.device_spec, Device):
             return self.device_spec
-        from ..placement import resolve
-
         return resolve(self.device_spec)
 
     def _key(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device) -> tuple[tuple, list[Any]]:
@@ -222,7 +191,7 @@ class JitFunction:
         for x in leaves:
             if isinstance(x, Tracer):
                 raise _Inline
-            avals.append(_leaf_aval(x))
+            avals.append(leaf_aval(x))
         return (td, tuple(avals), static, device, flags_key()), leaves
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
@@ -264,12 +233,10 @@ class JitFunction:
         return unflatten(entry.out_tree, [Array(b, committed=self.device_spec is not None) for b in outs])
 
     def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> "_Entry":
-        from ..compiler import compile_module
-        from ..recompile import note_trace  # warns when retraced too often
-
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
         self.trace_count += 1
-        note_trace(self, args, kwargs, stacklevel=5, device=device)  # -> _compile -> __call__ -> user
+        # warns when retraced too often; points at the user: -> _compile -> __call__ -> user
+        note_trace(self, args, kwargs, stacklevel=5, device=device)
         exe = compile_module(module, device)
         entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
         for what in ("traces", "compiles", "cache_misses"):

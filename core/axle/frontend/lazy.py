@@ -29,8 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-
-from ..compiler import flags_key
+from ..compiler import compile_module, flags_key
 from .. import counters as stats
 from ..config import config
 from ..lru import LRU
@@ -40,6 +39,7 @@ from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from .array import Array
+from .device_put import to_buffer
 from .validate import host_array
 from .source import user_frame
 from .tracing import aval_of
@@ -98,8 +98,6 @@ class Cluster:
         return node
 
     def node_for(self, x: Any) -> Node:
-        from ..placement import to_buffer
-
         if isinstance(x, Array):
             if x._buffer is None and x._lazy[0] is self:
                 return x._lazy[1]
@@ -144,8 +142,6 @@ class Cluster:
         exe = _exe_cache.get(key)
         hit = exe is not None
         if exe is None:
-            from ..compiler import compile_module
-
             exe = _exe_cache.put(key, compile_module(module, self.device))
             stats.record("compiles", function="cluster", device=self.device.name)
         else:

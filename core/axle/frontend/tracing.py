@@ -1,23 +1,24 @@
-"""Tracing: abstract values (Tracer) recorded into a Builder, and the single entry point
-``bind`` through which every primitive is applied, traced or eager."""
+"""Tracing: abstract values (Tracer) recorded into a Builder, and the abstract value of
+any argument (``aval_of``, ``leaf_aval``). Applying a primitive, traced or eager, is
+``bind`` (frontend/bind.py)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import AxleError, TracingError
+from ..errors import DTypeError, TracingError
 from ..ir.builder import Builder, make_node
 from ..ir.dtypes import DType, dtype as to_dtype
 from ..ir.literal import Literal
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from .array import Array
 from .arrayops import ArrayOps
 from .source import user_location
-from .validate import host_array, is_out_of_memory, out_of_memory_error
+from .validate import check_host_dtype, host_array
 
 
 class Trace:
@@ -117,12 +118,27 @@ class Tracer(ArrayOps):
 def aval_of(x: Any) -> TensorType:
     if isinstance(x, (Tracer,)):
         return x.aval
-    from .array import Array
-
     if isinstance(x, Array):
         return x.aval
     arr = host_array(x, "axle")
     return TensorType(to_dtype(arr.dtype), arr.shape)
+
+
+def leaf_aval(x: Any) -> tuple[TensorType, bool]:
+    """(type, weak) of one leaf of a jit argument: an array, a tracer, a Python scalar
+    (weak) or NumPy data; anything else is refused with the argument named."""
+    if isinstance(x, (Array, Tracer)):
+        return x.aval, bool(x.weak)
+    if isinstance(x, (bool, int, float)):
+        arr = host_array(x, "jit argument")  # a Python int beyond int64 is refused
+        return TensorType(to_dtype(arr.dtype), ()), True
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if arr.dtype.kind not in "biuf":
+        raise DTypeError(f"jit argument: a {type(x).__name__} of dtype {arr.dtype} (shape {arr.shape}) is not "
+                         f"an array axle supports; convert it, or mark the argument static (static_argnums)",
+                         where=user_location())
+    check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
+    return TensorType(to_dtype(arr.dtype), arr.shape), False
 
 
 def constant_value(x: Any) -> np.ndarray | None:
@@ -137,36 +153,8 @@ def is_weak(x: Any) -> bool:
     return isinstance(x, (bool, int, float)) or bool(getattr(x, "weak", False))
 
 
-def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
-    """Applies a primitive: staged into the current trace, or run eagerly on a device."""
-    trace = current_trace()
-    if trace is None:
-        for x in operands:
-            if isinstance(x, Tracer):
-                trace = x.trace
-                break
-    if trace is not None:
-        if not trace.active:
-            raise TracingError("a traced value escaped its jit function and was used after tracing ended",
-                               where=user_location())
-        loc = user_location()
-        nodes = [trace.to_node(x, op.value) for x in operands]
-        return Tracer(trace, make_node(op, nodes, attrs, loc=loc))
-    from .eager import apply_eager
-
-    try:
-        return apply_eager(op, operands, attrs)
-    except AxleError as e:  # the IR's shape rules do not know the user's line
-        raise e.locate(user_location()) from None
-    except (MemoryError, OSError) as e:
-        if not is_out_of_memory(e):
-            raise
-        raise out_of_memory_error(e, op.value, [aval_of(x) for x in operands]) from None
-
-
 def check_dtype(x: Any) -> DType:
     return aval_of(x).dtype
 
 
-__all__ = ["Trace", "Tracer", "bind", "current_trace", "trace_context", "aval_of", "is_weak", "AxleError",
-           "Sequence"]
+__all__ = ["Trace", "Tracer", "current_trace", "trace_context", "aval_of", "leaf_aval", "is_weak"]

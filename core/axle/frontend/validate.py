@@ -10,14 +10,16 @@ int8 array is refused, not widened: widened, it would overflow differently).
 """
 from __future__ import annotations
 
+import errno
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, AxleError, DTypeError, ShapeError
-from ..ir.dtypes import MAX_RANK, supported_numpy_dtype
+from ..errors import ArgumentError, AxleError, BackendError, DTypeError, ShapeError
+from ..ir.dtypes import MAX_RANK, DType, supported_numpy_dtype
+from ..ir.dtypes import dtype as to_dtype
 from ..ir.ops import as_int
 from .source import user_location
 
@@ -185,8 +187,6 @@ def check_weak_scalar(v: Any, dt: np.dtype, fn: str) -> None:
 
 
 def supported_names() -> str:
-    from ..ir.dtypes import DType
-
     return ", ".join(d.np.name for d in DType)
 
 
@@ -197,9 +197,6 @@ def _short(x: Any) -> str:
 
 def dtype_arg(dtype: Any, fn: str) -> np.dtype:
     """A dtype argument as the NumPy dtype of a supported axle dtype."""
-    from ..errors import AxleError
-    from ..ir.dtypes import dtype as to_dtype
-
     try:
         return to_dtype(dtype).np
     except AxleError as e:
@@ -224,14 +221,10 @@ def scalar_arg(v: Any, dt: np.dtype, fn: str, what: str = "value") -> np.ndarray
 
 def is_out_of_memory(e: BaseException) -> bool:
     """A host or device allocation that failed (NumPy's MemoryError, mmap's ENOMEM)."""
-    import errno
-
     return isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM)
 
 
 def out_of_memory_error(e: BaseException, what: str, types: Sequence[Any] = ()) -> AxleError:
     """The axle error for a failed allocation while running ``what`` (an op, a jit function)."""
-    from ..errors import BackendError
-
     shown = f" (operands: {', '.join(str(t) for t in types)})" if types else ""
     return BackendError(f"{what}: out of memory: {e}{shown}; use smaller arrays", where=user_location())

@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, AxleError, ShapeError, VerifierError
+from ..errors import VerifierError
 from .dtypes import DType, dtype as to_dtype
 from .literal import Literal
-from .module import Computation, Module, Node
-from .ops import OPS, Op, as_int, canonical_attrs, check_arity, infer_type
-from .types import TensorType, TupleType, Type
+from .module import Computation, Module, Node, make_node
+from .ops import OPS, Op, as_int
+from .parser import parse_type
+from .types import TensorType, TupleType
+from .verifier import verify
 
 # Method names for ops whose enum value is not a Python identifier or is long.
 _ALIASES: dict[str, Op] = {
@@ -47,39 +49,6 @@ def sorted_dims(value: Any) -> Any:
     except TypeError:
         return value
     return tuple(sorted(dims))
-
-
-def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
-              loc: str | None = None, name: str | None = None, type: Type | None = None) -> Node:
-    """Creates a checked node. ``type`` is given only for parameters."""
-    attrs = dict(attrs or {})
-    try:
-        check_arity(op, len(operands))
-        for k, o in enumerate(operands):
-            if not isinstance(o, Node):
-                raise ArgumentError(f"{op.value}: operand {k} is a {o.__class__.__name__}, not a node "
-                                    f"(build operands with the Builder's methods; pass several as separate arguments)")
-        canon = canonical_attrs(op, attrs)
-        if op is Op.PARAMETER:
-            if not isinstance(type, TensorType):
-                raise ShapeError(f"parameter: needs an array type, got {type!r}")
-            t = type
-        elif op is Op.CONSTANT:
-            t = dict(canon)["value"].type
-        else:
-            t = infer_type(op, [o.type for o in operands], dict(canon))
-    except AxleError as e:
-        if loc and not e.where:
-            raise e.__class__(e.message, where=loc) from None
-        raise
-    return Node(op, tuple(operands), canon, t, loc=loc, name=name)
-
-
-def parse_type(text: str) -> TensorType:
-    """'f32[2,3]' -> TensorType."""
-    from .parser import parse_type as _pt
-
-    return _pt(text)
 
 
 class Builder:
@@ -133,8 +102,6 @@ class Builder:
 
     def build(self, *roots: Node) -> Module:
         """The module whose entry returns ``roots`` (a tuple when there are several)."""
-        from .verifier import verify
-
         module = Module(self.name, self.computation(*roots))
         verify(module)
         return module

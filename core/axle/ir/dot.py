@@ -10,11 +10,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import AxleError
-from .module import Computation, Module, Node
 from .ops import Op
 from .printer import _node_names
+
+if TYPE_CHECKING:  # module.py imports this module for Module.as_text/as_dot
+    from .computation import Computation
+    from .module import Module, Node
 
 #: node fill by what the op does (without placement)
 _TRAIT_COLORS = {"movement": "#dbe9f6", "reduction": "#f6e3c6", "elementwise": "#e4f2dc",

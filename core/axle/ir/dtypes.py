@@ -5,6 +5,8 @@ import enum
 
 import numpy as np
 
+from ..errors import DTypeError
+
 
 class DType(enum.Enum):
     """The element types every backend understands.
@@ -70,8 +72,6 @@ INTEGRAL: frozenset[DType] = frozenset({DType.BOOL, DType.INT32, DType.INT64})
 
 def dtype(x: object) -> DType:
     """Converts a DType, NumPy dtype, type object or name ('float32', 'f32') to a DType."""
-    from ..errors import DTypeError
-
     if isinstance(x, DType):
         return x
     if isinstance(x, str) and x in _FROM_TEXT:

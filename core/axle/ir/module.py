@@ -8,15 +8,20 @@ ordinary dicts keyed by nodes stay cheap identity lookups.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ShapeError, VerifierError
+from ..errors import ArgumentError, AxleError, ShapeError
+from .computation import Computation, post_order
+from .dot import module_to_dot
 from .fusion_record import FusionRecord, carry_records
-from .ops import OPS, Op, Traits
-from .types import TensorType, TupleType, Type
+from .ops import OPS, Op, Traits, canonical_attrs, check_arity, infer_type
+from .printer import print_module
+from .types import TensorType, Type
+
+__all__ = ["Computation", "Module", "Node", "make_node", "post_order"]
 
 _ids = itertools.count()
 
@@ -69,87 +74,30 @@ class Node:
         return f"<{self.op.value} {self.type} #{self.uid}>"
 
 
-def post_order(roots: Sequence[Node], through: Callable[[Node], bool] | None = None) -> list[Node]:
-    """Every node reachable from roots, operands before users (iterative: deep graphs are
-    fine). ``through``: whether to look through a node to its operands (default: always);
-    a node it refuses is listed, but not its operands for its sake."""
-    seen: set[int] = set()
-    order: list[Node] = []
-    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node.uid in seen:
-            continue
-        seen.add(node.uid)
-        stack.append((node, True))
-        if through is None or through(node):
-            for o in reversed(node.operands):
-                if o.uid not in seen:
-                    stack.append((o, False))
-    return order
-
-
-@dataclass(frozen=True, eq=False)
-class Computation:
-    """A function: parameter nodes (in index order) and a root."""
-
-    name: str
-    parameters: tuple[Node, ...]
-    root: Node
-
-    def __post_init__(self) -> None:
-        for i, p in enumerate(self.parameters):
-            if p.op is not Op.PARAMETER or p.attr.get("index") != i:
-                raise VerifierError(f"computation %{self.name}: parameter {i} is {p}, not parameter({i})")
-
-    @cached_property
-    def nodes(self) -> list[Node]:
-        """Topological order; parameters first, even unused ones."""
-        rest = [n for n in post_order([self.root]) if n.op is not Op.PARAMETER]
-        return list(self.parameters) + rest
-
-    @cached_property
-    def users(self) -> dict[int, list[Node]]:
-        out: dict[int, list[Node]] = {n.uid: [] for n in self.nodes}
-        for n in self.nodes:
-            for o in n.operands:
-                if n not in out[o.uid]:
-                    out[o.uid].append(n)
-        return out
-
-    @property
-    def parameter_types(self) -> list[Type]:
-        return [p.type for p in self.parameters]
-
-    @property
-    def result_types(self) -> list[Type]:
-        t = self.root.type
-        return list(t.elements) if isinstance(t, TupleType) else [t]
-
-    @cached_property
-    def structural_key(self) -> tuple:
-        """Equal for computations that compute the same thing (names ignored)."""
-        index = {n.uid: i for i, n in enumerate(self.nodes)}
-        return tuple(
-            (n.op, tuple(index[o.uid] for o in n.operands),
-             tuple((k, v.structural_key if isinstance(v, Computation) else v) for k, v in n.attrs), n.type)
-            for n in self.nodes
-        ) + (index[self.root.uid],)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Computation) and self.structural_key == other.structural_key
-
-    def __hash__(self) -> int:
-        return hash(self.structural_key)
-
-    def __iter__(self) -> Iterator[Node]:
-        return iter(self.nodes)
-
-    def with_root(self, root: Node) -> "Computation":
-        return Computation(self.name, self.parameters, root)
+def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
+              loc: str | None = None, name: str | None = None, type: Type | None = None) -> Node:
+    """Creates a checked node. ``type`` is given only for parameters."""
+    attrs = dict(attrs or {})
+    try:
+        check_arity(op, len(operands))
+        for k, o in enumerate(operands):
+            if not isinstance(o, Node):
+                raise ArgumentError(f"{op.value}: operand {k} is a {o.__class__.__name__}, not a node "
+                                    f"(build operands with the Builder's methods; pass several as separate arguments)")
+        canon = canonical_attrs(op, attrs)
+        if op is Op.PARAMETER:
+            if not isinstance(type, TensorType):
+                raise ShapeError(f"parameter: needs an array type, got {type!r}")
+            t = type
+        elif op is Op.CONSTANT:
+            t = dict(canon)["value"].type
+        else:
+            t = infer_type(op, [o.type for o in operands], dict(canon))
+    except AxleError as e:
+        if loc and not e.where:
+            raise e.__class__(e.message, where=loc) from None
+        raise
+    return Node(op, tuple(operands), canon, t, loc=loc, name=name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,13 +140,9 @@ class Module:
         return next((r for r in self.fusion_records if r.fusion == name), None)
 
     def as_text(self) -> str:
-        from .printer import print_module
-
         return print_module(self)
 
     def as_dot(self) -> str:
-        from .dot import module_to_dot
-
         return module_to_dot(self)
 
     def __str__(self) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .computation import Computation
 from .dotdims import DotDims
 from .literal import Literal
 from .opcodes import Op
@@ -89,8 +90,6 @@ class AttrSpec:
             if k is AttrKind.LITERAL:
                 return value if isinstance(value, Literal) else Literal(value)
             if k is AttrKind.COMPUTATION:
-                from .module import Computation
-
                 if not isinstance(value, Computation):
                     raise TypeError
                 return value

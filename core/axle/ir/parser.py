@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import AxleError, ParseError
-from .builder import make_node
 from .dtypes import DType
 from .literal import Literal
-from .module import Computation, Module, Node
+from .module import Computation, Module, Node, make_node
 from .ops import BY_NAME, OPS, AttrKind, AttrSpec, Op
 from .types import TensorType, TupleType, Type
+from .verifier import check_node, verify, verify_computation
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+|//[^\n]*)
@@ -310,8 +310,6 @@ def _parse_signature(t: _Tokens) -> list[tuple[Type, _Tok]]:
 
 
 def _parse_instruction(t: _Tokens, body: _Body, comps: dict[str, Computation], cname: str) -> None:
-    from .verifier import check_node
-
     root_tok = t.peek()
     is_root = t.accept("ROOT")
     name_tok = t.name("%", "an instruction name")
@@ -387,8 +385,6 @@ def _parse_instruction(t: _Tokens, body: _Body, comps: dict[str, Computation], c
 
 def _check_fusions(t: _Tokens, body: _Body) -> None:
     """A fused computation is checked as one (only fusible ops) where a fusion names it."""
-    from .verifier import verify_computation
-
     for node, tok in body.values.values():
         if node.op is Op.FUSION:
             try:
@@ -437,8 +433,6 @@ def _parse_computation(t: _Tokens, comps: dict[str, Computation]) -> tuple[Compu
 def parse_module(text: str) -> Module:
     """Parses IR text into a verified module; any malformed input raises ParseError
     (or VerifierError for a module-wide rule) naming the line and column."""
-    from .verifier import verify
-
     t = _Tokens(text)
     t.expect("module", " (IR text starts with 'module @name')")
     mname = t.name("@", "the module name")

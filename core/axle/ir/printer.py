@@ -15,14 +15,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .dtypes import DType
 from .literal import Literal
-from .module import Computation, Module, Node
 from .ops import OPS, AttrKind, Op
+
+if TYPE_CHECKING:  # module.py imports this module for Module.as_text/as_dot
+    from .computation import Computation
+    from .module import Module, Node
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 

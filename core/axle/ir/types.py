@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import DTypeError, ShapeError
 from .dtypes import DType
 
 Shape = tuple[int, ...]
@@ -27,8 +28,6 @@ class TensorType:
     shape: Shape
 
     def __post_init__(self) -> None:
-        from ..errors import DTypeError, ShapeError
-
         if not isinstance(self.dtype, DType):
             raise DTypeError(f"array type: {self.dtype!r} is not an axle dtype")
         if not isinstance(self.shape, tuple) or not all(type(d) is int and d >= 0 for d in self.shape):

@@ -22,10 +22,29 @@ from ..errors import ArgumentError
 from ..frontend import checks
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, constant_value
-from . import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_shapes,
-               broadcast_to, moveaxis, reshape, where)
+from ._core import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_shapes,
+                    broadcast_to, moveaxis, multiply, reshape, where)
 
 ArrayLike = Any
+
+
+
+def getitem(x: ArrayLike, idx: Any) -> Any:
+    """NumPy indexing. Basic (integers, slices of any step, None, Ellipsis) becomes slice /
+    reverse / reshape; integer-array and boolean-mask indices (advanced_getitem, below) become
+    a one-hot gather, with static shapes."""
+    x = asarray(x) if not _is_array(x) else x
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if not builtins.all(_is_basic_index(i) for i in idx):
+        return advanced_getitem(x, idx)
+    start, limit, stride, flips, out_shape = _basic_plan(x, idx)
+    out = x
+    if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
+        out = lax.slice(out, start, limit, stride)
+    if flips:
+        out = lax.reverse(out, flips)
+    return reshape(out, out_shape)
 
 
 def _static(i: Any) -> Any:
@@ -260,8 +279,6 @@ class _AtRef:
         self.idx = idx if isinstance(idx, tuple) else (idx,)
 
     def get(self) -> Any:
-        from . import getitem
-
         return getitem(self.x, self.idx)
 
     def set(self, v: ArrayLike) -> Any:
@@ -271,8 +288,6 @@ class _AtRef:
         return self._update(v, "add")
 
     def multiply(self, v: ArrayLike) -> Any:
-        from . import getitem, multiply
-
         return self.set(multiply(getitem(self.x, self.idx), v))
 
     def _update(self, v: ArrayLike, mode: str) -> Any:
@@ -326,4 +341,4 @@ class _AtIndexer:
         return _AtRef(self.x, idx)
 
 
-__all__ = ["take", "take_along_axis", "_AtIndexer", "advanced_getitem"]
+__all__ = ["getitem", "take", "take_along_axis", "_AtIndexer", "advanced_getitem"]

@@ -8,7 +8,8 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, size_arg
-from . import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose
+from ._shape import eye
+from ._core import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose, where
 
 ArrayLike = Any
 
@@ -118,8 +119,6 @@ def vdot(a: ArrayLike, b: ArrayLike) -> Any:
 
 def trace(x: ArrayLike) -> Any:
     """Sum of the main diagonal of a 2-D array."""
-    from . import eye, where
-
     x = asarray(x) if not _is_array(x) else x
     if x.ndim != 2:
         raise _fail("trace", "needs a 2-D array", x)

@@ -9,8 +9,10 @@ import numpy as _np
 
 from .. import lax
 from ..frontend.validate import finite_number
-from . import (_finish, _fail, _full_like_value, _is_array, _norm_axes, _norm_axis, _reduce, _to_value, astype, asarray, broadcast_to, equal,
-               logical_not, maximum, mean, minimum, multiply, not_equal, reshape, subtract, sum, true_divide, where)
+from ._core import (_finish, _fail, _float_result, _full_like_value, _is_array, _norm_axes, _norm_axis, _prepare, _reduce,
+                    _to_value, astype, asarray, broadcast_to, equal, exp, full, logical_not, matmul, maximum, mean,
+                    minimum, moveaxis, multiply, not_equal, reshape, sqrt, subtract, sum, true_divide, where)
+from ._core import abs as _abs
 
 ArrayLike = Any
 
@@ -66,8 +68,6 @@ def isnan(x: ArrayLike) -> Any:
 def isinf(x: ArrayLike) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if x.dtype.kind != "f":
-        from . import full
-
         return full(x.shape, False, bool)
     return equal(lax.abs(x), _scalar(math.inf, x))
 
@@ -101,8 +101,6 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
 
 
 def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    from . import sqrt
-
     return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
 
 
@@ -154,8 +152,6 @@ def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
     """log(exp(x) + exp(y)) without overflow: max + log1p(exp(-|x - y|)). Where x == y
     (both +inf or both -inf included, where x - y would be nan) it is x + log(2), as in
     NumPy; a nan in either operand gives nan."""
-    from . import _finish, _float_result, _prepare, exp
-
     a, b = _prepare("logaddexp", x, y, dtype=_float_result(x, y))
     spread = maximum(a, b) + log1p(exp(-abs_(subtract(a, b))))
     same = lax.add(a, _scalar(math.log(2.0), a))
@@ -163,15 +159,11 @@ def logaddexp(x: ArrayLike, y: ArrayLike) -> Any:
 
 
 def abs_(x: ArrayLike) -> Any:
-    from . import abs as _abs
-
     return _abs(x)
 
 
 def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
     """Inclusive prefix sum as a triangular matmul (a decomposition: O(n^2) per row)."""
-    from . import matmul, moveaxis
-
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0

@@ -12,8 +12,9 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
-from . import (_fail, _full, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype,
-               broadcast_to, expand_dims, multiply, reshape, result_type, transpose, where)
+from ._index import getitem
+from ._core import (_fail, _full, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype,
+                    broadcast_to, expand_dims, moveaxis, multiply, reshape, result_type, transpose, where)
 
 ArrayLike = Any
 
@@ -73,15 +74,6 @@ def swapaxes(x: ArrayLike, axis1: int, axis2: int) -> Any:
     return transpose(x, perm)
 
 
-def moveaxis(x: ArrayLike, source: int, destination: int) -> Any:
-    x = asarray(x) if not _is_array(x) else x
-    s = _norm_axis(source, x.ndim, "moveaxis", x)
-    d = _norm_axis(destination, x.ndim, "moveaxis", x)
-    perm = [i for i in range(x.ndim) if i != s]
-    perm.insert(d, s)
-    return transpose(x, perm)
-
-
 def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0) -> Any:
     if not arrays:
         raise ArgumentError("concatenate: need at least one array", where=user_location())
@@ -127,8 +119,6 @@ def vstack(arrays: Sequence[ArrayLike]) -> Any:
 
 def split(x: ArrayLike, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     """Equal sections (an int that must divide the axis) or split points, like NumPy."""
-    from . import getitem
-
     x = asarray(x) if not _is_array(x) else x
     ax = _norm_axis(axis, x.ndim, "split", x)
     n = x.shape[ax]

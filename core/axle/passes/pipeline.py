@@ -18,6 +18,7 @@ from .. import profiler
 from ..config import config
 from ..ir.module import Module
 from ..ir.verifier import verify
+from .dump import dump_after, dump_before, wants_dump
 
 
 class Pass(abc.ABC):
@@ -79,8 +80,6 @@ def checks_on() -> bool:
 
 def run_pass(p: Pass, module: Module) -> tuple[Module, bool]:
     """Runs one pass with its trace span, dumps and verification."""
-    from .dump import dump_after, dump_before, wants_dump
-
     dumping = wants_dump(p.name)
     if dumping:
         dump_before(module, p.name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .environment import kit_unavailable
+from .environment import SUITE, kit_unavailable
 
 USAGE = "python -m axle.testing NAME[:INDEX] [--quick] [-n N] [--timeout S] [--in-process] [pytest options]"
 #: the kit's short options and the plugin's options they stand for
@@ -32,8 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m axle.testing: {why}", file=sys.stderr)
         return 2
     import pytest
-
-    from .plugin import SUITE
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0].startswith("-"):

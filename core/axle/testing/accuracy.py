@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..backend import CompileOptions
 from ..ir import Builder, DType, Module, Op
 from ..ir.ops import OPS
+from ..registry import REGISTRY
 from .exact import sincos_array
 
 if TYPE_CHECKING:
@@ -130,9 +132,6 @@ class Sweep:
 
 def measure(device: Device, sweep: Sweep) -> Measured:
     """Max ulp error of the sweep's function on ``device`` (see the module docstring)."""
-    from ..backend import CompileOptions
-    from ..registry import REGISTRY
-
     module = _module(sweep.op, sweep.dtype, sweep.args[0].size)
     be = REGISTRY.backend(device.backend)
     exe = be.compile(module, device, CompileOptions())
@@ -143,8 +142,6 @@ def measure(device: Device, sweep: Sweep) -> Measured:
 
 
 def supports(device: Device, op: Op, dtype: DType) -> bool:
-    from ..registry import REGISTRY
-
     caps = REGISTRY.backend(device.backend).capabilities(device)
     return op in caps.ops and dtype in caps.op_dtypes.get(op, caps.dtypes)
 

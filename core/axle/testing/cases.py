@@ -16,13 +16,18 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device
+from ..config import config
+from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, dtype
 from ..ir.module import Module, Node
-from ..ir.ops import OPS, Op
+from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, Op, OPS, register_custom_call
 from ..ir.types import TensorType
+from ..partition import unsupported_nodes
+from ..registry import REGISTRY
+from .session import compile_case
 
 FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
 ALL = tuple(DType)
@@ -348,8 +353,6 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
             out.append(_case(f"parameter-{dt.value}", lambda b, p: p[0], [_t(dt, (3,))], rng))
         return out
     if op is Op.CUSTOM_CALL:
-        from ..ir.ops import CUSTOM_CALL_TARGETS, register_custom_call
-
         if "axle.testing.cumsum" not in CUSTOM_CALL_TARGETS:
             register_custom_call("axle.testing.cumsum", lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
         for dt in (DType.FLOAT32, DType.INT32):
@@ -400,8 +403,6 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
 
 
 def core_cases(ops: Sequence[Op] | None = None) -> Iterator[OpCase]:
-    from ..ir.ops import CORE_PRIMITIVES
-
     for op in sorted(ops or CORE_PRIMITIVES, key=lambda o: o.value):
         yield from cases_for(op)
 
@@ -409,8 +410,6 @@ def core_cases(ops: Sequence[Op] | None = None) -> Iterator[OpCase]:
 @contextlib.contextmanager
 def strict_placement(on: bool = True) -> Iterator[None]:
     """Strict placement for the duration: nothing may fall back to the host."""
-    from ..config import config
-
     old = config.strict_placement
     config.strict_placement = on
     try:
@@ -423,12 +422,6 @@ def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.
     """Compiles and runs a case on a device; returns host arrays. When the device claims
     every op of the case, it runs under strict placement: a backend whose compile fails
     must fail the case, not pass it through the host fallback."""
-    from ..config import config
-    from ..partition import unsupported_nodes
-    from ..placement import to_buffer
-    from ..registry import REGISTRY
-    from .session import compile_case
-
     claimed = not unsupported_nodes(case.module, REGISTRY.backend_for(device).capabilities(device))
     with strict_placement(claimed or config.strict_placement):
         exe, _ = compile_case(case.module, device, optimize=optimize)
@@ -483,6 +476,4 @@ def _dot_error_bound(case: OpCase) -> np.ndarray | None:
 
 
 def _dtype_value(npd: np.dtype) -> str:
-    from ..ir.dtypes import dtype
-
     return dtype(npd).value

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from ..backend import Device
 from ..ir.module import Module
+from ..partition import unsupported_nodes
+from ..registry import REGISTRY
 from .cases import OpCase, strict_placement
 
 
@@ -24,9 +26,6 @@ class Check:
 
 def claimed(check: Check, device: Device) -> bool:
     """Whether the device's capabilities cover everything the check runs."""
-    from ..partition import unsupported_nodes
-    from ..registry import REGISTRY
-
     if check.module is None:
         return True
     caps = REGISTRY.backend_for(device).capabilities(device)

@@ -3,7 +3,7 @@
 - ``kernels/``: a fusion runs as one kernel (``report()["kernels"]``), not one per op;
 - ``inputs/``: executing leaves the argument buffers bit-identical;
 - ``threads/``: two threads running one executable, or two executables, at once;
-- ``random/``: small random programs (axle.passes.random_modules), optimized and not;
+- ``random/``: small random programs (axle.testing.random_modules), optimized and not;
 - ``late/``: results read back right when ``to_host`` comes at once, or after other work
   (a device that completes work after ``execute`` returned must wait in ``to_host``).
 
@@ -23,12 +23,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..backend import Device, Executable
+from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
+from ..ir.builder import Builder
 from ..ir.module import Module
 from ..ir.ops import CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
+from ..partition import placement_of
+from ..registry import REGISTRY
 from .cases import OpCase, assert_case_close, cases_for, fused_cases, random_input
 from .check import Check
+from .fuzz import check_program, Config, FAILURES, Program
+from .random_modules import random_module
 from .session import compile_case
 
 #: ops that are plumbing, not launches or members (values, views of tuples)
@@ -42,9 +48,6 @@ THREAD_ROUNDS = 12
 
 
 def _execute(exe: Executable, inputs: Sequence[np.ndarray], device: Device) -> list[np.ndarray]:
-    from ..placement import to_buffer
-    from ..registry import REGISTRY
-
     backend = REGISTRY.backend_for(device)
     return [np.asarray(backend.to_host(o)) for o in exe.execute([to_buffer(x, device) for x in inputs])]
 
@@ -94,8 +97,6 @@ def kernel_budget(module: Module) -> tuple[int, int, int]:
 
 def _kernel_check(case: OpCase) -> Check:
     def run(device: Device) -> None:
-        from ..partition import placement_of
-
         exe, compiled = compile_case(case.module, device)
         _compare(case, case.inputs, _execute(exe, case.inputs, device), device, "kernel count")
         summary = placement_of(exe)
@@ -120,9 +121,6 @@ def _kernel_check(case: OpCase) -> Check:
 
 def _inputs_check(case: OpCase) -> Check:
     def run(device: Device) -> None:
-        from ..placement import to_buffer
-        from ..registry import REGISTRY
-
         backend = REGISTRY.backend_for(device)
         exe, _ = compile_case(case.module, device)
         args = [to_buffer(x, device) for x in case.inputs]
@@ -188,7 +186,6 @@ def _joint_module(cases: list[OpCase]) -> Module:
     both cases' entry roots side by side."""
     if len(cases) == 1:
         return cases[0].module
-    from ..ir.builder import Builder
 
     b = Builder("pair")
     roots = []
@@ -210,9 +207,6 @@ def _joint_module(cases: list[OpCase]) -> Module:
 
 def _late_check(case: OpCase) -> Check:
     def run(device: Device) -> None:
-        from ..placement import to_buffer
-        from ..registry import REGISTRY
-
         backend = REGISTRY.backend_for(device)
         exe, _ = compile_case(case.module, device)
         xs = [case.inputs, _fresh_inputs(case, 1), _fresh_inputs(case, 2)]
@@ -235,9 +229,6 @@ def _late_check(case: OpCase) -> Check:
 
 
 def _random_check(seed: int) -> Check:
-    from ..passes.random_modules import random_module
-    from .fuzz import FAILURES, Config, Program, check_program
-
     n_nodes = 1 + seed % RANDOM_MAX_NODES
     module, inputs = random_module(seed, n_nodes)
 

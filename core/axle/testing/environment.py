@@ -3,9 +3,13 @@ is not available fails the test run instead of quietly skipping it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..backend import Device
+from ..registry import REGISTRY
 
+#: the kit as a pytest file (``pytest SUITE --axle-backend NAME``)
+SUITE = str(Path(__file__).with_name("suite.py"))
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: how to get the kit's runner: pytest is the ``kit`` extra, not a dependency of axle
 KIT_INSTALL = "pip install 'axle[kit]'"
@@ -24,8 +28,6 @@ def kit_unavailable() -> str | None:
 def require_backend(name: str) -> Device:
     """The backend's first device; fails in CI and skips elsewhere when it is unavailable."""
     import pytest
-
-    from ..registry import REGISTRY
 
     st = REGISTRY.statuses().get(name)
     if st is None or not st.available:

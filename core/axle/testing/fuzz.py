@@ -2,7 +2,7 @@
 optimized and not, against the interpreter.
 
 ``python -m axle.testing.fuzz --programs 10000`` generates ``random_module(seed, n)``
-(axle.passes.random_modules) for consecutive seeds, runs each on every config (device,
+(axle.testing.random_modules) for consecutive seeds, runs each on every config (device,
 optimized or not) and compares with the interpreter by the one comparison every
 random-program test uses (``cases.assert_program_close``). Compiles and runs happen in a
 pool of worker processes: a segfault or a hang costs one worker (restarted) and is counted
@@ -15,18 +15,26 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import devices
+from ..errors import AxleError
+from ..interpreter import eval_node, evaluate
 from ..ir.builder import make_node
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node, post_order
 from ..ir.ops import Op
+from ..ir.parser import parse_module
 from ..ir.types import TensorType
 from ..passes.rewrite import full_like
+from ..registry import REGISTRY
 from . import workers
+from .cases import assert_program_close, OpCase, program_tolerance, reduced_terms, run_case, tolerance
+from .random_modules import _ensure_custom_call, random_module
 
 #: Outcome kinds of one program on one config; each of FAILURES is minimized and printed.
 OK, MISMATCH, ERROR = "ok", "mismatch", "error"
@@ -60,9 +68,6 @@ class Program:
     inputs: tuple[np.ndarray, ...] | None = None
 
     def build(self) -> tuple[Module, list[np.ndarray]]:
-        from ..ir.parser import parse_module
-        from ..passes.random_modules import random_module
-
         if self.text is None:
             return random_module(self.seed, self.n_nodes)
         return parse_module(self.text), list(self.inputs or ())
@@ -84,10 +89,6 @@ class Outcome:
 
 def check_program(program: Program, config: Config) -> Outcome:
     """Runs one program on one config and compares with the interpreter (in a worker)."""
-    from ..interpreter import evaluate
-    from ..registry import REGISTRY
-    from .cases import OpCase, assert_program_close, run_case
-
     module, inputs = program.build()
     expected = evaluate(module, *inputs)
     try:
@@ -115,9 +116,6 @@ def _inexact(n: Node) -> bool:
 def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.ndarray]:
     """The interpreter's results with every inexact intermediate moved up (sign=1) or down
     (-1) by part of its tolerance: what a backend a few ulps off at each op could give."""
-    from ..interpreter import eval_node
-    from .cases import reduced_terms, tolerance
-
     env: dict[int, object] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
     for n in module.entry.nodes:
         if n.op is Op.PARAMETER:
@@ -138,8 +136,6 @@ def _stable_mismatch(module: Module, inputs: list[np.ndarray], actual: list[np.n
     """Whether some element differs where the reference itself is stable: a program whose
     result moves beyond tolerance when its inexact ops move within theirs (cos of a huge
     exp, a compare of two sums) does not pin the backend's answer down."""
-    from .cases import program_tolerance
-
     with np.errstate(all="ignore"):
         refs = [perturbed(module, inputs, s) for s in (1, -1)]
     for i, (a, e) in enumerate(zip(actual, expected)):
@@ -162,14 +158,10 @@ def _close(a: np.ndarray, e: np.ndarray, tol: tuple[float, float]) -> np.ndarray
 def _setup_worker() -> None:
     """A campaign worker's setup: quiet numerics, the generator's custom call, every
     backend loaded (so that start-up never counts against a task's timeout)."""
-    import warnings
-
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
-    from ..passes.random_modules import _ensure_custom_call
 
     _ensure_custom_call()  # texts that name the generator's custom call must parse
-    from .. import devices
 
     devices()
 
@@ -216,8 +208,6 @@ class Pool(workers.Pool):
 
 
 def _value_of(module: Module, inputs: list[np.ndarray], node: Node) -> np.ndarray:
-    from ..interpreter import evaluate
-
     return evaluate(Module(module.name, module.entry.with_root(node)), *inputs)[0]
 
 
@@ -349,8 +339,6 @@ class Summary:
 
 def default_configs(backends: Iterable[str] | None = None, modes: Iterable[bool] = (True, False)) -> list[Config]:
     """Device 0 of every installed, working backend but the interpreter (the oracle)."""
-    from ..registry import REGISTRY
-
     names = sorted(REGISTRY.backends()) if backends is None else list(backends)
     for b in names:
         REGISTRY.device(f"{b}:0")  # an unknown or broken backend: DeviceError with the reason
@@ -434,7 +422,6 @@ def main(argv: list[str] | None = None) -> int:
     if not set(args.modes.split(",")) <= words.keys():
         ap.error(f"--modes takes optimized, unoptimized or both, not {args.modes!r}")
     modes = [words[m] for m in args.modes.split(",")]
-    from ..errors import AxleError
 
     try:
         configs = default_configs(args.backends.split(",") if args.backends else None, modes)

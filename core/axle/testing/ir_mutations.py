@@ -10,9 +10,11 @@ A mutation is a function ``(text, rnd) -> text``; ``rnd`` is a ``random.Random``
 hypothesis, one whose choices hypothesis makes and shrinks)."""
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import re
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,11 +22,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import axle
+import axle.numpy as anp
+from ..compiler import compile_module, optimize_for
 from ..errors import AxleError
+from ..ir.builder import Builder, make_node
 from ..ir.dtypes import DType
 from ..ir.module import Module
-from ..ir.ops import BY_NAME, OPS
+from ..ir.ops import BY_NAME, Op, OPS
+from ..ir.parser import parse_module
 from ..ir.types import TensorType
+from ..placement import device
+from ..registry import REGISTRY
+from .random_modules import random_module
 
 Mutation = Callable[[str, random.Random], str]
 
@@ -262,10 +272,6 @@ def check_text(text: str, *, optimize: bool = True) -> str:
     """Parses ``text`` and, when it parses and verifies, compiles it on the interpreter and
     runs it on random inputs. Returns the outcome ('ran', 'compiled' or the AxleError's
     class name); any other exception propagates: it breaks the contract."""
-    from ..compiler import compile_module
-    from ..ir.parser import parse_module
-    from ..placement import device
-
     try:
         module = parse_module(text)
         dev = device("interpreter:0")
@@ -273,7 +279,6 @@ def check_text(text: str, *, optimize: bool = True) -> str:
         if _largest_value_bytes(module) > RUN_LIMIT_BYTES or not math.isfinite(_largest_value_bytes(module)):
             return "compiled"
         rng = np.random.default_rng(0)
-        from ..registry import REGISTRY
 
         backend = REGISTRY.backend_for(dev)
         args = [backend.to_device(_input(p.tensor_type, rng), dev) for p in module.entry.parameters]
@@ -286,10 +291,6 @@ def check_text(text: str, *, optimize: bool = True) -> str:
 def corpus(models_path: str, seeds: Sequence[int] = (225, 202, 218, 47, 17, 206, 33, 0), nodes: int = 20) -> list[str]:
     """Real module texts: random modules (every primitive, custom calls), their optimized
     forms (fusions, several computations) and the examples' traced functions."""
-    from ..compiler import optimize_for
-    from ..passes.random_modules import random_module
-    from ..placement import device
-
     dev = device("interpreter:0")
     texts = []
     for i, seed in enumerate(seeds):
@@ -304,9 +305,6 @@ def corpus(models_path: str, seeds: Sequence[int] = (225, 202, 218, 47, 17, 206,
 
 def _multi_output_fusion_text() -> str:
     """A fusion with two results read by get-tuple-element (rarer in optimized randoms)."""
-    from ..ir.builder import Builder, make_node
-    from ..ir.ops import Op
-
     inner = Builder("fused_pair")
     x = inner.parameter("f32[2,3]")
     y = inner.parameter("f32[2,3]")
@@ -320,11 +318,6 @@ def _multi_output_fusion_text() -> str:
 def example_texts(models_path: str) -> list[str]:
     """The example models (``examples/aot/models.py``: seed and mlp) traced, plus the
     gradient of a small tanh layer, as text."""
-    import importlib.util
-
-    import axle
-    import axle.numpy as anp
-
     spec = importlib.util.spec_from_file_location("_axle_example_models", models_path)
     models = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(models)  # type: ignore[union-attr]
@@ -364,8 +357,6 @@ def campaign(texts: Sequence[str], n: int, *, seed: int = 0, max_mutations: int 
     """Mutant ``i`` is ``mutate(choice(texts), Random(seed + i), 1..max_mutations)``, so any
     one can be rebuilt from its number. A check that runs past ``timeout_s`` (where the
     platform has SIGALRM) counts as a break named 'hang'."""
-    import signal
-
     def on_alarm(signum: int, frame: object) -> None:
         raise _Hang()
 

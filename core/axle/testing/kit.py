@@ -13,13 +13,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+import axle
 from ..backend import Device
+from ..compiler import compile_module
+from ..frontend.device_put import to_buffer
 from ..ir.builder import Builder
 from ..ir.dtypes import ALL_DTYPES, DType
 from ..ir.module import Module
 from ..ir.ops import Op
-from ..ir.types import TensorType
 from ..ir.ops import CORE_PRIMITIVES
+from ..ir.types import TensorType
+from ..registry import REGISTRY
 from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input
 from .check import Check, claimed, run_check
 from .contract import contract_checks
@@ -44,10 +48,6 @@ def _case_check(case: OpCase, category: str, *, unoptimized: bool = True) -> Che
 
 def _transfer_check(dt: DType, shape: tuple[int, ...]) -> Check:
     def run(device: Device) -> None:
-        import axle
-
-        from ..registry import REGISTRY
-
         backend = REGISTRY.backend_for(device)
         x = np.array(random_input(np.random.default_rng(len(shape)), TensorType(dt, shape)))
         buf = backend.to_device(x, device)
@@ -98,8 +98,6 @@ def _caching_check() -> Check:
     rep = _case("caching", lambda b, p: b.add(b.mul(p[0], p[1]), p[0]), [t, t], np.random.default_rng(0)).module
 
     def run(device: Device) -> None:
-        import axle
-
         fn = axle.jit(lambda x, y: x * y + x, device=device)
         x, y = np.arange(9, dtype=np.float32), np.full(9, 2, np.float32)
         for _ in range(3):
@@ -119,8 +117,6 @@ def _error_checks() -> list[Check]:
     rep = _case("errors", lambda b, p: b.add(p[0], p[1]), [t, t], np.random.default_rng(0)).module
 
     def shape_mismatch(device: Device) -> None:
-        import axle
-
         fn = axle.jit(lambda x, y: x + y, device=device)
         try:
             fn(np.zeros(3, np.float32), np.zeros(4, np.float32))
@@ -130,8 +126,6 @@ def _error_checks() -> list[Check]:
             raise AssertionError("adding f32[3] and f32[4] did not raise ShapeError")
 
     def unknown_device(device: Device) -> None:
-        import axle
-
         try:
             axle.device(f"{device.backend}:9999")
         except axle.errors.DeviceError as e:
@@ -140,9 +134,6 @@ def _error_checks() -> list[Check]:
             raise AssertionError(f"{device.backend}:9999 resolved to a device")
 
     def wrong_arity(device: Device) -> None:
-        from ..compiler import compile_module
-        from ..placement import to_buffer
-
         exe = compile_module(rep, device)
         try:
             exe.execute([to_buffer(np.zeros(3, np.float32), device)])
@@ -151,8 +142,6 @@ def _error_checks() -> list[Check]:
         raise AssertionError("executing with 1 argument instead of 2 returned instead of raising")
 
     def bad_value(device: Device) -> None:
-        import axle
-
         try:
             axle.device_put(np.array(["a"]), device)
         except TypeError:

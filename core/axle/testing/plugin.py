@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-SUITE = str(Path(__file__).with_name("suite.py"))
+import axle
+from .environment import SUITE
+from .kit import kit_checks
+from .runner import DEFAULT_TIMEOUT_S, KitRunner, run_here
+from .session import kit_session
+
 #: the run's KitRunner, in the pytest config's stash
 RUNNER: pytest.StashKey[Any] = pytest.StashKey()
 #: with --axle-in-process: the run's compile cache, open until the session ends
@@ -61,12 +65,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not target or config.getoption("collectonly"):
         return
     if config.getoption("--axle-in-process"):
-        from .session import kit_session
-
         config.stash[IN_PROCESS] = contextlib.ExitStack()
         config.stash[IN_PROCESS].enter_context(kit_session())  # the run's compile cache, as in a worker
         return
-    from .runner import DEFAULT_TIMEOUT_S, KitRunner
 
     checks = [item.callspec.params["axle_check"] for item in session.items
               if hasattr(item, "callspec") and "axle_check" in item.callspec.params]
@@ -88,16 +89,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def check_result(config: pytest.Config, check: Any, device: Any) -> Any:
     """The check's :class:`axle.testing.runner.CheckResult`: from the workers, or run in
     this process with ``--axle-in-process``."""
-    from .runner import run_here
-
     runner = config.stash.get(RUNNER, None)
     return run_here(check, device) if runner is None else runner.result(check.id)
 
 
 def device_for(target: str) -> Any:
     """The device a ``--axle-backend`` value names, or a usage error saying why not."""
-    import axle
-
     name = target if ":" in target else f"{target}:0"
     backend = name.split(":", 1)[0]
     st = axle.REGISTRY.statuses().get(backend)
@@ -113,7 +110,6 @@ def device_for(target: str) -> Any:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "axle_check" not in metafunc.fixturenames:
         return
-    from .kit import kit_checks
 
     checks = kit_checks(quick=metafunc.config.getoption("--axle-quick"))
     metafunc.parametrize("axle_check", checks, ids=[c.id for c in checks])

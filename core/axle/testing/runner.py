@@ -17,13 +17,18 @@ from __future__ import annotations
 import contextlib
 import threading
 import traceback
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import devices
+from ..registry import REGISTRY
 from . import workers
-from .check import Check
+from .check import Check, run_check
+from .kit import check_named
+from .session import kit_session, recording
 
 #: seconds one check may run in a worker before it is reported as a hang
 DEFAULT_TIMEOUT_S = 120.0
@@ -43,11 +48,6 @@ _session = contextlib.ExitStack()
 def setup_worker() -> None:
     """A kit worker's setup: every backend loaded (start-up is not a check's time) and
     the run-wide compile cache on for the worker's life."""
-    import warnings
-
-    from .. import devices
-    from .session import kit_session
-
     warnings.simplefilter("ignore")  # placement warnings of unclaimed checks: the summary says it
     devices()
     _session.enter_context(kit_session())
@@ -55,9 +55,6 @@ def setup_worker() -> None:
 
 def run_in_worker(check_id: str, device_name: str) -> None:
     """Runs the kit's check ``check_id`` on a device (in a worker); raises when it fails."""
-    from ..registry import REGISTRY
-    from .kit import check_named, run_check
-
     run_check(check_named(check_id), REGISTRY.device(device_name))
 
 
@@ -140,9 +137,6 @@ def failure_report(check: Check, device_name: str, kind: str, error: str, trace:
 def run_here(check: Check, device: object) -> CheckResult:
     """Runs a check in this process (no crash isolation: for debuggers), reporting a
     failure as the workers do."""
-    from .check import run_check
-    from .session import recording
-
     with recording() as record:
         try:
             run_check(check, device)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 
 from ..backend import Device, Executable
+from ..compiler import compile_optimized, flags_key
 from ..ir.module import Module
 from ..lru import LRU
 from . import workers
@@ -67,8 +68,6 @@ def sources_of(exe: Executable) -> dict[str, str]:
 def compile_case(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
     """``compile_optimized`` through the run's cache; records the kernel sources (and, in
     a worker, sends them to the parent) before the caller runs the executable."""
-    from ..compiler import compile_optimized, flags_key
-
     key = (module.as_text(), device.name, optimize, flags_key())
     hit = _cache.get(key) if _cache is not None else None
     if hit is None:

@@ -22,6 +22,8 @@ kit's compiled executables, then serve the checks that share a module.
 """
 from __future__ import annotations
 
+import faulthandler
+import importlib
 import os
 import signal
 import subprocess
@@ -89,8 +91,6 @@ def serve(read_fd: int, write_fd: int, setup: str, stacks_path: str) -> None:
     """A worker's loop: tasks in, ("note", x)* then ("done", result) or ("raised", Raised)
     out, over its own pipes (not stdio, which a backend may print to)."""
     global _outbox
-    import faulthandler
-    import importlib
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle, not a task's
     stacks = open(stacks_path, "w")  # noqa: SIM115 - open for the worker's whole life

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from axle.interpreter import evaluate
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 from axle.testing.cases import OpCase, assert_program_close, run_case
 
 

@@ -10,7 +10,7 @@ from axle.backend import CompileOptions
 from axle.errors import AxleError, BackendError
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module, TensorType
-from axle.ir.builder import parse_type
+from axle.ir.parser import parse_type
 from axle.testing.cases import assert_close, random_input, tolerance
 
 

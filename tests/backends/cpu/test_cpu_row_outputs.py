@@ -12,7 +12,7 @@ from axle.compiler import compile_module
 from axle.interpreter import evaluate
 from axle.ir import Builder
 from axle.ir.parser import parse_module
-from axle.placement import to_buffer
+from axle.frontend.device_put import to_buffer
 from axle.testing.cases import assert_close
 from test_cpu_kernels import fused_module, run
 

@@ -1,4 +1,4 @@
-"""The optimizer's random programs (axle.passes.random_modules: every primitive, 1-40
+"""The optimizer's random programs (axle.testing.random_modules: every primitive, 1-40
 nodes) run optimized on opencl:0 and match the interpreter on the original module."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from axle.interpreter import evaluate
-from axle.passes.random_modules import random_module
+from axle.testing.random_modules import random_module
 from axle.testing.cases import OpCase, assert_program_close, check_case, fused_cases, run_case
 from ocl_fusing import opencl_device
 

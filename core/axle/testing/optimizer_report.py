@@ -1,7 +1,7 @@
 """Before/after table of the optimizer on the standard programs.
 
-    python -m axle.passes.report              # core default policy
-    python -m axle.passes.report --device cpu:0   # under that device's backend policy
+    python -m axle.testing.optimizer_report              # core default policy
+    python -m axle.testing.optimizer_report --device cpu:0   # under that device's backend policy
 
 For the seed example, a decomposed softmax, layer norm and a 2-layer MLP (forward, and a
 hand-written backward), it prints kernels per call and temporary / peak bytes (from
@@ -16,13 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import numpy as anp
+from ..compiler import optimize_for
+from ..frontend.jit import trace_function
 from ..ir.module import Module
-from .buffers import assign
+from ..passes import optimize as core_optimize
+from ..passes.buffers import assign
+from ..placement import resolve
 
 
 def _programs() -> list[tuple[str, Callable[..., Any], list[np.ndarray]]]:
-    from .. import numpy as anp
-
     def seed(x, y, z):  # noqa: ANN001, ANN202
         return anp.sum(x + y * z)
 
@@ -75,9 +78,6 @@ class Row:
 
 def measure(optimize: Callable[[Module], Module] | None = None) -> list[Row]:
     """The table's rows; ``optimize`` defaults to the core pipeline without a backend."""
-    from ..frontend.jit import trace_function
-    from . import optimize as core_optimize
-
     opt = optimize or core_optimize
     rows = []
     for name, fn, args in _programs():
@@ -100,14 +100,11 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m axle.passes.report", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m axle.testing.optimizer_report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", help="optimize under this device's backend (passes and fusion policy)")
     args = ap.parse_args(argv)
     opt = None
     if args.device:
-        from ..compiler import optimize_for
-        from ..placement import resolve
-
         device = resolve(args.device)
         opt = lambda m: optimize_for(m, device)  # noqa: E731
     print(table(measure(opt)))

@@ -1,0 +1,49 @@
+"""Compiling a whole module for one device: the core pipeline and the backend's own
+passes, then the backend's ``compile``. The partitioner (axle.partition) calls this for
+each cluster; the compiler facade (axle.compiler) puts the two together."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import passes, profiler
+from .backend import CompileOptions, Device, Executable
+from .config import config
+from .ir.module import Module
+from .passes.buffers import assign
+from .registry import REGISTRY
+
+
+def flags_key() -> tuple:
+    """The settings that change what compilation produces, for executable cache keys
+    (a cached executable compiled without strict placement must not answer a call made
+    with it, nor one compiled before ``--<backend>_<flag>`` changed)."""
+    return (config.optimize, config.strict_placement, config.disable_passes,
+            tuple(sorted(config.backend_flags.items())), config.check_indices)
+
+
+def optimize_for(module: Module, device: Device) -> Module:
+    """The module after the core pipeline and the backend's own passes."""
+    backend = REGISTRY.backend_for(device)
+    with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
+        return passes.optimize(module, backend=backend, device=device)
+
+
+def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+    """Compiles the whole ``module`` for ``device``, no partitioning; returns the executable
+    and the module the backend compiled (optimized unless ``optimize`` or ``config.optimize``
+    is off)."""
+    backend = REGISTRY.backend_for(device)
+    run_passes = optimize and config.optimize
+    if run_passes:
+        module = optimize_for(module, device)
+    with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
+        exe = backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+    return exe, module
+
+
+def executable_report(module: Module, executable: Executable) -> dict[str, Any]:
+    """The core's facts about the compiled module (kernels, temp/peak bytes from buffer
+    assignment) overlaid with what the backend's executable reports about itself."""
+    facts = assign(module).report()
+    facts.update(executable.report())
+    return facts
