@@ -6,7 +6,11 @@ not meant to run (a fragment of a plugin, pseudo-code) says so right before its 
 
     <!-- not run: <reason> -->
 
-and the reason is required. Output listings are ```text, not ```python. docs/ops/ is generated
+and the reason is required. Output listings are ```text, not ```python; one marked
+
+    <!-- output of the block above -->
+
+is compared with what the nearest python block above it printed. docs/ops/ is generated
 (tests/sdk/test_explain_op.py checks it) and the blocks of the writing-a-backend walk-through
 (between ``<!-- walkthrough:start -->`` and ``<!-- walkthrough:end -->``) are run, with their
 scaffolded plugin, by tests/sdk/test_walkthrough.py: both are left out here.
@@ -39,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([\w+-]*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 NOT_RUN = re.compile(r"<!--\s*not run:(.*?)-->")
+OUTPUT = "<!-- output of the block above -->"
 WALKTHROUGH = re.compile(r"<!-- walkthrough:start -->.*?<!-- walkthrough:end -->", re.S)
 #: labels that would hide Python from this test (and from most renderers' highlighting)
 OTHER_PYTHON_LABELS = ("py", "python3", "pycon", "ipython")
@@ -54,6 +59,7 @@ class Block:
     body: str
     not_run: str | None  # the reason given by a `<!-- not run: ... -->` marker, if any
     in_walkthrough: bool
+    shows_output: bool  # marked as the output of the block above
 
 
 def doc_blocks(doc: Path) -> list[Block]:
@@ -65,21 +71,45 @@ def doc_blocks(doc: Path) -> list[Block]:
         marker = NOT_RUN.fullmatch(before.strip())
         out.append(Block(doc, text.count("\n", 0, m.start(2)) + 1, m.group(1), m.group(2),
                          marker.group(1).strip() if marker else None,
-                         any(a <= m.start() < b for a, b in walkthrough)))
+                         any(a <= m.start() < b for a, b in walkthrough), before.strip() == OUTPUT))
     return out
 
 
+def runs(block: Block) -> bool:
+    return block.lang == "python" and block.not_run is None and not block.in_walkthrough
+
+
 def blocks_to_run(doc: Path) -> list[Block]:
-    return [b for b in doc_blocks(doc) if b.lang == "python" and b.not_run is None and not b.in_walkthrough]
+    return [b for b in doc_blocks(doc) if runs(b)]
 
 
-#: run in the subprocess: exec each block in one namespace, with its doc line numbers
+def shown_outputs(doc: Path) -> list[tuple[Block, int | None]]:
+    """Each output listing with the index (in blocks_to_run) of the block whose output it shows."""
+    out, last = [], None
+    for b in doc_blocks(doc):
+        if runs(b):
+            last = 0 if last is None else last + 1
+        elif b.shows_output:
+            out.append((b, last))
+    return out
+
+
+#: run in the subprocess: exec each block in one namespace, with its doc line numbers; what
+#: each block prints is also kept, in the file named by argv[1]
 DRIVER = r"""
-import json, sys
-ns = {"__name__": "__main__"}
+import contextlib, io, json, sys
+ns, printed = {"__name__": "__main__"}, []
 for path, line, body in json.load(sys.stdin):
     print(f"--- block at {path}:{line}", flush=True)
-    exec(compile("\n" * (line - 1) + body, path, "exec"), ns)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(compile("\n" * (line - 1) + body, path, "exec"), ns)
+    finally:
+        sys.stdout.write(buf.getvalue())
+    printed.append(buf.getvalue())
+    with open(sys.argv[1], "w") as f:
+        json.dump(printed, f)
 """
 
 
@@ -89,11 +119,12 @@ def run_doc(doc: Path, cwd: Path, default: str) -> subprocess.CompletedProcess[s
     blocks = [(str(b.doc), b.line, b.body) for b in blocks_to_run(doc)]
     env = {k: v for k, v in os.environ.items() if k != "AXLE_FLAGS"}
     env["AXLE_BACKENDS"] = ",".join(dict.fromkeys([default, *BACKENDS]))
-    return subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(blocks), cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-c", DRIVER, PRINTED], input=json.dumps(blocks), cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
 RUNNABLE_DOCS = [d for d in DOCS if blocks_to_run(d)]
+PRINTED = "printed.json"  # in the doc's temporary folder
 #: the fast tier runs each doc on cpu:0; the full sweep on the other devices as well
 DEFAULTS = ["cpu", *(pytest.param(name, marks=pytest.mark.slow) for name in ("opencl", "template"))]
 
@@ -105,6 +136,14 @@ def test_doc_blocks_run(doc: Path, default: str, tmp_path: Path) -> None:
         require_backend(name)
     r = run_doc(doc, tmp_path, default)
     assert r.returncode == 0, f"{doc.name} on {default}: a block failed\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    printed = json.loads((tmp_path / PRINTED).read_text())
+    for listing, index in shown_outputs(doc):
+        assert index is not None and trimmed(printed[index]) == trimmed(listing.body), \
+            f"{doc.name}:{listing.line}: the listing is not what the block above prints"
+
+
+def trimmed(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
 def marker_problems(doc: Path) -> list[str]:
@@ -121,6 +160,8 @@ def marker_problems(doc: Path) -> list[str]:
             problems.append(f"{doc.name}:{line}: `not run` without a reason")
         if block is None or block.lang != "python":
             problems.append(f"{doc.name}:{line}: `not run` marker not right before a ```python fence")
+    problems += [f"{doc.name}:{b.line - 1}: an output listing shows no python block's output"
+                 for b, index in shown_outputs(doc) if index is None or b.lang != "text"]
     return problems + [f"{doc.name}:{b.line - 1}: label the block ```python (or ```text for output)"
                        for b in blocks if b.lang in OTHER_PYTHON_LABELS]
 
@@ -131,18 +172,24 @@ def test_markers_are_well_formed() -> None:
 
 
 def test_marker_convention(tmp_path: Path) -> None:
-    """The parser on a small doc: a marked block is not run, an unmarked one is, and a
-    marker without a reason, a stray marker or a ```py label is reported."""
+    """The parser on a small doc: a marked block is not run, an unmarked one is, an output
+    listing belongs to the run block above it, and a marker without a reason, a stray marker,
+    an output listing with no block above it or a ```py label is reported."""
     doc = tmp_path / "d.md"
-    doc.write_text("<!-- not run: a fragment of a plugin -->\n```python\nclass B(Backend): ...\n```\n\n"
-                   "```python\nx = 1\n```\n<!-- not run: -->\n```python\ny\n```\n"
+    doc.write_text(f"{OUTPUT}\n```text\nearly\n```\n"
+                   "<!-- not run: a fragment of a plugin -->\n```python\nclass B(Backend): ...\n```\n"
+                   f"```python\nprint(1)\n```\n{OUTPUT}\n```text\n1\n```\n"
+                   "<!-- not run: -->\n```python\ny\n```\n"
                    "<!-- not run: stray -->\n\n```python\nz\n```\n```py\nw\n```\n")
-    assert [(b.line, b.not_run) for b in doc_blocks(doc)] == [
-        (3, "a fragment of a plugin"), (7, None), (11, ""), (16, None), (19, None)]
-    assert [b.body for b in blocks_to_run(doc)] == ["x = 1\n", "z\n"]
-    assert marker_problems(doc) == ["d.md:9: `not run` without a reason",
-                                    "d.md:13: `not run` marker not right before a ```python fence",
-                                    "d.md:18: label the block ```python (or ```text for output)"]
+    blocks = doc_blocks(doc)
+    assert [(b.line, b.not_run) for b in blocks] == [
+        (3, None), (7, "a fragment of a plugin"), (10, None), (14, None), (18, ""), (23, None), (26, None)]
+    assert [b.body for b in blocks_to_run(doc)] == ["print(1)\n", "z\n"]
+    assert [(b.line, index) for b, index in shown_outputs(doc)] == [(3, None), (14, 0)]
+    assert marker_problems(doc) == ["d.md:16: `not run` without a reason",
+                                    "d.md:20: `not run` marker not right before a ```python fence",
+                                    "d.md:2: an output listing shows no python block's output",
+                                    "d.md:25: label the block ```python (or ```text for output)"]
 
 
 def test_walkthrough_blocks_left_to_their_test() -> None:
