@@ -23,9 +23,13 @@ proves each doc's imports are complete. Blocks are compiled with the doc as thei
 and their doc line numbers, so a traceback (and axle's own source-line errors) point at the
 doc line that failed. Every backend of this machine loads (CI has them all) and each doc runs
 with cpu:0, then, in the full sweep, opencl:0 and template:0 as the default device: "the
-default device" in a doc means each of them in turn."""
+default device" in a doc means each of them in turn.
+
+Names in prose go stale too: every `axle.x.y` (or `axle_cpu.x`...) a doc writes in
+backticks must resolve to a module or an attribute."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -119,8 +123,9 @@ def run_doc(doc: Path, cwd: Path, default: str) -> subprocess.CompletedProcess[s
     blocks = [(str(b.doc), b.line, b.body) for b in blocks_to_run(doc)]
     env = {k: v for k, v in os.environ.items() if k != "AXLE_FLAGS"}
     env["AXLE_BACKENDS"] = ",".join(dict.fromkeys([default, *BACKENDS]))
-    return subprocess.run([sys.executable, "-c", DRIVER, PRINTED], input=json.dumps(blocks), cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    # faulthandler: a crash in native code (a driver, LLVM) prints where it happened
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", DRIVER, PRINTED], input=json.dumps(blocks),
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 RUNNABLE_DOCS = [d for d in DOCS if blocks_to_run(d)]
@@ -190,6 +195,38 @@ def test_marker_convention(tmp_path: Path) -> None:
                                     "d.md:20: `not run` marker not right before a ```python fence",
                                     "d.md:2: an output listing shows no python block's output",
                                     "d.md:25: label the block ```python (or ```text for output)"]
+
+
+def has_attributes(obj: object, names: list[str]) -> bool:
+    for name in names:
+        if not hasattr(obj, name):
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+def resolves(name: str) -> bool:
+    """``axle.passes.schedule.schedule``, ``axle.config.update``, ``axle_cpu.aot.compile_aot``:
+    an importable module, then attributes (the longest module first)."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        if has_attributes(module, parts[i:]):
+            return True
+    return False
+
+
+def test_named_apis_exist() -> None:
+    """Every `axle.x.y` (and `axle_cpu.x`...) a doc names in backticks exists: a moved module
+    or a renamed function shows here even where no block uses it."""
+    for name in ("cpu", "opencl", "template"):
+        require_backend(name)
+    named = {(doc.name, n) for doc in DOCS for n in re.findall(r"`(axle(?:_\w+)?(?:\.\w+)+)", doc.read_text())}
+    missing = sorted(f"{doc}: {n}" for doc, n in named if not resolves(n))
+    assert len(named) > 100 and not missing, missing
 
 
 def test_walkthrough_blocks_left_to_their_test() -> None:
