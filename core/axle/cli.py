@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from . import profiler
-from .doctor import main as doctor_main, TIMEOUT_S
+from .doctor import TIMEOUT_S
+from .doctor import main as doctor_main
 from .errors import AxleError
 from .explain_cli import add_arguments, run_explain
+from .explain_op import main as explain_op_main
 from .registry import REGISTRY
 from .scaffold import new_backend
-
-from .explain_op import main as explain_op_main
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

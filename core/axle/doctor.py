@@ -27,7 +27,7 @@ from .ir.types import TensorType
 from .partition import HOST_BACKENDS, placement_of
 from .registry import NAMESPACE, REGISTRY, Registry, _entry_points, _selected
 from .testing.cases import assert_close, tolerance
-from .testing.workers import Lost, note, Pool, Raised
+from .testing.workers import Lost, Pool, Raised, note
 
 #: seconds one backend's check may take in its worker (import, devices, tiny kernels)
 TIMEOUT_S = 120.0

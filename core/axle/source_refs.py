@@ -114,7 +114,8 @@ def behind(value: Any, depth: int = 4) -> list[Any]:
                 visit(cell.cell_contents, d - 1)
             except ValueError:  # an empty cell
                 continue
-        for default in (*(getattr(v, "__defaults__", None) or ()), *(getattr(v, "__kwdefaults__", None) or {}).values()):
+        defaults = getattr(v, "__defaults__", None) or ()
+        for default in (*defaults, *(getattr(v, "__kwdefaults__", None) or {}).values()):
             visit(default, d - 1)  # a lambda binding its loop's function: lambda x, _f=_f: ...
 
     visit(value, depth)
@@ -258,7 +259,8 @@ def resolve(where: str, package: str | None = None) -> tuple[types.ModuleType, A
     module, the object and its qualified name in the module (``Name.attr``). Raises
     ImportError or AttributeError."""
     mod_name, _, qual = where.partition(":")
-    module = importlib.import_module(mod_name, package) if mod_name.startswith(".") else importlib.import_module(mod_name)
+    module = (importlib.import_module(mod_name, package) if mod_name.startswith(".")
+              else importlib.import_module(mod_name))
     obj: Any = module
     for part in qual.split(".") if qual else ():
         obj = getattr(obj, part)

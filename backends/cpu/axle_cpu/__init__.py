@@ -11,14 +11,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
-                          LoweringEntry)
+from axle.backend import (
+    Backend,
+    BackendUnavailable,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    Executable,
+    LoweringEntry,
+)
 from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
-from axle.lru import LRU
 from axle.ir.module import Module
 from axle.ir.opcodes import Op
 from axle.ir.types import TensorType
+from axle.lru import LRU
 from axle.passes.policy import FusionPolicy
 
 __all__ = ["CpuBackend", "CpuExecutable"]
@@ -55,7 +63,7 @@ class CpuBackend(Backend):
             from .target import host
 
             self._host = host()
-        except Exception as e:  # noqa: BLE001 - no usable LLVM: report it, do not break axle
+        except Exception as e:  # no usable LLVM: report it, do not break axle
             raise BackendUnavailable(f"llvmlite cannot target this host: {type(e).__name__}: {e}") from e
         from .threads import thread_count
 

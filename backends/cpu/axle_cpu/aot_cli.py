@@ -6,6 +6,8 @@ import argparse
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 HELP = "compile a Python function ahead of time to an object file + C header"
 
@@ -20,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-optimize", action="store_true", help="skip the optimizer pipeline")
 
 
-def load_function(target: str):  # noqa: ANN201
+def load_function(target: str) -> Callable[..., Any]:
     from axle.errors import AxleError
 
     path, sep, fn_name = target.rpartition(":")

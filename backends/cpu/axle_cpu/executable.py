@@ -11,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -205,7 +205,7 @@ class _ReductionSplit:
             self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
         self.base = self.ptrs.ctypes.data
         self.combine = []
-        for p, out_node in zip(self.partial, launch.step.spec.outputs):
+        for out_node in launch.step.spec.outputs:
             kind = out_node.attr["kind"]
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do

@@ -441,7 +441,7 @@ class _Emitter:
 
     # -- matrix-vector: one dot product per row, K contiguous in both operands
     def _rowdot(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
-        g, b, lay = self.g, self.g.b, self.lay
+        g, b = self.g, self.g.b
         group = 4
         split = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), _c(group)), _c(group)))
         g.loop(lo, split, group, lambda i: self._dot_rows(a_base, b_base, c_base, i, group), "rd4")
@@ -595,7 +595,8 @@ class _Emitter:
                 def col(j: ir.Value) -> None:
                     d = g.gep(dst, self.ct, b.add(drow, j))
                     g.if_(b.icmp_signed("<", j, w),
-                          lambda: b.store(self.load_elem(b_base, b.add(koff, g.offset(lay.b_n, b.add(col0, j), "bn"))), d),
+                          lambda: b.store(self.load_elem(b_base, b.add(koff, g.offset(lay.b_n, b.add(col0, j), "bn"))),
+                                          d),
                           lambda: b.store(ir.Constant(self.ct, None), d))
 
                 g.loop(_c(0), _c(nr), 1, col, "pbj")

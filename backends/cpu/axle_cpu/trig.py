@@ -308,7 +308,10 @@ def _columns(m: _B, mm: ir.Value, w: list[ir.Value]) -> tuple[ir.Value, ir.Value
             cols[c + 1] = b.add(cols[c + 1], b.lshr(p, c32))
     for c in range(5):
         cols[c + 1] = b.add(cols[c + 1], b.lshr(cols[c], c32))
-    word = lambda h, l: b.or_(b.shl(h, c32), b.and_(l, mask))  # noqa: E731
+
+    def word(h: ir.Value, lo: ir.Value) -> ir.Value:
+        return b.or_(b.shl(h, c32), b.and_(lo, mask))
+
     return word(cols[5], cols[4]), word(cols[3], cols[2])
 
 

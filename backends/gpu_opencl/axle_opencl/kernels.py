@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +71,8 @@ class Kernel:
     body: str = ""
 
 
-def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa: ANN001
+def _finish(body_fn: Callable[[str], str], what: str, r: Renderer, outs: list[tuple[str, int, TensorType]],
+            ins: list[tuple[str, object]], **kw: Any) -> Kernel:
     """Names the kernel after a hash of its source (identical sources share programs)."""
     body = body_fn("KERNEL")
     src = program_source(body, r.uses_fp64)
@@ -78,7 +81,8 @@ def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa
                   body=body.replace("KERNEL", name), **kw)
 
 
-def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]], consts, extra: str) -> str:  # noqa: ANN001
+def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]],
+               consts: list[tuple[str, np.ndarray]], extra: str) -> str:
     args = [f"__global {STORAGE[t.dtype]}* restrict {n}" for n, t in outs]
     args += [f"__global const {STORAGE[dt]}* restrict {n}" for n, dt in params]
     args += [f"__global const {STORAGE[DType(_dt(a))]}* restrict {n}" for n, a in consts]
@@ -253,7 +257,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     em.line(f"const int r0 = (g % {splits}) * {chunk};")
     em.line(f"const int r1 = min(r0 + {chunk}, {R});")
     accs = []
-    for k, (n, _) in enumerate(reduces):
+    for n, _ in reduces:
         accs.append(em.tmp(reg_type(acc_dtype(n.dtype)), identity(n.attr["kind"], n.dtype), "acc"))
     kidx = Idx(kept, "o")
 

@@ -57,7 +57,8 @@ class Plan:
     results: list[tuple[Slot, TensorType]]
 
 
-def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[tuple[Kernel, list[Any], list[Any], dict[int, TensorType]]]:
+def plan_unit(comp: Computation, kind: str,
+              dev: DeviceInfo) -> list[tuple[Kernel, list[Any], list[Any], dict[int, TensorType]]]:
     """Kernels for one launch of the shared plan, by the form of its shared schedule
     (axle.lowering.schedule). Inputs/outputs name ("param", i) / ("out", k) / ("scratch", j)."""
     for n in comp.nodes:

@@ -17,7 +17,7 @@ class TreeDef:
 
     __slots__ = ("kind", "children", "keys", "num_leaves", "__weakref__")
 
-    def __init__(self, kind: str, children: tuple["TreeDef", ...], keys: tuple[Any, ...]) -> None:
+    def __init__(self, kind: str, children: tuple[TreeDef, ...], keys: tuple[Any, ...]) -> None:
         self.kind = kind
         self.children = children
         self.keys = keys

@@ -8,9 +8,9 @@ ordinary dicts keyed by nodes stay cheap identity lookups.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ArgumentError, AxleError, ShapeError
@@ -29,7 +29,7 @@ _ids = itertools.count()
 @dataclass(frozen=True, eq=False)
 class Node:
     op: Op
-    operands: tuple["Node", ...]
+    operands: tuple[Node, ...]
     attrs: tuple[tuple[str, Any], ...]
     type: Type
     # Not part of the structure: the user's source line and a readable name.
@@ -63,7 +63,7 @@ class Node:
     def dtype(self):  # noqa: ANN201 - DType
         return self.tensor_type.dtype
 
-    def replace(self, **changes: Any) -> "Node":
+    def replace(self, **changes: Any) -> Node:
         """A copy with some fields changed (a fresh node, new uid)."""
         fields = dict(op=self.op, operands=self.operands, attrs=self.attrs, type=self.type,
                       loc=self.loc, name=self.name)
@@ -75,7 +75,8 @@ class Node:
 
 
 def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
-              loc: str | None = None, name: str | None = None, type: Type | None = None) -> Node:
+              loc: str | None = None, name: str | None = None,
+              type: Type | None = None) -> Node:  # noqa: A002 - the keyword names Node.type for every caller
     """Creates a checked node. ``type`` is given only for parameters."""
     attrs = dict(attrs or {})
     try:
@@ -131,7 +132,7 @@ class Module:
         visit(self.entry)
         return out
 
-    def with_entry(self, entry: Computation) -> "Module":
+    def with_entry(self, entry: Computation) -> Module:
         return Module(self.name, entry, carry_records(self.fusion_records, entry))
 
     def fusion_record(self, fusion: Node) -> FusionRecord | None:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
-from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
-from .dtypes import dtype as to_dtype
 from .computation import Computation
 from .dotdims import DotDims
+from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
+from .dtypes import dtype as to_dtype
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -64,7 +64,7 @@ class AttrSpec:
     def required(self) -> bool:
         return self.default is _REQUIRED
 
-    def coerce(self, op: "Op", value: object) -> object:
+    def coerce(self, op: Op, value: object) -> object:
         """Canonical, hashable form of an attribute value (tuples, DType...)."""
         k = self.kind
         why = ""
@@ -474,7 +474,8 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     _check_axes(op, ts, rb + rc, rhs.rank, "rhs batch+contracting dims")
     for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
         if lhs.shape[a] != rhs.shape[b]:
-            raise _shape_error(op, ts, f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
+            raise _shape_error(op, ts,
+                               f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
     return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
 
 
@@ -488,7 +489,8 @@ def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) ->
         raise _shape_error(op, ts, f"broadcast_dimensions {dims} must be increasing; transpose first")
     for i, d in enumerate(dims):
         if t.shape[i] not in (1, shape[d]):
-            raise _shape_error(op, ts, f"operand dim {i} (size {t.shape[i]}) cannot broadcast to output dim {d} (size {shape[d]})")
+            raise _shape_error(op, ts, f"operand dim {i} (size {t.shape[i]}) cannot broadcast to output dim {d} "
+                                       f"(size {shape[d]})")
     return shape
 
 

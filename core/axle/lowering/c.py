@@ -41,7 +41,6 @@ from ..ir.types import TensorType
 from . import index as ix
 from .index import Ix
 
-
 # ------------------------------------------------------------------------------ dialects
 
 

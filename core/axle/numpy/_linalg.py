@@ -8,8 +8,8 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, size_arg
-from ._shape import eye
 from ._core import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose, where
+from ._shape import eye
 
 ArrayLike = Any
 

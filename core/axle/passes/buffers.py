@@ -168,7 +168,7 @@ class _Arena:
     def alloc(self, size: int) -> int:
         size = _align(max(size, 1))
         best = None
-        for i, (off, sz) in enumerate(self.holes):
+        for i, (_off, sz) in enumerate(self.holes):
             if sz >= size and (best is None or sz < self.holes[best][1]):
                 best = i
         self.in_use += size

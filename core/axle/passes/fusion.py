@@ -457,7 +457,7 @@ class _Fuser:
         edges = self._unit_edges()
         units: list[object] = list(self.groups) + [n.uid for n in self.comp.nodes if n.uid not in self.home]
         indeg = {u: 0 for u in units}
-        for src, dsts in edges.items():
+        for dsts in edges.values():
             for d in dsts:
                 indeg[d] += 1
         ready = [u for u in units if indeg[u] == 0]

@@ -33,7 +33,7 @@ from ..partition import placement_of
 from ..registry import REGISTRY
 from .cases import OpCase, assert_case_close, cases_for, fused_cases, random_input
 from .check import Check
-from .fuzz import check_program, Config, FAILURES, Program
+from .fuzz import FAILURES, Config, Program, check_program
 from .random_modules import random_module
 from .session import compile_case
 

@@ -33,7 +33,7 @@ from ..ir.types import TensorType
 from ..passes.rewrite import full_like
 from ..registry import REGISTRY
 from . import workers
-from .cases import assert_program_close, OpCase, program_tolerance, reduced_terms, run_case, tolerance
+from .cases import OpCase, assert_program_close, program_tolerance, reduced_terms, run_case, tolerance
 from .random_modules import _ensure_custom_call, random_module
 
 #: Outcome kinds of one program on one config; each of FAILURES is minimized and printed.
@@ -252,7 +252,8 @@ def _candidates(module: Module, inputs: list[np.ndarray]) -> Iterator[tuple[Modu
     for n in reversed(entry.nodes):
         for o in dict.fromkeys(n.operands):
             if o.type == n.type and n is not entry.root:
-                yield _rebuilt(module, inputs, {n.uid: lambda m, i=n.operands.index(o): m.operands[i]})
+                i = n.operands.index(o)
+                yield _rebuilt(module, inputs, {n.uid: lambda m, i=i: m.operands[i]})
     for p, x in zip(entry.parameters, inputs):
         yield _rebuilt(module, inputs, {p.uid: lambda m, x=x: _constant(m, np.asarray(x))})
 
@@ -357,7 +358,8 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
     if budget:
         module, inputs = shrink(module, inputs, still_fails, budget)
     finding.text, finding.inputs = module.as_text(), inputs
-    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)), finding.config)
+    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)),
+                     finding.config)
     if again.kind == finding.outcome.kind:  # the repro's own differing values
         finding.outcome = again
 

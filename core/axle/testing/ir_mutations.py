@@ -24,12 +24,13 @@ import numpy as np
 
 import axle
 import axle.numpy as anp
+
 from ..compiler import compile_module, optimize_for
 from ..errors import AxleError
 from ..ir.builder import Builder, make_node
 from ..ir.dtypes import DType
 from ..ir.module import Module
-from ..ir.ops import BY_NAME, Op, OPS
+from ..ir.ops import BY_NAME, OPS, Op
 from ..ir.parser import parse_module
 from ..ir.types import TensorType
 from ..placement import device

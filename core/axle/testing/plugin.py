@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import axle
+
 from .environment import SUITE
 from .kit import kit_checks
 from .runner import DEFAULT_TIMEOUT_S, KitRunner, run_here

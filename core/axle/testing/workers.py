@@ -330,7 +330,7 @@ class Pool:
         self.slots = []
         self.scratch.cleanup()
 
-    def __enter__(self) -> "Pool":
+    def __enter__(self) -> Pool:
         return self
 
     def __exit__(self, *exc: object) -> None:
