@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import importlib
+import types
 
 from . import counters as _stats
 from . import errors, ir
@@ -54,7 +55,7 @@ def reset_stats() -> None:
     _stats.reset()
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
+def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import axle` light
     if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

@@ -65,6 +65,11 @@ class Device:
     def __str__(self) -> str:
         return self.name
 
+    if TYPE_CHECKING:
+        # ``with device:``, attached by axle.placement at import; declared for type checkers
+        def __enter__(self) -> Device: ...
+        def __exit__(self, *exc: object) -> None: ...
+
 
 #: A per-op refinement of a claim. Called with a node whose op and dtypes the device
 #: claims (its operands' and result's types: shapes, dtypes, ``rank``; its attributes; for

@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ARGUMENTS:
             ARGUMENTS[name](sp)
     for name, mod in plugin_commands().items():
-        mod.add_arguments(sub.add_parser(name, help=getattr(mod, "HELP", "")))  # type: ignore[attr-defined]
+        mod.add_arguments(sub.add_parser(name, help=getattr(mod, "HELP", "")))  # type: ignore[attr-defined]  # plugin API
     return p
 
 
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in COMMANDS:
         return COMMANDS[args.command][0](args)
-    return plugin_commands()[args.command].run(args)  # type: ignore[attr-defined]
+    return plugin_commands()[args.command].run(args)  # type: ignore[attr-defined]  # a plugin command's run()
 
 
 if __name__ == "__main__":

@@ -362,4 +362,4 @@ def explain(lowered: Lowered, *, source: bool = True) -> Explanation:
 
 # ``Lowered.explain()``: the frontend's class gets its tools-layer method here, as axle.numpy
 # attaches the array methods, so that jit needs nothing above it (axle/__init__ imports this).
-Lowered.explain = explain  # type: ignore[attr-defined]  # attached method, see above
+Lowered.explain = explain  # type: ignore[method-assign]  # attached method, see above

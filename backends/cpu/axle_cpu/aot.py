@@ -229,7 +229,7 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
         module = fn
         name = name or module.name
     else:
-        name = name or getattr(fn, "__name__", "fn")
+        name = name or str(getattr(fn, "__name__", "fn"))
     name = _c_ident(name)
     if not isinstance(fn, Module):
         module = trace(fn, types, name)

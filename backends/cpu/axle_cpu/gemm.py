@@ -236,7 +236,7 @@ def no_unroll(latch: ir.Instruction) -> None:
     if md is None:
         md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])])
         md.operands = (md, *md.operands)  # a loop ID refers to itself
-        mod._axle_no_unroll = md  # type: ignore[attr-defined]
+        mod._axle_no_unroll = md
     latch.set_metadata("llvm.loop", md)
 
 
@@ -719,7 +719,7 @@ class _Emitter:
                 acc.add_incoming(ir.Constant(self.vt, None), pre)
         b.cbranch(b.icmp_signed("<", k, kc), body, done)
         b.position_at_end(body)
-        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if b_direct else t.nr)))
+        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
         bvec = []
         for q in range(nv):
             p = g.gep(brow, self.ct, _c(q * t.v))

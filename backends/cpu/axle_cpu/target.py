@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -21,15 +21,15 @@ LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
 _depth = 0
 #: (engine, context) of dead JitModules waiting for LOCK to be disposed
-_garbage: list[tuple[object, object]] = []
+_garbage: list[tuple[llvm.ExecutionEngine, llvm.ContextRef]] = []
 
 
 def _dispose_garbage() -> None:
     """Disposes dead modules' engines, then their contexts (the caller holds LOCK)."""
     while _garbage:
         engine, context = _garbage.pop()
-        engine.close()  # type: ignore[attr-defined]
-        context.close()  # type: ignore[attr-defined]
+        engine.close()
+        context.close()
 
 
 @contextlib.contextmanager
@@ -178,7 +178,8 @@ class JitModule:
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self._engine.finalize_object()
 
-    def __del__(self, _finalizing=sys.is_finalizing) -> None:  # noqa: ANN001 - bound now: at exit sys may be gone
+    # _finalizing is bound now: at exit sys may be gone
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # The engine (which owns the module and the target machine) must go before the
         # context its module was made in, and never while another thread compiles: queued
         # for LOCK, disposed now if nobody compiles. At interpreter exit the OS frees it all.

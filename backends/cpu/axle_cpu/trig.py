@@ -156,7 +156,7 @@ class _B:
         return ir.Constant(t, [v] * self.lanes) if self.lanes else ir.Constant(t, v)
 
     def i(self, v: int, elem: ir.IntType = I64) -> ir.Constant:
-        return self.c(v, elem)  # type: ignore[arg-type]
+        return self.c(v, elem)
 
     def intr(self, name: str, x: ir.Value, *rest: ir.Value) -> ir.Value:
         elem = x.type.element if self.lanes else x.type

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +106,7 @@ def describe(comp: Computation) -> str:
 
 
 def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[int, ...], dev: DeviceInfo,
-               pre: list[Node] = ()) -> Kernel:  # type: ignore[assignment]
+               pre: Sequence[Node] = ()) -> Kernel:
     """One iteration per element of ``outer``; outputs have shape ``outer`` or
     ``outer + tail`` (row kernels: ``pre`` are the per-row reductions, computed once
     per row before the tail loop writes the full-shape outputs)."""

@@ -85,7 +85,7 @@ def plan_unit(comp: Computation, kind: str,
     if len(shapes) == 1:
         k = map_kernel(comp, outs, nodes[0].shape, dev)
         return [(k, k.inputs, k.outputs, {})]
-    out = []
+    out: list[tuple[Kernel, list[Any], list[Any], dict[int, TensorType]]] = []
     for n, j in outs:
         k = map_kernel(comp, [(n, j)], n.shape, dev)
         out.append((k, k.inputs, k.outputs, {}))

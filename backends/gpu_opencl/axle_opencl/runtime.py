@@ -43,7 +43,7 @@ def disk_cache() -> DiskCache:
 def _binary_key(dev: cl.Device, source: str) -> bytes:
     """Everything a program binary depends on: format version, platform and driver,
     device, options and source."""
-    parts = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
+    parts: list[str | bytes] = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
              " ".join(BUILD_OPTIONS), source]
     return b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)
 
@@ -121,7 +121,7 @@ class DeviceRuntime:
             host = host.view(np.uint8)
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
-    def alloc(self, nbytes: int) -> cl.Buffer | None:
+    def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
         if nbytes <= 0:
             return None
         with self._pool_lock:

@@ -51,7 +51,7 @@ class InterpreterExecutable(Executable):
         else:
             outs = evaluate(self.module, *[a.handle for a in args])
         types = self.module.entry.result_types
-        return [Buffer(self.device, t, o) for t, o in zip(types, outs)]  # type: ignore[arg-type]
+        return [Buffer(self.device, t, o) for t, o in zip(types, outs)]  # type: ignore[arg-type]  # results are arrays
 
     def report(self) -> dict[str, Any]:
         return {"kernels": self._kernels}

@@ -6,7 +6,7 @@ import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import counters as stats
 from .. import profiler
@@ -101,6 +101,11 @@ class Lowered:
 
     def as_dot(self) -> str:
         return self.module.as_dot()
+
+    if TYPE_CHECKING:
+        # attached by axle.explain at import; declared for type checkers (an axle.explain
+        # Explanation: the tools layer, which this one may not name)
+        def explain(self, /, *, source: bool = True) -> Any: ...
 
     def optimize(self) -> Module:
         """The module after the optimizer pipeline for this device's backend."""

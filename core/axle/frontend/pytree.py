@@ -21,7 +21,7 @@ class TreeDef:
         self.kind = kind
         self.children = children
         self.keys = keys
-        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+        self.num_leaves: int = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
 
     def __repr__(self) -> str:
         if self.kind in ("leaf", "none"):

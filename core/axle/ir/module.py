@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentError, AxleError, ShapeError
 from .computation import Computation, post_order
@@ -20,6 +20,9 @@ from .fusion_record import FusionRecord, carry_records
 from .ops import OPS, Op, Traits, canonical_attrs, check_arity, infer_type
 from .printer import print_module
 from .types import TensorType, Type
+
+if TYPE_CHECKING:
+    from .dtypes import DType
 
 __all__ = ["Computation", "Module", "Node", "make_node", "post_order"]
 
@@ -60,12 +63,12 @@ class Node:
         return self.tensor_type.shape
 
     @property
-    def dtype(self):  # noqa: ANN201 - DType
+    def dtype(self) -> DType:
         return self.tensor_type.dtype
 
     def replace(self, **changes: Any) -> Node:
         """A copy with some fields changed (a fresh node, new uid)."""
-        fields = dict(op=self.op, operands=self.operands, attrs=self.attrs, type=self.type,
+        fields: dict[str, Any] = dict(op=self.op, operands=self.operands, attrs=self.attrs, type=self.type,
                       loc=self.loc, name=self.name)
         fields.update(changes)
         return Node(**fields)

@@ -47,7 +47,7 @@ def as_int(v: object) -> int:
     Raises TypeError naming the entry."""
     if not isinstance(v, (bool, np.bool_)):
         try:
-            return operator.index(v)  # type: ignore[arg-type]
+            return operator.index(v)  # type: ignore[arg-type]  # any value: a TypeError is reported below
         except TypeError:
             pass
     raise TypeError(f"{v!r} is a {type(v).__name__}, not an integer")
@@ -72,7 +72,7 @@ class AttrSpec:
             if k is AttrKind.INT:
                 return as_int(value)
             if k in (AttrKind.INTS, AttrKind.SHAPE):
-                vals = tuple(as_int(v) for v in value)  # type: ignore[union-attr]
+                vals = tuple(as_int(v) for v in value)  # type: ignore[attr-defined]  # not iterable: reported below
                 if k is AttrKind.SHAPE and any(v < 0 for v in vals):
                     raise ValueError
                 return vals
@@ -624,16 +624,17 @@ _def(Op.FUSION, None, None, None, lambda *xs, kind, computation: None,
      traits=Traits(structural=True, fusible=False),
      doc="A fused sub-computation compiled as one kernel; operands bind its parameters.")
 
-# unary elementwise
-for _op, _f, _dts, _tr in [
+# unary elementwise (the tables typed: NumPy ufuncs and functions have no common type)
+_UNARY: list[tuple[Op, Callable[..., Any], Any, Traits]] = [
     (Op.NEG, np.negative, NUMERIC, _EW),
     (Op.ABS, np.abs, NUMERIC, _EW),
     (Op.SIGN, _sign, NUMERIC, _EW),
     (Op.NOT, _logical_not, INTEGRAL, _EW),
-]:
+]
+for _op, _f, _dts, _tr in _UNARY:
     _def(_op, 1, _first_shape, _same_dtype, _quiet(_f), traits=_tr, operand_dtypes=_dts)
 
-for _op, _f, _tr in [
+_FLOAT_UNARY: list[tuple[Op, Callable[..., Any], Traits]] = [
     (Op.EXP, np.exp, _EW_T),
     (Op.LOG, np.log, _EW_T),
     (Op.SQRT, np.sqrt, _EW),
@@ -644,7 +645,8 @@ for _op, _f, _tr in [
     (Op.COS, np.cos, _EW_T),
     (Op.FLOOR, np.floor, _EW),
     (Op.CEIL, np.ceil, _EW),
-]:
+]
+for _op, _f, _tr in _FLOAT_UNARY:
     _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f), traits=_tr, operand_dtypes=FLOATS)
 
 # binary elementwise
@@ -721,7 +723,7 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     if op is Op.TUPLE:
         if any(isinstance(t, TupleType) for t in operand_types):
             raise ShapeError("tuple: nested tuples are not supported")
-        return TupleType(tuple(operand_types))  # type: ignore[arg-type]
+        return TupleType(tuple(operand_types))  # type: ignore[arg-type]  # no tuple among them: checked above
     if op is Op.GET_TUPLE_ELEMENT:
         (t,) = operand_types
         if not isinstance(t, TupleType) or not 0 <= attrs["index"] < len(t.elements):
@@ -737,7 +739,7 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     for t in operand_types:
         if not isinstance(t, TensorType):
             raise ShapeError(f"{op.value}: operands must be arrays, got {t}")
-    ts: Sequence[TensorType] = operand_types  # type: ignore[assignment]
+    ts: Sequence[TensorType] = operand_types  # type: ignore[assignment]  # all arrays: checked above
     bad = [t for t in ts if t.dtype not in d.operand_dtypes]
     if bad and op is not Op.SELECT:
         allowed = ", ".join(sorted(x.value for x in d.operand_dtypes))

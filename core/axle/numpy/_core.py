@@ -598,17 +598,23 @@ def _basic_plan(x: Any, idx: tuple) -> tuple[list[int], list[int], list[int], li
             if not -n <= k < n:
                 raise _fail("getitem", f"index {k} is out of bounds for axis {dim} with size {n}", x)
             k %= n
-            start.append(k), limit.append(k + 1), stride.append(1)
+            start.append(k)
+            limit.append(k + 1)
+            stride.append(1)
         else:
             s, l, st = i.indices(n)
             if st > 0:
                 cnt = builtins.max(0, (l - s + st - 1) // st)
-                start.append(s), limit.append(s + (cnt - 1) * st + 1 if cnt else s), stride.append(st)
+                start.append(s)
+                limit.append(s + (cnt - 1) * st + 1 if cnt else s)
+                stride.append(st)
             else:
                 cnt = builtins.max(0, (s - l - st - 1) // (-st))
                 # reversed view: slice the mirrored range, then flip
                 lo = s + (cnt - 1) * st if cnt else 0
-                start.append(lo), limit.append(s + 1 if cnt else 0), stride.append(-st)
+                start.append(lo)
+                limit.append(s + 1 if cnt else 0)
+                stride.append(-st)
                 flips.append(dim)
             out_shape.append(cnt)
         dim += 1

@@ -122,4 +122,4 @@ def trace(x: ArrayLike) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if x.ndim != 2:
         raise _fail("trace", "needs a 2-D array", x)
-    return sum(where(eye(*x.shape, dtype=bool), x, 0))
+    return sum(where(eye(x.shape[0], x.shape[1], dtype=bool), x, 0))

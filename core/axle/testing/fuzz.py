@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,7 @@ def _inexact(n: Node) -> bool:
 def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.ndarray]:
     """The interpreter's results with every inexact intermediate moved up (sign=1) or down
     (-1) by part of its tolerance: what a backend a few ulps off at each op could give."""
-    env: dict[int, object] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
+    env: dict[int, Any] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
     for n in module.entry.nodes:
         if n.op is Op.PARAMETER:
             continue
@@ -180,7 +181,7 @@ def _outcome(answer: object) -> Outcome:
         return Outcome(ERROR, answer.error)
     if isinstance(answer, workers.Lost):
         return Outcome(answer.kind, answer.detail)
-    return answer  # type: ignore[return-value]
+    return answer  # type: ignore[return-value]  # check_program's answer: an Outcome
 
 
 class Pool(workers.Pool):
@@ -192,11 +193,11 @@ class Pool(workers.Pool):
         env = {} if "AXLE_OPENCL_CACHE" in os.environ else {"AXLE_OPENCL_CACHE": self.cache.name}
         super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env)
 
-    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]
+    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]  # narrower
         for task, answer in super().imap(tasks):
             yield task, _outcome(answer)
 
-    def run(self, program: Program, config: Config) -> Outcome:  # type: ignore[override]
+    def run(self, program: Program, config: Config) -> Outcome:  # type: ignore[override]  # the campaign's task
         return next(self.imap([(check_program, (program, config))]))[1]
 
     def close(self) -> None:
@@ -211,7 +212,7 @@ def _value_of(module: Module, inputs: list[np.ndarray], node: Node) -> np.ndarra
     return evaluate(Module(module.name, module.entry.with_root(node)), *inputs)[0]
 
 
-def _rebuilt(module: Module, inputs: list[np.ndarray], subst: dict[int, Callable[[Node], Node]],
+def _rebuilt(module: Module, inputs: list[np.ndarray], subst: dict[int, Callable[..., Node]],
              new_values: dict[int, np.ndarray] | None = None) -> tuple[Module, list[np.ndarray]]:
     """``module`` with the nodes named in ``subst`` replaced (operands first), its
     parameters renumbered to those still reachable, and their inputs."""

@@ -20,7 +20,7 @@ from ..compiler import compile_module
 from ..frontend.device_put import to_buffer
 from ..ir.builder import Builder
 from ..ir.dtypes import ALL_DTYPES, DType
-from ..ir.module import Module
+from ..ir.module import Module, Node
 from ..ir.ops import CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
 from ..registry import REGISTRY
@@ -188,7 +188,7 @@ def check_named(check_id: str) -> Check:
         raise KeyError(f"the kit has no check {check_id!r}") from None
 
 
-def builder_module(name: str, build: Callable[[Builder], object]) -> Module:
+def builder_module(name: str, build: Callable[[Builder], Node]) -> Module:
     """A module from a builder callback (used by axle doctor's tiny kernel)."""
     b = Builder(name)
-    return b.build(build(b))  # type: ignore[arg-type]
+    return b.build(build(b))
