@@ -54,3 +54,14 @@ def test_terminate_stops_a_pool_waiting_on_a_hang():
     assert not t.is_alive()
     assert [a.kind for _, a in answers] in ([], [CRASH]) and HANG not in str(answers)
     pool.close()
+
+
+def test_a_worker_is_replaced_after_max_tasks():
+    """A long campaign's workers start afresh every max_tasks tasks, so what a driver
+    never gives back (PoCL's mappings of released programs) cannot accumulate."""
+    pid = "__import__('os').getpid()"
+    with Pool(1, timeout=60, max_tasks=3) as pool:
+        pids = [pool.run(eval, pid) for _ in range(7)]
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]
+    with Pool(1, timeout=60) as pool:  # no limit: one worker throughout
+        assert len({pool.run(eval, pid) for _ in range(5)}) == 1

@@ -215,6 +215,61 @@ def test_kernel_binaries_bounded_by_jit_cache_size(monkeypatch):
         assert len(codegen._BINARIES) <= 6 and len(f._cache) <= 3
 
 
+def _mappings() -> int:
+    """This process's memory mappings (Linux, where axle's CI runs)."""
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def test_evicted_kernel_binaries_are_unloaded(monkeypatch):
+    """A library the cache and every executable let go is unloaded: ctypes never unloads
+    on its own, and the mappings of thousands of programs reached vm.max_map_count in a
+    fuzz campaign (its worker then died in LLVM's next allocation)."""
+    import gc
+
+    from axle.compiler import compile_module
+    from axle.ir import Builder, DType, Module
+    from axle.ir.types import TensorType
+    from axle_template import codegen
+
+    dev = require_backend("template")
+    monkeypatch.setattr(axle.config, "jit_cache_size", 2)
+
+    def program(k: int) -> Module:
+        b = Builder(f"m{k}")
+        x = b.parameter(TensorType(DType.FLOAT32, (k + 1,)))
+        return Module(f"m{k}", b.computation(b.exp(x)))
+
+    compile_module(program(0), dev)  # the first build loads what every build shares
+    gc.collect()
+    before = _mappings()
+    for k in range(1, 61):
+        exe = compile_module(program(k), dev)
+        assert exe.launches[0].stages, "a compiled kernel"
+        del exe
+    gc.collect()
+    assert len(codegen._BINARIES) <= 4
+    # 60 libraries of 5-7 mappings each stayed mapped before; now only the cached few
+    assert _mappings() - before < 60, _mappings() - before
+
+
+def test_a_kernel_stage_keeps_its_library_loaded(tmp_path, monkeypatch):
+    """Unloading never pulls code from under a stage that can still be called."""
+    import gc
+
+    from axle_template import codegen
+
+    from axle.diskcache import DiskCache
+    from axle.lru import LRU
+
+    monkeypatch.setattr(codegen, "DISK", DiskCache(str(tmp_path / "cache"), "kernel binary"))
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    stage = codegen.compile_program("int axle_probe(void) { return 42; }\n").function("axle_probe")
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())  # the cache lets go
+    gc.collect()
+    assert stage() == 42
+
+
 def test_template_without_a_c_compiler_is_unavailable(monkeypatch):
     import axle_template.backend as tb
 
@@ -246,10 +301,10 @@ def test_kernel_binaries_come_back_from_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(codegen, "DISK", DiskCache(str(tmp_path / "cache"), "kernel binary"))
     monkeypatch.setattr(codegen, "_BINARIES", LRU())
     source = "int axle_probe(void) { return 42; }\n"
-    assert codegen.compile_program(source).axle_probe() == 42
+    assert codegen.compile_program(source).function("axle_probe")() == 42
     monkeypatch.setattr(codegen, "_BINARIES", LRU())
     monkeypatch.setattr(codegen, "build", no_compiler)
-    assert codegen.compile_program(source).axle_probe() == 42
+    assert codegen.compile_program(source).function("axle_probe")() == 42
     monkeypatch.setattr(codegen, "COMPILER", (*codegen.COMPILER, "-O1"))
     with pytest.raises(AssertionError, match="compiled again"):
         codegen.compile_program(source)

@@ -36,7 +36,7 @@ from axle.ir.reductions import REDUCE_KINDS
 from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
-from . import mathfns as M
+from . import mathfns
 from .lltypes import COMPUTE, F16, F32, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
 
 Index: TypeAlias = int | ir.Value
@@ -755,7 +755,7 @@ def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool
         return b.select(b.icmp_signed(">" if is_max else "<", x, y), x, y)
     # NaN-propagating, as NumPy's maximum/minimum: llvm.maximum/minimum, which the loop
     # vectorizer also recognizes as a reduction (vmaxps plus NaN fix-ups).
-    return M.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
+    return mathfns.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
 
 
 #: a reduction over at most this many elements (LLVM unrolls its loop fully) keeps
@@ -912,7 +912,7 @@ def _pow(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     b = em.b
     x, y = a
     if dt.is_float:
-        return M.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
+        return mathfns.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
     t = COMPUTE[dt]
     one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
     neg = b.icmp_signed("<", y, zero)
@@ -967,7 +967,7 @@ def _neg(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
 
 def _abs(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     if dt.is_float:
-        return M.unary_intr(em.b, "fabs", a[0])
+        return mathfns.unary_intr(em.b, "fabs", a[0])
     b = em.b
     return b.select(b.icmp_signed("<", a[0], ir.Constant(a[0].type, 0)), b.sub(ir.Constant(a[0].type, 0), a[0]), a[0])
 
@@ -996,11 +996,11 @@ def _float_fn(fn: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[...,
 
 
 def _intr(name: str) -> Callable[..., ir.Value]:
-    return _float_fn(lambda b, x: M.unary_intr(b, name, x))
+    return _float_fn(lambda b, x: mathfns.unary_intr(b, name, x))
 
 
 def _rsqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.fdiv(ir.Constant(x.type, 1.0), M.unary_intr(b, "sqrt", x))
+    return b.fdiv(ir.Constant(x.type, 1.0), mathfns.unary_intr(b, "sqrt", x))
 
 
 _FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True), "gt": (">", True),
@@ -1038,7 +1038,7 @@ def convert_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Va
             return v
         return b.fpext(v, tt) if tt == ir.DoubleType() else b.fptrunc(v, tt)
     if src.is_float:
-        return M.fptosi_sat(b, v, tt)
+        return mathfns.fptosi_sat(b, v, tt)
     if dst.is_float:
         return b.sitofp(v, tt)
     if st.width == tt.width:
@@ -1056,7 +1056,7 @@ def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
         # LLVM from merging the two truncations into a double->half libcall
         # (__truncdfhf2), which the JIT process does not provide.
         f = em.b.fptrunc(v, F32)
-        return M.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
+        return mathfns.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
     return convert_value(em.b, v, src, dst)
 
 
@@ -1069,12 +1069,12 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.ABS: _ew(_abs),
     Op.SIGN: _ew(_sign),
     Op.NOT: _ew(_not),
-    Op.EXP: _float_fn(M.exp),
-    Op.LOG: _float_fn(M.log),
-    Op.TANH: _float_fn(M.tanh),
-    Op.LOGISTIC: _float_fn(M.logistic),
-    Op.SIN: _float_fn(M.sin),
-    Op.COS: _float_fn(M.cos),
+    Op.EXP: _float_fn(mathfns.exp),
+    Op.LOG: _float_fn(mathfns.log),
+    Op.TANH: _float_fn(mathfns.tanh),
+    Op.LOGISTIC: _float_fn(mathfns.logistic),
+    Op.SIN: _float_fn(mathfns.sin),
+    Op.COS: _float_fn(mathfns.cos),
     Op.SQRT: _intr("sqrt"),
     Op.RSQRT: _float_fn(_rsqrt),
     Op.FLOOR: _intr("floor"),

@@ -7,8 +7,9 @@ OpenCL C kernels with their launch shapes.
   ``floatN`` vectors where the fusion allows (PoCL's vectorizer gives up on
   grid-stride loops), with a scalar tail.
 * ``group reduce`` kernels: input fusions with few outputs and long reductions; each
-  work-group reduces a range in registers, then a tree in local memory; a second pass
-  over the per-group partials runs only when one group per output is not enough.
+  work-group reduces its output's range in registers, then a tree in local memory (a
+  reduction into too few outputs to fill the device arrives split in two launches by
+  the kernel plan, axle.lowering.split).
 * ``dot`` kernels: in ``dots.py``.
 
 Sizes that a kernel only needs as loop bounds (``n``, ``chunk``) are arguments, so an
@@ -24,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from axle.errors import BackendError
-from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
@@ -49,21 +49,35 @@ class DeviceInfo:
     float_lanes: int = 8
     double_lanes: int = 4
 
+    @property
+    def group_lanes(self) -> int:
+        """Work-items in one work-group of a reduction kernel (PoCL runs a work-group on
+        one core: a few lanes there, a full group on a GPU)."""
+        if self.is_gpu:
+            return 1 << min(8, int(math.log2(max(1, self.max_work_group))))
+        return 4 if self.max_work_group >= 4 else 1
+
+    @property
+    def split_reductions(self) -> tuple[int, int]:
+        """(workers, min_part) for the kernel plan's split reductions: a reduction into
+        fewer outputs than the work-groups that keep every compute unit busy is launched
+        in two, each part at least 2048 elements per work-item."""
+        return self.compute_units * (8 if self.is_gpu else 4), self.group_lanes * 2048
+
 
 @dataclass
 class Kernel:
     """One kernel launch: its program source, argument layout and launch shape.
 
     ``inputs`` name where each buffer argument comes from: ("param", i) the unit's
-    i-th operand, ("const", array) an array uploaded once at compile time,
-    ("scratch", j) an intermediate of the same unit. ``outputs`` are ("out", k) unit
-    results or ("scratch", j)."""
+    i-th operand, ("const", array) an array uploaded once at compile time. ``outputs``
+    are ("out", k, type): the unit's k-th result."""
 
     name: str
     source: str
     what: str  # the op(s) it computes, for errors and profiles
     outputs: list[tuple[str, int, TensorType]]
-    inputs: list[tuple[str, object]]
+    inputs: list[tuple[str, Any]]  # ("param", index) or ("const", array), as above
     scalars: list[int] = field(default_factory=list)
     global_size: tuple[int, ...] = (1,)
     local_size: tuple[int, ...] | None = None
@@ -234,28 +248,23 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
 # ---------------------------------------------------------------------- group reduce
 
 
-def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev: DeviceInfo,
-                        splits: int, lanes_per_group: int) -> Kernel:
-    """Work-group tree reductions for reduces sharing operand shape and axes. With
-    ``splits > 1`` each output gets ``splits`` groups writing partials (in the
-    accumulator dtype) to scratch outputs for a second pass."""
+def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev: DeviceInfo) -> Kernel:
+    """Work-group tree reductions for reduces sharing operand shape and axes: one
+    work-group of ``dev.group_lanes`` work-items per output element. (A long reduction
+    into too few outputs to fill the device arrives split in two by the kernel plan.)"""
     first = reduces[0][0]
     x_shape = first.operands[0].shape
     axes = first.attr["axes"]
     kept = first.shape
     red_shape = tuple(x_shape[a] for a in axes)
     R = math.prod(red_shape)
-    L = lanes_per_group
+    L = dev.group_lanes
     trailing = tuple(axes) == tuple(range(len(x_shape) - len(axes), len(x_shape)))
-    chunk = -(-R // splits)
     em = Emitter(1)
     params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
     r = Renderer(em, params)
-    em.line("const int g = (int)get_group_id(0);")
+    em.line("const int o = (int)get_group_id(0);")
     em.line("const int lid = (int)get_local_id(0);")
-    em.line(f"const int o = g / {splits};")
-    em.line(f"const int r0 = (g % {splits}) * {chunk};")
-    em.line(f"const int r1 = min(r0 + {chunk}, {R});")
     accs = []
     for n, _ in reduces:
         accs.append(em.tmp(reg_type(acc_dtype(n.dtype)), identity(n.attr["kind"], n.dtype), "acc"))
@@ -283,13 +292,13 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         if not all(vector_ok(n.operands[0], x_shape, len(kept), dt, memo) for n, _ in reduces):
             w = 0
     if dev.is_gpu:
-        em.open(f"for (int rr = r0 + lid; rr < r1; rr += {L})")
+        em.open(f"for (int rr = lid; rr < {R}; rr += {L})")
         accumulate("rr", 1, accs)
         em.close()
     else:
-        em.line(f"const int sub = (r1 - r0 + {L - 1}) / {L};")
-        em.line("int rr = r0 + lid * sub;")
-        em.line("const int re = min(rr + sub, r1);")
+        em.line(f"const int sub = {-(-R // L)};")
+        em.line("int rr = lid * sub;")
+        em.line(f"const int re = min(rr + sub, {R});")
         if w:
             vaccs = [em.tmp(reg_type(n.dtype, w), f"(({reg_type(n.dtype, w)})({identity(n.attr['kind'], n.dtype)}))",
                             "vacc") for n, _ in reduces]
@@ -320,15 +329,11 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     em.open("if (lid == 0)")
     outs: list[tuple[str, TensorType]] = []
     for k, (n, _) in enumerate(reduces):
-        if splits > 1:
-            outs.append((f"out{k}", TensorType(acc_dtype(n.dtype), (math.prod(kept) * splits,))))
-            em.line(store(f"out{k}", acc_dtype(n.dtype), "g", f"sh{k}[0]"))
-        else:
-            outs.append((f"out{k}", n.tensor_type))
-            v = f"sh{k}[0]"
-            if n.dtype is DType.FLOAT16 and n.attr["kind"] in ("sum", "prod"):
-                v = f"axle_rh({v})"
-            em.line(store(f"out{k}", n.dtype, "g", v))
+        outs.append((f"out{k}", n.tensor_type))
+        v = f"sh{k}[0]"
+        if n.dtype is DType.FLOAT16 and n.attr["kind"] in ("sum", "prod"):
+            v = f"axle_rh({v})"
+        em.line(store(f"out{k}", n.dtype, "o", v))
     em.close()
     pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
     sig = _signature(outs, pars, r.consts, "")
@@ -339,25 +344,8 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
 
     ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
     ins += [("const", a) for _, a in r.consts]
-    if splits > 1:
-        kouts = [("scratch", k, t) for k, (_, t) in enumerate(outs)]
-    else:
-        kouts = [("out", j, n.tensor_type) for n, j in reduces]
-    groups = math.prod(kept) * splits
-    return _finish(text, describe(comp), r, kouts, ins, global_size=(groups * L,), local_size=(L,))
-
-
-def second_pass(reduces: list[tuple[Node, int]], splits: int) -> Computation:
-    """The computation reducing per-group partials [outputs, splits] to the results."""
-    b = Builder("partials")
-    roots = []
-    for n, _ in reduces:
-        kept = n.shape
-        adt = acc_dtype(n.dtype)
-        p = b.parameter(TensorType(adt, (math.prod(kept) * splits,)))
-        v = b.reduce(b.reshape(p, shape=kept + (splits,)), kind=n.attr["kind"], axes=(len(kept),))
-        roots.append(b.convert(v, dtype=n.dtype) if adt is not n.dtype else v)
-    return b.computation(*roots)
+    kouts = [("out", j, n.tensor_type) for n, j in reduces]
+    return _finish(text, describe(comp), r, kouts, ins, global_size=(math.prod(kept) * L,), local_size=(L,))
 
 
 def check_size(n: Node) -> None:

@@ -8,11 +8,13 @@ in what order kernels run was already decided by the core optimizer.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import os
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 from axle.config import config
@@ -42,9 +44,26 @@ def render_kernel(name: str, comp: Computation) -> CKernel:
     return RENDERER.kernel(name, comp)
 
 
+class Library:
+    """A loaded program, unloaded when its last user (the cache below, an executable)
+    lets go: ctypes itself never unloads, and each library keeps a few memory mappings,
+    so a process building thousands of programs would reach the kernel's limit on them
+    (vm.max_map_count) and die in its next allocation."""
+
+    def __init__(self, path: str) -> None:
+        self.cdll = ctypes.CDLL(path)
+        weakref.finalize(self, _ctypes.dlclose, self.cdll._handle)
+
+    def function(self, name: str) -> ctypes._NamedFuncPointer:
+        """A kernel stage, which keeps this library loaded while it can be called."""
+        f = self.cdll[name]
+        f.library = self  # type: ignore[attr-defined]  # a new attribute: the stage keeps its library
+        return f
+
+
 #: loaded programs by source hash, bounded like every compile cache (--jit_cache_size): a
 #: program fed ever new shapes must not keep every binary it ever built
-_BINARIES: LRU[ctypes.CDLL] = LRU(lambda: 2 * config.jit_cache_size)
+_BINARIES: LRU[Library] = LRU(lambda: 2 * config.jit_cache_size)
 #: binaries across processes and runs, by the same key, in a private directory (axle's
 #: DiskCache trusts only what this user wrote; AXLE_TEMPLATE_CACHE moves it): with a
 #: toolchain that takes seconds, a second kit run compiles nothing
@@ -52,7 +71,7 @@ DISK = DiskCache(os.environ.get("AXLE_TEMPLATE_CACHE", os.path.join(os.path.expa
                                                                      Dialect.name)), "kernel binary")
 
 
-def compile_program(source: str) -> ctypes.CDLL:
+def compile_program(source: str) -> Library:
     """Compiles one translation unit and loads it (cached by the hash of flags and source)."""
     key = hashlib.sha256("\0".join((*COMPILER, source)).encode())
     lib = _BINARIES.get(key.hexdigest())
@@ -64,7 +83,7 @@ def compile_program(source: str) -> ctypes.CDLL:
                 DISK.put(key.digest(), binary)
             (Path(tmp) / "kernels.so").write_bytes(binary)
             # the library stays mapped after its file is removed with the folder
-            lib = _BINARIES.put(key.hexdigest(), ctypes.CDLL(str(Path(tmp) / "kernels.so")))
+            lib = _BINARIES.put(key.hexdigest(), Library(str(Path(tmp) / "kernels.so")))
     return lib
 
 

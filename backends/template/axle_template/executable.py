@@ -40,7 +40,7 @@ class TemplateExecutable(Executable):
         if kernels:
             lib = compile_program(RENDERER.program(kernels))
             for launch in self.launches:
-                launch.stages = [getattr(lib, name) for name in launch.kernel.stages] if launch.kernel else []
+                launch.stages = [lib.function(name) for name in launch.kernel.stages] if launch.kernel else []
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan

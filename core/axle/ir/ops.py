@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
+from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
 from .computation import Computation
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
@@ -96,7 +96,7 @@ class AttrSpec:
         except (TypeError, ValueError, OverflowError) as e:
             why = f" ({e})" if str(e) else ""
         expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
-        raise AttributeError_(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}{why}")
+        raise OpAttributeError(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}{why}")
 
 
 @dataclass(frozen=True)
@@ -423,7 +423,7 @@ def register_custom_call(name: str, reference: Callable[..., np.ndarray]) -> Non
 
 def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, config: str) -> np.ndarray:
     if target not in CUSTOM_CALL_TARGETS:
-        raise AttributeError_(f"custom-call: no reference registered for target {target!r}")
+        raise OpAttributeError(f"custom-call: no reference registered for target {target!r}")
     operands = ", ".join(f"{to_dtype(x.dtype).value}{list(x.shape)}" for x in xs)
     try:
         out = np.asarray(CUSTOM_CALL_TARGETS[target](*xs, config=config))
@@ -757,13 +757,13 @@ def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...
     names = {a.name for a in d.attrs}
     unknown = set(attrs) - names
     if unknown:
-        raise AttributeError_(f"{op.value}: unknown attribute(s) {sorted(unknown)}; expected {sorted(names)}")
+        raise OpAttributeError(f"{op.value}: unknown attribute(s) {sorted(unknown)}; expected {sorted(names)}")
     out = []
     for spec in d.attrs:
         if spec.name in attrs:
             out.append((spec.name, spec.coerce(op, attrs[spec.name])))
         elif spec.required:
-            raise AttributeError_(f"{op.value}: missing attribute {spec.name!r}")
+            raise OpAttributeError(f"{op.value}: missing attribute {spec.name!r}")
         else:
             out.append((spec.name, spec.default))
     return tuple(sorted(out))

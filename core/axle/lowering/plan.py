@@ -25,6 +25,8 @@ from ..ir.types import TensorType, TupleType
 from ..passes.buffers import assign
 from ..passes.policy import DEFAULT_POLICY
 from .fission import split
+from .schedule import outputs_of
+from .split import split_reduction
 
 #: the launch kind of an unfused op (every other op is a "loop": one value per output element)
 _SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call"}
@@ -85,11 +87,14 @@ def _types(t: object) -> list[TensorType]:
 
 
 def kernel_plan(module: Module, *, assign_buffers: bool = True,
-                max_inline_cost: int = DEFAULT_POLICY.max_inline_cost) -> KernelPlan:
+                max_inline_cost: int = DEFAULT_POLICY.max_inline_cost,
+                split_reductions: tuple[int, int] | None = None) -> KernelPlan:
     """The plan of ``module``'s entry computation (see the module docstring). Parameters
     are arrays and tuples do not nest (the IR's rules), so every slot holds one array.
     A fusion over ``max_inline_cost`` (written by hand: the fusion pass forms none) is
-    launched as producer kernels of kind ``loop`` (label ``...(part)``) and the rest."""
+    launched as producer kernels of kind ``loop`` (label ``...(part)``) and the rest.
+    ``split_reductions=(workers, min_part)``: a reduction into fewer than ``workers``
+    outputs is launched in two (:mod:`axle.lowering.split`; label ``...(partials)``)."""
     entry = module.entry
     labels = profiler.kernel_names(module)
     ba = assign(module) if assign_buffers else None
@@ -126,6 +131,14 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
                     ins += (s,)
             else:
                 comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
+            if split_reductions is not None and kind != "dot":
+                sp = split_reduction(comp, *split_reductions)
+                if sp is not None:
+                    ptypes = tuple(o.tensor_type for o in outputs_of(sp.partials))
+                    partial_slots = tuple(new_slots(len(ptypes)))
+                    launches.append(KernelLaunch(n, sp.partials, "input", ins, partial_slots, ptypes,
+                                                 f"{label}(partials)"))
+                    comp, ins = sp.combine, partial_slots
             types = _types(n.type)
             outs = slots[n.uid] = new_slots(len(types))
             if ba is not None:

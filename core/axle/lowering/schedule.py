@@ -5,7 +5,7 @@ A kernel plan (:mod:`axle.lowering.plan`) says *what* each launch computes; its 
 flat 1-D range, which reductions are computed once per row and kept (cached) for the
 row's elements, whether a reduction walks its reduced axes inside (row form) or outside
 (column form, when the last axis is kept: memory streams along it), and along which axis a
-large reduction splits into parts whose partial results a second pass combines.
+large reduction may split at run time into parts whose partial results are combined.
 
 Every backend reads the same :class:`Schedule` and only chooses *within* a form what its
 device does best (a work-group tree reduction, vector lanes, threads): no backend
@@ -121,10 +121,11 @@ class Schedule:
 
     @property
     def split_extent(self) -> int:
-        """Where a large reduction into few outputs splits into parts (each reducing a
-        slice into partial results that a second pass combines): the extent of the first
-        reduced axis, when every output is a reduction with the same first reduced axis
-        (0: not splittable)."""
+        """Where a large reduction into few outputs may split at run time into parts (each
+        reducing a slice into partial results that the host combines, as the CPU backend's
+        threads do): the extent of the first reduced axis, when every output is a
+        reduction with the same first reduced axis (0: not splittable). A split decided
+        at compile time is two launches of the plan instead (axle.lowering.split)."""
         outs = self.outputs
         if not all(o.op is Op.REDUCE and o.attr["axes"] for o in outs):
             return 0
@@ -133,15 +134,6 @@ class Schedule:
             return 0
         shape, ax = first.pop()
         return shape[ax]
-
-    def split_parts(self, kept_target: int, min_part: int) -> int:
-        """How many parts a reduce-form launch splits its reduction into so that about
-        ``kept_target`` parallel workers have work (never parts under ``min_part``
-        elements): 1 when the kept outputs alone are enough."""
-        kept = max(1, math.prod(self.row_shape))
-        if self.form != "reduce" or kept >= kept_target:
-            return 1
-        return max(1, min(-(-kept_target // kept), self.reduced // min_part or 1))
 
 
 def schedule(comp: Computation, kind: str) -> Schedule:

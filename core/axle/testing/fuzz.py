@@ -188,10 +188,16 @@ class Pool(workers.Pool):
     """The campaign's worker pool (axle.testing.workers): answers are Outcomes, and the
     campaign's OpenCL programs, new each time, are cached away from the user's cache."""
 
+    #: runs per worker before it is replaced: a fresh one leaves behind the memory
+    #: mappings PoCL never releases (about 8 per OpenCL run: a worker reached the
+    #: kernel's limit of 65,530 after about 13,000 runs, see docs/reliability.md)
+    TASKS_PER_WORKER = 3000
+
     def __init__(self, workers_: int, timeout: float) -> None:
         self.cache = tempfile.TemporaryDirectory(prefix="axle-fuzz-")
         env = {} if "AXLE_OPENCL_CACHE" in os.environ else {"AXLE_OPENCL_CACHE": self.cache.name}
-        super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env)
+        super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env,
+                         max_tasks=self.TASKS_PER_WORKER)
 
     def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]  # narrower
         for task, answer in super().imap(tasks):

@@ -19,6 +19,11 @@ error, a sanitizer's report) comes back with its answer instead of on the termin
 With an ``affinity`` key, tasks with the same key go to the same worker while it has any
 (another worker takes them only when its own are done): per-worker caches, such as the
 kit's compiled executables, then serve the checks that share a module.
+
+With ``max_tasks`` a worker is replaced by a fresh one after that many tasks: a long
+campaign must not inherit what its workers' drivers never give back (PoCL keeps every
+OpenCL program's kernel library mapped after the program is released, so a worker
+compiling thousands of programs reaches the kernel's limit on mappings and dies).
 """
 from __future__ import annotations
 
@@ -138,6 +143,7 @@ class _Slot:
     started: float = 0.0
     output_at: int = 0  # the output file's size when the task started
     notes: list = field(default_factory=list)
+    done: int = 0  # tasks answered
 
 
 _P = TypeVar("_P", bound="Pool")
@@ -148,11 +154,13 @@ class Pool:
 
     ``setup`` ("module:function") runs in each worker before it takes tasks; ``env``
     entries are added to the workers' environment; ``capture`` sends the workers' output
-    to files (see the module docstring)."""
+    to files; ``max_tasks`` (0: no limit) replaces a worker after that many tasks (see the
+    module docstring)."""
 
     def __init__(self, workers: int, timeout: float, *, setup: str = "", env: dict[str, str] | None = None,
-                 capture: bool = False) -> None:
+                 capture: bool = False, max_tasks: int = 0) -> None:
         self.timeout = timeout
+        self.max_tasks = max_tasks
         self.setup = setup
         self.env = {**os.environ, **(env or {})}
         self.capture = capture
@@ -276,6 +284,9 @@ class Pool:
                     slot.task = None
                     if isinstance(value, Raised):
                         value = replace(value, notes=tuple(slot.notes), output=self._output_of(slot))
+                    slot.done += 1
+                    if self.max_tasks and slot.done >= self.max_tasks:
+                        self._replace(slot)
                     return True, value
             except (EOFError, OSError):  # the worker died mid-task
                 code = slot.proc.wait()
