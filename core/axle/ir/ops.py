@@ -624,17 +624,17 @@ _def(Op.FUSION, None, None, None, lambda *xs, kind, computation: None,
      traits=Traits(structural=True, fusible=False),
      doc="A fused sub-computation compiled as one kernel; operands bind its parameters.")
 
-# unary elementwise (the tables typed: NumPy ufuncs and functions have no common type)
-_UNARY: list[tuple[Op, Callable[..., Any], Any, Traits]] = [
+# unary elementwise
+for _op, _f, _dts, _tr in [
     (Op.NEG, np.negative, NUMERIC, _EW),
     (Op.ABS, np.abs, NUMERIC, _EW),
     (Op.SIGN, _sign, NUMERIC, _EW),
     (Op.NOT, _logical_not, INTEGRAL, _EW),
-]
-for _op, _f, _dts, _tr in _UNARY:
-    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f), traits=_tr, operand_dtypes=_dts)
+]:
+    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f),  # type: ignore[arg-type]  # ufuncs and functions join to object
+         traits=_tr, operand_dtypes=_dts)
 
-_FLOAT_UNARY: list[tuple[Op, Callable[..., Any], Traits]] = [
+for _op, _f, _tr in [
     (Op.EXP, np.exp, _EW_T),
     (Op.LOG, np.log, _EW_T),
     (Op.SQRT, np.sqrt, _EW),
@@ -645,9 +645,9 @@ _FLOAT_UNARY: list[tuple[Op, Callable[..., Any], Traits]] = [
     (Op.COS, np.cos, _EW_T),
     (Op.FLOOR, np.floor, _EW),
     (Op.CEIL, np.ceil, _EW),
-]
-for _op, _f, _tr in _FLOAT_UNARY:
-    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f), traits=_tr, operand_dtypes=FLOATS)
+]:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f),  # type: ignore[arg-type]  # ufuncs and functions, as above
+         traits=_tr, operand_dtypes=FLOATS)
 
 # binary elementwise
 for _op, _f, _dts, _tr in [
