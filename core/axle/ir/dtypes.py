@@ -117,7 +117,7 @@ def supported_numpy_dtype(npd: object) -> DType | None:
     is refused at the frontend's entry points, never widened or wrapped."""
     try:
         # byte order is storage, not value: big-endian float32 is float32
-        return _FROM_NUMPY.get(np.dtype(npd).newbyteorder("="))  # type: ignore[call-overload]  # see except
+        return _FROM_NUMPY.get(np.dtype(npd).newbyteorder("="))  # type: ignore[call-overload]  # TypeError: below
     except TypeError:
         return None
 

@@ -199,7 +199,7 @@ class Pool(workers.Pool):
         super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env,
                          max_tasks=self.TASKS_PER_WORKER)
 
-    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]  # narrower
+    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]  # Outcomes
         for task, answer in super().imap(tasks):
             yield task, _outcome(answer)
 
