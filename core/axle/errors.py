@@ -11,7 +11,7 @@ class AxleError(Exception):
         self.where = where
         super().__init__(message + (f"\n  at {where}" if where else ""))
 
-    def locate(self, where: str | None) -> "AxleError":
+    def locate(self, where: str | None) -> AxleError:
         """Sets ``where`` when the raiser could not know it (an error from the IR's shape
         rules met inside a user's call); returns self, to re-raise."""
         if self.where is None and where:

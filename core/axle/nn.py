@@ -10,13 +10,13 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .numpy._core import _is_array, _norm_axes
 from .errors import ArgumentError, DTypeError, ShapeError
-from .frontend.source import user_location
 from .frontend import checks
+from .frontend.source import user_location
 from .frontend.tracing import Tracer, aval_of, constant_value
 from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
 from .ir.dtypes import supported_numpy_dtype
+from .numpy._core import _is_array, _norm_axes
 
 ArrayLike = Any
 

@@ -24,7 +24,7 @@ from .source import user_location
 from .tracing import Tracer
 
 #: module -> (message, where) of each flag output, which follow the user's outputs
-_CHECKS: "weakref.WeakKeyDictionary[Module, tuple[tuple[str, str | None], ...]]" = weakref.WeakKeyDictionary()
+_CHECKS: weakref.WeakKeyDictionary[Module, tuple[tuple[str, str | None], ...]] = weakref.WeakKeyDictionary()
 
 
 def enabled() -> bool:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.builder import make_node
-from ..ir.literal import Literal
 from ..ir.dtypes import DType
+from ..ir.literal import Literal
 from ..ir.module import Computation, Node
 from ..ir.opcodes import Op
 from ..ir.reductions import REDUCE_KINDS
@@ -80,7 +80,8 @@ def split_reduction(comp: Computation, workers: int, min_part: int) -> Split | N
             y = x if acc is x.dtype else make_node(Op.CONVERT, (x,), {"dtype": acc})
             if any(high):
                 zeros = (0,) * len(shape)
-                y = make_node(Op.PAD, (y, _identity(kind, y.tensor_type)), {"low": zeros, "high": high, "interior": zeros})
+                y = make_node(Op.PAD, (y, _identity(kind, y.tensor_type)),
+                              {"low": zeros, "high": high, "interior": zeros})
             split_operands[key] = make_node(Op.RESHAPE, (y,), {"shape": split_shape})
         return split_operands[key]
 
