@@ -7,7 +7,7 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test test-fast bench fuzz fuzz-differential fuzz-parser setup system-deps clean docs-ops
+.PHONY: demo test test-fast lint bench fuzz fuzz-differential fuzz-parser setup system-deps clean docs-ops
 
 demo: setup
 	$(PY) examples/demo.py
@@ -18,6 +18,20 @@ test: setup
 # The everyday tier: everything but the tests marked slow (tests/conftest.py).
 test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# ruff and mypy over the core and the in-tree backends (configured in pyproject.toml), and
+# a reason after every noqa and type: ignore. Any finding fails; in CI (CI=true, as .ci/run
+# sets it) `make test` runs it first.
+LINT_PATHS := core/axle $(filter-out %.egg-info,$(wildcard backends/*/axle_*))
+
+lint: setup
+	$(VENV)/bin/ruff check $(LINT_PATHS) tools/check_suppressions.py
+	$(VENV)/bin/mypy
+	$(PY) tools/check_suppressions.py $(LINT_PATHS)
+
+ifneq ($(filter true TRUE True 1,$(CI)),)
+test: lint
+endif
 
 # docs/ops/: one page per op, the output of `axle explain-op` (tests/sdk/test_explain_op.py
 # fails when a page is stale). Needs the in-tree backends cpu, opencl and template.

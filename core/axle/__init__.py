@@ -13,29 +13,33 @@
 from __future__ import annotations
 
 import importlib
+import types
 
 from . import counters as _stats
 from . import errors, ir
+from .autodiff import grad, value_and_grad, vjp
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
 from .frontend.array import Array
+from .frontend.device_put import device_put
 from .frontend.jit import compile, jit
 from .frontend.lazy import jit_scope
-from .autodiff import grad, value_and_grad, vjp
 from .frontend.pytree import tree_map
 from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
-from .frontend.device_put import device_put
 from .placement import default_device, device, devices
 from .registry import REGISTRY
+
+# isort: split
 # imported for what they attach: the array operators and methods (numpy), ``with device:``
 # (placement, above) and ``Lowered.explain()`` (explain); see axle/layers.py
-from . import numpy as numpy
 from . import explain as _explain  # noqa: F401 - imported for Lowered.explain
+from . import numpy as numpy
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "API_VERSION", "Array", "compile", "grad", "jit_scope", "value_and_grad", "vjp", "Backend", "Buffer", "Capabilities", "DType", "Device", "Executable",
+    "API_VERSION", "Array", "compile", "grad", "jit_scope", "value_and_grad", "vjp", "Backend", "Buffer",
+    "Capabilities", "DType", "Device", "Executable",
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
 ]
@@ -51,7 +55,7 @@ def reset_stats() -> None:
     _stats.reset()
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy submodules keep `import axle` light
+def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import axle` light
     if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

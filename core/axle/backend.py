@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from .errors import BackendError
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import CORE_PRIMITIVES, Op
 from .ir.types import TensorType
-from .errors import BackendError
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
 
@@ -64,6 +64,11 @@ class Device:
 
     def __str__(self) -> str:
         return self.name
+
+    if TYPE_CHECKING:
+        # ``with device:``, attached by axle.placement at import; declared for type checkers
+        def __enter__(self) -> Device: ...
+        def __exit__(self, *exc: object) -> None: ...
 
 
 #: A per-op refinement of a claim. Called with a node whose op and dtypes the device
@@ -152,7 +157,7 @@ def _ask(predicate: Predicate, node: Node) -> str | None:
     """A predicate's verdict on a node, checked: None or a non-empty reason."""
     try:
         why = predicate(node)
-    except Exception as e:  # noqa: BLE001 - a plugin's bug, reported with the node it failed on
+    except Exception as e:  # a plugin's bug, reported with the node it failed on
         raise BackendError(f"the device's capability predicate for op '{node.op.value}' raised "
                            f"{type(e).__name__}: {e} on {node.op.value} {node.type}") from e
     if why is None or (isinstance(why, str) and why):
@@ -250,10 +255,10 @@ class Backend(abc.ABC):
     def to_host(self, buffer: Buffer) -> np.ndarray:
         """Copies a device buffer back to a host array (waiting for pending work)."""
 
-    def free(self, buffer: Buffer) -> None:
+    def free(self, buffer: Buffer) -> None:  # noqa: B027 - optional: a no-op unless the backend frees early
         """Releases a buffer early (otherwise garbage collection does)."""
 
-    def passes(self) -> list["Pass"]:
+    def passes(self) -> list[Pass]:
         """Target-specific passes appended to the core pipeline."""
         return []
 
@@ -265,7 +270,7 @@ class Backend(abc.ABC):
         """Priority of one device for the default-device choice (e.g. GPUs above CPUs)."""
         return self.priority
 
-    def synchronize(self, device: Device) -> None:
+    def synchronize(self, device: Device) -> None:  # noqa: B027 - optional: a no-op for synchronous backends
         """Waits until all work queued on ``device`` has finished."""
 
     def lowering_entries(self, op: Op) -> Sequence[LoweringEntry]:

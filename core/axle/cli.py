@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from . import profiler
-from .doctor import main as doctor_main, TIMEOUT_S
+from .doctor import TIMEOUT_S
+from .doctor import main as doctor_main
 from .errors import AxleError
 from .explain_cli import add_arguments, run_explain
+from .explain_op import main as explain_op_main
 from .registry import REGISTRY
 from .scaffold import new_backend
-
-from .explain_op import main as explain_op_main
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ARGUMENTS:
             ARGUMENTS[name](sp)
     for name, mod in plugin_commands().items():
-        mod.add_arguments(sub.add_parser(name, help=getattr(mod, "HELP", "")))  # type: ignore[attr-defined]
+        mod.add_arguments(sub.add_parser(name, help=getattr(mod, "HELP", "")))  # type: ignore[attr-defined]  # plugin API
     return p
 
 
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in COMMANDS:
         return COMMANDS[args.command][0](args)
-    return plugin_commands()[args.command].run(args)  # type: ignore[attr-defined]
+    return plugin_commands()[args.command].run(args)  # type: ignore[attr-defined]  # a plugin command's run()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ class Config:
     jit_level: str = "off"
     #: fail instead of falling back to the host for ops a device cannot run
     strict_placement: bool = False
-    #: traced indices out of range raise (IndexError_) instead of being clamped / filled /
+    #: traced indices out of range raise (OutOfBoundsError) instead of being clamped / filled /
     #: dropped: each traced index op computes an any(out of range) flag output
     check_indices: bool = False
     #: dump modules before/after passes into this folder

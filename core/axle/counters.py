@@ -32,7 +32,7 @@ def snapshot() -> dict[str, Any]:
     """Totals plus a per-function and per-device breakdown."""
     with _lock:
         items = list(_counts.items())
-    totals = {k: 0 for k in TOTALS}
+    totals: dict[str, Any] = {k: 0 for k in TOTALS}
     per_fn: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     per_dev: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for (what, fn, dev), n in items:

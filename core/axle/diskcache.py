@@ -30,7 +30,7 @@ FORMAT = 1
 #: magic, format version, key digest, payload length, payload digest
 _HEADER = struct.Struct("<8sI32sQ32s")
 #: every cache alive, so a forked child can re-create their locks
-_ALL: "weakref.WeakSet[DiskCache]" = weakref.WeakSet()
+_ALL: weakref.WeakSet[DiskCache] = weakref.WeakSet()
 
 
 class CacheWarning(UserWarning):

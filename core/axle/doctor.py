@@ -17,17 +17,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .backend import Device
 from .compiler import compile_module
 from .frontend.device_put import to_buffer
 from .interpreter import evaluate
 from .ir.builder import Builder
 from .ir.dtypes import DType
+from .ir.module import Module
 from .ir.ops import CORE_PRIMITIVES
 from .ir.types import TensorType
 from .partition import HOST_BACKENDS, placement_of
-from .registry import NAMESPACE, REGISTRY, Registry, _entry_points, _selected
+from .registry import NAMESPACE, REGISTRY, BackendStatus, Registry, _entry_points, _selected
 from .testing.cases import assert_close, tolerance
-from .testing.workers import Lost, note, Pool, Raised
+from .testing.workers import Lost, Pool, Raised, note
 
 #: seconds one backend's check may take in its worker (import, devices, tiny kernels)
 TIMEOUT_S = 120.0
@@ -50,14 +52,14 @@ class DoctorRow:
     priority: int = -1
 
 
-def _tiny_module():  # noqa: ANN202 - axle.ir.Module
+def _tiny_module() -> Module:
     b = Builder("doctor_tiny_kernel")
     t = TensorType(DType.FLOAT32, (TINY_N,))
     x, y = b.parameter(t, name="x"), b.parameter(t, name="y")
     return b.build(b.reduce(b.add(b.mul(x, y), x), kind="sum", axes=(0,)))
 
 
-def check_kernel(device) -> str:  # noqa: ANN001 - axle.Device
+def check_kernel(device: Device) -> str:
     """Runs the tiny kernel on a device; '' when it matches the interpreter, else why not.
     Raises on failures to compile or run."""
     module = _tiny_module()
@@ -89,7 +91,7 @@ def diagnose(registry: Registry = REGISTRY) -> list[DoctorRow]:
     return [diagnose_status(st) for st in registry.statuses().values()]
 
 
-def diagnose_status(st) -> DoctorRow:  # noqa: ANN001 - axle.registry.BackendStatus
+def diagnose_status(st: BackendStatus) -> DoctorRow:
     """A backend's row from its registry status: its devices, claims and tiny kernel."""
     if not st.available or st.backend is None:
         return DoctorRow(st.name, False, reason=st.reason)
@@ -151,7 +153,7 @@ def diagnose_isolated(names: list[str] | None = None, timeout: float = TIMEOUT_S
     return sorted(rows.values(), key=lambda r: (-r.priority, r.backend) if not _selected() else order[r.backend])
 
 
-def _lost_row(name: str, lost) -> DoctorRow:  # noqa: ANN001 - axle.testing.workers.Lost
+def _lost_row(name: str, lost: Lost) -> DoctorRow:
     """The row of a backend whose check crashed or hung: what was known before, and where."""
     known = [n for n in lost.notes if isinstance(n, DoctorRow)]
     stages = [n for n in lost.notes if isinstance(n, str)]

@@ -11,7 +11,7 @@ class AxleError(Exception):
         self.where = where
         super().__init__(message + (f"\n  at {where}" if where else ""))
 
-    def locate(self, where: str | None) -> "AxleError":
+    def locate(self, where: str | None) -> AxleError:
         """Sets ``where`` when the raiser could not know it (an error from the IR's shape
         rules met inside a user's call); returns self, to re-raise."""
         if self.where is None and where:
@@ -33,11 +33,11 @@ class ArgumentError(AxleError, ValueError, TypeError):
     wrong type or value. Both a ValueError and a TypeError, as NumPy raises either."""
 
 
-class IndexError_(AxleError, IndexError):
+class OutOfBoundsError(AxleError, IndexError):
     """An index out of range: a concrete one at once, a traced one under --check_indices."""
 
 
-class AttributeError_(AxleError, ValueError):
+class OpAttributeError(AxleError, ValueError):
     """An op attribute that is missing or invalid."""
 
 
@@ -73,3 +73,8 @@ class PlacementError(AxleError):
 
 class CustomCallError(AxleError, RuntimeError):
     """A registered custom-call target that raised on its operands (the cause is chained)."""
+
+
+# The names of 0.1, kept for code that catches them; removed in the next minor version.
+AttributeError_ = OpAttributeError
+IndexError_ = OutOfBoundsError

@@ -24,10 +24,10 @@ from .compiler import optimize_for
 from .config import config
 from .explain_html import explanation_html
 from .frontend.jit import Lowered
+from .ir.dot import module_to_dot
 from .ir.fusion_record import FusionRecord
 from .ir.module import Computation, Module, Node
 from .ir.opcodes import PLUMBING
-from .ir.dot import module_to_dot
 from .ir.ops import Op
 from .ir.printer import _node_names
 from .partition import host_devices, place_nodes, unsupported_reason
@@ -267,7 +267,7 @@ def placement(module: Module, device: Device, caps: Capabilities) -> tuple[dict[
     return names, reasons
 
 
-def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
+def _stages(lowered: Lowered, optimized: Module) -> list[tuple[str, Module]]:
     """The module after each top-level pipeline entry that changed it (a fixed-point
     group counts as one entry), from the traced module to the one the backend compiled.
     Without a pass manager (or with the optimizer off): traced and optimized only."""
@@ -291,7 +291,7 @@ def _stages(lowered: "Lowered", optimized: Module) -> list[tuple[str, Module]]:
     return snaps
 
 
-def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
+def explain(lowered: Lowered, *, source: bool = True) -> Explanation:
     """Optimizes and compiles ``lowered`` (from ``axle.jit(f).lower(*args)``) and
     gathers what happened. ``source=False`` skips nothing but the code listing."""
     device = lowered.device
@@ -362,4 +362,4 @@ def explain(lowered: "Lowered", *, source: bool = True) -> Explanation:
 
 # ``Lowered.explain()``: the frontend's class gets its tools-layer method here, as axle.numpy
 # attaches the array methods, so that jit needs nothing above it (axle/__init__ imports this).
-Lowered.explain = explain  # type: ignore[attr-defined]  # attached method, see above
+Lowered.explain = explain  # type: ignore[method-assign]  # attached method, see above

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import AxleError
-from .frontend.jit import jit, JitFunction
+from .frontend.jit import JitFunction, jit
 from .ir.dot import render
 from .ir.parser import parse_type
 

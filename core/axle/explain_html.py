@@ -34,7 +34,7 @@ def _svg(dot_text: str) -> str:
     return svg[svg.find("<svg"):]  # drop the XML prolog and doctype to inline it
 
 
-def explanation_html(expl: "Explanation") -> str:
+def explanation_html(expl: Explanation) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>axle explain {e(expl.function)}</title>"
              f"<style>{_CSS}</style></head><body>",

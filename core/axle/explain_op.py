@@ -27,7 +27,8 @@ from . import source_refs as refs
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
 from .errors import ArgumentError, AxleError, BackendError
-from .ir import dotdims, numerics, ops as op_table, reductions
+from .ir import dotdims, numerics, reductions
+from .ir import ops as op_table
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.opcodes import PLUMBING, Op
 from .ir.ops import OPS, Traits

@@ -4,18 +4,19 @@ No broadcasting or promotion happens here: operands must already agree, as in th
 axle.numpy builds NumPy semantics on top of these."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .frontend.bind import bind
 from .ir.builder import sorted_dims
-from .ir.dtypes import DType, dtype as to_dtype
+from .ir.dtypes import DType
+from .ir.dtypes import dtype as to_dtype
 from .ir.ops import Op
 
 Value = Any
 
 
-def _un(op: Op):  # noqa: ANN202
+def _un(op: Op) -> Callable[[Value], Value]:
     def f(x: Value) -> Value:
         return bind(op, x)
 
@@ -23,7 +24,7 @@ def _un(op: Op):  # noqa: ANN202
     return f
 
 
-def _bin(op: Op):  # noqa: ANN202
+def _bin(op: Op) -> Callable[[Value, Value], Value]:
     def f(x: Value, y: Value) -> Value:
         return bind(op, x, y)
 

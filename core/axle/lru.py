@@ -21,7 +21,7 @@ from .config import config
 V = TypeVar("V")
 
 #: every cache alive, so a forked child can re-create their locks (forksafe.py)
-_ALL: "weakref.WeakSet[LRU]" = weakref.WeakSet()
+_ALL: weakref.WeakSet[LRU] = weakref.WeakSet()
 
 
 def default_size() -> int:

@@ -10,13 +10,13 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .numpy._core import _is_array, _norm_axes
 from .errors import ArgumentError, DTypeError, ShapeError
-from .frontend.source import user_location
 from .frontend import checks
+from .frontend.source import user_location
 from .frontend.tracing import Tracer, aval_of, constant_value
 from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
 from .ir.dtypes import supported_numpy_dtype
+from .numpy._core import _is_array, _norm_axes
 
 ArrayLike = Any
 
@@ -81,7 +81,7 @@ def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
 def one_hot(labels: ArrayLike, num_classes: int, dtype: Any = np.float32) -> Any:
     """bool/float [..., num_classes]: labels compared with an iota. A label outside
     [0, num_classes) (negative ones included: no wrapping) gives an all-zero row, as in
-    JAX; ``--check_indices`` turns that into an IndexError_."""
+    JAX; ``--check_indices`` turns that into an OutOfBoundsError."""
     labels = _arr(labels)
     if labels.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: labels must be integers, got {aval_of(labels)}", where=user_location())
@@ -112,7 +112,7 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
     logits without ``axis``) or one-hot / probability rows (shape of logits).
     ``reduction``: "mean" (over examples), "sum" or "none".
 
-    A class id outside [0, C) is an error: concrete labels raise IndexError_ at once;
+    A class id outside [0, C) is an error: concrete labels raise OutOfBoundsError at once;
     traced ones (inside jit) give a nan loss for that example (never a silent 0), and
     ``--check_indices`` raises instead."""
     logits = _arr(logits)

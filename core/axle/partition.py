@@ -164,7 +164,7 @@ class PlacementSummary:
         return "\n".join(lines)
 
 
-_SUMMARIES: "weakref.WeakKeyDictionary[Executable, PlacementSummary]" = weakref.WeakKeyDictionary()
+_SUMMARIES: weakref.WeakKeyDictionary[Executable, PlacementSummary] = weakref.WeakKeyDictionary()
 
 
 def record_placement(exe: Executable, summary: PlacementSummary) -> None:
@@ -362,6 +362,20 @@ class ClusterModule:
     outputs: list[Node]
 
 
+def _cluster_operand(o: Node, new: dict[int, Node], inputs: list[Node]) -> Node:
+    """``o`` inside a cluster's module: its copy there (``new``), else a new parameter
+    (appended to ``inputs``) or, for a constant, a copy."""
+    if o.uid in new:
+        return new[o.uid]
+    if o.op is Op.CONSTANT:  # constants are copied into every cluster that reads them
+        new[o.uid] = o.replace()
+    else:
+        inputs.append(o)
+        new[o.uid] = make_node(Op.PARAMETER, (), {"index": len(inputs) - 1}, type=o.type,
+                               name=o.name or f"in{len(inputs) - 1}")
+    return new[o.uid]
+
+
 def cluster_modules(module: Module, clusters: Sequence[Cluster]) -> list[ClusterModule]:
     entry = module.entry
     results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
@@ -371,20 +385,8 @@ def cluster_modules(module: Module, clusters: Sequence[Cluster]) -> list[Cluster
         inside = {n.uid for n in c.nodes}
         inputs: list[Node] = []
         new: dict[int, Node] = {}
-
-        def operand(o: Node) -> Node:
-            if o.uid in new:
-                return new[o.uid]
-            if o.op is Op.CONSTANT:  # constants are copied into every cluster that reads them
-                new[o.uid] = o.replace()
-            else:
-                inputs.append(o)
-                new[o.uid] = make_node(Op.PARAMETER, (), {"index": len(inputs) - 1}, type=o.type,
-                                       name=o.name or f"in{len(inputs) - 1}")
-            return new[o.uid]
-
         for n in c.nodes:
-            new[n.uid] = n.replace(operands=tuple(operand(o) for o in n.operands))
+            new[n.uid] = n.replace(operands=tuple(_cluster_operand(o, new, inputs) for o in n.operands))
         used_outside = {o.uid for n in entry.nodes if owner.get(n.uid) != c.id and n.op is not Op.TUPLE
                         for o in n.operands}
         outputs = [n for n in c.nodes if isinstance(n.type, TensorType)
@@ -527,7 +529,7 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
         return device, exe, "", compiled
     except PlacementError:
         raise
-    except Exception as e:  # noqa: BLE001 - any backend failure falls back (or is reported in strict mode)
+    except Exception as e:  # any backend failure falls back (or is reported in strict mode)
         why = f"{type(e).__name__}: {e}"
         if strict:
             first = next((n for n in module.entry.nodes if n.op not in _FREE), module.entry.root)

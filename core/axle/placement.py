@@ -62,5 +62,5 @@ def _exit(dev: Device, *exc: object) -> None:
 
 # ``with device:``: attached here, where the default-device stack lives, so that the
 # contract's Device needs nothing above it (axle/__init__ imports this module).
-Device.__enter__ = _enter  # type: ignore[attr-defined]  # attached protocol, see above
-Device.__exit__ = _exit  # type: ignore[attr-defined]  # attached protocol, see above
+Device.__enter__ = _enter  # type: ignore[method-assign]  # attached protocol, see above
+Device.__exit__ = _exit  # type: ignore[method-assign]  # attached protocol, see above

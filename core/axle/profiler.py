@@ -143,7 +143,7 @@ def instant(name: str, cat: str, **args: Any) -> None:
            "tid": threading.get_ident() % 2**31, "args": _args(args)})
 
 
-def kernel_name(node: "Node", name: str | None = None) -> str:
+def kernel_name(node: Node, name: str | None = None) -> str:
     """The timeline name of a launched node: ``add.4`` for a single op, and for a fusion
     its name plus the distinct ops inside, e.g. ``fusion.3 [add, multiply, reduce]``."""
     label = name or node.name or node.op.value

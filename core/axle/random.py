@@ -20,10 +20,10 @@ import numpy as np
 
 from . import lax
 from . import numpy as anp
-from .numpy._core import _is_array
 from .errors import ArgumentError, DTypeError
 from .frontend.source import user_location
 from .frontend.validate import dtype_arg, shape_arg, size_arg
+from .numpy._core import _is_array
 
 Key = Any
 

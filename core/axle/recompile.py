@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import profiler
-from .forksafe import renew_in_child
 from .compiler import flags_key
 from .config import config
+from .forksafe import renew_in_child
 from .frontend.pytree import flatten
 from .frontend.tracing import leaf_aval
 
@@ -69,7 +69,7 @@ class _History:
         return key in self._seen
 
 
-_history: "weakref.WeakKeyDictionary[Any, _History]" = weakref.WeakKeyDictionary()
+_history: weakref.WeakKeyDictionary[Any, _History] = weakref.WeakKeyDictionary()
 
 
 class RecompilationWarning(UserWarning):

@@ -18,8 +18,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from .config import config
 from .backend import API_VERSION, Backend, BackendUnavailable, Device
+from .config import config
 from .errors import DeviceError
 from .forksafe import renew_in_child
 
@@ -197,7 +197,8 @@ class Registry:
             return name
         backend_name = name.split(":", 1)[0]
         for dev in self.devices():
-            if dev.backend == backend_name and (name in (dev.name, *dev.aliases) or name == dev.backend and dev.index == 0):
+            if dev.backend == backend_name and (name in (dev.name, *dev.aliases)
+                                                or name == dev.backend and dev.index == 0):
                 return dev
         available = ", ".join(d.name for d in self.devices()) or "none"
         reason = ""

@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .errors import AxleError, ArgumentError
+from .errors import ArgumentError, AxleError
 from .registry import installed_names
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -18,7 +18,7 @@ import textwrap
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -114,7 +114,8 @@ def behind(value: Any, depth: int = 4) -> list[Any]:
                 visit(cell.cell_contents, d - 1)
             except ValueError:  # an empty cell
                 continue
-        for default in (*(getattr(v, "__defaults__", None) or ()), *(getattr(v, "__kwdefaults__", None) or {}).values()):
+        defaults = getattr(v, "__defaults__", None) or ()
+        for default in (*defaults, *(getattr(v, "__kwdefaults__", None) or {}).values()):
             visit(default, d - 1)  # a lambda binding its loop's function: lambda x, _f=_f: ...
 
     visit(value, depth)
@@ -165,13 +166,13 @@ def _module_tree(module: types.ModuleType) -> tuple[ast.Module, list[str]]:
     return ast.parse(source), source.splitlines()
 
 
-def _assigns(stmt: ast.stmt, name: str) -> bool:
+def _assigns(stmt: ast.stmt, name: str) -> TypeGuard[ast.Assign | ast.AnnAssign]:
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
     return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
 
-def _lines(src: list[str], node: ast.AST) -> str:
-    return "\n".join(src[node.lineno - 1:node.end_lineno])  # type: ignore[attr-defined]
+def _lines(src: list[str], node: ast.stmt) -> str:
+    return "\n".join(src[node.lineno - 1:node.end_lineno])
 
 
 def _scope(tree: ast.Module, qual: str) -> tuple[list[ast.stmt], str]:
@@ -227,9 +228,9 @@ def table_entry(module: types.ModuleType, qual: str, key: object) -> list[Excerp
             whole = Excerpt(path, stmt.lineno, _clip(_lines(src, stmt)))
             if isinstance(value, ast.Dict):
                 for k, v in zip(value.keys, value.values):
-                    if _key_matches(k, key):
-                        text = "\n".join(src[k.lineno - 1:v.end_lineno])  # type: ignore[union-attr]
-                        found.append(Excerpt(path, k.lineno, _clip(text)))  # type: ignore[union-attr]
+                    if k is not None and _key_matches(k, key):  # None: a ``**mapping`` entry
+                        text = "\n".join(src[k.lineno - 1:v.end_lineno])
+                        found.append(Excerpt(path, k.lineno, _clip(text)))
         elif isinstance(stmt, (ast.For, ast.Assign)) and _sets_item(stmt, table) and _mentions(stmt, key):
             found.append(Excerpt(path, stmt.lineno, _clip(_lines(src, stmt))))
     if not found and whole is not None:
@@ -258,7 +259,8 @@ def resolve(where: str, package: str | None = None) -> tuple[types.ModuleType, A
     module, the object and its qualified name in the module (``Name.attr``). Raises
     ImportError or AttributeError."""
     mod_name, _, qual = where.partition(":")
-    module = importlib.import_module(mod_name, package) if mod_name.startswith(".") else importlib.import_module(mod_name)
+    module = (importlib.import_module(mod_name, package) if mod_name.startswith(".")
+              else importlib.import_module(mod_name))
     obj: Any = module
     for part in qual.split(".") if qual else ():
         obj = getattr(obj, part)

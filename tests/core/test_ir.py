@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from axle.errors import AttributeError_, DTypeError, ParseError, ShapeError, VerifierError
+from axle.errors import OpAttributeError, DTypeError, ParseError, ShapeError, VerifierError
 from axle.ir import Builder, DType, Module, Op, parse_module, verify
 from axle.ir.ops import OPS, AttrKind
 from axle.ir.module import Computation, Node
@@ -67,9 +67,9 @@ def test_builder_errors_name_op_shapes_and_line():
         b.add(x, i)
     with pytest.raises(DTypeError, match=r"exponential: operand dtype s32 is not supported"):
         b.exp(i)
-    with pytest.raises(AttributeError_, match=r"reduce: attribute kind='mean'"):
+    with pytest.raises(OpAttributeError, match=r"reduce: attribute kind='mean'"):
         b.reduce(x, kind="mean", axes=(0,))
-    with pytest.raises(AttributeError_, match=r"missing attribute 'axes'"):
+    with pytest.raises(OpAttributeError, match=r"missing attribute 'axes'"):
         b.reduce(x, kind="sum")
     with pytest.raises(ShapeError, match=r"dot: lhs dim 1 \(size 3\) does not match rhs dim 0 \(size 4\)"):
         b.dot_general(b.parameter("f32[2,3]"), b.parameter("f32[4,5]"), lhs_contracting=(1,), rhs_contracting=(0,))
@@ -156,7 +156,7 @@ def test_reduce_axes_are_one_sorted_set():
     assert "reduce(%p0), axes={0,2}, kind=sum" in b.build(r).as_text()
     with pytest.raises(ShapeError, match=r"reduce: axes \(2, 2\) must be distinct"):
         b.reduce(x, kind="sum", axes=(2, 2))
-    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(0, 'a'\)"):
+    with pytest.raises(OpAttributeError, match=r"reduce: attribute axes=\(0, 'a'\)"):
         b.reduce(x, kind="sum", axes=(0, "a"))
     unsorted = Node(Op.REDUCE, (x,), (("axes", (2, 0)), ("kind", "sum")), TensorType(DType.FLOAT32, (3,)))
     with pytest.raises(VerifierError, match=r"reduce: axes \(2, 0\) must be sorted ascending .*write \{0,2\}"):
@@ -185,7 +185,7 @@ def test_integer_attributes_refuse_non_integral_values(op: Op, name: str, attr_k
     or a string, naming the op, the attribute and the entry."""
     spec = next(a for a in OPS[op].attrs if a.name == name)
     value = bad if attr_kind is AttrKind.INT else (0, bad)
-    with pytest.raises(AttributeError_, match=rf"^{op.value}: attribute {name}=.* \(.* is a {kind}, not an integer\)"):
+    with pytest.raises(OpAttributeError, match=rf"^{op.value}: attribute {name}=.* \(.* is a {kind}, not an integer\)"):
         spec.coerce(op, value)
     good = np.int64(1) if attr_kind is AttrKind.INT else (np.int32(0), np.int64(1), 2)
     assert spec.coerce(op, good) == (1 if attr_kind is AttrKind.INT else (0, 1, 2))
@@ -196,18 +196,18 @@ def test_float_axes_are_refused_not_truncated():
     import axle
 
     x = np.arange(6.0).reshape(2, 3)
-    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(1\.7,\) .*1\.7 is a float"):
+    with pytest.raises(OpAttributeError, match=r"reduce: attribute axes=\(1\.7,\) .*1\.7 is a float"):
         axle.lax.reduce(x, "sum", (1.7,))
-    with pytest.raises(AttributeError_, match=r"reduce: attribute axes=\(True,\) .*True is a bool"):
+    with pytest.raises(OpAttributeError, match=r"reduce: attribute axes=\(True,\) .*True is a bool"):
         axle.lax.reduce(x, "sum", (True,))
     assert np.array_equal(np.asarray(axle.lax.reduce(x, "sum", np.array([1]))), x.sum(axis=1))
     b = Builder("f")
     p = b.parameter("f32[2,3]")
-    with pytest.raises(AttributeError_, match=r"slice: attribute start=\(0, 0\.5\)"):
+    with pytest.raises(OpAttributeError, match=r"slice: attribute start=\(0, 0\.5\)"):
         b.slice(p, start=(0, 0.5), limit=(2, 3), stride=(1, 1))
-    with pytest.raises(AttributeError_, match=r"reshape: attribute shape=\(6\.0,\)"):
+    with pytest.raises(OpAttributeError, match=r"reshape: attribute shape=\(6\.0,\)"):
         b.reshape(p, shape=(6.0,))
-    with pytest.raises(AttributeError_, match=r"get-tuple-element: attribute index=1\.0"):
+    with pytest.raises(OpAttributeError, match=r"get-tuple-element: attribute index=1\.0"):
         b.get_tuple_element(b.tuple(p, p), index=1.0)
     assert b.reduce(p, kind="sum", axes=(np.int64(1),)).shape == (2,)
 

@@ -227,3 +227,24 @@ def test_what_upper_layers_attach() -> None:
     with axle.device("interpreter:0") as dev:
         assert axle.default_device() == dev
     assert "optimized module" in axle.jit(lambda a: a * 2).lower(x).explain(source=False).text()
+
+
+def _type_checking_defs(path: Path, cls: str) -> set[str]:
+    """Names a class declares under ``if TYPE_CHECKING:`` (for type checkers only)."""
+    tree = ast.parse(path.read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    blocks = [n for n in body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    return {d.name for b in blocks for d in b.body if isinstance(d, ast.FunctionDef)}
+
+
+def test_attached_names_are_declared_for_type_checkers() -> None:
+    """What upper layers attach is declared in the class under ``if TYPE_CHECKING:`` (mypy
+    cannot see a setattr), name for name, so neither list drifts from the other."""
+    from axle.numpy import _array_methods as am
+
+    attached = ({f"__{n}__" for n in am.BINARY} | {f"__r{n}__" for n in am.BINARY}
+                | {f"__{n}__" for n in (*am.COMPARE, *am.UNARY)} | set(am.METHODS) | set(am.PROPERTIES))
+    declared = _type_checking_defs(CORE / "axle" / "frontend" / "arrayops.py", "ArrayOps") - {"shape"}
+    assert declared == attached, (sorted(declared - attached), sorted(attached - declared))
+    assert _type_checking_defs(CORE / "axle" / "backend.py", "Device") == {"__enter__", "__exit__"}
+    assert _type_checking_defs(CORE / "axle" / "frontend" / "jit.py", "Lowered") == {"explain"}

@@ -8,18 +8,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
-                          LoweringEntry)
+from axle.backend import (
+    Backend,
+    BackendUnavailable,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    Executable,
+    LoweringEntry,
+)
 from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
-from axle.lru import LRU
 from axle.ir.module import Module
 from axle.ir.opcodes import Op
 from axle.ir.types import TensorType
+from axle.lru import LRU
 from axle.passes.policy import FusionPolicy
+
+if TYPE_CHECKING:  # imported where used: llvmlite loads only when compiling
+    from .plan import Plan
 
 __all__ = ["CpuBackend", "CpuExecutable"]
 
@@ -55,7 +67,7 @@ class CpuBackend(Backend):
             from .target import host
 
             self._host = host()
-        except Exception as e:  # noqa: BLE001 - no usable LLVM: report it, do not break axle
+        except Exception as e:  # no usable LLVM: report it, do not break axle
             raise BackendUnavailable(f"llvmlite cannot target this host: {type(e).__name__}: {e}") from e
         from .threads import thread_count
 
@@ -86,7 +98,7 @@ class CpuBackend(Backend):
         key = (module.entry.structural_key, tuple(sorted(options.flags.items())))
         hit = self._cache.get(key)
         if hit is not None:
-            plan, kernels = hit  # type: ignore[misc]
+            plan, kernels = hit
             return CpuExecutable(plan, kernels, device, 0.0)
         t0 = time.perf_counter()
         with profiler.span(f"compile {module.name}", "compile", backend="cpu"):
@@ -98,14 +110,14 @@ class CpuBackend(Backend):
         plan, kernels = self._cache.put(key, (plan, kernels))
         return CpuExecutable(plan, kernels, device, ms)
 
-    def _kernels(self, plan: object, name: str) -> dict[str, object]:
+    def _kernels(self, plan: Plan, name: str) -> dict[str, object]:
         """Compiled kernels of a plan by name; each distinct kernel (same computation and
         kind) is compiled once per process, the missing ones together in one LLVM module."""
         from .executable import CompiledKernel, compile_kernels
 
         out: dict[str, object] = {}
         missing = []
-        for spec in plan.kernels.values():  # type: ignore[attr-defined]
+        for spec in plan.kernels.values():
             k = (spec.comp.structural_key, spec.kind)
             got = self._kernel_cache.get(k)
             if got is None:

@@ -28,7 +28,7 @@ from axle.ir.types import TensorType
 from .emitter import INT64_MAX
 from .executable import llvm_module
 from .gemm import vector_bits_for
-from .lltypes import C_TYPES, I32, I64, I8, PTR, STORAGE
+from .lltypes import C_TYPES, I8, I32, I64, PTR, STORAGE
 from .plan import HostStep, KernelStep, Plan, build_plan
 from .target import emit_object, host
 
@@ -107,7 +107,10 @@ def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
     fnty = ir.FunctionType(I32, [PTR] * (plan.n_params + nres))
     run = ir.Function(mod, fnty, name=f"{name}_run")
     b = ir.IRBuilder(run.append_basic_block("entry"))
-    c = lambda v: ir.Constant(I64, v)  # noqa: E731
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(I64, v)
+
     slot_ptr: dict[int, ir.Value] = {k: run.args[k] for k in range(plan.n_params)}
     for s, arr in plan.constants.items():
         dt = _dtype_of(arr)
@@ -125,7 +128,8 @@ def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
             if s in direct:
                 slot_ptr[s] = run.args[plan.n_params + direct[s]]
             else:
-                slot_ptr[s] = _global(mod, f"{name}.tmp{s}", ir.ArrayType(STORAGE[t.dtype], max(t.size, 1)), None, False)
+                slot_ptr[s] = _global(mod, f"{name}.tmp{s}", ir.ArrayType(STORAGE[t.dtype], max(t.size, 1)), None,
+                                      False)
                 scratch += t.nbytes
     for step in plan.steps:
         assert isinstance(step, KernelStep)
@@ -178,7 +182,7 @@ def header_text(name: str, arg_names: Sequence[str], plan: Plan, scratch: int, s
         lines.append(f"#define {up}_OUT{k}_BYTES {t.nbytes}")
         params.append(f"{C_TYPES[t.dtype]}* out{k}")
     lines += [
-        f"/* Static temporaries inside the object (not reentrant). */",
+        "/* Static temporaries inside the object (not reentrant). */",
         f"#define {up}_SCRATCH_BYTES {scratch}",
         "",
         f"/* Runs {name}: reads the arguments, writes every out array. Returns 0.",
@@ -225,7 +229,7 @@ def compile_aot(fn: Callable[..., Any] | Module, args: Sequence[TensorType | str
         module = fn
         name = name or module.name
     else:
-        name = name or getattr(fn, "__name__", "fn")
+        name = name or str(getattr(fn, "__name__", "fn"))
     name = _c_ident(name)
     if not isinstance(fn, Module):
         module = trace(fn, types, name)

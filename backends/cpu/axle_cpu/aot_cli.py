@@ -6,6 +6,8 @@ import argparse
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 HELP = "compile a Python function ahead of time to an object file + C header"
 
@@ -20,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-optimize", action="store_true", help="skip the optimizer pipeline")
 
 
-def load_function(target: str):  # noqa: ANN201
+def load_function(target: str) -> Callable[..., Any]:
     from axle.errors import AxleError
 
     path, sep, fn_name = target.rpartition(":")
@@ -30,10 +32,11 @@ def load_function(target: str):  # noqa: ANN201
         if not os.path.exists(path):
             raise AxleError(f"aot: no such file {path!r}")
         spec = importlib.util.spec_from_file_location(f"axle_aot_{abs(hash(path))}", path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        assert spec is not None and spec.loader is not None, path  # a .py file that exists
+        mod = importlib.util.module_from_spec(spec)
         sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
         try:
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            spec.loader.exec_module(mod)
         finally:
             sys.path.pop(0)
     else:

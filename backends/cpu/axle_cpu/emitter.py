@@ -22,6 +22,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias, TypeVar
 
 import numpy as np
 from llvmlite import ir
@@ -35,10 +36,11 @@ from axle.ir.reductions import REDUCE_KINDS
 from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
-from . import mathfns as M
-from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
+from . import mathfns
+from .lltypes import COMPUTE, F16, F32, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
 
-Index = int | ir.Value
+Index: TypeAlias = int | ir.Value
+R = TypeVar("R")
 SIG = ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, I64, I64])
 INT64_MAX = 2**63 - 1
 
@@ -108,6 +110,8 @@ class _Unsupported(BackendError):
 
 class KernelEmitter:
     """Emits one kernel function into an LLVM module."""
+
+    cur_level: int  # the loop level being emitted; set by each kernel form before its body
 
     def __init__(self, module: ir.Module, spec: KernelSpec) -> None:
         self.mod = module
@@ -205,18 +209,18 @@ class KernelEmitter:
         a, c = (self.ix_value(x, env) for x in e.args)
         return _IX_OPS[e.op](self, a, c)
 
-    def ix_map(self, f: Callable[[list[ix.Ix]], ix.Ix | list[ix.Ix]], idx: Sequence[Index]) -> tuple[object, dict[str, Index]]:
+    def ix_map(self, f: Callable[[list[ix.Ix]], R], idx: Sequence[Index]) -> tuple[R, dict[str, Index]]:
         """``f`` applied to ``idx`` as index-algebra variables (ints stay constants)."""
         env = {f"v{k}": v for k, v in enumerate(idx) if not isinstance(v, int)}
         return f([ix.const(v) if isinstance(v, int) else ix.var(f"v{k}") for k, v in enumerate(idx)]), env
 
     def linear(self, idx: Sequence[Index], shape: Sequence[int]) -> Index:
         e, env = self.ix_map(lambda c: ix.linearize(c, tuple(shape)), idx)
-        return self.ix_value(e, env)  # type: ignore[arg-type]
+        return self.ix_value(e, env)
 
     def unravel(self, lin: Index, shape: Sequence[int]) -> list[Index]:
         es, env = self.ix_map(lambda c: ix.delinearize(c[0], tuple(shape)), [lin])
-        return [self.ix_value(e, env) for e in es]  # type: ignore[union-attr]
+        return [self.ix_value(e, env) for e in es]
 
     # ------------------------------------------------------------------- loops & blocks
     def loop(self, lo: Index, hi: Index, body: Callable[[ir.Value], None], level: int) -> None:
@@ -421,7 +425,8 @@ class KernelEmitter:
         b.cbranch(b.icmp_signed("<", o, self.o1), obody, ret)
         b.position_at_end(icond)
         i = b.phi(I64)
-        i0, i1 = (ir.Constant(I64, 0), ir.Constant(I64, spec.iter_shape[-1])) if spec.fixed_columns else (self.i0, self.i1)
+        i0, i1 = ((ir.Constant(I64, 0), ir.Constant(I64, spec.iter_shape[-1])) if spec.fixed_columns
+                  else (self.i0, self.i1))
         b.cbranch(b.icmp_signed("<", i, i1), ibody, olatch)
         self.level[id(o)] = 1
         self.level[id(i)] = 2
@@ -559,7 +564,7 @@ class KernelEmitter:
             return b.gep(acc, [ir.Constant(I64, 0), c], inbounds=True)  # typed: the alloca's array
 
         def init(c: ir.Value) -> None:
-            for (acc, t, dt), out in zip(accs, outs):
+            for (acc, _t, dt), out in zip(accs, outs):
                 ident = REDUCE_KINDS[out.attr["kind"]].identity(dt)
                 b.store(const(dt, ident.item() if hasattr(ident, "item") else ident), slot(acc, c))
 
@@ -600,7 +605,7 @@ class KernelEmitter:
 
         def store(c: ir.Value) -> None:
             col = self.add(c0, c)
-            for k, ((acc, t, dt), out) in enumerate(zip(accs, outs)):
+            for k, ((acc, t, _dt), out) in enumerate(zip(accs, outs)):
                 lin = self.linear([*orow, col], oshape)
                 self.store(self.buffer(nin + k), out.dtype, lin, b.load(slot(acc, c), typ=t))
 
@@ -667,7 +672,7 @@ def _movement(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
         es, env = em.ix_map(lambda c: ix.reshape_index(c, em.shape_of(n), em.shape_of(x)), idx)
     else:
         es, env = em.ix_map(lambda c: ix.MOVEMENT[n.op](n, c), idx)
-    return em.value(x, [em.ix_value(e, env) for e in es])  # type: ignore[union-attr]
+    return em.value(x, [em.ix_value(e, env) for e in es])
 
 
 def _pad(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -687,7 +692,7 @@ def _pad(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
 def _concatenate(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     pieces, env = em.ix_map(lambda c: ix.concatenate_pieces(c, n.attr["dimension"], [o.shape for o in n.operands]), idx)
     live = []
-    for k, coords, pred in pieces:  # type: ignore[union-attr]
+    for k, coords, pred in pieces:
         if pred.const == 0:
             continue  # known to lie past this piece
         live.append((k, coords, pred))
@@ -708,7 +713,10 @@ def _rng(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     b = em.b
     key = em.value(n.operands[0], [])
     lin = em.iv(em.add(em.linear(idx, em.shape_of(n)), 1))
-    c = lambda v: ir.Constant(I64, v)  # noqa: E731
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(I64, v)
+
     z = b.add(key, b.mul(lin, c(0x9E3779B97F4A7C15 - 2**64)))
     z = b.mul(b.xor(z, b.lshr(z, c(30))), c(0xBF58476D1CE4E5B9 - 2**64))
     z = b.mul(b.xor(z, b.lshr(z, c(27))), c(0x94D049BB133111EB - 2**64))
@@ -747,7 +755,7 @@ def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool
         return b.select(b.icmp_signed(">" if is_max else "<", x, y), x, y)
     # NaN-propagating, as NumPy's maximum/minimum: llvm.maximum/minimum, which the loop
     # vectorizer also recognizes as a reduction (vmaxps plus NaN fix-ups).
-    return M.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
+    return mathfns.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
 
 
 #: a reduction over at most this many elements (LLVM unrolls its loop fully) keeps
@@ -904,14 +912,15 @@ def _pow(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     b = em.b
     x, y = a
     if dt.is_float:
-        return M.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
+        return mathfns.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
     t = COMPUTE[dt]
     one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
     neg = b.icmp_signed("<", y, zero)
     result = _ipow_loop(em, x, b.select(neg, zero, y))
     yodd = b.icmp_unsigned("!=", b.and_(y, one), zero)
     negval = b.select(b.icmp_signed("==", x, one), one,
-                      b.select(b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(yodd, ir.Constant(t, -1), one), zero))
+                      b.select(b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(yodd, ir.Constant(t, -1), one),
+                               zero))
     return b.select(neg, negval, result)
 
 
@@ -958,7 +967,7 @@ def _neg(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
 
 def _abs(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     if dt.is_float:
-        return M.unary_intr(em.b, "fabs", a[0])
+        return mathfns.unary_intr(em.b, "fabs", a[0])
     b = em.b
     return b.select(b.icmp_signed("<", a[0], ir.Constant(a[0].type, 0)), b.sub(ir.Constant(a[0].type, 0), a[0]), a[0])
 
@@ -987,14 +996,15 @@ def _float_fn(fn: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> Callable[...,
 
 
 def _intr(name: str) -> Callable[..., ir.Value]:
-    return _float_fn(lambda b, x: M.unary_intr(b, name, x))
+    return _float_fn(lambda b, x: mathfns.unary_intr(b, name, x))
 
 
 def _rsqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.fdiv(ir.Constant(x.type, 1.0), M.unary_intr(b, "sqrt", x))
+    return b.fdiv(ir.Constant(x.type, 1.0), mathfns.unary_intr(b, "sqrt", x))
 
 
-_FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True), "gt": (">", True), "ge": (">=", True)}
+_FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True), "gt": (">", True),
+         "ge": (">=", True)}
 
 
 def _compare(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -1028,7 +1038,7 @@ def convert_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Va
             return v
         return b.fpext(v, tt) if tt == ir.DoubleType() else b.fptrunc(v, tt)
     if src.is_float:
-        return M.fptosi_sat(b, v, tt)
+        return mathfns.fptosi_sat(b, v, tt)
     if dst.is_float:
         return b.sitofp(v, tt)
     if st.width == tt.width:
@@ -1046,7 +1056,7 @@ def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
         # LLVM from merging the two truncations into a double->half libcall
         # (__truncdfhf2), which the JIT process does not provide.
         f = em.b.fptrunc(v, F32)
-        return M.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
+        return mathfns.intrinsic(em.b, "llvm.arithmetic.fence.f32", F32, [f])
     return convert_value(em.b, v, src, dst)
 
 
@@ -1059,12 +1069,12 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.ABS: _ew(_abs),
     Op.SIGN: _ew(_sign),
     Op.NOT: _ew(_not),
-    Op.EXP: _float_fn(M.exp),
-    Op.LOG: _float_fn(M.log),
-    Op.TANH: _float_fn(M.tanh),
-    Op.LOGISTIC: _float_fn(M.logistic),
-    Op.SIN: _float_fn(M.sin),
-    Op.COS: _float_fn(M.cos),
+    Op.EXP: _float_fn(mathfns.exp),
+    Op.LOG: _float_fn(mathfns.log),
+    Op.TANH: _float_fn(mathfns.tanh),
+    Op.LOGISTIC: _float_fn(mathfns.logistic),
+    Op.SIN: _float_fn(mathfns.sin),
+    Op.COS: _float_fn(mathfns.cos),
     Op.SQRT: _intr("sqrt"),
     Op.RSQRT: _float_fn(_rsqrt),
     Op.FLOOR: _intr("floor"),
@@ -1097,8 +1107,8 @@ def _icmp(pred: str) -> Callable[[KernelEmitter, Index, Index], ir.Value]:
 #: the index algebra's operators as emitter calls (division and remainder only ever see
 #: non-negative values, or results a predicate discards: unsigned is right and cheaper)
 _IX_OPS: dict[str, Callable[[KernelEmitter, Index, Index], Index]] = {
-    "+": KernelEmitter.add, "-": KernelEmitter.sub, "*": KernelEmitter.mul,  # type: ignore[dict-item]
-    "/": KernelEmitter.div, "%": KernelEmitter.rem,  # type: ignore[dict-item]
+    "+": KernelEmitter.add, "-": KernelEmitter.sub, "*": KernelEmitter.mul,
+    "/": KernelEmitter.div, "%": KernelEmitter.rem,
     "min": lambda em, a, c: em._minmax("<", a, c), "max": lambda em, a, c: em._minmax(">", a, c),
     "<": _icmp("<"), ">=": _icmp(">="), "==": _icmp("=="),
     "&&": lambda em, a, c: em.b.and_(a, c),

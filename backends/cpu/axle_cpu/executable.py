@@ -11,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
             if spec.kind == "gemm":
                 from .gemm import emit
 
-                emit(mod, spec)  # type: ignore[arg-type]
+                emit(mod, spec)  # type: ignore[arg-type]  # the "gemm" kind is a GemmSpec
                 continue
             KernelEmitter(mod, spec).build()
         except BackendError:
@@ -205,7 +205,7 @@ class _ReductionSplit:
             self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
         self.base = self.ptrs.ctypes.data
         self.combine = []
-        for p, out_node in zip(self.partial, launch.step.spec.outputs):
+        for out_node in launch.step.spec.outputs:
             kind = out_node.attr["kind"]
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
@@ -213,7 +213,8 @@ class _ReductionSplit:
 
     def run(self, pool: threads.WorkerPool, bufs: int, outputs: list[np.ndarray]) -> None:
         la = self.launch
-        self.ptrs[:, :la.nin] = np.frombuffer((ctypes.c_uint64 * la.nin).from_address(bufs), np.uint64)
+        table = (ctypes.c_uint64 * la.nin).from_address(bufs)
+        self.ptrs[:, :la.nin] = np.frombuffer(table, np.uint64)  # type: ignore[call-overload]  # a ctypes array is a buffer
         fn, parts, base, row = la.fn, self.parts, self.base, 8 * la.nbuf
         pool.run(lambda k: fn(base + k * row, 0, la.outer, 0, la.inner, *parts[k]), len(parts))
         for o, p, ufunc in zip(outputs, self.partial, self.combine):
@@ -241,7 +242,7 @@ class CpuExecutable(Executable):
         self.compile_ms = compile_ms
         self._steps: list[tuple[_Launch | None, KernelStep | HostStep]] = []
         src: list[int] = []
-        records = []
+        records: list[tuple[int, int, int, int]] = []
         self._record: dict[int, int] = {}  # step index -> its record in the step table
         for i, step in enumerate(plan.steps):
             if isinstance(step, KernelStep):
@@ -330,7 +331,7 @@ class CpuExecutable(Executable):
         block_bytes = self._small_bytes + (plan.temp_bytes if small_arena else 0)
         if block_bytes:
             block = np.empty(block_bytes + 64, np.uint8)
-            base = ctypes.addressof(ctypes.c_char.from_buffer(block))
+            base = ctypes.addressof(ctypes.c_char.from_buffer(block))  # type: ignore[arg-type]  # an ndarray is a buffer
             pad = -base % 64
             addrs[self._small_slots] = self._small_offs + np.uint64(base + pad)
             for s, shape, dt, off in self._small_outs:
@@ -350,6 +351,7 @@ class CpuExecutable(Executable):
         def arrays(slots: list[int]) -> list[np.ndarray]:
             for s in slots:
                 if vals[s] is None:  # a temporary: a view of the arena
+                    assert arena is not None, "a plan with temporaries has an arena"
                     t, off = self._temp_type[s], plan.temp_offsets[s]
                     vals[s] = arena[off:off + t.nbytes].view(t.dtype.np).reshape(t.shape)
             return [vals[s] for s in slots]
@@ -358,12 +360,16 @@ class CpuExecutable(Executable):
         # The schedule is fixed by the thread count when it was made (AXLE_CPU_THREADS is
         # read then, not on every call).
         pool = None if self._segments is not None else threads.pool()
-        segs = None if tracing else (self._segments[1] if pool is None else self._schedule(pool.n))
+        # pool is None exactly when the segments are set
+        segs = None if tracing else (self._segments[1] if pool is None  # type: ignore[index]  # see above
+                                     else self._schedule(pool.n))
         if segs is None:  # step by step: measuring, or recording a timeline
             segs = [("step", launch, step) for launch, step in self._steps]
         for seg in segs:
             if seg[0] == "run":
-                self._run_steps(self._table_addr + STEP.itemsize * seg[1], seg[2], ptrs_addr)
+                # a "run" segment exists only when there are records, so _run_steps is set
+                self._run_steps(self._table_addr + STEP.itemsize * seg[1], seg[2],  # type: ignore[misc]  # see above
+                                ptrs_addr)
                 continue
             _, launch, step = seg
             t0 = profiler.now_us() if tracing else 0.0
@@ -376,7 +382,7 @@ class CpuExecutable(Executable):
                 profiler.kernel_event(step.label, self.device.name, t0, profiler.now_us() - t0,
                                       kind="kernel" if launch is not None else "host")
         tables.append((ptrs, ptrs_addr))
-        out = []
+        out: list[Buffer] = []
         for s, t in zip(plan.results, plan.result_types):
             v = vals[s]
             if v is None:  # a result living in the arena (buffer assignment places results outside it)

@@ -236,7 +236,7 @@ def no_unroll(latch: ir.Instruction) -> None:
     if md is None:
         md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])])
         md.operands = (md, *md.operands)  # a loop ID refers to itself
-        mod._axle_no_unroll = md  # type: ignore[attr-defined]
+        mod._axle_no_unroll = md
     latch.set_metadata("llvm.loop", md)
 
 
@@ -441,7 +441,7 @@ class _Emitter:
 
     # -- matrix-vector: one dot product per row, K contiguous in both operands
     def _rowdot(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, lo: ir.Value, hi: ir.Value) -> None:
-        g, b, lay = self.g, self.g.b, self.lay
+        g, b = self.g, self.g.b
         group = 4
         split = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), _c(group)), _c(group)))
         g.loop(lo, split, group, lambda i: self._dot_rows(a_base, b_base, c_base, i, group), "rd4")
@@ -595,7 +595,8 @@ class _Emitter:
                 def col(j: ir.Value) -> None:
                     d = g.gep(dst, self.ct, b.add(drow, j))
                     g.if_(b.icmp_signed("<", j, w),
-                          lambda: b.store(self.load_elem(b_base, b.add(koff, g.offset(lay.b_n, b.add(col0, j), "bn"))), d),
+                          lambda: b.store(self.load_elem(b_base, b.add(koff, g.offset(lay.b_n, b.add(col0, j), "bn"))),
+                                          d),
                           lambda: b.store(ir.Constant(self.ct, None), d))
 
                 g.loop(_c(0), _c(nr), 1, col, "pbj")
@@ -718,7 +719,7 @@ class _Emitter:
                 acc.add_incoming(ir.Constant(self.vt, None), pre)
         b.cbranch(b.icmp_signed("<", k, kc), body, done)
         b.position_at_end(body)
-        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if b_direct else t.nr)))
+        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
         bvec = []
         for q in range(nv):
             p = g.gep(brow, self.ct, _c(q * t.v))

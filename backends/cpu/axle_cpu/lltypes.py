@@ -5,6 +5,8 @@ float in registers, rounded back to half after every op so results match the int
 which computes float16 ops in float32 and rounds once per op."""
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 
 from axle.ir.dtypes import DType
@@ -37,14 +39,14 @@ def suffix(t: ir.Type) -> str:
     return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
 
 
-def const(dt: DType, value: object) -> ir.Constant:
+def const(dt: DType, value: Any) -> ir.Constant:
     """A compute-type constant of dtype dt."""
     t = COMPUTE[dt]
     if dt is DType.BOOL:
         return ir.Constant(I1, int(bool(value)))
     if dt.is_int:
-        return ir.Constant(t, int(value))  # type: ignore[arg-type]
-    return ir.Constant(t, float(value))  # type: ignore[arg-type]
+        return ir.Constant(t, int(value))
+    return ir.Constant(t, float(value))
 
 
 C_TYPES = {DType.BOOL: "bool", DType.INT32: "int32_t", DType.INT64: "int64_t",

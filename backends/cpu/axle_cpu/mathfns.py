@@ -178,4 +178,5 @@ def cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return trig.cos(b, x)
 
 
-__all__ = ["exp", "expm1", "log", "tanh", "logistic", "sin", "cos", "intrinsic", "unary_intr", "fptosi_sat", "F32", "F64"]
+__all__ = ["exp", "expm1", "log", "tanh", "logistic", "sin", "cos", "intrinsic", "unary_intr", "fptosi_sat", "F32",
+           "F64"]

@@ -102,7 +102,7 @@ def address(a: np.ndarray) -> int:
     """The address of an array's first element (ctypes.addressof is ~4x faster than
     ``a.ctypes.data``, but needs a writable, non-empty buffer)."""
     if a.flags.writeable and a.size and a.flags.c_contiguous:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]  # an ndarray is a buffer
     return a.ctypes.data
 
 
@@ -110,7 +110,7 @@ def _aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> tuple[np.ndarray, in
     n = math.prod(shape)
     nbytes = max(n, 1) * dt.itemsize
     raw = np.empty(nbytes + 64, np.uint8)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # type: ignore[arg-type]  # an ndarray is a buffer
     off = (-base) % 64
     return raw[off:off + nbytes].view(dt)[:n].reshape(shape), base + off
 

@@ -2,9 +2,10 @@
 
 The slots and launches are the shared kernel plan's (axle.lowering.plan); each launch
 becomes a step here: fusions and single ops LLVM kernels, an unfused dot_general a GEMM
-kernel (gemm.py), custom calls host steps calling the registered Python reference. ``blas=True`` (JIT only, the ``cpu_blas`` flag)
-turns float32/float64 dots into host steps calling NumPy's BLAS instead; measured here
-the GEMM kernel is faster at every shape, so it is off by default (AOT never does it).
+kernel (gemm.py), custom calls host steps calling the registered Python reference.
+``blas=True`` (JIT only, the ``cpu_blas`` flag) turns float32/float64 dots into host steps
+calling NumPy's BLAS instead; measured here the GEMM kernel is faster at every shape, so it is
+off by default (AOT never does it).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from axle.lowering.plan import kernel_plan
 
 from .emitter import KernelSpec
 from .gemm import GemmSpec
+
 
 @dataclass
 class KernelStep:
@@ -109,7 +111,8 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
     for launch in kp.launches:
         ins, outs, types, label = list(launch.inputs), list(launch.outputs), list(launch.output_types), launch.label
         if launch.kind == "custom-call":
-            steps.append(HostStep(_custom_host(launch.node), ins, outs, types, f"custom-call:{launch.node.attr['target']}"))
+            steps.append(HostStep(_custom_host(launch.node), ins, outs, types,
+                                  f"custom-call:{launch.node.attr['target']}"))
             continue
         if launch.kind == "dot":
             if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):

@@ -64,12 +64,12 @@ def _module() -> str:
     return str(mod)
 
 
-_RUNNER: tuple[JitModule, ctypes._CFuncPtr] | None = None
+_RUNNER: tuple[JitModule, ctypes._CFunctionType] | None = None
 _LOCK = threading.Lock()
 renew_in_child(sys.modules[__name__], "_LOCK")
 
 
-def run_steps() -> ctypes._CFuncPtr:
+def run_steps() -> ctypes._CFunctionType:
     """The process-wide ``axle_run_steps`` (compiled on first use, once: under
     ``functools.lru_cache`` two threads racing through the first call each compiled one,
     and the module of the copy not cached was freed while its caller still held the

@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -21,15 +21,15 @@ LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
 _depth = 0
 #: (engine, context) of dead JitModules waiting for LOCK to be disposed
-_garbage: list[tuple[object, object]] = []
+_garbage: list[tuple[llvm.ExecutionEngine, llvm.ContextRef]] = []
 
 
 def _dispose_garbage() -> None:
     """Disposes dead modules' engines, then their contexts (the caller holds LOCK)."""
     while _garbage:
         engine, context = _garbage.pop()
-        engine.close()  # type: ignore[attr-defined]
-        context.close()  # type: ignore[attr-defined]
+        engine.close()
+        context.close()
 
 
 @contextlib.contextmanager
@@ -75,14 +75,14 @@ class HostTarget:
         return 128
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host() -> HostTarget:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
 
 
-def target_machine(jit: bool = True, cpu: str | None = None, features: str | None = None):  # noqa: ANN201
+def target_machine(jit: bool = True, cpu: str | None = None, features: str | None = None) -> llvm.TargetMachine:
     """A fresh O3 target machine for the host (PIC when emitting objects for ``cc``).
     Fresh each time: an MCJIT engine takes ownership of the one it is given."""
     h = host()
@@ -96,7 +96,7 @@ def target_machine(jit: bool = True, cpu: str | None = None, features: str | Non
 _jit_tm = None
 
 
-def _codegen_tm():  # noqa: ANN202
+def _codegen_tm() -> llvm.TargetMachine:
     """One target machine for all JIT code generation. A target machine builds its X86
     subtarget (instruction, register and lowering tables) the first time it generates
     code, about 0.7 MB, and keeps it as long as it lives; an MCJIT engine owns the one it
@@ -109,7 +109,7 @@ def _codegen_tm():  # noqa: ANN202
     return _jit_tm
 
 
-def optimize(mod, tm, interleave: bool = True) -> None:  # noqa: ANN001
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, interleave: bool = True) -> None:
     """Runs the O3 module pipeline with loop and SLP vectorization on. ``interleave=False``
     turns off the vectorizer's loop interleaving: with long transcendental chains under
     index-dependent selects (pad, concatenate) LLVM 22 was seen to spend minutes there."""
@@ -128,7 +128,7 @@ def optimize(mod, tm, interleave: bool = True) -> None:  # noqa: ANN001
         pto.close()
 
 
-def close_pass_manager(mpm) -> None:  # noqa: ANN001
+def close_pass_manager(mpm: llvm.ModulePassManager) -> None:
     """Frees a new-pass-manager pipeline. In llvmlite 0.50 ``ModulePassManager.close()``
     frees nothing: the class derives from ``(ffi.ObjectRef, NewPassManager)``, so
     ObjectRef's empty ``_dispose`` shadows NewPassManager's, which deletes the C++ pass
@@ -145,7 +145,7 @@ def close_pass_manager(mpm) -> None:  # noqa: ANN001
         mpm.close()
 
 
-def parse(ir_text: str, context=None):  # noqa: ANN001, ANN201
+def parse(ir_text: str, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
     mod = llvm.parse_assembly(ir_text, context)
     mod.verify()
     return mod
@@ -178,7 +178,8 @@ class JitModule:
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self._engine.finalize_object()
 
-    def __del__(self, _finalizing=sys.is_finalizing) -> None:  # noqa: ANN001 - bound now: at exit sys may be gone
+    # _finalizing is bound now: at exit sys may be gone
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # The engine (which owns the module and the target machine) must go before the
         # context its module was made in, and never while another thread compiles: queued
         # for LOCK, disposed now if nobody compiles. At interpreter exit the OS frees it all.

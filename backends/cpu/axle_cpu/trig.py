@@ -156,7 +156,7 @@ class _B:
         return ir.Constant(t, [v] * self.lanes) if self.lanes else ir.Constant(t, v)
 
     def i(self, v: int, elem: ir.IntType = I64) -> ir.Constant:
-        return self.c(v, elem)  # type: ignore[arg-type]
+        return self.c(v, elem)
 
     def intr(self, name: str, x: ir.Value, *rest: ir.Value) -> ir.Value:
         elem = x.type.element if self.lanes else x.type
@@ -308,7 +308,10 @@ def _columns(m: _B, mm: ir.Value, w: list[ir.Value]) -> tuple[ir.Value, ir.Value
             cols[c + 1] = b.add(cols[c + 1], b.lshr(p, c32))
     for c in range(5):
         cols[c + 1] = b.add(cols[c + 1], b.lshr(cols[c], c32))
-    word = lambda h, l: b.or_(b.shl(h, c32), b.and_(l, mask))  # noqa: E731
+
+    def word(h: ir.Value, lo: ir.Value) -> ir.Value:
+        return b.or_(b.shl(h, c32), b.and_(lo, mask))
+
     return word(cols[5], cols[4]), word(cols[3], cols[2])
 
 

@@ -8,10 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
-                          LoweringEntry)
+from axle.backend import (
+    Backend,
+    BackendUnavailable,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    Executable,
+    LoweringEntry,
+)
 from axle.errors import BackendError
-from axle.ir.dtypes import ALL_DTYPES, DType, dtype as to_dtype
+from axle.ir.dtypes import ALL_DTYPES, DType
+from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
@@ -96,7 +105,7 @@ class OpenCLBackend(Backend):
 
     def __init__(self) -> None:
         try:
-            import pyopencl  # noqa: F401
+            import pyopencl  # noqa: F401 - only whether it imports
         except Exception as e:  # noqa: BLE001 - missing wheel or libOpenCL: report, never raise
             raise BackendUnavailable(f"pyopencl cannot be imported: {type(e).__name__}: {e}") from None
         self._devices: list[Device] = []

@@ -31,9 +31,9 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.lowering.index import row_major_strides
 
-from .render import REG, STORAGE, UNSIGNED, identity
 from .emitter import Emitter
 from .kernels import DeviceInfo, Kernel, _finish, _signature
+from .render import REG, STORAGE, UNSIGNED, identity
 from .values import Renderer, acc_dtype, combine, load, reg_type, store
 
 
@@ -92,7 +92,7 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
     lines += [f"  {act} c{i}_{j} = {zero};" for i in range(rm) for j in range(rn)]
     lines.append(f"  for (int k0 = 0; k0 < {d.k}; k0 += {tk}) {{")
     # cooperative loads: each work-item stages rm lhs and rn rhs values (zero outside)
-    lines.append(f"    const int ka = k0 + ln, kb = k0 + lm;")
+    lines.append("    const int ka = k0 + ln, kb = k0 + lm;")
     lines.append(f"    const int ka_off = {_group_offset('ka', d.lhs_contracting, lhs.shape, ls)}, "
                  f"kb_off = {_group_offset('kb', d.rhs_contracting, rhs.shape, rs)};")
     for i in range(rm):

@@ -14,8 +14,8 @@ from axle import profiler
 from axle.backend import Buffer, Device, Executable
 from axle.ir.ops import OPS, Op
 
-from .plan import AliasStep, HostStep, KernelStep, Plan
 from .forking import check_not_forked
+from .plan import AliasStep, HostStep, KernelStep, Plan
 from .runtime import DeviceRuntime
 
 

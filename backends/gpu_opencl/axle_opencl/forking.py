@@ -28,7 +28,7 @@ _forked_from: int | None = None
 #: the parent's OpenCL objects, kept so that the child never releases them
 _orphans: list[Any] = []
 #: live backends, told about a fork so they keep their runtimes
-_backends: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_backends: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def note_initialized(backend: Any) -> None:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +77,7 @@ class Kernel:
     source: str
     what: str  # the op(s) it computes, for errors and profiles
     outputs: list[tuple[str, int, TensorType]]
-    inputs: list[tuple[str, object]]
+    inputs: list[tuple[str, Any]]  # ("param", index) or ("const", array), as above
     scalars: list[int] = field(default_factory=list)
     global_size: tuple[int, ...] = (1,)
     local_size: tuple[int, ...] | None = None
@@ -83,7 +85,8 @@ class Kernel:
     body: str = ""
 
 
-def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa: ANN001
+def _finish(body_fn: Callable[[str], str], what: str, r: Renderer, outs: list[tuple[str, int, TensorType]],
+            ins: list[tuple[str, object]], **kw: Any) -> Kernel:
     """Names the kernel after a hash of its source (identical sources share programs)."""
     body = body_fn("KERNEL")
     src = program_source(body, r.uses_fp64)
@@ -92,7 +95,8 @@ def _finish(body_fn, what: str, r: Renderer, outs, ins, **kw) -> Kernel:  # noqa
                   body=body.replace("KERNEL", name), **kw)
 
 
-def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]], consts, extra: str) -> str:  # noqa: ANN001
+def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]],
+               consts: list[tuple[str, np.ndarray]], extra: str) -> str:
     args = [f"__global {STORAGE[t.dtype]}* restrict {n}" for n, t in outs]
     args += [f"__global const {STORAGE[dt]}* restrict {n}" for n, dt in params]
     args += [f"__global const {STORAGE[DType(_dt(a))]}* restrict {n}" for n, a in consts]
@@ -116,7 +120,7 @@ def describe(comp: Computation) -> str:
 
 
 def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[int, ...], dev: DeviceInfo,
-               pre: list[Node] = ()) -> Kernel:  # type: ignore[assignment]
+               pre: Sequence[Node] = ()) -> Kernel:
     """One iteration per element of ``outer``; outputs have shape ``outer`` or
     ``outer + tail`` (row kernels: ``pre`` are the per-row reductions, computed once
     per row before the tail loop writes the full-shape outputs)."""
@@ -262,7 +266,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     em.line("const int o = (int)get_group_id(0);")
     em.line("const int lid = (int)get_local_id(0);")
     accs = []
-    for k, (n, _) in enumerate(reduces):
+    for n, _ in reduces:
         accs.append(em.tmp(reg_type(acc_dtype(n.dtype)), identity(n.attr["kind"], n.dtype), "acc"))
     kidx = Idx(kept, "o")
 

@@ -12,11 +12,10 @@ import atexit
 import os
 import threading
 import weakref
-from typing import Any
 
 import numpy as np
 import pyopencl as cl
-import pyopencl.tools  # noqa: F401 - MemoryPool
+import pyopencl.tools  # loads cl.tools (MemoryPool)
 
 from axle.config import config
 from axle.diskcache import DiskCache
@@ -44,15 +43,15 @@ def disk_cache() -> DiskCache:
         return _disk
 
 
-def _binary_key(dev: "cl.Device", source: str) -> bytes:
+def _binary_key(dev: cl.Device, source: str) -> bytes:
     """Everything a program binary depends on: format version, platform and driver,
     device, options and source."""
-    parts = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
+    parts: list[str | bytes] = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
              " ".join(BUILD_OPTIONS), source]
     return b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)
 
 
-def build_program(context: "cl.Context", dev: "cl.Device", source: str) -> "cl.Program":
+def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Program:
     """A built program: from our disk cache when a binary for exactly this source, device
     and driver is there, else from source (then stored). pyopencl's own binary cache is
     bypassed: it unpickles files from a shared directory."""
@@ -77,7 +76,7 @@ def build_program(context: "cl.Context", dev: "cl.Device", source: str) -> "cl.P
 
 
 #: every runtime of this process, for the queues to finish at exit
-_runtimes: "weakref.WeakSet[DeviceRuntime]" = weakref.WeakSet()
+_runtimes: weakref.WeakSet[DeviceRuntime] = weakref.WeakSet()
 
 
 @atexit.register
@@ -97,7 +96,7 @@ def _finish_queues_at_exit() -> None:
 _KERNELS_PER_PROGRAM_CACHE = 2
 
 
-def device_info(d: "cl.Device") -> DeviceInfo:
+def device_info(d: cl.Device) -> DeviceInfo:
     exts = d.extensions.split()
     return DeviceInfo(
         is_gpu=bool(d.type & cl.device_type.GPU),
@@ -105,7 +104,8 @@ def device_info(d: "cl.Device") -> DeviceInfo:
         max_work_group=max(1, d.max_work_group_size),
         local_mem=d.local_mem_size,
         fp64="cl_khr_fp64" in exts,
-        float_lanes=int(os.environ.get("AXLE_OPENCL_FLOAT_LANES", 0)) or int(min(16, max(4, d.preferred_vector_width_float or 4))),
+        float_lanes=(int(os.environ.get("AXLE_OPENCL_FLOAT_LANES", 0))
+                     or int(min(16, max(4, d.preferred_vector_width_float or 4)))),
         double_lanes=int(min(8, max(2, d.preferred_vector_width_double or 2))),
     )
 
@@ -113,7 +113,7 @@ def device_info(d: "cl.Device") -> DeviceInfo:
 class DeviceRuntime:
     """Context, queue and program cache of one OpenCL device."""
 
-    def __init__(self, cl_device: "cl.Device") -> None:
+    def __init__(self, cl_device: cl.Device) -> None:
         self.cl_device = cl_device
         self.info = device_info(cl_device)
         self.context = cl.Context([cl_device])
@@ -134,7 +134,7 @@ class DeviceRuntime:
         _runtimes.add(self)
 
     # -- buffers -------------------------------------------------------------------
-    def upload(self, array: np.ndarray) -> "cl.Buffer | None":
+    def upload(self, array: np.ndarray) -> cl.Buffer | None:
         if array.size == 0:
             return None
         host = np.ascontiguousarray(array)
@@ -142,13 +142,13 @@ class DeviceRuntime:
             host = host.view(np.uint8)
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
-    def alloc(self, nbytes: int) -> "cl.Buffer | None":
+    def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
         if nbytes <= 0:
             return None
         with self._pool_lock:
             return self.pool.allocate(nbytes)
 
-    def download(self, buf: "cl.Buffer | None", dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    def download(self, buf: cl.Buffer | None, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
         if buf is None or out.size == 0:
             return out
@@ -157,7 +157,7 @@ class DeviceRuntime:
         return out
 
     # -- programs ------------------------------------------------------------------
-    def kernel(self, k: Kernel) -> "cl.Kernel":
+    def kernel(self, k: Kernel) -> cl.Kernel:
         hit = self._kernels.get(k.name)
         if hit is not None:
             return hit
@@ -167,7 +167,7 @@ class DeviceRuntime:
                 hit = self._kernels.put(k.name, cl.Kernel(self._build(k), k.name))
         return hit
 
-    def _build(self, k: Kernel) -> "cl.Program":
+    def _build(self, k: Kernel) -> cl.Program:
         if k.uses_fp64 and not self.info.fp64:
             raise BackendError(f"opencl: {k.what} needs float64, but {self.cl_device.name.strip()} has no "
                                f"cl_khr_fp64; convert to float32 first")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
 import numpy as np
 
 from axle.errors import BackendError
@@ -27,8 +28,8 @@ from axle.lowering import c
 from axle.lowering import index as ix
 
 from . import render
-from .render import REG, identity, literal
 from .emitter import Emitter, Idx
+from .render import REG, identity, literal
 
 LANE_NAMES = "0123456789abcdef"
 def reg_type(dt: DType, lanes: int = 1) -> str:
@@ -218,7 +219,8 @@ class Renderer:
         padv = self.value(pv, Idx((), "0", []))
         if x.tensor_type.size == 0:
             return padv
-        coords, inside = ix.pad_index(self.em.ix_coords(idx), x.shape, n.attr["low"], n.attr["high"], n.attr["interior"])
+        coords, inside = ix.pad_index(self.em.ix_coords(idx), x.shape, n.attr["low"], n.attr["high"],
+                                      n.attr["interior"])
         v = self._at(x, coords)
         return v if inside.const == 1 else f"({ix.to_c(inside)} ? {v} : {padv})"
 

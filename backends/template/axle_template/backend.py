@@ -6,8 +6,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from axle.backend import (Backend, BackendUnavailable, Buffer, Capabilities, CompileOptions, Device, Executable,
-                          LoweringEntry)
+from axle.backend import (
+    Backend,
+    BackendUnavailable,
+    Buffer,
+    Capabilities,
+    CompileOptions,
+    Device,
+    Executable,
+    LoweringEntry,
+)
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module

@@ -54,10 +54,10 @@ class Library:
         self.cdll = ctypes.CDLL(path)
         weakref.finalize(self, _ctypes.dlclose, self.cdll._handle)
 
-    def function(self, name: str) -> ctypes._CFuncPtr:
+    def function(self, name: str) -> ctypes._NamedFuncPointer:
         """A kernel stage, which keeps this library loaded while it can be called."""
         f = self.cdll[name]
-        f.library = self
+        f.library = self  # type: ignore[attr-defined]  # a new attribute: the stage keeps its library
         return f
 
 

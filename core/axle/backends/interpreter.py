@@ -18,7 +18,6 @@ from ..ir.module import Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
 
-
 #: entry nodes that are plumbing, not a launch (a kernel per other node, fusions included)
 _NOT_LAUNCHED = (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.CONSTANT)
 
@@ -52,7 +51,7 @@ class InterpreterExecutable(Executable):
         else:
             outs = evaluate(self.module, *[a.handle for a in args])
         types = self.module.entry.result_types
-        return [Buffer(self.device, t, o) for t, o in zip(types, outs)]  # type: ignore[arg-type]
+        return [Buffer(self.device, t, o) for t, o in zip(types, outs)]  # type: ignore[arg-type]  # results are arrays
 
     def report(self) -> dict[str, Any]:
         return {"kernels": self._kernels}
@@ -72,7 +71,8 @@ class InterpreterBackend(Backend):
         return InterpreterExecutable(module, device)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
-        return [LoweringEntry("runs the op table's NumPy reference (shown above) on each node", "axle.interpreter:eval_node")]
+        return [LoweringEntry("runs the op table's NumPy reference (shown above) on each node",
+                              "axle.interpreter:eval_node")]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
         arr = np.array(array, copy=True, order="C")

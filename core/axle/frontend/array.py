@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import profiler
 from ..backend import Buffer, Device
-from ..registry import REGISTRY
 from ..ir.types import TensorType
+from ..registry import REGISTRY
 from .arrayops import ArrayOps
 
 
@@ -92,7 +92,7 @@ class Array(ArrayOps):
             return np.array(host, dtype=dtype, copy=True)
         return host
 
-    def block_until_ready(self) -> "Array":
+    def block_until_ready(self) -> Array:
         REGISTRY.backend_for(self.device).synchronize(self.device)
         return self
 

@@ -4,7 +4,7 @@ Inside ``jit`` an index's value is unknown while tracing, so an out-of-range tra
 follows the documented semantics (clamped gathers, filled ``take``, dropped scatter
 updates). With ``AXLE_FLAGS=--check_indices`` (``config.check_indices``) each such op also
 computes a flag, ``any(index out of range)``; the flags become extra outputs of the
-compiled module, and the jit call raises an :class:`axle.errors.IndexError_` naming the op
+compiled module, and the jit call raises an :class:`axle.errors.OutOfBoundsError` naming the op
 and the user's line when one is set. Concrete (eager) indices are checked at once.
 """
 from __future__ import annotations
@@ -17,14 +17,14 @@ import numpy as np
 
 from .. import lax
 from ..config import config
-from ..errors import IndexError_
+from ..errors import OutOfBoundsError
 from ..ir.module import Module, Node
 from ..registry import REGISTRY
 from .source import user_location
 from .tracing import Tracer
 
 #: module -> (message, where) of each flag output, which follow the user's outputs
-_CHECKS: "weakref.WeakKeyDictionary[Module, tuple[tuple[str, str | None], ...]]" = weakref.WeakKeyDictionary()
+_CHECKS: weakref.WeakKeyDictionary[Module, tuple[tuple[str, str | None], ...]] = weakref.WeakKeyDictionary()
 
 
 def enabled() -> bool:
@@ -51,7 +51,7 @@ def _any(flag: Tracer) -> Tracer:
 def raise_now(out_of_range: np.ndarray, message: str) -> None:
     """The eager form: a concrete index is checked immediately."""
     if np.any(out_of_range):
-        raise IndexError_(message, where=user_location())
+        raise OutOfBoundsError(message, where=user_location())
 
 
 def replayed(flag: Any, message: str, where: str | None) -> None:
@@ -62,7 +62,7 @@ def replayed(flag: Any, message: str, where: str | None) -> None:
         if checks is not None:
             checks.append((flag, message, where))
     elif bool(np.asarray(flag)):
-        raise IndexError_(message + " (found by --check_indices)", where=where)
+        raise OutOfBoundsError(message + " (found by --check_indices)", where=where)
 
 
 def with_checks(trace: Any, nodes: list[Node]) -> tuple[list[Node], tuple[tuple[str, str | None], ...]]:
@@ -89,5 +89,5 @@ def split_and_raise(module: Module, outs: Sequence[Any]) -> list[Any]:
     n = len(outs) - len(checks)
     for (message, where), flag in zip(checks, outs[n:]):
         if bool(np.asarray(REGISTRY.backend_for(flag.device).to_host(flag))):
-            raise IndexError_(message + " (found by --check_indices)", where=where)
+            raise OutOfBoundsError(message + " (found by --check_indices)", where=where)
     return list(outs[:n])

@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import counters as stats
-from ..compiler import compile_module, flags_key
 from ..backend import Device, Executable
+from ..compiler import compile_module, flags_key
 from ..errors import DeviceError
-from ..lru import LRU
-from ..placement import default_device
 from ..ir.builder import Builder, make_node
 from ..ir.module import Computation, Module
 from ..ir.ops import Op, canonical_attrs
 from ..ir.types import TensorType
+from ..lru import LRU
+from ..placement import default_device
 from .array import Array
 from .device_put import to_buffer
 from .lazy import lazy_active, record

@@ -3,23 +3,24 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import counters as stats
 from .. import profiler
-from ..lru import LRU
-from ..compiler import compile_module, compile_optimized, executable_report, flags_key, optimize_for
-from ..partition import placement_of
-from ..placement import resolve
-from ..recompile import note_trace
 from ..backend import Device, Executable
-from ..ir.builder import make_node
+from ..compiler import compile_module, compile_optimized, executable_report, flags_key, optimize_for
 from ..errors import ArgumentError
+from ..ir.builder import make_node
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
 from ..ir.verifier import verify
+from ..lru import LRU
+from ..partition import placement_of
+from ..placement import resolve
+from ..recompile import note_trace
 from . import checks as checks_mod
 from .array import Array
 from .device_put import to_buffer
@@ -101,11 +102,16 @@ class Lowered:
     def as_dot(self) -> str:
         return self.module.as_dot()
 
+    if TYPE_CHECKING:
+        # attached by axle.explain at import; declared for type checkers (an axle.explain
+        # Explanation: the tools layer, which this one may not name)
+        def explain(self, /, *, source: bool = True) -> Any: ...
+
     def optimize(self) -> Module:
         """The module after the optimizer pipeline for this device's backend."""
         return optimize_for(self.module, self.device)
 
-    def compile(self) -> "Compiled":
+    def compile(self) -> Compiled:
         exe, optimized = compile_optimized(self.module, self.device)
         return Compiled(self, exe, optimized)
 
@@ -232,7 +238,7 @@ class JitFunction:
         # results of a jit with a named device are committed to it (eager ops follow them)
         return unflatten(entry.out_tree, [Array(b, committed=self.device_spec is not None) for b in outs])
 
-    def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> "_Entry":
+    def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> _Entry:
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
         self.trace_count += 1
         # warns when retraced too often; points at the user: -> _compile -> __call__ -> user
@@ -258,7 +264,8 @@ def jit(fn: Callable[..., Any] | None = None, *, device: Any = None,
     return JitFunction(fn, device=device, static_argnums=static_argnums)
 
 
-def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None) -> Any:  # noqa: A001
+def compile(fn: Callable[..., Any], inputs: Sequence[Any], *,  # noqa: A001 - axle.compile, the seed's name
+            device: Any = None) -> Any:
     """The seed's ``xla.compile(computation, inputs)``: traces, compiles and runs ``fn`` on
     ``inputs`` (a list of arguments) and returns its outputs. The executable is cached
     per function, so calling it again with the same shapes does not recompile."""
@@ -272,6 +279,4 @@ def compile(fn: Callable[..., Any], inputs: Sequence[Any], *, device: Any = None
     return jf(*inputs)
 
 
-import weakref as _weakref  # noqa: E402
-
-_compiled: "_weakref.WeakKeyDictionary[Any, JitFunction]" = _weakref.WeakKeyDictionary()
+_compiled: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()

@@ -29,20 +29,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..compiler import compile_module, flags_key
 from .. import counters as stats
-from ..config import config
-from ..lru import LRU
 from ..backend import Buffer, Device, Executable
+from ..compiler import compile_module, flags_key
+from ..config import config
 from ..ir.builder import make_node
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
+from ..lru import LRU
 from .array import Array
 from .device_put import to_buffer
-from .validate import host_array
 from .source import user_frame
 from .tracing import aval_of
+from .validate import host_array
 
 #: A cluster is flushed once it holds this many ops.
 MAX_CLUSTER_OPS = 1000

@@ -17,11 +17,11 @@ class TreeDef:
 
     __slots__ = ("kind", "children", "keys", "num_leaves", "__weakref__")
 
-    def __init__(self, kind: str, children: tuple["TreeDef", ...], keys: tuple[Any, ...]) -> None:
+    def __init__(self, kind: str, children: tuple[TreeDef, ...], keys: tuple[Any, ...]) -> None:
         self.kind = kind
         self.children = children
         self.keys = keys
-        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+        self.num_leaves: int = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
 
     def __repr__(self) -> str:
         if self.kind in ("leaf", "none"):

@@ -15,7 +15,7 @@ def user_frame() -> Any:
         fn = f.f_code.co_filename
         if not fn.startswith(_AXLE_DIR) and not fn.startswith("<frozen"):
             return f
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return None
 
 
@@ -26,5 +26,5 @@ def user_location() -> str | None:
         fn = f.f_code.co_filename
         if not fn.startswith(_AXLE_DIR) and not fn.startswith("<frozen"):
             return f"{fn}:{f.f_lineno} ({f.f_code.co_name})"
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return None

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import DTypeError, TracingError
 from ..ir.builder import Builder, make_node
-from ..ir.dtypes import DType, dtype as to_dtype
+from ..ir.dtypes import DType
+from ..ir.dtypes import dtype as to_dtype
 from ..ir.literal import Literal
 from ..ir.module import Node
 from ..ir.ops import Op
@@ -30,7 +31,7 @@ class Trace:
         #: (flag, message, where) of traced index checks (--check_indices), see checks.py
         self.index_checks: list[tuple[Any, str, str | None]] = []
 
-    def new_arg(self, t: TensorType, name: str, weak: bool = False) -> "Tracer":
+    def new_arg(self, t: TensorType, name: str, weak: bool = False) -> Tracer:
         return Tracer(self, self.builder.parameter(t, name=name), weak=weak)
 
     def to_node(self, x: Any, fn: str = "jit") -> Node:

@@ -208,7 +208,7 @@ def dtype_arg(dtype: Any, fn: str) -> np.dtype:
 def scalar_arg(v: Any, dt: np.dtype, fn: str, what: str = "value") -> np.ndarray:
     """A 0-d array of dtype dt holding the scalar v (a fill value, a pad value): a Python
     int that does not fit dt is refused, as NumPy 2 refuses it."""
-    if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0):
+    if isinstance(v, (list, tuple)) or bool(getattr(v, "ndim", 0)):
         raise ArgumentError(f"{fn}: {what} must be a scalar, got {_short(v)}", where=user_location())
     if isinstance(v, int) and not isinstance(v, bool):
         check_python_int(v, dt, fn)

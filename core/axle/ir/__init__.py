@@ -5,15 +5,16 @@ from .dtypes import DType, dtype, result_type
 from .literal import Literal
 from .module import Computation, Module, Node, post_order
 from .ops import CORE_PRIMITIVES, OPS, AttrKind, Op, OpDef, Traits, register_custom_call
-from .reductions import REDUCE_KINDS, ReduceKind
 from .parser import parse_module, parse_type
 from .printer import print_module
+from .reductions import REDUCE_KINDS, ReduceKind
 from .types import Shape, TensorType, TupleType, Type
 from .verifier import verify
 
 __all__ = [
     "Builder", "make_node", "DType", "dtype", "result_type", "Literal", "Computation", "Module",
     "Node", "post_order", "CORE_PRIMITIVES", "OPS", "AttrKind", "Op", "OpDef", "Traits",
-    "register_custom_call", "REDUCE_KINDS", "ReduceKind", "parse_module", "parse_type", "print_module", "Shape", "TensorType",
+    "register_custom_call", "REDUCE_KINDS", "ReduceKind", "parse_module", "parse_type", "print_module", "Shape",
+    "TensorType",
     "TupleType", "Type", "verify",
 ]

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import VerifierError
-from .dtypes import DType, dtype as to_dtype
+from .dtypes import DType
+from .dtypes import dtype as to_dtype
 from .literal import Literal
 from .module import Computation, Module, Node, make_node
 from .ops import OPS, Op, as_int

@@ -97,5 +97,5 @@ class Computation:
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)
 
-    def with_root(self, root: Node) -> "Computation":
+    def with_root(self, root: Node) -> Computation:
         return Computation(self.name, self.parameters, root)

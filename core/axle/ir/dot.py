@@ -176,7 +176,7 @@ def render(dot_text: str, fmt: str = "svg", timeout: float = 60.0) -> bytes:
 def write_graph(module: Module, path: str, **options: object) -> str:
     """Writes a picture of ``module`` to ``path``: ``.dot``/``.gv`` as text, any other
     extension (``.svg``, ``.png``, ``.pdf``) rendered with GraphViz. Returns the path."""
-    text = module_to_dot(module, **options)  # type: ignore[arg-type]
+    text = module_to_dot(module, **options)  # type: ignore[arg-type]  # module_to_dot's keywords, passed on
     ext = path.rsplit(".", 1)[-1].lower() if "." in path else "dot"
     if ext in ("dot", "gv"):
         with open(path, "w") as f:

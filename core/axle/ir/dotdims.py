@@ -30,7 +30,7 @@ class DotDims:
     k: int
 
     @staticmethod
-    def from_attrs(lhs: Sequence[int], rhs: Sequence[int], attrs: Any) -> "DotDims":
+    def from_attrs(lhs: Sequence[int], rhs: Sequence[int], attrs: Any) -> DotDims:
         """The split of a dot of shapes ``lhs`` x ``rhs`` with dot_general's attributes."""
         lb, rb = tuple(attrs["lhs_batch"]), tuple(attrs["rhs_batch"])
         lc, rc = tuple(attrs["lhs_contracting"]), tuple(attrs["rhs_contracting"])
@@ -40,7 +40,7 @@ class DotDims:
         return DotDims(lb, rb, lc, rc, lf, rf, size(lhs, lb), size(lhs, lf), size(rhs, rf), size(lhs, lc))
 
     @staticmethod
-    def of(node: Any) -> "DotDims":
+    def of(node: Any) -> DotDims:
         """The split of a dot_general node."""
         lhs, rhs = node.operands
         return DotDims.from_attrs(lhs.shape, rhs.shape, node.attr)

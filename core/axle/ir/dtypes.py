@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def dtype(x: object) -> DType:
     if isinstance(x, str) and x in _FROM_TEXT:
         return _FROM_TEXT[x]
     try:
-        npd = np.dtype(x)  # type: ignore[call-overload]
+        npd = np.dtype(x)  # type: ignore[call-overload]  # any value: a TypeError is reported below
     except TypeError:
         raise DTypeError(f"{x!r} is not a dtype") from None
     found = supported_numpy_dtype(npd)
@@ -92,7 +93,7 @@ def dtype(x: object) -> DType:
 
 def result_type(*args: object) -> DType:
     """NumPy 2 promotion (NEP 50: Python scalars are weak) restricted to axle's dtypes."""
-    converted = []
+    converted: list[Any] = []  # NumPy dtypes and weak Python scalars
     for a in args:
         if isinstance(a, DType):
             converted.append(a.np)
@@ -102,7 +103,7 @@ def result_type(*args: object) -> DType:
             d = a.dtype
             converted.append(d.np if isinstance(d, DType) else np.dtype(d))
         else:
-            converted.append(np.dtype(a))  # type: ignore[call-overload]
+            converted.append(np.dtype(a))  # type: ignore[call-overload]  # a TypeError is reported below
     return dtype(canonical_numpy_dtype(np.result_type(*converted)))
 
 
@@ -116,7 +117,7 @@ def supported_numpy_dtype(npd: object) -> DType | None:
     is refused at the frontend's entry points, never widened or wrapped."""
     try:
         # byte order is storage, not value: big-endian float32 is float32
-        return _FROM_NUMPY.get(np.dtype(npd).newbyteorder("="))  # type: ignore[call-overload]
+        return _FROM_NUMPY.get(np.dtype(npd).newbyteorder("="))  # type: ignore[call-overload]  # TypeError: below
     except TypeError:
         return None
 

@@ -78,19 +78,19 @@ class FusionRecord:
     not_fused: tuple[NotFused, ...] = ()
     #: the fused computation as recorded: when a later pass rewrites it (dead outputs
     #: pruned), output indices may have moved and consumer entries are dropped
-    computation: "Computation | None" = field(default=None, compare=False, repr=False)
+    computation: Computation | None = field(default=None, compare=False, repr=False)
 
     def reasons(self, direction: str) -> list[NotFused]:
         return [n for n in self.not_fused if n.direction == direction]
 
 
-def members_of(comp: "Computation") -> tuple[str, ...]:
+def members_of(comp: Computation) -> tuple[str, ...]:
     """The ops of a fused computation as a record lists them: every node but its
     parameters and tuple root, in topological order."""
     return tuple(n.op.value for n in comp.nodes if n.op not in (Op.PARAMETER, Op.TUPLE))
 
 
-def carry_records(records: tuple[FusionRecord, ...], entry: "Computation") -> tuple[FusionRecord, ...]:
+def carry_records(records: tuple[FusionRecord, ...], entry: Computation) -> tuple[FusionRecord, ...]:
     """The records that still describe fusions of ``entry``, brought up to date: a record
     whose fusion is gone is dropped, one whose computation was rewritten gets its members
     again and keeps only the producer entries whose parameter still exists (and its

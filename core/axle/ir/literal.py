@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import DType, dtype as to_dtype
+from .dtypes import DType
+from .dtypes import dtype as to_dtype
 from .types import TensorType
 
 

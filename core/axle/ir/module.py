@@ -8,10 +8,10 @@ ordinary dicts keyed by nodes stay cheap identity lookups.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentError, AxleError, ShapeError
 from .computation import Computation, post_order
@@ -21,6 +21,9 @@ from .ops import OPS, Op, Traits, canonical_attrs, check_arity, infer_type
 from .printer import print_module
 from .types import TensorType, Type
 
+if TYPE_CHECKING:
+    from .dtypes import DType
+
 __all__ = ["Computation", "Module", "Node", "make_node", "post_order"]
 
 _ids = itertools.count()
@@ -29,7 +32,7 @@ _ids = itertools.count()
 @dataclass(frozen=True, eq=False)
 class Node:
     op: Op
-    operands: tuple["Node", ...]
+    operands: tuple[Node, ...]
     attrs: tuple[tuple[str, Any], ...]
     type: Type
     # Not part of the structure: the user's source line and a readable name.
@@ -60,12 +63,12 @@ class Node:
         return self.tensor_type.shape
 
     @property
-    def dtype(self):  # noqa: ANN201 - DType
+    def dtype(self) -> DType:
         return self.tensor_type.dtype
 
-    def replace(self, **changes: Any) -> "Node":
+    def replace(self, **changes: Any) -> Node:
         """A copy with some fields changed (a fresh node, new uid)."""
-        fields = dict(op=self.op, operands=self.operands, attrs=self.attrs, type=self.type,
+        fields: dict[str, Any] = dict(op=self.op, operands=self.operands, attrs=self.attrs, type=self.type,
                       loc=self.loc, name=self.name)
         fields.update(changes)
         return Node(**fields)
@@ -75,7 +78,8 @@ class Node:
 
 
 def make_node(op: Op, operands: Sequence[Node], attrs: dict[str, Any] | None = None, *,
-              loc: str | None = None, name: str | None = None, type: Type | None = None) -> Node:
+              loc: str | None = None, name: str | None = None,
+              type: Type | None = None) -> Node:  # noqa: A002 - the keyword names Node.type for every caller
     """Creates a checked node. ``type`` is given only for parameters."""
     attrs = dict(attrs or {})
     try:
@@ -131,7 +135,7 @@ class Module:
         visit(self.entry)
         return out
 
-    def with_entry(self, entry: Computation) -> "Module":
+    def with_entry(self, entry: Computation) -> Module:
         return Module(self.name, entry, carry_records(self.fusion_records, entry))
 
     def fusion_record(self, fusion: Node) -> FusionRecord | None:

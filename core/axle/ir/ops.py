@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttributeError_, AxleError, CustomCallError, DTypeError, ShapeError
-from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
-from .dtypes import dtype as to_dtype
+from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
 from .computation import Computation
 from .dotdims import DotDims
+from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
+from .dtypes import dtype as to_dtype
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -47,7 +47,7 @@ def as_int(v: object) -> int:
     Raises TypeError naming the entry."""
     if not isinstance(v, (bool, np.bool_)):
         try:
-            return operator.index(v)  # type: ignore[arg-type]
+            return operator.index(v)  # type: ignore[arg-type]  # any value: a TypeError is reported below
         except TypeError:
             pass
     raise TypeError(f"{v!r} is a {type(v).__name__}, not an integer")
@@ -64,7 +64,7 @@ class AttrSpec:
     def required(self) -> bool:
         return self.default is _REQUIRED
 
-    def coerce(self, op: "Op", value: object) -> object:
+    def coerce(self, op: Op, value: object) -> object:
         """Canonical, hashable form of an attribute value (tuples, DType...)."""
         k = self.kind
         why = ""
@@ -72,7 +72,7 @@ class AttrSpec:
             if k is AttrKind.INT:
                 return as_int(value)
             if k in (AttrKind.INTS, AttrKind.SHAPE):
-                vals = tuple(as_int(v) for v in value)  # type: ignore[union-attr]
+                vals = tuple(as_int(v) for v in value)  # type: ignore[attr-defined]  # not iterable: reported below
                 if k is AttrKind.SHAPE and any(v < 0 for v in vals):
                     raise ValueError
                 return vals
@@ -96,7 +96,7 @@ class AttrSpec:
         except (TypeError, ValueError, OverflowError) as e:
             why = f" ({e})" if str(e) else ""
         expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
-        raise AttributeError_(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}{why}")
+        raise OpAttributeError(f"{op.value}: attribute {self.name}={value!r} is not a valid {expect}{why}")
 
 
 @dataclass(frozen=True)
@@ -423,7 +423,7 @@ def register_custom_call(name: str, reference: Callable[..., np.ndarray]) -> Non
 
 def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, config: str) -> np.ndarray:
     if target not in CUSTOM_CALL_TARGETS:
-        raise AttributeError_(f"custom-call: no reference registered for target {target!r}")
+        raise OpAttributeError(f"custom-call: no reference registered for target {target!r}")
     operands = ", ".join(f"{to_dtype(x.dtype).value}{list(x.shape)}" for x in xs)
     try:
         out = np.asarray(CUSTOM_CALL_TARGETS[target](*xs, config=config))
@@ -474,7 +474,8 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     _check_axes(op, ts, rb + rc, rhs.rank, "rhs batch+contracting dims")
     for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
         if lhs.shape[a] != rhs.shape[b]:
-            raise _shape_error(op, ts, f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
+            raise _shape_error(op, ts,
+                               f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
     return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
 
 
@@ -488,7 +489,8 @@ def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) ->
         raise _shape_error(op, ts, f"broadcast_dimensions {dims} must be increasing; transpose first")
     for i, d in enumerate(dims):
         if t.shape[i] not in (1, shape[d]):
-            raise _shape_error(op, ts, f"operand dim {i} (size {t.shape[i]}) cannot broadcast to output dim {d} (size {shape[d]})")
+            raise _shape_error(op, ts, f"operand dim {i} (size {t.shape[i]}) cannot broadcast to output dim {d} "
+                                       f"(size {shape[d]})")
     return shape
 
 
@@ -629,7 +631,8 @@ for _op, _f, _dts, _tr in [
     (Op.SIGN, _sign, NUMERIC, _EW),
     (Op.NOT, _logical_not, INTEGRAL, _EW),
 ]:
-    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f), traits=_tr, operand_dtypes=_dts)
+    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f),  # type: ignore[arg-type]  # ufuncs and functions join to object
+         traits=_tr, operand_dtypes=_dts)
 
 for _op, _f, _tr in [
     (Op.EXP, np.exp, _EW_T),
@@ -643,7 +646,8 @@ for _op, _f, _tr in [
     (Op.FLOOR, np.floor, _EW),
     (Op.CEIL, np.ceil, _EW),
 ]:
-    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f), traits=_tr, operand_dtypes=FLOATS)
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f),  # type: ignore[arg-type]  # ufuncs and functions, as above
+         traits=_tr, operand_dtypes=FLOATS)
 
 # binary elementwise
 for _op, _f, _dts, _tr in [
@@ -719,7 +723,7 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     if op is Op.TUPLE:
         if any(isinstance(t, TupleType) for t in operand_types):
             raise ShapeError("tuple: nested tuples are not supported")
-        return TupleType(tuple(operand_types))  # type: ignore[arg-type]
+        return TupleType(tuple(operand_types))  # type: ignore[arg-type]  # no tuple among them: checked above
     if op is Op.GET_TUPLE_ELEMENT:
         (t,) = operand_types
         if not isinstance(t, TupleType) or not 0 <= attrs["index"] < len(t.elements):
@@ -735,7 +739,7 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     for t in operand_types:
         if not isinstance(t, TensorType):
             raise ShapeError(f"{op.value}: operands must be arrays, got {t}")
-    ts: Sequence[TensorType] = operand_types  # type: ignore[assignment]
+    ts: Sequence[TensorType] = operand_types  # type: ignore[assignment]  # all arrays: checked above
     bad = [t for t in ts if t.dtype not in d.operand_dtypes]
     if bad and op is not Op.SELECT:
         allowed = ", ".join(sorted(x.value for x in d.operand_dtypes))
@@ -753,13 +757,13 @@ def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...
     names = {a.name for a in d.attrs}
     unknown = set(attrs) - names
     if unknown:
-        raise AttributeError_(f"{op.value}: unknown attribute(s) {sorted(unknown)}; expected {sorted(names)}")
+        raise OpAttributeError(f"{op.value}: unknown attribute(s) {sorted(unknown)}; expected {sorted(names)}")
     out = []
     for spec in d.attrs:
         if spec.name in attrs:
             out.append((spec.name, spec.coerce(op, attrs[spec.name])))
         elif spec.required:
-            raise AttributeError_(f"{op.value}: missing attribute {spec.name!r}")
+            raise OpAttributeError(f"{op.value}: missing attribute {spec.name!r}")
         else:
             out.append((spec.name, spec.default))
     return tuple(sorted(out))

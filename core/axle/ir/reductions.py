@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class ReduceKind:
 
     def identity(self, dt: DType) -> np.generic:
         """The value this reduction gives over no elements, as a ``dt`` scalar."""
-        return np.array(self._identity(dt.np)).astype(dt.np)[()]
+        return cast(np.generic, np.array(self._identity(dt.np)).astype(dt.np)[()])  # [()]: 0-d -> scalar
 
     def accumulator(self, dt: DType) -> DType:
         """The dtype partial results are kept in: float16 sums and products run in

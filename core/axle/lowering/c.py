@@ -41,7 +41,6 @@ from ..ir.types import TensorType
 from . import index as ix
 from .index import Ix
 
-
 # ------------------------------------------------------------------------------ dialects
 
 
@@ -362,7 +361,10 @@ class Idx:
 
     @property
     def key(self) -> tuple:
-        return ("c", *map(ix.to_c, self.coords)) if self.coords is not None else ("f", ix.to_c(self.flat))
+        if self.coords is not None:
+            return ("c", *map(ix.to_c, self.coords))
+        assert self.flat is not None, "a Pos has a flat offset or coordinates"
+        return ("f", ix.to_c(self.flat))
 
 
 class CRenderer:
@@ -469,7 +471,7 @@ class _KernelBuilder:
             self.argument(f"p{i}", t, True)
         root = comp.root
         outs = list(root.operands) if root.op is Op.TUPLE else [root]
-        out_args = {}
+        out_args: dict[int, str] = {}
         for i, o in enumerate(outs):
             out_args.setdefault(o.uid, f"o{i}")
         # reductions and dots: once each, into their output or a scratch buffer
@@ -509,7 +511,7 @@ class _KernelBuilder:
         self.n += 1
         self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
         idx = Idx(n.shape, ix.var(v))
-        self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]
+        self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]  # built with a flat index
         self.close()
 
     # -- values ----------------------------------------------------------------------

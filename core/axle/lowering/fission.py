@@ -74,7 +74,7 @@ def split(comp: Computation, budget: int) -> tuple[list[Computation], Computatio
     # Producers in dependency order: a chosen node may read earlier-chosen ones.
     order = {n.uid: i for i, n in enumerate(comp.nodes)}
     ranked = sorted(chosen, key=lambda n: order.get(n.uid, 0))
-    mat_params = []
+    mat_params: list[Node] = []
     producers = []
     done: dict[int, Node] = {}
     for j, m in enumerate(ranked):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ..ir.opcodes import Op
 from ..ir.types import squeeze
@@ -52,7 +52,7 @@ class Ix:
         return self.args[0] if self.op == "const" else None
 
 
-IxLike = Union[Ix, int]
+IxLike = Ix | int
 
 
 def var(name: str) -> Ix:
@@ -148,11 +148,17 @@ def _trunc_div(a: int, b: int) -> int:
 
 _COMPARE: dict[str, Callable[[int, int], bool]] = {
     "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
+
+
+def _as_int(f: Callable[[int, int], bool]) -> Callable[[int, int], int]:
+    return lambda a, b: int(f(a, b))
+
+
 _EVAL: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _trunc_div,
     "%": lambda a, b: a - b * _trunc_div(a, b), "min": min, "max": max,
     "&&": lambda a, b: int(bool(a) and bool(b)),
-    **{k: (lambda f: lambda a, b: int(f(a, b)))(f) for k, f in _COMPARE.items()}}
+    **{k: _as_int(f) for k, f in _COMPARE.items()}}
 
 
 def evaluate(e: Ix, env: Mapping[str, int]) -> int:

@@ -83,7 +83,7 @@ def single_op(node: Node, name: str | None = None) -> Computation:
 
 
 def _types(t: object) -> list[TensorType]:
-    return list(t.elements) if isinstance(t, TupleType) else [t]  # type: ignore[list-item]
+    return list(t.elements) if isinstance(t, TupleType) else [t]  # type: ignore[list-item]  # no nested tuples
 
 
 def kernel_plan(module: Module, *, assign_buffers: bool = True,
@@ -148,5 +148,5 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
                         temp_offsets[s] = a.offset
             launches.append(KernelLaunch(n, comp, kind, ins, tuple(outs), tuple(types), label))
     root = entry.root
-    return KernelPlan(list(entry.parameter_types), constants, launches, list(slots[root.uid]),  # type: ignore[arg-type]
+    return KernelPlan(list(entry.parameter_types), constants, launches, list(slots[root.uid]),  # type: ignore[arg-type]  # parameter types are arrays
                       _types(root.type), n_slots, ba.temp_bytes if ba is not None else 0, temp_offsets)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.builder import make_node
+from ..ir.dtypes import DType
 from ..ir.literal import Literal
 from ..ir.module import Computation, Node
 from ..ir.opcodes import Op
@@ -70,18 +71,24 @@ def split_reduction(comp: Computation, workers: int, min_part: int) -> Split | N
     split_shape = shape[:a] + (parts, chunk) + shape[a + 1:]
     first_axes = tuple(d + 1 if d >= a else d for d in axes)  # the chunk and the other reduced axes
     at = sum(1 for d in range(a) if d not in axes)  # the parts axis among the kept ones
+    high = tuple(parts * chunk - shape[a] if d == a else 0 for d in range(len(shape)))
+    split_operands: dict[tuple, Node] = {}  # sibling reductions of one value share its split
+
+    def split_operand(x: Node, kind: str, acc: DType) -> Node:
+        key = (x.uid, acc, kind if any(high) else "")
+        if key not in split_operands:
+            y = x if acc is x.dtype else make_node(Op.CONVERT, (x,), {"dtype": acc})
+            if any(high):
+                zeros = (0,) * len(shape)
+                y = make_node(Op.PAD, (y, _identity(kind, y.tensor_type)),
+                              {"low": zeros, "high": high, "interior": zeros})
+            split_operands[key] = make_node(Op.RESHAPE, (y,), {"shape": split_shape})
+        return split_operands[key]
+
     partials, finals = [], []
     for k, r in enumerate(outs):
         kind, acc = r.attr["kind"], REDUCE_KINDS[r.attr["kind"]].accumulator(r.dtype)
-        y = r.operands[0]
-        if acc is not r.dtype:
-            y = make_node(Op.CONVERT, (y,), {"dtype": acc})
-        if parts * chunk > shape[a]:
-            high = [0] * len(shape)
-            high[a] = parts * chunk - shape[a]
-            y = make_node(Op.PAD, (y, _identity(kind, y.tensor_type)),
-                          {"low": (0,) * len(shape), "high": tuple(high), "interior": (0,) * len(shape)})
-        y = make_node(Op.RESHAPE, (y,), {"shape": split_shape})
+        y = split_operand(r.operands[0], kind, acc)
         p = make_node(Op.REDUCE, (y,), {"kind": kind, "axes": first_axes}, loc=r.loc)
         partials.append(p)
         param = make_node(Op.PARAMETER, (), {"index": k}, type=p.tensor_type, name=f"p{k}")

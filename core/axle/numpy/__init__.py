@@ -8,11 +8,11 @@ elementwise math, reductions), _index (indexing), _shape, _math, _linalg; import
 package attaches the array operators and methods (_array_methods)."""
 from __future__ import annotations
 
-from ._core import *  # noqa: F401,F403
-from ._math import *  # noqa: F401,F403
-from ._shape import *  # noqa: F401,F403
-from ._linalg import *  # noqa: F401,F403
-from ._index import *  # noqa: F401,F403
 from . import _array_methods  # noqa: F401 - attaches the operators and methods of axle arrays
+from ._core import *  # noqa: F403 - the package is its modules' public names
+from ._index import *  # noqa: F403 - the package is its modules' public names
+from ._linalg import *  # noqa: F403 - the package is its modules' public names
+from ._math import *  # noqa: F403 - the package is its modules' public names
+from ._shape import *  # noqa: F403 - the package is its modules' public names
 
 __all__ = [n for n in dir() if not n.startswith("_")]

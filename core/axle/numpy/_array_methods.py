@@ -8,9 +8,36 @@ from collections.abc import Callable
 from typing import Any
 
 from ..frontend.arrayops import ArrayOps
-from ._core import (abs, astype, bitwise_and, bitwise_or, dot, equal, floor_divide, greater, greater_equal, invert,
-                    less, less_equal, matmul, max, mean, min, multiply, negative, not_equal, power, prod, remainder,
-                    reshape, squeeze, subtract, sum, transpose, true_divide)
+from ._core import (
+    abs,
+    astype,
+    bitwise_and,
+    bitwise_or,
+    dot,
+    equal,
+    floor_divide,
+    greater,
+    greater_equal,
+    invert,
+    less,
+    less_equal,
+    matmul,
+    max,
+    mean,
+    min,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    prod,
+    remainder,
+    reshape,
+    squeeze,
+    subtract,
+    sum,
+    transpose,
+    true_divide,
+)
 from ._core import add as _add
 from ._index import _AtIndexer, getitem, take
 from ._math import all, any, argmax, argmin, clip, std, var

@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any
 
 import numpy as _np
@@ -17,9 +18,25 @@ from ..frontend.device_put import device_put as _device_put
 from ..frontend.eager import colocate
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
-from ..frontend.validate import (as_sequence, axis_arg, check_python_int, check_shape, check_weak_scalar,
-                                 dtype_arg, finite_number, host_array, nonzero_step, scalar_arg, shape_arg, size_arg)
-from ..ir.dtypes import DType, result_type as _result_type
+from ..frontend.validate import (
+    as_sequence,
+    axis_arg,
+    check_python_int,
+    check_shape,
+    check_weak_scalar,
+    dtype_arg,
+    finite_number,
+    host_array,
+    nonzero_step,
+    scalar_arg,
+    shape_arg,
+    size_arg,
+)
+from ..ir.dtypes import DType  # noqa: F401 - axle.numpy.DType, through the package's star import
+from ..ir.dtypes import result_type as _result_type
+
+if _TYPE_CHECKING:  # not at run time: the package star-imports this module's names
+    from collections.abc import Callable
 
 bool_ = _np.bool_
 int32 = _np.int32
@@ -152,7 +169,7 @@ def _finish(x: Any, *args: Any) -> Any:
     return x
 
 
-def _binary(op: Any, name: str, dtype_fn: Any = None):  # noqa: ANN202
+def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, ArrayLike], Any]:
     def f(x: ArrayLike, y: ArrayLike) -> Any:
         dt = dtype_fn(x, y) if dtype_fn else None
         a, b = _prepare(name, x, y, dtype=dt)
@@ -195,8 +212,14 @@ def bitwise_or(x: ArrayLike, y: ArrayLike) -> Any:
     return lax.or_(a, b)
 
 
-logical_and = lambda x, y: bitwise_and(astype(x, bool), astype(y, bool))  # noqa: E731
-logical_or = lambda x, y: bitwise_or(astype(x, bool), astype(y, bool))  # noqa: E731
+
+
+def logical_and(x: ArrayLike, y: ArrayLike) -> Any:
+    return bitwise_and(astype(x, bool), astype(y, bool))
+
+
+def logical_or(x: ArrayLike, y: ArrayLike) -> Any:
+    return bitwise_or(astype(x, bool), astype(y, bool))
 
 
 def invert(x: ArrayLike) -> Any:
@@ -222,7 +245,8 @@ def floor_divide(x: ArrayLike, y: ArrayLike) -> Any:
     q = lax.div(a, b)
     r = lax.rem(a, b)
     zero = _zeros_like(r)
-    adjust = lax.and_(lax.compare(r, zero, "ne"), lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
+    adjust = lax.and_(lax.compare(r, zero, "ne"),
+                      lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
     q = lax.select(adjust, lax.sub(q, _ones_like(q)), q)
     return lax.select(lax.compare(b, zero, "eq"), zero, q)  # NumPy: x // 0 == 0 for integers
 
@@ -231,7 +255,8 @@ def remainder(x: ArrayLike, y: ArrayLike) -> Any:
     a, b = _prepare("remainder", x, y)
     r = lax.rem(a, b)
     zero = _zeros_like(r)
-    fix = lax.and_(lax.compare(r, zero, "ne"), lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
+    fix = lax.and_(lax.compare(r, zero, "ne"),
+                   lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
     r = lax.select(fix, lax.add(r, b), r)
     if a.dtype.kind != "f":
         r = lax.select(lax.compare(b, zero, "eq"), zero, r)  # NumPy: x % 0 == 0 for integers
@@ -255,7 +280,7 @@ def _ones_like(x: Any) -> Any:
     return _full_like_value(x, 1)
 
 
-def _compare(direction: str, name: str):  # noqa: ANN202
+def _compare(direction: str, name: str) -> Callable[[ArrayLike, ArrayLike], Any]:
     def f(x: ArrayLike, y: ArrayLike) -> Any:
         a, b = _prepare(name, x, y)
         return lax.compare(a, b, direction)
@@ -272,7 +297,7 @@ greater = _compare("gt", "greater")
 greater_equal = _compare("ge", "greater_equal")
 
 
-def _unary_float(op: Any, name: str):  # noqa: ANN202
+def _unary_float(op: Any, name: str) -> Callable[[ArrayLike], Any]:
     def f(x: ArrayLike) -> Any:
         x = asarray(x) if not _is_array(x) else x
         dt = x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64)
@@ -290,7 +315,7 @@ sin = _unary_float(lax.sin, "sin")
 cos = _unary_float(lax.cos, "cos")
 
 
-def _unary_same(op: Any, name: str, int_identity: bool = False):  # noqa: ANN202
+def _unary_same(op: Any, name: str, int_identity: bool = False) -> Callable[[ArrayLike], Any]:
     def f(x: ArrayLike) -> Any:
         x = asarray(x) if not _is_array(x) else x
         if int_identity and x.dtype.kind != "f":
@@ -424,7 +449,7 @@ def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype
     return out
 
 
-def sum(x: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def sum(x: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
     return _reduce("sum", "sum", x, axis, keepdims, dtype)
 
 
@@ -432,11 +457,11 @@ def prod(x: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
     return _reduce("prod", "prod", x, axis, keepdims, dtype)
 
 
-def max(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def max(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     return _reduce("max", "max", x, axis, keepdims)
 
 
-def min(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def min(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     return _reduce("min", "min", x, axis, keepdims)
 
 
@@ -573,17 +598,23 @@ def _basic_plan(x: Any, idx: tuple) -> tuple[list[int], list[int], list[int], li
             if not -n <= k < n:
                 raise _fail("getitem", f"index {k} is out of bounds for axis {dim} with size {n}", x)
             k %= n
-            start.append(k), limit.append(k + 1), stride.append(1)
+            start.append(k)
+            limit.append(k + 1)
+            stride.append(1)
         else:
             s, l, st = i.indices(n)
             if st > 0:
                 cnt = builtins.max(0, (l - s + st - 1) // st)
-                start.append(s), limit.append(s + (cnt - 1) * st + 1 if cnt else s), stride.append(st)
+                start.append(s)
+                limit.append(s + (cnt - 1) * st + 1 if cnt else s)
+                stride.append(st)
             else:
                 cnt = builtins.max(0, (s - l - st - 1) // (-st))
                 # reversed view: slice the mirrored range, then flip
                 lo = s + (cnt - 1) * st if cnt else 0
-                start.append(lo), limit.append(s + 1 if cnt else 0), stride.append(-st)
+                start.append(lo)
+                limit.append(s + 1 if cnt else 0)
+                stride.append(-st)
                 flips.append(dim)
             out_shape.append(cnt)
         dim += 1

@@ -22,8 +22,21 @@ from ..errors import ArgumentError
 from ..frontend import checks
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, constant_value
-from ._core import (_basic_plan, _fail, _is_array, _is_basic_index, _norm_axis, _to_value, asarray, broadcast_shapes,
-                    broadcast_to, moveaxis, multiply, reshape, where)
+from ._core import (
+    _basic_plan,
+    _fail,
+    _is_array,
+    _is_basic_index,
+    _norm_axis,
+    _to_value,
+    asarray,
+    broadcast_shapes,
+    broadcast_to,
+    moveaxis,
+    multiply,
+    reshape,
+    where,
+)
 
 ArrayLike = Any
 

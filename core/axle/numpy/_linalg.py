@@ -8,8 +8,8 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, size_arg
-from ._shape import eye
 from ._core import _fail, _is_array, _to_value, asarray, matmul, multiply, reshape, result_type, sum, transpose, where
+from ._shape import eye
 
 ArrayLike = Any
 
@@ -122,4 +122,4 @@ def trace(x: ArrayLike) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if x.ndim != 2:
         raise _fail("trace", "needs a 2-D array", x)
-    return sum(where(eye(*x.shape, dtype=bool), x, 0))
+    return sum(where(eye(x.shape[0], x.shape[1], dtype=bool), x, 0))

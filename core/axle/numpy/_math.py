@@ -9,9 +9,37 @@ import numpy as _np
 
 from .. import lax
 from ..frontend.validate import finite_number
-from ._core import (_finish, _fail, _float_result, _full_like_value, _is_array, _norm_axes, _norm_axis, _prepare, _reduce,
-                    _to_value, astype, asarray, broadcast_to, equal, exp, full, logical_not, matmul, maximum, mean,
-                    minimum, moveaxis, multiply, not_equal, reshape, sqrt, subtract, sum, true_divide, where)
+from ._core import (
+    _fail,
+    _finish,
+    _float_result,
+    _full_like_value,
+    _is_array,
+    _norm_axes,
+    _norm_axis,
+    _prepare,
+    _reduce,
+    _to_value,
+    asarray,
+    astype,
+    equal,
+    exp,
+    full,
+    logical_not,
+    matmul,
+    maximum,
+    mean,
+    minimum,
+    moveaxis,
+    multiply,
+    not_equal,
+    reshape,
+    sqrt,
+    subtract,
+    sum,
+    true_divide,
+    where,
+)
 from ._core import abs as _abs
 
 ArrayLike = Any
@@ -104,11 +132,11 @@ def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
     return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
 
 
-def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     return _bool_reduce("and", "all", x, axis, keepdims)
 
 
-def any(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def any(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
     return _bool_reduce("or", "any", x, axis, keepdims)
 
 

@@ -12,9 +12,26 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
+from ._core import (
+    _fail,
+    _full,
+    _is_array,
+    _norm_axes,
+    _norm_axis,
+    _to_value,
+    add,
+    arange,
+    asarray,
+    astype,
+    broadcast_to,
+    expand_dims,
+    multiply,
+    reshape,
+    result_type,
+    transpose,
+    where,
+)
 from ._index import getitem
-from ._core import (_fail, _full, _is_array, _norm_axes, _norm_axis, _to_value, add, arange, asarray, astype,
-                    broadcast_to, expand_dims, moveaxis, multiply, reshape, result_type, transpose, where)
 
 ArrayLike = Any
 

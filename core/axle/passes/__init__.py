@@ -64,6 +64,7 @@ def optimize(module: Module, backend: Any = None, device: Any = None) -> Module:
     return out
 
 
-__all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass", "FunctionPass", "Pipeline", "FixedPoint",
+__all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass", "FunctionPass", "Pipeline",
+           "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
            "Fusion", "TransposeFolding", "assign", "BufferAssignment", "schedule"]

@@ -125,7 +125,7 @@ def _own_values(n: Node) -> list[ValueId]:
 
 
 def _value_type(n: Node, i: int) -> TensorType:
-    return n.type.elements[i] if isinstance(n.type, TupleType) else n.type  # type: ignore[return-value]
+    return n.type.elements[i] if isinstance(n.type, TupleType) else n.type
 
 
 def elementwise_positions(n: Node) -> set[int]:
@@ -168,7 +168,7 @@ class _Arena:
     def alloc(self, size: int) -> int:
         size = _align(max(size, 1))
         best = None
-        for i, (off, sz) in enumerate(self.holes):
+        for i, (_off, sz) in enumerate(self.holes):
             if sz >= size and (best is None or sz < self.holes[best][1]):
                 best = i
         self.in_use += size
@@ -230,7 +230,7 @@ def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterabl
     allocs: dict[ValueId, Allocation] = {}
     out_off = 0
     out_bytes = 0
-    param_bytes = sum(p.type.nbytes for p in comp.parameters)  # type: ignore[union-attr]
+    param_bytes = sum(p.type.nbytes for p in comp.parameters)
     const_bytes = 0
     naive = 0
     peak = 0
@@ -238,11 +238,11 @@ def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterabl
         handed_over: set[ValueId] = set()
         if n.op is Op.PARAMETER:
             v = (n.uid, 0)
-            allocs[v] = Allocation(v, "parameter", n.attr["index"], n.type.nbytes, *ranges[v])  # type: ignore[union-attr]
+            allocs[v] = Allocation(v, "parameter", n.attr["index"], n.type.nbytes, *ranges[v])
         elif n.op is Op.CONSTANT:
             v = (n.uid, 0)
-            const_bytes += n.type.nbytes  # type: ignore[union-attr]
-            allocs[v] = Allocation(v, "constant", 0, n.type.nbytes, *ranges[v])  # type: ignore[union-attr]
+            const_bytes += n.type.nbytes
+            allocs[v] = Allocation(v, "constant", 0, n.type.nbytes, *ranges[v])
         elif n.op not in ALIASING:
             positions = elementwise_positions(n)
             for v in _own_values(n):

@@ -183,9 +183,9 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
         if m.traits.elementwise and (m.shape == S or reduced(m.shape)):
             continue
         src = m.operands[0] if m.operands else None
-        if m.op is Op.RESHAPE and reduced(m.shape) and reduced(src.shape):
+        if m.op is Op.RESHAPE and src is not None and reduced(m.shape) and reduced(src.shape):
             continue
-        if m.op is Op.BROADCAST_IN_DIM and m.shape == S and reduced(src.shape):
+        if m.op is Op.BROADCAST_IN_DIM and src is not None and m.shape == S and reduced(src.shape):
             dims = m.attr["broadcast_dimensions"]
             if [dims[i] for i, d in enumerate(src.shape) if d != 1] == lead:
                 continue
@@ -350,8 +350,9 @@ class _Fuser:
                 self._new_group(n)
                 continue
             why = refusal or self._shared(n, output, ungrouped, len(user_groups))
-            for g in user_groups if why is not None else ():
-                self._refuse(n, self._users_in(n, g), why)
+            if why is not None:
+                for g in user_groups:
+                    self._refuse(n, self._users_in(n, g), why)
             if n.op is Op.CONSTANT:
                 continue
             self._new_group(n)
@@ -373,11 +374,11 @@ class _Fuser:
                                              f"recompute it ({why})")
 
     # -- phase 2 ----------------------------------------------------------------
-    def _unit_edges(self) -> dict[object, set[object]]:
+    def _unit_edges(self) -> dict[Group | int, set[Group | int]]:
         """Producer -> consumer edges between groups and unfused nodes."""
-        edges: dict[object, set[object]] = {}
+        edges: dict[Group | int, set[Group | int]] = {}
 
-        def unit(n: Node) -> object:
+        def unit(n: Node) -> Group | int:
             return self.home.get(n.uid, n.uid)
 
         for g in self.groups:
@@ -393,7 +394,7 @@ class _Fuser:
         return edges
 
     @staticmethod
-    def _reaches(edges: dict[object, set[object]], a: object, b: object) -> bool:
+    def _reaches(edges: dict[Group | int, set[Group | int]], a: Group | int, b: Group | int) -> bool:
         stack, seen = [a], {a}
         while stack:
             for nxt in edges.get(stack.pop(), ()):
@@ -455,13 +456,13 @@ class _Fuser:
     def materialize(self) -> Computation:
         env: dict[int, Node] = {}
         edges = self._unit_edges()
-        units: list[object] = list(self.groups) + [n.uid for n in self.comp.nodes if n.uid not in self.home]
+        units: list[Group | int] = list(self.groups) + [n.uid for n in self.comp.nodes if n.uid not in self.home]
         indeg = {u: 0 for u in units}
-        for src, dsts in edges.items():
+        for dsts in edges.values():
             for d in dsts:
                 indeg[d] += 1
         ready = [u for u in units if indeg[u] == 0]
-        order: list[object] = []
+        order: list[Group | int] = []
         while ready:
             u = ready.pop()
             order.append(u)

@@ -62,9 +62,9 @@ def _evaluations(order: list[Node], outputs: set[int], inside: Collection[int] |
         est[uid] = e
         if inside is not None and uid not in inside:
             continue  # read from memory: its operands are not evaluated here
-        shape = n.type.shape if n.op in _ELEMENTWISE else None  # type: ignore[union-attr]
+        shape = n.type.shape if n.op in _ELEMENTWISE else None  # type: ignore[union-attr]  # elementwise: an array
         for o in n.operands:
-            if shape is not None and o.type.shape == shape:  # type: ignore[union-attr]
+            if shape is not None and o.type.shape == shape:  # type: ignore[union-attr]  # an elementwise operand
                 if same[o.uid] < e:
                     same[o.uid] = e
             else:

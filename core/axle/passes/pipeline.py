@@ -112,7 +112,7 @@ class Pipeline(Pass):
             changed |= c
         return module, changed
 
-    def extended(self, more: Sequence[Entry | tuple[Pass, str]]) -> "Pipeline":
+    def extended(self, more: Sequence[Entry | tuple[Pass, str]]) -> Pipeline:
         """A copy with more entries appended (e.g. a backend's passes)."""
         return Pipeline(self.name, list(self.entries) + _entries(more))
 

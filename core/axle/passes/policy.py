@@ -34,7 +34,7 @@ class FusionPolicy:
     max_inline_cost: int = 3000
     #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
     #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
-    veto: Callable[["Node"], str | None] | None = field(default=None, compare=False)
+    veto: Callable[[Node], str | None] | None = field(default=None, compare=False)
 
 
 DEFAULT_POLICY = FusionPolicy()

@@ -184,7 +184,8 @@ def _broadcast(n: Node) -> Node | None:
         return like(n, Op.BROADCAST_IN_DIM, (y,), shape=n.shape, broadcast_dimensions=tuple(nonunit))
     if x.op is Op.BROADCAST_IN_DIM:
         inner = x.attr["broadcast_dimensions"]
-        return like(n, Op.BROADCAST_IN_DIM, x.operands, shape=n.shape, broadcast_dimensions=tuple(dims[d] for d in inner))
+        return like(n, Op.BROADCAST_IN_DIM, x.operands, shape=n.shape,
+                    broadcast_dimensions=tuple(dims[d] for d in inner))
     return None
 
 

@@ -5,8 +5,9 @@ float dtype, inputs are drawn from every binade of the dtype's finite range (ran
 mantissas, both signs where the function is defined there), run on a device, and compared
 with the interpreter's NumPy reference evaluated in float64 (for float16 and float32 that is
 exact to far below their ulp; for float64 it is the platform libm, itself within about an
-ulp, except sin and cos, which come from ``axle.testing.exact``). The error of one result is |got - ref| in units of the dtype's ulp at ref; NaN where
-the reference has NaN (and nowhere else), infinities of the same sign, and results equal
+ulp, except sin and cos, which come from ``axle.testing.exact``). The error of one result is
+|got - ref| in units of the dtype's ulp at ref; NaN where the reference has NaN (and nowhere
+else), infinities of the same sign, and results equal
 to the reference rounded to the dtype count as exact.
 
 ``tools/accuracy.py`` prints the table kept in docs/reliability.md.

@@ -23,7 +23,7 @@ from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype
 from ..ir.module import Module, Node
-from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, Op, OPS, register_custom_call
+from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 from ..partition import unsupported_nodes
 from ..registry import REGISTRY
@@ -141,7 +141,7 @@ def program_tolerance(module: Module, result_dtype: np.dtype) -> tuple[float, fl
     return rtol * 8, atol * 8
 
 
-def _case(name: str, build: Callable[[Builder, list[Any]], Any], types: Sequence[TensorType],
+def _case(name: str, build: Callable[..., Any], types: Sequence[TensorType],
           rng: np.random.Generator, **input_kw: Any) -> OpCase:
     b = Builder(name.replace("-", "_").replace("[", "_").replace("]", "").replace(",", "x").replace(" ", "")[:60])
     params = [b.parameter(t, name=f"a{i}") for i, t in enumerate(types)]
@@ -165,7 +165,7 @@ _ZERO_ROWS = ((0.0, -0.0, -0.0), (-0.0, -0.0, 0.0), (-0.0, -0.0, -0.0), (0.0, 0.
               (-1.0, -0.0, 0.0), (0.0, 1.0, -0.0))
 
 
-def _explicit_case(name: str, build: Callable[[Builder, list[Any]], Any], inputs: list[np.ndarray]) -> OpCase:
+def _explicit_case(name: str, build: Callable[..., Any], inputs: list[np.ndarray]) -> OpCase:
     case = _case(name, build, [_t(DType(_dtype_value(x.dtype)), x.shape) for x in inputs], np.random.default_rng(0))
     return OpCase(case.id, case.module, inputs, case.ops)
 
@@ -237,7 +237,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
     if op is Op.CONVERT:
         for src in ALL:
             for dst in ALL:
-                out.append(_case(f"convert-{src.value}-to-{dst.value}", lambda b, p, dst=dst: b.convert(p[0], dtype=dst),
+                out.append(_case(f"convert-{src.value}-to-{dst.value}",
+                                 lambda b, p, dst=dst: b.convert(p[0], dtype=dst),
                                  [_t(src, (37,))], rng))
         return out
     if op is Op.REDUCE:
@@ -260,8 +261,10 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
             ("vecvec", (9,), (9,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
             ("lhs-transposed", (7, 5), (7, 3), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
             ("rhs-transposed", (5, 7), (3, 7), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
-            ("batch", (2, 3, 4), (2, 4, 5), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
-            ("batch-middle", (3, 2, 4), (4, 2, 5), dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
+            ("batch", (2, 3, 4), (2, 4, 5),
+             dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+            ("batch-middle", (3, 2, 4), (4, 2, 5),
+             dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
             ("empty-contract", (3, 0), (0, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
             ("empty-free", (0, 3), (3, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
             ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
@@ -277,7 +280,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
         for dt in ALL:
             for src, shape, dims in specs:
                 out.append(_case(f"broadcast-{dt.value}{list(src)}-to{list(shape)}",
-                                 lambda b, p, s=shape, d=dims: b.broadcast_in_dim(p[0], shape=s, broadcast_dimensions=d),
+                                 lambda b, p, s=shape, d=dims: b.broadcast_in_dim(p[0], shape=s,
+                                                                                  broadcast_dimensions=d),
                                  [_t(dt, src)], rng))
         return out
     if op is Op.RESHAPE:
@@ -288,7 +292,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
                                  lambda b, p, s=shape: b.reshape(p[0], shape=s), [_t(dt, src)], rng))
         return out
     if op is Op.TRANSPOSE:
-        specs = [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)), ((0, 3), (1, 0)), ((33, 17), (1, 0)), ((), ())]
+        specs = [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)), ((0, 3), (1, 0)), ((33, 17), (1, 0)),
+                 ((), ())]
         for dt in ALL:
             for src, perm in specs:
                 out.append(_case(f"transpose-{dt.value}{list(src)}-{list(perm)}",
@@ -313,11 +318,13 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
                                  [_t(dt, src), _t(dt, ())], rng))
         return out
     if op is Op.CONCATENATE:
-        specs = [([(3,), (4,)], 0), ([(2, 3), (2, 1), (2, 0)], 1), ([(1, 2), (3, 2)], 0), ([(5,)], 0), ([(0, 2), (0, 2)], 1)]
+        concat_specs: list[tuple[list[tuple[int, ...]], int]] = [
+            ([(3,), (4,)], 0), ([(2, 3), (2, 1), (2, 0)], 1), ([(1, 2), (3, 2)], 0), ([(5,)], 0), ([(0, 2), (0, 2)], 1)]
         for dt in ALL:
-            for srcs, dim in specs:
+            for srcs, dim in concat_specs:
                 out.append(_case(f"concatenate-{dt.value}-{srcs}-dim{dim}",
-                                 lambda b, p, dim=dim: b.concatenate(*p, dimension=dim), [_t(dt, s) for s in srcs], rng))
+                                 lambda b, p, dim=dim: b.concatenate(*p, dimension=dim), [_t(dt, s) for s in srcs],
+                                 rng))
         return out
     if op is Op.REVERSE:
         specs = [((7,), (0,)), ((3, 5), (1,)), ((3, 5), (0, 1)), ((0, 2), (0,)), ((2, 3, 4), (0, 2))]
@@ -330,7 +337,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
         for dt in (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64):
             for shape, dim in (((5,), 0), ((3, 4), 1), ((3, 4), 0), ((0, 4), 1), ((2, 3, 33), 2)):
                 out.append(_case(f"iota-{dt.value}{list(shape)}-dim{dim}",
-                                 lambda b, p, s=shape, d=dim, dt=dt: b.add(b.iota(shape=s, dtype=dt, dimension=d), p[0]),
+                                 lambda b, p, s=shape, d=dim, dt=dt: b.add(b.iota(shape=s, dtype=dt, dimension=d),
+                                                                           p[0]),
                                  [_t(dt, shape)], rng, special=False))
         return out
     if op is Op.CONSTANT:
@@ -338,7 +346,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
             for shape in ((), (3,), (2, 2), (0,)):
                 vals = random_input(rng, _t(dt, shape))
                 out.append(_case(f"constant-{dt.value}{list(shape)}",
-                                 lambda b, p, v=vals: b.op(Op.MAX if dt.is_bool else Op.ADD, b.constant(v), p[0]),
+                                 lambda b, p, v=vals, dt=dt: b.op(Op.MAX if dt.is_bool else Op.ADD, b.constant(v),
+                                                                  p[0]),
                                  [_t(dt, shape)], rng, special=False))
         return out
     if op is Op.RNG_BIT_GENERATOR:
@@ -357,7 +366,8 @@ def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
             register_custom_call("axle.testing.cumsum", lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
         for dt in (DType.FLOAT32, DType.INT32):
             out.append(_case(f"custom-call-{dt.value}",
-                             lambda b, p, dt=dt: b.custom_call(p[0], target="axle.testing.cumsum", shape=(3, 5), dtype=dt),
+                             lambda b, p, dt=dt: b.custom_call(p[0], target="axle.testing.cumsum", shape=(3, 5),
+                                                               dtype=dt),
                              [_t(dt, (3, 5))], rng, special=False))
         return out
     raise AssertionError(f"no cases for {op}")
@@ -374,7 +384,8 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
                              lambda b, p: b.reduce(b.add(p[0], b.mul(p[1], p[2])), kind="sum", axes=(0,)),
                              [t, t, t], rng, special=False))
             out.append(_case(f"gelu-ish-{dt.value}[{n}]",
-                             lambda b, p, t=t: b.mul(p[0], b.logistic(b.mul(p[0], b.constant(np.full(t.shape, 1.7, dt.np))))),
+                             lambda b, p, t=t: b.mul(p[0], b.logistic(b.mul(p[0], b.constant(np.full(t.shape, 1.7,
+                                                                                                     t.dtype.np))))),
                              [t], rng))
         for shape in ((4, 5), (33, 17), (1, 1)):
             t = _t(dt, shape)
@@ -444,8 +455,10 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
     root_ops = [n.op for n in case.module.entry.nodes]
     main_op = next((o for o in reversed(root_ops) if OPS[o].traits.transcendental), None)
     n_reduced = max((math.prod(n.operands[0].shape[a] for a in n.attr["axes"]) if n.op is Op.REDUCE else
-                     (n.operands[0].shape[n.attr["lhs_contracting"][0]] if n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"] else 1))
-                    for n in case.module.entry.nodes if isinstance(n.type, TensorType)) if case.module.entry.nodes else 1
+                     (n.operands[0].shape[n.attr["lhs_contracting"][0]]
+                      if n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"] else 1))
+                    for n in case.module.entry.nodes
+                    if isinstance(n.type, TensorType)) if case.module.entry.nodes else 1
     bound = _dot_error_bound(case)
     for i, (a, e) in enumerate(zip(actual, expected)):
         rtol, atol = tolerance(DType(_dtype_value(e.dtype)), main_op, max(n_reduced, 1))

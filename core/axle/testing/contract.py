@@ -33,7 +33,7 @@ from ..partition import placement_of
 from ..registry import REGISTRY
 from .cases import OpCase, assert_case_close, cases_for, fused_cases, random_input
 from .check import Check
-from .fuzz import check_program, Config, FAILURES, Program
+from .fuzz import FAILURES, Config, Program, check_program
 from .random_modules import random_module
 from .session import compile_case
 
@@ -192,13 +192,13 @@ def _joint_module(cases: list[OpCase]) -> Module:
     for c in cases:
         env = {}
         for p in c.module.entry.parameters:
-            env[p.uid] = b.parameter(p.type)
+            env[p.uid] = b.parameter(p.tensor_type)
         for n in c.module.entry.nodes:
             if n.op is not Op.PARAMETER:
                 env[n.uid] = n.replace(operands=tuple(env[o.uid] for o in n.operands))
         root = env[c.module.entry.root.uid]
-        roots += [b.get_tuple_element(root, index=i) for i in range(len(root.type.elements))] \
-            if c.module.entry.root.op is Op.TUPLE else [root]  # type: ignore[union-attr]
+        roots += [b.get_tuple_element(root, index=i) for i in range(len(root.operands))] \
+            if c.module.entry.root.op is Op.TUPLE else [root]
     return b.build(*roots)
 
 

@@ -21,7 +21,8 @@ def kit_unavailable() -> str | None:
     try:
         import pytest  # noqa: F401 - only whether it imports
     except ImportError as e:
-        return f"the conformance kit runs on pytest, which cannot be imported here ({e}); install it with: {KIT_INSTALL}"
+        return (f"the conformance kit runs on pytest, which cannot be imported here ({e}); "
+                f"install it with: {KIT_INSTALL}")
     return None
 
 

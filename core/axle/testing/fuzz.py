@@ -18,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from ..ir.types import TensorType
 from ..passes.rewrite import full_like
 from ..registry import REGISTRY
 from . import workers
-from .cases import assert_program_close, OpCase, program_tolerance, reduced_terms, run_case, tolerance
+from .cases import OpCase, assert_program_close, program_tolerance, reduced_terms, run_case, tolerance
 from .random_modules import _ensure_custom_call, random_module
 
 #: Outcome kinds of one program on one config; each of FAILURES is minimized and printed.
@@ -116,7 +117,7 @@ def _inexact(n: Node) -> bool:
 def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.ndarray]:
     """The interpreter's results with every inexact intermediate moved up (sign=1) or down
     (-1) by part of its tolerance: what a backend a few ulps off at each op could give."""
-    env: dict[int, object] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
+    env: dict[int, Any] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
     for n in module.entry.nodes:
         if n.op is Op.PARAMETER:
             continue
@@ -180,7 +181,7 @@ def _outcome(answer: object) -> Outcome:
         return Outcome(ERROR, answer.error)
     if isinstance(answer, workers.Lost):
         return Outcome(answer.kind, answer.detail)
-    return answer  # type: ignore[return-value]
+    return answer  # type: ignore[return-value]  # check_program's answer: an Outcome
 
 
 class Pool(workers.Pool):
@@ -198,11 +199,11 @@ class Pool(workers.Pool):
         super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env,
                          max_tasks=self.TASKS_PER_WORKER)
 
-    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]
+    def imap(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:  # type: ignore[override]  # Outcomes
         for task, answer in super().imap(tasks):
             yield task, _outcome(answer)
 
-    def run(self, program: Program, config: Config) -> Outcome:  # type: ignore[override]
+    def run(self, program: Program, config: Config) -> Outcome:  # type: ignore[override]  # the campaign's task
         return next(self.imap([(check_program, (program, config))]))[1]
 
     def close(self) -> None:
@@ -217,7 +218,7 @@ def _value_of(module: Module, inputs: list[np.ndarray], node: Node) -> np.ndarra
     return evaluate(Module(module.name, module.entry.with_root(node)), *inputs)[0]
 
 
-def _rebuilt(module: Module, inputs: list[np.ndarray], subst: dict[int, Callable[[Node], Node]],
+def _rebuilt(module: Module, inputs: list[np.ndarray], subst: dict[int, Callable[..., Node]],
              new_values: dict[int, np.ndarray] | None = None) -> tuple[Module, list[np.ndarray]]:
     """``module`` with the nodes named in ``subst`` replaced (operands first), its
     parameters renumbered to those still reachable, and their inputs."""
@@ -258,7 +259,8 @@ def _candidates(module: Module, inputs: list[np.ndarray]) -> Iterator[tuple[Modu
     for n in reversed(entry.nodes):
         for o in dict.fromkeys(n.operands):
             if o.type == n.type and n is not entry.root:
-                yield _rebuilt(module, inputs, {n.uid: lambda m, i=n.operands.index(o): m.operands[i]})
+                i = n.operands.index(o)
+                yield _rebuilt(module, inputs, {n.uid: lambda m, i=i: m.operands[i]})
     for p, x in zip(entry.parameters, inputs):
         yield _rebuilt(module, inputs, {p.uid: lambda m, x=x: _constant(m, np.asarray(x))})
 
@@ -363,7 +365,8 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
     if budget:
         module, inputs = shrink(module, inputs, still_fails, budget)
     finding.text, finding.inputs = module.as_text(), inputs
-    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)), finding.config)
+    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)),
+                     finding.config)
     if again.kind == finding.outcome.kind:  # the repro's own differing values
         finding.outcome = again
 

@@ -24,12 +24,13 @@ import numpy as np
 
 import axle
 import axle.numpy as anp
+
 from ..compiler import compile_module, optimize_for
 from ..errors import AxleError
 from ..ir.builder import Builder, make_node
 from ..ir.dtypes import DType
 from ..ir.module import Module
-from ..ir.ops import BY_NAME, Op, OPS
+from ..ir.ops import BY_NAME, OPS, Op
 from ..ir.parser import parse_module
 from ..ir.types import TensorType
 from ..placement import device
@@ -319,8 +320,9 @@ def example_texts(models_path: str) -> list[str]:
     """The example models (``examples/aot/models.py``: seed and mlp) traced, plus the
     gradient of a small tanh layer, as text."""
     spec = importlib.util.spec_from_file_location("_axle_example_models", models_path)
-    models = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(models)  # type: ignore[union-attr]
+    assert spec is not None and spec.loader is not None, models_path
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
     f32 = np.float32
     seed_args = [np.ones(8, f32)] * 3
     mlp_args = [np.ones((4, 6), f32), np.ones((6, 5), f32), np.ones(5, f32), np.ones((5, 3), f32), np.ones(3, f32)]

@@ -10,6 +10,7 @@ timing), so docs/optimizer.md records them and a test checks they are current.""
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,23 +27,23 @@ from ..placement import resolve
 
 
 def _programs() -> list[tuple[str, Callable[..., Any], list[np.ndarray]]]:
-    def seed(x, y, z):  # noqa: ANN001, ANN202
+    def seed(x: Any, y: Any, z: Any) -> Any:
         return anp.sum(x + y * z)
 
-    def softmax(x):  # noqa: ANN001, ANN202
+    def softmax(x: Any) -> Any:
         e = anp.exp(x - anp.max(x, axis=-1, keepdims=True))
         return e / anp.sum(e, axis=-1, keepdims=True)
 
-    def layer_norm(x, gamma, beta):  # noqa: ANN001, ANN202
+    def layer_norm(x: Any, gamma: Any, beta: Any) -> Any:
         mean = anp.mean(x, axis=-1, keepdims=True)
         var = anp.mean((x - mean) ** 2, axis=-1, keepdims=True)
         return (x - mean) / anp.sqrt(var + 1e-5) * gamma + beta
 
-    def mlp_forward(x, w1, b1, w2, b2):  # noqa: ANN001, ANN202
+    def mlp_forward(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
         h = anp.maximum(x @ w1 + b1, 0.0)
         return h @ w2 + b2
 
-    def mlp_backward(x, w1, b1, w2, g):  # noqa: ANN001, ANN202
+    def mlp_backward(x: Any, w1: Any, b1: Any, w2: Any, g: Any) -> Any:
         # d(logits) = g given; gradients of both layers, written out by hand
         z1 = x @ w1 + b1
         h = anp.maximum(z1, 0.0)
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     opt = None
     if args.device:
         device = resolve(args.device)
-        opt = lambda m: optimize_for(m, device)  # noqa: E731
+        opt = functools.partial(optimize_for, device=device)
     print(table(measure(opt)))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import axle
+
 from .environment import SUITE
 from .kit import kit_checks
 from .runner import DEFAULT_TIMEOUT_S, KitRunner, run_here
@@ -141,12 +142,12 @@ class _Report:
         claimed = bool(props["axle_claimed"])
         outcome = "passed" if report.passed else "failed"
         self.outcomes[(claimed, outcome)] += 1
-        self.categories.setdefault(props["axle_category"], Counter())[(claimed, outcome)] += 1
+        self.categories.setdefault(str(props["axle_category"]), Counter())[(claimed, outcome)] += 1
         if report.failed:
             nid = report.nodeid  # ".../suite.py::test_conformance[<check id>]"; ids hold brackets too
             self.failed[claimed].append(nid[nid.index("[") + 1:-1] if nid.endswith("]") else nid)
             if props.get("axle_outcome") in self.lost:
-                self.lost[props["axle_outcome"]].append(self.failed[claimed][-1])
+                self.lost[str(props["axle_outcome"])].append(self.failed[claimed][-1])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter

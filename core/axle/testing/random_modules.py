@@ -11,7 +11,8 @@ it before and after each pass; backends (and ``make fuzz``, axle.testing.fuzz) r
 against the interpreter."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64,
 SHAPES = ((), (1,), (3,), (2, 3), (3, 1), (2, 1, 4), (0, 3), (4, 3))
 CUSTOM_TARGET = "axle.random.scale2"
 _INTERESTING = (0, -0.0, 1, 2, -1, 0.5)
+T = TypeVar("T")
 FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
@@ -48,7 +50,7 @@ class _Gen:
         self.inputs: list[np.ndarray] = []
 
     # -- values -------------------------------------------------------------------
-    def choice(self, seq):  # noqa: ANN001, ANN201
+    def choice(self, seq: Sequence[T]) -> T:
         return seq[int(self.rng.integers(len(seq)))]
 
     def values(self, t: TensorType) -> np.ndarray:
@@ -225,7 +227,7 @@ class _Gen:
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
 
     # -- ops ----------------------------------------------------------------------
-    def make(self, op: Op) -> Node:  # noqa: C901 - one branch per op family is the point
+    def make(self, op: Op) -> Node:  # one branch per op family is the point
         b, d = self.b, OPS[op]
         if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
             x = self.operand(d.operand_dtypes)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import devices
+from ..backend import Device
 from ..registry import REGISTRY
 from . import workers
 from .check import Check, run_check
@@ -134,12 +135,12 @@ def failure_report(check: Check, device_name: str, kind: str, error: str, trace:
     return "\n".join(parts)
 
 
-def run_here(check: Check, device: object) -> CheckResult:
+def run_here(check: Check, device: Device) -> CheckResult:
     """Runs a check in this process (no crash isolation: for debuggers), reporting a
     failure as the workers do."""
     with recording() as record:
         try:
-            run_check(check, device)  # type: ignore[arg-type]
+            run_check(check, device)
         except Exception as e:  # noqa: BLE001 - reported with the check's id, module and sources
             return CheckResult(check.id, FAILED, failure_report(
                 check, getattr(device, "name", str(device)), FAILED, f"{type(e).__name__}: {e}",

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import BackendError
 
@@ -146,6 +146,9 @@ class _Slot:
     done: int = 0  # tasks answered
 
 
+_P = TypeVar("_P", bound="Pool")
+
+
 class Pool:
     """Worker processes that run tasks, each within ``timeout`` seconds.
 
@@ -238,7 +241,7 @@ class Pool:
                 task = slot.task
                 done, answer = self._collect(slot, ready)
                 if done:
-                    yield task, answer  # type: ignore[misc]
+                    yield task, answer  # type: ignore[misc]  # a busy slot has a task
 
     @staticmethod
     def _in_order(todo: Iterator[Task]) -> Callable[[_Slot], Task | None]:
@@ -341,7 +344,7 @@ class Pool:
         self.slots = []
         self.scratch.cleanup()
 
-    def __enter__(self) -> "Pool":
+    def __enter__(self: _P) -> _P:  # a subclass's own type (typing.Self needs 3.11)
         return self
 
     def __exit__(self, *exc: object) -> None:
