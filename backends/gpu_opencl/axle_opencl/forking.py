@@ -39,6 +39,11 @@ def note_initialized(backend: Any) -> None:
     _backends.add(backend)
 
 
+def in_forked_child() -> bool:
+    """True in a child forked after the parent initialized OpenCL (the driver is unusable)."""
+    return _forked_from is not None
+
+
 def check_not_forked() -> None:
     if _forked_from is not None:
         raise BackendError(

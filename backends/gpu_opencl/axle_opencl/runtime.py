@@ -8,8 +8,10 @@ must not interleave with another thread's launch of the same kernel object, so a
 thread-safe, so allocation holds ``_pool_lock``."""
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 
 import numpy as np
 import pyopencl as cl
@@ -20,6 +22,7 @@ from axle.diskcache import DiskCache
 from axle.errors import BackendError
 from axle.lru import LRU
 
+from .forking import in_forked_child
 from .kernels import DeviceInfo, Kernel, program_source
 
 #: program binaries on disk (private directory, no pickle: axle.diskcache)
@@ -72,6 +75,23 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
     return prg
 
 
+#: every runtime of this process, for the queues to finish at exit
+_runtimes: weakref.WeakSet[DeviceRuntime] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_queues_at_exit() -> None:
+    """PoCL compiles a kernel for its work-group size at its first launch, on a worker
+    thread. A process that exits with such a launch queued (a result it never read) runs
+    the exit handlers, LLVM's destructors among them, under that compiling thread: SIGSEGV
+    after a successful run. Finishing the queues first leaves the driver idle at exit.
+    (Registered after pyopencl's own exit handlers, so it runs before them.)"""
+    if in_forked_child():  # the inherited driver state must not be called into
+        return
+    for rt in list(_runtimes):
+        rt.queue.finish()
+
+
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
 
@@ -111,6 +131,7 @@ class DeviceRuntime:
         # fresh pages (and their first-touch faults on CPU devices). The queue is
         # in-order, so reuse never overtakes a pending reader.
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+        _runtimes.add(self)
 
     # -- buffers -------------------------------------------------------------------
     def upload(self, array: np.ndarray) -> cl.Buffer | None:
