@@ -7,17 +7,21 @@ STAMP        := $(VENV)/.installed
 BACKEND_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml))
 PYTEST_ARGS  ?=
 
-.PHONY: demo test test-fast lint bench fuzz fuzz-differential fuzz-parser setup system-deps clean docs-ops
+.PHONY: demo test test-full lint bench fuzz fuzz-differential fuzz-parser setup system-deps clean docs-ops
 
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+# `make test`: the fast tier (one dtype per code path and the cross-cutting tests; see
+# tests/conftest.py), except in CI (CI=true, as .ci/run sets it): the full sweep.
+# `make test-full`: the full sweep (every dtype, the campaigns, the end-to-end installs).
+TEST_TIER := $(if $(filter true TRUE True,$(CI)),,--fast)
 
-# The everyday tier: everything but the tests marked slow (tests/conftest.py).
-test-fast: setup
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+test: setup
+	$(PY) -m pytest $(TEST_TIER) $(PYTEST_ARGS)
+
+test-full: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff and mypy over the core and the in-tree backends (configured in pyproject.toml), and
 # a reason after every noqa and type: ignore. Any finding fails; in CI (CI=true, as .ci/run

@@ -1,31 +1,119 @@
-"""Shared fixtures. In CI (CI=true) nothing may be skipped: a missing backend fails.
+"""Shared fixtures and the two test tiers. In CI (CI=true) nothing may be skipped: a
+missing backend fails.
 
-Tests in ``SLOW_FILES`` are marked ``slow``: ``make test-fast`` (``pytest -m "not slow"``)
-leaves them out for everyday work; ``make test`` and CI run everything."""
+The tiers (``make test`` / ``make test-full``; README.md, "Two commands"):
+
+- **full** (``pytest``, ``make test-full``, and ``make test`` with CI=true as ``.ci/run``
+  sets it): every test.
+- **fast** (``pytest --fast``, ``make test`` outside CI): one dtype per code path plus the
+  cross-cutting tests. This hook deselects, in one place: the tests of ``FULL_ONLY_FILES``
+  (campaigns, end-to-end builds and installs) and those marked ``full_only`` (a variant
+  that repeats a fast one on another device), and each parametrized test's variants
+  whose dtypes fall outside ``FAST_DTYPES`` (float16 kept where it computes, see
+  ``_fast_dtypes``), unless that would leave the test with no variant at all.
+  Deselection only: no test is skipped, and CI (CI=true) refuses ``--fast``.
+"""
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+
+import numpy as np
 import pytest
 
-from axle.testing import IN_CI, require_backend  # noqa: F401 - re-exported for tests
+from axle.ir.dtypes import DType, supported_numpy_dtype
+from axle.ir.module import Module
+from axle.ir.ops import Op
+from axle.ir.types import TensorType
+from axle.testing import IN_CI, OpCase, require_backend  # noqa: F401 - re-exported for tests
+from axle.testing.check import Check
 
-#: files whose tests take 5 s or more each (end-to-end builds and installs, whole kit runs,
-#: random-program campaigns, cache-bound sweeps, thread storms) or that run the whole kit
-SLOW_FILES = frozenset({
-    "test_conformance.py",  # the kit on every backend
-    "test_concurrency.py",
+#: files the fast tier leaves out: random-program campaigns, end-to-end builds and wheel
+#: installs, cache-bound sweeps (each 30 s or more; their code paths are the full
+#: sweep's). The kit on every backend, its self-tests, threads, fork and the docs
+#: walk-through stay in the fast tier (their dtype variants thinned like every test's).
+FULL_ONLY_FILES = frozenset({
     "test_differential_campaign.py",
     "test_opencl_differential.py",
     "test_cpu_cache_bounds.py",
     "test_derived_backend.py",
-    "test_walkthrough.py",
     "test_wheel_install.py",
-    "test_kit_crashes.py",
-    "test_kit_plugin.py",
-    "test_kit_contract.py",
 })
 
+#: one float, one int and bool: the fast tier's dtypes for every code path
+FAST_DTYPES = frozenset({DType.FLOAT32, DType.INT32, DType.BOOL})
+#: ops that only move or copy elements: their float16 path is the same copy as any other
+#: dtype's, so a float16 variant of a case made only of these is not kept in the fast tier
+_MOVES = frozenset({Op.PARAMETER, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.PAD,
+                    Op.CONCATENATE, Op.REVERSE, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
+_DTYPE_NAMES = {d.value: d for d in DType}
+_DTYPE_TOKEN = re.compile(r"(?<![a-z0-9])(" + "|".join(_DTYPE_NAMES) + r")(?![a-z0-9])")
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", default=False,
+                     help="the fast tier: one dtype per code path, no campaigns (tests/conftest.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "full_only: left out of the fast tier (tests/conftest.py)")
+    if config.getoption("--fast") and IN_CI:
+        raise pytest.UsageError("--fast deselects tests; CI (CI=true) runs the full sweep")
+
+
+def _module_dtypes(module: Module) -> set[DType]:
+    return {n.type.dtype for c in module.computations() for n in c.nodes if isinstance(n.type, TensorType)}
+
+
+def _module_moves_only(module: Module) -> bool:
+    return all(n.op in _MOVES for c in module.computations() for n in c.nodes)
+
+
+def _param_dtypes(value: object) -> tuple[set[DType], bool]:
+    """(dtypes a parameter value stands for, whether it only moves elements)."""
+    if isinstance(value, DType):
+        return {value}, False
+    if isinstance(value, str):
+        return ({_DTYPE_NAMES[value]}, False) if value in _DTYPE_NAMES else (set(), False)
+    if isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic):
+        found = supported_numpy_dtype(np.dtype(value))
+        return ({found} if found is not None else set()), False
+    if isinstance(value, Check):
+        if value.module is None:  # transfers: the dtype is in the id
+            return {_DTYPE_NAMES[t] for t in _DTYPE_TOKEN.findall(value.id)}, True
+        return _module_dtypes(value.module), _module_moves_only(value.module)
+    if isinstance(value, OpCase):
+        return _module_dtypes(value.module), _module_moves_only(value.module)
+    return set(), False
+
+
+def _fast_dtypes(item: pytest.Item) -> bool:
+    """Whether the item's dtypes belong to the fast tier: all in FAST_DTYPES, or float16
+    besides them where the variant computes (float16 is stored as half and rounded
+    through float32 in the backends: its own code path)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    dtypes: set[DType] = set()
+    moves = True
+    for value in params.values():
+        d, m = _param_dtypes(value)
+        dtypes |= d
+        moves = moves and (m or not d)
+    extra = dtypes - FAST_DTYPES
+    return not extra or extra == {DType.FLOAT16} and not moves
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast"):
+        return
+    keep = [i for i in items if i.path.name not in FULL_ONLY_FILES and i.get_closest_marker("full_only") is None]
+    by_test: dict[tuple, list[pytest.Item]] = defaultdict(list)
+    for item in keep:
+        by_test[(item.path, item.originalname if isinstance(item, pytest.Function) else item.name)].append(item)
+    chosen = set()
+    for variants in by_test.values():
+        fast = [i for i in variants if _fast_dtypes(i)]
+        chosen.update(map(id, fast or variants))  # a test with no fast variant keeps them all
+    deselected = [i for i in items if id(i) not in chosen]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [i for i in items if id(i) in chosen]

@@ -44,6 +44,34 @@ def test_every_core_primitive_has_rules_reference_and_cases():
     assert {Op.PARAMETER, Op.DOT_GENERAL, Op.RNG_BIT_GENERATOR, Op.CUSTOM_CALL} <= CORE_PRIMITIVES
 
 
+def test_op_cases_has_a_row_for_every_op_a_backend_can_claim():
+    """OP_CASES is keyed by op: every op of the op table a backend can claim (its
+    Capabilities.ops default, CORE_PRIMITIVES) has a row, and every other op of the table
+    is listed in NOT_KIT_OPS with the reason it has none."""
+    from axle.backend import Capabilities
+    from axle.testing.cases import NOT_KIT_OPS, OP_CASES
+
+    assert set(OP_CASES) == set(Capabilities().ops) == CORE_PRIMITIVES
+    assert set(NOT_KIT_OPS) == set(OPS) - set(OP_CASES)
+    assert all(reason for reason in NOT_KIT_OPS.values())
+    for op in NOT_KIT_OPS:
+        with pytest.raises(KeyError, match=op.value):
+            cases_for(op)
+
+
+def test_op_case_ids_are_unique_and_name_their_op():
+    """One row per op: a row's cases build modules holding that op (or, for parameter,
+    nothing else), and no two cases share an id (the kit's check ids derive from them)."""
+    from axle.testing.cases import OP_CASES
+
+    ids = []
+    for op in OP_CASES:
+        cases = cases_for(op)
+        assert all(op in c.ops for c in cases), op
+        ids += [c.id for c in cases]
+    assert len(ids) == len(set(ids))
+
+
 @pytest.mark.parametrize("op", list(UNARY), ids=lambda o: o.value)
 @pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

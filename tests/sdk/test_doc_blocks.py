@@ -131,7 +131,7 @@ def run_doc(doc: Path, cwd: Path, default: str) -> subprocess.CompletedProcess[s
 RUNNABLE_DOCS = [d for d in DOCS if blocks_to_run(d)]
 PRINTED = "printed.json"  # in the doc's temporary folder
 #: the fast tier runs each doc on cpu:0; the full sweep on the other devices as well
-DEFAULTS = ["cpu", *(pytest.param(name, marks=pytest.mark.slow) for name in ("opencl", "template"))]
+DEFAULTS = ["cpu", *(pytest.param(name, marks=pytest.mark.full_only) for name in ("opencl", "template"))]
 
 
 @pytest.mark.parametrize("default", DEFAULTS)

@@ -23,7 +23,7 @@ from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype
 from ..ir.module import Module, Node
-from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
+from ..ir.ops import CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 from ..partition import unsupported_nodes
 from ..registry import REGISTRY
@@ -200,177 +200,214 @@ def _orders_zeros(module: Module) -> bool:
     return all(picks(n) for n in module.entry.nodes)
 
 
-def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
-    """Cases exercising ``op`` alone over its dtypes and edge shapes."""
-    # A stable seed: hash() of a str changes per process (PYTHONHASHSEED).
-    rng = rng or np.random.default_rng(zlib.crc32(op.value.encode()))
-    d = OPS[op]
-    out: list[OpCase] = []
-    tr = d.traits
-    dts = [dt for dt in ALL if dt in d.operand_dtypes]
+#: How one case of an op is made: (op, rng, variant, dtype, spec) -> the case, or None
+#: where the variant does not apply to the dtype (reduce "and" over floats).
+MakeCase = Callable[[Op, np.random.Generator, Any, DType, Any], "OpCase | None"]
 
-    if tr.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
-        arity = d.arity or 1
-        for dt in dts:
-            for shape in EW_SHAPES:
-                kw: dict[str, Any] = {}
-                if op is Op.POW:
-                    kw = {"small": True}
-                out.append(_case(f"{op.value}-{dt.value}{list(shape)}", lambda b, p: b.op(op, *p),
-                                 [_t(dt, shape)] * arity, rng, **kw))
-        if op in (Op.MAX, Op.MIN):
-            out += _signed_zero_pairs(op)
-        return out
-    if op is Op.COMPARE:
-        for direction in ("eq", "ne", "lt", "le", "gt", "ge"):
-            for dt in ALL:
-                for shape in ((), (7,), (3, 5), (0,)):
-                    out.append(_case(f"compare.{direction}-{dt.value}{list(shape)}",
-                                     lambda b, p, d=direction: b.compare(*p, direction=d), [_t(dt, shape)] * 2, rng))
-        return out
-    if op is Op.SELECT:
-        for dt in ALL:
-            for shape in ((), (7,), (3, 5), (0,)):
-                out.append(_case(f"select-{dt.value}{list(shape)}", lambda b, p: b.select(*p),
-                                 [_t(DType.BOOL, shape), _t(dt, shape), _t(dt, shape)], rng))
-        return out
-    if op is Op.CONVERT:
-        for src in ALL:
-            for dst in ALL:
-                out.append(_case(f"convert-{src.value}-to-{dst.value}",
-                                 lambda b, p, dst=dst: b.convert(p[0], dtype=dst),
-                                 [_t(src, (37,))], rng))
-        return out
-    if op is Op.REDUCE:
-        for kind in ("sum", "prod", "max", "min", "and", "or"):
-            for dt in ALL:
-                if kind in ("sum", "prod") and dt.is_bool or kind in ("and", "or") and dt.is_float:
-                    continue
-                for shape, axes in REDUCE_SHAPES:
-                    small = kind == "prod"
-                    out.append(_case(f"reduce.{kind}-{dt.value}{list(shape)}-axes{list(axes)}",
-                                     lambda b, p, k=kind, a=axes: b.reduce(p[0], kind=k, axes=a),
-                                     [_t(dt, shape)], rng, small=small, special=not small))
-        out += _signed_zero_rows()
-        return out
-    if op is Op.DOT_GENERAL:
-        specs = [
-            ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
-            ("matmul-odd", (33, 65), (65, 17), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
-            ("matvec", (4, 6), (6,), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
-            ("vecvec", (9,), (9,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
-            ("lhs-transposed", (7, 5), (7, 3), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
-            ("rhs-transposed", (5, 7), (3, 7), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
-            ("batch", (2, 3, 4), (2, 4, 5),
-             dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
-            ("batch-middle", (3, 2, 4), (4, 2, 5),
-             dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
-            ("empty-contract", (3, 0), (0, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
-            ("empty-free", (0, 3), (3, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
-            ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
-        ]
-        for dt in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64):
-            for name, ls, rs, attrs in specs:
-                out.append(_case(f"dot.{name}-{dt.value}", lambda b, p, a=attrs: b.dot_general(*p, **a),
-                                 [_t(dt, ls), _t(dt, rs)], rng, special=False, small=dt is DType.FLOAT16))
-        return out
-    if op is Op.BROADCAST_IN_DIM:
-        specs = [((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
-                 ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))]
-        for dt in ALL:
-            for src, shape, dims in specs:
-                out.append(_case(f"broadcast-{dt.value}{list(src)}-to{list(shape)}",
-                                 lambda b, p, s=shape, d=dims: b.broadcast_in_dim(p[0], shape=s,
-                                                                                  broadcast_dimensions=d),
-                                 [_t(dt, src)], rng))
-        return out
-    if op is Op.RESHAPE:
-        specs = [((6,), (2, 3)), ((2, 3), (3, 2)), ((1,), ()), ((), (1, 1)), ((0, 3), (3, 0)), ((2, 3, 4), (4, 6))]
-        for dt in ALL:
-            for src, shape in specs:
-                out.append(_case(f"reshape-{dt.value}{list(src)}-to{list(shape)}",
-                                 lambda b, p, s=shape: b.reshape(p[0], shape=s), [_t(dt, src)], rng))
-        return out
-    if op is Op.TRANSPOSE:
-        specs = [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)), ((0, 3), (1, 0)), ((33, 17), (1, 0)),
-                 ((), ())]
-        for dt in ALL:
-            for src, perm in specs:
-                out.append(_case(f"transpose-{dt.value}{list(src)}-{list(perm)}",
-                                 lambda b, p, pm=perm: b.transpose(p[0], permutation=pm), [_t(dt, src)], rng))
-        return out
-    if op is Op.SLICE:
-        specs = [((10,), (2,), (9,), (3,)), ((5, 7), (1, 0), (4, 7), (1, 2)), ((5,), (2,), (2,), (1,)),
-                 ((4, 6, 3), (0, 1, 1), (4, 6, 3), (2, 4, 1)), ((0, 3), (0, 1), (0, 3), (1, 1))]
-        for dt in ALL:
-            for src, s, l, st in specs:
-                out.append(_case(f"slice-{dt.value}{list(src)}-{list(s)}:{list(l)}:{list(st)}",
-                                 lambda b, p, s=s, l=l, st=st: b.slice(p[0], start=s, limit=l, stride=st),
-                                 [_t(dt, src)], rng))
-        return out
-    if op is Op.PAD:
-        specs = [((3,), (1,), (2,), (0,)), ((3,), (0,), (0,), (2,)), ((2, 3), (1, 0), (0, 2), (1, 1)),
-                 ((0,), (2,), (1,), (3,)), ((), (), (), ()), ((1, 4), (0, 0), (0, 0), (0, 0))]
-        for dt in ALL:
-            for src, lo, hi, it in specs:
-                out.append(_case(f"pad-{dt.value}{list(src)}-{list(lo)}-{list(hi)}-{list(it)}",
-                                 lambda b, p, lo=lo, hi=hi, it=it: b.pad(p[0], p[1], low=lo, high=hi, interior=it),
-                                 [_t(dt, src), _t(dt, ())], rng))
-        return out
-    if op is Op.CONCATENATE:
-        concat_specs: list[tuple[list[tuple[int, ...]], int]] = [
-            ([(3,), (4,)], 0), ([(2, 3), (2, 1), (2, 0)], 1), ([(1, 2), (3, 2)], 0), ([(5,)], 0), ([(0, 2), (0, 2)], 1)]
-        for dt in ALL:
-            for srcs, dim in concat_specs:
-                out.append(_case(f"concatenate-{dt.value}-{srcs}-dim{dim}",
-                                 lambda b, p, dim=dim: b.concatenate(*p, dimension=dim), [_t(dt, s) for s in srcs],
-                                 rng))
-        return out
-    if op is Op.REVERSE:
-        specs = [((7,), (0,)), ((3, 5), (1,)), ((3, 5), (0, 1)), ((0, 2), (0,)), ((2, 3, 4), (0, 2))]
-        for dt in ALL:
-            for src, dims in specs:
-                out.append(_case(f"reverse-{dt.value}{list(src)}-{list(dims)}",
-                                 lambda b, p, d=dims: b.reverse(p[0], dimensions=d), [_t(dt, src)], rng))
-        return out
-    if op is Op.IOTA:
-        for dt in (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64):
-            for shape, dim in (((5,), 0), ((3, 4), 1), ((3, 4), 0), ((0, 4), 1), ((2, 3, 33), 2)):
-                out.append(_case(f"iota-{dt.value}{list(shape)}-dim{dim}",
-                                 lambda b, p, s=shape, d=dim, dt=dt: b.add(b.iota(shape=s, dtype=dt, dimension=d),
-                                                                           p[0]),
-                                 [_t(dt, shape)], rng, special=False))
-        return out
-    if op is Op.CONSTANT:
-        for dt in ALL:
-            for shape in ((), (3,), (2, 2), (0,)):
-                vals = random_input(rng, _t(dt, shape))
-                out.append(_case(f"constant-{dt.value}{list(shape)}",
-                                 lambda b, p, v=vals, dt=dt: b.op(Op.MAX if dt.is_bool else Op.ADD, b.constant(v),
-                                                                  p[0]),
-                                 [_t(dt, shape)], rng, special=False))
-        return out
-    if op is Op.RNG_BIT_GENERATOR:
-        for dt in (DType.INT32, DType.INT64):
-            for shape in ((), (5,), (3, 7), (0,), (1000,)):
-                out.append(_case(f"rng-{dt.value}{list(shape)}",
-                                 lambda b, p, s=shape, dt=dt: b.rng_bit_generator(p[0], shape=s, dtype=dt),
-                                 [_t(DType.INT64, ())], rng))
-        return out
-    if op is Op.PARAMETER:
-        for dt in ALL:
-            out.append(_case(f"parameter-{dt.value}", lambda b, p: p[0], [_t(dt, (3,))], rng))
-        return out
-    if op is Op.CUSTOM_CALL:
-        if "axle.testing.cumsum" not in CUSTOM_CALL_TARGETS:
-            register_custom_call("axle.testing.cumsum", lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
-        for dt in (DType.FLOAT32, DType.INT32):
-            out.append(_case(f"custom-call-{dt.value}",
-                             lambda b, p, dt=dt: b.custom_call(p[0], target="axle.testing.cumsum", shape=(3, 5),
-                                                               dtype=dt),
-                             [_t(dt, (3, 5))], rng, special=False))
-        return out
-    raise AssertionError(f"no cases for {op}")
+
+@dataclass(frozen=True)
+class OpCaseRow:
+    """One op's row of OP_CASES: one case per (variant, dtype, spec), in that loop order
+    (the order fixes which random inputs each case draws from the op's seeded generator)."""
+
+    make: MakeCase
+    #: shapes and attributes, one case per dtype and spec
+    specs: tuple[Any, ...]
+    #: None: every dtype the op table allows for the op's operands
+    dtypes: tuple[DType, ...] | None = None
+    #: an attribute looped outside the dtypes (compare's direction, reduce's kind)
+    variants: tuple[Any, ...] = (None,)
+    #: cases with explicit inputs, after the grid (max/min's signed zeros)
+    extra: Callable[[Op], list[OpCase]] | None = None
+
+    def cases(self, op: Op, rng: np.random.Generator) -> list[OpCase]:
+        dts = self.dtypes if self.dtypes is not None else tuple(dt for dt in ALL if dt in OPS[op].operand_dtypes)
+        out = [c for v in self.variants for dt in dts for s in self.specs if (c := self.make(op, rng, v, dt, s))]
+        return out + (self.extra(op) if self.extra else [])
+
+
+def _elementwise(**input_kw: Any) -> MakeCase:
+    def make(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+        return _case(f"{op.value}-{dt.value}{list(shape)}", lambda b, p: b.op(op, *p),
+                     [_t(dt, shape)] * (OPS[op].arity or 1), rng, **input_kw)
+    return make
+
+
+def _compare(op: Op, rng: np.random.Generator, direction: str, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    return _case(f"compare.{direction}-{dt.value}{list(shape)}", lambda b, p: b.compare(*p, direction=direction),
+                 [_t(dt, shape)] * 2, rng)
+
+
+def _select(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    return _case(f"select-{dt.value}{list(shape)}", lambda b, p: b.select(*p),
+                 [_t(DType.BOOL, shape), _t(dt, shape), _t(dt, shape)], rng)
+
+
+def _convert(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase:
+    return _case(f"convert-{src.value}-to-{dst.value}", lambda b, p: b.convert(p[0], dtype=dst), [_t(src, (37,))], rng)
+
+
+def _reduce(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -> OpCase | None:
+    if kind in ("sum", "prod") and dt.is_bool or kind in ("and", "or") and dt.is_float:
+        return None
+    shape, axes = spec
+    small = kind == "prod"  # products of small integers stay in range
+    return _case(f"reduce.{kind}-{dt.value}{list(shape)}-axes{list(axes)}",
+                 lambda b, p: b.reduce(p[0], kind=kind, axes=axes), [_t(dt, shape)], rng, small=small,
+                 special=not small)
+
+
+def _dot(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    name, ls, rs, attrs = spec
+    return _case(f"dot.{name}-{dt.value}", lambda b, p: b.dot_general(*p, **attrs), [_t(dt, ls), _t(dt, rs)], rng,
+                 special=False, small=dt is DType.FLOAT16)
+
+
+def _broadcast(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, shape, dims = spec
+    return _case(f"broadcast-{dt.value}{list(src)}-to{list(shape)}",
+                 lambda b, p: b.broadcast_in_dim(p[0], shape=shape, broadcast_dimensions=dims), [_t(dt, src)], rng)
+
+
+def _reshape(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, shape = spec
+    return _case(f"reshape-{dt.value}{list(src)}-to{list(shape)}", lambda b, p: b.reshape(p[0], shape=shape),
+                 [_t(dt, src)], rng)
+
+
+def _transpose(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, perm = spec
+    return _case(f"transpose-{dt.value}{list(src)}-{list(perm)}", lambda b, p: b.transpose(p[0], permutation=perm),
+                 [_t(dt, src)], rng)
+
+
+def _slice(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, s, l, st = spec
+    return _case(f"slice-{dt.value}{list(src)}-{list(s)}:{list(l)}:{list(st)}",
+                 lambda b, p: b.slice(p[0], start=s, limit=l, stride=st), [_t(dt, src)], rng)
+
+
+def _pad(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, lo, hi, it = spec
+    return _case(f"pad-{dt.value}{list(src)}-{list(lo)}-{list(hi)}-{list(it)}",
+                 lambda b, p: b.pad(p[0], p[1], low=lo, high=hi, interior=it), [_t(dt, src), _t(dt, ())], rng)
+
+
+def _concatenate(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    srcs, dim = spec
+    return _case(f"concatenate-{dt.value}-{list(srcs)}-dim{dim}", lambda b, p: b.concatenate(*p, dimension=dim),
+                 [_t(dt, s) for s in srcs], rng)
+
+
+def _reverse(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    src, dims = spec
+    return _case(f"reverse-{dt.value}{list(src)}-{list(dims)}", lambda b, p: b.reverse(p[0], dimensions=dims),
+                 [_t(dt, src)], rng)
+
+
+def _iota(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    shape, dim = spec  # iota plus a parameter: the result must not be a constant-folded input
+    return _case(f"iota-{dt.value}{list(shape)}-dim{dim}",
+                 lambda b, p: b.add(b.iota(shape=shape, dtype=dt, dimension=dim), p[0]), [_t(dt, shape)], rng,
+                 special=False)
+
+
+def _constant(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    vals = random_input(rng, _t(dt, shape))
+    return _case(f"constant-{dt.value}{list(shape)}",
+                 lambda b, p: b.op(Op.MAX if dt.is_bool else Op.ADD, b.constant(vals), p[0]), [_t(dt, shape)], rng,
+                 special=False)
+
+
+def _rng_bits(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    return _case(f"rng-{dt.value}{list(shape)}", lambda b, p: b.rng_bit_generator(p[0], shape=shape, dtype=dt),
+                 [_t(DType.INT64, ())], rng)
+
+
+def _parameter(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    return _case(f"parameter-{dt.value}", lambda b, p: p[0], [_t(dt, shape)], rng)
+
+
+#: the custom-call target the kit's custom_call cases call (registered on first use)
+_CUMSUM = "axle.testing.cumsum"
+
+
+def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tuple[int, ...]) -> OpCase:
+    if _CUMSUM not in CUSTOM_CALL_TARGETS:
+        register_custom_call(_CUMSUM, lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
+    return _case(f"custom-call-{dt.value}", lambda b, p: b.custom_call(p[0], target=_CUMSUM, shape=shape, dtype=dt),
+                 [_t(dt, shape)], rng, special=False)
+
+
+_SMALL_SHAPES = ((), (7,), (3, 5), (0,))
+_DOT_SPECS = (
+    ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("matmul-odd", (33, 65), (65, 17), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("matvec", (4, 6), (6,), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("vecvec", (9,), (9,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("lhs-transposed", (7, 5), (7, 3), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+    ("rhs-transposed", (5, 7), (3, 7), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
+    ("batch", (2, 3, 4), (2, 4, 5), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
+    ("batch-middle", (3, 2, 4), (4, 2, 5),
+     dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,))),
+    ("empty-contract", (3, 0), (0, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("empty-free", (0, 3), (3, 4), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
+    ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
+)
+_EW = OpCaseRow(_elementwise(), EW_SHAPES)
+_INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+
+#: Every op a backend can claim, with the row that makes its cases: adding a primitive to
+#: the op table means adding its row here (tests/core/test_reference.py checks it).
+OP_CASES: dict[Op, OpCaseRow] = {
+    **{op: _EW for op, d in OPS.items() if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE)},
+    Op.POW: OpCaseRow(_elementwise(small=True), EW_SHAPES),  # small: powers of large bases overflow
+    Op.MAX: OpCaseRow(_elementwise(), EW_SHAPES, extra=lambda op: _signed_zero_pairs(op)),
+    Op.MIN: OpCaseRow(_elementwise(), EW_SHAPES, extra=lambda op: _signed_zero_pairs(op)),
+    Op.COMPARE: OpCaseRow(_compare, _SMALL_SHAPES, ALL, variants=("eq", "ne", "lt", "le", "gt", "ge")),
+    Op.SELECT: OpCaseRow(_select, _SMALL_SHAPES, ALL),
+    Op.CONVERT: OpCaseRow(_convert, ALL, ALL),  # specs: the destination dtype
+    Op.REDUCE: OpCaseRow(_reduce, REDUCE_SHAPES, ALL, variants=("sum", "prod", "max", "min", "and", "or"),
+                         extra=lambda op: _signed_zero_rows()),
+    Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
+                                                  DType.INT64)),
+    Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
+        ((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
+        ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))), ALL),
+    Op.RESHAPE: OpCaseRow(_reshape, (((6,), (2, 3)), ((2, 3), (3, 2)), ((1,), ()), ((), (1, 1)), ((0, 3), (3, 0)),
+                                     ((2, 3, 4), (4, 6))), ALL),
+    Op.TRANSPOSE: OpCaseRow(_transpose, (((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)),
+                                         ((0, 3), (1, 0)), ((33, 17), (1, 0)), ((), ())), ALL),
+    Op.SLICE: OpCaseRow(_slice, (((10,), (2,), (9,), (3,)), ((5, 7), (1, 0), (4, 7), (1, 2)), ((5,), (2,), (2,), (1,)),
+                                 ((4, 6, 3), (0, 1, 1), (4, 6, 3), (2, 4, 1)), ((0, 3), (0, 1), (0, 3), (1, 1))), ALL),
+    Op.PAD: OpCaseRow(_pad, (((3,), (1,), (2,), (0,)), ((3,), (0,), (0,), (2,)), ((2, 3), (1, 0), (0, 2), (1, 1)),
+                             ((0,), (2,), (1,), (3,)), ((), (), (), ()), ((1, 4), (0, 0), (0, 0), (0, 0))), ALL),
+    Op.CONCATENATE: OpCaseRow(_concatenate, (([(3,), (4,)], 0), ([(2, 3), (2, 1), (2, 0)], 1), ([(1, 2), (3, 2)], 0),
+                                             ([(5,)], 0), ([(0, 2), (0, 2)], 1)), ALL),
+    Op.REVERSE: OpCaseRow(_reverse, (((7,), (0,)), ((3, 5), (1,)), ((3, 5), (0, 1)), ((0, 2), (0,)),
+                                     ((2, 3, 4), (0, 2))), ALL),
+    Op.IOTA: OpCaseRow(_iota, (((5,), 0), ((3, 4), 1), ((3, 4), 0), ((0, 4), 1), ((2, 3, 33), 2)), _INT_FLOAT),
+    Op.CONSTANT: OpCaseRow(_constant, ((), (3,), (2, 2), (0,)), ALL),
+    Op.RNG_BIT_GENERATOR: OpCaseRow(_rng_bits, ((), (5,), (3, 7), (0,), (1000,)), (DType.INT32, DType.INT64)),
+    Op.PARAMETER: OpCaseRow(_parameter, ((3,),), ALL),
+    Op.CUSTOM_CALL: OpCaseRow(_custom_call, ((3, 5),), (DType.FLOAT32, DType.INT32)),
+}
+
+#: The op table's ops that have no row, and why: no backend claims them, they are made by
+#: the core around the claimed ops (the kit's fusion and multi-output checks cover them).
+NOT_KIT_OPS: dict[Op, str] = {
+    Op.TUPLE: "a multi-result root built by the core; the multi-output checks return tuples",
+    Op.GET_TUPLE_ELEMENT: "reads a tuple the core built; never handed to a backend alone",
+    Op.FUSION: "made by the optimizer's fusion pass; the fusion checks run the fusions it forms",
+}
+
+
+def cases_for(op: Op, rng: np.random.Generator | None = None) -> list[OpCase]:
+    """Cases exercising ``op`` alone over its dtypes and edge shapes (its OP_CASES row)."""
+    if op not in OP_CASES:
+        raise KeyError(f"no op cases for {op.value}: {NOT_KIT_OPS.get(op, 'add its row to OP_CASES')}")
+    # A stable seed: hash() of a str changes per process (PYTHONHASHSEED).
+    return OP_CASES[op].cases(op, rng or np.random.default_rng(zlib.crc32(op.value.encode())))
 
 
 def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
@@ -414,7 +451,8 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
 
 
 def core_cases(ops: Sequence[Op] | None = None) -> Iterator[OpCase]:
-    for op in sorted(ops or CORE_PRIMITIVES, key=lambda o: o.value):
+    """The cases of ``ops`` (default: every op of OP_CASES), ops in name order."""
+    for op in sorted(ops or OP_CASES, key=lambda o: o.value):
         yield from cases_for(op)
 
 

@@ -16,13 +16,14 @@ import numpy as np
 import axle
 
 from ..backend import Device
-from ..compiler import compile_module
+from ..compiler import compile_module, optimize_for
 from ..frontend.device_put import to_buffer
 from ..ir.builder import Builder
 from ..ir.dtypes import ALL_DTYPES, DType
 from ..ir.module import Module, Node
 from ..ir.ops import CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
+from ..lowering.plan import kernel_plan
 from ..registry import REGISTRY
 from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input
 from .check import Check
@@ -192,3 +193,26 @@ def builder_module(name: str, build: Callable[[Builder], Node]) -> Module:
     """A module from a builder callback (used by axle doctor's tiny kernel)."""
     b = Builder(name)
     return b.build(build(b))
+
+
+def plan_signature(module: Module) -> tuple:
+    """What a backend built on the shared kernel plan (axle.lowering.plan: cpu, opencl)
+    compiles from ``module``: each launch's computation (structure, attributes, types),
+    kind and buffer wiring, the constants and the results; kernel names left out."""
+    kp = kernel_plan(module, assign_buffers=False)
+    launches = tuple((l.computation.structural_key if l.computation is not None else None, l.kind, l.is_bitcast,
+                      l.inputs, l.outputs) for l in kp.launches)
+    consts = tuple(sorted((k, v.dtype.str, v.shape, v.tobytes()) for k, v in kp.constants.items()))
+    return launches, consts, tuple(kp.results)
+
+
+def kit_compiles_same(case: OpCase, module: Module, device: Device, *, program: bool = False) -> bool:
+    """Whether the kit's own check of ``case`` on ``device`` already compiles exactly the
+    kernels of ``module`` (a form of ``case.module`` a backend test runs with the same
+    inputs): the kit runs every op case optimized, and whole programs (fused_cases,
+    ``program``) optimized and unoptimized. Backend tests use it to leave out the forms
+    the kit runs already (DESIGN.md: op cases run once per backend)."""
+    sig = plan_signature(module)
+    if program and sig == plan_signature(case.module):
+        return True
+    return sig == plan_signature(optimize_for(case.module, device))
