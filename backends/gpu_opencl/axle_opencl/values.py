@@ -436,8 +436,12 @@ def _vector_ok(n: Node, full: tuple[int, ...], row_rank: int, dt: DType, memo: d
             return vector_ok(x, full, row_rank, dt, memo)
         return n.shape == full and all(d < row_rank for d in n.attr["broadcast_dimensions"])
     if n.op is Op.RESHAPE:
+        # a reshape keeps row-major order: N consecutive offsets of its result are N
+        # consecutive offsets of its operand (a split reduction's [parts, chunk] view)
         x = n.operands[0]
-        return x.tensor_type.size <= 1 or (x.shape == full and vector_ok(x, full, row_rank, dt, memo))
+        if x.tensor_type.size <= 1 or x.shape == full:
+            return x.tensor_type.size <= 1 or vector_ok(x, full, row_rank, dt, memo)
+        return n.shape == full and vector_ok(x, x.shape, 0, dt)
     if n.op is Op.TANH and dt is not DType.FLOAT32:
         return False  # the vector tanh is an f32 approximation
     if n.op in (Op.POW, Op.REM) and dt is DType.FLOAT64:
