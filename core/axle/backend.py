@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .errors import BackendError
-from .ir.dtypes import ALL_DTYPES, DType
+from .ir.dtypes import BASE_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import CORE_PRIMITIVES, Op
@@ -90,7 +90,10 @@ class Capabilities:
     device refuses by those two rules (see :meth:`bound`)."""
 
     ops: frozenset[Op] = CORE_PRIMITIVES
-    dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
+    #: the default is the contract's first dtype set (bool, s32, s64, f16, f32, f64): a plugin
+    #: claims the narrow/unsigned integers and bfloat16 only by naming them, so one written
+    #: before they existed sends them to the host instead of mis-running them
+    dtypes: frozenset[DType] = BASE_DTYPES
     #: per-op dtype restrictions, e.g. {Op.DOT_GENERAL: frozenset({DType.FLOAT32})}
     op_dtypes: Mapping[Op, frozenset[DType]] = field(default_factory=dict)
     #: ``max_fusion_nodes`` (ops in one fusion), ``max_buffer_bytes`` and ``max_elements``
@@ -240,7 +243,8 @@ class Backend(abc.ABC):
         """The devices this backend can run on, index 0 first."""
 
     def capabilities(self, device: Device) -> Capabilities:
-        """The ops and dtypes ``device`` runs; the default claims the whole core set."""
+        """The ops and dtypes ``device`` runs; the default claims the core ops over the
+        contract's first dtypes (:attr:`Capabilities.dtypes`)."""
         return Capabilities()
 
     @abc.abstractmethod

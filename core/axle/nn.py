@@ -15,7 +15,7 @@ from .frontend import checks
 from .frontend.source import user_location
 from .frontend.tracing import Tracer, aval_of, constant_value
 from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
-from .ir.dtypes import supported_numpy_dtype
+from .ir.dtypes import is_float_numpy, supported_numpy_dtype
 from .numpy._core import _is_array, _norm_axes
 
 ArrayLike = Any
@@ -34,7 +34,7 @@ def relu(x: ArrayLike) -> Any:
 def sigmoid(x: ArrayLike) -> Any:
     """1 / (1 + exp(-x)) (the logistic primitive)."""
     x = _arr(x)
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float64)
     return lax.logistic(x)
 
@@ -260,7 +260,7 @@ def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
     win = _pair(window, "max_pool", "window")
     st = _pair(stride if stride is not None else window, "max_pool", "stride")
     pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st, "max_pool")
-    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    lowest = -np.inf if is_float_numpy(x.dtype) else np.iinfo(x.dtype).min
     views, _, _ = _patches(x, win, st, pad, lowest, "max_pool")
     out = views[0]
     for v in views[1:]:

@@ -30,6 +30,7 @@ from ..frontend.bind import bind
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Trace, Tracer, aval_of, leaf_aval, trace_context
+from ..ir.dtypes import is_float_numpy
 from ..ir.module import Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TensorType
@@ -220,7 +221,7 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
                                      f"gradients exist only for float inputs", where=user_location())
         lin = _Linearized(fn, args, idx, has_aux)
         out = lin.outputs
-        if not isinstance(out, (Array, Tracer)) or out.shape != () or out.dtype.kind != "f":
+        if not isinstance(out, (Array, Tracer)) or out.shape != () or not is_float_numpy(out.dtype):
             desc = _aval(out) if isinstance(out, (Array, Tracer)) else type(out).__name__
             raise ShapeError(f"grad: the function must return a float scalar, got {desc}; use vjp for "
                              f"other outputs", where=user_location())

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from .. import profiler
-from ..backend import Backend, Buffer, CompileOptions, Device, Executable, LoweringEntry
+from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Executable, LoweringEntry
 from ..interpreter import _check_input, eval_node, evaluate
-from ..ir.dtypes import dtype
+from ..ir.dtypes import ALL_DTYPES, dtype
 from ..ir.module import Module
 from ..ir.ops import Op
 from ..ir.types import TensorType
@@ -66,6 +66,10 @@ class InterpreterBackend(Backend):
 
     def devices(self) -> Sequence[Device]:
         return [self._device]
+
+    def capabilities(self, device: Device) -> Capabilities:
+        # the reference runs every dtype of the IR
+        return Capabilities(dtypes=frozenset(ALL_DTYPES))
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)

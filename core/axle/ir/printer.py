@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import DType, is_float_numpy
 from .literal import Literal
 from .ops import OPS, AttrKind, Op
 
@@ -33,7 +33,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 def format_scalar(v: Any, dt: np.dtype) -> str:
     if dt == np.bool_:
         return "true" if v else "false"
-    if dt.kind == "f":
+    if is_float_numpy(dt):  # bfloat16's NumPy kind is 'V'
         f = float(v)
         if math.isnan(f):
             return "nan"

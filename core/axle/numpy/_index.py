@@ -22,6 +22,7 @@ from ..errors import ArgumentError
 from ..frontend import checks
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, constant_value
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     _basic_plan,
     _fail,
@@ -136,7 +137,7 @@ def _clamped(k: Any, n: int) -> Any:
 
 def fill_value_for(dt: _np.dtype) -> Any:
     """JAX's fill for out-of-range gathers: nan, the most negative int, True."""
-    if dt.kind == "f":
+    if _is_float(dt):
         return _np.asarray(_np.nan, dt)
     if dt.kind == "b":
         return _np.asarray(True)

@@ -12,6 +12,7 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     _fail,
     _full,
@@ -58,7 +59,7 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dt
     check_shape((num,), "linspace", dt.itemsize)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    work = dt if dt.kind == "f" else _np.dtype(_np.float64)
+    work = dt if _is_float(dt) else _np.dtype(_np.float64)
     i = arange(num, dtype=work)
     out = add(multiply(i, _np.asarray(step, work)), _np.asarray(start, work))
     if endpoint and num > 1:

@@ -21,7 +21,7 @@ from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
-from ..ir.dtypes import DType, dtype
+from ..ir.dtypes import DType, dtype, finfo, is_float_numpy
 from ..ir.module import Module, Node
 from ..ir.ops import CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
@@ -29,7 +29,7 @@ from ..partition import unsupported_nodes
 from ..registry import REGISTRY
 from .session import compile_case
 
-FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.BFLOAT16)
 ALL = tuple(DType)
 
 #: Elementwise shapes: scalar, empty, single, odd 1-D (not a multiple of 4/8/16/64),
@@ -68,11 +68,13 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
         return rng.random(t.shape) < 0.5
     if dt.is_int:
         hi = 4 if small else 100
-        x = rng.integers(-hi if not positive else 1, hi, size=t.shape).astype(dt.np)
+        lo = 1 if positive else (0 if dt.is_unsigned else -hi)
+        x = rng.integers(lo, hi, size=t.shape).astype(dt.np)
         if special and n >= 6 and not positive and not small:
             flat = x.reshape(-1)
             info = np.iinfo(dt.np)
-            flat[:4] = [0, -1, info.min, info.max]
+            # the division corners: 0, -1 and INT_MIN (unsigned: 0, 1 and the top bit set)
+            flat[:4] = [0, -1, info.min, info.max] if dt.is_signed else [0, 1, info.max, info.max // 2 + 1]
         return x
     x = rng.standard_normal(t.shape) * (1 if small else 3)
     if positive:
@@ -87,12 +89,14 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
 def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
     """(rtol, atol) a backend must meet against the interpreter."""
     transcendental = op is not None and OPS[op].traits.transcendental
-    base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
+    # bfloat16: two of its ulps (2^-7 relative); like float16 it is computed in float32 and
+    # rounded once, so a one-ulp difference in float32 can flip its rounding
+    base = {DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
     if transcendental:
-        base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
+        base *= {DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
     if n_reduced > 1:
-        base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
-    atol = {DType.FLOAT16: 1e-3, DType.FLOAT32: 1e-6, DType.FLOAT64: 1e-12}.get(dt, 0.0) * (
+        base *= 4 * math.sqrt(n_reduced) if not dt.is_half else 8
+    atol = {DType.FLOAT16: 1e-3, DType.BFLOAT16: 8e-3, DType.FLOAT32: 1e-6, DType.FLOAT64: 1e-12}.get(dt, 0.0) * (
         math.sqrt(n_reduced) if n_reduced > 1 else 1)
     return base, atol
 
@@ -260,7 +264,7 @@ def _reduce(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -
 def _dot(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
     name, ls, rs, attrs = spec
     return _case(f"dot.{name}-{dt.value}", lambda b, p: b.dot_general(*p, **attrs), [_t(dt, ls), _t(dt, rs)], rng,
-                 special=False, small=dt is DType.FLOAT16)
+                 special=False, small=dt.is_half or dt.itemsize < 4)  # small: narrow sums stay exact
 
 
 def _broadcast(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
@@ -355,7 +359,9 @@ _DOT_SPECS = (
     ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
 )
 _EW = OpCaseRow(_elementwise(), EW_SHAPES)
-_INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+#: the narrow and unsigned integers and bfloat16 (issue 15)
+_NEW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
+_INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, *_NEW_DTYPES)
 
 #: Every op a backend can claim, with the row that makes its cases: adding a primitive to
 #: the op table means adding its row here (tests/core/test_reference.py checks it).
@@ -370,7 +376,7 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.REDUCE: OpCaseRow(_reduce, REDUCE_SHAPES, ALL, variants=("sum", "prod", "max", "min", "and", "or"),
                          extra=lambda op: _signed_zero_rows()),
     Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
-                                                  DType.INT64)),
+                                                  DType.INT64, *_NEW_DTYPES)),
     Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
         ((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
         ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))), ALL),
@@ -508,7 +514,7 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
             assert ok.all(), f"{case.id} (result {i}) on {device.name}: max error {err.max()} exceeds the dot bound"
             continue
         assert_close(a, e, rtol, atol, f"{case.id} (result {i}) on {device.name}")
-        if _orders_zeros(case.module) and e.dtype.kind == "f":
+        if _orders_zeros(case.module) and is_float_numpy(e.dtype):
             zero = e == 0
             np.testing.assert_array_equal(np.signbit(a[zero]), np.signbit(e[zero]),
                                           err_msg=f"{case.id} (result {i}) on {device.name}: signs of zeros")
@@ -523,7 +529,7 @@ def _dot_error_bound(case: OpCase) -> np.ndarray | None:
         return None
     mag = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
     k = max((root.operands[0].shape[d] for d in root.attr["lhs_contracting"]), default=1)
-    return 2.0 * k * float(np.finfo(root.dtype.np).eps) * mag
+    return 2.0 * k * float(finfo(root.dtype).eps) * mag
 
 
 def _dtype_value(npd: np.dtype) -> str:

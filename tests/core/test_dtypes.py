@@ -1,0 +1,227 @@
+"""The narrow and unsigned integers and bfloat16 in the IR: promotion, the text form and
+the interpreter's semantics at their edges (issue 15)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from axle.errors import DTypeError
+from axle.interpreter import evaluate
+from axle.ir import Builder, DType, Op
+from axle.ir.dtypes import INTEGRAL, INTS, NUMERIC, UNSIGNED_INTS, dtype, result_type
+from axle.ir.parser import parse_module
+from axle.ir.types import TensorType
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NEW = [DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16]
+
+
+def run1(op: Op, *arrays: np.ndarray, **attrs: object) -> np.ndarray:
+    b = Builder("t")
+    ps = [b.parameter(TensorType(dtype(a.dtype), a.shape)) for a in arrays]
+    return evaluate(b.build(b.op(op, *ps, **attrs)), *arrays)[0]
+
+
+@pytest.mark.parametrize("dt", NEW)
+def test_names_numpy_and_properties(dt: DType) -> None:
+    assert dtype(dt.value) is dt and dtype(dt.np) is dt and dtype(dt.np.name) is dt
+    assert dt in NUMERIC
+    assert dt.is_float == (dt is DType.BFLOAT16)
+    assert dt.is_int == (dt in INTS) and (dt in INTEGRAL) == dt.is_int
+    assert dt.is_unsigned == (dt in UNSIGNED_INTS) == dt.value.startswith("u")
+    assert dt.is_signed == dt.value.startswith("s")
+
+
+@pytest.mark.parametrize("bad", [np.complex64, np.longdouble, "U1", object, ml_dtypes.float8_e4m3fn])
+def test_unsupported_dtypes_are_still_refused(bad: object) -> None:
+    with pytest.raises(DTypeError, match="not supported"):
+        dtype(bad)
+
+
+@pytest.mark.parametrize("args, want", [
+    ((DType.INT8, DType.UINT8), DType.INT16),
+    ((DType.UINT8, DType.UINT16), DType.UINT16),
+    ((DType.INT16, DType.UINT32), DType.INT64),
+    ((DType.UINT64, DType.INT64), DType.FLOAT64),  # NumPy 2
+    ((DType.INT8, 300), DType.INT8),  # NEP 50: a Python int is weak
+    ((DType.UINT8, 2.5), DType.FLOAT64),
+    ((DType.INT16, DType.FLOAT16), DType.FLOAT32),
+    ((DType.UINT8, DType.FLOAT16), DType.FLOAT16),
+    # bfloat16, as jax: with ints and weak scalars it stays, with the IEEE halves it widens
+    ((DType.BFLOAT16, DType.FLOAT16), DType.FLOAT32),
+    ((DType.BFLOAT16, DType.FLOAT32), DType.FLOAT32),
+    ((DType.BFLOAT16, DType.FLOAT64), DType.FLOAT64),
+    ((DType.BFLOAT16, DType.INT64), DType.BFLOAT16),
+    ((DType.UINT64, DType.BFLOAT16), DType.BFLOAT16),
+    ((DType.BFLOAT16, DType.BOOL), DType.BFLOAT16),
+    ((DType.BFLOAT16, 2.5), DType.BFLOAT16),
+    ((DType.BFLOAT16, 7), DType.BFLOAT16),
+    ((DType.BFLOAT16, DType.BFLOAT16), DType.BFLOAT16),
+])
+def test_result_type(args: tuple[object, ...], want: DType) -> None:
+    assert result_type(*args) is want
+
+
+def test_result_type_with_bfloat16_still_refuses_complex() -> None:
+    with pytest.raises(DTypeError):
+        result_type(DType.BFLOAT16, np.dtype(np.complex64))
+
+
+_TEXT_VALUES = {
+    DType.INT8: [-128, 127, 0], DType.INT16: [-32768, 32767, 1], DType.UINT8: [0, 255, 7],
+    DType.UINT16: [0, 65535, 9], DType.UINT32: [0, 2**32 - 1, 3], DType.UINT64: [0, 2**64 - 1, 2**63],
+    DType.BFLOAT16: [float("nan"), float("-inf"), 3.3895313892515355e38],
+}
+
+
+@pytest.mark.parametrize("dt", NEW)
+def test_constants_print_and_parse_back_exactly(dt: DType) -> None:
+    vals = np.array(_TEXT_VALUES[dt], dt.np)
+    b = Builder("t")
+    m = b.build(b.constant(vals))
+    text = m.as_text()
+    assert f"{dt.value}[3]" in text
+    back = parse_module(text)
+    assert back.as_text() == text
+    got = evaluate(back)[0]
+    assert got.dtype == dt.np and got.tobytes() == vals.tobytes()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("u8[] constant(256)", "out of range"), ("u8[] constant(-1)", "out of range"),
+    ("s8[] constant(128)", "out of range"), ("u64[] constant(18446744073709551616)", "out of range"),
+    ("bf16[] constant(1e39)", "out of range"),
+])
+def test_out_of_range_constants_are_refused(text: str, why: str) -> None:
+    from axle.errors import ParseError
+
+    src = f"module @m\n\nentry %m () -> {text.split()[0]} {{\n  ROOT %c = {text}\n}}\n"
+    with pytest.raises(ParseError, match=why):
+        parse_module(src)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.int16])
+def test_narrow_signed_division_edges(dt: type) -> None:
+    info = np.iinfo(dt)
+    x = np.array([info.min, 7, -7, 5, info.min], dt)
+    y = np.array([-1, 0, 2, -2, 1], dt)
+    np.testing.assert_array_equal(run1(Op.DIV, x, y), np.array([info.min, -1, -3, -2, info.min], dt))
+    np.testing.assert_array_equal(run1(Op.REM, x, y), np.array([0, 7, -1, 1, 0], dt))
+    # wraparound, like s32
+    np.testing.assert_array_equal(run1(Op.ADD, x[:1], x[:1]), np.array([0], dt))
+    np.testing.assert_array_equal(run1(Op.NEG, x[:1]), x[:1])
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_unsigned_division_compare_and_wrap(dt: type) -> None:
+    top = np.iinfo(dt).max
+    x = np.array([top, 9, 0, top], dt)
+    y = np.array([0, 0, 0, 2], dt)
+    np.testing.assert_array_equal(run1(Op.DIV, x, y), np.array([top, top, top, top // 2], dt))  # x/0: all ones
+    np.testing.assert_array_equal(run1(Op.REM, x, y), np.array([top, 9, 0, 1], dt))  # x%0 = x
+    # the top bit is a value, not a sign
+    np.testing.assert_array_equal(run1(Op.COMPARE, x, np.array([1, 1, 1, 1], dt), direction="gt"),
+                                  [True, True, False, True])
+    np.testing.assert_array_equal(run1(Op.MAX, x, np.array([1, 1, 1, 1], dt)), np.array([top, 9, 1, top], dt))
+    np.testing.assert_array_equal(run1(Op.MIN, x, np.array([1, 1, 1, 1], dt)), np.array([1, 1, 0, 1], dt))
+    np.testing.assert_array_equal(run1(Op.SUB, y[:1], np.array([1], dt)), np.array([top], dt))
+    np.testing.assert_array_equal(run1(Op.REDUCE, x, kind="max", axes=(0,)), np.array(top, dt))
+    np.testing.assert_array_equal(run1(Op.REDUCE, x[:0], kind="min", axes=(0,)), np.array(top, dt))
+
+
+@pytest.mark.parametrize("dt", [d for d in NEW if d.is_int])
+def test_float_to_int_convert_saturates_and_maps_nan_to_zero(dt: DType) -> None:
+    info = np.iinfo(dt.np)
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, -3.9, 3.9, -0.5], np.float32)
+    want = np.array([0, info.max, info.min, info.max, info.min, max(-3, info.min), 3, 0], dt.np)
+    np.testing.assert_array_equal(run1(Op.CONVERT, x, dtype=dt), want)
+    np.testing.assert_array_equal(run1(Op.CONVERT, x.astype(BF16), dtype=dt), want)
+
+
+def test_bfloat16_rounds_to_nearest_even_once_per_op() -> None:
+    one = np.array([1.0], BF16)
+    # 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to even (1)
+    np.testing.assert_array_equal(run1(Op.ADD, one, np.array([2.0**-8], BF16)).astype(np.float32), [1.0])
+    np.testing.assert_array_equal(run1(Op.ADD, one, np.array([3 * 2.0**-8], BF16)).astype(np.float32),
+                                  [1 + 2.0**-6])
+    # computed in float32, rounded once: exp(1) = 2.71828... -> 2.71875
+    np.testing.assert_array_equal(run1(Op.EXP, one).astype(np.float32), [2.71875])
+    # conversion from float32 rounds to nearest even, keeps NaN and overflows to inf
+    x = np.array([1.00390625, 1.01171875, np.nan, 3.4e38, -np.inf], np.float32)
+    got = run1(Op.CONVERT, x, dtype=DType.BFLOAT16)
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.astype(np.float32), [1.0, 1.015625, np.nan, np.inf, -np.inf])
+    # from float64: through float32, as every backend computes it
+    np.testing.assert_array_equal(run1(Op.CONVERT, np.array([1 + 2.0**-8 + 2.0**-40]), dtype=DType.BFLOAT16)
+                                  .astype(np.float32), [1.0])
+
+
+def test_bfloat16_sums_and_dots_accumulate_in_float32() -> None:
+    x = np.array([256, 1, 1], BF16)  # one bf16 add at a time: 256 + 1 -> 256 (tie to even), twice
+    assert float(run1(Op.REDUCE, x, kind="sum", axes=(0,))) == 258.0
+    got = run1(Op.DOT_GENERAL, x, np.ones(3, BF16), lhs_contracting=(0,), rhs_contracting=(0,))
+    assert got.dtype == BF16 and float(got) == 258.0
+
+
+def test_bfloat16_max_min_nan_and_signed_zero() -> None:
+    x = np.array([-0.0, 0.0], BF16)
+    assert not np.signbit(run1(Op.REDUCE, x, kind="max", axes=(0,)).astype(np.float32))
+    assert np.signbit(run1(Op.REDUCE, x, kind="min", axes=(0,)).astype(np.float32))
+    got = run1(Op.MAX, np.array([np.nan, 1], BF16), np.array([2, np.nan], BF16))
+    assert np.isnan(got.astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("dt", NEW)
+@pytest.mark.parametrize("shape", [(0,), (1,), (2, 0)])
+def test_size_zero_and_one(dt: DType, shape: tuple[int, ...]) -> None:
+    x = np.ones(shape, dt.np)
+    got = run1(Op.MUL, x, x)
+    assert got.dtype == dt.np and got.shape == shape
+    s = run1(Op.REDUCE, x, kind="sum", axes=tuple(range(len(shape))))
+    assert s.dtype == dt.np and float(s) == x.size
+
+
+@pytest.mark.parametrize("dt", [DType.INT8, DType.UINT16, DType.BFLOAT16])
+def test_iota_of_new_dtypes(dt: DType) -> None:
+    b = Builder("t")
+    m = b.build(b.op(Op.IOTA, shape=(4,), dtype=dt, dimension=0))
+    got = evaluate(m)[0]
+    assert got.dtype == dt.np and list(got.astype(np.float64)) == [0, 1, 2, 3]
+
+
+def test_default_capabilities_do_not_claim_the_new_dtypes() -> None:
+    """A plugin written against the first contract (default Capabilities) never receives a
+    narrow/unsigned integer or bfloat16 node: it goes to the host, with the reason."""
+    from axle.backend import Capabilities
+    from axle.ir.dtypes import BASE_DTYPES
+
+    for dt in NEW:
+        b = Builder("t")
+        p = b.parameter(TensorType(dt, (3,)))
+        node = b.build(b.op(Op.ADD, p, p)).entry.root
+        assert Capabilities().refusal(node) == f"op 'add' is not claimed for dtype {dt.value}"
+        assert Capabilities(dtypes=BASE_DTYPES | {dt}).refusal(node) is None
+
+
+@pytest.mark.parametrize("device", ["cpu:0", "interpreter:0"])
+def test_frontend_runs_new_dtypes_like_numpy(device: str) -> None:
+    import axle
+    import axle.numpy as anp
+
+    def f(a: object, b: object) -> object:
+        return anp.floor_divide(a, b) + a * 3 - anp.maximum(a, b)
+
+    for dt in [np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64]:
+        info = np.iinfo(dt)
+        x = np.array([info.max, info.min, 7, 100], dt)
+        y = np.array([2, 3, 0, 9], dt)
+        with np.errstate(all="ignore"):
+            want = f(x, y)
+        got = axle.jit(f, device=device)(x, y).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    xb = np.array([1.5, -2.25, np.nan, 3.0], BF16)
+    got = axle.jit(lambda a: anp.sum(a * 2 + 1.0), device=device)(xb).numpy()
+    assert got.dtype == BF16 and np.isnan(float(got))
+    assert anp.int8 is np.int8 and anp.bfloat16 is ml_dtypes.bfloat16 and axle.bfloat16 is DType.BFLOAT16
