@@ -56,6 +56,16 @@ def fptosi_sat(b: ir.IRBuilder, x: ir.Value, to: ir.IntType) -> ir.Value:
     return b.select(b.fcmp_ordered("<", x, lo), ir.Constant(to, -(2 ** (to.width - 1))), v)
 
 
+def fptoui_sat(b: ir.IRBuilder, x: ir.Value, to: ir.IntType) -> ir.Value:
+    """float -> unsigned int, saturating, NaN -> 0 (llvm.fptoui.sat's semantics): negative
+    values give 0, values >= 2^w all ones. 2^w is exact in every float type but a half's."""
+    t = x.type
+    hi = _c(t, 2.0 ** to.width)
+    ok = b.and_(b.fcmp_ordered(">=", x, _c(t, 0.0)), b.fcmp_ordered("<", x, hi))
+    v = b.fptoui(b.select(ok, x, _c(t, 0.0)), to)
+    return b.select(b.fcmp_ordered(">=", x, hi), ir.Constant(to, -1), v)
+
+
 def _c(t: ir.Type, v: float) -> ir.Constant:
     return ir.Constant(t, v)
 

@@ -22,7 +22,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 
 from .emitter import KernelSpec
-from .gemm import GemmSpec
+from .gemm import GEMM_DTYPES, GemmSpec
 
 
 @dataclass
@@ -117,6 +117,11 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "dot":
             if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):
                 steps.append(HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)"))
+            elif launch.node.dtype not in GEMM_DTYPES:
+                # the narrow/unsigned integers and bfloat16: the loop nest's dot (one
+                # accumulation per output element), not the tiled GEMM
+                spec = _spec(kernels, launch.computation, "loop", label)
+                steps.append(KernelStep(spec, ins, outs, types, label))
             else:
                 spec = _spec(kernels, launch.computation, "gemm", label, vector_bits)
                 steps.append(KernelStep(spec, ins, outs, types, label))
