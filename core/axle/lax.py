@@ -57,9 +57,14 @@ def reduce(x: Value, kind: str, axes: Sequence[int]) -> Value:
 
 
 def dot_general(lhs: Value, rhs: Value, lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
-                lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = ()) -> Value:
+                lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = (),
+                preferred_element_type: Any = None) -> Value:
+    """``preferred_element_type``: accumulate and return in this wider dtype (int8 operands
+    with int32, bfloat16 with float32), as jax's."""
+    extra = {} if preferred_element_type is None else {"preferred_element_type": preferred_element_type}
     return bind(Op.DOT_GENERAL, lhs, rhs, lhs_contracting=tuple(lhs_contracting),
-                rhs_contracting=tuple(rhs_contracting), lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch))
+                rhs_contracting=tuple(rhs_contracting), lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch),
+                **extra)
 
 
 def broadcast_in_dim(x: Value, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Value:

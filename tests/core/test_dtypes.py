@@ -225,3 +225,55 @@ def test_frontend_runs_new_dtypes_like_numpy(device: str) -> None:
     got = axle.jit(lambda a: anp.sum(a * 2 + 1.0), device=device)(xb).numpy()
     assert got.dtype == BF16 and np.isnan(float(got))
     assert anp.int8 is np.int8 and anp.bfloat16 is ml_dtypes.bfloat16 and axle.bfloat16 is DType.BFLOAT16
+
+
+# ----------------------------------------------------------- dot_general preferred_element_type
+
+
+def _dot_module(lt: TensorType, rt: TensorType, pref: DType | None) -> object:
+    b = Builder("t")
+    x, y = b.parameter(lt), b.parameter(rt)
+    extra = {} if pref is None else {"preferred_element_type": pref}
+    return b.build(b.dot_general(x, y, lhs_contracting=(1,), rhs_contracting=(0,), **extra))
+
+
+def test_int8_dot_accumulates_in_int32_with_preferred_element_type() -> None:
+    a = np.full((2, 300), 127, np.int8)
+    c = np.full((300, 3), -128, np.int8)
+    m = _dot_module(TensorType(DType.INT8, (2, 300)), TensorType(DType.INT8, (300, 3)), DType.INT32)
+    got = evaluate(m, a, c)[0]
+    assert got.dtype == np.int32 and (got == 127 * -128 * 300).all()
+    # without it the dot stays in int8 and wraps (XLA)
+    plain = evaluate(_dot_module(TensorType(DType.INT8, (2, 300)), TensorType(DType.INT8, (300, 3)), None), a, c)[0]
+    assert plain.dtype == np.int8 and (plain == np.array(127 * -128 * 300).astype(np.int8)).all()
+
+
+def test_preferred_element_type_prints_parses_and_is_omitted_when_unset() -> None:
+    m = _dot_module(TensorType(DType.BFLOAT16, (2, 3)), TensorType(DType.BFLOAT16, (3, 4)), DType.FLOAT32)
+    text = m.as_text()
+    assert "preferred_element_type=f32" in text and "-> f32[2,4]" in text
+    assert parse_module(text).as_text() == text
+    plain = _dot_module(TensorType(DType.FLOAT32, (2, 3)), TensorType(DType.FLOAT32, (3, 4)), None).as_text()
+    assert "preferred_element_type" not in plain
+
+
+@pytest.mark.parametrize("src, pref", [(DType.INT32, DType.INT8), (DType.INT8, DType.UINT16), (DType.INT8, DType.FLOAT32),
+                                       (DType.FLOAT32, DType.INT64), (DType.FLOAT16, DType.BFLOAT16),
+                                       (DType.UINT8, DType.INT8)])
+def test_preferred_element_type_must_widen_exactly(src: DType, pref: DType) -> None:
+    with pytest.raises(DTypeError, match=f"preferred_element_type {pref.value}.*{src.value}"):
+        _dot_module(TensorType(src, (2, 3)), TensorType(src, (3, 4)), pref)
+
+
+def test_preferred_element_type_gradient_returns_operand_dtypes() -> None:
+    import axle
+    from axle import lax
+    import axle.numpy as anp
+
+    x = np.array([[1.5, -2.0, 0.25]], BF16)
+    y = np.array([[2.0], [0.5], [-4.0]], BF16)
+    gx, gy = axle.grad(lambda a, c: anp.sum(lax.dot_general(a, c, (1,), (0,), preferred_element_type=np.float32)),
+                       argnums=(0, 1))(x, y)
+    assert gx.dtype == BF16 and gy.dtype == BF16
+    np.testing.assert_array_equal(gx.numpy().astype(np.float32), y.astype(np.float32).T)
+    np.testing.assert_array_equal(gy.numpy().astype(np.float32), x.astype(np.float32).T)

@@ -857,6 +857,8 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     def nest(k: int) -> None:
         if k == len(lc):
             x, y = em.value(lhs, li), em.value(rhs, ri)
+            if lhs.dtype is not dt:  # preferred_element_type: widen the operands exactly first
+                x, y = convert_value(em.b, x, lhs.dtype, dt), convert_value(em.b, y, rhs.dtype, dt)
             if wide:
                 x, y = em.b.fpext(x, acc_t), em.b.fpext(y, acc_t)
             p = em.b.fmul(x, y) if dt.is_float else em.b.mul(x, y)

@@ -115,11 +115,13 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
                                   f"custom-call:{launch.node.attr['target']}"))
             continue
         if launch.kind == "dot":
-            if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):
+            widened = launch.node.operands[0].dtype is not launch.node.dtype
+            if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
                 steps.append(HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)"))
-            elif launch.node.dtype not in GEMM_DTYPES:
-                # the narrow/unsigned integers and bfloat16: the loop nest's dot (one
-                # accumulation per output element), not the tiled GEMM
+            elif launch.node.dtype not in GEMM_DTYPES or widened:
+                # the narrow/unsigned integers and bfloat16, and dots that widen their
+                # operands (preferred_element_type): the loop nest's dot (one accumulation
+                # per output element), not the tiled GEMM
                 spec = _spec(kernels, launch.computation, "loop", label)
                 steps.append(KernelStep(spec, ins, outs, types, label))
             else:

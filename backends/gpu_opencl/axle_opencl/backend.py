@@ -19,7 +19,7 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.errors import BackendError
-from axle.ir.dtypes import BASE_DTYPES, DType
+from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
 from axle.ir.ops import Op
@@ -156,7 +156,7 @@ class OpenCLBackend(Backend):
 
     def capabilities(self, device: Device) -> Capabilities:
         fp64 = bool(device.properties.get("fp64"))
-        dts = frozenset(d for d in BASE_DTYPES if fp64 or d is not DType.FLOAT64)
+        dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
         return Capabilities(dtypes=dts, limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
 
     def fusion_policy(self) -> FusionPolicy:

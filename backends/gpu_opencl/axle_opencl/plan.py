@@ -18,7 +18,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 from axle.lowering.schedule import schedule
 
-from .dots import dot_kernel, dot_kernel_cpu
+from .dots import DOT_DTYPES, dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel
 
 Slot = int  # a buffer slot of the shared kernel plan
@@ -68,7 +68,8 @@ def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
     if not outs:
         return []
     nodes = [n for n, _ in outs]
-    if s.form == "dot":
+    # (a dot that widens its operands, preferred_element_type, is a map kernel too)
+    if s.form == "dot" and nodes[0].dtype in DOT_DTYPES and nodes[0].operands[0].dtype is nodes[0].dtype:
         d = nodes[0]
         k = (None if dev.is_gpu else dot_kernel_cpu(d, dev)) or dot_kernel(d, dev)
         k.inputs = [("param", o.attr["index"]) for o in d.operands]

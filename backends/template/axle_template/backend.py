@@ -30,6 +30,9 @@ from .executable import TemplateExecutable
 #: partitioner, which is how a partially brought-up device stays usable from day one.
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
     Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT}
+#: The dtypes this device runs: all of the IR's (the shared C renderer computes float16 and
+#: bfloat16 in float and rounds once per op).
+DTYPES: frozenset[DType] = frozenset(ALL_DTYPES)
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 
@@ -75,9 +78,10 @@ class TemplateBackend(Backend):
         claim_all = self.claim_all
         if claim_all is None:
             claim_all = config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
+        # HARDWARE: list the dtypes your device computes; the others run on the host.
         if claim_all:
-            return Capabilities()
-        return Capabilities(ops=CLAIMED, op_dtypes=OP_DTYPES)
+            return Capabilities(dtypes=DTYPES)
+        return Capabilities(ops=CLAIMED, dtypes=DTYPES, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)

@@ -68,6 +68,8 @@ class AttrSpec:
         """Canonical, hashable form of an attribute value (tuples, DType...)."""
         k = self.kind
         why = ""
+        if value is None and self.default is None:  # an optional attribute left unset
+            return None
         try:
             if k is AttrKind.INT:
                 return as_int(value)
@@ -362,7 +364,12 @@ def _reduce(x: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
 
 
 def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...], rhs_batch: tuple[int, ...],
-                 lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...]) -> np.ndarray:
+                 lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...],
+                 preferred_element_type: DType | None = None) -> np.ndarray:
+    if preferred_element_type is not None:
+        # widen the operands exactly, then multiply and accumulate in the preferred type
+        # (int8 x int8 -> int32 sums products in int32, wrapping there; bf16 -> f32 in f32)
+        lhs, rhs = (convert_array(x, preferred_element_type) for x in (lhs, rhs))
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     lsub = [""] * lhs.ndim
     rsub = [""] * rhs.ndim
@@ -510,6 +517,22 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
             raise _shape_error(op, ts,
                                f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
     return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
+
+
+def _dot_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    """The operands' dtype, or ``preferred_element_type`` (StableHLO/jax): a wider type of
+    the same kind the products are accumulated in (int8 -> int32, bfloat16 -> float32)."""
+    dt = _same_dtype(op, ts, attrs)
+    pref = attrs.get("preferred_element_type")
+    if pref is None or pref is dt:
+        return dt
+    same_kind = (pref.is_int and dt.is_int) or (pref.is_float and dt.is_float)
+    # the widening must be exact: a wider type, and never signed -> unsigned
+    exact = pref.bits > dt.bits and not (dt.is_signed and pref.is_unsigned)
+    if not same_kind or not exact:
+        raise DTypeError(f"{op.value}: preferred_element_type {pref.value} is not an exact widening of the "
+                         f"operands' {dt.value} (operands: {_types_str(ts)})")
+    return pref
 
 
 def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
@@ -709,11 +732,13 @@ _def(Op.SELECT, 3, _select_shape, _select_dtype, lambda p, a, b: np.where(p, a, 
 _def(Op.REDUCE, 1, _reduce_shape, _reduce_dtype, _quiet(_reduce),
      attrs=(AttrSpec("kind", AttrKind.ENUM, choices=tuple(REDUCE_KINDS)), AttrSpec("axes", AttrKind.INTS)),
      traits=Traits(reduction=True), doc="Reduces `axes` with sum/prod/max/min/and/or; empty -> identity.")
-_def(Op.DOT_GENERAL, 2, _dot_shape, _same_dtype, _quiet(_dot_general),
+_def(Op.DOT_GENERAL, 2, _dot_shape, _dot_dtype, _quiet(_dot_general),
      attrs=(AttrSpec("lhs_batch", AttrKind.INTS, ()), AttrSpec("rhs_batch", AttrKind.INTS, ()),
-            AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS)),
+            AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS),
+            AttrSpec("preferred_element_type", AttrKind.DTYPE, None)),
      traits=Traits(contraction=True), operand_dtypes=NUMERIC,
-     doc="Output dims: batch, lhs free, rhs free (XLA order).")
+     doc="Output dims: batch, lhs free, rhs free (XLA order). `preferred_element_type` (optional): "
+         "the result and accumulation dtype, an exact widening of the operands' (int8 -> int32).")
 
 # data movement
 _def(Op.BROADCAST_IN_DIM, 1, _broadcast_shape, _same_dtype, _broadcast_in_dim,

@@ -110,7 +110,9 @@ def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root:
     if n.op is Op.CONSTANT:
         return f"{lhs} constant({format_literal(n.attr['value'])})"
     args = ", ".join("%" + names[o.uid] for o in n.operands)
-    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs)
+    # an optional attribute whose default is None is written only when it is set
+    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs
+                      if v is not None or d.attr_spec(k).default is not None)
     return f"{lhs} {n.op.value}({args})" + (f", {attrs}" if attrs else "")
 
 

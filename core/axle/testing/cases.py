@@ -343,6 +343,27 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+def _preferred_dots(op: Op) -> list[OpCase]:
+    """dot_general with preferred_element_type (quantized matmuls): full-range int8 operands
+    whose sums overflow int8 but not int32, bfloat16 and float16 accumulated in float32."""
+    rng = np.random.default_rng(15)
+    out = []
+    for src, dst, lo, hi in ((DType.INT8, DType.INT32, -128, 128), (DType.UINT8, DType.UINT32, 0, 256),
+                             (DType.INT16, DType.INT64, -2**15, 2**15), (DType.UINT8, DType.INT32, 0, 256)):
+        for name, ls, rs, attrs in (_DOT_SPECS[1], _DOT_SPECS[6], _DOT_SPECS[8]):
+            a, b = (rng.integers(lo, hi, s).astype(src.np) for s in (ls, rs))
+            out.append(_explicit_case(f"dot.{name}-{src.value}-to-{dst.value}",
+                                      lambda bl, p, at=attrs, d=dst: bl.dot_general(*p, preferred_element_type=d, **at),
+                                      [a, b]))
+    for src, dst in ((DType.BFLOAT16, DType.FLOAT32), (DType.FLOAT16, DType.FLOAT32), (DType.FLOAT32, DType.FLOAT64)):
+        for name, ls, rs, attrs in (_DOT_SPECS[1], _DOT_SPECS[6]):
+            a, b = (rng.standard_normal(s).astype(src.np) for s in (ls, rs))
+            out.append(_explicit_case(f"dot.{name}-{src.value}-to-{dst.value}",
+                                      lambda bl, p, at=attrs, d=dst: bl.dot_general(*p, preferred_element_type=d, **at),
+                                      [a, b]))
+    return out
+
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -376,7 +397,7 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.REDUCE: OpCaseRow(_reduce, REDUCE_SHAPES, ALL, variants=("sum", "prod", "max", "min", "and", "or"),
                          extra=lambda op: _signed_zero_rows()),
     Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
-                                                  DType.INT64, *_NEW_DTYPES)),
+                                                  DType.INT64, *_NEW_DTYPES), extra=_preferred_dots),
     Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
         ((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
         ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))), ALL),
