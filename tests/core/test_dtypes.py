@@ -277,3 +277,17 @@ def test_preferred_element_type_gradient_returns_operand_dtypes() -> None:
     assert gx.dtype == BF16 and gy.dtype == BF16
     np.testing.assert_array_equal(gx.numpy().astype(np.float32), y.astype(np.float32).T)
     np.testing.assert_array_equal(gy.numpy().astype(np.float32), x.astype(np.float32).T)
+
+
+def test_random_program_generator_makes_every_new_dtype() -> None:
+    from axle.testing.random_modules import random_module
+
+    seen: set[DType] = set()
+    preferred = False
+    for seed in range(150):
+        m, _ = random_module(seed, 30)
+        for n in m.entry.nodes:
+            if isinstance(n.type, TensorType):
+                seen.add(n.type.dtype)
+            preferred |= n.op is Op.DOT_GENERAL and n.attr["preferred_element_type"] is not None
+    assert set(NEW) <= seen and preferred
