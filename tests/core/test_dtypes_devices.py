@@ -19,6 +19,8 @@ from axle.testing.cases import run_case
 from axle.testing.cases import _explicit_case as explicit_case
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+#: the new dtypes run in the full tier (CI); the fast tier keeps f32/s32/pred (tests/conftest.py)
+pytestmark = pytest.mark.full_only
 #: the devices that lower these dtypes themselves (no host fallback allowed)
 CLAIMING = ["cpu", "opencl", "template"]
 

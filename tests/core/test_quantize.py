@@ -10,6 +10,9 @@ import axle.numpy as anp
 from axle.errors import DTypeError
 from axle.testing import require_backend
 
+#: the new dtypes run in the full tier (CI); the fast tier keeps f32/s32/pred (tests/conftest.py)
+pytestmark = pytest.mark.full_only
+
 
 def _expected(x: np.ndarray, scale: object, zp: object, dt: type) -> np.ndarray:
     info = np.iinfo(dt)
