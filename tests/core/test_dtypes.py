@@ -291,3 +291,16 @@ def test_random_program_generator_makes_every_new_dtype() -> None:
                 seen.add(n.type.dtype)
             preferred |= n.op is Op.DOT_GENERAL and n.attr["preferred_element_type"] is not None
     assert set(NEW) <= seen and preferred
+
+
+def test_simplifier_keeps_abs_of_a_negated_unsigned_value() -> None:
+    """abs(neg(x)) == abs(x) holds for signed values only: unsigned abs is the identity, so
+    abs(neg(x)) is the wrapped negation (-(1) = 255 in u8)."""
+    from axle.passes import optimize
+
+    for dt in (DType.UINT8, DType.UINT64, DType.INT8):
+        b = Builder("t")
+        p = b.parameter(TensorType(dt, (4,)))
+        m = b.build(b.op(Op.ABS, b.op(Op.NEG, p)))
+        x = np.array([0, 1, 2, 100], dt.np)
+        np.testing.assert_array_equal(evaluate(optimize(m), x)[0], evaluate(m, x)[0])
