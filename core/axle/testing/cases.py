@@ -339,6 +339,25 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+def _bitcast(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase | None:
+    if src is dst or src.is_bool or dst.is_bool or src.itemsize != dst.itemsize:
+        return None  # only same-width bitcasts exist (docs/ir.md)
+    return _case(f"bitcast-convert-{src.value}-to-{dst.value}", lambda b, p: b.op(op, p[0], dtype=dst),
+                 [_t(src, (37,))], rng)
+
+
+def _shift_amounts(op: Op) -> list[OpCase]:
+    """Every amount from -2 to 2 * width + 1 (the out-of-range ones give 0 or the sign
+    fill) against values with the top bit set and clear, per integer dtype."""
+    out = []
+    for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
+        info = np.iinfo(dt.np)
+        amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
+        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
+    return out
+
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -391,6 +410,10 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.RNG_BIT_GENERATOR: OpCaseRow(_rng_bits, ((), (5,), (3, 7), (0,), (1000,)), (DType.INT32, DType.INT64)),
     Op.PARAMETER: OpCaseRow(_parameter, ((3,),), ALL),
     Op.CUSTOM_CALL: OpCaseRow(_custom_call, ((3, 5),), (DType.FLOAT32, DType.INT32)),
+    # bit operations
+    Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
+    **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
+       for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by
