@@ -380,6 +380,20 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
     return f"{d.float_cast[dst]}({x})"
 
 
+def is_finite(x: Expr) -> Expr:
+    """is-finite as 0/1 (C's isfinite macro may return any nonzero value)."""
+    return f"(isfinite({x}) != 0)"
+
+
+def bitcast(d: Dialect, n: Node, x: Expr) -> Expr:
+    """bitcast-convert node ``n`` of the register value ``x`` (a union helper)."""
+    src, dst = n.operands[0].dtype, n.dtype
+    if (src, dst) not in _bitcastable(d):
+        raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
+                           "form", where=n.loc)
+    return f"axle_bc_{src.value}_{dst.value}({x})"
+
+
 def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
     """The dtype a loop keeps reduction ``kind`` (or a dot, as "sum") of ``dt`` values in:
     the reduce table's, except that a dialect with ``wide_float_sums`` adds float32 and
@@ -635,14 +649,10 @@ class _KernelBuilder:
         return compare(n.attr["direction"], a, b)
 
     def _is_finite(self, n: Node, idx: Idx) -> str:
-        return f"(isfinite({self.value(n.operands[0], idx)}) != 0)"  # C's macro: any nonzero
+        return is_finite(self.value(n.operands[0], idx))
 
     def _bitcast(self, n: Node, idx: Idx) -> str:
-        (x,) = n.operands
-        if (x.dtype, n.dtype) not in _bitcastable(self.d):
-            raise BackendError(f"{self.d.name} renderer: bitcast-convert {x.type} to {n.dtype.value} has no register "
-                               "form", where=n.loc)
-        return f"axle_bc_{x.dtype.value}_{n.dtype.value}({self.value(x, idx)})"
+        return bitcast(self.d, n, self.value(n.operands[0], idx))
 
     def _select(self, n: Node, idx: Idx) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)
