@@ -724,9 +724,10 @@ _def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
      doc="Calls a named external function; its reference is registered with register_custom_call.")
 
 # elementwise completeness (float): StableHLO/CHLO names and semantics
-for _op, _f in [(Op.TAN, np.tan), (Op.EXPM1, np.expm1), (Op.LOG1P, np.log1p), (Op.CBRT, np.cbrt),
-                (Op.ERF, bitwise.erf)]:
-    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_f), traits=_EW_T, operand_dtypes=FLOATS)
+_FLOAT_FNS: list[tuple[Op, Callable[[np.ndarray], np.ndarray]]] = [
+    (Op.TAN, np.tan), (Op.EXPM1, np.expm1), (Op.LOG1P, np.log1p), (Op.CBRT, np.cbrt), (Op.ERF, bitwise.erf)]
+for _op, _fn in _FLOAT_FNS:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_fn), traits=_EW_T, operand_dtypes=FLOATS)
 _def(Op.ATAN2, 2, _same_shape, _same_dtype, _float_binary(np.arctan2), traits=_EW_T, operand_dtypes=FLOATS,
      doc="atan2(y, x): the angle of (x, y) in [-pi, pi], signed zeros and infinities as C's atan2.")
 _def(Op.ROUND_NEAREST_EVEN, 1, _first_shape, _same_dtype, _quiet(np.rint), traits=_EW, operand_dtypes=FLOATS,

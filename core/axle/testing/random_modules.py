@@ -226,9 +226,21 @@ class _Gen:
         axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
 
+    def bitcast(self) -> Node:
+        """An integer's bits as a float of its width, or a fresh float parameter's bits as
+        an integer: a NaN computed inside a kernel has no fixed payload (0/0 is a negative
+        NaN on x86, a constant-folded one positive), so floats bitcast only as loaded."""
+        widths = {dt: [o for o in DTYPES if o is not dt and not o.is_bool and o.itemsize == dt.itemsize]
+                  for dt in DTYPES if not dt.is_bool}
+        src = self.choice([dt for dt, outs in widths.items() if outs])
+        x = self.param(TensorType(src, self.choice(SHAPES))) if src.is_float else self.operand((src,))
+        return self.b.op(Op.BITCAST_CONVERT, x, dtype=self.choice(widths[src]))
+
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # one branch per op family is the point
         b, d = self.b, OPS[op]
+        if op is Op.BITCAST_CONVERT:
+            return self.bitcast()
         if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
             x = self.operand(d.operand_dtypes)
             ys = [self.splat(x.tensor_type) if self.rng.random() < 0.35 else self.like(x.tensor_type)
