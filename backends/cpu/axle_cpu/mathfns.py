@@ -17,6 +17,11 @@ ranges, see tests/backends/cpu/test_math.py and docs/backend-cpu.md):
 * sin/cos: in trig.py: Cody-Waite reduction for moderate arguments, Payne-Hanek (a window
   of the bits of 2/pi) for huge ones; Taylor kernel on |r| <= pi/4; a module function with a
   vector variant the loop vectorizer calls. < 0.8 ulp over the whole finite range.
+* tan: sin/cos above (~2 ulp); log1p: log(u) * x / (u - 1), u = 1 + x (~3 ulp); cbrt:
+  Newton's iteration in double from an exponent-bits estimate (f32 correctly rounded in the
+  sweep, f64 ~1 ulp); next-after: one step of the bit pattern in the storage format.
+* erf, atan2: the C library's double functions (calls: a loop using them stays scalar;
+  no vectorizable approximation is written yet), float32 widened and rounded once.
 """
 from __future__ import annotations
 
@@ -219,7 +224,14 @@ def cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     y = b.select(sub, b.fmul(y, _c(F64, 2.0 ** -18)), y)
     special = b.or_(b.fcmp_unordered("==", a, _c(F64, 0.0)), b.fcmp_ordered("==", a, _c(F64, math.inf)))
     r = intrinsic(b, "llvm.copysign.f64", F64, [b.select(special, a, y), xd])
-    return b.fptrunc(r, F32) if t == F32 else r
+    return _narrow(b, r) if t == F32 else r
+
+
+def _narrow(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
+    """double -> float behind an arithmetic fence: a float16 op rounds this float to half
+    next, and LLVM would merge the two truncations into a double->half libcall
+    (__truncdfhf2) that the JIT process does not provide (a call to address 0)."""
+    return intrinsic(b, "llvm.arithmetic.fence.f32", F32, [b.fptrunc(r, F32)])
 
 
 def _libm_double(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
@@ -233,7 +245,7 @@ def _libm_double(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
         fn = ir.Function(mod, ir.FunctionType(F64, [F64] * len(args)), name=name)
         fn.attributes.add("nounwind")
     r = b.call(mod.globals[name], wide)
-    return b.fptrunc(r, F32) if t == F32 else r
+    return _narrow(b, r) if t == F32 else r
 
 
 def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -260,6 +272,8 @@ def next_after(b: ir.IRBuilder, x: ir.Value, y: ir.Value, storage: ir.Type) -> i
     stepped = b.bitcast(b.add(bits, b.select(away, ir.Constant(it, 1), ir.Constant(it, -1))), storage)
     tiny = intrinsic(b, f"llvm.copysign.{suffix(storage)}", storage, [ir.Constant(storage, _TINIEST[str(storage)]), ys])
     r = b.select(b.fcmp_ordered("==", xs, ir.Constant(storage, 0.0)), tiny, stepped)
-    r = b.select(b.fcmp_ordered("==", xs, ys), ys, r)
+    # x == y gives y: as copysign(x, y), since LLVM may replace y by the equal x in a
+    # select on x == y, which loses the sign of next_after(+0.0, -0.0) = -0.0
+    r = b.select(b.fcmp_ordered("==", xs, ys), intrinsic(b, f"llvm.copysign.{suffix(storage)}", storage, [xs, ys]), r)
     r = b.select(b.fcmp_unordered("uno", xs, ys), b.fadd(xs, ys), r)
     return b.fpext(r, t) if storage != t else r

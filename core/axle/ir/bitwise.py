@@ -116,3 +116,9 @@ def bitcast_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DT
 
 def first_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
     return ts[0].shape
+
+
+def next_after(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # C's nextafter returns y when x == y (so next_after(0.0, -0.0) is -0.0); NumPy's
+    # float16 nextafter returns x there, its float32/64 ones y.
+    return np.where(x == y, y, np.nextafter(x, y)).astype(x.dtype)

@@ -734,7 +734,7 @@ _def(Op.ROUND_NEAREST_EVEN, 1, _first_shape, _same_dtype, _quiet(np.rint), trait
      doc="Rounds to the nearest integer, ties to even (NumPy's rint/round).")
 _def(Op.IS_FINITE, 1, _first_shape, _bool_dtype, _quiet(np.isfinite), traits=_EW, operand_dtypes=FLOATS,
      doc="-> pred: neither NaN nor an infinity.")
-_def(Op.NEXT_AFTER, 2, _same_shape, _same_dtype, _quiet(np.nextafter), traits=_EW, operand_dtypes=FLOATS,
+_def(Op.NEXT_AFTER, 2, _same_shape, _same_dtype, _quiet(bitwise.next_after), traits=_EW, operand_dtypes=FLOATS,
      doc="The next representable value after x towards y (float16 in its own format; y if x == y; NaN if either is).")
 
 # bit operations: integer dtypes by property (every signed and unsigned width), xor also pred
