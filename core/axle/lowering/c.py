@@ -183,16 +183,19 @@ def _bit_helpers(d: Dialect) -> dict[str, str]:
             f"union {{ {d.reg[a]} a; {d.reg[b]} b; }} u; u.a = x; return u.b; }}")
     # nextafter in float16's own format on a float register holding a half: the step is
     # the half ulp of |x|'s binade (of the binade below when moving down from a power of
-    # two), never below the smallest subnormal 2^-24; x + step is exact in float.
+    # two), never below the smallest subnormal 2^-24; x + step is exact in float (a zero
+    # result, from the smallest subnormal towards zero, keeps x's sign).
     frexp, ldexp = _fn(d, DType.FLOAT32, "frexp"), _fn(d, DType.FLOAT32, "ldexp")
     out["axle_nextafter_h"] = (
         f"{d.helper_prefix} float axle_nextafter_h(float x, float y) {{\n"
         "  if (x != x || y != y) return x + y;\n  if (x == y) return y;\n"
+        "  if (isinf(x)) return copysign(65504.0f, x);  /* from an infinity: the largest half */\n"
         "  if (x == 0) return y > 0 ? 5.9604644775390625e-08f : -5.9604644775390625e-08f;\n"
         f"  int e; float m = {frexp}(fabs(x), &e);\n"
         "  int k = ((x < y) != (x > 0) && m == 0.5f) ? e - 12 : e - 11;\n"
         f"  float step = {ldexp}(1.0f, k < -24 ? -24 : k);\n"
-        "  return x < y ? x + step : x - step;\n}")
+        "  float r = x < y ? x + step : x - step;\n"
+        "  return r == 0 ? copysign(0.0f, x) : r;  /* -2^-24 + 2^-24 is +0: keep x's sign */\n}")
     return out
 
 

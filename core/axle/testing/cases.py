@@ -358,6 +358,22 @@ def _shift_amounts(op: Op) -> list[OpCase]:
     return out
 
 
+_SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e-5, 6e-8, 6e4, 1e30)
+
+
+def _special_pairs(op: Op) -> list[OpCase]:
+    """Every pair of special values (the grid's inputs pair each special only with itself),
+    per float dtype: next-after from an infinity or towards the other zero, atan2 of zeros
+    and infinities."""
+    out = []
+    for dt in FLOAT_DTYPES:
+        with np.errstate(all="ignore"):
+            k = np.array(_SPECIALS).astype(dt.np)
+        a, b = (g.ravel() for g in np.meshgrid(k, k))
+        out.append(_explicit_case(f"{op.value}-special-pairs-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
+    return out
+
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -414,6 +430,8 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
     **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
        for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
+    Op.ATAN2: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by
