@@ -22,7 +22,7 @@ ULP_BOUND = {
     Op.LOG1P: {DType.FLOAT16: 0.5, DType.FLOAT32: 4.0, DType.FLOAT64: 4.0},
     Op.CBRT: {DType.FLOAT16: 0.5, DType.FLOAT32: 0.5, DType.FLOAT64: 1.5},
     Op.ERF: {DType.FLOAT16: 0.5, DType.FLOAT32: 0.5, DType.FLOAT64: 1.0},
-    Op.ATAN2: {DType.FLOAT16: 0.5, DType.FLOAT32: 0.5, DType.FLOAT64: 1.5},
+    Op.ATAN2: {DType.FLOAT16: 0.5, DType.FLOAT32: 2.5, DType.FLOAT64: 2.5},
 }
 
 
