@@ -9,6 +9,7 @@ import pytest
 
 import axle
 import axle.numpy as anp
+from axle.errors import DTypeError
 
 FLOATS = (np.float16, np.float32, np.float64)
 
@@ -156,3 +157,12 @@ def test_logical_xor_and_clip_names() -> None:
     a, b = np.array([True, True, False, False]), np.array([True, False, True, False])
     np.testing.assert_array_equal(np.asarray(anp.logical_xor(a, b)), np.logical_xor(a, b))
     np.testing.assert_array_equal(np.asarray(anp.logical_xor(np.array([0, 2]), np.array([1, 3]))), [True, False])
+
+
+def test_bad_operands_raise_axle_errors_naming_the_function_and_line() -> None:
+    with pytest.raises(DTypeError, match=r"(?s)bitwise_left_shift: needs integer operands.*test_numpy_elementwise"):
+        anp.bitwise_left_shift(np.array([True]), np.array([True]))
+    with pytest.raises(DTypeError, match=r"bitwise_xor: needs bool or integer operands"):
+        anp.bitwise_xor(np.array([1.5]), np.array([1]))
+    with pytest.raises(DTypeError, match=r"positive: not defined for bool"):
+        anp.positive(np.array([True]))

@@ -12,6 +12,7 @@ import numpy as _np
 
 from .. import lax
 from ..errors import DTypeError
+from ..frontend.source import user_location
 from ..frontend.validate import finite_number
 from ._core import (
     _binary,
@@ -279,7 +280,7 @@ def _shift(name: str, signed_op: Any, unsigned_op: Any) -> Any:
         _check_int_or_bool(name, x, y)
         a, b = _prepare(name, x, y)
         if a.dtype.kind == "b":
-            raise DTypeError(f"{name}: needs integer operands, got {a.dtype}")
+            raise DTypeError(f"{name}: needs integer operands, got bool arrays {a.shape}", where=user_location())
         op = signed_op if a.dtype.kind == "i" else unsigned_op
         return _finish(op(a, b), x, y)  # amounts >= the width: 0, or the sign fill (as NumPy)
 
@@ -317,7 +318,8 @@ def bitwise_count(x: ArrayLike) -> Any:
 def positive(x: ArrayLike) -> Any:
     x = _arr(x)
     if x.dtype.kind == "b":
-        raise DTypeError("positive: not defined for bool arrays (as in NumPy)")
+        raise DTypeError(f"positive: not defined for bool arrays (as in NumPy), got bool{list(x.shape)}",
+                         where=user_location())
     return x
 
 
