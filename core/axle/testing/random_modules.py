@@ -31,8 +31,12 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
                         Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
+# elementwise completeness: a NaN or inf made inside a kernel reaches these too
+_NONFINITE_CONSUMERS += (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER)
 _INT_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
             Op.NOT, Op.POW)
+# bit operations: shift amounts from the splats (0, -1, INT_MIN, INT_MAX...) are out of range
+_INT_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ)
 _CHAIN_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.TANH,
               Op.LOGISTIC, Op.SQRT, Op.SIN, Op.COS, Op.FLOOR)
 
