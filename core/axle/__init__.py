@@ -17,7 +17,9 @@ import types
 
 from . import counters as _stats
 from . import errors, ir
-from .autodiff import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp, vmap
+from .autodiff import grad, hessian, jacfwd, jacrev, value_and_grad, vjp
+from .autodiff.forward import jvp, linearize
+from .autodiff.vectorize import vmap
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
 from .frontend.array import Array

@@ -32,11 +32,11 @@ from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from .capture import replay, trace_graph
-from .forward import Forward, jvp, linearize
+from .forward import Forward
 from .rules import VJP, full
-from .vmap import vmap
+from .vectorize import vmap
 
-__all__ = ["vjp", "grad", "value_and_grad", "jvp", "linearize", "vmap", "jacfwd", "jacrev", "hessian"]
+__all__ = ["vjp", "grad", "value_and_grad", "jacfwd", "jacrev", "hessian"]
 
 
 def _leaf_type(x: Any) -> tuple[TensorType, bool]:
