@@ -177,6 +177,27 @@ def test_per_example_gradients_match_a_loop_and_kernels_do_not_grow_with_the_bat
     assert kernels[4] == kernels[32], kernels
 
 
+def test_vmap_jvp_and_jacobians_in_every_execution_mode() -> None:
+    from modes_util import check_all_modes
+
+    w = RNG.standard_normal((3, 2))
+    xs = RNG.standard_normal((4, 3))
+    t = RNG.standard_normal(3)
+
+    def transformed(w: Any, xs: Any, t: Any) -> Any:
+        per = axle.vmap(axle.grad(lambda w, x: anp.sum(anp.tanh(x @ w))), in_axes=(None, 0))(w, xs)
+        tan = axle.jvp(lambda x: anp.sin(x) * x, (xs[0],), (t,))[1]
+        return per, tan, axle.jacfwd(lambda x: anp.exp(x) * x[::-1])(xs[1])
+
+    def reference(w: Any, xs: Any, t: Any) -> Any:
+        per = np.stack([np.outer(x, 1 - np.tanh(x @ w) ** 2) for x in xs])
+        x0, x1 = xs[0], xs[1]
+        jac = np.diag(np.exp(x1) * x1[::-1]) + np.exp(x1)[:, None] * np.eye(3)[::-1]
+        return per, (np.cos(x0) * x0 + np.sin(x0)) * t, jac
+
+    check_all_modes(transformed, reference, w, xs, t)
+
+
 def test_vmap_errors_name_the_user_line() -> None:
     x, y = np.ones((3, 2)), np.ones((4, 2))
     with axle.device(DEV):

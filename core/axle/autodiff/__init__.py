@@ -255,7 +255,7 @@ def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bo
             t = n.tensor_type
             parts = _blocks(col, in_types, t.shape)  # (*in_shape, *out_shape) each
             blocks.append([_move_axes_last(b, len(p.shape), t.rank) for b, p in zip(parts, in_types)])
-        jac = _jacobian_tree(fw.graph.out_tree, [_args_tree_of(args[i]) for i in idx], blocks, argnums)
+        jac = _jacobian_tree(fw.graph.out_tree, [fw.args_tree.children[i] for i in idx], blocks, argnums)
         return (jac, fw.aux()) if has_aux else jac
 
     return wrapped
@@ -264,10 +264,6 @@ def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bo
 def _move_axes_last(x: Any, k: int, rest: int) -> Any:
     """(*a[k], *b[rest]) -> (*b, *a)."""
     return lax.transpose(x, list(range(k, k + rest)) + list(range(k))) if k and rest else x
-
-
-def _args_tree_of(arg: Any) -> TreeDef:
-    return flatten(arg)[1]
 
 
 def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
