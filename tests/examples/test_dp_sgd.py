@@ -10,7 +10,8 @@ import axle
 dp = load_example("dp_sgd")
 
 
-def _numpy_private_grad(params, xs, ys, noise, clip, sigma):
+def _numpy_private_grad(params: list[dict], xs: np.ndarray, ys: np.ndarray, noise: list[dict], clip: float,
+                        sigma: float) -> list[dict]:
     """Per-example gradients by hand (a tanh MLP with softmax cross-entropy), one at a time."""
     total = [{k: np.zeros_like(v, np.float64) for k, v in layer.items()} for layer in params]
     for x, y in zip(xs.astype(np.float64), ys.astype(np.float64)):
