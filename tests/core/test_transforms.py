@@ -20,7 +20,7 @@ from axle.autodiff.jvp import DIFFERENTIABLE, JVP, NO_JVP
 from axle.errors import ArgumentError, ShapeError, TracingError
 from axle.frontend.bind import bind
 from axle.ir.module import Module, post_order
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import OPS, Op, register_custom_call
 from axle.testing.cases import OP_CASES, assert_program_close, cases_for, random_input
 
 DEV = "interpreter:0"
@@ -115,6 +115,9 @@ def test_vmap_in_axes_out_axes_and_pytrees() -> None:
         prod, ones = g(x, y[:3])
         np.testing.assert_allclose(np.asarray(prod), np.stack([x[:, i] @ y[:3] for i in range(4)], axis=-1))
         np.testing.assert_allclose(np.asarray(ones), np.ones((2, 4)))
+        # keyword arguments are batched along their axis 0
+        kw = axle.vmap(lambda a, scale=None: a * scale, in_axes=(None,))(np.arange(3.0), scale=np.arange(4.0))
+        np.testing.assert_allclose(np.asarray(kw), np.outer(np.arange(4.0), np.arange(3.0)))
 
 
 def test_nested_vmap_is_an_outer_product_of_batches() -> None:
@@ -343,6 +346,10 @@ def test_jvp_errors() -> None:
             axle.jvp(anp.sin, x, (x,))
         with pytest.raises(TracingError, match="has_aux"):
             axle.jvp(anp.sin, (x,), (x,), has_aux=True)
+        # an opaque custom call has no derivative: an error, never a silent zero
+        register_custom_call("test_transforms.double", lambda x, config: 2 * x)
+        with pytest.raises(TracingError, match="custom-call target 'test_transforms.double' has no derivative"):
+            axle.jvp(lambda a: lax.custom_call("test_transforms.double", [a], (3,), np.float64), (x,), (x,))
         # int inputs carry no tangent; int outputs get a zero tangent of their dtype
         _, t = axle.jvp(lambda a, i: a * lax.convert(i, np.float64), (x, np.arange(3)), (x, np.zeros(3, np.int64)))
         np.testing.assert_allclose(np.asarray(t), np.arange(3.0))

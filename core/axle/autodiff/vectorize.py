@@ -156,12 +156,21 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     prefix of the argument. ``out_axes``: the same for the outputs. ``axis_size``: the
     batch size, needed only when no input is batched. The batched function is one
     computation (batching rules per primitive, batching.py), composable with ``jit``,
-    ``grad``, ``jvp`` and itself."""
+    ``grad``, ``jvp`` and itself. Keyword arguments are batched along their axis 0."""
     @functools.wraps(fn)
-    def batched(*args: Any) -> Any:
+    def batched(*args: Any, **kwargs: Any) -> Any:
         leaves, args_tree = flatten(tuple(args))
-        b = _Batched(leaves, _in_axes(in_axes, args_tree), axis_size)
-        graph = trace_graph(fn, args_tree, b.avals, False, "vmap")
+        axes = _in_axes(in_axes, args_tree)
+        f = fn
+        if kwargs:  # keyword arguments are batched along their axis 0, as jax does
+            kw_leaves = flatten(kwargs)[0]
+            leaves, axes = leaves + kw_leaves, axes + [0] * len(kw_leaves)
+            args_tree = flatten((*args, kwargs))[1]
+
+            def f(*a: Any) -> Any:
+                return fn(*a[:-1], **a[-1])
+        b = _Batched(leaves, axes, axis_size)
+        graph = trace_graph(f, args_tree, b.avals, False, "vmap")
         env = _run(graph, b)
         _check_indices(graph, env)
         axes = _axes_per_leaf(out_axes, graph.out_tree, "vmap out_axes")
