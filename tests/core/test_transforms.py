@@ -258,13 +258,25 @@ def test_primitive_jvp_finite_differences_and_transpose_of_vjp(op: Op) -> None:
         np.testing.assert_allclose(lhs, rhs, rtol=rtol if opts else 1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("fn", [lax.max, lax.min], ids=["max", "min"])
+def test_max_min_tangent_is_the_transpose_of_the_vjp_at_ties_and_nans(fn: Any) -> None:
+    x = np.array([1.0, np.nan, 2.0, 3.0, -0.0, 0.5])
+    y = np.array([1.0, 0.0, np.nan, 1.0, 0.0, 4.0])
+    tx, ty = RNG.standard_normal(6), RNG.standard_normal(6)
+    with axle.device(DEV):
+        t = np.asarray(axle.jvp(fn, (x, y), (tx, ty))[1])
+        gx, gy = (np.asarray(g) for g in axle.vjp(fn, x, y)[1](np.ones(6)))
+    np.testing.assert_allclose(t, gx * tx + gy * ty, rtol=1e-15, atol=0)
+
+
 @pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN])
 def test_piecewise_constant_primitives_have_zero_tangent(op: Op) -> None:
-    fn = {Op.FLOOR: lax.floor, Op.CEIL: lax.ceil, Op.SIGN: lax.sign}[op]
+    fn = {Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.SIGN: np.sign}[op]
+    x = np.array([1.5, -2.5])
     with axle.device(DEV):
-        _, t = axle.jvp(lambda x: fn(x) * x, (np.array([1.5, -2.5]),), (np.array([1.0, 1.0]),))
-    np.testing.assert_array_equal(np.asarray(t), np.floor(np.array([1.5, -2.5])) if op is Op.FLOOR else
-                                  np.asarray(fn(np.array([1.5, -2.5]))))
+        _, t = axle.jvp(lambda v: bind(op, v) * v, (x,), (np.ones(2),))
+    # d(f(x)·x) = f'(x)·x + f(x) with f' = 0
+    np.testing.assert_array_equal(np.asarray(t), fn(x))
 
 
 def _f(x: Any, y: Any) -> Any:

@@ -10,6 +10,7 @@ makes the transformations nest (``vmap(grad(f))``, ``jacfwd(jacrev(f))``, ``jit(
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ class Graph:
     #: --check_indices flags of traced indices: (flag node, message, where), replayed too
     index_checks: list[tuple[Node, str, str | None]]
 
-    @property
+    @functools.cached_property
     def order(self) -> list[Node]:
         """Every node the outputs, aux and checks need, operands first."""
         return post_order(self.out_nodes + self.aux_nodes + [c[0] for c in self.index_checks])

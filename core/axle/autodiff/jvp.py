@@ -94,10 +94,12 @@ def _minmax(direction: str) -> JvpRule:
     def rule(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
         x, y = xs
         tx, ty = zeros_if_none(ts, n)
-        # ties take the mean of both tangents, as the VJP rule splits the cotangent evenly
+        # the transpose of the VJP rule: the chosen operand's tangent, the mean of both on a
+        # tie, and zero where neither is chosen (a NaN operand), as the VJP gives no cotangent
         tie = lax.mul(lax.add(tx, ty), full(0.5, n))
+        zero = full(0, n)
         return lax.select(lax.compare(x, y, direction), tx,
-                          lax.select(lax.compare(x, y, "eq"), tie, ty))
+                          lax.select(lax.compare(y, x, direction), ty, lax.select(lax.compare(x, y, "eq"), tie, zero)))
 
     return rule
 
