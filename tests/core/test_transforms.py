@@ -22,6 +22,7 @@ from axle.frontend.bind import bind
 from axle.ir.module import Module, post_order
 from axle.ir.ops import OPS, Op, register_custom_call
 from axle.testing.cases import OP_CASES, assert_program_close, cases_for, random_input
+from axle.testing.random_modules import random_module
 
 DEV = "interpreter:0"
 RNG = np.random.default_rng(11)
@@ -93,6 +94,25 @@ def test_vmap_of_every_op_case_matches_a_python_loop(op: Op) -> None:
             want_l = [np.stack([np.asarray(w[k] if isinstance(w, tuple) else w) for w in want])
                       for k in range(len(got_l))]
             assert_program_close(case.module, [np.asarray(g) for g in got_l], want_l, f"{case.id} in_axes={axes}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vmap_of_random_programs_matches_a_python_loop(seed: int) -> None:
+    """Random programs of the fuzzer (every primitive in combination): batched along a
+    different axis per input, against the program run example by example."""
+    module, inputs = random_module(seed, 14)
+    fn = as_function(module)
+    size = 2
+    types = module.entry.parameter_types
+    examples = [[x, random_input(np.random.default_rng(seed), t, small=True)] for x, t in zip(inputs, types)]
+    axes = [(seed + i) % (x.ndim + 1) for i, x in enumerate(inputs)]
+    args = [np.stack(ex, axis=ax) for ex, ax in zip(examples, axes)]
+    with axle.device(DEV):
+        got = axle.vmap(fn, in_axes=tuple(axes), axis_size=size if not args else None)(*args)
+        want = [fn(*[ex[b] for ex in examples]) for b in range(size)]
+    got_l = list(got) if isinstance(got, tuple) else [got]
+    want_l = [np.stack([np.asarray(w[k] if isinstance(w, tuple) else w) for w in want]) for k in range(len(got_l))]
+    assert_program_close(module, [np.asarray(g) for g in got_l], want_l, f"seed {seed}")
 
 
 # ------------------------------------------------------------------ vmap: axes, nesting, composition
