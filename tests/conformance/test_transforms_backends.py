@@ -1,6 +1,7 @@
 """Forward mode and vmap on every installed backend: ``jvp``, ``jacfwd``, ``jacrev`` and
 ``hessian`` under ``jit`` against central finite differences in float64 and against each
-other; ``vmap(grad)`` per-example gradients and nested vmap against Python loops."""
+other; ``vmap(grad)`` per-example gradients and nested vmap against Python loops, with
+kernel counts that do not depend on the batch size."""
 from __future__ import annotations
 
 from typing import Any
@@ -68,6 +69,10 @@ def test_vmap_per_example_gradients_and_nesting_match_loops(backend: str) -> Non
     with axle.device("interpreter:0"):
         want = np.stack([np.asarray(axle.grad(loss)(w, x)) for x in xs])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    # one batched computation: the kernels per call do not depend on the batch size
+    step = axle.jit(axle.vmap(axle.grad(loss), in_axes=(None, 0)), device=dev)
+    kernels = {n: step.lower(w, np.zeros((n, 4, 3), np.float32)).compile().report()["kernels"] for n in (4, 32)}
+    assert kernels[4] == kernels[32], kernels
     pair = axle.vmap(axle.vmap(lambda a, b: anp.dot(a, b), in_axes=(None, 0)), in_axes=(0, None))
     a, b = xs[0], xs[1]
     np.testing.assert_allclose(np.asarray(axle.jit(pair, device=dev)(a, b)), a @ b.T, rtol=1e-5, atol=1e-6)

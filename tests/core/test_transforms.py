@@ -181,7 +181,7 @@ def _clipped_mean_grad(w: Any, xs: Any, ys: Any) -> Any:
 
 def test_per_example_gradients_match_a_loop_and_kernels_do_not_grow_with_the_batch() -> None:
     w = _params()
-    step = axle.jit(_clipped_mean_grad, device="cpu:0")
+    step = axle.jit(_clipped_mean_grad, device=DEV)
     kernels = {}
     for n in (4, 32):
         xs, ys = RNG.standard_normal((n, 3, 4)), RNG.standard_normal((n, 3, 2))

@@ -41,7 +41,7 @@ def test_private_gradient_matches_a_per_example_loop() -> None:
     params = dp.init_params(rng)
     xs, ys = dp.synthetic_data(rng, 16)
     noise = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in layer.items()} for layer in params]
-    got = axle.jit(dp.private_grad, static_argnums=(4, 5), device="cpu:0")(params, xs, ys, noise, 0.3, 0.5)
+    got = axle.jit(dp.private_grad, static_argnums=(4, 5), device="interpreter:0")(params, xs, ys, noise, 0.3, 0.5)
     want = _numpy_private_grad(params, xs, ys, noise, 0.3, 0.5)
     for g, w in zip(got, want):
         for k in w:
@@ -49,7 +49,7 @@ def test_private_gradient_matches_a_per_example_loop() -> None:
 
 
 def test_training_lowers_the_loss_with_kernels_independent_of_the_batch() -> None:
-    _, losses, k8 = dp.train(steps=40, batch=8, device="cpu:0")
+    _, losses, k8 = dp.train(steps=40, batch=8, device="interpreter:0")
     assert losses[-1] < 0.8 * losses[0], losses
-    _, _, k64 = dp.train(steps=1, batch=64, device="cpu:0")
+    _, _, k64 = dp.train(steps=1, batch=64, device="interpreter:0")
     assert k8 == k64
