@@ -374,6 +374,9 @@ def test_jvp_errors() -> None:
         assert "test_transforms.py" in (e.value.where or "")
         with pytest.raises(ShapeError, match="structure"):
             axle.jvp(lambda a, b: a, (x, x), (x,))
+        with pytest.raises(ShapeError, match="tangent 0 is f64\\[3\\], its primal is f32\\[3\\]"):
+            axle.jvp(anp.sin, (x.astype(np.float32),), (x,))  # never silently rounded
+        np.testing.assert_allclose(np.asarray(axle.jvp(lambda a: 3 * a, (2.0,), (1.0,))[1]), 3.0)
         with pytest.raises(ArgumentError, match="primals must be a tuple"):
             axle.jvp(anp.sin, x, (x,))
         with pytest.raises(TracingError, match="has_aux"):

@@ -62,7 +62,9 @@ class Forward:
         out: list[Tangent] = []
         for i, (p, t) in enumerate(zip(self.graph.params, t_leaves)):
             pt = p.tensor_type
-            tv = t if isinstance(t, (Array, Tracer)) else anp.asarray(t, dtype=pt.dtype.np)
+            # a Python scalar takes the primal's dtype (weak); arrays keep theirs, checked below
+            tv = t if isinstance(t, (Array, Tracer)) else anp.asarray(
+                t, dtype=pt.dtype.np if isinstance(t, (bool, int, float)) else None)
             tt = aval_of(tv)
             if tt.shape != pt.shape or (pt.dtype.is_float and tt.dtype != pt.dtype):
                 raise ShapeError(f"{self.what}: tangent {i} is {tt}, its primal is {pt}; a tangent has its "
