@@ -61,6 +61,15 @@ def _in_axes(in_axes: Any, args_tree: TreeDef) -> list[Axis]:
     return _axes_per_leaf(in_axes, args_tree, "vmap in_axes")
 
 
+def _leaf_names(args_tree: TreeDef, n_positional: int) -> list[str]:
+    """How errors name each leaf: ``argument 1`` or ``argument 1 (leaf 2)``, keywords last."""
+    out = []
+    for i, td in enumerate(args_tree.children):
+        base = f"argument {i}" if i < n_positional else "the keyword arguments"
+        out += [base] if td.kind == "leaf" else [f"{base} (leaf {j})" for j in range(td.num_leaves)]
+    return out
+
+
 def _as_value(x: Any) -> Any:
     return x if isinstance(x, (Array, Tracer)) else anp.asarray(x)
 
@@ -68,7 +77,7 @@ def _as_value(x: Any) -> Any:
 class _Batched:
     """The batch-axis facts of one call: each input leaf's axis and the common size."""
 
-    def __init__(self, leaves: list[Any], axes: list[Axis], axis_size: int | None) -> None:
+    def __init__(self, leaves: list[Any], axes: list[Axis], axis_size: int | None, names: list[str]) -> None:
         self.avals: list[tuple[TensorType, bool]] = []
         self.values: list[Any] = []
         sizes: list[tuple[int, int, TensorType]] = []
@@ -79,7 +88,7 @@ class _Batched:
                 self.values.append(x)
                 continue
             if not -t.rank <= ax < t.rank:
-                raise ArgumentError(f"vmap: in_axes {ax} is out of range for input {i} of type {t} (rank {t.rank})",
+                raise ArgumentError(f"vmap: in_axes {ax} is out of range for {names[i]} of type {t} (rank {t.rank})",
                                     where=user_location())
             ax %= t.rank
             sizes.append((i, t.shape[ax], t))
@@ -90,7 +99,7 @@ class _Batched:
         if axis_size is not None:
             found.add(int(axis_size))
         if len(found) > 1:
-            desc = ", ".join(f"input {i} ({t}) has {s}" for i, s, t in sizes)
+            desc = ", ".join(f"{names[i]} ({t}) has {s}" for i, s, t in sizes)
             given = f" and axis_size={axis_size}" if axis_size is not None else ""
             raise ShapeError(f"vmap: the batched axes have different sizes: {desc}{given}", where=user_location())
         if not found:
@@ -169,7 +178,7 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
 
             def f(*a: Any) -> Any:
                 return fn(*a[:-1], **a[-1])
-        b = _Batched(leaves, axes, axis_size)
+        b = _Batched(leaves, axes, axis_size, _leaf_names(args_tree, len(args)))
         graph = trace_graph(f, args_tree, b.avals, False, "vmap")
         env = _run(graph, b)
         _check_indices(graph, env)
