@@ -25,6 +25,8 @@ def eval_node(n: Node, args: Sequence[Any]) -> Any:
     if n.op is Op.FUSION:
         return evaluate_computation(n.attr["computation"], args)
     kwargs = {k: v for k, v in n.attrs}
+    if n.traits.control:  # the op's reference runs its sub-computations through this interpreter
+        kwargs["call"] = evaluate_computation
     out = OPS[n.op].reference(*args, **kwargs)
     if isinstance(n.type, TensorType):
         out = np.asarray(out)

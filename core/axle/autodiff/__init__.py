@@ -27,6 +27,7 @@ from ..errors import DTypeError, ShapeError, TracingError
 from ..frontend import checks
 from ..frontend.array import Array
 from ..frontend.bind import bind
+from ..frontend.control_flow import bind_control
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Trace, Tracer, aval_of, leaf_aval, trace_context
@@ -110,6 +111,10 @@ class _Linearized:
                 self.env[n.uid] = inputs[n.uid]
             elif n.op is Op.CONSTANT:
                 self.env[n.uid] = np.asarray(n.attr["value"].array)
+            elif n.traits.control:  # a loop or branch: its values, a tuple of them for a tuple
+                self.env[n.uid] = bind_control(n.op, [self.env[o.uid] for o in n.operands], n.attr)
+            elif n.op is Op.GET_TUPLE_ELEMENT and isinstance(self.env[n.operands[0].uid], tuple):
+                self.env[n.uid] = self.env[n.operands[0].uid][n.attr["index"]]
             else:
                 self.env[n.uid] = bind(n.op, *[self.env[o.uid] for o in n.operands], **n.attr)
         for node, message, where in index_checks:
@@ -120,6 +125,12 @@ class _Linearized:
         self.wrt = list(wrt)
         active = {p.uid for i in self.wrt for p in self.arg_params[i] if p.dtype.is_float}
         for n in self.order:
+            if n.traits.control and n.op not in VJP and any(o.uid in active for o in n.operands):
+                # no rule: a zero cotangent would be a silently wrong gradient
+                raise TracingError(f"reverse-mode differentiation through {n.op.value} is not supported: the "
+                                   f"loop or branch reads a differentiated value (operands "
+                                   f"{', '.join(str(o.type) for o in n.operands)} -> {n.type})",
+                                   where=n.loc or user_location())
             if n.op is Op.PARAMETER or not _is_float(n):
                 continue
             if any(o.uid in active for o in n.operands):
