@@ -169,6 +169,28 @@ def bind_control(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Any:
     return _staged(impl, *operands)
 
 
+def call_computation(comp: Computation, args: Sequence[Any]) -> list[Any]:
+    """``comp`` applied to values op by op with ``bind`` in the caller's mode (traced,
+    eager or lazy), as autodiff replays a graph; returns the root's values."""
+    env: dict[int, Any] = {p.uid: a for p, a in zip(comp.parameters, args, strict=True)}
+    for n in comp.nodes:
+        if n.uid in env:
+            continue
+        operands = [env[o.uid] for o in n.operands]
+        if n.op is Op.CONSTANT:
+            env[n.uid] = np.asarray(n.attr["value"].array)
+        elif n.op is Op.TUPLE:
+            env[n.uid] = tuple(operands)
+        elif n.op is Op.GET_TUPLE_ELEMENT and isinstance(operands[0], tuple):
+            env[n.uid] = operands[0][n.attr["index"]]
+        elif n.traits.control:
+            env[n.uid] = bind_control(n.op, operands, n.attr)
+        else:
+            env[n.uid] = bind(n.op, *operands, **n.attr)
+    out = env[comp.root.uid]
+    return list(out) if isinstance(out, tuple) else [out]
+
+
 # ----------------------------------------------------------------------------- loops
 
 

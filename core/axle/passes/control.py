@@ -186,3 +186,40 @@ class LoopInvariantCodeMotion(Pass):
     def run(self, module: Module) -> tuple[Module, bool]:
         out = rebuild_module(module, hoist_invariants)
         return out, out is not module
+
+
+# ----------------------------------------------------------------------- trip counts
+
+
+def _constant_int(n: Node) -> int | None:
+    if n.op is Op.CONSTANT and n.type.shape == () and n.dtype.is_int:  # type: ignore[union-attr]  # constants are arrays
+        return int(n.attr["value"].array)
+    return None
+
+
+def static_trip_count(loop: Node) -> int | None:
+    """The number of trips of a counted loop (a carry that starts at a constant, grows by a
+    positive constant per trip and is compared ``lt`` with a constant or a constant carry
+    the body passes through), else None: the trip count depends on data."""
+    cond, body = loop.attr["condition"], loop.attr["body"]
+    test, root = cond.root, body.root
+    if test.op is not Op.COMPARE or test.attr["direction"] != "lt" or root.op is not Op.TUPLE:
+        return None
+    counter, limit = test.operands
+    if counter.op is not Op.PARAMETER:
+        return None
+    k = counter.attr["index"]
+    bound = _constant_int(limit)
+    if bound is None and limit.op is Op.PARAMETER:
+        j = limit.attr["index"]
+        if root.operands[j] is body.parameters[j]:  # passed through unchanged
+            bound = _constant_int(loop.operands[j])
+    start = _constant_int(loop.operands[k])
+    step_node = root.operands[k]
+    if bound is None or start is None or step_node.op is not Op.ADD:
+        return None
+    a, b = step_node.operands
+    step = _constant_int(b) if a is body.parameters[k] else _constant_int(a) if b is body.parameters[k] else None
+    if step is None or step <= 0:
+        return None
+    return max(0, -(-(bound - start) // step))
