@@ -262,7 +262,8 @@ class _Gen:
         x = self.operand(DTYPES)
         w = self.like(x.tensor_type)
         k = int(self.rng.integers(-1, 4))
-        index = b.constant(np.int32(k)) if self.rng.random() < 0.5 else self._param_value(TensorType(DType.INT32, ()), k)
+        i32 = TensorType(DType.INT32, ())
+        index = b.constant(np.int32(k)) if self.rng.random() < 0.5 else self._param_value(i32, k)
         branches = tuple(self._step_computation(f"branch{j}", [x.tensor_type] * 2, counted=False) for j in range(3))
         return b.op(Op.CONDITIONAL, index, x, w, branches=branches)
 
