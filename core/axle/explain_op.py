@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import source_refs as refs
+from .autodiff import control as autodiff_control
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
 from .errors import ArgumentError, AxleError, BackendError
@@ -179,6 +180,8 @@ def _rules(doc: _Doc, op: Op) -> None:
             doc.add(f"- {title}: none (not defined: axle has no {title.split()[0]} rule table yet)")
             continue
         module, name = where
+        if title.startswith("VJP") and op in autodiff_control.CONTROL_VJP:  # loops and branches: their own table
+            module, name = autodiff_control, "CONTROL_VJP"
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "
@@ -195,7 +198,7 @@ def _no_rule_reason(title: str) -> str:
 
 
 def _rule_note(title: str, op: Op) -> str:
-    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE:
+    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE | set(autodiff_control.CONTROL_VJP):
         return " (piecewise constant: a zero cotangent, not in DIFFERENTIABLE)"
     return ""
 
