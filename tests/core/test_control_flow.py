@@ -474,3 +474,29 @@ def test_random_control_modules_hold_loops_and_conditionals():
 
     seen = [{n.op for n in random_module(seed, 10, control=True)[0].entry.nodes} for seed in range(40)]
     assert sum(Op.WHILE in ops for ops in seen) >= 10 and sum(Op.CONDITIONAL in ops for ops in seen) >= 10
+
+
+@pytest.mark.parametrize("unroll", [2, 3, 7])
+def test_grad_through_an_unrolled_scan_and_a_cond_inside_it(unroll):
+    """unroll keeps the loop counted (one counter add per trip): reverse mode still works."""
+    def loss(w):
+        def step(c, x):
+            return lax.cond(x.sum() > 0, lambda a: a * w, lambda a: a + w, c), c.sum()
+        c, ys = lax.scan(step, np.ones(3), XS, unroll=unroll)
+        return c.sum() + ys.sum()
+
+    def loss_np(w):
+        c, total = np.ones(3), 0.0
+        for x in XS:
+            total += c.sum()
+            c = c * w if x.sum() > 0 else c + w
+        return c.sum() + total
+
+    np.testing.assert_allclose(np.asarray(axle.jit(axle.grad(loss))(W)), finite_difference(loss_np, W),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_scan_of_length_zero_and_loops_over_size_zero_carries():
+    c, ys = lax.scan(lambda c, x: (c + x, x * 2), np.float32(0), np.zeros((0,), np.float32))
+    assert float(np.asarray(c)) == 0.0 and np.asarray(ys).shape == (0,)
+    assert np.asarray(lax.fori_loop(0, 3, lambda i, c: c * 2, np.zeros((2, 0), np.float32))).shape == (2, 0)

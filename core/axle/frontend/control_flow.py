@@ -351,10 +351,9 @@ def _scan_impl(f: Callable[[Any, Any], Any], init: Any, xs: Any, length: int | N
 
     def body(state: tuple[Any, list[Any], list[Any]]) -> tuple[Any, list[Any], list[Any]]:
         i, carry, ys = state
-        for _ in range(unroll):
-            carry, ys = step(i, carry, ys)
-            i = i + 1
-        return i, carry, ys
+        for k in range(unroll):
+            carry, ys = step(i + k if k else i, carry, ys)
+        return i + unroll, carry, ys  # one add per trip: a counted loop (static_trip_count)
 
     unroll = max(1, int(unroll))
     trips, rest = divmod(n, unroll)
