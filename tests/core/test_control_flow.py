@@ -500,3 +500,25 @@ def test_scan_of_length_zero_and_loops_over_size_zero_carries():
     c, ys = lax.scan(lambda c, x: (c + x, x * 2), np.float32(0), np.zeros((0,), np.float32))
     assert float(np.asarray(c)) == 0.0 and np.asarray(ys).shape == (0,)
     assert np.asarray(lax.fori_loop(0, 3, lambda i, c: c * 2, np.zeros((2, 0), np.float32))).shape == (2, 0)
+
+
+def test_check_indices_reaches_inside_loops_branches_and_scans():
+    """--check_indices flags raised inside a body or branch are carried out of it (they were
+    dropped with the sub-trace)."""
+    from axle.errors import OutOfBoundsError
+
+    x = np.arange(5, dtype=np.float32)
+    loop = axle.jit(lambda x, k: lax.fori_loop(0, 3, lambda i, c: c + x[k + i], np.float32(0)))
+    branch = axle.jit(lambda x, k: lax.cond(k > 0, lambda a: a[k], lambda a: a[0], x))
+    scan = axle.jit(lambda x, ks: lax.scan(lambda c, r: (c + x[r], c), np.float32(0), ks)[0])
+    old = config.check_indices
+    config.check_indices = True
+    try:
+        assert float(np.asarray(loop(x, np.int32(1)))) == 6.0
+        assert float(np.asarray(branch(x, np.int32(2)))) == 2.0
+        assert float(np.asarray(scan(x, np.array([0, 1, 2], np.int32)))) == 3.0
+        for run, bad in ((loop, np.int32(3)), (branch, np.int32(9)), (scan, np.array([0, 7, 2], np.int32))):
+            with pytest.raises(OutOfBoundsError, match="found by --check_indices"):
+                run(x, bad)
+    finally:
+        config.check_indices = old

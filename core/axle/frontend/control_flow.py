@@ -18,6 +18,7 @@ from ..ir.builder import make_node
 from ..ir.computation import inline
 from ..ir.dtypes import DType
 from ..ir.dtypes import dtype as to_dtype
+from ..ir.literal import Literal
 from ..ir.module import Computation, Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
@@ -191,6 +192,19 @@ def call_computation(comp: Computation, args: Sequence[Any]) -> list[Any]:
     return list(out) if isinstance(out, tuple) else [out]
 
 
+_PRED = TensorType(DType.BOOL, ())
+
+
+def _false() -> Node:
+    return make_node(Op.CONSTANT, (), {"value": Literal(np.asarray(False))})
+
+
+def _add_checks(trace: Trace, flags: Sequence[Any], checks: Sequence[tuple[Any, str, str | None]]) -> None:
+    """Index checks (--check_indices) found inside a sub-computation, as flags of ``trace``."""
+    for flag, (_, message, where) in zip(flags, checks, strict=True):
+        trace.index_checks.append((flag, message, where))
+
+
 # ----------------------------------------------------------------------------- loops
 
 
@@ -220,11 +234,20 @@ def _while_impl(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], 
                            f"it returns {got}", where=user_location())
     captured = _complete([body, cond])
     passed = [body.capture(x) for x in captured]  # the body passes closed-over values through
-    body_comp = body.computation(make_node(Op.TUPLE, outs + passed))
-    loop = make_node(Op.WHILE, init + [x.node for x in captured],
-                     {"condition": cond.computation(pred), "body": body_comp}, loc=user_location())
-    results = [Tracer(parent, make_node(Op.GET_TUPLE_ELEMENT, [loop], {"index": i})) for i in range(len(init))]
-    return unflatten(tree, list(results))
+    # --check_indices flags of the body: extra pred[] carries after the captured values,
+    # false at first and or-ed every trip, checked after the loop as the body's own
+    checks = body.index_checks
+    flag_params = [body.builder.parameter(_PRED, name=f"out_of_range{k}") for k in range(len(checks))]
+    for _ in checks:
+        cond.builder.parameter(_PRED)
+    flags = [make_node(Op.OR, [p, body.to_node(flag)]) for p, (flag, _, _) in zip(flag_params, checks)]
+    body_comp = body.computation(make_node(Op.TUPLE, outs + passed + flags))
+    operands = init + [x.node for x in captured] + [_false() for _ in checks]
+    loop = make_node(Op.WHILE, operands, {"condition": cond.computation(pred), "body": body_comp},
+                     loc=user_location())
+    values = [Tracer(parent, make_node(Op.GET_TUPLE_ELEMENT, [loop], {"index": i})) for i in range(len(operands))]
+    _add_checks(parent, values[len(init) + len(captured):], checks)
+    return unflatten(tree, values[:len(init)])
 
 
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
@@ -338,7 +361,7 @@ def _scan_impl(f: Callable[[Any, Any], Any], init: Any, xs: Any, length: int | N
     ncarry = c_out_tree.num_leaves
     _check_carry("scan", f, c_tree, c_types, c_out_tree, _tensor_types(outs[:ncarry]))
     y_types = _tensor_types(outs[ncarry:])
-    step_comp = fn.computation(make_node(Op.TUPLE, outs))
+    step_comp = fn.computation(make_node(Op.TUPLE, outs + [fn.to_node(flag) for flag, _, _ in fn.index_checks]))
     captured = list(fn.captured)
 
     def step(i: Any, carry: list[Any], ys: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -347,7 +370,8 @@ def _scan_impl(f: Callable[[Any, Any], Any], init: Any, xs: Any, length: int | N
         j = (n - 1) - i if reverse else i
         args = [trace.to_node(v, "scan") for v in carry + [_read_row(v, j) for v in xs_vals] + captured]
         res = [Tracer(trace, r) for r in results_of(inline(step_comp, args))]
-        return res[:ncarry], [_write_row(b, j, v) for b, v in zip(ys, res[ncarry:])]
+        _add_checks(trace, res[len(outs):], fn.index_checks)
+        return res[:ncarry], [_write_row(b, j, v) for b, v in zip(ys, res[ncarry:len(outs)])]
 
     def body(state: tuple[Any, list[Any], list[Any]]) -> tuple[Any, list[Any], list[Any]]:
         i, carry, ys = state
@@ -404,12 +428,18 @@ def _switch_impl(index: Any, branches: Sequence[Callable[..., Any]], operands: t
                                f"returns {first_tree} {_types_text(_tensor_types(first_nodes))}, {_where(branch)} "
                                f"returns {out_tree} {_types_text(_tensor_types(outs))}", where=user_location())
     captured = _complete(traces)
-    comps = tuple(t.computation(make_node(Op.TUPLE, outs)) for t, (outs, _) in zip(traces, results))
+    # --check_indices flags of every branch: extra pred[] results (false in the other branches)
+    checks = [(k, c) for k, t in enumerate(traces) for c in t.index_checks]
+    comps = tuple(t.computation(make_node(Op.TUPLE, outs + [t.to_node(c[0]) if j == k else _false()
+                                                            for j, c in checks]))
+                  for k, (t, (outs, _)) in enumerate(zip(traces, results)))
     idx = parent.to_node(index, name)
     node = make_node(Op.CONDITIONAL, [idx] + nodes + [x.node for x in captured], {"branches": comps},
                      loc=user_location())
-    values = [Tracer(parent, make_node(Op.GET_TUPLE_ELEMENT, [node], {"index": i})) for i in range(len(first_nodes))]
-    return unflatten(first_tree, values)
+    n_out = len(first_nodes) + len(checks)
+    values = [Tracer(parent, make_node(Op.GET_TUPLE_ELEMENT, [node], {"index": i})) for i in range(n_out)]
+    _add_checks(parent, values[len(first_nodes):], [c for _, c in checks])
+    return unflatten(first_tree, values[:len(first_nodes)])
 
 
 def _index_value(index: Any, n: int) -> Any:
