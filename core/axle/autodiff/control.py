@@ -81,15 +81,18 @@ def _while(n: Node, xs: Sequence[Any], out: Any, cts: Sequence[Any]) -> list[Any
     body: Computation = n.attr["body"]
     types = result_types(n)
     k = len(types)
+    # carries the body passes through unchanged (closed-over values) are the same every
+    # trip: only the others are stacked
+    varying = [j for j, (p, r) in enumerate(zip(body.parameters, body.root.operands)) if r is not p]
 
     def impl(*a: Any) -> tuple[Any, ...]:
         init, ct0 = list(a[:k]), list(a[k:])
-        stacks0 = [bind(Op.BROADCAST_IN_DIM, np.zeros((), t.dtype.np), shape=(trips,) + t.shape,
-                        broadcast_dimensions=()) for t in types]
+        stacks0 = [bind(Op.BROADCAST_IN_DIM, np.zeros((), types[j].dtype.np), shape=(trips,) + types[j].shape,
+                        broadcast_dimensions=()) for j in varying]
 
-        def forward(state: Any) -> Any:  # the carry each trip starts with, stacked by trip
+        def forward(state: Any) -> Any:  # the varying carries each trip starts with, stacked by trip
             t, carry, stacks = state
-            stacks = [_write_row(s, t, c) for s, c in zip(stacks, carry)]
+            stacks = [_write_row(s, t, carry[j]) for s, j in zip(stacks, varying)]
             return t + 1, call_computation(body, carry), stacks
 
         _, _, stacks = _while_impl(lambda s: s[0] < np.int32(trips), forward, (np.int32(0), init, stacks0),
@@ -97,7 +100,10 @@ def _while(n: Node, xs: Sequence[Any], out: Any, cts: Sequence[Any]) -> list[Any
 
         def backward(state: Any) -> Any:
             t, ct = state
-            return t - 1, pullback(body, [_read_row(s, t) for s in stacks], ct)
+            carry = list(init)
+            for s, j in zip(stacks, varying):
+                carry[j] = _read_row(s, t)
+            return t - 1, pullback(body, carry, ct)
 
         _, ct = _while_impl(lambda s: s[0] >= np.int32(0), backward, (np.int32(trips - 1), ct0), name="while_loop")
         return tuple(ct)

@@ -113,6 +113,10 @@ class Computation:
         return isinstance(other, Computation) and self.structural_key == other.structural_key
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:  # a tuple does not cache its hash: the interpreter's program cache asks often
         return hash(self.structural_key)
 
     def __iter__(self) -> Iterator[Node]:
