@@ -537,3 +537,29 @@ def test_forward_mode_and_vmap_through_loops_refuse_rather_than_guess():
     with pytest.raises(TracingError, match="vmap: while has no batching rule"):
         axle.vmap(lambda a: f(2.0, a))(np.arange(3.0))
     np.testing.assert_array_equal(np.asarray(axle.vmap(lambda w: f(w, 1.0))(np.arange(3.0))), [0.0, 8.0, 16.0])
+
+
+def test_second_order_and_nested_scans():
+    """The backward loop is itself a counted loop, so grad(grad(...)) goes through it; a scan
+    inside a scan is differentiated through both."""
+    f = lambda w: lax.fori_loop(0, 3, lambda i, c: c * w, w)  # noqa: E731 - w**4
+    assert float(np.asarray(axle.jit(axle.grad(axle.grad(f)))(np.float64(1.5)))) == pytest.approx(12 * 1.5**2)
+    xs = np.random.default_rng(0).standard_normal((4, 3, 2))
+
+    def g(w):
+        def outer(c, x):
+            c2, _ = lax.scan(lambda d, r: (d * r + w, 0.0), c, x)
+            return c2, c2.sum()
+        c, ys = lax.scan(outer, np.zeros(2), xs)
+        return (c * c).sum() + ys.sum()
+
+    def g_np(w):
+        c, total = np.zeros(2), 0.0
+        for x in xs:
+            for r in x:
+                c = c * r + w
+            total += c.sum()
+        return (c * c).sum() + total
+
+    w = np.array([0.3, -0.2])
+    np.testing.assert_allclose(np.asarray(axle.jit(axle.grad(g))(w)), finite_difference(g_np, w), rtol=1e-6)

@@ -98,14 +98,14 @@ def _while(n: Node, xs: Sequence[Any], out: Any, cts: Sequence[Any]) -> list[Any
         _, _, stacks = _while_impl(lambda s: s[0] < np.int32(trips), forward, (np.int32(0), init, stacks0),
                                    name="while_loop")
 
-        def backward(state: Any) -> Any:
+        def backward(state: Any) -> Any:  # step t undoes trip N-1-t; counting up keeps it a counted loop
             t, ct = state
             carry = list(init)
             for s, j in zip(stacks, varying):
-                carry[j] = _read_row(s, t)
-            return t - 1, pullback(body, carry, ct)
+                carry[j] = _read_row(s, (trips - 1) - t)
+            return t + 1, pullback(body, carry, ct)
 
-        _, ct = _while_impl(lambda s: s[0] >= np.int32(0), backward, (np.int32(trips - 1), ct0), name="while_loop")
+        _, ct = _while_impl(lambda s: s[0] < np.int32(trips), backward, (np.int32(0), ct0), name="while_loop")
         return tuple(ct)
 
     filled = _filled(cts, types)
