@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .frontend.bind import bind
+from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .ir.builder import sorted_dims
 from .ir.dtypes import DType
 from .ir.dtypes import dtype as to_dtype
@@ -101,3 +102,4 @@ def rng_bit_generator(key: Value, shape: Sequence[int], dtype: Any = DType.INT32
 
 def custom_call(target: str, operands: Sequence[Value], shape: Sequence[int], dtype: Any, config: str = "") -> Value:
     return bind(Op.CUSTOM_CALL, *operands, target=target, shape=tuple(shape), dtype=to_dtype(dtype), config=config)
+
