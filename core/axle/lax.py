@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .frontend.bind import bind
+from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .ir.builder import sorted_dims
 from .ir.dtypes import DType
 from .ir.dtypes import dtype as to_dtype

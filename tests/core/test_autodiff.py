@@ -106,6 +106,7 @@ PRIMITIVE_CASES = {
     Op.CBRT: (lambda x: lax.cbrt(x), [f64(4, low=0.3) * np.array([1, -1, 1, -1])]),
     Op.ERF: (lambda x: lax.erf(x), [f64(4)]),
     Op.ATAN2: (lambda y, x: lax.atan2(y, x), [f64(5), f64(5, low=0.3) * np.array([1, -1, 1, -1, 1])]),
+    Op.NEXT_AFTER: (lambda x, y: lax.next_after(x, y), [f64(4), f64(4) + 3.0]),
 }
 
 

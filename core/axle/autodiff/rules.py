@@ -263,6 +263,7 @@ VJP: dict[Op, Rule] = {
     Op.ERF: _erf,
     Op.ATAN2: _atan2,
     Op.ROUND_NEAREST_EVEN: lambda n, xs, out, ct: [None],
+    Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
 }
 
 #: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).

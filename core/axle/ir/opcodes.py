@@ -74,6 +74,9 @@ class Op(enum.Enum):
     POPCNT = "popcnt"
     CLZ = "count-leading-zeros"
     BITCAST_CONVERT = "bitcast-convert"
+    # control flow
+    WHILE = "while"
+    CONDITIONAL = "conditional"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
