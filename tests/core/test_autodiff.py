@@ -60,6 +60,7 @@ def f64(*shape, low=-2.0, high=2.0):
 
 
 _W234 = f64(2, 3, 4)
+_W34 = f64(3, 4)
 
 # One scalar-valued function per differentiable primitive, applied through lax so each
 # VJP rule is exercised directly. Inputs avoid kinks (ties, zero) where needed.
@@ -99,6 +100,9 @@ PRIMITIVE_CASES = {
     Op.CONCATENATE: (lambda x, y: lax.mul(lax.concatenate([x, y, x], 1), np.arange(16.0).reshape(2, 8)),
                      [f64(2, 3), f64(2, 2)]),
     Op.REVERSE: (lambda x: lax.mul(lax.reverse(x, (0,)), np.arange(6.0).reshape(3, 2)), [f64(3, 2)]),
+    # sorting: values along dim 0 descending and a carried operand keyed by the first (no ties)
+    Op.SORT: (lambda x, y: lax.mul(lax.sort(x, 0, descending=True), _W34)
+              + lax.mul(lax.sort([x, y], 1)[1], _W34 * 2), [f64(3, 4), f64(3, 4)]),
 }
 
 

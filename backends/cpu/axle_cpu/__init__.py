@@ -51,6 +51,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                   ".emitter:convert_value"),),
     Op.FUSION: (("a fusion is one kernel: a loop nest of its kind over the fused ops", ".emitter:KernelEmitter"),),
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
+    Op.SORT: (("a library-call step: NumPy's stable sort over the host buffers", ".plan:sort_host"),),
 }
 
 

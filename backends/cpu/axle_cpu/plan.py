@@ -17,7 +17,7 @@ import numpy as np
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Module, Node
-from axle.ir.ops import Op
+from axle.ir.ops import OPS, Op
 from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 
@@ -88,6 +88,19 @@ def _custom_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None
     return run
 
 
+def sort_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    """A sort as a library call: NumPy's stable argsort (radix sort for 1- and 2-byte keys,
+    timsort otherwise) over the host buffers, the permutation applied to operand ``index``
+    (see docs/backend-cpu.md, "Sort")."""
+    ref = OPS[Op.SORT].reference
+    attrs = n.attr
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        outs[0][...] = ref(*ins, **attrs)
+
+    return run
+
+
 def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
     from axle.interpreter import evaluate_computation
 
@@ -113,6 +126,9 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "custom-call":
             steps.append(HostStep(_custom_host(launch.node), ins, outs, types,
                                   f"custom-call:{launch.node.attr['target']}"))
+            continue
+        if launch.kind == "sort":
+            steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
         if launch.kind == "dot":
             if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):

@@ -98,7 +98,7 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
     for launch in kp.launches:
         if launch.is_bitcast:
             steps.append(AliasStep(launch.inputs[0], launch.outputs[0], launch.output_types[0]))
-        elif launch.kind == "custom-call":
+        elif launch.kind in ("custom-call", "sort"):
             steps.append(HostStep(launch.node, list(launch.inputs), launch.outputs[0]))
         else:
             for kernel in plan_unit(launch.computation, launch.kind, dev):

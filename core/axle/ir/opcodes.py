@@ -56,6 +56,8 @@ class Op(enum.Enum):
     # others
     RNG_BIT_GENERATOR = "rng-bit-generator"
     CUSTOM_CALL = "custom-call"
+    # sorting
+    SORT = "sort"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
