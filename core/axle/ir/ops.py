@@ -630,6 +630,7 @@ def _sort_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shap
 
 
 def _sort_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    _sort_shape(op, ts, attrs)  # the dtype rule runs first: index must name an operand
     return ts[attrs["index"]].dtype
 
 
