@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from axle_cpu.sort import host_sort
 
 from axle.ir.ops import OPS, Op
+from axle_cpu.sort import host_sort
 
 RNG = np.random.default_rng(5)
 DTYPES = (np.bool_, np.int32, np.int64, np.float16, np.float32, np.float64)
