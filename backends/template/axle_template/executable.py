@@ -17,9 +17,8 @@ from axle.lowering.plan import KernelLaunch, kernel_plan
 
 from .codegen import RENDERER, compile_program, render_kernel
 
-#: launch kinds run on the host by the op table's reference (user code, and sorts until
-#: this device has a sort kernel)
-_HOST_KINDS = ("custom-call", "sort")
+#: launch kinds run on the host by the op table's reference: user code
+_HOST_KINDS = ("custom-call",)
 
 
 @dataclass
@@ -38,7 +37,8 @@ class TemplateExecutable(Executable):
         self.plan = kernel_plan(module, assign_buffers=False)
         # HARDWARE: upload constants once, at compile time, into device memory.
         self.constants = dict(self.plan.constants)
-        self.launches = [Launch(k, None if k.kind in _HOST_KINDS else render_kernel(_name(i, k), k.computation))
+        self.launches = [Launch(k, None if k.kind in _HOST_KINDS else
+                                render_kernel(_name(i, k), k.computation, k.kind))
                          for i, k in enumerate(self.plan.launches)]
         kernels = [launch.kernel for launch in self.launches if launch.kernel is not None]
         if kernels:
