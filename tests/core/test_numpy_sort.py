@@ -16,7 +16,7 @@ from axle import lax
 from axle.errors import ArgumentError, ShapeError
 from axle.frontend.pytree import flatten
 from axle.ir.builder import Builder
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import CORE_PRIMITIVES, OPS, Op
 from axle.ir.types import TensorType
 from axle.ir.dtypes import DType
 
@@ -103,6 +103,19 @@ CASES: list[tuple[str, Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
 ]
 
 
+def _claims_everything(name: str) -> bool:
+    dev = axle.REGISTRY.device(name)
+    return CORE_PRIMITIVES <= axle.REGISTRY.backend_for(dev).capabilities(dev).ops
+
+
+@pytest.fixture
+def strict(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    """On a device claiming every op (cpu, opencl), a kernel that fails to build must fail
+    the test, not fall back to another device (a partial template falls back by design)."""
+    if _claims_everything(device):
+        monkeypatch.setattr(axle.config, "strict_placement", True)
+
+
 def _check(got: Any, want: Any, what: str) -> None:
     gs, ws = flatten(got)[0], flatten(want)[0]
     assert len(gs) == len(ws), what
@@ -116,7 +129,7 @@ def _check(got: Any, want: Any, what: str) -> None:
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # NumPy's lerp of inf - inf
 @pytest.mark.parametrize("name,fn,ref,args", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("device", DEVICES)
-def test_sort_functions_match_numpy(device: str, name: str, fn, ref, args) -> None:  # noqa: ANN001
+def test_sort_functions_match_numpy(device: str, name: str, fn, ref, args, strict) -> None:  # noqa: ANN001
     want = ref(*args)
     dev = axle.device(device)
     with dev:
@@ -170,7 +183,7 @@ def test_unique_under_jit_needs_a_static_size() -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape,axis", [((1_000_000,), 0), ((20_000, 7), 1), ((3, 4097), 1), ((257, 64), 0)],
                          ids=["long-row", "many-short-rows", "odd-rows", "columns"])
-def test_long_and_many_rows(device: str, shape: tuple[int, ...], axis: int) -> None:
+def test_long_and_many_rows(device: str, shape: tuple[int, ...], axis: int, strict: None) -> None:
     """Long rows and many short rows both sort right (argsort: order and stability)."""
     x = RNG.integers(-50, 50, size=shape).astype(np.float32)
     x.reshape(-1)[::97] = np.nan

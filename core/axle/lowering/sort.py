@@ -37,27 +37,41 @@ def _store(d: Dialect, ptr: str, dt: DType, off: str, value: str) -> str:
     return f"{ptr}[{off}] = ({d.storage[dt]})({value});"
 
 
-def sort_kernel(d: Dialect, name: str, comp: Computation) -> CKernel:
+#: the size arguments a kernel built with ``sizes_as_args`` takes last, in this order
+SIZE_ARGS = ("sort_n", "sort_inner", "sort_rows")
+
+
+def sort_sizes(comp: Computation) -> tuple[int, int, int]:
+    """(row length, stride between a row's elements, rows) of a sort computation."""
+    shape, dim = comp.root.tensor_type.shape, comp.root.attr["dimension"]
+    n = shape[dim]
+    return n, math.prod(shape[dim + 1:]), math.prod(shape) // n if n else 0
+
+
+def sort_kernel(d: Dialect, name: str, comp: Computation, outputs_first: bool = False,
+                sizes_as_args: bool = False) -> CKernel:
     """The kernel of a one-op ``sort`` computation (``lowering.plan.single_op``):
-    arguments the operands, the output, then two index scratch buffers."""
+    arguments the operands, the output, then two index scratch buffers (with
+    ``outputs_first``: the output and the scratch buffers, then the operands, as a runtime
+    that passes its outputs first wants them). ``sizes_as_args``: the sizes are int
+    arguments (SIZE_ARGS) instead of literals, so one program serves every shape."""
     node = comp.root
     a = node.attr
     params = [p.tensor_type for p in comp.parameters]
-    shape, dim = node.tensor_type.shape, a["dimension"]
-    n = shape[dim]
-    inner = math.prod(shape[dim + 1:])
-    rows = math.prod(shape) // n if n else 0
+    sizes = sort_sizes(comp)
     t, q = d.index_type, f"{d.buffer_qualifier} " if d.buffer_qualifier else ""
-    args = [f"{q}const {d.storage[p.dtype]}* {d.restrict} p{i}" for i, p in enumerate(params)]
-    args += [f"{q}{d.storage[node.dtype]}* {d.restrict} o0", f"{q}{t}* {d.restrict} s0", f"{q}{t}* {d.restrict} s1"]
+    n, inner, rows = (f"(({t}){v})" for v in SIZE_ARGS) if sizes_as_args else sizes
+    ins = [f"{q}const {d.storage[p.dtype]}* {d.restrict} p{i}" for i, p in enumerate(params)]
+    outs = [f"{q}{d.storage[node.dtype]}* {d.restrict} o0", f"{q}{t}* {d.restrict} s0", f"{q}{t}* {d.restrict} s1"]
+    args = (outs + ins if outputs_first else ins + outs) + ([f"int {v}" for v in SIZE_ARGS] if sizes_as_args else [])
     keys = params[:a["num_keys"]]
     helper_args = ", ".join([f"{q}const {d.storage[p.dtype]}* {d.restrict} p{i}" for i, p in enumerate(keys)]
-                            + [f"{t} base", f"{t} x", f"{t} y"])
+                            + [f"{t} base", f"{t} inner", f"{t} x", f"{t} y"])
     # before(x, y): element x of the row strictly before element y (lexicographic keys)
     tests = []
     for k in range(a["num_keys"]):
         dt = params[k].dtype
-        xv, yv = (_load(d, f"p{k}", dt, f"base + {v} * {inner}") for v in ("x", "y"))
+        xv, yv = (_load(d, f"p{k}", dt, f"base + {v} * inner") for v in ("x", "y"))
         first, second = (yv, xv) if a["descending"] else (xv, yv)
         tests.append(f"  {{ {d.reg[dt]} a = {first}, b = {second};\n"
                      f"    if ({_lt(d, dt, 'a', 'b')}) return 1;\n"
@@ -70,7 +84,7 @@ def sort_kernel(d: Dialect, name: str, comp: Computation) -> CKernel:
     loop = d.device_loop.format(t=t, v="r", n=rows)
     body = f"""{prefix}void {name}({', '.join(args)}) {{
   {loop} {{
-    {t} base = (r / {inner}) * {n * inner} + r % {inner};
+    {t} base = (r / {inner}) * {n} * {inner} + r % {inner};
     {q}{t}* perm = s0 + r * {n};
     {q}{t}* tmp = s1 + r * {n};
     for ({t} j = 0; j < {n}; j++) perm[j] = j;
@@ -80,7 +94,7 @@ def sort_kernel(d: Dialect, name: str, comp: Computation) -> CKernel:
         {t} hi = lo + 2 * w < {n} ? lo + 2 * w : {n};
         {t} i = lo, k = mid, o = lo;
         while (i < mid && k < hi) {{
-          if ({name}_before({key_args}, base, perm[k], perm[i])) tmp[o++] = perm[k++];
+          if ({name}_before({key_args}, base, {inner}, perm[k], perm[i])) tmp[o++] = perm[k++];
           else tmp[o++] = perm[i++];
         }}
         while (i < mid) tmp[o++] = perm[i++];
@@ -92,6 +106,6 @@ def sort_kernel(d: Dialect, name: str, comp: Computation) -> CKernel:
   }}
 }}
 """
-    scratch = [TensorType(DType.INT64, shape)] * 2
-    stages = [name] if rows else []
+    scratch = [TensorType(DType.INT64, node.tensor_type.shape)] * 2
+    stages = [name] if sizes[2] else []
     return CKernel(name, helper + body, params, [], [node.tensor_type], scratch, stages, set())
