@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from axle_cpu.aot import compile_aot
 
+import axle.numpy as anp
+from axle.errors import BackendError
 from axle.ir.ops import OPS, Op
 from axle_cpu.sort import host_sort
 
@@ -62,3 +65,9 @@ def test_host_sort_two_keys_and_empty() -> None:
         np.testing.assert_array_equal(host_sort([k1, k2, pos], **attrs), OPS[Op.SORT].reference(k1, k2, pos, **attrs))
     empty = np.zeros((3, 0), np.float32)
     assert host_sort([empty], dimension=1, num_keys=1, descending=0, index=0).shape == (3, 0)
+
+
+def test_aot_refuses_a_sort_naming_it(tmp_path, cpu) -> None:  # noqa: ANN001
+    """A sort is a host library call on cpu: AOT cannot compile it and says so."""
+    with pytest.raises(BackendError, match="sort"):
+        compile_aot(lambda x: anp.sort(x), ["f32[8]"], str(tmp_path))
