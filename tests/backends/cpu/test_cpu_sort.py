@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from axle_cpu.aot import compile_aot
 
 import axle.numpy as anp
 from axle.errors import BackendError
 from axle.ir.ops import OPS, Op
+from axle_cpu.aot import compile_aot
 from axle_cpu.sort import host_sort
 
 RNG = np.random.default_rng(5)
