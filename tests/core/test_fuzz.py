@@ -13,20 +13,9 @@ import numpy as np
 
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Op, parse_module
-from axle.testing.fuzz import (
-    CRASH,
-    HANG,
-    OK,
-    Config,
-    Outcome,
-    Pool,
-    Program,
-    _stable_mismatch,
-    check_program,
-    run_campaign,
-    shrink,
-)
 from axle.testing.random_modules import random_module
+from axle.testing.fuzz import (CRASH, HANG, OK, Config, Outcome, Pool, Program, _stable_mismatch, check_program,
+                               run_campaign, shrink)
 
 INTERP = Config("interpreter:0", True)
 

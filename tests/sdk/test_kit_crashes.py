@@ -13,9 +13,9 @@ import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 
 import pytest
-import tomllib
 
 from axle.ir.ops import CORE_PRIMITIVES
 from axle.scaffold import new_backend
