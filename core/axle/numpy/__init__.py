@@ -15,5 +15,6 @@ from ._index import *  # noqa: F403 - the package is its modules' public names
 from ._linalg import *  # noqa: F403 - the package is its modules' public names
 from ._math import *  # noqa: F403 - the package is its modules' public names
 from ._shape import *  # noqa: F403 - the package is its modules' public names
+from ._sort import *  # noqa: F403 - the package is its modules' public names
 
 __all__ = [n for n in dir() if not n.startswith("_")]
