@@ -15,7 +15,7 @@ from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Exe
 from ..interpreter import _check_input, eval_node, evaluate
 from ..ir.dtypes import ALL_DTYPES, dtype
 from ..ir.module import Module
-from ..ir.ops import Op
+from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
 
 #: entry nodes that are plumbing, not a launch (a kernel per other node, fusions included)
@@ -68,8 +68,9 @@ class InterpreterBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        # the reference runs every dtype of the IR
-        return Capabilities(dtypes=frozenset(ALL_DTYPES))
+        """Every op of the table, loops and conditionals included, in every dtype of the IR: it
+        is the host fallback that runs what no other device claims."""
+        return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS, dtypes=frozenset(ALL_DTYPES))
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)

@@ -29,7 +29,7 @@ from ._core import (
     where,
 )
 from ._core import multiply as _multiply
-from ._math import clip
+from ._elementwise import clip
 
 ArrayLike = Any
 
