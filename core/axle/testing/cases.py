@@ -386,7 +386,12 @@ def _shift_amounts(op: Op) -> list[OpCase]:
     for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
         info = np.iinfo(dt.np)
         amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
-        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        # the top bit alone (set), all ones, ...: written as their bits, so unsigned dtypes
+        # get the same patterns as signed ones (an unsigned min would be 0)
+        bits = dt.itemsize * 8
+        top = 1 << (bits - 1)
+        pats = np.array([top, info.max, -1, 1, 0x5A, top + 3], object) % (1 << bits)
+        vals = np.resize(pats.astype(np.uint64).astype(dt.np), amounts.shape)
         out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
     return out
 
