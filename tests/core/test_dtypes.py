@@ -304,3 +304,18 @@ def test_simplifier_keeps_abs_of_a_negated_unsigned_value() -> None:
         m = b.build(b.op(Op.ABS, b.op(Op.NEG, p)))
         x = np.array([0, 1, 2, 100], dt.np)
         np.testing.assert_array_equal(evaluate(optimize(m), x)[0], evaluate(m, x)[0])
+
+
+def test_sort_reference_puts_bfloat16_nan_last_and_zeros_together() -> None:
+    """The op table's sort of bfloat16 keys is float32's order (ml_dtypes' own bfloat16
+    argsort leaves NaN where it finds it), stable and descending too."""
+    x = np.array([np.nan, 1, -0.0, 0.0, -np.inf, np.inf, np.nan, -1, 0.0, -0.0], ml_dtypes.bfloat16)
+    for descending in (0, 1):
+        b = Builder("t")
+        p = b.parameter(TensorType(DType.BFLOAT16, x.shape))
+        pos = b.iota(shape=x.shape, dtype=DType.INT32, dimension=0)
+        m = b.build(b.op(Op.SORT, p, pos, dimension=0, num_keys=1, descending=descending, index=1))
+        want = np.argsort(x.astype(np.float32), kind="stable")
+        if descending:
+            want = (len(x) - 1 - np.argsort(x.astype(np.float32)[::-1], kind="stable"))[::-1]
+        np.testing.assert_array_equal(evaluate(m, x)[0], want)

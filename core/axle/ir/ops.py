@@ -539,7 +539,8 @@ def sort_permutation(keys: Sequence[np.ndarray], descending: bool) -> np.ndarray
     perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
     # LSD radix order over the keys: each pass a stable sort by one key of the current order.
     for k in reversed(keys):
-        cur = np.take_along_axis(k, perm, axis=1)
+        # bfloat16 as float32 (exact, same order): ml_dtypes' bfloat16 argsort misplaces NaN
+        cur = np.take_along_axis(k.astype(np.float32) if k.dtype == _BF16 else k, perm, axis=1)
         if descending:
             # stable descending = reverse, stable ascending, reverse (ties keep their order)
             order = n - 1 - np.argsort(cur[:, ::-1], axis=1, kind="stable")[:, ::-1]
