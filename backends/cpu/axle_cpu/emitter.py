@@ -1103,6 +1103,8 @@ def _float_fn2(fn: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Ca
 
 
 def _next_after(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    if dt is DType.BFLOAT16:  # computed on the float register it sits in, stepping its top half
+        return mathfns.next_after(em.b, a[0], a[1], F32, bf16=True)
     return mathfns.next_after(em.b, a[0], a[1], STORAGE[dt])
 
 
@@ -1142,10 +1144,25 @@ def _clz(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
 
 def _bitcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     (x,) = n.operands
-    if COMPUTE[x.dtype] != STORAGE[x.dtype] or COMPUTE[n.dtype] != STORAGE[n.dtype]:
-        raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
-                           "storage type", where=n.loc)
-    return em.b.bitcast(em.value(x, idx), COMPUTE[n.dtype])
+    v = em.value(x, idx)
+    if COMPUTE[x.dtype] == STORAGE[x.dtype] and COMPUTE[n.dtype] == STORAGE[n.dtype]:
+        return em.b.bitcast(v, COMPUTE[n.dtype])
+    if x.dtype in _BITS16 and n.dtype in _BITS16:  # a 16-bit float sits in a float register
+        return _BITS16[n.dtype][1](em.b, _BITS16[x.dtype][0](em.b, v))
+    raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
+                       "storage type", where=n.loc)
+
+
+#: 16-bit dtypes: (register value -> its i16 bits, and back); float16 values are exact
+#: halves in float registers, bfloat16 values the top half of a float's bits
+_BITS16: dict[DType, tuple[Callable[[ir.IRBuilder, ir.Value], ir.Value],
+                           Callable[[ir.IRBuilder, ir.Value], ir.Value]]] = {
+    DType.INT16: (lambda b, v: v, lambda b, v: v),
+    DType.UINT16: (lambda b, v: v, lambda b, v: v),
+    DType.FLOAT16: (lambda b, v: b.bitcast(b.fptrunc(v, F16), I16), lambda b, v: b.fpext(b.bitcast(v, F16), F32)),
+    DType.BFLOAT16: (lambda b, v: b.trunc(b.lshr(b.bitcast(v, I32), ir.Constant(I32, 16)), I16),
+                     lambda b, v: bf16_to_f32(b, v)),
+}
 
 
 LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] = {

@@ -104,6 +104,9 @@ class C99:
     #: there, so the renderer guards it)
     popcount: ClassVar[dict[int, str]] = {32: "__builtin_popcount({x})", 64: "__builtin_popcountll({x})"}
     clz: ClassVar[dict[int, str]] = {32: "__builtin_clz({x})", 64: "__builtin_clzll({x})"}
+    #: bodies of the float16 bits helpers (a float register holding a half <-> its 16 bits)
+    half_to_bits: ClassVar[str] = "union { _Float16 h; uint16_t u; } v; v.h = (_Float16)x; return v.u;"
+    bits_to_half: ClassVar[str] = "union { uint16_t u; _Float16 h; } v; v.u = b; return (float)v.h;"
 
 
 class OpenCLC(C99):
@@ -147,6 +150,13 @@ class OpenCLC(C99):
     wide_float_sums = False
     popcount = {32: "popcount({x})", 64: "popcount({x})"}
     clz = {32: "clz({x})", 64: "clz({x})"}
+    # OpenCL C declares no half variables without cl_khr_fp16: through a private half
+    # pointer; a NaN by hand (PoCL's vstore_half writes every NaN as 0x7FFF): the float's
+    # sign and top mantissa bits, which hold the half's payload exactly
+    half_to_bits = ("if (x != x) { uint u = as_uint(x); uint m = (u >> 13) & 0x3FF;\n"
+                    "    return (ushort)(((u >> 16) & 0x8000) | 0x7C00 | (m ? m : 0x200)); }\n"
+                    "  ushort b; vstore_half(x, 0, (half*)&b); return b;")
+    bits_to_half = "return vload_half(0, (const half*)&b);"
 
 
 Dialect = type[C99]
@@ -265,6 +275,19 @@ def _bit_helpers(d: Dialect) -> dict[str, str]:
         f"  float step = {ldexp}(1.0f, k < -24 ? -24 : k);\n"
         "  float r = x < y ? x + step : x - step;\n"
         "  return r == 0 ? copysign(0.0f, x) : r;  /* -2^-24 + 2^-24 is +0: keep x's sign */\n}")
+    # nextafter in bfloat16's own format: a bfloat16 is the top half of a float, so one
+    # step is 1 << 16 in the float's bits (the magnitude grows or shrinks by one; from an
+    # infinity to the largest finite; from a zero to the smallest subnormal of y's sign)
+    u32 = d.unsigned[DType.UINT32]
+    out["axle_nextafter_bf"] = (
+        f"{d.helper_prefix} float axle_nextafter_bf(float x, float y) {{\n"
+        "  if (x != x || y != y) return x + y;\n  if (x == y) return y;\n"
+        f"  if (x == 0) return {d.bits_float.format(x=f'y > 0 ? ({u32})0x10000 : ({u32})0x80010000')};\n"
+        f"  {u32} u = {d.float_bits.format(x='x')};\n"
+        f"  return {d.bits_float.format(x='(x < y) == (x > 0) ? u + 0x10000 : u - 0x10000')};\n}}")
+    u16 = d.reg[DType.UINT16]
+    out["axle_half_bits"] = f"{d.helper_prefix} {u16} axle_half_bits(float x) {{ {d.half_to_bits} }}"
+    out["axle_bits_half"] = f"{d.helper_prefix} float axle_bits_half({u16} b) {{ {d.bits_to_half} }}"
     return out
 
 
@@ -352,6 +375,7 @@ FLOAT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ATAN2: lambda d, dt, a, b: f"{_fn(d, dt, 'atan2')}({a}, {b})",
     # float16 steps in its own format (a float nextafter would round back to x)
     Op.NEXT_AFTER: lambda d, dt, a, b: (f"axle_nextafter_h({a}, {b})" if dt is DType.FLOAT16
+                                        else f"axle_nextafter_bf({a}, {b})" if dt is DType.BFLOAT16
                                         else f"{_fn(d, dt, 'nextafter')}({a}, {b})"),
 }
 #: float16 results of these are operands already: no rounding
@@ -366,6 +390,23 @@ def _s(d: Dialect, dt: DType) -> str:
     return d.reg[dt].replace("_t", "")
 
 
+#: the unsigned and signed dtype of each bit width
+_UNSIGNED_OF = {8: DType.UINT8, 16: DType.UINT16, 32: DType.UINT32, 64: DType.UINT64}
+_SIGNED_OF = {8: DType.INT8, 16: DType.INT16, 32: DType.INT32, 64: DType.INT64}
+
+
+def _ubits(d: Dialect, dt: DType, x: Expr) -> Expr:
+    """The bits of integer ``x`` zero-extended into its (at least 32-bit) unsigned twin:
+    through the unsigned type of its own width first, or a narrow signed value would
+    sign-extend (int8 -1 would count 32 set bits and shift ones in from the left)."""
+    return f"(({d.unsigned[dt]})({d.reg[_UNSIGNED_OF[_width(dt)]]})({x}))"
+
+
+def _counted(table: dict[int, str], dt: DType, x: Expr) -> Expr:
+    # the builtins count 32 or 64 bits: a narrow value is counted in 32
+    return table[max(32, _width(dt))].format(x=x)
+
+
 def _wrap(op: str) -> Callable[[Dialect, DType, Expr, Expr], Expr]:
     return lambda d, dt, a, b: f"(({d.reg[dt]})(({d.unsigned[dt]}){a} {op} ({d.unsigned[dt]}){b}))"
 
@@ -375,9 +416,10 @@ INT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.ABS: lambda d, dt, x: f"axle_abs_{_s(d, dt)}({x})",
     Op.SIGN: lambda d, dt, x: f"(({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
     Op.NOT: lambda d, dt, x: f"(~{x})",
-    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){d.popcount[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})",
+    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){_counted(d.popcount, dt, _ubits(d, dt, x))})",
+    # clz counts the zero-extended value's leading zeros: less those above a narrow width
     Op.CLZ: lambda d, dt, x: (f"({x} == 0 ? {_width(dt)} : ({d.reg[dt]})"
-                              f"{d.clz[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})"),
+                              f"({_counted(d.clz, dt, _ubits(d, dt, x))} - {max(32, _width(dt)) - _width(dt)}))"),
 }
 INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ADD: _wrap("+"), Op.SUB: _wrap("-"), Op.MUL: _wrap("*"),
@@ -392,12 +434,14 @@ INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     # StableHLO shifts: the amount read as unsigned, >= the width gives 0 (or the sign
     # fill); the ternary never evaluates an out-of-range shift (undefined in C)
     Op.SHIFT_LEFT: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                        f"({d.reg[dt]})(({d.unsigned[dt]}){a} << ({d.unsigned[dt]}){b}) : 0)"),
+                                        f"({d.reg[dt]})({_ubits(d, dt, a)} << ({d.unsigned[dt]}){b}) : 0)"),
     Op.SHIFT_RIGHT_LOGICAL: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                                 f"({d.reg[dt]})(({d.unsigned[dt]}){a} >> ({d.unsigned[dt]}){b}) : 0)"),
-    # signed registers: >> of a negative value is arithmetic in GCC, Clang and OpenCL C
-    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                                    f"({a} >> ({d.unsigned[dt]}){b}) : ({a} < 0 ? -1 : 0))"),
+                                                 f"({d.reg[dt]})({_ubits(d, dt, a)} >> ({d.unsigned[dt]}){b}) : 0)"),
+    # through the signed type of the width (the fill is the top bit, for unsigned dtypes
+    # too): >> of a negative value is arithmetic in GCC, Clang and OpenCL C
+    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (
+        f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? ({d.reg[dt]})(({d.reg[_SIGNED_OF[_width(dt)]]}){a} >> "
+        f"({d.unsigned[dt]}){b}) : ({d.reg[dt]})(({d.reg[_SIGNED_OF[_width(dt)]]}){a} < 0 ? -1 : 0))"),
 }
 #: bools are int 0/1 in registers; add and multiply (the sum and prod reductions) are or, and
 BOOL_UNARY: dict[Op, Callable[[Expr], Expr]] = {Op.NOT: lambda x: f"(!{x})"}
@@ -473,10 +517,23 @@ def is_finite(x: Expr) -> Expr:
 def bitcast(d: Dialect, n: Node, x: Expr) -> Expr:
     """bitcast-convert node ``n`` of the register value ``x`` (a union helper)."""
     src, dst = n.operands[0].dtype, n.dtype
-    if (src, dst) not in _bitcastable(d):
-        raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
-                           "form", where=n.loc)
-    return f"axle_bc_{src.value}_{dst.value}({x})"
+    if (src, dst) in _bitcastable(d):
+        return f"axle_bc_{src.value}_{dst.value}({x})"
+    if src in _BITS16 and dst in _BITS16:  # a 16-bit float is a float register: through its bits
+        return _BITS16[dst][1](d, _BITS16[src][0](d, x))
+    raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
+                       "form", where=n.loc)
+
+
+#: 16-bit dtypes: (register value -> its bits as an unsigned 16-bit register, and back);
+#: a bfloat16 in a float register is exact, its bits the float's top half
+_BITS16: dict[DType, tuple[Callable[[Dialect, Expr], Expr], Callable[[Dialect, Expr], Expr]]] = {
+    DType.INT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({x}))", lambda d, b: f"(({d.reg[DType.INT16]})({b}))"),
+    DType.UINT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({x}))", lambda d, b: f"(({d.reg[DType.UINT16]})({b}))"),
+    DType.FLOAT16: (lambda d, x: f"axle_half_bits({x})", lambda d, b: f"axle_bits_half({b})"),
+    DType.BFLOAT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({d.float_bits.format(x=x)} >> 16))",
+                     lambda d, b: f"axle_bf16_f32({b})"),
+}
 
 
 def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
