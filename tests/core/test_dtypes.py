@@ -319,3 +319,20 @@ def test_sort_reference_puts_bfloat16_nan_last_and_zeros_together() -> None:
         if descending:
             want = (len(x) - 1 - np.argsort(x.astype(np.float32)[::-1], kind="stable"))[::-1]
         np.testing.assert_array_equal(evaluate(m, x)[0], want)
+
+
+def test_numpy_float_functions_treat_bfloat16_as_a_float() -> None:
+    """axle.numpy's elementwise and sorting functions test for floats by dtype property:
+    bfloat16 (NumPy kind 'V') is one, so isfinite sees its NaNs and infinities, log2 stays
+    bfloat16 and nanmedian skips its NaNs; an int8 operand computes in float16 as NumPy's."""
+    import axle.numpy as anp
+
+    x = np.array([1.5, np.nan, -np.inf, 0.25, np.nan, 2.0], ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(anp.isfinite(x).numpy(), np.isfinite(x.astype(np.float32)))
+    got = anp.log2(x).numpy()
+    assert got.dtype == ml_dtypes.bfloat16
+    with np.errstate(invalid="ignore"):  # log2(-inf)
+        want = np.log2(x.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    assert float(anp.nanmedian(x).numpy()) == float(np.nanmedian(x.astype(np.float32)))
+    assert anp.log10(np.array([1, 10], np.int8)).numpy().dtype == np.log10(np.array([1, 10], np.int8)).dtype
