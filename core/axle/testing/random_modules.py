@@ -32,6 +32,10 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
 NARROW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
 _NARROW_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
                Op.NOT, Op.POW, Op.EXP, Op.TANH, Op.SQRT, Op.FLOOR, Op.LOG)
+# the bit and float elementwise primitives meet the new dtypes too (each op only on the
+# dtypes its table row allows)
+_NARROW_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ,
+                Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
                         Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
