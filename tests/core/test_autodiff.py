@@ -99,6 +99,8 @@ PRIMITIVE_CASES = {
     Op.CONCATENATE: (lambda x, y: lax.mul(lax.concatenate([x, y, x], 1), np.arange(16.0).reshape(2, 8)),
                      [f64(2, 3), f64(2, 2)]),
     Op.REVERSE: (lambda x: lax.mul(lax.reverse(x, (0,)), np.arange(6.0).reshape(3, 2)), [f64(3, 2)]),
+    # the custom-call rule dispatches on the target: linalg.inv's (the others: test_array_api_linalg.py)
+    Op.CUSTOM_CALL: (lambda x: anp.linalg.inv(x), [f64(3, 3) + 4 * np.eye(3)]),
 }
 
 

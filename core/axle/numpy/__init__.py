@@ -15,4 +15,14 @@ from ._linalg import *  # noqa: F403 - the package is its modules' public names
 from ._math import *  # noqa: F403 - the package is its modules' public names
 from ._shape import *  # noqa: F403 - the package is its modules' public names
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+# isort: split
+# the array API standard's names; last, so its moveaxis/repeat (tuples, arrays of repeats) win
+from ._api_math import *  # noqa: F403 - the package is its modules' public names
+from ._api_shape import *  # noqa: F403 - the package is its modules' public names
+from ._array_api import *  # noqa: F403 - the package is its modules' public names
+from ._array_api import __array_api_version__, __array_namespace_info__
+
+# isort: split
+from . import linalg as linalg  # the array API's linalg extension: axle.numpy.linalg
+
+__all__ = [n for n in dir() if not n.startswith("_")] + ["__array_api_version__", "__array_namespace_info__"]

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
+from ..errors import ArgumentError
+from ..frontend.source import user_location
 from ..frontend.validate import finite_number
 from ._core import (
     _fail,
@@ -115,9 +117,14 @@ def clip(x: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
 
 
 def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False,
-        _name: str = "var") -> Any:
-    """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
+        _name: str = "var", *, correction: float | None = None) -> Any:
+    """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2.
+    ``correction`` is the array API standard's name for NumPy's ``ddof`` (give one)."""
     x = asarray(x) if not _is_array(x) else x
+    if correction is not None:
+        if ddof:
+            raise ArgumentError(f"{_name}: give ddof or correction, not both", where=user_location())
+        ddof = correction
     axes = _norm_axes(axis, x.ndim, _name, x)
     finite_number(ddof, _name, "ddof")
     dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
@@ -128,8 +135,9 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
     return true_divide(s, _np.asarray(builtins.max(n, 0), dtype=dt))
 
 
-def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
+def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: float | None = None) -> Any:
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std", correction=correction))
 
 
 def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
