@@ -24,5 +24,6 @@ from ._array_api import __array_api_version__, __array_namespace_info__
 
 # isort: split
 from . import linalg as linalg  # the array API's linalg extension: axle.numpy.linalg
+from . import random as random  # np.random-style conveniences on axle.random
 
 __all__ = [n for n in dir() if not n.startswith("_")] + ["__array_api_version__", "__array_namespace_info__"]

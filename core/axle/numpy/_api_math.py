@@ -26,6 +26,7 @@ from ._core import (
     reshape,
     sum,
 )
+from ._math import _scan
 
 ArrayLike = Any
 
@@ -102,25 +103,6 @@ def count_nonzero(x: ArrayLike, /, *, axis: Any = None, keepdims: bool = False) 
     xv = _arr(x)
     nz = not_equal(xv, _np.asarray(0, xv.dtype)) if xv.dtype != _np.bool_ else xv
     return sum(nz, axis=axis, keepdims=keepdims, dtype=_np.int64)
-
-
-def _scan(x: Any, ax: int, op: Any, identity: Any) -> Any:
-    """Inclusive scan along ``ax`` in ceil(log2 n) steps (Hillis-Steele): at step k every
-    element combines with the one 2^k before it (the identity before the start). Each step
-    is a pad and a slice, so infinities and NaNs stay where they are."""
-    n = x.shape[ax]
-    shift = 1
-    ident = _np.asarray(identity, x.dtype)
-    while shift < n:
-        limit = list(x.shape)
-        limit[ax] = n - shift
-        low = [0] * x.ndim
-        low[ax] = shift
-        head = lax.slice(x, [0] * x.ndim, limit)
-        prev = lax.pad(head, ident, low, [0] * x.ndim, [0] * x.ndim)
-        x = op(x, prev)
-        shift *= 2
-    return x
 
 
 def _cumulative(name: str, op: Any, identity: int, x: ArrayLike, axis: int | None, dtype: Any,

@@ -176,6 +176,11 @@ def diff(x: ArrayLike, /, *, axis: int = -1, n: int = 1, prepend: ArrayLike = No
     return x
 
 
+def conj(x: ArrayLike, /) -> Any:
+    """The complex conjugate: x itself, as every axle dtype is real (complex is out of scope)."""
+    return _arr(x)
+
+
 def copy(x: ArrayLike, /) -> Any:
     """A new array with x's values (sharing x's immutable buffer, see asarray)."""
     return asarray(x, copy=True)
@@ -186,10 +191,14 @@ def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1) -> Any:
     a, b = _arr(x1), _arr(x2)
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("vecdot", "operands must be at least 1-D", a, b)
+    if not -builtins.min(a.ndim, b.ndim) <= axis < 0 and axis_arg(axis, builtins.min(a.ndim, b.ndim), "vecdot") >= 0:
+        axis -= builtins.min(a.ndim, b.ndim)  # a non-negative axis counts within the smaller rank
+    if a.shape[axis] != b.shape[axis]:  # the vectors never broadcast, as the standard says
+        raise _fail("vecdot", f"the vectors along axis {axis} differ in length", a, b)
     a, b = broadcast_arrays(a, b)
     ax = axis_arg(axis, a.ndim, "vecdot")
     dt = result_type(a, b)
     return sum(multiply(a, b), axis=ax, dtype=dt)
 
-__all__ = ["broadcast_arrays", "concat", "copy", "diff", "matrix_transpose", "meshgrid",
+__all__ = ["broadcast_arrays", "concat", "conj", "copy", "diff", "matrix_transpose", "meshgrid",
            "permute_dims", "roll", "tri", "tril", "triu", "unstack", "vecdot"]

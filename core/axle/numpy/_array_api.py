@@ -113,8 +113,14 @@ def can_cast(from_: Any, to: Any) -> builtins.bool:
     return builtins.bool(_np.can_cast(src, dst, "safe"))
 
 
+#: the standard's dtype names; axle's others (float16, bfloat16) are extensions it does not list
+_STANDARD_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
+                   "float64")
+
+
 def _supported_dtypes() -> dict[str, _np.dtype]:
-    return {d.np.name: d.np for d in DType}
+    """The standard's dtypes that axle supports, by name."""
+    return {d.np.name: d.np for d in DType if d.np.name in _STANDARD_NAMES}
 
 
 class __array_namespace_info__:

@@ -28,11 +28,9 @@ from ._core import (
     exp,
     full,
     logical_not,
-    matmul,
     maximum,
     mean,
     minimum,
-    moveaxis,
     multiply,
     not_equal,
     reshape,
@@ -198,17 +196,32 @@ def abs_(x: ArrayLike) -> Any:
     return _abs(x)
 
 
+def _scan(x: Any, ax: int, op: Any, identity: Any) -> Any:
+    """Inclusive scan along ``ax`` in ceil(log2 n) steps (Hillis-Steele): at step k every
+    element combines with the one 2^k before it (the identity before the start). Each step
+    is a pad and a slice, so infinities and NaNs stay where they are."""
+    n = x.shape[ax]
+    shift = 1
+    ident = _np.asarray(identity, x.dtype)
+    while shift < n:
+        limit = list(x.shape)
+        limit[ax] = n - shift
+        low = [0] * x.ndim
+        low[ax] = shift
+        head = lax.slice(x, [0] * x.ndim, limit)
+        prev = lax.pad(head, ident, low, [0] * x.ndim, [0] * x.ndim)
+        x = op(x, prev)
+        shift *= 2
+    return x
+
+
 def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
-    """Inclusive prefix sum as a triangular matmul (a decomposition: O(n^2) per row)."""
+    """Inclusive prefix sum along ``axis`` (flattened when None), a log-depth scan. (It was
+    a triangular matmul, O(n^2) per row, where an infinity made every earlier sum nan.)"""
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     ax = _norm_axis(axis, x.ndim, "cumsum", x)
     if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
         x = astype(x, _np.int64)
-    n = x.shape[ax]
-    tri = _np.triu(_np.ones((n, n), x.dtype))
-    moved = moveaxis(x, ax, -1)
-    return moveaxis(matmul(moved, asarray(tri)), -1, ax)
-
-
+    return _scan(x, ax, lax.add, 0) if x.shape[ax] else x

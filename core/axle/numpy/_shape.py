@@ -274,7 +274,7 @@ def repeat(x: ArrayLike, repeats: Any, /, *, axis: int | None = None) -> Any:
         raise _fail("repeat", "repeats must have known values (the result's shape depends on them); a traced "
                     "array cannot be used inside jit", (asarray(x) if not _is_array(x) else x), repeats)
     if _np.ndim(rv) == 0:
-        return _repeat_scalar(x, int(_np.asarray(rv)) if not isinstance(rv, int) else rv, axis)
+        return _repeat_scalar(x, rv.item() if isinstance(rv, _np.ndarray) else rv, axis)  # size_arg refuses 1.5
     x = (asarray(x) if not _is_array(x) else x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
