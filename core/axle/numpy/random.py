@@ -38,8 +38,10 @@ class Generator:
     """NumPy's Generator API on axle.random (see the module docstring for its state)."""
 
     def __init__(self, seed: int | None = None) -> None:
-        entropy = _np.random.SeedSequence(seed).entropy  # the OS's entropy when seed is None
-        self._seed = int(entropy) & _MASK64 if seed is None else size_arg(seed, "default_rng", "seed") & _MASK64
+        if seed is None:  # the OS's entropy, as NumPy's default_rng()
+            self._seed = int(_np.random.SeedSequence().generate_state(1, _np.uint64)[0])
+        else:
+            self._seed = size_arg(seed, "default_rng", "seed", -2**63, 2**64 - 1) & _MASK64
         self._count = 0
 
     def _key(self) -> Any:
