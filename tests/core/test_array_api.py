@@ -267,6 +267,7 @@ def test_nonzero_under_jit_needs_a_static_size():
 def test_copy_conj_and_dlpack_round_trips():
     x = xp.asarray([1.0, 2.0, 3.0])
     assert xp.copy(x) is not x and np.array_equal(np.asarray(xp.copy(x)), [1, 2, 3])
+    assert x.copy() is not x and np.array_equal(np.asarray(x.copy()), [1, 2, 3])
     assert xp.conj(x) is x
     host = np.from_dlpack(x)
     np.testing.assert_array_equal(host, [1, 2, 3])

@@ -15,7 +15,7 @@ from ..frontend.array import Array
 from ..frontend.arrayops import ArrayOps
 from ..frontend.device_put import device_put
 from ..frontend.source import user_location
-from ._api_shape import matrix_transpose
+from ._api_shape import copy, matrix_transpose
 from ._core import (
     abs,
     astype,
@@ -150,6 +150,7 @@ METHODS: dict[str, Callable[..., Any]] = {
     "__dlpack__": _dlpack,
     "__dlpack_device__": _dlpack_device,
     "__complex__": lambda self: complex(float(self)),
+    "copy": lambda self: copy(self),
 
     "__getitem__": lambda self, idx: getitem(self, idx),
     "reshape": _reshape,
