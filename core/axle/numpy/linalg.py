@@ -371,7 +371,7 @@ def _to_float(x: ArrayLike, fn: str) -> Any:
     return x if x.dtype.kind == "f" else astype(x, _np.float64)
 
 
-def vector_norm(x: ArrayLike, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
+def vector_norm(x: ArrayLike, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002 - the standard names the parameter ord
     """The p-norm over ``axis`` (all axes when None): ord inf / -inf (max / min of |x|),
     0 (the count of non-zeros), any other p: (sum |x|^p)^(1/p)."""
     x = _to_float(x, "vector_norm")
@@ -395,7 +395,7 @@ def vector_norm(x: ArrayLike, /, *, axis: Any = None, keepdims: bool = False, or
     return reshape(out, tuple(d for i, d in enumerate(x.shape) if i not in axes))
 
 
-def matrix_norm(x: ArrayLike, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002
+def matrix_norm(x: ArrayLike, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002 - the standard names the parameter ord
     """Norms of each matrix: 'fro', 'nuc', 1 / -1 (max / min column sum of |x|), inf / -inf
     (max / min row sum), 2 / -2 (largest / smallest singular value)."""
     x = _float(x, "matrix_norm")
