@@ -150,3 +150,37 @@ def test_symmetric_linalg_vjp_finite_differences(name):
         return _readout(f)(m + anp.matrix_transpose(m) - m * anp.eye(3))
 
     check_grad(of_free, base[iu], rtol=1e-5, atol=1e-7)
+
+
+def _fd_jvp(f, args, tangents, eps=1e-6):
+    plus = f(*[a + eps * t for a, t in zip(args, tangents)])
+    minus = f(*[a - eps * t for a, t in zip(args, tangents)])
+    return (np.asarray(plus) - np.asarray(minus)) / (2 * eps)
+
+
+def _sym_tangent(n: int) -> np.ndarray:
+    t = RNG.standard_normal((n, n))
+    return t + t.T
+
+
+# forward mode (axle.jvp) of the host targets against finite differences; cholesky and eigh
+# along symmetric tangents (they read one triangle of a symmetric input)
+JVP_CASES = {
+    "inv": (la.inv, (SPD3,), (RNG.standard_normal((3, 3)),)),
+    "det": (la.det, (SPD3,), (RNG.standard_normal((3, 3)),)),
+    "slogdet": (lambda x: la.slogdet(x).logabsdet, (SPD3,), (RNG.standard_normal((3, 3)),)),
+    "solve": (la.solve, (SPD3, RNG.standard_normal((3, 2))), (RNG.standard_normal((3, 3)),
+                                                              RNG.standard_normal((3, 2)))),
+    "cholesky": (la.cholesky, (SPD3,), (_sym_tangent(3),)),
+    "eigvalsh": (la.eigvalsh, (SPD3,), (_sym_tangent(3),)),
+    "eigh_vectors": (lambda x: anp.abs(la.eigh(x).eigenvectors), (SPD3,), (_sym_tangent(3),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JVP_CASES))
+def test_linalg_jvp_finite_differences(name):
+    f, args, tangents = JVP_CASES[name]
+    with axle.device(DEV):
+        out, t_out = axle.jvp(f, args, tangents)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(f(*args)), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(t_out), _fd_jvp(f, args, tangents), rtol=1e-5, atol=1e-7)

@@ -1,4 +1,4 @@
-"""VJP rules of the linalg custom-call targets (axle.numpy.linalg), keyed by target.
+"""VJP and JVP rules of the linalg custom-call targets (axle.numpy.linalg), keyed by target.
 
 Each rule gets the custom-call node, its operands, its packed output and the packed
 cotangent (see linalg.unpack) and returns one cotangent per operand, written with
@@ -93,3 +93,69 @@ def custom_call_vjp(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list
         return [None] * len(xs)
     shapes = la.result_shapes(n.attr["target"][len(la.PREFIX):], [x.shape for x in xs], n.attr["config"])
     return rule(n, xs, la.unpack(out, shapes), la.unpack(ct, shapes))
+
+
+# ------------------------------------------------------------------ forward mode
+
+TargetJvp = Callable[[Node, Sequence[Value], list[Value], list[Value]], list[Value]]
+
+
+def _inv_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    xi = outs[0]
+    return [anp.negative(anp.matmul(anp.matmul(xi, ts[0]), xi))]
+
+
+def _solve_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    return [la.solve(xs[0], anp.subtract(ts[1], anp.matmul(ts[0], outs[0])))]
+
+
+def _logdet_tangent(a: Value, t: Value) -> Value:
+    """tr(A^-1 dA), the tangent of log|det A|."""
+    return anp.sum(anp.multiply(_t(la.inv(a)), t), axis=(-2, -1))
+
+
+def _det_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    return [anp.multiply(outs[0], _logdet_tangent(xs[0], ts[0]))]
+
+
+def _slogdet_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    return [anp.zeros_like(outs[0]), _logdet_tangent(xs[0], ts[0])]
+
+
+def _cholesky_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    lo = outs[0]  # dL = L phi(L^-1 sym(dA) L^-T)
+    li = la.inv(lo)
+    return [anp.matmul(lo, _phi(anp.matmul(anp.matmul(li, _sym(ts[0])), _t(li))))]
+
+
+def _eigh_jvp(n: Node, xs: Sequence[Value], outs: list[Value], ts: list[Value]) -> list[Value]:
+    w, v = outs  # M = V^T sym(dA) V: dw = diag(M), dV = V (F o M)
+    k = w.shape[-1]
+    m = anp.matmul(anp.matmul(_t(v), _sym(ts[0])), v)
+    off = anp.asarray(~np.eye(k, dtype=bool))
+    f = anp.where(off, anp.true_divide(1.0, anp.where(off, anp.subtract(w[..., None, :], w[..., :, None]), 1.0)), 0.0)
+    return [anp.linalg.diagonal(m), anp.matmul(v, anp.multiply(f, m))]
+
+
+TARGET_JVP: dict[str, TargetJvp] = {
+    la.PREFIX + "inv": _inv_jvp,
+    la.PREFIX + "solve": _solve_jvp,
+    la.PREFIX + "det": _det_jvp,
+    la.PREFIX + "slogdet": _slogdet_jvp,
+    la.PREFIX + "cholesky": _cholesky_jvp,
+    la.PREFIX + "eigh": _eigh_jvp,
+}
+
+
+def custom_call_jvp(n: Node, xs: Sequence[Value], ts: Sequence[Value | None], out: Value) -> Value | None:
+    """The output tangent of a linalg target (packed like its output), or None when the
+    target has no forward rule (the caller reports it)."""
+    rule = TARGET_JVP.get(n.attr["target"])
+    if rule is None:
+        return None
+    shapes = la.result_shapes(n.attr["target"][len(la.PREFIX):], [x.shape for x in xs], n.attr["config"])
+    full_ts = [t if t is not None else anp.zeros_like(x) for t, x in zip(ts, xs)]
+    parts = rule(n, xs, la.unpack(out, shapes), full_ts)
+    if len(parts) == 1:
+        return parts[0]
+    return anp.concatenate([anp.reshape(p, (-1,)) for p in parts])
