@@ -9,7 +9,7 @@ from test_autodiff import check_grad
 
 import axle
 import axle.numpy as anp
-from axle.errors import ShapeError
+from axle.errors import ShapeError, TracingError
 from axle.numpy import linalg as la
 
 DEV = "interpreter:0"
@@ -184,3 +184,9 @@ def test_linalg_jvp_finite_differences(name):
         out, t_out = axle.jvp(f, args, tangents)
     np.testing.assert_allclose(np.asarray(out), np.asarray(f(*args)), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(t_out), _fd_jvp(f, args, tangents), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("fn", [la.svdvals, lambda x: la.qr(x).R, lambda x: la.svd(x).S])
+def test_grad_through_a_target_without_a_rule_raises(fn):
+    with pytest.raises(TracingError, match="has no VJP rule yet"):
+        axle.grad(lambda x: anp.sum(fn(x)))(A[0])

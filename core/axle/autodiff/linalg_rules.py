@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import numpy as anp
+from ..errors import TracingError
+from ..frontend.source import user_location
 from ..ir.module import Node
 from ..numpy import linalg as la
 
@@ -74,7 +76,7 @@ def _eigh(n: Node, xs: Sequence[Value], outs: list[Value], cts: list[Value]) -> 
     return [_sym(anp.matmul(anp.matmul(v, inner), _t(v)))]
 
 
-#: target -> rule; targets without one (qr, svd, svdvals, user targets) are not differentiable
+#: target -> rule; qr, svd and svdvals have none yet (grad through them raises)
 TARGET_VJP: dict[str, TargetRule] = {
     la.PREFIX + "inv": _inv,
     la.PREFIX + "solve": _solve,
@@ -86,9 +88,13 @@ TARGET_VJP: dict[str, TargetRule] = {
 
 
 def custom_call_vjp(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list[Value | None]:
-    """The rule of Op.CUSTOM_CALL: the target's rule on the unpacked results, or a zero
-    cotangent (None) for targets without one."""
+    """The rule of Op.CUSTOM_CALL: the target's rule on the unpacked results; a linalg
+    target without one raises, other targets get a zero cotangent (None), as before."""
     rule = TARGET_VJP.get(n.attr["target"])
+    if rule is None and n.attr["target"].startswith(la.PREFIX):
+        # qr, svd, svdvals: a silent zero would be a wrong gradient
+        raise TracingError(f"grad: {n.attr['target']} has no VJP rule yet (operands: "
+                           f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
     if rule is None:
         return [None] * len(xs)
     shapes = la.result_shapes(n.attr["target"][len(la.PREFIX):], [x.shape for x in xs], n.attr["config"])
