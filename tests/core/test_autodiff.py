@@ -60,6 +60,7 @@ def f64(*shape, low=-2.0, high=2.0):
 
 
 _W234 = f64(2, 3, 4)
+_W34 = f64(3, 4)
 
 # One scalar-valued function per differentiable primitive, applied through lax so each
 # VJP rule is exercised directly. Inputs avoid kinks (ties, zero) where needed.
@@ -107,6 +108,9 @@ PRIMITIVE_CASES = {
     Op.ERF: (lambda x: lax.erf(x), [f64(4)]),
     Op.ATAN2: (lambda y, x: lax.atan2(y, x), [f64(5), f64(5, low=0.3) * np.array([1, -1, 1, -1, 1])]),
     Op.NEXT_AFTER: (lambda x, y: lax.next_after(x, y), [f64(4), f64(4) + 3.0]),
+    # sorting: values along dim 0 descending and a carried operand keyed by the first (no ties)
+    Op.SORT: (lambda x, y: lax.mul(lax.sort(x, 0, descending=True), _W34)
+              + lax.mul(lax.sort([x, y], 1)[1], _W34 * 2), [f64(3, 4), f64(3, 4)]),
     # the custom-call rule dispatches on the target: linalg.inv's (the others: test_array_api_linalg.py)
     Op.CUSTOM_CALL: (lambda x: anp.linalg.inv(x), [f64(3, 3) + 4 * np.eye(3)]),
 }

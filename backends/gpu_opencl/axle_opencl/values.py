@@ -409,6 +409,8 @@ _RULES: dict[Op, Rule] = {
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
     # control flow: not claimed (Capabilities.ops), so the partitioner runs loops on the host
     Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
+    # sorting: never fused, launched by its own kernel (sort.py)
+    Op.SORT: Renderer._unsupported,
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):

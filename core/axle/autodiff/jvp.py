@@ -139,6 +139,15 @@ def _dot(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Val
                  None if tb is None else bind(n.op, x, tb, **n.attr))
 
 
+def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """The tangent of the sorted operand, reordered by the same stable sort (carried as one
+    more operand of the same keys)."""
+    t = ts[n.attr["index"]]
+    if t is None:  # the output is a permutation of an operand without a tangent
+        return full(0, n)
+    return bind(n.op, *xs, t, **{**n.attr, "index": len(xs)})
+
+
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
     t = custom_call_jvp(n, xs, ts, out)  # axle.numpy.linalg's targets have rules
     if t is not None:
@@ -182,6 +191,7 @@ JVP: dict[Op, JvpRule] = {
     Op.CONVERT: _convert,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.SORT: _sort,
     Op.BROADCAST_IN_DIM: _linear,
     Op.RESHAPE: _linear,
     Op.TRANSPOSE: _linear,

@@ -224,6 +224,19 @@ def _concatenate(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     return outs
 
 
+def _sort(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    # The result is operand `index` permuted by perm (which only the keys decide, piecewise
+    # constantly): its cotangent goes back to perm's positions, i.e. sorted by perm. No
+    # gather or scatter needed: a second sort carries ct to where each element came from.
+    a = n.attr
+    shape, dim = n.tensor_type.shape, a["dimension"]
+    pos = lax.iota(np.int64, shape, dim)
+    perm = lax.sort_one([*xs[:a["num_keys"]], pos], dim, a["num_keys"], bool(a["descending"]), a["num_keys"])
+    grads: list[Value | None] = [None] * len(xs)
+    grads[a["index"]] = lax.sort_one([perm, ct], dim, 1, False, 1)
+    return grads
+
+
 VJP: dict[Op, Rule] = {
     Op.NEG: lambda n, xs, out, ct: [lax.neg(ct)],
     Op.ABS: _abs,
@@ -266,6 +279,8 @@ VJP: dict[Op, Rule] = {
     Op.ATAN2: _atan2,
     Op.ROUND_NEAREST_EVEN: lambda n, xs, out, ct: [None],
     Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
+    # sorting
+    Op.SORT: _sort,
     Op.CUSTOM_CALL: custom_call_vjp,
 }
 

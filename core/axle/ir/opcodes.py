@@ -77,6 +77,8 @@ class Op(enum.Enum):
     # control flow
     WHILE = "while"
     CONDITIONAL = "conditional"
+    # sorting
+    SORT = "sort"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

@@ -487,6 +487,43 @@ def _conditional_ref(index: np.ndarray, *operands: np.ndarray, branches: tuple[C
     return call(branches[branch_index(index, len(branches))], operands)
 
 
+# ------------------------------------------------------------------------------ sorting
+
+
+def sort_permutation(keys: Sequence[np.ndarray], descending: bool) -> np.ndarray:
+    """The stable permutation sorting the rows of ``keys`` (arrays of shape [rows, n])
+    lexicographically, ``keys[0]`` first: ``perm[r, j]`` is the position in row r of the
+    j-th smallest (largest when ``descending``) element. NumPy's order: NaN after +inf
+    (before it when descending), -0.0 equal to +0.0, ties in their original order."""
+    rows, n = keys[0].shape
+    perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
+    # LSD radix order over the keys: each pass a stable sort by one key of the current order.
+    for k in reversed(keys):
+        cur = np.take_along_axis(k, perm, axis=1)
+        if descending:
+            # stable descending = reverse, stable ascending, reverse (ties keep their order)
+            order = n - 1 - np.argsort(cur[:, ::-1], axis=1, kind="stable")[:, ::-1]
+        else:
+            order = np.argsort(cur, axis=1, kind="stable")
+        perm = np.take_along_axis(perm, order, axis=1)
+    return perm
+
+
+def _sort(*xs: np.ndarray, dimension: int, num_keys: int, descending: int, index: int) -> np.ndarray:
+    n = xs[0].shape[dimension]
+
+    def rows(a: np.ndarray) -> np.ndarray:
+        return np.moveaxis(a, dimension, -1).reshape(-1, n)
+
+    out = xs[index]
+    if out.size == 0:
+        return out.copy()
+    perm = sort_permutation([rows(k) for k in xs[:num_keys]], bool(descending))
+    flat = np.take_along_axis(rows(out), perm, axis=1)
+    moved = np.moveaxis(out, dimension, -1).shape
+    return np.moveaxis(flat.reshape(moved), -1, dimension).copy()
+
+
 # ------------------------------------------------------------------------ shape rules
 
 
@@ -623,6 +660,26 @@ def _rng_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     if attrs["dtype"] not in (DType.INT32, DType.INT64):
         raise DTypeError(f"rng-bit-generator: dtype must be s32 or s64, got {attrs['dtype']}")
     return attrs["shape"]
+
+
+def _sort_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    shape = _same_shape(op, ts, attrs)
+    dim, num_keys, idx = attrs["dimension"], attrs["num_keys"], attrs["index"]
+    if not 0 <= dim < len(shape):
+        raise _shape_error(op, ts, f"dimension {dim} is out of range for rank {len(shape)} (a scalar has "
+                                   f"nothing to sort)")
+    if not 1 <= num_keys <= len(ts):
+        raise _shape_error(op, ts, f"num_keys={num_keys} must be in [1, {len(ts)}] (the operand count)")
+    if not 0 <= idx < len(ts):
+        raise _shape_error(op, ts, f"index={idx} must name an operand in [0, {len(ts)})")
+    if attrs["descending"] not in (0, 1):
+        raise _shape_error(op, ts, f"descending={attrs['descending']} must be 0 or 1")
+    return shape
+
+
+def _sort_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    _sort_shape(op, ts, attrs)  # the dtype rule runs first: index must name an operand
+    return ts[attrs["index"]].dtype
 
 
 def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
@@ -789,6 +846,14 @@ _def(Op.CLZ, 1, _first_shape, _same_dtype, bitwise.count_leading_zeros, traits=_
 _def(Op.BITCAST_CONVERT, 1, bitwise.first_shape, bitwise.bitcast_dtype, bitwise.bitcast_convert,
      attrs=(AttrSpec("dtype", AttrKind.DTYPE),), traits=_EW,
      doc="Reinterprets each element's bits as `dtype` of the same bit width (no width change).")
+
+# sorting
+_def(Op.SORT, None, _sort_shape, _sort_dtype, _sort,
+     attrs=(AttrSpec("dimension", AttrKind.INT), AttrSpec("num_keys", AttrKind.INT, 1),
+            AttrSpec("descending", AttrKind.INT, 0), AttrSpec("index", AttrKind.INT, 0)),
+     traits=Traits(fusible=False), min_arity=1,
+     doc="Operand `index` reordered by a stable sort of each row along `dimension`, keyed "
+         "lexicographically by operands [0, num_keys); NaN last (first when descending), -0.0 == +0.0.")
 
 # control flow
 _def(Op.WHILE, None, None, None, _while_ref,

@@ -18,6 +18,7 @@ from ._index import *  # noqa: F403 - the package is its modules' public names
 from ._linalg import *  # noqa: F403 - the package is its modules' public names
 from ._math import *  # noqa: F403 - the package is its modules' public names
 from ._shape import *  # noqa: F403 - the package is its modules' public names
+from ._sort import *  # noqa: F403 - the package is its modules' public names
 
 # isort: split
 # the array API standard's names that NumPy lacks (docs/array-api.md)

@@ -381,6 +381,43 @@ def _special_pairs(op: Op) -> list[OpCase]:
         out.append(_explicit_case(f"{op.value}-special-pairs-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
     return out
 
+def tie_heavy(rng: np.random.Generator, t: TensorType) -> np.ndarray:
+    """Values with many ties (a handful of distinct keys), and for floats NaN, +-inf and
+    both zeros scattered anywhere: what a sort's order, stability and NaN placement need."""
+    dt = t.dtype
+    if dt.is_bool:
+        return rng.random(t.shape) < 0.5
+    x = rng.integers(-2, 3, size=t.shape).astype(dt.np)
+    flat = x.reshape(-1)
+    specials = ([np.nan, np.inf, -np.inf, 0.0, -0.0] if dt.is_float
+                else [np.iinfo(dt.np).min, np.iinfo(dt.np).max, 0])
+    if flat.size:
+        at = rng.integers(0, flat.size, size=max(1, flat.size // 4))
+        flat[at] = rng.choice(np.array(specials, dt.np), size=at.size)
+    return x
+
+
+def _sort(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    # keys of dt, then an s32 iota along the dimension: when `index` names it the result is
+    # the permutation itself, so order, stability and NaN placement are all checked exactly
+    shape, dim, num_keys, descending, index = spec
+
+    def build(b: Builder, p: list[Node]) -> Node:
+        pos = b.iota(shape=shape, dtype=DType.INT32, dimension=dim)
+        return b.op(Op.SORT, *p, pos, dimension=dim, num_keys=num_keys, descending=descending, index=index)
+
+    order = "desc" if descending else "asc"
+    types = [_t(dt, shape)] * num_keys
+    case = _case(f"sort-{dt.value}{list(shape)}-dim{dim}-keys{num_keys}-{order}-out{index}", build, types, rng)
+    return OpCase(case.id, case.module, [tie_heavy(rng, t) for t in types], case.ops)
+
+
+#: (shape, dimension, num_keys, descending, index): index num_keys is the iota (an argsort)
+_SORT_SPECS = (
+    ((7,), 0, 1, 0, 0), ((7,), 0, 1, 1, 0), ((3, 5), 1, 1, 0, 1), ((3, 5), 0, 1, 1, 1), ((4, 6), 1, 2, 0, 2),
+    ((4, 6), 1, 2, 1, 1), ((0,), 0, 1, 0, 1), ((1,), 0, 1, 1, 1), ((2, 0, 3), 2, 1, 0, 1), ((1000,), 0, 1, 0, 1),
+    ((1000,), 0, 1, 1, 0), ((129, 33), 1, 1, 0, 1), ((33, 129), 0, 1, 1, 1), ((2, 3, 17), 1, 1, 0, 0),
+)
 
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
@@ -440,6 +477,8 @@ OP_CASES: dict[Op, OpCaseRow] = {
        for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
     Op.ATAN2: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
     Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    # sorting
+    Op.SORT: OpCaseRow(_sort, _SORT_SPECS, ALL),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by

@@ -374,7 +374,29 @@ class _Gen:
             _ensure_custom_call()
             x = self.operand((DType.FLOAT32, DType.INT32))
             return b.custom_call(x, target=CUSTOM_TARGET, shape=x.shape, dtype=x.dtype)
+        # sorting
+        if op is Op.SORT:
+            return self.sort()
         raise AssertionError(f"no generator for {op}")
+
+    def sort(self) -> Node:
+        """A sort of 1-2 keys (often with ties and specials), with a carried operand of
+        another dtype or an iota (the permutation itself) at times, any output chosen."""
+        b = self.b
+        x = self.operand(DTYPES)
+        if not x.shape:
+            x = b.reshape(x, shape=(1,))
+        t = x.tensor_type
+        dim = int(self.rng.integers(len(t.shape)))
+        keys = [x] + ([self.like(t)] if self.rng.random() < 0.3 else [])
+        carried = []
+        if self.rng.random() < 0.5:
+            carried.append(b.iota(shape=t.shape, dtype=self.choice((DType.INT32, DType.INT64)), dimension=dim))
+        if self.rng.random() < 0.3:
+            carried.append(self.like(TensorType(self.choice(DTYPES), t.shape)))
+        operands = keys + carried
+        return b.op(Op.SORT, *operands, dimension=dim, num_keys=len(keys), descending=int(self.rng.integers(2)),
+                    index=int(self.rng.integers(len(operands))))
 
 
 def n_commutes(op: Op) -> bool:
