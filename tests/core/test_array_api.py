@@ -220,6 +220,11 @@ def test_repeat_with_an_array_of_repeats():
     np.testing.assert_array_equal(np.asarray(xp.repeat(x, xp.asarray([1, 0]), axis=0)), np.repeat(x, [1, 0], axis=0))
     np.testing.assert_array_equal(np.asarray(xp.repeat(x, np.array([2, 1, 0, 3]))), np.repeat(x, [2, 1, 0, 3]))
     np.testing.assert_array_equal(np.asarray(xp.repeat(x, 2, axis=1)), np.repeat(x, 2, axis=1))
+    # exact: the sign of a zero and NaN survive (a one-hot sum turned -0.0 into 0.0)
+    z = xp.repeat(np.array([-0.0, np.nan, -np.inf]), np.array([2, 1, 1]))
+    assert np.array_equal(np.signbit(np.asarray(z)), [True, True, False, True])
+    np.testing.assert_array_equal(np.asarray(z), [-0.0, -0.0, np.nan, -np.inf])
+    assert np.array_equal(np.asarray(xp.repeat(np.array([True, False]), np.array([1, 2]))), [True, False, False])
     with pytest.raises(ShapeError, match="repeats must have known values"):
         axle.jit(lambda a, r: xp.repeat(a, r))(x, np.array([1, 1, 1, 1]))
 

@@ -29,6 +29,7 @@ from ._core import (
     astype,
     broadcast_to,
     expand_dims,
+    moveaxis,
     multiply,
     reshape,
     result_type,
@@ -288,10 +289,32 @@ def repeat(x: ArrayLike, repeats: Any, /, *, axis: int | None = None) -> Any:
     if counts.shape[0] == 1:
         return _repeat_scalar(x, int(counts[0]), ax)
     positions = _np.repeat(_np.arange(x.shape[ax]), counts)  # static: a gather at known positions
-    lead = (builtins.slice(None),) * ax
     if positions.size == 0:
-        return getitem(x, lead + (builtins.slice(0, 0),))
-    return getitem(x, lead + (positions,))
+        return getitem(x, (builtins.slice(None),) * ax + (builtins.slice(0, 0),))
+    return _take_exact(x, positions, ax)
+
+
+def _lowest(dt: _np.dtype) -> _np.ndarray:
+    """The value no element is below: -inf, the smallest integer, False."""
+    if dt.kind == "f":
+        return _np.asarray(-_np.inf, dt)
+    return _np.asarray(False) if dt.kind == "b" else _np.asarray(_np.iinfo(dt).min, dt)
+
+
+def _take_exact(x: Any, positions: _np.ndarray, ax: int) -> Any:
+    """x at static positions along ax by a one-hot max (not a sum, whose 0 + -0.0 would
+    lose the sign of a zero): each output element is the max of its one element and the
+    lowest value of the dtype."""
+    moved = moveaxis(x, ax, 0) if ax else x
+    n, rest, k = moved.shape[0], moved.shape[1:], positions.shape[0]
+    full = (k, n) + rest
+    hit = lax.compare(lax.broadcast_in_dim(asarray(positions.astype(_np.int64)), (k, n), (0,)),
+                      lax.iota(_np.int64, (k, n), 1), "eq")
+    picked = lax.select(lax.broadcast_in_dim(hit, full, (0, 1)),
+                        lax.broadcast_in_dim(moved, full, tuple(range(1, len(full)))),
+                        broadcast_to(_lowest(x.dtype), full))
+    out = lax.reduce(picked, "or" if x.dtype == _np.bool_ else "max", (1,))
+    return moveaxis(out, 0, ax) if ax else out
 
 
 def _repeat_scalar(x: ArrayLike, repeats: int, axis: int | None = None) -> Any:
