@@ -21,6 +21,7 @@ from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
 from axle.ir.ops import OPS, Op
 from axle.ir.types import TensorType
+from axle.passes.policy import FusionPolicy
 
 from .codegen import COMPILER
 from .executable import TemplateExecutable
@@ -81,6 +82,13 @@ class TemplateBackend(Backend):
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)
+
+    def fusion_policy(self) -> FusionPolicy:
+        # HARDWARE: what your kernel generator can build from one fusion. dot_epilogue: a
+        # dot takes its elementwise consumers (bias add, activation...) as an "output"
+        # fusion, which the shared C renderer computes per element, dot first (only when
+        # the device claims dot_general: with the CLAIMED set above it runs on the host).
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         # Optional: only `axle explain-op` reads it. Tables without `op` are left out.

@@ -40,8 +40,8 @@ RENDERER = CRenderer(Dialect)
 COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 
 
-def render_kernel(name: str, comp: Computation) -> CKernel:
-    return RENDERER.kernel(name, comp)
+def render_kernel(name: str, comp: Computation, kind: str = "loop") -> CKernel:
+    return RENDERER.kernel(name, comp, kind)
 
 
 class Library:

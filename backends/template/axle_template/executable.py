@@ -34,7 +34,10 @@ class TemplateExecutable(Executable):
         self.plan = kernel_plan(module, assign_buffers=False)
         # HARDWARE: upload constants once, at compile time, into device memory.
         self.constants = dict(self.plan.constants)
-        self.launches = [Launch(k, None if k.kind == "custom-call" else render_kernel(_name(i, k), k.computation))
+        # HARDWARE: the launch's kind says how to generate it (docs/ir.md, "Fusions"): an
+        # "output" fusion is a dot whose epilogue finishes each element before its store.
+        self.launches = [Launch(k, None if k.kind == "custom-call" else
+                                render_kernel(_name(i, k), k.computation, k.kind))
                          for i, k in enumerate(self.plan.launches)]
         kernels = [launch.kernel for launch in self.launches if launch.kernel is not None]
         if kernels:
