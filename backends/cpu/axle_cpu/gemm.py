@@ -245,11 +245,13 @@ def _accumulates(dot: Node, out: Node) -> bool:
 
 
 class _EpilogueEmitter(KernelEmitter):
-    """``void epi(bufs, lin, <SIG's i64s>, value)``: the output element at flat index ``lin``
-    of an output fusion, given its dot's ``value`` there (the dot's compute type; float16
-    is rounded here, as the interpreter rounds the dot). The loop emitter's value rules
-    compute the epilogue (its other operands at the same index, or broadcast); stored to
-    the kernel's output buffer."""
+    """``void epi(bufs, row, row_end, col, <SIG's other i64s>, value)``: the element of an
+    output fusion at (``row``, ``col``) of its output viewed as ``[rows, last dim]``, given
+    its dot's ``value`` there (the dot's compute type; float16 is rounded here, as the
+    interpreter rounds the dot). The loop emitter's value rules compute the epilogue (its
+    other operands at the same index, or broadcast); stored to the kernel's output buffer.
+    Inlined in a loop over columns, what depends on the row alone is hoisted and the rest
+    vectorizes (a bias load, an add, a max)."""
 
     def __init__(self, module: ir.Module, spec: KernelSpec, dot: Node) -> None:
         self.dot_node = dot
@@ -275,8 +277,11 @@ class _EpilogueEmitter(KernelEmitter):
         self.tails = {0: self.entry, 1: self.entry}
         self.cur_level = 0  # straight-line code: nothing to hoist
         (out,) = self.spec.outputs
-        lin = self.o0
-        val = self.value(out, self.unravel(lin, out.shape))
+        shape = out.shape
+        row, col = self.o0, self.i0
+        idx = self.unravel(row, shape[:-1]) + [col] if shape else []
+        val = self.value(out, idx)
+        lin = self.b.add(self.b.mul(row, ir.Constant(I64, shape[-1])), col) if shape else ir.Constant(I64, 0)
         self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
         self.b.ret_void()
         return fn
@@ -332,7 +337,8 @@ class _Gen:
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self._tables: dict[tuple[int, ...], ir.GlobalVariable] = {}
 
-    def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str) -> None:
+    def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str,
+             vectorize: bool = False) -> None:
         b = self.b
         pre = b.block
         cond = self.fn.append_basic_block(f"{name}.cond")
@@ -347,7 +353,15 @@ class _Gen:
         body(i)
         nxt = b.add(i, _c(step))
         i.add_incoming(nxt, b.block)
-        no_unroll(b.branch(cond))
+        latch = b.branch(cond)
+        if vectorize:  # asked for: the cost model alone leaves the epilogue's loop scalar
+            mod = self.fn.module
+            md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                     ir.Constant(I1, 1)])])
+            md.operands = (md, *md.operands)  # a loop ID refers to itself
+            latch.set_metadata("llvm.loop", md)
+        else:
+            no_unroll(latch)
         b.position_at_end(exit_)
 
     def if_(self, cond: ir.Value, then: Callable[[], None], else_: Callable[[], None] | None = None) -> None:
@@ -437,11 +451,23 @@ class _Emitter:
                          and lay.b_n.table is None and lay.b_n.stride == 1 else None)
 
     # -- arithmetic of the compute type
+    @property
+    def last_dim(self) -> int:
+        """The output's last dim: the epilogue's column (1 for a scalar)."""
+        shape = self.spec.comp.root.shape
+        return shape[-1] if shape else 1
+
     def finish(self, b: ir.IRBuilder, lin: ir.Value, v: ir.Value, bufs: ir.Value | None = None) -> None:
         """The epilogue of output element ``lin`` (flat) from its dot value ``v`` (compute type)."""
+        L = _c(self.last_dim)
+        self.finish_at(b, b.udiv(lin, L), b.urem(lin, L), v, bufs)
+
+    def finish_at(self, b: ir.IRBuilder, row: ir.Value, col: ir.Value, v: ir.Value,
+                  bufs: ir.Value | None = None) -> None:
+        """The epilogue of the output element at (``row``, ``col``) of [rows, last dim]."""
         assert self.epi is not None
         z = _c(0)
-        b.call(self.epi, [bufs if bufs is not None else self.bufs, lin, z, z, z, z, z, v])
+        b.call(self.epi, [bufs if bufs is not None else self.bufs, row, z, col, z, z, z, v])
 
     def fma(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
         if self.dt.is_int:
@@ -888,6 +914,14 @@ class _Emitter:
         full_tile = b.and_(b.icmp_signed("==", mr, _c(t.mr)), b.icmp_signed("==", nr, _c(t.nr)))
         if epilogue:
             last, bufs = fn.args[9:]
+            # The buffer table, copied to the stack: the epilogue's stores cannot alias a
+            # copy that never escapes, so its pointer loads leave the loop and it vectorizes.
+            n_bufs = len(self.spec.comp.parameters) + 1
+            with b.goto_entry_block():
+                local = b.alloca(PTR, size=_c(n_bufs))
+                for q in range(n_bufs):
+                    b.store(b.load(g.gep(bufs, PTR, _c(q)), typ=PTR), g.gep(local, PTR, _c(q)))
+            bufs = local
             g.if_(last, lambda: self._finish_tile(g, tile, accs, masks, cp, ldc, skip, end, nr, first, bufs),
                   lambda: g.if_(full_tile, full, edge))
         else:
@@ -915,11 +949,22 @@ class _Emitter:
             g.if_(b.and_(b.icmp_signed("<=", skip, _c(r)), b.icmp_signed("<", _c(r), end)), row)
         c_ptr = b.load(g.gep(bufs, PTR, _c(len(self.spec.comp.parameters))), typ=PTR)
         lin0 = b.sdiv(b.sub(b.ptrtoint(cp, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.ct)))
+        L = self.last_dim
+        # a tile row is a run of one output row when C's rows are the output's rows
+        by_rows = not self.swap and self.lay.n == L
 
         def erow(r: ir.Value) -> None:
-            base = b.mul(r, ldc)
-            g.loop(_c(0), nr, 1, lambda j: self.finish(b, b.add(lin0, b.add(base, j)), b.load(
-                g.gep(tile, self.ct, b.add(b.mul(r, _c(t.nr)), j)), typ=self.ct), bufs), "ej")
+            rlin = b.add(lin0, b.mul(r, ldc))
+            row, col0 = b.udiv(rlin, _c(L)), b.urem(rlin, _c(L))
+
+            def elem(j: ir.Value) -> None:
+                v = b.load(g.gep(tile, self.ct, b.add(b.mul(r, _c(t.nr)), j)), typ=self.ct)
+                if by_rows:
+                    self.finish_at(b, row, b.add(col0, j), v, bufs)
+                else:
+                    self.finish(b, b.add(rlin, j), v, bufs)
+
+            g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
 
         g.loop(skip, end, 1, erow, "ei")
 
