@@ -68,7 +68,7 @@ from axle.ir.module import Node
 from axle.ir.ops import Op
 from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, KernelEmitter, KernelSpec
+from .emitter import SIG, Index, KernelEmitter, KernelSpec
 from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
@@ -286,8 +286,6 @@ class _EpilogueEmitter(KernelEmitter):
         self.b.ret_void()
         return fn
 
-
-Index = int | ir.Value
 
 
 # ================================================================ emission helpers
@@ -929,8 +927,9 @@ class _Emitter:
         b.ret_void()
         return fn
 
-    def _finish_tile(self, g: _Gen, tile: ir.Value, accs: list[list[ir.Value]], masks: list[ir.Value], cp: ir.Value, ldc: ir.Value,
-                     skip: ir.Value, end: ir.Value, nr: ir.Value, first: ir.Value, bufs: ir.Value) -> None:
+    def _finish_tile(self, g: _Gen, tile: ir.Value, accs: list[list[ir.Value]], masks: list[ir.Value],
+                     cp: ir.Value, ldc: ir.Value, skip: ir.Value, end: ir.Value, nr: ir.Value, first: ir.Value,
+                     bufs: ir.Value) -> None:
         """The last K block of an output fusion's tile: the final sums (this block's
         registers plus the partial sums of earlier blocks in C) go to a tile block on the
         stack, then each element of rows [skip, end) and columns [0, nr) is finished by the
