@@ -334,8 +334,11 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
         return f"({col}) * {R} + {row}" if transposed else f"({row}) * {V} + {col}"
 
     def vstore(v: str, row: str, col: str) -> str:
-        if transposed or epi is not None:
-            return " ".join(_cput(epi, ops, f"{v}.s{_LANES[k]}", out(row, f"{col} + {k}")) for k in range(w))
+        if epi is not None:  # lanes through a private array: one epilogue call site, not w
+            return (f"{{ {ops.acc} e_[{w}]; vstore{w}({v}, 0, e_); for (int l_ = 0; l_ < {w}; l_++) "
+                    f"{_cput(epi, ops, 'e_[l_]', out(row, f'{col} + l_'))} }}")
+        if transposed:
+            return " ".join(ops.sstore(f"{v}.s{_LANES[k]}", "C", out(row, f"{col} + {k}")) for k in range(w))
         return ops.vstore(v, f"C + {out(row, col)}")
 
     def block(cols: list[str], vec: bool, indent: str) -> None:
