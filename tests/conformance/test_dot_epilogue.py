@@ -151,8 +151,6 @@ def device(request):  # noqa: ANN001, ANN201
 
 @pytest.mark.parametrize(("layout", "epilogue", "dt"), _cases(), ids=lambda v: getattr(v, "value", v))
 def test_dot_and_its_epilogue_are_one_kernel_and_match_the_interpreter(layout, epilogue, dt, device) -> None:  # noqa: ANN001
-    if device.backend == "template" and dt is DType.FLOAT16:
-        return  # the template's C has no float16 accumulator mode (OP_DTYPES): covered by cpu and opencl
     check_epilogue(epilogue_case(layout, epilogue, dt), device)
 
 
