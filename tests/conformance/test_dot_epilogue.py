@@ -114,7 +114,8 @@ def check_epilogue(case: OpCase, device) -> Module:  # noqa: ANN001
     exe, optimized = compile_case(case.module, device)
     kinds = [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION]
     assert kinds == ["output"], f"{case.id}: fusions {kinds}"
-    assert exe.report()["kernels"] == 1, f"{case.id}: {exe.report()['kernels']} kernels"
+    n = exe.report()["kernels"]  # an empty output may need no launch at all
+    assert n == 1 or (n == 0 and case.module.entry.root.tensor_type.size == 0), f"{case.id}: {n} kernels"
     (expected,) = evaluate(case.module, *case.inputs)
     (actual,) = run_case(case, device)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, case.id
