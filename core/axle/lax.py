@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .frontend.bind import bind
+from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .ir.builder import sorted_dims
 from .ir.dtypes import DType
 from .ir.dtypes import dtype as to_dtype
@@ -101,3 +102,17 @@ def rng_bit_generator(key: Value, shape: Sequence[int], dtype: Any = DType.INT32
 
 def custom_call(target: str, operands: Sequence[Value], shape: Sequence[int], dtype: Any, config: str = "") -> Value:
     return bind(Op.CUSTOM_CALL, *operands, target=target, shape=tuple(shape), dtype=to_dtype(dtype), config=config)
+
+
+# elementwise completeness (float) and bit operations
+atan2, next_after, xor, shift_left, shift_right_logical, shift_right_arithmetic = (
+    _bin(o) for o in (Op.ATAN2, Op.NEXT_AFTER, Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL,
+                      Op.SHIFT_RIGHT_ARITHMETIC))
+tan, expm1, log1p, cbrt, erf, round_nearest_even, is_finite, popcnt, clz = (
+    _un(o) for o in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ROUND_NEAREST_EVEN, Op.IS_FINITE, Op.POPCNT,
+                     Op.CLZ))
+
+
+def bitcast_convert(x: Value, dtype: Any) -> Value:
+    """Reinterprets the bits of each element as ``dtype`` of the same bit width."""
+    return bind(Op.BITCAST_CONVERT, x, dtype=to_dtype(dtype))

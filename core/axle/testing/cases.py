@@ -22,7 +22,7 @@ from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype
-from ..ir.module import Module, Node
+from ..ir.module import Computation, Module, Node
 from ..ir.ops import CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 from ..partition import unsupported_nodes
@@ -84,11 +84,19 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
     return x
 
 
+#: Transcendental ops held to a bound in ulps (float32/float64) rather than the general
+#: transcendental tolerance: every shipped backend measured within 3.2 ulps of the exact
+#: value (docs/reliability.md), and the interpreter's NumPy within a few more.
+ULP_TOLERANCE: dict[Op, int] = {op: 16 for op in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2)}
+
+
 def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
     """(rtol, atol) a backend must meet against the interpreter."""
     transcendental = op is not None and OPS[op].traits.transcendental
     base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
-    if transcendental:
+    if op in ULP_TOLERANCE and dt in (DType.FLOAT32, DType.FLOAT64):
+        base = ULP_TOLERANCE[op] * float(np.finfo(dt.np).eps)
+    elif transcendental:
         base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
     if n_reduced > 1:
         base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
@@ -339,6 +347,41 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+def _bitcast(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase | None:
+    if src is dst or src.is_bool or dst.is_bool or src.itemsize != dst.itemsize:
+        return None  # only same-width bitcasts exist (docs/ir.md)
+    return _case(f"bitcast-convert-{src.value}-to-{dst.value}", lambda b, p: b.op(op, p[0], dtype=dst),
+                 [_t(src, (37,))], rng)
+
+
+def _shift_amounts(op: Op) -> list[OpCase]:
+    """Every amount from -2 to 2 * width + 1 (the out-of-range ones give 0 or the sign
+    fill) against values with the top bit set and clear, per integer dtype."""
+    out = []
+    for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
+        info = np.iinfo(dt.np)
+        amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
+        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
+    return out
+
+
+_SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e-5, 6e-8, 6e4, 1e30)
+
+
+def _special_pairs(op: Op) -> list[OpCase]:
+    """Every pair of special values (the grid's inputs pair each special only with itself),
+    per float dtype: next-after from an infinity or towards the other zero, atan2 of zeros
+    and infinities."""
+    out = []
+    for dt in FLOAT_DTYPES:
+        with np.errstate(all="ignore"):
+            k = np.array(_SPECIALS).astype(dt.np)
+        a, b = (g.ravel() for g in np.meshgrid(k, k))
+        out.append(_explicit_case(f"{op.value}-special-pairs-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
+    return out
+
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -391,6 +434,12 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.RNG_BIT_GENERATOR: OpCaseRow(_rng_bits, ((), (5,), (3, 7), (0,), (1000,)), (DType.INT32, DType.INT64)),
     Op.PARAMETER: OpCaseRow(_parameter, ((3,),), ALL),
     Op.CUSTOM_CALL: OpCaseRow(_custom_call, ((3, 5),), (DType.FLOAT32, DType.INT32)),
+    # bit operations
+    Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
+    **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
+       for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
+    Op.ATAN2: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by
@@ -399,6 +448,9 @@ NOT_KIT_OPS: dict[Op, str] = {
     Op.TUPLE: "a multi-result root built by the core; the multi-output checks return tuples",
     Op.GET_TUPLE_ELEMENT: "reads a tuple the core built; never handed to a backend alone",
     Op.FUSION: "made by the optimizer's fusion pass; the fusion checks run the fusions it forms",
+    # control flow
+    Op.WHILE: "runs sub-computations: control_cases() runs loops as whole programs (0, 1, many trips, nested)",
+    Op.CONDITIONAL: "runs sub-computations: control_cases() runs conditionals as whole programs (index, pred)",
 }
 
 
@@ -447,6 +499,81 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
         out.append(_case(f"int-chain-{dt.value}", lambda b, p: b.select(b.compare(p[0], p[1], direction="lt"),
                                                                         b.div(p[0], p[1]), b.rem(p[1], p[0])),
                          [t, t], rng))
+    return out
+
+
+# control flow: loops and conditionals run whole on one device (the host fallback until a
+# backend claims them); each case's bounds and indices are inputs or constants, so the
+# optimizer's trip-count and branch simplifications are checked against the loop itself.
+
+
+def _sub(name: str, types: Sequence[TensorType], build: Callable[..., Any]) -> Computation:
+    """A sub-computation over parameters of ``types``; ``build(b, params)`` returns its
+    root value or a tuple of values (returned as a tuple)."""
+    b = Builder(name)
+    params = [b.parameter(t, name=f"c{i}") for i, t in enumerate(types)]
+    out = build(b, params)
+    return b.computation(b.op(Op.TUPLE, *out) if isinstance(out, tuple) else out)
+
+
+def _counted_loop(b: Builder, n: Node, x: Node, step: Callable[[Builder, Node, Node], Node]) -> Node:
+    """``for i in range(n): x = step(b, i, x)`` as a while over (i, n, x); returns x."""
+    i32 = _t(DType.INT32, ())
+    types = [i32, i32, x.tensor_type]
+    cond = _sub("cond", types, lambda c, p: c.compare(p[0], p[1], direction="lt"))
+    body = _sub("body", types, lambda c, p: (c.add(p[0], c.constant(np.int32(1))), p[1], step(c, p[0], p[2])))
+    loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, x, condition=cond, body=body)
+    return b.get_tuple_element(loop, index=2)
+
+
+def _affine(c: Builder, i: Node, x: Node) -> Node:
+    t = x.tensor_type
+    half = c.broadcast_in_dim(c.constant(np.asarray(0.5, t.dtype.np)), shape=t.shape, broadcast_dimensions=())
+    iv = c.broadcast_in_dim(c.convert(i, dtype=t.dtype), shape=t.shape, broadcast_dimensions=())
+    return c.add(c.mul(x, half), iv)
+
+
+def _branches(t: TensorType) -> tuple[Computation, ...]:
+    return (_sub("plus_one", [t], lambda c, p: c.add(p[0], c.broadcast_in_dim(
+                 c.constant(np.asarray(1, t.dtype.np)), shape=t.shape, broadcast_dimensions=()))),
+            _sub("twice", [t], lambda c, p: c.add(p[0], p[0])),
+            _sub("negated", [t], lambda c, p: c.neg(p[0])))
+
+
+def control_cases() -> list[OpCase]:
+    """Loops with 0, 1 and many trips (bounds given as inputs and as constants), nested
+    loops, a conditional inside a loop, size-0 carries, conditionals on an s32 index (out
+    of range included: the last branch) and on a pred."""
+    out = []
+    for dt in (DType.FLOAT32, DType.INT64):
+        for shape in ((7,), (0,), (2, 0)):
+            t = _t(dt, shape)
+            x = random_input(np.random.default_rng(3), t, small=True)
+            for trips in (0, 1, 5, -2):
+                out.append(_explicit_case(f"while-{trips}-trips-{dt.value}{list(shape)}",
+                                          lambda b, p: _counted_loop(b, p[0], p[1], _affine),
+                                          [np.asarray(trips, np.int32), x]))
+                out.append(_explicit_case(f"while-const-{trips}-trips-{dt.value}{list(shape)}",
+                                          lambda b, p, k=trips: _counted_loop(b, b.constant(np.int32(k)), p[0],
+                                                                              _affine), [x]))
+    t = _t(DType.FLOAT32, (3, 4))
+    x = random_input(np.random.default_rng(4), t, special=False, small=True)
+    out.append(_explicit_case("while-nested-f32[3,4]", lambda b, p: _counted_loop(
+        b, p[0], p[1], lambda c, i, v: _counted_loop(c, c.add(i, c.constant(np.int32(2))), v, _affine)),
+        [np.asarray(4, np.int32), x]))
+
+    def switch_step(c: Builder, i: Node, v: Node) -> Node:
+        k = c.rem(i, c.constant(np.int32(3)))
+        return c.op(Op.CONDITIONAL, k, v, branches=_branches(v.tensor_type))
+
+    out.append(_explicit_case("while-conditional-inside-f32[3,4]",
+                              lambda b, p: _counted_loop(b, p[0], p[1], switch_step), [np.asarray(7, np.int32), x]))
+    for k in (0, 1, 2, 3, -1):
+        out.append(_explicit_case(f"conditional-index-{k}-f32[3,4]", lambda b, p: b.op(
+            Op.CONDITIONAL, p[0], p[1], branches=_branches(t)), [np.asarray(k, np.int32), x]))
+    for flag in (False, True):
+        out.append(_explicit_case(f"conditional-pred-{str(flag).lower()}-f32[3,4]", lambda b, p: b.op(
+            Op.CONDITIONAL, p[0], p[1], branches=_branches(t)[:2]), [np.asarray(flag), x]))
     return out
 
 
