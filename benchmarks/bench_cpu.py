@@ -229,6 +229,8 @@ def run(quick: bool) -> list[Row]:
     row.extra["GFLOP/s"] = {k: round(2 * m ** 3 / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
     rows.append(row)
 
+    rows.append(_dense_row(axle, anp, dev, impls, rng, quick, reps))
+
     x = rng.standard_normal((100, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 100)]
     w = np.zeros((784, 10), np.float32)
@@ -243,6 +245,28 @@ def run(quick: bool) -> list[Row]:
 
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
     return rows
+
+
+def dense_relu(np_: Any) -> Callable[..., Any]:
+    return lambda x, w, b: np_.maximum(np_.matmul(x, w) + b, 0.0)
+
+
+def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Callable[[], Any]]],
+               rng: np.random.Generator, quick: bool, reps: int) -> Row:
+    """relu(x @ w + b): the GEMM finishing its tiles with the bias add and relu (one
+    ``output`` fusion), against the same with the epilogue as a kernel of its own (the dot
+    and the epilogue jitted apart: one more pass over C, and one more call)."""
+    m, k, n = (64, 256, 256) if quick else (256, 1024, 1024)
+    host = [rng.standard_normal((m, k)).astype(np.float32), (rng.standard_normal((k, n)) * 0.03).astype(np.float32),
+            rng.standard_normal(n).astype(np.float32)]
+    fns = impls(dense_relu, host)
+    dot = axle.jit(lambda x, w: anp.matmul(x, w), device=dev)
+    epi = axle.jit(lambda c, b: anp.maximum(c + b, 0.0), device=dev)
+    dx, dw, db = (axle.device_put(a, dev) for a in host)
+    fns["axle-cpu (epilogue apart)"] = lambda: epi(dot(dx, dw), db)
+    row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
+    row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
+    return row
 
 
 def _first_call(axle: Any, anp: Any, dev: Any, jax: Any, repeats: int) -> Row:

@@ -87,9 +87,9 @@ class CpuBackend(Backend):
         return Capabilities()
 
     def fusion_policy(self) -> FusionPolicy:
-        # Row fusions and multi-output fusions map directly onto the loop nest; a dot with
-        # an epilogue would be computed inline per element (slow), so the dot stays alone.
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+        # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
+        # its elementwise consumers into the GEMM, which finishes each tile with them.
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

@@ -116,8 +116,8 @@ class KernelEmitter:
     def __init__(self, module: ir.Module, spec: KernelSpec) -> None:
         self.mod = module
         self.spec = spec
-        self.fn = ir.Function(module, SIG, name=spec.name)
-        self.bufs, self.o0, self.o1, self.i0, self.i1, self.r0, self.r1 = self.fn.args
+        self.fn = ir.Function(module, self.signature(), name=spec.name)
+        self.bufs, self.o0, self.o1, self.i0, self.i1, self.r0, self.r1 = self.fn.args[:7]
         self.flat = spec.flat
         self.shape_of: Callable[[Node], tuple[int, ...]] = (
             (lambda n: (math.prod(n.shape),) if n.shape == spec.iter_shape else n.shape) if self.flat
@@ -128,6 +128,10 @@ class KernelEmitter:
         self.row_cache: dict[int, ir.Value] = {}  # node uid -> per-row stack buffer
         self.filling: int | None = None  # the cached node being computed by its fill loop
         self.row_idx: list[Index] = []
+
+    def signature(self) -> ir.FunctionType:
+        """The kernel's LLVM signature: ``SIG`` (a subclass may append arguments)."""
+        return SIG
 
     # ------------------------------------------------------------------ index helpers
     def lv(self, v: Index) -> int:

@@ -163,7 +163,8 @@ class OpenCLBackend(Backend):
         return Capabilities(dtypes=dts, limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
 
     def fusion_policy(self) -> FusionPolicy:
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+        # dot_epilogue: the dot kernels finish each accumulator with its epilogue (dots.py)
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)

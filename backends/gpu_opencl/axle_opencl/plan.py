@@ -18,7 +18,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 from axle.lowering.schedule import schedule
 
-from .dots import dot_kernel, dot_kernel_cpu
+from .dots import Epilogue, dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel
 from .sort import sort_launch
 
@@ -69,11 +69,13 @@ def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
     if not outs:
         return []
     nodes = [n for n, _ in outs]
-    if s.form == "dot":
-        d = nodes[0]
-        k = (None if dev.is_gpu else dot_kernel_cpu(d, dev)) or dot_kernel(d, dev)
-        k.inputs = [("param", o.attr["index"]) for o in d.operands]
-        k.outputs = [("out", outs[0][1], d.tensor_type)]
+    if s.form == "dot":  # a dot, or a dot and its epilogue (an output fusion)
+        d = s.dot
+        assert d is not None
+        epi = Epilogue(comp, d) if s.epilogue else None
+        k = (None if dev.is_gpu else dot_kernel_cpu(d, dev, epi)) or dot_kernel(d, dev, epi)
+        k.inputs = [("param", o.attr["index"]) for o in d.operands] + k.inputs[2:]
+        k.outputs = [("out", outs[0][1], nodes[0].tensor_type)]
         return [k]
     if s.form == "reduce" and _use_group_reduce(math.prod(s.row_shape), s.reduced, dev):
         return [group_reduce_kernel(comp, outs, dev)]

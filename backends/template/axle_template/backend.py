@@ -21,6 +21,7 @@ from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
 from axle.ir.ops import OPS, Op
 from axle.ir.types import TensorType
+from axle.passes.policy import FusionPolicy
 
 from .codegen import COMPILER
 from .executable import TemplateExecutable
@@ -72,17 +73,28 @@ class TemplateBackend(Backend):
     def devices(self) -> Sequence[Device]:
         return self._devices
 
-    def capabilities(self, device: Device) -> Capabilities:
+    def _claims_all(self) -> bool:
         # One flag claims everything: AXLE_FLAGS=--template_claim_all (or claim_all=True).
-        claim_all = self.claim_all
-        if claim_all is None:
-            claim_all = config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
-        if claim_all:
+        if self.claim_all is not None:
+            return self.claim_all
+        return config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
+
+    def capabilities(self, device: Device) -> Capabilities:
+        if self._claims_all():
             return Capabilities()
         return Capabilities(ops=CLAIMED, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)
+
+    def fusion_policy(self) -> FusionPolicy:
+        # HARDWARE: what your kernel generator can build from one fusion. dot_epilogue: a
+        # dot takes its elementwise consumers (bias add, activation...) as an "output"
+        # fusion, which the shared C renderer computes per element, dot first. Only where
+        # the device claims dot_general: fusion runs before partitioning, and a fusion
+        # holding an unclaimed dot would take its epilogue to the host with it.
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True,
+                            dot_epilogue=self._claims_all())
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         # Optional: only `axle explain-op` reads it. Tables without `op` are left out.

@@ -690,7 +690,7 @@ def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
 # -------------------------------------------------------------------------- the table
 
 #: How a backend generates a fusion's kernel (see docs/ir.md, "Fusions").
-FUSION_KINDS = ("loop", "input", "row")
+FUSION_KINDS = ("loop", "input", "row", "output")
 
 OPS: dict[Op, OpDef] = {}
 

@@ -459,15 +459,17 @@ class CRenderer:
         used = sorted(set().union(*(k.helpers for k in kernels)) if kernels else set())
         return "\n".join([self.d.header, *(table[h] for h in used), *(k.source for k in kernels)]) + "\n"
 
-    def kernel(self, name: str, comp: Computation) -> CKernel:
-        return _KernelBuilder(self.d, name, comp).build()
+    def kernel(self, name: str, comp: Computation, kind: str = "loop") -> CKernel:
+        """``kind``: the launch's (an ``output`` fusion computes its dot inline, per output
+        element, and finishes it with the epilogue before the one store)."""
+        return _KernelBuilder(self.d, name, comp, kind).build()
 
 
 class _KernelBuilder:
     """The state of one kernel being rendered: statements, scoped value memory, buffers."""
 
-    def __init__(self, d: Dialect, name: str, comp: Computation) -> None:
-        self.d, self.name, self.comp = d, name, comp
+    def __init__(self, d: Dialect, name: str, comp: Computation, kind: str = "loop") -> None:
+        self.d, self.name, self.comp, self.kind = d, name, comp, kind
         self.lines: list[str] = []
         self.scopes: list[dict[tuple, str]] = [{}]
         self.n = 0
@@ -554,9 +556,11 @@ class _KernelBuilder:
         out_args: dict[int, str] = {}
         for i, o in enumerate(outs):
             out_args.setdefault(o.uid, f"o{i}")
-        # reductions and dots: once each, into their output or a scratch buffer
+        # reductions and dots: once each, into their output or a scratch buffer; an output
+        # fusion's dot is read only at the element the epilogue computes: it stays in a
+        # register (its sum over K, then the epilogue, then the store)
         for n in comp.nodes:
-            if n.op in (Op.REDUCE, Op.DOT_GENERAL):
+            if n.op is Op.REDUCE or (n.op is Op.DOT_GENERAL and (self.kind != "output" or n.uid in out_args)):
                 buf = out_args.get(n.uid)
                 if buf is None:
                     buf = f"s{len(self.scratch)}"
@@ -724,8 +728,9 @@ class _KernelBuilder:
         acc = self.tmp(self.d.reg[acc_dt], literal(self.d, 0, acc_dt), "acc")
         if dims.k == 0:
             return convert(self.d, acc, acc_dt, n.dtype)
+        coords = self.coords(idx)  # bound outside the K loop: the epilogue reads them after it
         ks = [self.counted_loop(lhs.shape[c]) for c in dims.lhs_contracting]
-        li, ri = dims.operand_indices(self.coords(idx), ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
+        li, ri = dims.operand_indices(coords, ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
         a = convert(self.d, self.at(lhs, li), lhs.dtype, acc_dt)
         b = convert(self.d, self.at(rhs, ri), rhs.dtype, acc_dt)
         self.line(f"{acc} = {binary(self.d, Op.ADD, acc_dt, acc, binary(self.d, Op.MUL, acc_dt, a, b))};")

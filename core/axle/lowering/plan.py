@@ -37,7 +37,7 @@ class KernelLaunch:
     """One unit of work: ``computation`` reads ``inputs`` (slots, one per computation
     parameter, in parameter order) and writes ``outputs`` (slots, one per result).
 
-    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``) for a
+    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``, ``output``) for a
     fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
     dot_general), ``custom-call`` (a call of a registered host function) or ``sort`` (a
     sort along one dimension: each row of that dimension sorted on its own)."""
@@ -132,7 +132,7 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
                     ins += (s,)
             else:
                 comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
-            if split_reductions is not None and kind != "dot":
+            if split_reductions is not None and kind not in ("dot", "output"):
                 sp = split_reduction(comp, *split_reductions)
                 if sp is not None:
                     ptypes = tuple(o.tensor_type for o in outputs_of(sp.partials))
