@@ -133,6 +133,11 @@ class Explanation:
                        f"{k.fallback_reason or self.device.name + ' does not support it'}")
         if not fallbacks:
             out.append(f"  everything runs on {self.device.name} (no fallback)")
+        for k in self.kernels:  # e.g. axle.numpy.linalg's LAPACK calls
+            if k.op == Op.CUSTOM_CALL.value and k.device == self.device.name:
+                out.append(f"  host step: %{k.name} (custom-call) runs its target's registered Python reference on "
+                           f"the host ({k.device}'s runtime copies its operands and result; the in-tree backends "
+                           f"all do so)")
         if self.placement_summary:
             out += ["  as compiled (partitioner):"] + ["    " + ln for ln in self.placement_summary.splitlines()]
         return out

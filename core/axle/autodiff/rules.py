@@ -5,8 +5,9 @@ the output value and the output cotangent, and returns one cotangent per operand
 zero cotangent, nothing flows). Rules are written in primitives (``axle.lax``), so the
 backward pass is itself traced, jitted, clustered or run eagerly like any other code.
 
-Primitives without a rule are not differentiable (compare, and/or/not, iota, rng, custom
-calls) or piecewise constant (floor, ceil, sign): their cotangent is zero.
+Primitives without a rule are not differentiable (compare, and/or/not, iota, rng) or
+piecewise constant (floor, ceil, sign): their cotangent is zero. Custom calls have one rule
+that dispatches on the target (linalg_rules.py); targets without a rule get zero.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .. import lax
 from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
+from .linalg_rules import custom_call_vjp
 
 Value = Any
 Rule = Callable[[Node, Sequence[Value], Value, Value], list[Value | None]]
@@ -279,6 +281,7 @@ VJP: dict[Op, Rule] = {
     Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
     # sorting
     Op.SORT: _sort,
+    Op.CUSTOM_CALL: custom_call_vjp,
 }
 
 #: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).

@@ -201,7 +201,7 @@ def _take_named(op: str, x: Any, indices: Any, axis: int, mode: str, fill_value:
     return out
 
 
-def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int, mode: str | None = None,
+def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int = -1, mode: str | None = None,
                     fill_value: Any = None) -> Any:
     """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy.
     Out-of-range indices: as :func:`take` (concrete ones raise; traced ones fill or clip)."""
