@@ -21,6 +21,17 @@ from .computation import Computation
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .indexing import (
+    SCATTER_KINDS,
+    dynamic_slice,
+    dynamic_slice_shape,
+    dynamic_update_slice,
+    dynamic_update_slice_shape,
+    gather,
+    gather_shape,
+    scatter,
+    scatter_shape,
+)
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -700,6 +711,27 @@ _def(Op.CONCATENATE, None, _concat_shape, _same_dtype, lambda *xs, dimension: np
      attrs=(AttrSpec("dimension", AttrKind.INT),), traits=_MOVE, min_arity=1)
 _def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.flip(x, dimensions).copy(),
      attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
+
+# indexing (semantics and references: ir/indexing.py)
+_INDEXED = Traits(fusible=False)
+_def(Op.GATHER, 2, gather_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(gather),
+     attrs=(AttrSpec("offset_dims", AttrKind.INTS), AttrSpec("collapsed_slice_dims", AttrKind.INTS),
+            AttrSpec("start_index_map", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("slice_sizes", AttrKind.INTS)),
+     traits=_INDEXED, doc="Slices of the operand at the start indices (clamped in bounds), StableHLO's gather.")
+_def(Op.SCATTER, 3, scatter_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(scatter),
+     attrs=(AttrSpec("update_window_dims", AttrKind.INTS), AttrSpec("inserted_window_dims", AttrKind.INTS),
+            AttrSpec("scatter_dims_to_operand_dims", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("kind", AttrKind.ENUM, choices=SCATTER_KINDS)),
+     traits=_INDEXED,
+     doc="The operand with update windows combined in at the indices, in index order; "
+         "out-of-bounds windows are dropped.")
+_def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dtype, dynamic_slice,
+     attrs=(AttrSpec("slice_sizes", AttrKind.INTS),), traits=_INDEXED, min_arity=1,
+     doc="A slice of `slice_sizes` at traced scalar starts, clamped so it fits.")
+_def(Op.DYNAMIC_UPDATE_SLICE, None, dynamic_update_slice_shape, lambda op, ts, attrs: ts[0].dtype,
+     dynamic_update_slice, traits=_INDEXED, min_arity=2,
+     doc="The operand with `update` written at traced scalar starts, clamped so it fits.")
 
 # others
 _def(Op.RNG_BIT_GENERATOR, 1, _rng_shape, _attr_dtype, _rng,
