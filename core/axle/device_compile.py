@@ -24,8 +24,10 @@ def flags_key() -> tuple:
 
 
 def optimize_for(module: Module, device: Device) -> Module:
-    """The module after the core pipeline and the backend's own passes."""
+    """The module after the expansion of the extended ops ``device`` does not claim, the
+    core pipeline and the backend's own passes."""
     backend = REGISTRY.backend_for(device)
+    module, _ = expand_for(module, device)
     with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
         return passes.optimize(module, backend=backend, device=device)
 
