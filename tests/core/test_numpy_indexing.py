@@ -220,3 +220,38 @@ def test_minibatch_training_loop_with_dynamic_slice_and_at_set(dev):
     want_w, want_losses = _train_reference(data, labels, np.zeros(5, np.float32), steps, batch, lr)
     np.testing.assert_allclose(losses, want_losses, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(w, want_w, rtol=2e-5, atol=1e-5)
+
+
+# ------------------------------------------------ nn and random on the indexing primitives
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_cross_entropy_with_integer_labels_is_a_gather_and_matches_numpy(dev):
+    from axle import nn
+
+    logits = RNG.standard_normal((5, 7)).astype(np.float32)
+    labels = np.array([6, 0, 3, 3, 1], np.int32)
+    with axle.device(dev):
+        f = axle.jit(lambda x, y: nn.cross_entropy(x, y, reduction="none"))
+        got = np.asarray(f(logits, labels))
+        nodes = f.lower(logits, labels).module.entry.nodes
+    z = logits - logits.max(1, keepdims=True)
+    want = -(z - np.log(np.exp(z).sum(1, keepdims=True)))[np.arange(5), labels]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert any(n.op is Op.GATHER for n in nodes)
+    assert not any(n.op is Op.COMPARE and n.shape == logits.shape for n in nodes)  # no one-hot of the classes
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_random_keys_and_fold_in_from_traced_values(dev):
+    import axle.random as ar
+
+    with axle.device(dev):
+        step_keys = axle.jit(lambda k, s: ar.uniform(ar.fold_in(k, s), (3,)))
+        from_seed = axle.jit(lambda s: ar.normal(ar.key(s), (4,)))
+        for s in (0, 5, -3):
+            np.testing.assert_array_equal(np.asarray(step_keys(ar.key(7), np.int32(s))),
+                                          np.asarray(ar.uniform(ar.fold_in(ar.key(7), s), (3,))))
+            np.testing.assert_array_equal(np.asarray(from_seed(np.int64(s))), np.asarray(ar.normal(ar.key(s), (4,))))
+        perm = np.asarray(axle.jit(lambda k: ar.permutation(k, 9))(ar.key(2)))
+    assert sorted(perm.tolist()) == list(range(9))

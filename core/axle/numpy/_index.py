@@ -307,8 +307,9 @@ def _plan(x: Any, entries: list[Any], what: str) -> _Plan:
         st = _static(i)
         if st is not None:
             if st.dtype.kind not in "iu":
-                raise _fail(what, f"bad index: arrays used as indices must be integers or booleans, got {st.dtype}",
-                            x)
+                shown = repr(i) if st.ndim == 0 else f"an array of {st.dtype}{list(st.shape)}"
+                raise _fail(what, f"bad index {shown}: only integers, slices, None, Ellipsis and integer or "
+                            f"boolean arrays are valid indices", x)
             n = x.shape[d]
             if st.size and (st.min() < -n or st.max() >= n):
                 bad = int(st.max()) if st.max() >= n else int(st.min())
