@@ -234,10 +234,12 @@ def _expand(x: Any, idx: tuple, what: str) -> tuple[Any, list[Any]]:
         if _traced_bool(i):
             raise _fail(what, "a traced boolean mask cannot index inside jit (the result's shape would depend "
                         "on traced values); use axle.numpy.where, or pass the mask as NumPy data", x, i)
-    known = [None if i is None or i is Ellipsis or isinstance(i, builtins.slice) or _is_basic_index(i)
-             else _static(i) for i in idx]
-    masks = [k is not None and k.dtype == _np.bool_ for k in known]
-    consumed = builtins.sum((known[n].ndim if masks[n] else 1) for n, i in enumerate(idx)
+    masks: dict[int, _np.ndarray] = {}  # position in idx -> a boolean mask given as data
+    for n, i in enumerate(idx):
+        k = None if _is_basic_index(i) else _static(i)
+        if k is not None and k.dtype == _np.bool_:
+            masks[n] = k
+    consumed = builtins.sum((masks[n].ndim if n in masks else 1) for n, i in enumerate(idx)
                             if i is not None and i is not Ellipsis)
     if consumed > x.ndim:
         raise _fail(what, f"too many indices ({consumed}) for an array of rank {x.ndim}", x)
@@ -254,8 +256,8 @@ def _expand(x: Any, idx: tuple, what: str) -> tuple[Any, list[Any]]:
         elif i is None:
             entries.append(full)
             shape.append(1)
-        elif masks[n]:
-            m = known[n]
+        elif n in masks:
+            m = masks[n]
             if m.shape != x.shape[dim:dim + m.ndim]:
                 raise _fail(what, f"bad index: a boolean mask of shape {list(m.shape)} does not match the indexed "
                             f"dims {list(x.shape[dim:dim + m.ndim])}", x)
