@@ -585,13 +585,18 @@ def strict_placement(on: bool = True) -> Iterator[None]:
         config.strict_placement = old
 
 
+def device_claims(module: Module, device: Device) -> bool:
+    """Whether the device's capabilities cover every node of ``module`` (an extended op it
+    does not claim counts as covered when its decomposition is: the device runs that)."""
+    return not unsupported_nodes(expand_for(module, device)[0], REGISTRY.backend_for(device).capabilities(device))
+
+
 def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.ndarray]:
     """Compiles and runs a case on a device; returns host arrays. When the device claims
     every op of the case, it runs under strict placement: a backend whose compile fails
     must fail the case, not pass it through the host fallback. Extended ops it does not
     claim count as claimed when their decomposition is (the device runs that)."""
-    expanded, _ = expand_for(case.module, device)
-    claimed = not unsupported_nodes(expanded, REGISTRY.backend_for(device).capabilities(device))
+    claimed = device_claims(case.module, device)
     with strict_placement(claimed or config.strict_placement):
         exe, _ = compile_case(case.module, device, optimize=optimize)
     outs = exe.execute([to_buffer(x, device) for x in case.inputs])
