@@ -229,6 +229,9 @@ def _scatter_windows(b: Builder, node: Node) -> tuple[Node, Node]:
                         b.compare(s, full(b, n - w, S64, (nb,)), direction="le"))
             m = bcast(b, ok, full_shape, (0,))
             if w != n:
+                # a kept window has s in [0, n - w]: placing at the clamped start changes only
+                # dropped windows, and keeps start + i free of integer overflow
+                s = clamp(b, s, n - w)
                 placed = place(b, placed, d, s, n, 1)
                 m = b.and_(m, bcast(b, in_window(b, s, w, n, 1), full_shape, (0, d + 1)))
         elif w != n:  # no index reaches this dim: the window sits at 0
