@@ -304,3 +304,17 @@ def _axis(axis: int, operand: Value) -> int:
         raise ArgumentError(f"axis {axis} is out of range for an operand of rank {rank} ({operand.shape})",
                             where=user_location())
     return axis % rank
+
+
+# elementwise completeness (float) and bit operations
+atan2, next_after, xor, shift_left, shift_right_logical, shift_right_arithmetic = (
+    _bin(o) for o in (Op.ATAN2, Op.NEXT_AFTER, Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL,
+                      Op.SHIFT_RIGHT_ARITHMETIC))
+tan, expm1, log1p, cbrt, erf, round_nearest_even, is_finite, popcnt, clz = (
+    _un(o) for o in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ROUND_NEAREST_EVEN, Op.IS_FINITE, Op.POPCNT,
+                     Op.CLZ))
+
+
+def bitcast_convert(x: Value, dtype: Any) -> Value:
+    """Reinterprets the bits of each element as ``dtype`` of the same bit width."""
+    return bind(Op.BITCAST_CONVERT, x, dtype=to_dtype(dtype))

@@ -108,6 +108,14 @@ PRIMITIVE_CASES = {
     Op.SCATTER: (lambda x, u: lax.scatter(x, _ROWS_IDS, u, _ROWS_SCATTER), [f64(4, 3), f64(5, 3)]),
     Op.DYNAMIC_SLICE: (lambda x: lax.dynamic_slice(x, (np.int32(2), np.int32(-9)), (2, 2)), [f64(4, 3)]),
     Op.DYNAMIC_UPDATE_SLICE: (lambda x, u: lax.dynamic_update_slice(x, u, (np.int64(3), 1)), [f64(4, 3), f64(2, 2)]),
+    # elementwise completeness
+    Op.TAN: (lambda x: lax.tan(x), [f64(4, low=-1.2, high=1.2)]),
+    Op.EXPM1: (lambda x: lax.expm1(x), [f64(4)]),
+    Op.LOG1P: (lambda x: lax.log1p(x), [f64(4, low=-0.5)]),
+    Op.CBRT: (lambda x: lax.cbrt(x), [f64(4, low=0.3) * np.array([1, -1, 1, -1])]),
+    Op.ERF: (lambda x: lax.erf(x), [f64(4)]),
+    Op.ATAN2: (lambda y, x: lax.atan2(y, x), [f64(5), f64(5, low=0.3) * np.array([1, -1, 1, -1, 1])]),
+    Op.NEXT_AFTER: (lambda x, y: lax.next_after(x, y), [f64(4), f64(4) + 3.0]),
 }
 
 
@@ -142,9 +150,9 @@ def test_scatter_combiners_vjp_finite_differences(combine):
     check_grad(scalar, x, u, argnums=1)
 
 
-@pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN])
+@pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN, Op.ROUND_NEAREST_EVEN])
 def test_piecewise_constant_primitives_have_zero_gradient(op):
-    fn = {Op.FLOOR: lax.floor, Op.CEIL: lax.ceil, Op.SIGN: lax.sign}[op]
+    fn = {Op.FLOOR: lax.floor, Op.CEIL: lax.ceil, Op.SIGN: lax.sign, Op.ROUND_NEAREST_EVEN: lax.round_nearest_even}[op]
     x = np.array([0.3, -1.7, 2.2])
     with axle.device(DEV):
         g = axle.grad(lambda v: anp.sum(fn(v) * v))(x)

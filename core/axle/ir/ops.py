@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
-from . import decompositions
+from . import bitwise, decompositions
 from .computation import Computation
 from .decompositions import Decomposition
 from .dotdims import DotDims
@@ -233,6 +233,16 @@ def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> Reference:
         if x.dtype == np.float16:
             return f(x.astype(np.float32)).astype(np.float16)
         return f(x).astype(x.dtype, copy=False)
+
+    return _quiet(ref)
+
+
+def _float_binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Reference:
+    # float16 is computed in float32 and rounded once, as _float_unary.
+    def ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float16:
+            return f(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        return f(x, y).astype(x.dtype, copy=False)
 
     return _quiet(ref)
 
@@ -792,6 +802,36 @@ _def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
             AttrSpec("config", AttrKind.STR, "")),
      traits=Traits(side_effect=True, fusible=False),
      doc="Calls a named external function; its reference is registered with register_custom_call.")
+
+# elementwise completeness (float): StableHLO/CHLO names and semantics
+_FLOAT_FNS: list[tuple[Op, Callable[[np.ndarray], np.ndarray]]] = [
+    (Op.TAN, np.tan), (Op.EXPM1, np.expm1), (Op.LOG1P, np.log1p), (Op.CBRT, np.cbrt), (Op.ERF, bitwise.erf)]
+for _op, _fn in _FLOAT_FNS:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_fn), traits=_EW_T, operand_dtypes=FLOATS)
+_def(Op.ATAN2, 2, _same_shape, _same_dtype, _float_binary(np.arctan2), traits=_EW_T, operand_dtypes=FLOATS,
+     doc="atan2(y, x): the angle of (x, y) in [-pi, pi], signed zeros and infinities as C's atan2.")
+_def(Op.ROUND_NEAREST_EVEN, 1, _first_shape, _same_dtype, _quiet(np.rint), traits=_EW, operand_dtypes=FLOATS,
+     doc="Rounds to the nearest integer, ties to even (NumPy's rint/round).")
+_def(Op.IS_FINITE, 1, _first_shape, _bool_dtype, _quiet(np.isfinite), traits=_EW, operand_dtypes=FLOATS,
+     doc="-> pred: neither NaN nor an infinity.")
+_def(Op.NEXT_AFTER, 2, _same_shape, _same_dtype, _quiet(bitwise.next_after), traits=_EW, operand_dtypes=FLOATS,
+     doc="The next representable value after x towards y (float16 in its own format; y if x == y; NaN if either is).")
+
+# bit operations: integer dtypes by property (every signed and unsigned width), xor also pred
+_INTS: frozenset[DType] = frozenset(d for d in ALL_DTYPES if d.is_int)
+_def(Op.XOR, 2, _same_shape, _same_dtype, _quiet(bitwise.xor), traits=_EW_C,
+     operand_dtypes=_INTS | {DType.BOOL}, doc="Logical (pred) or bitwise exclusive or.")
+for _op, _f in [(Op.SHIFT_LEFT, bitwise.shift_left), (Op.SHIFT_RIGHT_LOGICAL, bitwise.shift_right_logical),
+                (Op.SHIFT_RIGHT_ARITHMETIC, bitwise.shift_right_arithmetic)]:
+    _def(_op, 2, _same_shape, _same_dtype, _quiet(_f), traits=_EW, operand_dtypes=_INTS,
+         doc="The amount is read as unsigned; amounts >= the bit width give 0 (arithmetic: the sign fill).")
+_def(Op.POPCNT, 1, _first_shape, _same_dtype, bitwise.popcnt, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of set bits.")
+_def(Op.CLZ, 1, _first_shape, _same_dtype, bitwise.count_leading_zeros, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of leading zero bits; the bit width for 0.")
+_def(Op.BITCAST_CONVERT, 1, bitwise.first_shape, bitwise.bitcast_dtype, bitwise.bitcast_convert,
+     attrs=(AttrSpec("dtype", AttrKind.DTYPE),), traits=_EW,
+     doc="Reinterprets each element's bits as `dtype` of the same bit width (no width change).")
 
 # control flow
 _def(Op.WHILE, None, None, None, _while_ref,

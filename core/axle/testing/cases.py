@@ -85,11 +85,19 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
     return x
 
 
+#: Transcendental ops held to a bound in ulps (float32/float64) rather than the general
+#: transcendental tolerance: every shipped backend measured within 3.2 ulps of the exact
+#: value (docs/reliability.md), and the interpreter's NumPy within a few more.
+ULP_TOLERANCE: dict[Op, int] = {op: 16 for op in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2)}
+
+
 def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
     """(rtol, atol) a backend must meet against the interpreter."""
     transcendental = op is not None and OPS[op].traits.transcendental
     base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
-    if transcendental:
+    if op in ULP_TOLERANCE and dt in (DType.FLOAT32, DType.FLOAT64):
+        base = ULP_TOLERANCE[op] * float(np.finfo(dt.np).eps)
+    elif transcendental:
         base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
     if n_reduced > 1:
         base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
@@ -452,6 +460,41 @@ def _dynamic_update_slice(op: Op, rng: np.random.Generator, _: Any, dt: DType, s
     return _with_indices(case, range(2, len(ss) + 2), ss)
 
 
+def _bitcast(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase | None:
+    if src is dst or src.is_bool or dst.is_bool or src.itemsize != dst.itemsize:
+        return None  # only same-width bitcasts exist (docs/ir.md)
+    return _case(f"bitcast-convert-{src.value}-to-{dst.value}", lambda b, p: b.op(op, p[0], dtype=dst),
+                 [_t(src, (37,))], rng)
+
+
+def _shift_amounts(op: Op) -> list[OpCase]:
+    """Every amount from -2 to 2 * width + 1 (the out-of-range ones give 0 or the sign
+    fill) against values with the top bit set and clear, per integer dtype."""
+    out = []
+    for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
+        info = np.iinfo(dt.np)
+        amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
+        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
+    return out
+
+
+_SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e-5, 6e-8, 6e4, 1e30)
+
+
+def _special_pairs(op: Op) -> list[OpCase]:
+    """Every pair of special values (the grid's inputs pair each special only with itself),
+    per float dtype: next-after from an infinity or towards the other zero, atan2 of zeros
+    and infinities."""
+    out = []
+    for dt in FLOAT_DTYPES:
+        with np.errstate(all="ignore"):
+            k = np.array(_SPECIALS).astype(dt.np)
+        a, b = (g.ravel() for g in np.meshgrid(k, k))
+        out.append(_explicit_case(f"{op.value}-special-pairs-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
+    return out
+
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -509,6 +552,12 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.SCATTER: OpCaseRow(_scatter, _SCATTER_SPECS, ALL, variants=("replace", "add", "mul", "min", "max")),
     Op.DYNAMIC_SLICE: OpCaseRow(_dynamic_slice, _DYNAMIC_SLICE_SPECS, ALL),
     Op.DYNAMIC_UPDATE_SLICE: OpCaseRow(_dynamic_update_slice, _DYNAMIC_UPDATE_SLICE_SPECS, ALL),
+    # bit operations
+    Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
+    **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
+       for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
+    Op.ATAN2: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by
