@@ -51,7 +51,9 @@ def test_shrink_keeps_the_failure_and_the_values():
 
     small, small_xs = shrink(m, xs, still_fails)
     assert still_fails(small, small_xs)
-    assert len(small.entry.nodes) <= 4 < len(m.entry.nodes)
+    # the floor is the exp, its path to the root and their leaves: 4 to 7 nodes over the
+    # first qualifying seeds, and the seed moves whenever an op joins the generator's stream
+    assert len(small.entry.nodes) <= 7 and 5 * len(small.entry.nodes) < len(m.entry.nodes)
     again = parse_module(small.as_text())  # the repro's text reads back
     assert [o.tobytes() for o in evaluate(again, *small_xs)] == [o.tobytes() for o in evaluate(small, *small_xs)]
 
