@@ -124,6 +124,13 @@ class Traits:
     #: contracts operands over shared dimensions (dot_general): each output element reads
     #: whole rows/columns of its operands, so its producers are not inlined into it
     contraction: bool = False
+    #: an indexed load (gather, dynamic-slice): each output element reads one operand
+    #: element at a position computed from index values it loads, so it fuses into loop
+    #: fusions as a producer like a movement op (axle.lowering.index has the maps)
+    indexed: bool = False
+    #: writes windows of its first operand (scatter, dynamic-update-slice): a kernel of its
+    #: own, run in place over that operand when it dies there (passes/buffers.py)
+    updates_operand: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -713,7 +720,8 @@ _def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.fli
      attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
 
 # indexing (semantics and references: ir/indexing.py)
-_INDEXED = Traits(fusible=False)
+_INDEXED = Traits(indexed=True)
+_UPDATE = Traits(updates_operand=True)
 _def(Op.GATHER, 2, gather_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(gather),
      attrs=(AttrSpec("offset_dims", AttrKind.INTS), AttrSpec("collapsed_slice_dims", AttrKind.INTS),
             AttrSpec("start_index_map", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
@@ -723,14 +731,14 @@ _def(Op.SCATTER, 3, scatter_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(sca
      attrs=(AttrSpec("update_window_dims", AttrKind.INTS), AttrSpec("inserted_window_dims", AttrKind.INTS),
             AttrSpec("scatter_dims_to_operand_dims", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
             AttrSpec("kind", AttrKind.ENUM, choices=SCATTER_KINDS)),
-     traits=_INDEXED,
+     traits=_UPDATE,
      doc="The operand with update windows combined in at the indices, in index order; "
          "out-of-bounds windows are dropped.")
 _def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dtype, dynamic_slice,
      attrs=(AttrSpec("slice_sizes", AttrKind.INTS),), traits=_INDEXED, min_arity=1,
      doc="A slice of `slice_sizes` at traced scalar starts, clamped so it fits.")
 _def(Op.DYNAMIC_UPDATE_SLICE, None, dynamic_update_slice_shape, lambda op, ts, attrs: ts[0].dtype,
-     dynamic_update_slice, traits=_INDEXED, min_arity=2,
+     dynamic_update_slice, traits=_UPDATE, min_arity=2,
      doc="The operand with `update` written at traced scalar starts, clamped so it fits.")
 
 # others
