@@ -29,7 +29,9 @@ from .executable import TemplateExecutable
 #: else (dot, transpose, slice, pad, concatenate, ...) runs on the host through the core's
 #: partitioner, which is how a partially brought-up device stays usable from day one.
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT}
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT,
+    # indexing: the shared C renderer's indexed loads and update kernels
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE}
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 

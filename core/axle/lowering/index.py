@@ -361,6 +361,11 @@ def dynamic_slice_index(out: Sequence[Ix], operand_shape: Shape, sizes: Sequence
     return [add(c, _clamped_start(s, dim, size)) for c, s, dim, size in zip(out, starts, operand_shape, sizes)]
 
 
+#: the elementwise op a scatter update combines with the value at its position (None: the
+#: update replaces it), applied in the operand's dtype as the reference does
+SCATTER_COMBINER: dict[str, Op | None] = {"replace": None, "add": Op.ADD, "mul": Op.MUL, "min": Op.MIN, "max": Op.MAX}
+
+
 def scatter_window(n: Any) -> Shape:
     """A scatter's update window in operand order (inserted dims of extent 1)."""
     updates_shape, window = n.operands[2].shape, [1] * len(n.operands[0].shape)
