@@ -1147,7 +1147,7 @@ def build_update(em: KernelEmitter) -> ir.Function:
         b.call(memcpy, [dst, src, ir.Constant(I64, size), ir.Constant(I1, 0)])
         b.branch(windows)
         b.position_at_end(windows)
-    _UPDATES[n.op](em, n, dst)
+    _write_windows(em, n, dst)
     b.branch(ret)
     b.position_at_end(ret)
     b.ret_void()
@@ -1176,66 +1176,46 @@ def _nest(em: KernelEmitter, shape: Sequence[int], body: Callable[[list[Index]],
         at(0)
 
 
-def _dynamic_update_slice(em: KernelEmitter, n: Node, dst: ir.Value) -> None:
-    x, upd, *start_nodes = n.operands
-    starts = [loaded_index(em, s, []) for s in start_nodes]
-    env0 = {f"s{k}": s for k, s in enumerate(starts) if not isinstance(s, int)}
-    names = [ix.const(s) if isinstance(s, int) else ix.var(f"s{k}") for k, s in enumerate(starts)]
+def _write_windows(em: KernelEmitter, n: Node, dst: ir.Value) -> None:
+    """The updates one after another (row-major over the batch), each window inside: the
+    order of the reference, whatever the windows' overlaps."""
+    x = n.operands[0]
+    u = ix.update_loops(n)
+    combine = _SCATTER_COMBINE[n.attr["kind"]] if n.op is Op.SCATTER else _SCATTER_COMBINE["replace"]
 
-    def body(w: list[Index]) -> None:
-        wv = [ix.const(c) if isinstance(c, int) else ix.var(f"w{k}") for k, c in enumerate(w)]
-        env = {**env0, **{f"w{k}": c for k, c in enumerate(w) if not isinstance(c, int)}}
-        pos = ix.dynamic_slice_index(wv, x.shape, upd.shape, names)
-        em.store(dst, n.dtype, em.linear([em.ix_value(e, env) for e in pos], x.shape), em.value(upd, w))
+    def names(prefix: str, vals: Sequence[Index]) -> tuple[list[ix.Ix], dict[str, Index]]:
+        return ([ix.const(v) if isinstance(v, int) else ix.var(f"{prefix}{k}") for k, v in enumerate(vals)],
+                {f"{prefix}{k}": v for k, v in enumerate(vals) if not isinstance(v, int)})
 
-    _nest(em, upd.shape, body, 1)
-
-
-def _scatter(em: KernelEmitter, n: Node, dst: ir.Value) -> None:
-    x, indices, updates = n.operands
-    window = ix.scatter_window(n)
-    kind, dt = n.attr["kind"], n.dtype
-    nb = len(ix.scatter_batch_shape(n))
-
-    def update(bcoords: list[Index]) -> None:
-        (scs,), env = em.ix_map(lambda c: [ix.scatter_start_coords(c, n)], bcoords)
-        starts = [loaded_index(em, indices, [em.ix_value(e, env) for e in sc]) for sc in scs]
-        names = [ix.const(s) if isinstance(s, int) else ix.var(f"s{k}") for k, s in enumerate(starts)]
-        env.update({f"s{k}": s for k, s in enumerate(starts) if not isinstance(s, int)})
-        _, inside = ix.scatter_index([ix.const(0)] * len(window), n, names)
+    def update(batch: list[Index]) -> None:
+        bix, env = names("b", batch)
+        starts = [loaded_index(em, n.operands[k], [em.ix_value(e, env) for e in c])
+                  for k, c in ix.update_starts(n, bix)]
+        six, senv = names("s", starts)
+        env.update(senv)
+        _, inside, _, _ = ix.update_target(n, bix, [ix.const(0)] * len(u.window), six)
         if inside.const == 0:
             return
         if inside.const == 1:
-            windows(bcoords, names, env)
+            _nest(em, u.window, lambda w: window(w, bix, six, env), 1 + len(u.batch))
             return
-        go = em.fn.append_basic_block("window")
-        skip = em.fn.append_basic_block("dropped")
+        go, skip = em.fn.append_basic_block("window"), em.fn.append_basic_block("dropped")
         em.b.cbranch(em.ix_value(inside, env), go, skip)  # an out-of-bounds window is dropped
         em.b.position_at_end(go)
-        windows(bcoords, names, env)
+        _nest(em, u.window, lambda w: window(w, bix, six, env), 1 + len(u.batch))
         em.b.branch(skip)
         em.b.position_at_end(skip)
 
-    def windows(bcoords: list[Index], names: list[ix.Ix], env: dict[str, Index]) -> None:
-        def body(w: list[Index]) -> None:
-            wv = [ix.const(c) if isinstance(c, int) else ix.var(f"w{k}") for k, c in enumerate(w)]
-            full = {**env, **{f"w{k}": c for k, c in enumerate(w) if not isinstance(c, int)}}
-            bv = [ix.const(c) if isinstance(c, int) else ix.var(f"b{k}") for k, c in enumerate(bcoords)]
-            full.update({f"b{k}": c for k, c in enumerate(bcoords) if not isinstance(c, int)})
-            pos, _ = ix.scatter_index(wv, n, names)
-            lin = em.linear([em.ix_value(e, full) for e in pos], x.shape)
-            uc = [em.ix_value(e, full) for e in ix.scatter_update_coords(bv, wv, n)]
-            new = em.value(updates, uc)
-            old = em.load(dst, dt, lin)
-            em.store(dst, dt, lin, _SCATTER_COMBINE[kind](em, dt, old, new))
+    def window(w: list[Index], bix: list[ix.Ix], six: list[ix.Ix], env: dict[str, Index]) -> None:
+        wix, wenv = names("w", w)
+        full = {**env, **wenv}
+        pos, _, src, coords = ix.update_target(n, bix, wix, six)
+        lin = em.linear([em.ix_value(e, full) for e in pos], x.shape)
+        new = em.value(n.operands[src], [em.ix_value(e, full) for e in coords])
+        em.store(dst, n.dtype, lin, combine(em, n.dtype, em.load(dst, n.dtype, lin), new))
 
-        _nest(em, window, body, 2 + nb)
-
-    _nest(em, ix.scatter_batch_shape(n), update, 1)
-
-
-_UPDATES: dict[Op, Callable[[KernelEmitter, Node, ir.Value], None]] = {
-    Op.SCATTER: _scatter, Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice}
+    if 0 not in u.window:
+        _nest(em, u.batch, update, 1)
 
 
 LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] = {

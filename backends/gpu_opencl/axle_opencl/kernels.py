@@ -259,39 +259,31 @@ def update_kernel(comp: Computation, dev: DeviceInfo) -> Kernel | None:
     work-item (ix.scatter_window_parallel). None when there is nothing to write."""
     n = comp.root
     x = n.operands[0]
-    scatter = n.op is Op.SCATTER
-    window = ix.scatter_window(n) if scatter else n.operands[1].shape
-    batch = ix.scatter_batch_shape(n) if scatter else ()
-    nw, nb = math.prod(window), math.prod(batch)
+    u = ix.update_loops(n)
+    nw, nb = math.prod(u.window), math.prod(u.batch)
     if nw == 0 or nb == 0 or x.tensor_type.size == 0:
         return None
-    parallel = not scatter or ix.scatter_window_parallel(n)
     em = Emitter(1)
     r = Renderer(em, {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters})
-    if parallel:
+    if u.parallel:
         em.open(f"for (int w = (int)get_global_id(0); w < {nw}; w += (int)get_global_size(0))")
     else:
         em.open("if (get_global_id(0) == 0)")
-    if scatter:
+    bix: list[ix.Ix] = []
+    if u.batch:
         em.open(f"for (int b = 0; b < {nb}; b++)")
-        bix = em.ix_coords(Idx(batch, "b"))
-    if not parallel:
+        bix = em.ix_coords(Idx(u.batch, "b"))
+    if not u.parallel:
         em.open(f"for (int w = 0; w < {nw}; w++)")
-    wix = em.ix_coords(Idx(window, "w"))
-    if scatter:
-        starts = [r._start(n.operands[1], c) for c in ix.scatter_start_coords(bix, n)]
-        pos, inside = ix.scatter_index(wix, n, starts)
-        if inside.const != 1:
-            em.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
-        new = r._at(n.operands[2], ix.scatter_update_coords(bix, wix, n))
-    else:
-        starts = [r._start(s, []) for s in n.operands[2:]]
-        pos = ix.dynamic_slice_index(wix, x.shape, window, starts)
-        new = r._at(n.operands[1], wix)
+    wix = em.ix_coords(Idx(u.window, "w"))
+    starts = [r._start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+    pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+    if inside.const != 1:
+        em.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+    new = r._at(n.operands[src], coords)
     off = em.bind(ix.linearize(pos, x.shape))
-    op = ix.SCATTER_COMBINER[n.attr["kind"]] if scatter else None
-    if op is not None:
-        new = render.binary(op, n.dtype, load("out0", n.dtype, off), new)
+    if u.combiner is not None:
+        new = render.binary(u.combiner, n.dtype, load("out0", n.dtype, off), new)
     em.line(store("out0", n.dtype, off, new))
     while len(em.scopes) > 1:
         em.close()
@@ -302,7 +294,7 @@ def update_kernel(comp: Computation, dev: DeviceInfo) -> Kernel | None:
     def text(name: str) -> str:
         return f"__kernel void {name}({sig}) {{\n{body}\n}}"
 
-    if not parallel:
+    if not u.parallel:
         gsize, lsize = (1,), (1,)
     elif dev.is_gpu:
         wg = min(256, dev.max_work_group)

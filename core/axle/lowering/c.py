@@ -541,32 +541,23 @@ class _KernelBuilder:
         e = ix.to_c(self.device_loop(x.tensor_type.size))
         self.line(f"o0[{e}] = p0[{e}];")  # the same storage type: an exact copy
         self.close()
-        scatter = n.op is Op.SCATTER
-        window = ix.scatter_window(n) if scatter else n.operands[1].shape
-        batch = ix.scatter_batch_shape(n) if scatter else ()
-        nw, nb = math.prod(window), math.prod(batch)
+        u = ix.update_loops(n)
+        nw, nb = math.prod(u.window), math.prod(u.batch)
         if nw == 0 or nb == 0:
             return
         self.stage()
-        parallel = not scatter or ix.scatter_window_parallel(n)
-        w = self.device_loop(nw if parallel else 1)
-        if scatter:
-            bix = [self.bind(c) for c in ix.delinearize(self.counted_loop(nb), batch)]
-        if not parallel:
+        w = self.device_loop(nw if u.parallel else 1)
+        bix = [self.bind(c) for c in ix.delinearize(self.counted_loop(nb), u.batch)] if u.batch else []
+        if not u.parallel:
             w = self.counted_loop(nw)
-        wix = [self.bind(c) for c in ix.delinearize(w, window)]
-        if scatter:
-            starts = [self.start(n.operands[1], c) for c in ix.scatter_start_coords(bix, n)]
-            pos, inside = ix.scatter_index(wix, n, starts)
-            if inside.const != 1:
-                self.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
-            new = self.at(n.operands[2], ix.scatter_update_coords(bix, wix, n))
-        else:
-            starts = [self.start(s, []) for s in n.operands[2:]]
-            pos = ix.dynamic_slice_index(wix, x.shape, window, starts)
-            new = self.at(n.operands[1], wix)
+        wix = [self.bind(c) for c in ix.delinearize(w, u.window)]
+        starts = [self.start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+        pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+        if inside.const != 1:
+            self.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+        new = self.at(n.operands[src], coords)
         off = self.bind(ix.linearize(pos, x.shape))
-        op = ix.SCATTER_COMBINER[n.attr["kind"]] if scatter else None
+        op = u.combiner
         self.store("o0", dt, off, new if op is None else binary(self.d, op, dt, self.load("o0", dt, off), new))
         while len(self.scopes) > 1:
             self.close()

@@ -419,3 +419,40 @@ def scatter_window_parallel(n: Any) -> bool:
     and the whole scatter must run in update order on one thread."""
     win = scatter_window(n)
     return all(win[d] == 1 for d in n.attr["scatter_dims_to_operand_dims"])
+
+
+@dataclass(frozen=True)
+class UpdateLoops:
+    """How an update kernel (scatter, dynamic-update-slice) walks its work: over the
+    ``batch`` of updates in row-major (index) order and each update's ``window``; window
+    positions may run in parallel when ``parallel`` (every update then in order at each)."""
+
+    window: Shape
+    batch: Shape
+    parallel: bool
+    combiner: Op | None  # how an update meets the value at its position (None: replaces it)
+
+
+def update_loops(n: Any) -> UpdateLoops:
+    if n.op is Op.SCATTER:
+        return UpdateLoops(scatter_window(n), scatter_batch_shape(n), scatter_window_parallel(n),
+                           SCATTER_COMBINER[n.attr["kind"]])
+    return UpdateLoops(n.operands[1].shape, (), True, None)
+
+
+def update_starts(n: Any, batch: Sequence[Ix]) -> list[tuple[int, list[Ix]]]:
+    """(operand position, coordinates) of each start index of update ``batch``."""
+    if n.op is Op.SCATTER:
+        return [(1, c) for c in scatter_start_coords(batch, n)]
+    return [(k, []) for k in range(2, len(n.operands))]
+
+
+def update_target(n: Any, batch: Sequence[Ix], window: Sequence[Ix],
+                  starts: Sequence[IxLike]) -> tuple[list[Ix], Ix, int, list[Ix]]:
+    """(operand coordinates written; the predicate "written at all" (a scatter drops an
+    out-of-bounds window); the operand position of the value written and its coordinates)
+    for window element ``window`` of update ``batch`` with loaded ``starts``."""
+    if n.op is Op.SCATTER:
+        pos, inside = scatter_index(window, n, starts)
+        return pos, inside, 2, scatter_update_coords(batch, window, n)
+    return dynamic_slice_index(window, n.operands[0].shape, n.operands[1].shape, starts), const(1), 1, list(window)
