@@ -3,6 +3,7 @@ passes, then the backend's ``compile``. The partitioner (axle.partition) calls t
 each cluster; the compiler facade (axle.compiler) puts the two together."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from . import passes, profiler
@@ -10,6 +11,7 @@ from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module
 from .passes.buffers import assign
+from .passes.expand import expand_extended
 from .registry import REGISTRY
 
 
@@ -28,11 +30,19 @@ def optimize_for(module: Module, device: Device) -> Module:
         return passes.optimize(module, backend=backend, device=device)
 
 
+def expand_for(module: Module, device: Device) -> tuple[Module, Counter[str]]:
+    """``module`` with the extended primitives ``device`` does not claim expanded into their
+    decompositions (passes/expand.py), and how many of each op were expanded."""
+    caps = REGISTRY.backend_for(device).capabilities(device)
+    return expand_extended(module, lambda n: caps.refusal(n) is None)
+
+
 def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
     """Compiles the whole ``module`` for ``device``, no partitioning; returns the executable
     and the module the backend compiled (optimized unless ``optimize`` or ``config.optimize``
     is off)."""
     backend = REGISTRY.backend_for(device)
+    module, _ = expand_for(module, device)
     run_passes = optimize and config.optimize
     if run_passes:
         module = optimize_for(module, device)

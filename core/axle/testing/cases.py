@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backend import Device
 from ..config import config
+from ..device_compile import expand_for
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
@@ -470,8 +471,10 @@ def strict_placement(on: bool = True) -> Iterator[None]:
 def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.ndarray]:
     """Compiles and runs a case on a device; returns host arrays. When the device claims
     every op of the case, it runs under strict placement: a backend whose compile fails
-    must fail the case, not pass it through the host fallback."""
-    claimed = not unsupported_nodes(case.module, REGISTRY.backend_for(device).capabilities(device))
+    must fail the case, not pass it through the host fallback. Extended ops it does not
+    claim count as claimed when their decomposition is (the device runs that)."""
+    expanded, _ = expand_for(case.module, device)
+    claimed = not unsupported_nodes(expanded, REGISTRY.backend_for(device).capabilities(device))
     with strict_placement(claimed or config.strict_placement):
         exe, _ = compile_case(case.module, device, optimize=optimize)
     outs = exe.execute([to_buffer(x, device) for x in case.inputs])
