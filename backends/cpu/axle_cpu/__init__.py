@@ -26,6 +26,7 @@ from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
 from axle.ir.opcodes import Op
+from axle.ir.ops import BASE_PRIMITIVES
 from axle.ir.types import TensorType
 from axle.lru import LRU
 from axle.passes.policy import FusionPolicy
@@ -34,6 +35,11 @@ if TYPE_CHECKING:  # imported where used: llvmlite loads only when compiling
     from .plan import Plan
 
 __all__ = ["CpuBackend", "CpuExecutable"]
+
+#: extended primitives lowered natively (the others get the core's decomposition)
+CLAIMED_EXTENDED: frozenset[Op] = frozenset({
+    # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
@@ -82,7 +88,7 @@ class CpuBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        return Capabilities()
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot with
