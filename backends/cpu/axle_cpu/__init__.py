@@ -57,6 +57,18 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                   ".emitter:convert_value"),),
     Op.FUSION: (("a fusion is one kernel: a loop nest of its kind over the fused ops", ".emitter:KernelEmitter"),),
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
+    # indexing
+    Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
+                ("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index")),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("an update kernel: the operand copied unless its buffer was handed over, then the windows",
+                  ".emitter:build_update"),
+                 ("the updates in index order, each window inside; out-of-bounds windows dropped",
+                  ".emitter:_write_windows"),
+                 ("the update loops, start indices and targets", "axle.lowering.index:update_target")),
+    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: the operand copied unless its buffer was handed over, then the "
+                               "window", ".emitter:build_update"),
+                              ("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index")),
 }
 
 

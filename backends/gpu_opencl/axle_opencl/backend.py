@@ -53,6 +53,15 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                      ("a dot on its own, CPU strategy: register blocks over vector types", ".dots:dot_kernel_cpu")),
     Op.FUSION: (("a loop or row fusion: one work-item per element or row", ".kernels:map_kernel"),
                 ("an input fusion ending in reductions", ".kernels:group_reduce_kernel")),
+    # indexing
+    Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("the operand's buffer handed over when it dies here, else a copy kernel", ".plan:_update_steps"),
+                 ("work-items over window positions, each applying the updates in index order",
+                  ".kernels:update_kernel")),
+    Op.DYNAMIC_UPDATE_SLICE: (("the operand's buffer handed over when it dies here, else a copy kernel",
+                               ".plan:_update_steps"),
+                              ("work-items over the window", ".kernels:update_kernel")),
 }
 
 

@@ -47,6 +47,12 @@ LOWERING: tuple[tuple[str, str], ...] = (
 LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
     Op.REDUCE: (("the dtype a reduction loop accumulates in", "axle.lowering.c:accumulator"),),
+    # indexing
+    Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("an update kernel: a copy stage, then the windows in index order",
+                  "axle.lowering.c:_KernelBuilder.update"),),
+    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window", "axle.lowering.c:_KernelBuilder.update"),),
 }
 
 
