@@ -52,7 +52,8 @@ LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
     Op.SCATTER: (("an update kernel: a copy stage, then the windows in index order",
                   "axle.lowering.c:_KernelBuilder.update"),),
-    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window", "axle.lowering.c:_KernelBuilder.update"),),
+    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window",
+                               "axle.lowering.c:_KernelBuilder.update"),),
 }
 
 

@@ -6,9 +6,9 @@ to the end). Temporaries are packed into one arena: a value takes the best-fitti
 left by values already dead, so memory is reused. An elementwise kernel may write its
 result *in place* over an operand that dies at that very kernel (every element is read
 before the same element is written), and so does a scatter or dynamic-update-slice over
-its first operand (it rewrites windows of it: the kernel then never copies the operand). Parameters belong to the caller and are never
-overwritten unless donated; constants belong to the executable; entry outputs get their
-own buffers, handed back to the caller.
+its first operand (it rewrites windows of it: the kernel then never copies the operand).
+Parameters belong to the caller and are never overwritten unless donated; constants belong
+to the executable; entry outputs get their own buffers, handed back to the caller.
 
 Backends use it as an API::
 
