@@ -180,8 +180,9 @@ def scatter(operand: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, up
         window[od] = updates.shape[wd]
     upd = upd.reshape(batch_shape + tuple(window))
     combine = _COMBINE[kind]
-    flat_vec = vec.reshape(-1, vec.shape[-1])
-    flat_upd = upd.reshape((-1,) + tuple(window))
+    # explicit counts: with no index entries (k = 0) or no updates, -1 would be ambiguous
+    flat_vec = vec.reshape(math.prod(batch_shape), vec.shape[-1])
+    flat_upd = upd.reshape((math.prod(batch_shape),) + tuple(window))
     for b in range(flat_vec.shape[0]):
         start = [0] * operand.ndim
         for k, d in enumerate(scatter_dims_to_operand_dims):
