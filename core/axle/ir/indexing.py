@@ -17,7 +17,7 @@ leaves a choice, so that every backend can match the reference bit for bit:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,7 +156,7 @@ def scatter_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Sh
     return operand.shape
 
 
-_COMBINE = {
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
     "replace": lambda old, new: new,
     "add": np.add,
     "mul": np.multiply,
