@@ -19,7 +19,7 @@ from axle.backend import (
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import BASE_PRIMITIVES, OPS, Op
 from axle.ir.types import TensorType
 
 from .codegen import COMPILER
@@ -28,10 +28,12 @@ from .executable import TemplateExecutable
 #: What this device claims: elementwise ops, reductions and a few shape ops. Everything
 #: else (dot, transpose, slice, pad, concatenate, ...) runs on the host through the core's
 #: partitioner, which is how a partially brought-up device stays usable from day one.
+#: extended primitives the shared C renderer lowers (the others get the core's decomposition)
+CLAIMED_EXTENDED: frozenset[Op] = frozenset({
+    # indexing: indexed loads and update kernels
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT,
-    # indexing: the shared C renderer's indexed loads and update kernels
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE}
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT} | CLAIMED_EXTENDED
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 
@@ -80,12 +82,13 @@ class TemplateBackend(Backend):
         return self._devices
 
     def capabilities(self, device: Device) -> Capabilities:
-        # One flag claims everything: AXLE_FLAGS=--template_claim_all (or claim_all=True).
+        # One flag claims every op the renderer lowers: AXLE_FLAGS=--template_claim_all (or
+        # claim_all=True); other extended primitives still get their decomposition.
         claim_all = self.claim_all
         if claim_all is None:
             claim_all = config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
         if claim_all:
-            return Capabilities()
+            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
         return Capabilities(ops=CLAIMED, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
