@@ -1080,7 +1080,9 @@ def loaded_index(em: KernelEmitter, x: Node, coords: Sequence[Index]) -> Index:
         level = em.cur_level  # value() emitted it here, not in a preamble
     em.level[id(v)] = level
     if v.type.width < 64:
-        return em._ix(lambda: em.b.sext(v, I64), v)
+        # widened by the index dtype's signedness (an unsigned byte 255 is 255, not -1)
+        widen = em.b.zext if np.dtype(x.dtype.np).kind == "u" else em.b.sext
+        return em._ix(lambda: widen(v, I64), v)
     return v
 
 
