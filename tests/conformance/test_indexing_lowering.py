@@ -207,3 +207,46 @@ def test_scatter_size_zero_and_one(backend: str) -> None:
     none = TensorType(DType.INT32, (0,))
     m = build("scatter_nothing", [x, none, TensorType(DType.FLOAT32, (0, 3))], scatter_rows("add"))
     check(m, [values(DType.FLOAT32, x.shape), np.zeros(0, np.int32), np.zeros((0, 3), np.float32)], backend)
+
+
+# ------------------------------------------------------------------ a training loop
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_minibatch_training_loop_with_traced_starts(backend: str) -> None:
+    """Linear regression by minibatch SGD: each jit step slices its batch at a traced start
+    (dynamic-slice) and writes its loss into a history buffer at a traced position
+    (dynamic-update-slice, in place where the backend assigns buffers); one compiled
+    executable serves every step, and the result is NumPy's."""
+    import axle
+    from axle import lax
+
+    dev = require_backend(backend)
+    rng = np.random.default_rng(0)
+    n, d, bs, steps = 64, 5, 8, 12
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (x @ rng.standard_normal(d).astype(np.float32)).astype(np.float32)
+
+    def step(w, hist, xs, ys, i, k):  # noqa: ANN001, ANN202
+        xb = lax.dynamic_slice(xs, (i, 0), (bs, d))
+        yb = lax.dynamic_slice(ys, (i,), (bs,))
+        err = (xb * w[None, :]).sum(axis=1) - yb
+        loss = (err * err).mean()
+        w = w - 0.1 * (xb * err[:, None]).sum(axis=0) * (2.0 / bs)
+        return w, lax.dynamic_update_slice(hist, loss.reshape((1,)), (k,))
+
+    jstep = axle.jit(step, device=dev)
+    axle.reset_stats()
+    w, hist = np.zeros(d, np.float32), np.zeros(steps, np.float32)
+    w_np, hist_np = w.copy(), hist.copy()
+    for k in range(steps):
+        i = np.int32((k * bs) % n)
+        w, hist = jstep(w, hist, x, y, i, np.int32(k))
+        xb, yb = x[i:i + bs], y[i:i + bs]
+        err = (xb * w_np[None, :]).sum(axis=1) - yb
+        hist_np[k] = (err * err).mean()
+        w_np = w_np - np.float32(0.1) * (xb * err[:, None]).sum(axis=0) * np.float32(2.0 / bs)
+    np.testing.assert_allclose(np.asarray(w), w_np, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(hist), hist_np, rtol=1e-4, atol=1e-6)
+    assert np.asarray(hist)[-1] < np.asarray(hist)[0]
+    assert axle.stats()["traces"] == 1  # the starts are traced: no retrace per step
