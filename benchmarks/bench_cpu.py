@@ -87,7 +87,7 @@ def _c_library() -> Any:
 
 def _jax() -> Any:
     try:
-        import jax  # noqa: F401
+        import jax
         import jax.numpy as jnp  # noqa: F401
 
         return jax
@@ -243,6 +243,7 @@ def run(quick: bool) -> list[Row]:
               (rng.standard_normal((512, 10)) * 0.05).astype(np.float32), np.zeros(10, np.float32)]
     rows.append(_row("MLP 784-512-10 SGD step, batch 128", impls(sgd_mlp, [*params, x, y]), reps * 2))
 
+    rows += _embedding_rows(axle, dev, jax, rng, reps * 4)
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
     return rows
 
@@ -267,6 +268,37 @@ def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Cal
     row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
     row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
     return row
+
+
+def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> list[Row]:
+    """``wte[ids]`` with traced token ids from GPT-2's 50257 x 768 float32 table: a gather
+    that reads ids x 768 floats (it was a one-hot select-and-sum over the whole table).
+    ``jit floor``: the same jit call of ``ids + 1`` (what any call costs before its kernel)."""
+    from axle import lax
+
+    dn = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    table = rng.standard_normal((50257, 768)).astype(np.float32)
+    lookup = axle.jit(lambda t, i: lax.gather(t, i[:, None], dn, (1, 768), mode="clip"), device=dev)
+    floor = axle.jit(lambda i: i + 1, device=dev)
+    dtable = axle.device_put(table, dev)
+    rows = []
+    for n in (8, 1024):
+        ids = rng.integers(0, table.shape[0], n).astype(np.int32)
+        dids = axle.device_put(ids, dev)
+        fns: dict[str, Callable[[], Any]] = {
+            "numpy": lambda ids=ids: np.take(table, ids, axis=0),
+            "axle-cpu": lambda dids=dids: lookup(dtable, dids),
+        }
+        if jax is not None:
+            jf = jax.jit(lambda t, i: t[i])
+            jt, ji = jax.device_put(table), jax.device_put(ids)
+            fns["jax.jit"] = lambda jt=jt, ji=ji: jf(jt, ji)
+        row = _row(f"embedding lookup table[ids], table [50257,768] f32, {n} traced ids", fns, repeats)
+        floor_ms = measure({"floor": lambda dids=dids: floor(dids)}, repeats=repeats, sync=_sync)["floor"]
+        row.extra["axle-cpu jit floor ms"] = round(floor_ms, 4)
+        row.extra["MB read"] = round(n * 768 * 4 / 1e6, 3)
+        rows.append(row)
+    return rows
 
 
 def _first_call(axle: Any, anp: Any, dev: Any, jax: Any, repeats: int) -> Row:

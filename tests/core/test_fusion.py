@@ -351,3 +351,30 @@ def test_only_small_constants_are_inlined_into_fusions():
     arg = np.linspace(0, 1, 64, dtype=f32)
     for o in (out, out2):
         np.testing.assert_array_equal(evaluate(o, arg)[0], evaluate(m, arg)[0])
+
+
+def test_gathers_fuse_as_producers_and_scatters_stay_alone():
+    """``wte[ids] + wpe[pos]``: both gathers (and the computed ids) fuse into the add's loop
+    fusion; a scatter over the result is a kernel of its own, recorded as in-place-update."""
+    b = Builder("t")
+    wte, wpe, ids = b.parameter("f32[50,16]"), b.parameter("f32[12,16]"), b.parameter("s32[8]")
+    dn = dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1,
+              slice_sizes=(1, 16))
+    pos = b.iota(shape=(8,), dtype="s32", dimension=0)
+    emb = b.add(b.gather(wte, b.add(ids, b.broadcast_in_dim(b.constant(np.int32(1)), shape=(8,),
+                                                                broadcast_dimensions=())), **dn),
+                b.gather(wpe, pos, **dn))
+    out = b.scatter(emb, ids, b.parameter("f32[8,16]"), update_window_dims=(1,), inserted_window_dims=(0,),
+                    scatter_dims_to_operand_dims=(0,), index_vector_dim=1, kind="add")
+    m = b.build(b.exp(out))
+    opt, _ = Fusion().run(m)
+    verify(opt)
+    (emb_fusion,) = [f for f in fusions(opt) if Op.GATHER in inner_ops(f)]
+    assert emb_fusion.attr["kind"] == "loop" and inner_ops(emb_fusion).count(Op.GATHER) == 2
+    assert Op.SCATTER not in [o for f in fusions(opt) for o in inner_ops(f)]
+    codes = {nf.code for r in opt.fusion_records for nf in r.not_fused if nf.neighbour == "scatter"}
+    assert codes == {"in-place-update"}
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((50, 16)).astype(f32), rng.standard_normal((12, 16)).astype(f32),
+            np.array([3, 49, 0, -4, 7, 7, 60, 1], np.int32), rng.standard_normal((8, 16)).astype(f32)]
+    np.testing.assert_array_equal(evaluate(opt, *args)[0], evaluate(m, *args)[0])

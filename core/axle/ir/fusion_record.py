@@ -51,6 +51,8 @@ REASON_CODES: dict[str, str] = {
     "row-mismatch": "a consumer would read another row's reduction (or mixes shapes a row kernel cannot index)",
     "big-constant": "the constant has more elements than the policy's max_fused_constant_elements",
     "vetoed": "the device's fusion predicate refused the fusion",
+    "in-place-update": "the neighbour writes windows into its operand (scatter, dynamic-update-slice): a kernel "
+                       "of its own, run in place over that operand's buffer",
 }
 
 

@@ -156,7 +156,7 @@ def scatter_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Sh
     return operand.shape
 
 
-_COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
     "replace": lambda old, new: new,
     "add": np.add,
     "mul": np.multiply,

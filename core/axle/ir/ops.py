@@ -132,6 +132,13 @@ class Traits:
     #: contracts operands over shared dimensions (dot_general): each output element reads
     #: whole rows/columns of its operands, so its producers are not inlined into it
     contraction: bool = False
+    #: an indexed load (gather, dynamic-slice): each output element reads one operand
+    #: element at a position computed from index values it loads, so it fuses into loop
+    #: fusions as a producer like a movement op (axle.lowering.index has the maps)
+    indexed: bool = False
+    #: writes windows of its first operand (scatter, dynamic-update-slice): a kernel of its
+    #: own, run in place over that operand when it dies there (passes/buffers.py)
+    updates_operand: bool = False
     #: an extended primitive: a device runs it only when it lists it in its capabilities;
     #: one that does not gets the op's ``decomposition`` (or the host fallback without one)
     extended: bool = False
@@ -827,7 +834,8 @@ _def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.fli
      attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
 
 # indexing (semantics and references: ir/indexing.py)
-_INDEXED = Traits(fusible=False, extended=True)
+_INDEXED = Traits(indexed=True, extended=True)
+_UPDATE = Traits(updates_operand=True, extended=True)
 _def(Op.GATHER, 2, gather_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(gather),
      attrs=(AttrSpec("offset_dims", AttrKind.INTS), AttrSpec("collapsed_slice_dims", AttrKind.INTS),
             AttrSpec("start_index_map", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
@@ -838,7 +846,7 @@ _def(Op.SCATTER, 3, scatter_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(sca
      attrs=(AttrSpec("update_window_dims", AttrKind.INTS), AttrSpec("inserted_window_dims", AttrKind.INTS),
             AttrSpec("scatter_dims_to_operand_dims", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
             AttrSpec("kind", AttrKind.ENUM, choices=SCATTER_KINDS)),
-     traits=_INDEXED, decomposition=decompositions.scatter,
+     traits=_UPDATE, decomposition=decompositions.scatter,
      doc="The operand with update windows combined in at the indices, in index order; "
          "out-of-bounds windows are dropped.")
 _def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dtype, dynamic_slice,
@@ -846,7 +854,7 @@ _def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dt
      decomposition=decompositions.dynamic_slice,
      doc="A slice of `slice_sizes` at traced scalar starts, clamped so it fits.")
 _def(Op.DYNAMIC_UPDATE_SLICE, None, dynamic_update_slice_shape, lambda op, ts, attrs: ts[0].dtype,
-     dynamic_update_slice, traits=_INDEXED, min_arity=2, decomposition=decompositions.dynamic_update_slice,
+     dynamic_update_slice, traits=_UPDATE, min_arity=2, decomposition=decompositions.dynamic_update_slice,
      doc="The operand with `update` written at traced scalar starts, clamped so it fits.")
 
 # others

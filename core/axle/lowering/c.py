@@ -556,10 +556,12 @@ class _KernelBuilder:
         out_args: dict[int, str] = {}
         for i, o in enumerate(outs):
             out_args.setdefault(o.uid, f"o{i}")
+        if root.op in UPDATES:
+            self.update(root)
         # reductions and dots: once each, into their output or a scratch buffer; an output
         # fusion's dot is read only at the element the epilogue computes: it stays in a
         # register (its sum over K, then the epilogue, then the store)
-        for n in comp.nodes:
+        for n in comp.nodes if root.op not in UPDATES else ():
             if n.op is Op.REDUCE or (n.op is Op.DOT_GENERAL and (self.kind != "output" or n.uid in out_args)):
                 buf = out_args.get(n.uid)
                 if buf is None:
@@ -567,7 +569,7 @@ class _KernelBuilder:
                     self.scratch.append(n.tensor_type)
                 self.loop(n, buf)
                 self.buffers[n.uid] = buf
-        for i, o in enumerate(outs):
+        for i, o in enumerate(outs if root.op not in UPDATES else ()):
             if o.uid not in self.buffers or self.buffers[o.uid] != f"o{i}":
                 self.loop(o, f"o{i}")
         for i, o in enumerate(outs):
@@ -597,6 +599,58 @@ class _KernelBuilder:
         idx = Idx(n.shape, ix.var(v))
         self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]  # built with a flat index
         self.close()
+
+    def stage(self) -> None:
+        """Starts the next stage function (its own statements and value memory)."""
+        self.lines, self.scopes = [], [{}]
+        self.stages.append((f"{self.name}_{len(self.stages)}", self.lines))
+
+    def device_loop(self, size: int) -> Ix:
+        v = f"e{self.n}"
+        self.n += 1
+        self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
+        return ix.var(v)
+
+    def update(self, n: Node) -> None:
+        """Scatter or dynamic-update-slice (an ``update`` launch, axle.lowering.plan): a
+        stage copying the operand into the output, then a stage writing the windows. The
+        device loop takes window positions and each applies every update in index order,
+        so duplicates combine as the reference does (no atomics); a scatter whose windows
+        may meet at different window positions runs its device loop once
+        (ix.scatter_window_parallel). The same kernel as axle_opencl's update_kernel."""
+        x, dt = n.operands[0], n.dtype
+        if x.tensor_type.size == 0:
+            return
+        self.stage()
+        e = ix.to_c(self.device_loop(x.tensor_type.size))
+        self.line(f"o0[{e}] = p0[{e}];")  # the same storage type: an exact copy
+        self.close()
+        u = ix.update_loops(n)
+        nw, nb = math.prod(u.window), math.prod(u.batch)
+        if nw == 0 or nb == 0:
+            return
+        self.stage()
+        w = self.device_loop(nw if u.parallel else 1)
+        bix = [self.bind(c) for c in ix.delinearize(self.counted_loop(nb), u.batch)] if u.batch else []
+        if not u.parallel:
+            w = self.counted_loop(nw)
+        wix = [self.bind(c) for c in ix.delinearize(w, u.window)]
+        starts = [self.start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+        pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+        if inside.const != 1:
+            self.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+        new = self.at(n.operands[src], coords)
+        off = self.bind(ix.linearize(pos, x.shape))
+        op = u.combiner
+        self.store("o0", dt, off, new if op is None else binary(self.d, op, dt, self.load("o0", dt, off), new))
+        while len(self.scopes) > 1:
+            self.close()
+
+    def start(self, x: Node, coords: list[Ix]) -> Ix:
+        """The integer ``x`` at ``coords`` as a named index (a start index, clamped by the
+        index algebra where it is used)."""
+        v = self.at(x, coords) if coords else self.scalar(x)
+        return ix.var(self.tmp(self.d.index_type, f"(({self.d.index_type}){v})", "s"))
 
     # -- values ----------------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
@@ -692,6 +746,18 @@ class _KernelBuilder:
             expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
 
+    def _gather(self, n: Node, idx: Idx) -> str:
+        """An indexed load: the operand at the clamped start indices loaded for this
+        element plus its window offset (axle.lowering.index)."""
+        coords = self.coords(idx)
+        starts = [self.start(n.operands[1], c) for c in ix.gather_start_coords(coords, n)]
+        return self.at(n.operands[0], ix.gather_index(coords, n, starts))
+
+    def _dynamic_slice(self, n: Node, idx: Idx) -> str:
+        x, *start_nodes = n.operands
+        starts = [self.start(s, []) for s in start_nodes]
+        return self.at(x, ix.dynamic_slice_index(self.coords(idx), x.shape, n.attr["slice_sizes"], starts))
+
     def _rng(self, n: Node, idx: Idx) -> str:
         u = self.d.unsigned[DType.INT64]
         z = f"axle_rng(({u}){self.scalar(n.operands[0])}, ({u}){ix.to_c(self.flat(idx))})"
@@ -761,12 +827,16 @@ _RULES: dict[Op, _Rule] = {
     Op.CONVERT: _KernelBuilder._convert, Op.COMPARE: _KernelBuilder._compare, Op.SELECT: _KernelBuilder._select,
     Op.PAD: _KernelBuilder._pad, Op.CONCATENATE: _KernelBuilder._concatenate, Op.RNG_BIT_GENERATOR: _KernelBuilder._rng,
     Op.REDUCE: _KernelBuilder._reduce, Op.DOT_GENERAL: _KernelBuilder._dot,
+    Op.GATHER: _KernelBuilder._gather, Op.DYNAMIC_SLICE: _KernelBuilder._dynamic_slice,
     **{op: _KernelBuilder._movement for op in ix.MOVEMENT},
     **{op: _KernelBuilder._elementwise for op in (*FLOAT_UNARY, *FLOAT_BINARY, Op.NOT, Op.AND, Op.OR)},
     # bit operations and elementwise completeness
     **{op: _KernelBuilder._elementwise for op in (*INT_UNARY, *INT_BINARY)},
     Op.IS_FINITE: _KernelBuilder._is_finite, Op.BITCAST_CONVERT: _KernelBuilder._bitcast,
 }
+
+#: ops that are a kernel of their own, written by :meth:`_KernelBuilder.update`
+UPDATES: frozenset[Op] = frozenset({Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 
 #: ops a fusion rendered by :class:`CRenderer` may contain
 RENDERABLE: frozenset[Op] = frozenset(_RULES) - {Op.PARAMETER}

@@ -28,8 +28,11 @@ from .fission import split
 from .schedule import outputs_of
 from .split import split_reduction
 
-#: the launch kind of an unfused op (every other op is a "loop": one value per output element)
-_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort"}
+#: the launch kind of an unfused op (every other op is a "loop": one value per output element);
+#: ``update``: scatter and dynamic-update-slice write windows into a copy of their operand
+#: (its very buffer when buffer assignment put the result in place of it)
+_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort",
+                   Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update"}
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,10 @@ class KernelLaunch:
 
     ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``, ``output``) for a
     fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
-    dot_general), ``custom-call`` (a call of a registered host function) or ``sort`` (a
-    sort along one dimension: each row of that dimension sorted on its own)."""
+    dot_general), ``update`` (scatter, dynamic-update-slice: the result is input 0 with
+    windows written over it; the output slot may share input 0's memory), ``custom-call``
+    (a call of a registered host function) or ``sort`` (a sort along one dimension: each
+    row of that dimension sorted on its own)."""
 
     node: Node  # the entry node launched (its op, attributes and source location)
     computation: Computation

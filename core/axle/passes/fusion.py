@@ -47,10 +47,11 @@ from .policy import DEFAULT_POLICY, FusionPolicy
 
 def loop_fusible(n: Node) -> bool:
     """Computes one output element from the same positions of its inputs (or from
-    indices): elementwise ops, data movement, iota, constants."""
+    indices): elementwise ops, data movement, indexed loads (gather, dynamic-slice: the
+    position comes from loaded index values), iota, constants."""
     t = n.traits
     return (t.fusible and not t.structural and not t.side_effect and not t.reduction
-            and (t.elementwise or t.movement or not n.operands))
+            and (t.elementwise or t.movement or t.indexed or not n.operands))
 
 
 def is_reduction(n: Node) -> bool:
@@ -85,6 +86,9 @@ def why_alone(n: Node) -> Refusal | None:
     if not t.fusible or t.side_effect or t.structural:
         what = "has side effects" if t.side_effect else "is plumbing" if t.structural else "is not fusible"
         return Refusal("not-fusible", f"{n.op.value} {what}: it is never fused")
+    if t.updates_operand:
+        return Refusal("in-place-update", f"{n.op.value} writes windows into its operand: a kernel of its own, "
+                                          f"run in place over the operand's buffer where the operand dies there")
     if is_contraction(n):
         return Refusal("contraction", f"{n.op.value} is a contraction: a kernel of its own (its operands are "
                                       f"read from memory tile by tile; the backend's policy has dot_epilogue off)")
