@@ -22,7 +22,7 @@ from ..frontend.bind import bind
 from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
-from .rules import _trunc, full
+from .rules import _kept_windows, _read_windows, _scatter_to, _trunc, full
 
 Value = Any
 Tangent = Value | None
@@ -136,6 +136,42 @@ def _dot(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Val
                  None if tb is None else bind(n.op, x, tb, **n.attr))
 
 
+def _gather(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    return bind(n.op, ts[0], xs[1], **n.attr)  # linear in the operand (integer indices carry none)
+
+
+def _scatter(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """The exact linearization whose transpose is the VJP rule of rules.py (same choices
+    for mul's zero updates and for min/max ties)."""
+    operand, idx, updates = xs
+    t_op, _, t_u = ts
+    kind = n.attr["kind"]
+    if kind in ("add", "replace"):  # linear in (operand, updates) together
+        return _scatter_to(n, t_op if t_op is not None else full(0, n), idx,
+                           t_u if t_u is not None else full(0, n.operands[2]), kind)
+    uz = full(0, n.operands[2])
+    if kind == "mul":
+        prod = _scatter_to(n, full(1, n), idx, updates, "mul")
+        nz = lax.compare(updates, uz, "ne")
+        others = lax.select(nz, lax.div(_read_windows(n, prod, idx), lax.select(nz, updates, full(1, n.operands[2]))),
+                            full(1, n.operands[2]))
+        from_u = None if t_u is None else lax.mul(operand, _scatter_to(n, full(0, n), idx, lax.mul(t_u, others), "add"))
+        return _plus(_scaled(t_op, lambda: prod), from_u)
+    took_x = lax.compare(operand, out, "eq")
+    took_u = lax.and_(_kept_windows(n, idx), lax.compare(updates, _read_windows(n, out, idx), "eq"))
+    dt = n.tensor_type.dtype.np
+    count = _scatter_to(n, lax.convert(took_x, dt), idx, lax.convert(took_u, dt), "add")
+    picked = _plus(None if t_op is None else lax.select(took_x, t_op, full(0, n)),
+                   None if t_u is None else _scatter_to(n, full(0, n), idx, lax.select(took_u, t_u, uz), "add"))
+    return lax.div(picked, lax.max(count, full(1, n)))
+
+
+def _dynamic_update_slice(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    t_op = ts[0] if ts[0] is not None else full(0, n.operands[0])
+    t_u = ts[1] if ts[1] is not None else full(0, n.operands[1])
+    return bind(n.op, t_op, t_u, *xs[2:])
+
+
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
     # An opaque function: a silent zero would be a wrong derivative.
     raise TracingError(f"jvp: custom-call target {n.attr['target']!r} has no derivative rule; its float "
@@ -166,6 +202,10 @@ JVP: dict[Op, JvpRule] = {
     Op.CONVERT: _convert,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: lambda n, xs, ts, out: bind(n.op, ts[0], *xs[1:], **n.attr),
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.BROADCAST_IN_DIM: _linear,
     Op.RESHAPE: _linear,
     Op.TRANSPOSE: _linear,
