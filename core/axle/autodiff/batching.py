@@ -182,10 +182,10 @@ def _scatter(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Val
     return _scatter_batched(operand, idx, upd, size, dict(n.attr), n.operands[1].tensor_type.rank)
 
 
-def _starts_vector(starts: Sequence[Value], bs: Sequence[bool], size: int, node_starts: Sequence[Node]) -> Value:
+def _starts_vector(starts: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
     """The scalar starts as one batched index vector [size, rank] (s64)."""
     cols = []
-    for s, b, o in zip(starts, bs, node_starts):
+    for s, b in zip(starts, bs):
         s = lax.convert(s, DType.INT64)
         cols.append(lax.reshape(s, (size, 1)) if b else lax.broadcast_in_dim(s, (size, 1), ()))
     return lax.concatenate(cols, 1)
@@ -199,7 +199,7 @@ def _dynamic_slice(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) 
         return bind(Op.DYNAMIC_SLICE, operand, zero, *starts, slice_sizes=(size,) + sizes)
     # per-example starts: a gather of one window per example (gather clamps as dynamic-slice does)
     r = len(sizes)
-    idx = _starts_vector(starts, bs[1:], size, n.operands[1:])
+    idx = _starts_vector(starts, bs[1:], size)
     attrs = dict(offset_dims=tuple(range(r)), collapsed_slice_dims=(), start_index_map=tuple(range(r)),
                  index_vector_dim=0, slice_sizes=sizes)
     return _gather_batched(operand, idx, bs[0], True, size, attrs, 1)
@@ -221,7 +221,7 @@ def _dynamic_update_slice(n: Node, xs: Sequence[Value], bs: Sequence[bool], size
             return lax.broadcast_in_dim(np.asarray(v, dt), tuple(s.shape), ())
         clamped.append(lax.max(lax.min(s, splat(dim - u)), splat(0)))
     r = ot.rank
-    idx = _starts_vector(clamped, bs[2:], size, n.operands[2:])
+    idx = _starts_vector(clamped, bs[2:], size)
     attrs = dict(update_window_dims=tuple(range(r)), inserted_window_dims=(), scatter_dims_to_operand_dims=tuple(
         range(r)), index_vector_dim=0, kind="replace")
     upd = lax.reshape(update, (size,) + ut.shape)
