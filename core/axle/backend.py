@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .errors import BackendError
+from .ir.computation import called_computations
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
@@ -131,7 +132,7 @@ class Capabilities:
         elif node.op not in self.ops:
             return f"op '{node.op.value}' is not in the device's capabilities"
         else:
-            why = self._dtype_refusal(node)
+            why = self._dtype_refusal(node) or self._body_refusal(node)
         pred = self.predicates.get(node.op)
         return why or (None if pred is None else _ask(pred, node))
 
@@ -141,6 +142,18 @@ class Capabilities:
         bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
                       and (t.dtype not in allowed or t.dtype not in self.dtypes)})
         return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}" if bad else None
+
+    def _body_refusal(self, node: Node) -> str | None:
+        """A loop or conditional is claimed only with every node it runs (it runs whole on
+        one device)."""
+        if not node.traits.control:
+            return None
+        for comp in called_computations(node):
+            for n in comp.nodes:
+                why = None if n.op is Op.PARAMETER else self.refusal(n)
+                if why:
+                    return f"{node.op.value} runs {why}"
+        return None
 
     def _fusion_refusal(self, node: Node) -> str | None:
         comp = node.attr["computation"]

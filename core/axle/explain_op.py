@@ -25,6 +25,7 @@ from typing import Any
 
 from . import source_refs as refs
 from .autodiff import batching as autodiff_batching
+from .autodiff import control as autodiff_control
 from .autodiff import jvp as autodiff_jvp
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
@@ -187,6 +188,8 @@ def _rules(doc: _Doc, op: Op) -> None:
             doc.add(f"- {title}: none (not defined: axle has no {title.split()[0]} rule table yet)")
             continue
         module, name = where
+        if title.startswith("VJP") and op in autodiff_control.CONTROL_VJP:  # loops and branches: their own table
+            module, name = autodiff_control, "CONTROL_VJP"
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "
@@ -205,7 +208,7 @@ def _no_rule_reason(title: str, op: Op) -> str:
 
 
 def _rule_note(title: str, op: Op) -> str:
-    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE:
+    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE | set(autodiff_control.CONTROL_VJP):
         return " (piecewise constant: a zero cotangent, not in DIFFERENTIABLE)"
     return ""
 

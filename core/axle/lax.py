@@ -11,6 +11,7 @@ import numpy as np
 
 from .errors import ArgumentError
 from .frontend.bind import bind
+from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .frontend.source import user_location
 from .ir.builder import sorted_dims
 from .ir.dtypes import DType

@@ -515,6 +515,10 @@ def _ops_text(module: Module) -> str:
 def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Device, Executable]:
     errors = []
     for host in host_devices(device):
+        refused = unsupported_nodes(module, REGISTRY.backend_for(host).capabilities(host))
+        if refused:  # e.g. a loop: it runs whole on a host that claims it and its body
+            errors.append(f"{host.name}: {describe(refused[0][0])}: {refused[0][1]}")
+            continue
         try:
             return host, compile_on_device(module, host, optimize=optimize)[0]
         except PlacementError:

@@ -401,6 +401,8 @@ _RULES: dict[Op, Rule] = {
     Op.CONCATENATE: Renderer._concatenate, Op.RNG_BIT_GENERATOR: Renderer._rng, Op.REDUCE: Renderer._reduce,
     Op.DOT_GENERAL: Renderer._dot, Op.CUSTOM_CALL: Renderer._unsupported, Op.TUPLE: Renderer._unsupported,
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
+    # control flow: not claimed (Capabilities.ops), so the partitioner runs loops on the host
+    Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):

@@ -255,4 +255,7 @@ NOT_BATCHED: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # control flow
+    Op.WHILE: "no batching rule yet: vmap over a loop that reads a batched value raises",
+    Op.CONDITIONAL: "no batching rule yet: vmap over a conditional that reads a batched value raises",
 }

@@ -232,6 +232,10 @@ NO_JVP: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # control flow
+    Op.WHILE: "no JVP rule yet: forward mode through a loop that reads a tangent raises, never a zero tangent",
+    Op.CONDITIONAL: "no JVP rule yet: forward mode through a conditional that reads a tangent raises, "
+                    "never a zero tangent",
 }
 
 #: Ops whose tangent may be non-zero (checked against finite differences).

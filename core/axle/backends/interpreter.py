@@ -15,7 +15,7 @@ from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Exe
 from ..interpreter import _check_input, eval_node, evaluate
 from ..ir.dtypes import dtype
 from ..ir.module import Module
-from ..ir.ops import CORE_PRIMITIVES, Op
+from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
 
 #: entry nodes that are plumbing, not a launch (a kernel per other node, fusions included)
@@ -68,8 +68,9 @@ class InterpreterBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        # every primitive, extended ones included: the reference runs them as they are
-        return Capabilities(ops=CORE_PRIMITIVES)
+        """Every op of the table, extended ones, loops and conditionals included: it is the
+        host fallback that runs what no other device claims, each op as its reference does."""
+        return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)

@@ -61,6 +61,9 @@ class Op(enum.Enum):
     # others
     RNG_BIT_GENERATOR = "rng-bit-generator"
     CUSTOM_CALL = "custom-call"
+    # control flow
+    WHILE = "while"
+    CONDITIONAL = "conditional"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

@@ -49,6 +49,7 @@ class AttrKind(enum.Enum):
     ENUM = "enum"
     LITERAL = "literal"
     COMPUTATION = "computation"
+    COMPUTATIONS = "computations"  # a non-empty tuple of computations, printed {%a, %b}
 
 
 _REQUIRED = object()
@@ -106,6 +107,11 @@ class AttrSpec:
                 if not isinstance(value, Computation):
                     raise TypeError
                 return value
+            if k is AttrKind.COMPUTATIONS:
+                comps: tuple[object, ...] = tuple(value)  # type: ignore[arg-type]  # not iterable: reported below
+                if not comps or not all(isinstance(c, Computation) for c in comps):
+                    raise TypeError("expected a non-empty sequence of computations")
+                return comps
         except (TypeError, ValueError, OverflowError) as e:
             why = f" ({e})" if str(e) else ""
         expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
@@ -129,6 +135,9 @@ class Traits:
     #: an extended primitive: a device runs it only when it lists it in its capabilities;
     #: one that does not gets the op's ``decomposition`` (or the host fallback without one)
     extended: bool = False
+    #: runs sub-computations (while, conditional): passes recurse into them, the partitioner
+    #: places the node whole, and its reference takes a ``call`` that evaluates one
+    control: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -457,6 +466,34 @@ def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, confi
     return out.astype(dtype.np, copy=False)
 
 
+# control flow: ``call(computation, args)`` evaluates a sub-computation (the interpreter's)
+
+Call = Callable[[Computation, Sequence[Any]], Any]
+
+
+def _as_values(out: Any) -> tuple[Any, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _while_ref(*carry: np.ndarray, condition: Computation, body: Computation, call: Call) -> tuple[Any, ...]:
+    state = tuple(carry)
+    while bool(call(condition, state)):
+        state = _as_values(call(body, state))
+    return state
+
+
+def branch_index(index: np.ndarray, n: int) -> int:
+    """The branch a conditional runs: a pred picks 0 (false) or 1 (true); an s32 out of
+    [0, n) picks the last branch (StableHLO's case)."""
+    i = int(np.asarray(index))
+    return i if 0 <= i < n else n - 1
+
+
+def _conditional_ref(index: np.ndarray, *operands: np.ndarray, branches: tuple[Computation, ...],
+                     call: Call) -> Any:
+    return call(branches[branch_index(index, len(branches))], operands)
+
+
 # ------------------------------------------------------------------------ shape rules
 
 
@@ -756,8 +793,23 @@ _def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
      traits=Traits(side_effect=True, fusible=False),
      doc="Calls a named external function; its reference is registered with register_custom_call.")
 
-# Every primitive a backend can claim (plumbing ops excluded).
-CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION}
+# control flow
+_def(Op.WHILE, None, None, None, _while_ref,
+     attrs=(AttrSpec("condition", AttrKind.COMPUTATION), AttrSpec("body", AttrKind.COMPUTATION)),
+     traits=Traits(control=True, fusible=False), min_arity=1,
+     doc="Runs `body` over the carry (the operands) while `condition` (-> pred[]) holds; "
+         "the result is the tuple of the final carry.")
+_def(Op.CONDITIONAL, None, None, None, _conditional_ref,
+     attrs=(AttrSpec("branches", AttrKind.COMPUTATIONS),),
+     traits=Traits(control=True, fusible=False), min_arity=1,
+     doc="Operand 0 (s32[] index, out of range -> the last branch; or pred[]: false -> branch 0, "
+         "true -> branch 1) picks the branch run on the other operands.")
+
+#: ops that run sub-computations: placed whole on one device, never claimed by default
+CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
+
+# Every primitive a backend can claim (plumbing and control ops excluded).
+CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION} - CONTROL_OPS
 #: The extended primitives (Traits.extended): claimed only by a device that lists them; the
 #: others get their decomposition, expanded before partitioning (passes/expand.py).
 EXTENDED_PRIMITIVES: frozenset[Op] = frozenset(op for op in CORE_PRIMITIVES if OPS[op].traits.extended)
@@ -785,6 +837,8 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
             raise ShapeError(f"fusion: operands ({_types_str(operand_types)}) do not match the fused "
                              f"computation's parameters ({_types_str(params)})")
         return comp.root.type
+    if op in _CONTROL_TYPE_RULES:
+        return _CONTROL_TYPE_RULES[op](operand_types, attrs)
     for t in operand_types:
         if not isinstance(t, TensorType):
             raise ShapeError(f"{op.value}: operands must be arrays, got {t}")
@@ -798,6 +852,50 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     dt = d.dtype_rule(op, ts, attrs)
     shape = d.shape_rule(op, ts, attrs)
     return TensorType(dt, tuple(shape))
+
+
+def _check_signature(what: str, comp: Computation, expected: Sequence[Type], role: str) -> None:
+    got = comp.parameter_types
+    if list(got) != list(expected):
+        raise ShapeError(f"{what}: the {role} %{comp.name} takes ({_types_str(got)}), but the operands are "
+                         f"({_types_str(expected)})")
+
+
+def _while_type(operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
+    if any(not isinstance(t, TensorType) for t in operand_types):
+        raise ShapeError(f"while: the carry must be arrays (operands: {_types_str(operand_types)})")
+    cond, body = attrs["condition"], attrs["body"]
+    _check_signature("while", cond, operand_types, "condition")
+    _check_signature("while", body, operand_types, "body")
+    if cond.root.type != TensorType(DType.BOOL, ()):
+        raise ShapeError(f"while: the condition %{cond.name} must return pred[], it returns {cond.root.type}")
+    carry = TupleType(tuple(operand_types))  # type: ignore[arg-type]  # arrays: checked above
+    if body.root.type != carry:
+        raise ShapeError(f"while: the body %{body.name} returns {body.root.type}, but the carry is {carry} "
+                         "(the body must return the carry's types, as a tuple)")
+    return carry
+
+
+def _conditional_type(operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
+    index, *rest = operand_types
+    branches = attrs["branches"]
+    if index not in (TensorType(DType.INT32, ()), TensorType(DType.BOOL, ())):
+        raise ShapeError(f"conditional: the branch index must be s32[] or pred[], got {index}")
+    if index == TensorType(DType.BOOL, ()) and len(branches) != 2:
+        raise ShapeError(f"conditional: a pred[] index picks one of 2 branches, got {len(branches)}")
+    for b in branches:
+        _check_signature("conditional", b, rest, "branch")
+    results = {b.root.type for b in branches}
+    if len(results) != 1:
+        listed = ", ".join(f"%{b.name} -> {b.root.type}" for b in branches)
+        raise ShapeError(f"conditional: the branches return different types ({listed})")
+    return branches[0].root.type
+
+
+_CONTROL_TYPE_RULES: dict[Op, Callable[[Sequence[Type], dict[str, Any]], Type]] = {
+    Op.WHILE: _while_type,
+    Op.CONDITIONAL: _conditional_type,
+}
 
 
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -23,7 +23,7 @@ from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype
-from ..ir.module import Module, Node
+from ..ir.module import Computation, Module, Node
 from ..ir.ops import CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 from ..partition import unsupported_nodes
@@ -517,6 +517,9 @@ NOT_KIT_OPS: dict[Op, str] = {
     Op.TUPLE: "a multi-result root built by the core; the multi-output checks return tuples",
     Op.GET_TUPLE_ELEMENT: "reads a tuple the core built; never handed to a backend alone",
     Op.FUSION: "made by the optimizer's fusion pass; the fusion checks run the fusions it forms",
+    # control flow
+    Op.WHILE: "runs sub-computations: control_cases() runs loops as whole programs (0, 1, many trips, nested)",
+    Op.CONDITIONAL: "runs sub-computations: control_cases() runs conditionals as whole programs (index, pred)",
 }
 
 
@@ -565,6 +568,81 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
         out.append(_case(f"int-chain-{dt.value}", lambda b, p: b.select(b.compare(p[0], p[1], direction="lt"),
                                                                         b.div(p[0], p[1]), b.rem(p[1], p[0])),
                          [t, t], rng))
+    return out
+
+
+# control flow: loops and conditionals run whole on one device (the host fallback until a
+# backend claims them); each case's bounds and indices are inputs or constants, so the
+# optimizer's trip-count and branch simplifications are checked against the loop itself.
+
+
+def _sub(name: str, types: Sequence[TensorType], build: Callable[..., Any]) -> Computation:
+    """A sub-computation over parameters of ``types``; ``build(b, params)`` returns its
+    root value or a tuple of values (returned as a tuple)."""
+    b = Builder(name)
+    params = [b.parameter(t, name=f"c{i}") for i, t in enumerate(types)]
+    out = build(b, params)
+    return b.computation(b.op(Op.TUPLE, *out) if isinstance(out, tuple) else out)
+
+
+def _counted_loop(b: Builder, n: Node, x: Node, step: Callable[[Builder, Node, Node], Node]) -> Node:
+    """``for i in range(n): x = step(b, i, x)`` as a while over (i, n, x); returns x."""
+    i32 = _t(DType.INT32, ())
+    types = [i32, i32, x.tensor_type]
+    cond = _sub("cond", types, lambda c, p: c.compare(p[0], p[1], direction="lt"))
+    body = _sub("body", types, lambda c, p: (c.add(p[0], c.constant(np.int32(1))), p[1], step(c, p[0], p[2])))
+    loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, x, condition=cond, body=body)
+    return b.get_tuple_element(loop, index=2)
+
+
+def _affine(c: Builder, i: Node, x: Node) -> Node:
+    t = x.tensor_type
+    half = c.broadcast_in_dim(c.constant(np.asarray(0.5, t.dtype.np)), shape=t.shape, broadcast_dimensions=())
+    iv = c.broadcast_in_dim(c.convert(i, dtype=t.dtype), shape=t.shape, broadcast_dimensions=())
+    return c.add(c.mul(x, half), iv)
+
+
+def _branches(t: TensorType) -> tuple[Computation, ...]:
+    return (_sub("plus_one", [t], lambda c, p: c.add(p[0], c.broadcast_in_dim(
+                 c.constant(np.asarray(1, t.dtype.np)), shape=t.shape, broadcast_dimensions=()))),
+            _sub("twice", [t], lambda c, p: c.add(p[0], p[0])),
+            _sub("negated", [t], lambda c, p: c.neg(p[0])))
+
+
+def control_cases() -> list[OpCase]:
+    """Loops with 0, 1 and many trips (bounds given as inputs and as constants), nested
+    loops, a conditional inside a loop, size-0 carries, conditionals on an s32 index (out
+    of range included: the last branch) and on a pred."""
+    out = []
+    for dt in (DType.FLOAT32, DType.INT64):
+        for shape in ((7,), (0,), (2, 0)):
+            t = _t(dt, shape)
+            x = random_input(np.random.default_rng(3), t, small=True)
+            for trips in (0, 1, 5, -2):
+                out.append(_explicit_case(f"while-{trips}-trips-{dt.value}{list(shape)}",
+                                          lambda b, p: _counted_loop(b, p[0], p[1], _affine),
+                                          [np.asarray(trips, np.int32), x]))
+                out.append(_explicit_case(f"while-const-{trips}-trips-{dt.value}{list(shape)}",
+                                          lambda b, p, k=trips: _counted_loop(b, b.constant(np.int32(k)), p[0],
+                                                                              _affine), [x]))
+    t = _t(DType.FLOAT32, (3, 4))
+    x = random_input(np.random.default_rng(4), t, special=False, small=True)
+    out.append(_explicit_case("while-nested-f32[3,4]", lambda b, p: _counted_loop(
+        b, p[0], p[1], lambda c, i, v: _counted_loop(c, c.add(i, c.constant(np.int32(2))), v, _affine)),
+        [np.asarray(4, np.int32), x]))
+
+    def switch_step(c: Builder, i: Node, v: Node) -> Node:
+        k = c.rem(i, c.constant(np.int32(3)))
+        return c.op(Op.CONDITIONAL, k, v, branches=_branches(v.tensor_type))
+
+    out.append(_explicit_case("while-conditional-inside-f32[3,4]",
+                              lambda b, p: _counted_loop(b, p[0], p[1], switch_step), [np.asarray(7, np.int32), x]))
+    for k in (0, 1, 2, 3, -1):
+        out.append(_explicit_case(f"conditional-index-{k}-f32[3,4]", lambda b, p: b.op(
+            Op.CONDITIONAL, p[0], p[1], branches=_branches(t)), [np.asarray(k, np.int32), x]))
+    for flag in (False, True):
+        out.append(_explicit_case(f"conditional-pred-{str(flag).lower()}-f32[3,4]", lambda b, p: b.op(
+            Op.CONDITIONAL, p[0], p[1], branches=_branches(t)[:2]), [np.asarray(flag), x]))
     return out
 
 

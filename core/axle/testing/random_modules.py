@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ir.builder import Builder
 from ..ir.dtypes import DType
-from ..ir.module import Module, Node
+from ..ir.module import Computation, Module, Node
 from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 
@@ -226,6 +226,51 @@ class _Gen:
         axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
 
+    # -- control flow (random_module(..., control=True)) ----------------------------
+    def _step_computation(self, name: str, types: Sequence[TensorType], counted: bool) -> Computation:
+        """A loop body or branch over (i, n,)? x, w: x becomes a random elementwise op of
+        x and a function of w (invariant in a loop: licm hoists it)."""
+        c = Builder(name)
+        ps = [c.parameter(t, name=f"q{k}") for k, t in enumerate(types)]
+        x, w = ps[-2], ps[-1]
+        dts = [op for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN) if x.dtype in OPS[op].operand_dtypes]
+        f_w = c.neg(w) if x.dtype in OPS[Op.NEG].operand_dtypes else c.not_(w)
+        x2 = c.op(self.choice(dts), x, f_w) if dts else c.op(Op.AND, x, f_w)
+        if not counted:
+            return c.computation(x2)
+        i2 = c.add(ps[0], c.constant(np.int32(1)))
+        return c.computation(c.op(Op.TUPLE, i2, ps[1], x2, w))
+
+    def loop_pattern(self) -> Node:
+        """for i in range(n): x = step(x, w), n a constant (0, 1: simplified away) or input."""
+        b = self.b
+        x = self.operand(DTYPES)
+        w = self.like(x.tensor_type)
+        i32 = TensorType(DType.INT32, ())
+        trips = int(self.rng.integers(0, 4))
+        n = b.constant(np.int32(trips)) if self.rng.random() < 0.5 else self._param_value(i32, trips)
+        types = [i32, i32, x.tensor_type, x.tensor_type]
+        cond = Builder("cond")
+        cp = [cond.parameter(t) for t in types]
+        loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, x, w,
+                    condition=cond.computation(cond.compare(cp[0], cp[1], direction="lt")),
+                    body=self._step_computation("body", types, counted=True))
+        return b.get_tuple_element(loop, index=2)
+
+    def conditional_pattern(self) -> Node:
+        b = self.b
+        x = self.operand(DTYPES)
+        w = self.like(x.tensor_type)
+        k = int(self.rng.integers(-1, 4))
+        i32 = TensorType(DType.INT32, ())
+        index = b.constant(np.int32(k)) if self.rng.random() < 0.5 else self._param_value(i32, k)
+        branches = tuple(self._step_computation(f"branch{j}", [x.tensor_type] * 2, counted=False) for j in range(3))
+        return b.op(Op.CONDITIONAL, index, x, w, branches=branches)
+
+    def _param_value(self, t: TensorType, value: int) -> Node:
+        self.inputs.append(np.asarray(value, t.dtype.np))
+        return self.b.parameter(t)
+
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # one branch per op family is the point
         b, d = self.b, OPS[op]
@@ -381,11 +426,22 @@ _PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
 )
 
 
-def random_module(seed: int, n_nodes: int) -> tuple[Module, list[np.ndarray]]:
-    """A random well-typed module with about ``n_nodes`` ops, and inputs for it."""
+#: with control=True, the share of steps that make a loop or a conditional
+_CONTROL_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
+    (0.15, _Gen.loop_pattern), (0.25, _Gen.conditional_pattern),
+)
+
+
+def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:
+    """A random well-typed module with about ``n_nodes`` ops, and inputs for it; with
+    ``control``, loops and conditionals too (no backend claims them yet, so the default
+    keeps the stream every backend's differential test runs)."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
         r = g.rng.random()
+        if control and r < _CONTROL_PATTERNS[-1][0]:
+            g.pool.append(next(p for bound, p in _CONTROL_PATTERNS if r < bound)(g))
+            continue
         pattern = next((p for bound, p in _PATTERNS if r < bound), None)
         g.pool.append(pattern(g) if pattern else g.make(g.choice(_WEIGHTED)))
     outs = [g.pool[-1]] + [g.choice(g.pool) for _ in range(int(g.rng.integers(0, 3)))]
