@@ -106,7 +106,13 @@ PRIMITIVE_CASES = {
     Op.REVERSE: (lambda x: lax.mul(lax.reverse(x, (0,)), np.arange(6.0).reshape(3, 2)), [f64(3, 2)]),
     # indexing: duplicate, clamped (gather) and dropped (scatter) indices
     Op.GATHER: (lambda x: lax.gather(x, _ROWS_IDS, _ROWS_GATHER, (1, 3), mode="clip"), [f64(4, 3)]),
-    Op.SCATTER: (lambda x, u: lax.scatter(x, _ROWS_IDS, u, _ROWS_SCATTER), [f64(4, 3), f64(5, 3)]),
+    # every combiner over duplicate (1) and dropped (7) windows; distinct values: no max/min ties
+    Op.SCATTER: (lambda x, u: lax.add(lax.add(lax.scatter(x, _ROWS_IDS, u, _ROWS_SCATTER),
+                                              lax.scatter_add(x, _ROWS_IDS, u, _ROWS_SCATTER)),
+                                      lax.add(lax.scatter_mul(x, _ROWS_IDS, u, _ROWS_SCATTER),
+                                              lax.scatter_max(x, _ROWS_IDS, u, _ROWS_SCATTER))),
+                 [np.random.default_rng(5).permutation(12).reshape(4, 3) * 0.3 + 0.2,
+                  np.random.default_rng(6).permutation(15).reshape(5, 3) * 0.3 + 0.25]),
     Op.DYNAMIC_SLICE: (lambda x: lax.dynamic_slice(x, (np.int32(2), np.int32(-9)), (2, 2)), [f64(4, 3)]),
     Op.DYNAMIC_UPDATE_SLICE: (lambda x, u: lax.dynamic_update_slice(x, u, (np.int64(3), 1)), [f64(4, 3), f64(2, 2)]),
     # elementwise completeness

@@ -230,6 +230,8 @@ JVP: dict[Op, JvpRule] = {
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
     Op.SORT: _sort,
+
+
     Op.BROADCAST_IN_DIM: _linear,
     Op.RESHAPE: _linear,
     Op.TRANSPOSE: _linear,
