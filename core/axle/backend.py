@@ -27,7 +27,7 @@ from .ir.computation import called_computations
 from .ir.dtypes import BASE_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
-from .ir.ops import CORE_PRIMITIVES, Op
+from .ir.ops import BASE_PRIMITIVES, Op
 from .ir.types import TensorType
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
@@ -90,7 +90,9 @@ class Capabilities:
     ops and ``predicates[Op.FUSION]`` accepts it. The fusion pass builds no fusion this
     device refuses by those two rules (see :meth:`bound`)."""
 
-    ops: frozenset[Op] = CORE_PRIMITIVES
+    #: the default leaves out the extended primitives (gather, scatter...): a device that
+    #: lowers one lists it (``BASE_PRIMITIVES | {Op.GATHER}``); the others get its decomposition
+    ops: frozenset[Op] = BASE_PRIMITIVES
     #: the default is the contract's first dtype set (bool, s32, s64, f16, f32, f64): a plugin
     #: claims the narrow/unsigned integers and bfloat16 only by naming them, so one written
     #: before they existed sends them to the host instead of mis-running them
@@ -256,7 +258,8 @@ class Backend(abc.ABC):
         """The devices this backend can run on, index 0 first."""
 
     def capabilities(self, device: Device) -> Capabilities:
-        """The ops and dtypes ``device`` runs; the default claims the core ops over the
+        """The ops and dtypes ``device`` runs; the default claims every primitive but the
+        extended ones, which the core then expands into their decompositions, over the
         contract's first dtypes (:attr:`Capabilities.dtypes`)."""
         return Capabilities()
 

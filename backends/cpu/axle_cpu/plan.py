@@ -129,9 +129,9 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "sort":
             steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
-        if launch.kind == "dot":
+        if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
             widened = launch.node.operands[0].dtype is not launch.node.dtype
-            if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
+            if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
                 steps.append(HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)"))
             elif launch.node.dtype not in GEMM_DTYPES or widened:
                 # the narrow/unsigned integers and bfloat16, and dots that widen their

@@ -21,7 +21,6 @@ from ..ir.dtypes import dtype as to_dtype
 from ..ir.literal import Literal
 from ..ir.module import Computation, Node
 from ..ir.ops import Op
-from ..ir.reductions import REDUCE_KINDS
 from ..ir.types import TensorType, TupleType
 from .array import Array
 from .bind import bind
@@ -303,26 +302,19 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
 # ----------------------------------------------------------------------------- scan
 
 
-def _row_mask(n: int, i: Any, shape: tuple[int, ...]) -> Any:
-    iota = bind(Op.IOTA, shape=(n,), dtype=DType.INT32, dimension=0)
-    hit = bind(Op.COMPARE, iota, bind(Op.BROADCAST_IN_DIM, i, shape=(n,), broadcast_dimensions=()), direction="eq")
-    return bind(Op.BROADCAST_IN_DIM, hit, shape=shape, broadcast_dimensions=(0,))
-
-
 def _read_row(xs: Any, i: Any) -> Any:
-    """``xs[i]`` along axis 0 for a traced ``i``, exact for every dtype: the other rows are
-    replaced by the lowest value and a max reduction keeps the row (NaN and -0.0 included).
-    (A dynamic slice, once the IR has one, does this in O(row).)"""
-    lowest = np.asarray(REDUCE_KINDS["max"].identity(to_dtype(xs.dtype)))
-    fill = bind(Op.BROADCAST_IN_DIM, lowest, shape=xs.shape, broadcast_dimensions=())
-    picked = bind(Op.SELECT, _row_mask(xs.shape[0], i, xs.shape), xs, fill)
-    return bind(Op.REDUCE, picked, kind="max", axes=(0,))
+    """``xs[i]`` along axis 0 for a traced ``i``: a dynamic slice of one row (O(row))."""
+    zero = np.zeros((), np.int32)
+    row = bind(Op.DYNAMIC_SLICE, xs, i, *([zero] * (len(xs.shape) - 1)), slice_sizes=(1,) + tuple(xs.shape[1:]))
+    return bind(Op.RESHAPE, row, shape=tuple(xs.shape[1:]))
 
 
 def _write_row(ys: Any, i: Any, y: Any) -> Any:
-    """``ys`` with row ``i`` (traced) replaced by ``y`` (a dynamic update slice, by select)."""
-    row = bind(Op.BROADCAST_IN_DIM, y, shape=ys.shape, broadcast_dimensions=tuple(range(1, len(ys.shape))))
-    return bind(Op.SELECT, _row_mask(ys.shape[0], i, ys.shape), row, ys)
+    """``ys`` with row ``i`` (traced) replaced by ``y``: a dynamic update slice, which
+    buffer assignment can run in place on the carried ``ys``."""
+    zero = np.zeros((), np.int32)
+    row = bind(Op.RESHAPE, y, shape=(1,) + tuple(ys.shape[1:]))
+    return bind(Op.DYNAMIC_UPDATE_SLICE, ys, row, i, *([zero] * (len(ys.shape) - 1)))
 
 
 def _scan_length(xs_leaves: Sequence[Any], length: int | None) -> int:
