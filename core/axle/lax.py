@@ -14,7 +14,7 @@ from .frontend.bind import bind
 from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .frontend.source import user_location
 from .ir.builder import sorted_dims
-from .ir.dtypes import DType
+from .ir.dtypes import DType, is_float_numpy
 from .ir.dtypes import dtype as to_dtype
 from .ir.ops import Op
 
@@ -196,7 +196,7 @@ def gather(operand: Value, start_indices: Value, dimension_numbers: GatherDimens
 
 def fill_value_of(dt: np.dtype) -> np.ndarray:
     """jax's fill for out-of-bounds gathers: NaN, the most negative integer, True."""
-    if dt.kind == "f":
+    if is_float_numpy(dt):  # bfloat16 too (NumPy kind 'V')
         return np.asarray(np.nan, dt)
     if dt.kind == "b":
         return np.asarray(True)

@@ -336,3 +336,26 @@ def test_numpy_float_functions_treat_bfloat16_as_a_float() -> None:
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
     assert float(anp.nanmedian(x).numpy()) == float(np.nanmedian(x.astype(np.float32)))
     assert anp.log10(np.array([1, 10], np.int8)).numpy().dtype == np.log10(np.array([1, 10], np.int8)).dtype
+
+
+def test_array_api_and_fill_values_know_bfloat16_is_a_float() -> None:
+    """bfloat16 (NumPy kind 'V') is a real floating dtype for finfo, isdtype and can_cast,
+    and an out-of-bounds gather fills it with NaN (np.iinfo raised on it)."""
+    import axle.numpy as anp
+    from axle import lax
+
+    bf = np.dtype(ml_dtypes.bfloat16)
+    assert np.isnan(lax.fill_value_of(bf)) and lax.fill_value_of(bf).dtype == bf
+    assert anp.finfo(bf).eps == 2.0 ** -7 and anp.finfo(bf).bits == 16
+    assert anp.isdtype(bf, "real floating") and anp.isdtype(bf, "numeric") and not anp.isdtype(bf, "integral")
+    assert anp.can_cast(bf, np.float32) and not anp.can_cast(bf, np.int32) and not anp.can_cast(np.float32, bf)
+
+
+def test_repeat_with_an_array_of_counts_takes_bfloat16() -> None:
+    """repeat's exact one-hot max gather starts from the dtype's lowest value: -inf for
+    bfloat16 (np.iinfo raised on it)."""
+    import axle.numpy as anp
+
+    x = np.array([1.5, -0.0, np.nan], ml_dtypes.bfloat16)
+    got = anp.repeat(x, np.array([2, 0, 1])).numpy()
+    np.testing.assert_array_equal(got.astype(np.float32), np.repeat(x, [2, 0, 1]).astype(np.float32))

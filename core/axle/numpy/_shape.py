@@ -297,7 +297,7 @@ def repeat(x: ArrayLike, repeats: Any, /, *, axis: int | None = None) -> Any:
 
 def _lowest(dt: _np.dtype) -> _np.ndarray:
     """The value no element is below: -inf, the smallest integer, False."""
-    if dt.kind == "f":
+    if _is_float(dt):
         return _np.asarray(-_np.inf, dt)
     return _np.asarray(False) if dt.kind == "b" else _np.asarray(_np.iinfo(dt).min, dt)
 
