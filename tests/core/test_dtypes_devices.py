@@ -166,3 +166,25 @@ def test_bf16_dot_with_float32_result(device: Device) -> None:
                      [a, c])
     assert got[0].dtype == np.float32
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("src, acc", [(np.int8, DType.INT32), (np.uint8, DType.UINT32), (BF16, DType.FLOAT32),
+                                      (np.int16, None), (np.uint64, None)])
+def test_dot_and_its_epilogue_in_the_new_dtypes(device: Device, src: type, acc: DType | None) -> None:
+    """A dot with a bias add and a relu (an output fusion on the devices that fuse epilogues)
+    in the new dtypes: the tiled dot kernels keep their five dtypes, so these take the loop
+    dot with the epilogue applied per element; exact (small integer values)."""
+    rng = np.random.default_rng(10)
+    a = rng.integers(-4 if np.dtype(src).kind != "u" else 0, 5, (9, 33)).astype(src)
+    c = rng.integers(0, 5, (33, 7)).astype(src)
+    out_dt = dtype(np.dtype(src)) if acc is None else acc
+    bias = rng.integers(-50 if not out_dt.is_unsigned else 0, 50, (9, 7)).astype(out_dt.np)
+    extra = {} if acc is None else {"preferred_element_type": acc}
+
+    def build(b: object, p: list) -> object:
+        d = b.dot_general(p[0], p[1], lhs_contracting=(1,), rhs_contracting=(0,), **extra)  # type: ignore[attr-defined]
+        s = b.add(d, p[2])  # type: ignore[attr-defined]
+        return b.max(s, b.sub(p[2], p[2]))  # type: ignore[attr-defined]
+
+    got, want = _run(device, build, [a, c, bias])
+    _same_bits(got[0], want[0])
