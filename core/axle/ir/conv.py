@@ -24,8 +24,9 @@ the kind's identity (so a max-pool's padding never wins), float16 sums accumulat
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +35,10 @@ from .dtypes import DType, dtype
 from .opcodes import Op
 from .reductions import REDUCE_KINDS
 from .types import Shape, TensorType
+
+if TYPE_CHECKING:
+    from .builder import Builder
+    from .module import Node
 
 #: reduce-window's kinds: those of ``reduce`` (its identity pads and fills holes)
 WINDOW_KINDS = tuple(REDUCE_KINDS)
@@ -70,6 +75,28 @@ CONV_DIM_ATTRS = ("input_batch_dimension", "input_feature_dimension", "input_spa
                   "kernel_spatial_dimensions", "output_batch_dimension", "output_feature_dimension",
                   "output_spatial_dimensions")
 CONV_WINDOW_ATTRS = ("window_strides", "padding_low", "padding_high", "lhs_dilation", "rhs_dilation")
+
+
+def conv_dimension_numbers(lhs: str, rhs: str, out: str) -> dict[str, Any]:
+    """The dimension-number attributes for layouts spelled as jax spells them: ``lhs`` and
+    ``out`` use N (batch), C (feature) and other letters for spatial dims; ``rhs`` uses O
+    (output feature), I (input feature) and the same spatial letters, in any order:
+    ``conv_dimension_numbers("NHWC", "HWIO", "NHWC")``. Spatial dims pair up in the order
+    they appear in ``rhs``."""
+    if sorted(lhs) != sorted(out) or len(rhs) != len(lhs) or not {"N", "C"} <= set(lhs) or not {"O", "I"} <= set(rhs):
+        raise ShapeError(f"convolution: layouts {lhs!r}, {rhs!r}, {out!r} must name N, C (input, output), O, I "
+                         f"(kernel) and the same spatial dims")
+    spatial = [ch for ch in rhs if ch not in "OI"]
+    if sorted(spatial) != sorted(ch for ch in lhs if ch not in "NC") or len(set(lhs)) != len(lhs):
+        raise ShapeError(f"convolution: layouts {lhs!r}, {rhs!r}, {out!r} must name the same distinct spatial dims")
+    return {
+        "input_batch_dimension": lhs.index("N"), "input_feature_dimension": lhs.index("C"),
+        "input_spatial_dimensions": tuple(lhs.index(ch) for ch in spatial),
+        "kernel_input_feature_dimension": rhs.index("I"), "kernel_output_feature_dimension": rhs.index("O"),
+        "kernel_spatial_dimensions": tuple(rhs.index(ch) for ch in spatial),
+        "output_batch_dimension": out.index("N"), "output_feature_dimension": out.index("C"),
+        "output_spatial_dimensions": tuple(out.index(ch) for ch in spatial),
+    }
 
 
 def _layout(op: Op, ts: Sequence[TensorType], rank: int, first: int, second: int, spatial: Sequence[int],
@@ -226,3 +253,100 @@ def reduce_window(x: np.ndarray, *, kind: str, window_dimensions: tuple[int, ...
                         for p, r, o, s in zip(pos, window_dilations, out_shape, window_strides))]
         acc = np.asarray(rk.combine_host(acc, view)).astype(acc_dt, copy=False)
     return acc.astype(x.dtype)
+
+
+# ------------------------------------------------------------------- decompositions
+# For a device that does not claim the op: the same values from core primitives.
+
+
+def _const(b: Builder, value: Any, dt: DType, shape: Sequence[int] = ()) -> Node:
+    c = b.constant(np.asarray(value).astype(dt.np))
+    return c if not shape else b.broadcast_in_dim(c, shape=tuple(shape), broadcast_dimensions=())
+
+
+def _dilate_pad_nodes(b: Builder, x: Node, lead: int, dilation: Sequence[int], low: Sequence[int],
+                      high: Sequence[int], fill: Node) -> Node:
+    """_dilate_pad in primitives: pad (interior = holes, edges >= 0), then slice off the
+    negative edges."""
+    z = (0,) * lead
+    x = b.pad(x, fill, low=z + tuple(max(v, 0) for v in low), high=z + tuple(max(v, 0) for v in high),
+              interior=z + tuple(d - 1 for d in dilation))
+    if any(v < 0 for v in (*low, *high)):
+        shape = x.shape
+        x = b.slice(x, start=z + tuple(max(-v, 0) for v in low),
+                    limit=tuple(shape[:lead]) + tuple(s - max(-v, 0) for s, v in zip(shape[lead:], high)),
+                    stride=(1,) * len(shape))
+    return x
+
+
+def _window_slice(b: Builder, x: Node, lead: int, pos: Sequence[int], dilation: Sequence[int],
+                  out: Sequence[int], strides: Sequence[int]) -> Node:
+    """The operand elements window position ``pos`` reads for every output position."""
+    start = [p * r for p, r in zip(pos, dilation)]
+    return b.slice(x, start=(0,) * lead + tuple(start),
+                   limit=tuple(x.shape[:lead]) + tuple(s0 + (o - 1) * s + 1 for s0, o, s in zip(start, out, strides)),
+                   stride=(1,) * lead + tuple(strides))
+
+
+def decompose_convolution(b: Builder, node: Node) -> Node:
+    """im2col: one strided slice of the dilated, padded input per kernel position,
+    concatenated into patches [N, C, K, out...], then one dot_general with the kernel
+    [O, I, K] (batched over the feature or batch groups)."""
+    lhs, rhs = node.operands
+    a = node.attr
+    dt = lhs.dtype
+    x = b.transpose(lhs, permutation=(a["input_batch_dimension"], a["input_feature_dimension"],
+                                      *a["input_spatial_dimensions"]))
+    w = b.transpose(rhs, permutation=(a["kernel_output_feature_dimension"], a["kernel_input_feature_dimension"],
+                                      *a["kernel_spatial_dimensions"]))
+    out_shape = node.shape
+    out_sp = [out_shape[d] for d in a["output_spatial_dimensions"]]
+    kernel = w.shape[2:]
+    n, c = x.shape[:2]
+    o, ci = w.shape[:2]
+    kk = math.prod(kernel)
+    out_dims = (a["output_batch_dimension"], a["output_feature_dimension"], *a["output_spatial_dimensions"])
+    if 0 in out_shape or kk == 0 or ci == 0:  # nothing to sum: zeros (or an empty result)
+        return _const(b, 0, dt, out_shape)
+    x = _dilate_pad_nodes(b, x, 2, a["lhs_dilation"], a["padding_low"], a["padding_high"], _const(b, 0, dt))
+    cols = [b.reshape(s, shape=(n, c, 1, *out_sp))
+            for s in (_window_slice(b, x, 2, pos, a["rhs_dilation"], out_sp, a["window_strides"])
+                      for pos in itertools.product(*(range(k) for k in kernel)))]
+    patches = cols[0] if len(cols) == 1 else b.concatenate(*cols, dimension=2)  # [N, C, K, out...]
+    g, bg = a["feature_group_count"], a["batch_group_count"]
+    groups = max(g, bg)
+    if g > 1:
+        p = b.reshape(patches, shape=(n, g, c // g, kk, *out_sp))
+        batch_dim = 1
+    else:
+        p = b.reshape(patches, shape=(bg, n // bg, c, kk, *out_sp))
+        batch_dim = 0
+    k = b.reshape(w, shape=(groups, o // groups, ci, kk))
+    y = b.dot_general(p, k, lhs_batch=(batch_dim,), rhs_batch=(0,), lhs_contracting=(2, 3),
+                      rhs_contracting=(2, 3))  # [groups, rest of batch, out..., O/groups]
+    ns = len(out_sp)
+    y = b.transpose(y, permutation=(1, 0, ns + 2, *range(2, ns + 2)))  # [batch, groups, O/groups, out...]
+    y = b.reshape(y, shape=(y.shape[0], o, *out_sp))
+    return b.transpose(y, permutation=tuple(int(i) for i in np.argsort(out_dims)))
+
+
+def decompose_reduce_window(b: Builder, node: Node) -> Node:
+    """One strided slice of the dilated, padded operand per window position, combined
+    elementwise from the kind's identity in row-major window order (as the reference does;
+    float16 sums and products in float32)."""
+    (x,) = node.operands
+    a = node.attr
+    rk = REDUCE_KINDS[a["kind"]]
+    dt = x.dtype
+    acc_dt = rk.accumulator(dt)
+    out = node.shape
+    if acc_dt is not dt:
+        x = b.convert(x, dtype=acc_dt)
+    ident = _const(b, rk.identity(acc_dt), acc_dt)
+    acc = _const(b, rk.identity(acc_dt), acc_dt, out)
+    if 0 not in out:
+        xp = _dilate_pad_nodes(b, x, 0, a["base_dilations"], a["padding_low"], a["padding_high"], ident)
+        for pos in itertools.product(*(range(k) for k in a["window_dimensions"])):
+            view = _window_slice(b, xp, 0, pos, a["window_dilations"], out, a["window_strides"])
+            acc = b.op(rk.combiner, acc, view)
+    return b.convert(acc, dtype=dt) if acc_dt is not dt else acc

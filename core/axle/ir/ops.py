@@ -18,8 +18,6 @@ import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
 from .computation import Computation
-from .dotdims import DotDims
-from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .conv import (
     CONV_DIM_ATTRS,
     CONV_WINDOW_ATTRS,
@@ -32,6 +30,8 @@ from .conv import (
     reduce_window_dtype,
     reduce_window_shape,
 )
+from .dotdims import DotDims
+from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
 from .literal import Literal
 from .opcodes import Op

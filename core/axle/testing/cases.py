@@ -20,6 +20,7 @@ from ..config import config
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
+from ..ir.conv import conv_dimension_numbers
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype
 from ..ir.module import Module, Node
@@ -111,11 +112,18 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
 
 
 def reduced_terms(node: Node) -> int:
-    """How many terms ``node`` (a reduce or a dot) sums into each result element; else 1."""
+    """How many terms ``node`` (a reduce, dot, convolution or reduce-window) sums into each
+    result element; else 1."""
     if node.op is Op.REDUCE:
         return math.prod(node.operands[0].shape[a] for a in node.attr["axes"])
     if node.op is Op.DOT_GENERAL:
         return DotDims.of(node).k
+    if node.op is Op.CONVOLUTION:
+        rhs = node.operands[1].shape
+        return rhs[node.attr["kernel_input_feature_dimension"]] * math.prod(
+            rhs[d] for d in node.attr["kernel_spatial_dimensions"])
+    if node.op is Op.REDUCE_WINDOW:
+        return math.prod(node.attr["window_dimensions"])
     return 1
 
 
@@ -339,6 +347,67 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+def _convolution(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    name, ls, rs, layouts, window = spec
+    attrs = {**conv_dimension_numbers(*layouts), **window}
+    return _case(f"convolution.{name}-{dt.value}", lambda b, p: b.convolution(*p, **attrs),
+                 [_t(dt, ls), _t(dt, rs)], rng, special=False, small=not dt.is_float or dt is DType.FLOAT16)
+
+
+def _window(n: int, strides: Sequence[int] | None = None, low: Sequence[int] | None = None,
+            high: Sequence[int] | None = None, lhs_dilation: Sequence[int] | None = None,
+            rhs_dilation: Sequence[int] | None = None, **groups: int) -> dict[str, Any]:
+    """convolution's window attributes for n spatial dims (1s and 0s unless given)."""
+    return {"window_strides": tuple(strides or (1,) * n), "padding_low": tuple(low or (0,) * n),
+            "padding_high": tuple(high or (0,) * n), "lhs_dilation": tuple(lhs_dilation or (1,) * n),
+            "rhs_dilation": tuple(rhs_dilation or (1,) * n), **groups}
+
+
+def _reduce_window(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -> OpCase | None:
+    if kind in ("sum", "prod") and dt.is_bool or kind in ("and", "or") and dt.is_float:
+        return None
+    shape, window, strides, low, high, base_dil, win_dil = spec
+    attrs = dict(kind=kind, window_dimensions=window, window_strides=strides, padding_low=low, padding_high=high,
+                 base_dilations=base_dil, window_dilations=win_dil)
+    small = kind == "prod"
+    return _case(f"reduce-window.{kind}-{dt.value}{list(shape)}-w{list(window)}-s{list(strides)}-p{list(low)}"
+                 f"{list(high)}-d{list(base_dil)}{list(win_dil)}",
+                 lambda b, p: b.reduce_window(p[0], **attrs), [_t(dt, shape)], rng, small=small, special=not small)
+
+
+_CONV_SPECS = (
+    ("1d", (2, 3, 9), (4, 3, 3), ("NCH", "OIH", "NCH"), _window(1)),
+    ("2d-nchw", (2, 3, 7, 6), (5, 3, 3, 2), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 0), high=(1, 1))),
+    ("2d-nhwc", (1, 6, 5, 4), (3, 3, 4, 2), ("NHWC", "HWIO", "NHWC"), _window(2, strides=(2, 1), low=(1, 1),
+                                                                              high=(1, 1))),
+    ("2d-dilated", (1, 2, 9, 8), (3, 2, 2, 3), ("NCHW", "OIHW", "NCHW"),
+     _window(2, lhs_dilation=(2, 1), rhs_dilation=(1, 2), strides=(1, 2))),
+    ("2d-negative-pad", (1, 1, 6, 6), (1, 1, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, low=(-1, 0),
+                                                                                      high=(0, -2))),
+    ("depthwise", (2, 4, 5, 5), (4, 1, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1),
+                                                                                feature_group_count=4)),
+    ("grouped", (1, 4, 5, 5), (6, 2, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, feature_group_count=2)),
+    ("batch-groups", (4, 3, 5, 5), (6, 3, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, batch_group_count=2)),
+    ("3d", (1, 2, 4, 4, 3), (2, 2, 2, 2, 2), ("NCDHW", "OIDHW", "NCDHW"), _window(3)),
+    ("out-layout", (2, 3, 5, 5), (4, 3, 3, 3), ("NCHW", "OIHW", "NHWC"), _window(2)),
+    ("1x1", (3, 8, 1, 1), (5, 8, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-batch", (0, 3, 5, 5), (2, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-output", (1, 3, 2, 2), (2, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-features", (1, 0, 4, 4), (2, 0, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+)
+_REDUCE_WINDOW_SPECS = (
+    # shape, window, strides, padding low, high, base dilations, window dilations
+    ((9,), (3,), (1,), (0,), (0,), (1,), (1,)),
+    ((9,), (2,), (2,), (1,), (1,), (1,), (1,)),
+    ((4, 6), (2, 2), (2, 2), (0, 0), (0, 1), (1, 1), (1, 1)),
+    ((1, 5, 5, 3), (1, 3, 3, 1), (1, 2, 2, 1), (0, 1, 1, 0), (0, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1)),
+    ((5, 7), (2, 3), (1, 2), (0, 0), (0, 0), (2, 1), (1, 2)),
+    ((0, 4), (1, 2), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1)),
+    ((3, 3), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1)),
+    ((33, 17), (5, 1), (3, 1), (2, 0), (2, 0), (1, 1), (1, 1)),
+    ((), (), (), (), (), (), ()),
+)
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -371,6 +440,10 @@ OP_CASES: dict[Op, OpCaseRow] = {
                          extra=lambda op: _signed_zero_rows()),
     Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
                                                   DType.INT64)),
+    Op.CONVOLUTION: OpCaseRow(_convolution, _CONV_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
+                                                          DType.INT64)),
+    Op.REDUCE_WINDOW: OpCaseRow(_reduce_window, _REDUCE_WINDOW_SPECS, ALL,
+                                variants=("sum", "prod", "max", "min", "and", "or")),
     Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
         ((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
         ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))), ALL),
