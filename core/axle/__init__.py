@@ -17,7 +17,9 @@ import types
 
 from . import counters as _stats
 from . import errors, ir
-from .autodiff import grad, value_and_grad, vjp
+from .autodiff import grad, hessian, jacfwd, jacrev, value_and_grad, vjp
+from .autodiff.forward import jvp, linearize
+from .autodiff.vectorize import vmap
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
 from .config import config
 from .frontend.array import Array
@@ -42,6 +44,7 @@ __all__ = [
     "Capabilities", "DType", "Device", "Executable",
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
+    "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap",
 ]
 
 
@@ -56,6 +59,7 @@ def reset_stats() -> None:
 
 
 def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import axle` light
-    if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers"):
+    if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers",
+                "tree_util"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

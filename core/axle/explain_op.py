@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from . import source_refs as refs
+from .autodiff import batching as autodiff_batching
+from .autodiff import jvp as autodiff_jvp
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
 from .errors import ArgumentError, AxleError, BackendError
@@ -39,8 +41,14 @@ from .registry import REGISTRY
 #: JVP or batching table is replacing its None by the table (and its module below).
 RULE_TABLES: dict[str, tuple[types.ModuleType, str] | None] = {
     "VJP (reverse mode)": (autodiff_rules, "VJP"),
-    "JVP (forward mode)": None,
-    "batching": None,
+    "JVP (forward mode)": (autodiff_jvp, "JVP"),
+    "batching": (autodiff_batching, "BATCH"),
+}
+
+#: Each rule table's reasons for the ops it has no rule for (title -> op -> why).
+NO_RULE_REASONS: dict[str, Mapping[Op, str]] = {
+    "JVP (forward mode)": autodiff_jvp.NO_JVP,
+    "batching": autodiff_batching.NOT_BATCHED,
 }
 
 #: the backends docs/ops/ describes, in this order (installed third-party ones are left out)
@@ -182,14 +190,16 @@ def _rules(doc: _Doc, op: Op) -> None:
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "
-                    f"{_no_rule_reason(title)})")
+                    f"{_no_rule_reason(title, op)})")
             continue
         note = _rule_note(title, op)
         doc.table_entry(f"{title}{note}", module, name, op, table[op], set())
     doc.add("")
 
 
-def _no_rule_reason(title: str) -> str:
+def _no_rule_reason(title: str, op: Op) -> str:
+    if title in NO_RULE_REASONS:
+        return NO_RULE_REASONS[title].get(op, "the op is not covered")
     return ("not differentiable, its cotangent is zero" if title.startswith("VJP")
             else "the op is not covered")
 

@@ -61,9 +61,9 @@ def test_tanh_prints_every_section_with_its_source(capsys: pytest.CaptureFixture
         assert source(fn) in out
     assert "with f = numpy.tanh" in out
     assert re.search(r"`axle/ir/ops\.py:\d+`", out) and "- traits: elementwise, transcendental, fusible" in out
-    # rule tables: VJP from its table, JVP and batching not defined yet
+    # rule tables: VJP, JVP and batching, each from its table
     assert "`VJP[Op.TANH]`" in out and "Op.TANH: _tanh," in out
-    assert "- JVP (forward mode): none (not defined" in out and "- batching: none (not defined" in out
+    assert "`JVP[Op.TANH]`" in out and "`BATCH[Op.TANH]`" in out and "def _elementwise(" in out
     assert "## Decomposition\n\nnone: a core primitive" in out
     # the approximation constants backends inline
     for name in numerics.APPROXIMATIONS[Op.TANH]:

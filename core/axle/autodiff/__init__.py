@@ -24,42 +24,19 @@ import numpy as np
 from .. import lax
 from .. import numpy as anp
 from ..errors import DTypeError, ShapeError, TracingError
-from ..frontend import checks
 from ..frontend.array import Array
-from ..frontend.bind import bind
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
-from ..frontend.tracing import Trace, Tracer, aval_of, leaf_aval, trace_context
-from ..ir.module import Node, post_order
+from ..frontend.tracing import Tracer, aval_of, leaf_aval
+from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from .capture import replay, trace_graph
+from .forward import Forward
 from .rules import VJP, full
+from .vectorize import vmap
 
-__all__ = ["vjp", "grad", "value_and_grad"]
-
-
-class _CaptureTrace(Trace):
-    """A trace that turns values from outside (concrete arrays, outer tracers) into extra
-    parameters, so the forward pass can be replayed in the caller's mode."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.captured: list[tuple[Node, Any]] = []
-        self._by_id: dict[int, Node] = {}
-
-    def to_node(self, x: Any, fn: str = "grad") -> Node:
-        if isinstance(x, Tracer) and x.trace is self:
-            return x.node
-        if isinstance(x, (Tracer, Array)):
-            if isinstance(x, Tracer) and not x.trace.active:
-                return super().to_node(x, fn)  # raises the 'escaped tracer' error
-            node = self._by_id.get(id(x))
-            if node is None:
-                node = self.builder.parameter(x.aval, name=f"captured{len(self.captured)}")
-                self._by_id[id(x)] = node
-                self.captured.append((node, x))
-            return node
-        return super().to_node(x, fn)
+__all__ = ["vjp", "grad", "value_and_grad", "jacfwd", "jacrev", "hessian"]
 
 
 def _leaf_type(x: Any) -> tuple[TensorType, bool]:
@@ -70,50 +47,15 @@ class _Linearized:
     """A traced function, its forward values, and what the backward pass needs."""
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any], wrt: Sequence[int], has_aux: bool) -> None:
-        trace = _CaptureTrace(getattr(fn, "__name__", "fn"))
-        self.arg_trees: list[TreeDef] = []
-        self.arg_params: list[list[Node]] = []
-        inputs: dict[int, Any] = {}
-        with trace_context(trace):
-            traced = []
-            for a in args:
-                leaves, td = flatten(a)
-                tracers = []
-                for leaf in leaves:
-                    t, weak = _leaf_type(leaf)
-                    tr = trace.new_arg(t, f"p{len(inputs)}", weak)
-                    inputs[tr.node.uid] = leaf
-                    tracers.append(tr)
-                self.arg_trees.append(td)
-                self.arg_params.append([tr.node for tr in tracers])
-                traced.append(unflatten(td, tracers))
-            out = fn(*traced)
-            aux = None
-            if has_aux:
-                if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                    raise TracingError("has_aux=True: the function must return a pair (output, aux)",
-                                       where=user_location())
-                out, aux = out
-            out_leaves, self.out_tree = flatten(out)
-            self.out_nodes = [trace.to_node(o) for o in out_leaves]
-            aux_leaves, self.aux_tree = flatten(aux)
-            aux_nodes = [trace.to_node(a) for a in aux_leaves]
-            # --check_indices flags of traced indices: replayed with the forward pass
-            index_checks = [(trace.to_node(flag), message, where) for flag, message, where in trace.index_checks]
-        for node, value in trace.captured:
-            inputs[node.uid] = value
+        leaves, args_tree = flatten(tuple(args))
+        graph = trace_graph(fn, args_tree, [_leaf_type(leaf) for leaf in leaves], has_aux, "grad")
+        self.arg_trees: list[TreeDef] = list(args_tree.children)
+        self.arg_params: list[list[Node]] = graph.arg_params()
+        self.out_tree, self.aux_tree = graph.out_tree, graph.aux_tree
+        self.out_nodes, aux_nodes = graph.out_nodes, graph.aux_nodes
         # Forward replay in the caller's mode.
-        self.order = post_order(self.out_nodes + aux_nodes + [c[0] for c in index_checks])
-        self.env: dict[int, Any] = {}
-        for n in self.order:
-            if n.op is Op.PARAMETER:
-                self.env[n.uid] = inputs[n.uid]
-            elif n.op is Op.CONSTANT:
-                self.env[n.uid] = np.asarray(n.attr["value"].array)
-            else:
-                self.env[n.uid] = bind(n.op, *[self.env[o.uid] for o in n.operands], **n.attr)
-        for node, message, where in index_checks:
-            checks.replayed(self.env[node.uid], message, where)
+        self.order = graph.order
+        self.env: dict[int, Any] = replay(graph, leaves)
         self.outputs = unflatten(self.out_tree, [self._value(n) for n in self.out_nodes])
         self.aux = unflatten(self.aux_tree, [self._value(n) for n in aux_nodes])
         # Which nodes depend on a differentiated input: only they get cotangents.
@@ -199,25 +141,30 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     return (lin.outputs, vjp_fn, lin.aux) if has_aux else (lin.outputs, vjp_fn)
 
 
+def _float_argnums(argnums: int | Sequence[int], args: Sequence[Any], what: str) -> list[int]:
+    """The differentiated arguments' indices, each checked: in range, float leaves only."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for i in nums:
+        if not -len(args) <= i < len(args):
+            raise TracingError(f"{what}: argnums {argnums} out of range for {len(args)} arguments",
+                               where=user_location())
+    idx = [i % len(args) for i in nums]
+    for i in idx:
+        for leaf in flatten(args[i])[0]:
+            if not _leaf_type(leaf)[0].dtype.is_float:
+                raise DTypeError(f"{what}: argument {i} has a non-float leaf ({_leaf_type(leaf)[0]}); "
+                                 f"derivatives exist only for float inputs", where=user_location())
+    return idx
+
+
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
                    has_aux: bool = False) -> Callable[..., Any]:
     """A function returning ``(value, grad)`` (``((value, aux), grad)`` with has_aux) where
     ``grad`` is the gradient of the scalar float output with respect to the argument(s)
     ``argnums`` (a tuple of gradients when argnums is a sequence)."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
     @functools.wraps(fn)
     def wrapped(*args: Any) -> Any:
-        for i in nums:
-            if not -len(args) <= i < len(args):
-                raise TracingError(f"grad: argnums {argnums} out of range for {len(args)} arguments",
-                                   where=user_location())
-        idx = [i % len(args) for i in nums]
-        for i in idx:
-            for leaf in flatten(args[i])[0]:
-                if not _leaf_type(leaf)[0].dtype.is_float:
-                    raise DTypeError(f"grad: argument {i} has a non-float leaf ({_leaf_type(leaf)[0]}); "
-                                     f"gradients exist only for float inputs", where=user_location())
+        idx = _float_argnums(argnums, args, "grad")
         lin = _Linearized(fn, args, idx, has_aux)
         out = lin.outputs
         if not isinstance(out, (Array, Tracer)) or out.shape != () or out.dtype.kind != "f":
@@ -245,3 +192,106 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
 
     return wrapped
 
+
+
+# ------------------------------------------------------------------ Jacobians
+
+
+def _basis(types: Sequence[TensorType]) -> list[np.ndarray]:
+    """The standard basis of the flattened leaves ``types``, split per leaf: leaf j's part
+    has shape (N, *shape_j) for N the total size, so row r is the r-th unit vector."""
+    sizes = [t.size for t in types]
+    eye = np.eye(sum(sizes))
+    out, at = [], 0
+    for t, s in zip(types, sizes):
+        out.append(eye[:, at:at + s].reshape((len(eye),) + t.shape).astype(t.dtype.np))
+        at += s
+    return out
+
+
+def _blocks(rows: Any, row_types: Sequence[TensorType], col_shape: tuple[int, ...]) -> list[Any]:
+    """A batched result (N, *col_shape) cut into one (*row_shape_j, *col_shape) block per leaf."""
+    out, at = [], 0
+    for t in row_types:
+        block = lax.slice(rows, (at,) + (0,) * len(col_shape), (at + t.size,) + col_shape)
+        out.append(lax.reshape(block, t.shape + col_shape))
+        at += t.size
+    return out
+
+
+def _jacobian_tree(out_tree: TreeDef, arg_trees: Sequence[TreeDef], blocks: list[list[Any]],
+                   argnums: int | Sequence[int]) -> Any:
+    """jax's layout: the output's tree holding, per output leaf, the argument(s)' tree of
+    blocks d out / d arg leaf."""
+    per_out = []
+    for row in blocks:
+        args, at = [], 0
+        for td in arg_trees:
+            args.append(unflatten(td, row[at:at + td.num_leaves]))
+            at += td.num_leaves
+        per_out.append(args[0] if isinstance(argnums, int) else tuple(args))
+    return unflatten(out_tree, per_out)
+
+
+def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """The Jacobian of ``fn`` with respect to argument(s) ``argnums`` by forward mode: one
+    JVP per input element, batched by ``vmap`` into one computation. Each block has shape
+    ``out.shape + arg.shape`` (with has_aux: ``(jacobian, aux)``)."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any) -> Any:
+        idx = _float_argnums(argnums, args, "jacfwd")
+        fw = Forward(fn, args, has_aux, "jacfwd")
+        arg_params = fw.graph.arg_params()
+        wrt = [p for i in idx for p in arg_params[i]]
+        in_types = [p.tensor_type for p in wrt]
+        slots = {p.uid: k for k, p in enumerate(wrt)}
+
+        def push(*basis: Any) -> list[Any]:
+            return fw.push([basis[slots[p.uid]] if p.uid in slots else None for p in fw.graph.params])
+
+        cols = vmap(push)(*_basis(in_types))
+        blocks = []
+        for n, col in zip(fw.graph.out_nodes, cols):
+            t = n.tensor_type
+            parts = _blocks(col, in_types, t.shape)  # (*in_shape, *out_shape) each
+            blocks.append([_move_axes_last(b, len(p.shape), t.rank) for b, p in zip(parts, in_types)])
+        jac = _jacobian_tree(fw.graph.out_tree, [fw.args_tree.children[i] for i in idx], blocks, argnums)
+        return (jac, fw.aux()) if has_aux else jac
+
+    return wrapped
+
+
+def _move_axes_last(x: Any, k: int, rest: int) -> Any:
+    """(*a[k], *b[rest]) -> (*b, *a)."""
+    return lax.transpose(x, list(range(k, k + rest)) + list(range(k))) if k and rest else x
+
+
+def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """The Jacobian of ``fn`` with respect to argument(s) ``argnums`` by reverse mode: one
+    VJP per output element, batched by ``vmap`` into one computation. Each block has shape
+    ``out.shape + arg.shape`` (with has_aux: ``(jacobian, aux)``)."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any) -> Any:
+        idx = _float_argnums(argnums, args, "jacrev")
+        lin = _Linearized(fn, args, idx, has_aux)
+        out_types = [n.tensor_type for n in lin.out_nodes]
+        for t in out_types:
+            if not t.dtype.is_float:
+                raise DTypeError(f"jacrev: the function has a non-float output ({t}); reverse mode "
+                                 f"differentiates float outputs only", where=user_location())
+
+        def pull(*cts: Any) -> list[Any]:
+            return [leaf for g in lin.backward(cts) for leaf in flatten(g)[0]]
+
+        rows = vmap(pull)(*_basis(out_types))  # per input leaf: (N, *in_shape)
+        per_in = [_blocks(r, out_types, tuple(aval_of(r).shape[1:])) for r in rows]
+        blocks = [[per_in[j][k] for j in range(len(per_in))] for k in range(len(out_types))]
+        jac = _jacobian_tree(lin.out_tree, [lin.arg_trees[i] for i in idx], blocks, argnums)
+        return (jac, lin.aux) if has_aux else jac
+
+    return wrapped
+
+
+def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """The Hessian of a scalar function: ``jacfwd(jacrev(fn))`` (forward over reverse)."""
+    return jacfwd(jacrev(fn, argnums, has_aux), argnums, has_aux)

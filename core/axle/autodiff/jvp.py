@@ -1,0 +1,199 @@
+"""JVP rules: forward-mode derivatives, one entry per differentiable primitive of the op table.
+
+A rule gets the primitive's node (attributes, operand and result types), the operand
+values, their tangents (None: a zero tangent) and the output value, and returns the
+output's tangent. At least one operand tangent is non-None when a rule runs, and only
+float-valued nodes carry tangents. Rules are written in primitives (``axle.lax``), like
+the VJP rules of ``rules.py``, so the tangent computation is traced, jitted, batched by
+``vmap`` or differentiated again like any other code.
+
+Every op of the op table is in :data:`JVP` or in :data:`NO_JVP` with the reason
+(``tests/core/test_transforms.py`` enumerates the op table, so an op added without
+either fails there).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import lax
+from ..errors import TracingError
+from ..frontend.bind import bind
+from ..frontend.source import user_location
+from ..ir.module import Node
+from ..ir.ops import Op
+from .rules import _trunc, full
+
+Value = Any
+Tangent = Value | None
+JvpRule = Callable[[Node, Sequence[Value], Sequence[Tangent], Value], Value]
+
+
+def zeros_if_none(ts: Sequence[Tangent], n: Node) -> list[Value]:
+    """The tangents with each None (zero) made an explicit zero of its operand's type."""
+    return [t if t is not None else full(0, o) for t, o in zip(ts, n.operands)]
+
+
+def _plus(a: Tangent, b: Tangent) -> Tangent:
+    if a is None:
+        return b
+    return a if b is None else lax.add(a, b)
+
+
+def _scaled(t: Tangent, factor: Callable[[], Value]) -> Tangent:
+    """t * factor(), or None for a zero t (the factor is then never built)."""
+    return None if t is None else lax.mul(t, factor())
+
+
+def _linear(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """A primitive linear in all its operands together (add, movement, concatenate, pad,
+    reduce sum): the same primitive applied to the tangents."""
+    return bind(n.op, *zeros_if_none(ts, n), **n.attr)
+
+
+def _unary(derivative: Callable[[Node, Value, Value], Value]) -> JvpRule:
+    """f(x) with f'(x) = derivative(node, x, out): tangent t * f'(x)."""
+    def rule(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+        return lax.mul(ts[0], derivative(n, xs[0], out))
+
+    return rule
+
+
+def _sub(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    ta, tb = ts
+    return _plus(ta, None if tb is None else lax.neg(tb))
+
+
+def _mul(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    x, y = xs
+    return _plus(_scaled(ts[0], lambda: y), _scaled(ts[1], lambda: x))
+
+
+def _div(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    x, y = xs  # d(x/y) = dx/y - dy * out/y
+    ta, tb = ts
+    return _plus(None if ta is None else lax.div(ta, y), _scaled(tb, lambda: lax.neg(lax.div(out, y))))
+
+
+def _rem(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    x, y = xs  # fmod(x, y) = x - y * trunc(x / y), trunc piecewise constant
+    return _plus(ts[0], _scaled(ts[1], lambda: lax.neg(_trunc(lax.div(x, y), n))))
+
+
+def _pow(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    x, y = xs
+
+    def dy() -> Value:  # d/dy x^y = x^y log x, taken as 0 where x <= 0 (as the VJP rule)
+        pos = lax.compare(x, full(0, n), "gt")
+        return lax.select(pos, lax.mul(out, lax.log(lax.select(pos, x, full(1, n)))), full(0, n))
+
+    return _plus(_scaled(ts[0], lambda: lax.mul(y, lax.pow(x, lax.sub(y, full(1, n))))), _scaled(ts[1], dy))
+
+
+def _minmax(direction: str) -> JvpRule:
+    def rule(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+        x, y = xs
+        tx, ty = zeros_if_none(ts, n)
+        # the transpose of the VJP rule: the chosen operand's tangent, the mean of both on a
+        # tie, and zero where neither is chosen (a NaN operand), as the VJP gives no cotangent
+        tie = lax.mul(lax.add(tx, ty), full(0.5, n))
+        zero = full(0, n)
+        return lax.select(lax.compare(x, y, direction), tx,
+                          lax.select(lax.compare(y, x, direction), ty, lax.select(lax.compare(x, y, "eq"), tie, zero)))
+
+    return rule
+
+
+def _select(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    _, ta, tb = zeros_if_none(ts, n)
+    return lax.select(xs[0], ta, tb)
+
+
+def _convert(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    return lax.convert(ts[0], n.tensor_type.dtype)  # float -> float (int operands carry no tangent)
+
+
+def _reduce(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    kind, axes = n.attr["kind"], n.attr["axes"]
+    x, t = xs[0], ts[0]
+    xt = n.operands[0].tensor_type
+    kept = tuple(i for i in range(xt.rank) if i not in axes)
+    if kind == "sum":
+        return lax.reduce(t, "sum", axes)
+    if kind == "prod":  # d prod = prod * sum(dx_i / x_i) (undefined where x_i == 0, as the VJP rule)
+        return lax.mul(out, lax.reduce(lax.div(t, x), "sum", axes))
+    # max/min: the mean of the tangents of the elements equal to the extreme (as the VJP rule)
+    hit = lax.compare(x, lax.broadcast_in_dim(out, xt.shape, kept), "eq")
+    cnt = lax.reduce(lax.convert(hit, xt.dtype), "sum", axes)
+    picked = lax.select(hit, t, full(0, n.operands[0]))
+    return lax.div(lax.reduce(picked, "sum", axes), cnt)
+
+
+def _dot(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    x, y = xs
+    ta, tb = ts
+    return _plus(None if ta is None else bind(n.op, ta, y, **n.attr),
+                 None if tb is None else bind(n.op, x, tb, **n.attr))
+
+
+def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    # An opaque function: a silent zero would be a wrong derivative.
+    raise TracingError(f"jvp: custom-call target {n.attr['target']!r} has no derivative rule; its float "
+                       f"output depends on a differentiated input (operands: "
+                       f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+
+
+JVP: dict[Op, JvpRule] = {
+    Op.NEG: lambda n, xs, ts, out: lax.neg(ts[0]),
+    Op.ABS: _unary(lambda n, x, out: lax.sign(x)),
+    Op.EXP: _unary(lambda n, x, out: out),
+    Op.LOG: lambda n, xs, ts, out: lax.div(ts[0], xs[0]),
+    Op.SQRT: lambda n, xs, ts, out: lax.div(ts[0], lax.mul(full(2, n), out)),
+    Op.RSQRT: _unary(lambda n, x, out: lax.div(lax.mul(full(-0.5, n), out), x)),
+    Op.TANH: _unary(lambda n, x, out: lax.sub(full(1, n), lax.mul(out, out))),
+    Op.LOGISTIC: _unary(lambda n, x, out: lax.mul(out, lax.sub(full(1, n), out))),
+    Op.SIN: _unary(lambda n, x, out: lax.cos(x)),
+    Op.COS: _unary(lambda n, x, out: lax.neg(lax.sin(x))),
+    Op.ADD: lambda n, xs, ts, out: _plus(ts[0], ts[1]),
+    Op.SUB: _sub,
+    Op.MUL: _mul,
+    Op.DIV: _div,
+    Op.REM: _rem,
+    Op.POW: _pow,
+    Op.MAX: _minmax("gt"),
+    Op.MIN: _minmax("lt"),
+    Op.SELECT: _select,
+    Op.CONVERT: _convert,
+    Op.REDUCE: _reduce,
+    Op.DOT_GENERAL: _dot,
+    Op.BROADCAST_IN_DIM: _linear,
+    Op.RESHAPE: _linear,
+    Op.TRANSPOSE: _linear,
+    Op.SLICE: _linear,
+    Op.PAD: _linear,
+    Op.CONCATENATE: _linear,
+    Op.REVERSE: _linear,
+    Op.CUSTOM_CALL: _custom_call,
+}
+
+#: The op table's ops without a JVP rule, and why their output tangent is zero (or never asked).
+NO_JVP: dict[Op, str] = {
+    Op.PARAMETER: "an input: its tangent is given by the caller",
+    Op.CONSTANT: "no operands: a constant's tangent is zero",
+    Op.IOTA: "no operands: its value is fixed by its attributes",
+    Op.FLOOR: "piecewise constant: the derivative is zero wherever it exists",
+    Op.CEIL: "piecewise constant: the derivative is zero wherever it exists",
+    Op.SIGN: "piecewise constant: the derivative is zero wherever it exists",
+    Op.NOT: "integer/bool output: not differentiable",
+    Op.AND: "integer/bool output: not differentiable",
+    Op.OR: "integer/bool output: not differentiable",
+    Op.COMPARE: "bool output: not differentiable",
+    Op.RNG_BIT_GENERATOR: "integer output (random bits): not differentiable",
+    Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
+    Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
+    Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+}
+
+#: Ops whose tangent may be non-zero (checked against finite differences).
+DIFFERENTIABLE: frozenset[Op] = frozenset(JVP) - {Op.CUSTOM_CALL}
+
