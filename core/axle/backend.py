@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .errors import BackendError
+from .ir.computation import called_computations
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
-from .ir.ops import CORE_PRIMITIVES, Op
+from .ir.ops import BASE_PRIMITIVES, Op
 from .ir.types import TensorType
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
@@ -89,7 +90,9 @@ class Capabilities:
     ops and ``predicates[Op.FUSION]`` accepts it. The fusion pass builds no fusion this
     device refuses by those two rules (see :meth:`bound`)."""
 
-    ops: frozenset[Op] = CORE_PRIMITIVES
+    #: the default leaves out the extended primitives (gather, scatter...): a device that
+    #: lowers one lists it (``BASE_PRIMITIVES | {Op.GATHER}``); the others get its decomposition
+    ops: frozenset[Op] = BASE_PRIMITIVES
     dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
     #: per-op dtype restrictions, e.g. {Op.DOT_GENERAL: frozenset({DType.FLOAT32})}
     op_dtypes: Mapping[Op, frozenset[DType]] = field(default_factory=dict)
@@ -129,7 +132,7 @@ class Capabilities:
         elif node.op not in self.ops:
             return f"op '{node.op.value}' is not in the device's capabilities"
         else:
-            why = self._dtype_refusal(node)
+            why = self._dtype_refusal(node) or self._body_refusal(node)
         pred = self.predicates.get(node.op)
         return why or (None if pred is None else _ask(pred, node))
 
@@ -139,6 +142,18 @@ class Capabilities:
         bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
                       and (t.dtype not in allowed or t.dtype not in self.dtypes)})
         return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}" if bad else None
+
+    def _body_refusal(self, node: Node) -> str | None:
+        """A loop or conditional is claimed only with every node it runs (it runs whole on
+        one device)."""
+        if not node.traits.control:
+            return None
+        for comp in called_computations(node):
+            for n in comp.nodes:
+                why = None if n.op is Op.PARAMETER else self.refusal(n)
+                if why:
+                    return f"{node.op.value} runs {why}"
+        return None
 
     def _fusion_refusal(self, node: Node) -> str | None:
         comp = node.attr["computation"]
@@ -240,7 +255,8 @@ class Backend(abc.ABC):
         """The devices this backend can run on, index 0 first."""
 
     def capabilities(self, device: Device) -> Capabilities:
-        """The ops and dtypes ``device`` runs; the default claims the whole core set."""
+        """The ops and dtypes ``device`` runs; the default claims every primitive but the
+        extended ones, which the core then expands into their decompositions."""
         return Capabilities()
 
     @abc.abstractmethod

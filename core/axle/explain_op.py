@@ -25,6 +25,7 @@ from typing import Any
 
 from . import source_refs as refs
 from .autodiff import batching as autodiff_batching
+from .autodiff import control as autodiff_control
 from .autodiff import jvp as autodiff_jvp
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
@@ -187,6 +188,8 @@ def _rules(doc: _Doc, op: Op) -> None:
             doc.add(f"- {title}: none (not defined: axle has no {title.split()[0]} rule table yet)")
             continue
         module, name = where
+        if title.startswith("VJP") and op in autodiff_control.CONTROL_VJP:  # loops and branches: their own table
+            module, name = autodiff_control, "CONTROL_VJP"
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "
@@ -205,7 +208,7 @@ def _no_rule_reason(title: str, op: Op) -> str:
 
 
 def _rule_note(title: str, op: Op) -> str:
-    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE:
+    if title.startswith("VJP") and op not in autodiff_rules.DIFFERENTIABLE | set(autodiff_control.CONTROL_VJP):
         return " (piecewise constant: a zero cotangent, not in DIFFERENTIABLE)"
     return ""
 
@@ -370,6 +373,9 @@ def claim(backend: Backend, op: Op) -> tuple[bool, list[str]]:
     if op is Op.FUSION:
         size = f" with at most {caps.limits['max_fusion_nodes']} ops" if "max_fusion_nodes" in caps.limits else ""
         return True, [f"claims a fusion on {device.name} when it claims every op inside{size}"]
+    if op not in caps.ops and OPS[op].decomposition is not None:
+        return False, [f"does not claim {op.value} on {device.name}: the core expands it into its decomposition "
+                       f"(above), which the device runs"]
     if op not in caps.ops:
         return False, [f"does not claim {op.value} on {device.name}: the partitioner runs it on the host"]
     allowed = _ordered(OPS[op].operand_dtypes)

@@ -2,7 +2,9 @@
 oracle every backend is tested against."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,8 @@ def eval_node(n: Node, args: Sequence[Any]) -> Any:
     if n.op is Op.FUSION:
         return evaluate_computation(n.attr["computation"], args)
     kwargs = {k: v for k, v in n.attrs}
+    if n.traits.control:  # the op's reference runs its sub-computations through this interpreter
+        kwargs["call"] = evaluate_computation
     out = OPS[n.op].reference(*args, **kwargs)
     if isinstance(n.type, TensorType):
         out = np.asarray(out)
@@ -33,15 +37,49 @@ def eval_node(n: Node, args: Sequence[Any]) -> Any:
     return out
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One node of a computation, ready to run: its reference, attributes and operand slots."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    operands: tuple[int, ...]
+    result: tuple[tuple[int, ...], np.dtype] | None  # shape and dtype; None for a tuple
+
+
+def _fusion_fn(comp: Computation) -> Callable[..., Any]:
+    return lambda *xs: evaluate_computation(comp, xs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(comp: Computation) -> tuple[_Step, ...]:
+    """``comp``'s nodes after its parameters as steps over value slots (slot i: the i-th of
+    ``comp.nodes``), made once per computation: a loop runs its body's steps every trip."""
+    slot = {n.uid: i for i, n in enumerate(comp.nodes)}
+    steps = []
+    for n in comp.nodes[len(comp.parameters):]:
+        kwargs = {k: v for k, v in n.attrs}
+        if n.op is Op.FUSION:
+            fn, kwargs = _fusion_fn(n.attr["computation"]), {}
+        else:
+            fn = OPS[n.op].reference
+            if n.traits.control:
+                kwargs["call"] = evaluate_computation
+        result = (n.type.shape, n.type.dtype.np) if isinstance(n.type, TensorType) else None
+        steps.append(_Step(fn, kwargs, tuple(slot[o.uid] for o in n.operands), result))
+    return tuple(steps)
+
+
 def evaluate_computation(comp: Computation, args: Sequence[Any]) -> Any:
-    env: dict[int, Any] = {}
-    for p, a in zip(comp.parameters, args, strict=True):
-        env[p.uid] = _check_input(p, a)
-    for n in comp.nodes:
-        if n.op is Op.PARAMETER:
-            continue
-        env[n.uid] = eval_node(n, [env[o.uid] for o in n.operands])
-    return env[comp.root.uid]
+    values: list[Any] = [_check_input(p, a) for p, a in zip(comp.parameters, args, strict=True)]
+    for step in _program(comp):
+        out = step.fn(*[values[i] for i in step.operands], **step.kwargs)
+        if step.result is not None:
+            out = np.asarray(out)
+            assert out.shape == step.result[0] and out.dtype == step.result[1], (
+                f"a reference returned {out.dtype}{list(out.shape)}, expected {step.result[1]}{list(step.result[0])}")
+        values.append(out)
+    return values[-1] if comp.nodes[-1] is comp.root else values[comp.nodes.index(comp.root)]
 
 
 def evaluate(module: Module, *args: Any) -> list[np.ndarray]:

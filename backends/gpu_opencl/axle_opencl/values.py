@@ -178,6 +178,12 @@ class Renderer:
         q = self.em.tmp(t, horner(TANH_F32.q))
         return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
 
+    def _is_finite(self, n: Node, idx: Idx, lanes: int) -> str:
+        return c.is_finite(self.value(n.operands[0], idx))
+
+    def _bitcast(self, n: Node, idx: Idx, lanes: int) -> str:
+        return c.bitcast(render.CL, n, self.value(n.operands[0], idx))
+
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
         return c.compare(n.attr["direction"], a, b)
@@ -231,6 +237,24 @@ class Renderer:
         for pred, v in reversed(vals[:-1]):
             expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
+
+    def _start(self, x: Node, coords: list[ix.Ix]) -> ix.Ix:
+        """An integer of ``x`` at ``coords``, loaded as a ``long`` start index: clamped by
+        the index algebra before it narrows to an ``int`` coordinate."""
+        v = self._at(x, coords) if coords else self.value(x, Idx((), "0", []))
+        return ix.var(self.em.tmp("long", f"((long){v})", "s"))
+
+    def _gather(self, n: Node, idx: Idx, lanes: int) -> str:
+        """An indexed load (axle.lowering.index): the operand at the clamped start indices
+        loaded for this element plus its window offset."""
+        coords = self.em.ix_coords(idx)
+        starts = [self._start(n.operands[1], c) for c in ix.gather_start_coords(coords, n)]
+        return self._at(n.operands[0], ix.gather_index(coords, n, starts))
+
+    def _dynamic_slice(self, n: Node, idx: Idx, lanes: int) -> str:
+        x, *start_nodes = n.operands
+        starts = [self._start(s, []) for s in start_nodes]
+        return self._at(x, ix.dynamic_slice_index(self.em.ix_coords(idx), x.shape, n.attr["slice_sizes"], starts))
 
     def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
         (key,) = n.operands
@@ -401,10 +425,24 @@ _RULES: dict[Op, Rule] = {
     Op.CONCATENATE: Renderer._concatenate, Op.RNG_BIT_GENERATOR: Renderer._rng, Op.REDUCE: Renderer._reduce,
     Op.DOT_GENERAL: Renderer._dot, Op.CUSTOM_CALL: Renderer._unsupported, Op.TUPLE: Renderer._unsupported,
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
+    # control flow: not claimed (Capabilities.ops), so the partitioner runs loops on the host
+    Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
+    # windowed: extended primitives opencl does not claim (the core's decompositions run instead)
+    Op.CONVOLUTION: Renderer._unsupported, Op.REDUCE_WINDOW: Renderer._unsupported,
+    # sorting: never fused, launched by its own kernel (sort.py)
+    Op.SORT: Renderer._unsupported,
+    # indexing: scatter and dynamic-update-slice are update kernels of their own (kernels.py)
+    Op.GATHER: Renderer._gather, Op.DYNAMIC_SLICE: Renderer._dynamic_slice,
+    Op.SCATTER: Renderer._unsupported, Op.DYNAMIC_UPDATE_SLICE: Renderer._unsupported,
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):
     _RULES[_op] = Renderer._elementwise
+# elementwise completeness and bit operations: the shared C tables (scalar; see vector_ok)
+for _op in (Op.ATAN2, Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER, Op.XOR,
+            Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ):
+    _RULES[_op] = Renderer._elementwise
+_RULES[Op.IS_FINITE], _RULES[Op.BITCAST_CONVERT] = Renderer._is_finite, Renderer._bitcast
 assert set(_RULES) == set(Op), f"renderer misses {set(Op) - set(_RULES)}"
 
 

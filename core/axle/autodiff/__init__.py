@@ -30,8 +30,9 @@ from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, leaf_aval
 from ..ir.module import Node
 from ..ir.ops import Op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from .capture import replay, trace_graph
+from .control import CONTROL_VJP, VJP_FN
 from .forward import Forward
 from .rules import VJP, full
 from .vectorize import vmap
@@ -62,6 +63,13 @@ class _Linearized:
         self.wrt = list(wrt)
         active = {p.uid for i in self.wrt for p in self.arg_params[i] if p.dtype.is_float}
         for n in self.order:
+            if n.traits.control and any(o.uid in active for o in n.operands):
+                if n.op not in CONTROL_VJP:  # a zero cotangent would be a silently wrong gradient
+                    raise TracingError(f"reverse-mode differentiation through {n.op.value} is not supported: it "
+                                       f"reads a differentiated value (operands "
+                                       f"{', '.join(str(o.type) for o in n.operands)} -> {n.type})",
+                                       where=n.loc or user_location())
+                active.add(n.uid)  # its tuple: get-tuple-element reads the values
             if n.op is Op.PARAMETER or not _is_float(n):
                 continue
             if any(o.uid in active for o in n.operands):
@@ -77,12 +85,21 @@ class _Linearized:
     def backward(self, cts: Sequence[Any]) -> list[Any]:
         """Cotangents of the differentiated arguments, given the outputs' cotangents."""
         acc: dict[int, Any] = {}
+        parts: dict[int, list[Any]] = {}  # a control node's tuple: one cotangent per element
         for n, ct in zip(self.out_nodes, cts):
             if ct is not None and n.uid in self.active:
                 _accumulate(acc, n, ct)
         for n in reversed(self.order):
+            if n.traits.control and n.uid in self.active:
+                self._control_backward(n, acc, parts)
+                continue
             ct = acc.get(n.uid)
             if ct is None or n.op in (Op.PARAMETER, Op.CONSTANT):
+                continue
+            if n.op is Op.GET_TUPLE_ELEMENT and n.operands[0].uid in self.active:
+                elements = parts.setdefault(n.operands[0].uid, [None] * len(n.operands[0].type.elements))  # type: ignore[union-attr]  # a tuple
+                i = n.attr["index"]
+                elements[i] = ct if elements[i] is None else lax.add(elements[i], ct)
                 continue
             rule = VJP.get(n.op)
             if rule is None:
@@ -100,6 +117,18 @@ class _Linearized:
                 leaves.append(g if g is not None else full(0, p))
             grads.append(unflatten(self.arg_trees[i], leaves))
         return grads
+
+
+    def _control_backward(self, n: Node, acc: dict[int, Any], parts: dict[int, list[Any]]) -> None:
+        """A loop's or conditional's rule, given its results' cotangents (from the
+        get-tuple-elements that read its tuple, or its own for an array result)."""
+        cts = parts.get(n.uid) if isinstance(n.type, TupleType) else [acc.get(n.uid)]
+        if cts is None or all(c is None for c in cts):
+            return
+        outs = CONTROL_VJP[n.op](n, [self.env[o.uid] for o in n.operands], self.env[n.uid], cts)
+        for o, g in zip(n.operands, outs):
+            if g is not None and o.uid in self.active:
+                _accumulate(acc, o, g)
 
 
 def _is_float(n: Node) -> bool:
@@ -295,3 +324,6 @@ def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bo
 def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
     """The Hessian of a scalar function: ``jacfwd(jacrev(fn))`` (forward over reverse)."""
     return jacfwd(jacrev(fn, argnums, has_aux), argnums, has_aux)
+
+
+VJP_FN[:] = [vjp]  # the control-flow rules differentiate sub-computations with it

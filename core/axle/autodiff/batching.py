@@ -179,12 +179,115 @@ def _reduce_window(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) 
     return bind(n.op, xs[0], kind=a["kind"], **ones, **zeros)
 
 
+def _sort(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    return bind(n.op, *_all_batched(n, xs, bs, size), **{**n.attr, "dimension": n.attr["dimension"] + 1})
+
+
+# ------------------------------------------------------------------ indexing
+
+
+def _index_vectors(idx: Value, ivd: int, rank: int, size: int) -> tuple[Value, int]:
+    """Batched indices (batch at 0) with an explicit index-vector dim and, prepended to
+    each vector, the example's own index b (an iota): (indices, their index_vector_dim)."""
+    if ivd == rank:  # implicit trailing vector of one entry: make it explicit
+        idx = lax.reshape(idx, tuple(idx.shape) + (1,))
+    vd = ivd + 1
+    shape = list(idx.shape)
+    shape[vd] = 1
+    ids = lax.iota(idx.dtype, shape, 0)
+    return lax.concatenate([ids, idx], vd), vd
+
+
+def _gather_batched(operand: Value, idx: Value, ob: bool, ib: bool, size: int, a: dict[str, Any],
+                    idx_rank: int) -> Value:
+    """gather with a batched operand and/or indices (batch at 0), result batch at 0."""
+    offset, collapsed, smap = a["offset_dims"], a["collapsed_slice_dims"], a["start_index_map"]
+    ivd, sizes = a["index_vector_dim"], a["slice_sizes"]
+    if ob and not ib:  # the batch is one more window dim, placed first
+        return bind(Op.GATHER, operand, idx, offset_dims=(0,) + _shift(offset), collapsed_slice_dims=_shift(collapsed),
+                    start_index_map=_shift(smap), index_vector_dim=ivd, slice_sizes=(size,) + sizes)
+    if ib and not ob:  # the batch is the indices' first batch dim
+        return bind(Op.GATHER, operand, idx, offset_dims=_shift(offset), collapsed_slice_dims=collapsed,
+                    start_index_map=smap, index_vector_dim=ivd + 1, slice_sizes=sizes)
+    # both: each example indexes its own slice of the operand (an iota index into dim 0)
+    idx, vd = _index_vectors(idx, ivd, idx_rank, size)
+    return bind(Op.GATHER, operand, idx, offset_dims=_shift(offset), collapsed_slice_dims=(0,) + _shift(collapsed),
+                start_index_map=(0,) + _shift(smap), index_vector_dim=vd, slice_sizes=(1,) + sizes)
+
+
+def _gather(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    return _gather_batched(xs[0], xs[1], bs[0], bs[1], size, dict(n.attr), n.operands[1].tensor_type.rank)
+
+
+def _scatter_batched(operand: Value, idx: Value, upd: Value, size: int, a: dict[str, Any], idx_rank: int) -> Value:
+    """scatter with all three batched (batch at 0): the batch is an inserted window dim of
+    the operand, indexed by each example's own index, and a scatter dim of the updates, so
+    every example's updates land in its own slice in their own order."""
+    idx, vd = _index_vectors(idx, a["index_vector_dim"], idx_rank, size)
+    return bind(Op.SCATTER, operand, idx, upd, update_window_dims=_shift(a["update_window_dims"]),
+                inserted_window_dims=(0,) + _shift(a["inserted_window_dims"]),
+                scatter_dims_to_operand_dims=(0,) + _shift(a["scatter_dims_to_operand_dims"]), index_vector_dim=vd,
+                kind=a["kind"])
+
+
+def _scatter(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    operand, idx, upd = _all_batched(n, xs, bs, size)
+    return _scatter_batched(operand, idx, upd, size, dict(n.attr), n.operands[1].tensor_type.rank)
+
+
+def _starts_vector(starts: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    """The scalar starts as one batched index vector [size, rank] (s64)."""
+    cols = []
+    for s, b in zip(starts, bs):
+        s = lax.convert(s, DType.INT64)
+        cols.append(lax.reshape(s, (size, 1)) if b else lax.broadcast_in_dim(s, (size, 1), ()))
+    return lax.concatenate(cols, 1)
+
+
+def _dynamic_slice(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    operand, *starts = xs
+    sizes = n.attr["slice_sizes"]
+    if not any(bs[1:]):  # the batch is one more sliced dim, taken whole
+        zero = np.zeros((), n.operands[1].tensor_type.dtype.np) if starts else np.zeros((), np.int64)
+        return bind(Op.DYNAMIC_SLICE, operand, zero, *starts, slice_sizes=(size,) + sizes)
+    # per-example starts: a gather of one window per example (gather clamps as dynamic-slice does)
+    r = len(sizes)
+    idx = _starts_vector(starts, bs[1:], size)
+    attrs = dict(offset_dims=tuple(range(r)), collapsed_slice_dims=(), start_index_map=tuple(range(r)),
+                 index_vector_dim=0, slice_sizes=sizes)
+    return _gather_batched(operand, idx, bs[0], True, size, attrs, 1)
+
+
+def _dynamic_update_slice(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    operand, update, *starts = xs
+    ot, ut = n.operands[0].tensor_type, n.operands[1].tensor_type
+    operand = operand if bs[0] else batched_like(operand, ot, size)
+    update = update if bs[1] else batched_like(update, ut, size)
+    if not any(bs[2:]):
+        zero = np.zeros((), n.operands[2].tensor_type.dtype.np) if starts else np.zeros((), np.int64)
+        return bind(Op.DYNAMIC_UPDATE_SLICE, operand, update, zero, *starts)
+    # per-example starts: clamp them as dynamic-update-slice does, then a scatter (which
+    # would drop, not clamp, an out-of-bounds window) writes each example's window
+    clamped = []
+    for s, o, dim, u in zip(starts, n.operands[2:], ot.shape, ut.shape):
+        def splat(v: int, s: Value = s, dt: np.dtype = o.tensor_type.dtype.np) -> Value:
+            return lax.broadcast_in_dim(np.asarray(v, dt), tuple(s.shape), ())
+        clamped.append(lax.max(lax.min(s, splat(dim - u)), splat(0)))
+    r = ot.rank
+    idx = _starts_vector(clamped, bs[2:], size)
+    attrs = dict(update_window_dims=tuple(range(r)), inserted_window_dims=(), scatter_dims_to_operand_dims=tuple(
+        range(r)), index_vector_dim=0, kind="replace")
+    upd = lax.reshape(update, (size,) + ut.shape)
+    return _scatter_batched(operand, idx, upd, size, attrs, 1)
+
+
 BATCH: dict[Op, BatchRule] = {
     **{op: _elementwise for op, d in OPS.items() if d.traits.elementwise},
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
     Op.CONVOLUTION: _convolution,
     Op.REDUCE_WINDOW: _reduce_window,
+    Op.SORT: _sort,
     Op.BROADCAST_IN_DIM: _broadcast,
     Op.RESHAPE: lambda n, xs, bs, size: lax.reshape(xs[0], (size,) + n.attr["shape"]),
     Op.TRANSPOSE: lambda n, xs, bs, size: lax.transpose(xs[0], (0,) + _shift(n.attr["permutation"])),
@@ -192,8 +295,14 @@ BATCH: dict[Op, BatchRule] = {
     Op.PAD: _pad,
     Op.CONCATENATE: _concatenate,
     Op.REVERSE: lambda n, xs, bs, size: lax.reverse(xs[0], _shift(n.attr["dimensions"])),
+    Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: _dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.RNG_BIT_GENERATOR: _per_example,
     Op.CUSTOM_CALL: _per_example,
+    # indexing: once per example (a batched gather/scatter would add the batch to the
+    # dimension numbers: not yet)
 }
 
 #: The op table's ops without a batching rule, and why none is needed.
@@ -204,4 +313,7 @@ NOT_BATCHED: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # control flow
+    Op.WHILE: "no batching rule yet: vmap over a loop that reads a batched value raises",
+    Op.CONDITIONAL: "no batching rule yet: vmap over a conditional that reads a batched value raises",
 }

@@ -21,6 +21,7 @@ from ..errors import TracingError
 from ..frontend import checks
 from ..frontend.array import Array
 from ..frontend.bind import bind
+from ..frontend.control_flow import bind_control
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Trace, Tracer, trace_context
@@ -110,6 +111,16 @@ def constant_of(n: Node) -> np.ndarray:
     return np.asarray(n.attr["value"].array)
 
 
+def apply(n: Node, values: Sequence[Any]) -> Any:
+    """``n``'s op applied to ``values`` with ``bind``: a loop or conditional gives a tuple of
+    values (read by its get-tuple-elements) for a tuple result."""
+    if n.traits.control:
+        return bind_control(n.op, values, n.attr)
+    if n.op is Op.GET_TUPLE_ELEMENT and isinstance(values[0], tuple):
+        return values[0][n.attr["index"]]
+    return bind(n.op, *values, **n.attr)
+
+
 def replay(graph: Graph, leaves: Sequence[Any]) -> dict[int, Any]:
     """Every node's value (uid -> value), computed with ``bind`` in the caller's mode from
     the argument ``leaves``; the traced index checks are checked (or joined to the
@@ -120,7 +131,7 @@ def replay(graph: Graph, leaves: Sequence[Any]) -> dict[int, Any]:
         if n.op is Op.CONSTANT:
             env[n.uid] = constant_of(n)
         elif n.op is not Op.PARAMETER:
-            env[n.uid] = bind(n.op, *[env[o.uid] for o in n.operands], **n.attr)
+            env[n.uid] = apply(n, [env[o.uid] for o in n.operands])
     for node, message, where in graph.index_checks:
         checks.replayed(env[node.uid], message, where)
     return env

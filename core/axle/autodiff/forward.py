@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import numpy as anp
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, ShapeError, TracingError
 from ..frontend.array import Array
 from ..frontend.pytree import flatten, unflatten
 from ..frontend.source import user_location
@@ -76,6 +76,11 @@ class Forward:
         """The output tangents (zeros materialized) for the argument leaves' tangents."""
         tan: dict[int, Any] = {p.uid: t for p, t in zip(self.graph.params, tangents) if t is not None}
         for n in self.order:
+            if n.traits.control and any(o.uid in tan for o in n.operands):
+                # no JVP rule yet (NO_JVP): a zero tangent would be silently wrong
+                raise TracingError(f"{self.what}: forward-mode differentiation through {n.op.value} is not supported "
+                                   f"yet: it reads a value with a tangent (operands "
+                                   f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
             if n.op in (Op.PARAMETER, Op.CONSTANT) or not _is_float(n):
                 continue
             ts = [tan.get(o.uid) for o in n.operands]

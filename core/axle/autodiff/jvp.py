@@ -26,7 +26,8 @@ from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
-from .rules import _pad_any, _trunc, _window_view, full
+from .linalg_rules import custom_call_jvp
+from .rules import _kept_windows, _pad_any, _read_windows, _scatter_to, _trunc, _window_view, full
 
 Value = Any
 Tangent = Value | None
@@ -168,11 +169,71 @@ def _reduce_window(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Val
     return acc
 
 
+def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """The tangent of the sorted operand, reordered by the same stable sort (carried as one
+    more operand of the same keys)."""
+    t = ts[n.attr["index"]]
+    if t is None:  # the output is a permutation of an operand without a tangent
+        return full(0, n)
+    return bind(n.op, *xs, t, **{**n.attr, "index": len(xs)})
+
+
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    t = custom_call_jvp(n, xs, ts, out)  # axle.numpy.linalg's targets have rules
+    if t is not None:
+        return t
     # An opaque function: a silent zero would be a wrong derivative.
     raise TracingError(f"jvp: custom-call target {n.attr['target']!r} has no derivative rule; its float "
                        f"output depends on a differentiated input (operands: "
                        f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+
+
+
+# indexing: linear in the data operands (the index operands pass through as values);
+# scatter's mul/min/max combine as their VJP rules do (rules.py)
+
+
+def _indexed_linear(data: tuple[int, ...]) -> JvpRule:
+    def rule(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+        args = [(ts[i] if ts[i] is not None else full(0, n.operands[i])) if i in data else x
+                for i, x in enumerate(xs)]
+        return bind(n.op, *args, **n.attr)
+
+    return rule
+
+
+def _scatter(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    kind = n.attr["kind"]
+    if kind in ("add", "replace"):
+        return _indexed_linear((0, 2))(n, xs, ts, out)
+    operand, idx, updates = xs
+    t_op, _, t_u = zeros_if_none(ts, n)
+    kept = _kept_windows(n, idx)
+    zero_u = full(0, n.operands[2])
+    if kind == "mul":
+        prod = _scatter_to(n, full(1, n), idx, updates, "mul")
+        nz = lax.compare(updates, zero_u, "ne")
+        one_u = full(1, n.operands[2])
+        others = lax.select(nz, lax.div(_read_windows(n, prod, idx), lax.select(nz, updates, one_u)), one_u)
+        d_prod = _scatter_to(n, full(0, n), idx, lax.select(kept, lax.mul(t_u, others), zero_u), "add")
+        return lax.add(lax.mul(t_op, prod), lax.mul(operand, d_prod))
+    took_x = lax.compare(operand, out, "eq")
+    took_u = lax.and_(kept, lax.compare(updates, _read_windows(n, out, idx), "eq"))
+    dt = n.tensor_type.dtype.np
+    count = _scatter_to(n, lax.convert(took_x, dt), idx, lax.convert(took_u, dt), "add")
+    total = lax.add(lax.select(took_x, t_op, full(0, n)), _scatter_to(n, full(0, n), idx,
+                                                                     lax.select(took_u, t_u, zero_u), "add"))
+    return lax.div(total, lax.max(count, full(1, n)))
+
+
+def _atan2(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    y, x = xs  # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
+    r2 = lax.add(lax.mul(x, x), lax.mul(y, y))
+    return _plus(_scaled(ts[0], lambda: lax.div(x, r2)), _scaled(ts[1], lambda: lax.neg(lax.div(y, r2))))
+
+
+def _next_after(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    return ts[0]  # x moved by one ulp: derivative 1 in x, 0 in y (as the VJP rule)
 
 
 JVP: dict[Op, JvpRule] = {
@@ -200,6 +261,9 @@ JVP: dict[Op, JvpRule] = {
     Op.DOT_GENERAL: _dot,
     Op.CONVOLUTION: _dot,  # bilinear, like dot
     Op.REDUCE_WINDOW: _reduce_window,
+    Op.SORT: _sort,
+
+
     Op.BROADCAST_IN_DIM: _linear,
     Op.RESHAPE: _linear,
     Op.TRANSPOSE: _linear,
@@ -208,6 +272,19 @@ JVP: dict[Op, JvpRule] = {
     Op.CONCATENATE: _linear,
     Op.REVERSE: _linear,
     Op.CUSTOM_CALL: _custom_call,
+    # indexing
+    Op.GATHER: _indexed_linear((0,)),
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: _indexed_linear((0,)),
+    Op.DYNAMIC_UPDATE_SLICE: _indexed_linear((0, 1)),
+    # elementwise completeness
+    Op.TAN: _unary(lambda n, x, out: lax.add(full(1, n), lax.mul(out, out))),
+    Op.EXPM1: _unary(lambda n, x, out: lax.add(out, full(1, n))),
+    Op.LOG1P: lambda n, xs, ts, out: lax.div(ts[0], lax.add(xs[0], full(1, n))),
+    Op.CBRT: lambda n, xs, ts, out: lax.div(ts[0], lax.mul(full(3, n), lax.mul(out, out))),
+    Op.ERF: _unary(lambda n, x, out: lax.mul(full(2 / np.sqrt(np.pi), n), lax.exp(lax.neg(lax.mul(x, x))))),
+    Op.ATAN2: _atan2,
+    Op.NEXT_AFTER: _next_after,
 }
 
 #: The op table's ops without a JVP rule, and why their output tangent is zero (or never asked).
@@ -226,8 +303,22 @@ NO_JVP: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # elementwise completeness and bit operations
+    Op.ROUND_NEAREST_EVEN: "piecewise constant: the derivative is zero wherever it exists",
+    Op.IS_FINITE: "bool output: not differentiable",
+    Op.XOR: "integer/bool output: not differentiable",
+    Op.SHIFT_LEFT: "integer output: not differentiable",
+    Op.SHIFT_RIGHT_LOGICAL: "integer output: not differentiable",
+    Op.SHIFT_RIGHT_ARITHMETIC: "integer output: not differentiable",
+    Op.POPCNT: "integer output: not differentiable",
+    Op.CLZ: "integer output: not differentiable",
+    Op.BITCAST_CONVERT: "reinterprets bits (an integer operand or result): not differentiable",
+    # control flow
+    Op.WHILE: "no JVP rule yet: forward mode through a loop that reads a tangent raises, never a zero tangent",
+    Op.CONDITIONAL: "no JVP rule yet: forward mode through a conditional that reads a tangent raises, "
+                    "never a zero tangent",
 }
 
 #: Ops whose tangent may be non-zero (checked against finite differences).
-DIFFERENTIABLE: frozenset[Op] = frozenset(JVP) - {Op.CUSTOM_CALL}
+DIFFERENTIABLE: frozenset[Op] = frozenset(JVP)  # custom-call: the linalg targets (linalg_rules.py)
 

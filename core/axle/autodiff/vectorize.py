@@ -25,14 +25,13 @@ from .. import numpy as anp
 from ..errors import ArgumentError, ShapeError, TracingError
 from ..frontend import checks
 from ..frontend.array import Array
-from ..frontend.bind import bind
 from ..frontend.pytree import TreeDef, broadcast_prefix, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, leaf_aval
 from ..ir.ops import Op
 from ..ir.types import TensorType
 from .batching import BATCH, batched_like, move_axis
-from .capture import Graph, constant_of, trace_graph
+from .capture import Graph, apply, constant_of, trace_graph
 
 __all__ = ["vmap"]
 
@@ -121,7 +120,7 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, bool]]:
         vals = [env[o.uid][0] for o in n.operands]
         flags = [env[o.uid][1] for o in n.operands]
         if not any(flags):
-            env[n.uid] = (bind(n.op, *vals, **n.attr), False)
+            env[n.uid] = (apply(n, vals), False)
             continue
         rule = BATCH.get(n.op)
         if rule is None:  # an op merged without its rule: refuse rather than guess

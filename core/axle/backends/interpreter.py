@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from .. import profiler
-from ..backend import Backend, Buffer, CompileOptions, Device, Executable, LoweringEntry
+from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Executable, LoweringEntry
 from ..interpreter import _check_input, eval_node, evaluate
 from ..ir.dtypes import dtype
 from ..ir.module import Module
-from ..ir.ops import Op
+from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
 
 #: entry nodes that are plumbing, not a launch (a kernel per other node, fusions included)
@@ -66,6 +66,12 @@ class InterpreterBackend(Backend):
 
     def devices(self) -> Sequence[Device]:
         return [self._device]
+
+    def capabilities(self, device: Device) -> Capabilities:
+        """Every op of the table, loops, conditionals and extended ops (gather, scatter...)
+        included: it is the host fallback that runs what no other device claims, each op by
+        its reference."""
+        return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)

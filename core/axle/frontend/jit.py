@@ -22,6 +22,7 @@ from ..partition import placement_of
 from ..placement import resolve
 from ..recompile import note_trace
 from . import checks as checks_mod
+from . import control_flow
 from .array import Array
 from .device_put import to_buffer
 from .pytree import TreeDef, flatten, unflatten
@@ -280,3 +281,6 @@ def compile(fn: Callable[..., Any], inputs: Sequence[Any], *,  # noqa: A001 - ax
 
 
 _compiled: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
+
+
+control_flow.EAGER_JIT[:] = [jit]  # lax's loops and branches, called eagerly, run as a jit function

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VerifierError
 from .opcodes import Op
@@ -39,6 +39,27 @@ def post_order(roots: Sequence[Node], through: Callable[[Node], bool] | None = N
                 if o.uid not in seen:
                     stack.append((o, False))
     return order
+
+
+def _attr_key(v: Any) -> Any:
+    """An attribute value as structure: computations by what they compute, not by name."""
+    if isinstance(v, Computation):
+        return v.structural_key
+    if isinstance(v, tuple) and v and all(isinstance(c, Computation) for c in v):
+        return tuple(c.structural_key for c in v)
+    return v
+
+
+def called_computations(n: Node) -> list[Computation]:
+    """The computations a node calls through its attributes (a fusion's, a loop's condition
+    and body, a conditional's branches), in attribute order."""
+    out: list[Computation] = []
+    for _, v in n.attrs:
+        if isinstance(v, Computation):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out.extend(c for c in v if isinstance(c, Computation))
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +105,7 @@ class Computation:
         index = {n.uid: i for i, n in enumerate(self.nodes)}
         return tuple(
             (n.op, tuple(index[o.uid] for o in n.operands),
-             tuple((k, v.structural_key if isinstance(v, Computation) else v) for k, v in n.attrs), n.type)
+             tuple((k, _attr_key(v)) for k, v in n.attrs), n.type)
             for n in self.nodes
         ) + (index[self.root.uid],)
 
@@ -92,6 +113,10 @@ class Computation:
         return isinstance(other, Computation) and self.structural_key == other.structural_key
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:  # a tuple does not cache its hash: the interpreter's program cache asks often
         return hash(self.structural_key)
 
     def __iter__(self) -> Iterator[Node]:
@@ -99,3 +124,14 @@ class Computation:
 
     def with_root(self, root: Node) -> Computation:
         return Computation(self.name, self.parameters, root)
+
+
+def inline(comp: Computation, args: Sequence[Node]) -> Node:
+    """``comp``'s root with its parameters replaced by ``args`` (new nodes where an operand
+    changed; locations kept): how a pass or the frontend splices a computation in."""
+    env: dict[int, Node] = {p.uid: a for p, a in zip(comp.parameters, args, strict=True)}
+    for n in comp.nodes:
+        if n.uid not in env:
+            ops = tuple(env[o.uid] for o in n.operands)
+            env[n.uid] = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
+    return env[comp.root.uid]

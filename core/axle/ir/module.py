@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentError, AxleError, ShapeError
-from .computation import Computation, post_order
+from .computation import Computation, called_computations, post_order
 from .dot import module_to_dot
 from .fusion_record import FusionRecord, carry_records
 from .ops import OPS, Op, Traits, canonical_attrs, check_arity, infer_type
@@ -127,9 +127,8 @@ class Module:
                 return
             seen.add(id(c))
             for n in c.nodes:
-                for _, v in n.attrs:
-                    if isinstance(v, Computation):
-                        visit(v)
+                for sub in called_computations(n):
+                    visit(sub)
             out.append(c)
 
         visit(self.entry)

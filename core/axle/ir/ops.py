@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
+from . import bitwise, decompositions
 from .computation import Computation
 from .conv import (
     CONV_DIM_ATTRS,
@@ -26,13 +27,27 @@ from .conv import (
     conv_dtype,
     conv_shape,
     convolution,
+    decompose_convolution,
+    decompose_reduce_window,
     reduce_window,
     reduce_window_dtype,
     reduce_window_shape,
 )
+from .decompositions import Decomposition
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .indexing import (
+    SCATTER_KINDS,
+    dynamic_slice,
+    dynamic_slice_shape,
+    dynamic_update_slice,
+    dynamic_update_slice_shape,
+    gather,
+    gather_shape,
+    scatter,
+    scatter_shape,
+)
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -48,6 +63,7 @@ class AttrKind(enum.Enum):
     ENUM = "enum"
     LITERAL = "literal"
     COMPUTATION = "computation"
+    COMPUTATIONS = "computations"  # a non-empty tuple of computations, printed {%a, %b}
 
 
 _REQUIRED = object()
@@ -105,6 +121,11 @@ class AttrSpec:
                 if not isinstance(value, Computation):
                     raise TypeError
                 return value
+            if k is AttrKind.COMPUTATIONS:
+                comps: tuple[object, ...] = tuple(value)  # type: ignore[arg-type]  # not iterable: reported below
+                if not comps or not all(isinstance(c, Computation) for c in comps):
+                    raise TypeError("expected a non-empty sequence of computations")
+                return comps
         except (TypeError, ValueError, OverflowError) as e:
             why = f" ({e})" if str(e) else ""
         expect = f"one of {', '.join(self.choices)}" if self.choices else k.value
@@ -125,6 +146,19 @@ class Traits:
     #: contracts operands over shared dimensions (dot_general): each output element reads
     #: whole rows/columns of its operands, so its producers are not inlined into it
     contraction: bool = False
+    #: an indexed load (gather, dynamic-slice): each output element reads one operand
+    #: element at a position computed from index values it loads, so it fuses into loop
+    #: fusions as a producer like a movement op (axle.lowering.index has the maps)
+    indexed: bool = False
+    #: writes windows of its first operand (scatter, dynamic-update-slice): a kernel of its
+    #: own, run in place over that operand when it dies there (passes/buffers.py)
+    updates_operand: bool = False
+    #: an extended primitive: a device runs it only when it lists it in its capabilities;
+    #: one that does not gets the op's ``decomposition`` (or the host fallback without one)
+    extended: bool = False
+    #: runs sub-computations (while, conditional): passes recurse into them, the partitioner
+    #: places the node whole, and its reference takes a ``call`` that evaluates one
+    control: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -144,6 +178,8 @@ class OpDef:
     operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
     min_arity: int = 0
     doc: str = ""
+    #: extended primitives: the same computation in core primitives (ir/decompositions.py)
+    decomposition: Decomposition | None = None
 
     def attr_spec(self, name: str) -> AttrSpec:
         for a in self.attrs:
@@ -218,6 +254,16 @@ def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> Reference:
         if x.dtype == np.float16:
             return f(x.astype(np.float32)).astype(np.float16)
         return f(x).astype(x.dtype, copy=False)
+
+    return _quiet(ref)
+
+
+def _float_binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Reference:
+    # float16 is computed in float32 and rounded once, as _float_unary.
+    def ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float16:
+            return f(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        return f(x, y).astype(x.dtype, copy=False)
 
     return _quiet(ref)
 
@@ -451,6 +497,71 @@ def _custom_call(*xs: np.ndarray, target: str, shape: Shape, dtype: DType, confi
     return out.astype(dtype.np, copy=False)
 
 
+# control flow: ``call(computation, args)`` evaluates a sub-computation (the interpreter's)
+
+Call = Callable[[Computation, Sequence[Any]], Any]
+
+
+def _as_values(out: Any) -> tuple[Any, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _while_ref(*carry: np.ndarray, condition: Computation, body: Computation, call: Call) -> tuple[Any, ...]:
+    state = tuple(carry)
+    while bool(call(condition, state)):
+        state = _as_values(call(body, state))
+    return state
+
+
+def branch_index(index: np.ndarray, n: int) -> int:
+    """The branch a conditional runs: a pred picks 0 (false) or 1 (true); an s32 out of
+    [0, n) picks the last branch (StableHLO's case)."""
+    i = int(np.asarray(index))
+    return i if 0 <= i < n else n - 1
+
+
+def _conditional_ref(index: np.ndarray, *operands: np.ndarray, branches: tuple[Computation, ...],
+                     call: Call) -> Any:
+    return call(branches[branch_index(index, len(branches))], operands)
+
+
+# ------------------------------------------------------------------------------ sorting
+
+
+def sort_permutation(keys: Sequence[np.ndarray], descending: bool) -> np.ndarray:
+    """The stable permutation sorting the rows of ``keys`` (arrays of shape [rows, n])
+    lexicographically, ``keys[0]`` first: ``perm[r, j]`` is the position in row r of the
+    j-th smallest (largest when ``descending``) element. NumPy's order: NaN after +inf
+    (before it when descending), -0.0 equal to +0.0, ties in their original order."""
+    rows, n = keys[0].shape
+    perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
+    # LSD radix order over the keys: each pass a stable sort by one key of the current order.
+    for k in reversed(keys):
+        cur = np.take_along_axis(k, perm, axis=1)
+        if descending:
+            # stable descending = reverse, stable ascending, reverse (ties keep their order)
+            order = n - 1 - np.argsort(cur[:, ::-1], axis=1, kind="stable")[:, ::-1]
+        else:
+            order = np.argsort(cur, axis=1, kind="stable")
+        perm = np.take_along_axis(perm, order, axis=1)
+    return perm
+
+
+def _sort(*xs: np.ndarray, dimension: int, num_keys: int, descending: int, index: int) -> np.ndarray:
+    n = xs[0].shape[dimension]
+
+    def rows(a: np.ndarray) -> np.ndarray:
+        return np.moveaxis(a, dimension, -1).reshape(-1, n)
+
+    out = xs[index]
+    if out.size == 0:
+        return out.copy()
+    perm = sort_permutation([rows(k) for k in xs[:num_keys]], bool(descending))
+    flat = np.take_along_axis(rows(out), perm, axis=1)
+    moved = np.moveaxis(out, dimension, -1).shape
+    return np.moveaxis(flat.reshape(moved), -1, dimension).copy()
+
+
 # ------------------------------------------------------------------------ shape rules
 
 
@@ -589,6 +700,26 @@ def _rng_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     return attrs["shape"]
 
 
+def _sort_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    shape = _same_shape(op, ts, attrs)
+    dim, num_keys, idx = attrs["dimension"], attrs["num_keys"], attrs["index"]
+    if not 0 <= dim < len(shape):
+        raise _shape_error(op, ts, f"dimension {dim} is out of range for rank {len(shape)} (a scalar has "
+                                   f"nothing to sort)")
+    if not 1 <= num_keys <= len(ts):
+        raise _shape_error(op, ts, f"num_keys={num_keys} must be in [1, {len(ts)}] (the operand count)")
+    if not 0 <= idx < len(ts):
+        raise _shape_error(op, ts, f"index={idx} must name an operand in [0, {len(ts)})")
+    if attrs["descending"] not in (0, 1):
+        raise _shape_error(op, ts, f"descending={attrs['descending']} must be 0 or 1")
+    return shape
+
+
+def _sort_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    _sort_shape(op, ts, attrs)  # the dtype rule runs first: index must name an operand
+    return ts[attrs["index"]].dtype
+
+
 def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
         return convert_array(x, dtype)
@@ -597,16 +728,19 @@ def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
 # -------------------------------------------------------------------------- the table
 
 #: How a backend generates a fusion's kernel (see docs/ir.md, "Fusions").
-FUSION_KINDS = ("loop", "input", "row")
+FUSION_KINDS = ("loop", "input", "row", "output")
 
 OPS: dict[Op, OpDef] = {}
 
 
 def _def(op: Op, arity: int | None, shape_rule: ShapeRule | None, dtype_rule: DTypeRule | None,
          reference: Reference, *, attrs: tuple[AttrSpec, ...] = (), traits: Traits = Traits(),
-         operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES), min_arity: int = 0, doc: str = "") -> None:
+         operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES), min_arity: int = 0, doc: str = "",
+         decomposition: Decomposition | None = None) -> None:
     assert op not in OPS, f"{op} defined twice"
-    OPS[op] = OpDef(op, arity, attrs, shape_rule, dtype_rule, reference, traits, operand_dtypes, min_arity, doc)
+    assert decomposition is None or traits.extended, f"{op}: only an extended primitive carries a decomposition"
+    OPS[op] = OpDef(op, arity, attrs, shape_rule, dtype_rule, reference, traits, operand_dtypes, min_arity, doc,
+                    decomposition)
 
 
 _EW = Traits(elementwise=True, cheap=True)
@@ -698,13 +832,14 @@ _def(Op.CONVOLUTION, 2, conv_shape, conv_dtype, _quiet(convolution),
      attrs=tuple(AttrSpec(n, AttrKind.INTS if n.endswith("dimensions") else AttrKind.INT) for n in CONV_DIM_ATTRS)
      + tuple(AttrSpec(n, AttrKind.INTS) for n in CONV_WINDOW_ATTRS)
      + (AttrSpec("feature_group_count", AttrKind.INT, 1), AttrSpec("batch_group_count", AttrKind.INT, 1)),
-     traits=Traits(contraction=True, fusible=False), operand_dtypes=NUMERIC,
+     traits=Traits(contraction=True, fusible=False, extended=True), operand_dtypes=NUMERIC,
+     decomposition=decompose_convolution,
      doc="StableHLO's convolution: dimension numbers name the layouts; strides, padding, lhs/rhs "
          "dilation, feature and batch groups.")
 _def(Op.REDUCE_WINDOW, 1, reduce_window_shape, reduce_window_dtype, _quiet(reduce_window),
      attrs=(AttrSpec("kind", AttrKind.ENUM, choices=WINDOW_KINDS),)
      + tuple(AttrSpec(n, AttrKind.INTS) for n in REDUCE_WINDOW_ATTRS),
-     traits=Traits(fusible=False),
+     traits=Traits(fusible=False, extended=True), decomposition=decompose_reduce_window,
      doc="Reduces each window (sum/prod/max/min/and/or); padding and holes read as the kind's identity.")
 
 # data movement
@@ -727,6 +862,30 @@ _def(Op.CONCATENATE, None, _concat_shape, _same_dtype, lambda *xs, dimension: np
 _def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.flip(x, dimensions).copy(),
      attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
 
+# indexing (semantics and references: ir/indexing.py)
+_INDEXED = Traits(indexed=True, extended=True)
+_UPDATE = Traits(updates_operand=True, extended=True)
+_def(Op.GATHER, 2, gather_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(gather),
+     attrs=(AttrSpec("offset_dims", AttrKind.INTS), AttrSpec("collapsed_slice_dims", AttrKind.INTS),
+            AttrSpec("start_index_map", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("slice_sizes", AttrKind.INTS)),
+     traits=_INDEXED, decomposition=decompositions.gather,
+     doc="Slices of the operand at the start indices (clamped in bounds), StableHLO's gather.")
+_def(Op.SCATTER, 3, scatter_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(scatter),
+     attrs=(AttrSpec("update_window_dims", AttrKind.INTS), AttrSpec("inserted_window_dims", AttrKind.INTS),
+            AttrSpec("scatter_dims_to_operand_dims", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("kind", AttrKind.ENUM, choices=SCATTER_KINDS)),
+     traits=_UPDATE, decomposition=decompositions.scatter,
+     doc="The operand with update windows combined in at the indices, in index order; "
+         "out-of-bounds windows are dropped.")
+_def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dtype, dynamic_slice,
+     attrs=(AttrSpec("slice_sizes", AttrKind.INTS),), traits=_INDEXED, min_arity=1,
+     decomposition=decompositions.dynamic_slice,
+     doc="A slice of `slice_sizes` at traced scalar starts, clamped so it fits.")
+_def(Op.DYNAMIC_UPDATE_SLICE, None, dynamic_update_slice_shape, lambda op, ts, attrs: ts[0].dtype,
+     dynamic_update_slice, traits=_UPDATE, min_arity=2, decomposition=decompositions.dynamic_update_slice,
+     doc="The operand with `update` written at traced scalar starts, clamped so it fits.")
+
 # others
 _def(Op.RNG_BIT_GENERATOR, 1, _rng_shape, _attr_dtype, _rng,
      attrs=(AttrSpec("shape", AttrKind.SHAPE), AttrSpec("dtype", AttrKind.DTYPE)),
@@ -738,8 +897,66 @@ _def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
      traits=Traits(side_effect=True, fusible=False),
      doc="Calls a named external function; its reference is registered with register_custom_call.")
 
-# The core primitive set every backend must implement (plumbing ops excluded).
-CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION}
+# elementwise completeness (float): StableHLO/CHLO names and semantics
+_FLOAT_FNS: list[tuple[Op, Callable[[np.ndarray], np.ndarray]]] = [
+    (Op.TAN, np.tan), (Op.EXPM1, np.expm1), (Op.LOG1P, np.log1p), (Op.CBRT, np.cbrt), (Op.ERF, bitwise.erf)]
+for _op, _fn in _FLOAT_FNS:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_fn), traits=_EW_T, operand_dtypes=FLOATS)
+_def(Op.ATAN2, 2, _same_shape, _same_dtype, _float_binary(np.arctan2), traits=_EW_T, operand_dtypes=FLOATS,
+     doc="atan2(y, x): the angle of (x, y) in [-pi, pi], signed zeros and infinities as C's atan2.")
+_def(Op.ROUND_NEAREST_EVEN, 1, _first_shape, _same_dtype, _quiet(np.rint), traits=_EW, operand_dtypes=FLOATS,
+     doc="Rounds to the nearest integer, ties to even (NumPy's rint/round).")
+_def(Op.IS_FINITE, 1, _first_shape, _bool_dtype, _quiet(np.isfinite), traits=_EW, operand_dtypes=FLOATS,
+     doc="-> pred: neither NaN nor an infinity.")
+_def(Op.NEXT_AFTER, 2, _same_shape, _same_dtype, _quiet(bitwise.next_after), traits=_EW, operand_dtypes=FLOATS,
+     doc="The next representable value after x towards y (float16 in its own format; y if x == y; NaN if either is).")
+
+# bit operations: integer dtypes by property (every signed and unsigned width), xor also pred
+_INTS: frozenset[DType] = frozenset(d for d in ALL_DTYPES if d.is_int)
+_def(Op.XOR, 2, _same_shape, _same_dtype, _quiet(bitwise.xor), traits=_EW_C,
+     operand_dtypes=_INTS | {DType.BOOL}, doc="Logical (pred) or bitwise exclusive or.")
+for _op, _f in [(Op.SHIFT_LEFT, bitwise.shift_left), (Op.SHIFT_RIGHT_LOGICAL, bitwise.shift_right_logical),
+                (Op.SHIFT_RIGHT_ARITHMETIC, bitwise.shift_right_arithmetic)]:
+    _def(_op, 2, _same_shape, _same_dtype, _quiet(_f), traits=_EW, operand_dtypes=_INTS,
+         doc="The amount is read as unsigned; amounts >= the bit width give 0 (arithmetic: the sign fill).")
+_def(Op.POPCNT, 1, _first_shape, _same_dtype, bitwise.popcnt, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of set bits.")
+_def(Op.CLZ, 1, _first_shape, _same_dtype, bitwise.count_leading_zeros, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of leading zero bits; the bit width for 0.")
+_def(Op.BITCAST_CONVERT, 1, bitwise.first_shape, bitwise.bitcast_dtype, bitwise.bitcast_convert,
+     attrs=(AttrSpec("dtype", AttrKind.DTYPE),), traits=_EW,
+     doc="Reinterprets each element's bits as `dtype` of the same bit width (no width change).")
+
+# sorting
+_def(Op.SORT, None, _sort_shape, _sort_dtype, _sort,
+     attrs=(AttrSpec("dimension", AttrKind.INT), AttrSpec("num_keys", AttrKind.INT, 1),
+            AttrSpec("descending", AttrKind.INT, 0), AttrSpec("index", AttrKind.INT, 0)),
+     traits=Traits(fusible=False), min_arity=1,
+     doc="Operand `index` reordered by a stable sort of each row along `dimension`, keyed "
+         "lexicographically by operands [0, num_keys); NaN last (first when descending), -0.0 == +0.0.")
+
+# control flow
+_def(Op.WHILE, None, None, None, _while_ref,
+     attrs=(AttrSpec("condition", AttrKind.COMPUTATION), AttrSpec("body", AttrKind.COMPUTATION)),
+     traits=Traits(control=True, fusible=False), min_arity=1,
+     doc="Runs `body` over the carry (the operands) while `condition` (-> pred[]) holds; "
+         "the result is the tuple of the final carry.")
+_def(Op.CONDITIONAL, None, None, None, _conditional_ref,
+     attrs=(AttrSpec("branches", AttrKind.COMPUTATIONS),),
+     traits=Traits(control=True, fusible=False), min_arity=1,
+     doc="Operand 0 (s32[] index, out of range -> the last branch; or pred[]: false -> branch 0, "
+         "true -> branch 1) picks the branch run on the other operands.")
+
+#: ops that run sub-computations: placed whole on one device, never claimed by default
+CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
+
+# Every primitive a backend can claim (plumbing and control ops excluded).
+CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION} - CONTROL_OPS
+#: The extended primitives (Traits.extended): claimed only by a device that lists them; the
+#: others get their decomposition, expanded before partitioning (passes/expand.py).
+EXTENDED_PRIMITIVES: frozenset[Op] = frozenset(op for op in CORE_PRIMITIVES if OPS[op].traits.extended)
+#: What a device claims by default (Capabilities.ops): every primitive but the extended ones.
+BASE_PRIMITIVES: frozenset[Op] = CORE_PRIMITIVES - EXTENDED_PRIMITIVES
 BY_NAME: dict[str, Op] = {op.value: op for op in Op}
 
 
@@ -762,6 +979,8 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
             raise ShapeError(f"fusion: operands ({_types_str(operand_types)}) do not match the fused "
                              f"computation's parameters ({_types_str(params)})")
         return comp.root.type
+    if op in _CONTROL_TYPE_RULES:
+        return _CONTROL_TYPE_RULES[op](operand_types, attrs)
     for t in operand_types:
         if not isinstance(t, TensorType):
             raise ShapeError(f"{op.value}: operands must be arrays, got {t}")
@@ -775,6 +994,50 @@ def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> 
     dt = d.dtype_rule(op, ts, attrs)
     shape = d.shape_rule(op, ts, attrs)
     return TensorType(dt, tuple(shape))
+
+
+def _check_signature(what: str, comp: Computation, expected: Sequence[Type], role: str) -> None:
+    got = comp.parameter_types
+    if list(got) != list(expected):
+        raise ShapeError(f"{what}: the {role} %{comp.name} takes ({_types_str(got)}), but the operands are "
+                         f"({_types_str(expected)})")
+
+
+def _while_type(operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
+    if any(not isinstance(t, TensorType) for t in operand_types):
+        raise ShapeError(f"while: the carry must be arrays (operands: {_types_str(operand_types)})")
+    cond, body = attrs["condition"], attrs["body"]
+    _check_signature("while", cond, operand_types, "condition")
+    _check_signature("while", body, operand_types, "body")
+    if cond.root.type != TensorType(DType.BOOL, ()):
+        raise ShapeError(f"while: the condition %{cond.name} must return pred[], it returns {cond.root.type}")
+    carry = TupleType(tuple(operand_types))  # type: ignore[arg-type]  # arrays: checked above
+    if body.root.type != carry:
+        raise ShapeError(f"while: the body %{body.name} returns {body.root.type}, but the carry is {carry} "
+                         "(the body must return the carry's types, as a tuple)")
+    return carry
+
+
+def _conditional_type(operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
+    index, *rest = operand_types
+    branches = attrs["branches"]
+    if index not in (TensorType(DType.INT32, ()), TensorType(DType.BOOL, ())):
+        raise ShapeError(f"conditional: the branch index must be s32[] or pred[], got {index}")
+    if index == TensorType(DType.BOOL, ()) and len(branches) != 2:
+        raise ShapeError(f"conditional: a pred[] index picks one of 2 branches, got {len(branches)}")
+    for b in branches:
+        _check_signature("conditional", b, rest, "branch")
+    results = {b.root.type for b in branches}
+    if len(results) != 1:
+        listed = ", ".join(f"%{b.name} -> {b.root.type}" for b in branches)
+        raise ShapeError(f"conditional: the branches return different types ({listed})")
+    return branches[0].root.type
+
+
+_CONTROL_TYPE_RULES: dict[Op, Callable[[Sequence[Type], dict[str, Any]], Type]] = {
+    Op.WHILE: _while_type,
+    Op.CONDITIONAL: _conditional_type,
+}
 
 
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

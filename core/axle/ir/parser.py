@@ -240,6 +240,13 @@ def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
 # ------------------------------------------------------------------------ attributes
 
 
+def _computation_ref(t: _Tokens, comps: dict[str, Computation]) -> Computation:
+    tok = t.name("%", "a computation")
+    if tok.text[1:] not in comps:
+        raise t.error(tok, f"unknown computation {tok.text} (computations are defined before their use)")
+    return comps[tok.text[1:]]
+
+
 def _parse_attr(t: _Tokens, op: Op, spec: AttrSpec, comps: dict[str, Computation]) -> Any:
     """One attribute value, coerced by its schema (errors point at the value)."""
     start = t.peek()
@@ -253,10 +260,10 @@ def _parse_attr(t: _Tokens, op: Op, spec: AttrSpec, comps: dict[str, Computation
     elif kind is AttrKind.INT:
         value = t.int(spec.name)
     elif kind is AttrKind.COMPUTATION:
-        tok = t.name("%", "a computation")
-        if tok.text[1:] not in comps:
-            raise t.error(tok, f"unknown computation {tok.text} (computations are defined before their use)")
-        value = comps[tok.text[1:]]
+        value = _computation_ref(t, comps)
+    elif kind is AttrKind.COMPUTATIONS:
+        t.expect("{", f" ({spec.name} is a list of computations, like {{%a, %b}})")
+        value = tuple(_seq(t, "}", lambda: _computation_ref(t, comps)))
     elif kind is AttrKind.STR:
         tok = t.next()
         if tok.kind != "str":

@@ -67,6 +67,8 @@ def format_attr(kind: AttrKind, value: Any, names: dict[int, str]) -> str:
         return json.dumps(value)
     if kind is AttrKind.COMPUTATION:
         return "%" + names[id(value)]
+    if kind is AttrKind.COMPUTATIONS:
+        return "{" + ", ".join("%" + names[id(c)] for c in value) + "}"
     return str(value)
 
 

@@ -6,6 +6,7 @@ node, its op, its operands' types and the broken rule."""
 from __future__ import annotations
 
 from ..errors import AxleError, VerifierError
+from .computation import called_computations
 from .module import Computation, Module, Node, post_order
 from .ops import CUSTOM_CALL_TARGETS, OPS, Op, canonical_attrs, check_arity, infer_type
 from .types import TensorType, TupleType
@@ -93,6 +94,9 @@ def verify_computation(comp: Computation, *, fused: bool = False) -> None:
             raise VerifierError(f"{ctx}: {n.op.value} cannot sit inside a fusion")
         if n.op is Op.FUSION:
             verify_computation(n.attr["computation"], fused=True)
+        elif n.traits.control:  # loop and branch bodies are ordinary computations
+            for sub in called_computations(n):
+                verify_computation(sub)
     if seen_params != set(range(len(comp.parameters))):
         raise VerifierError(f"in computation %{comp.name}: parameters {sorted(seen_params)} are not 0..n-1")
 

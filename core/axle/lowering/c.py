@@ -86,6 +86,10 @@ class C99:
     #: per-op replacements of the float unary table, for a compiler that gets a builtin
     #: wrong (each entry: ``(dialect, dtype, x) -> expression``; see axle_opencl.render)
     float_unary_override: ClassVar[dict[Op, Callable[[type[C99], DType, str], str]]] = {}
+    #: bit counts of an unsigned register value: GCC/Clang builtins (clz of 0 is undefined
+    #: there, so the renderer guards it)
+    popcount: ClassVar[dict[int, str]] = {32: "__builtin_popcount({x})", 64: "__builtin_popcountll({x})"}
+    clz: ClassVar[dict[int, str]] = {32: "__builtin_clz({x})", 64: "__builtin_clzll({x})"}
 
 
 class OpenCLC(C99):
@@ -118,6 +122,8 @@ class OpenCLC(C99):
     float_cast = {DType.FLOAT32: "convert_float", DType.FLOAT64: "convert_double"}
     #: many GPUs have no doubles (cl_khr_fp64): the reduce table's accumulators
     wide_float_sums = False
+    popcount = {32: "popcount({x})", 64: "popcount({x})"}
+    clz = {32: "clz({x})", 64: "clz({x})"}
 
 
 Dialect = type[C99]
@@ -139,6 +145,7 @@ def helpers(d: Dialect) -> dict[str, str]:
         "axle_rh_d": f"{d.helper_prefix} float axle_rh_d(double x) {{ ushort t; vstore_half_rte(x, 0, "
                      "(__private half*)&t); return vload_half(0, (__private const half*)&t); }",
     }
+    out.update(_bit_helpers(d))
     for dt in (DType.INT32, DType.INT64):
         t, u, lo, hi = d.reg[dt], d.unsigned[dt], d.int_min[dt], d.int_max[dt]
         s = t.replace("_t", "")
@@ -159,6 +166,36 @@ def helpers(d: Dialect) -> dict[str, str]:
         out[f"axle_sat_{s}"] = (f"{d.helper_prefix} {t} axle_sat_{s}(double x) {{\n"
                                 f"  return x != x ? 0 : x <= -{float(2 ** bits)!r} ? {lo} : "
                                 f"x >= {float(2 ** bits - 1)!r} ? {hi} : ({t})x;\n}}")
+    return out
+
+
+def _bitcastable(d: Dialect) -> list[tuple[DType, DType]]:
+    """(source, destination) pairs of equal width whose registers hold their storage type."""
+    regs = [dt for dt in d.reg if not dt.is_bool and d.reg[dt] == d.storage[dt]]
+    return [(a, b) for a in regs for b in regs if a is not b and a.itemsize == b.itemsize]
+
+
+def _bit_helpers(d: Dialect) -> dict[str, str]:
+    out = {}
+    for a, b in _bitcastable(d):  # a union: C's and OpenCL C's defined way to reinterpret bits
+        out[f"axle_bc_{a.value}_{b.value}"] = (
+            f"{d.helper_prefix} {d.reg[b]} axle_bc_{a.value}_{b.value}({d.reg[a]} x) {{ "
+            f"union {{ {d.reg[a]} a; {d.reg[b]} b; }} u; u.a = x; return u.b; }}")
+    # nextafter in float16's own format on a float register holding a half: the step is
+    # the half ulp of |x|'s binade (of the binade below when moving down from a power of
+    # two), never below the smallest subnormal 2^-24; x + step is exact in float (a zero
+    # result, from the smallest subnormal towards zero, keeps x's sign).
+    frexp, ldexp = _fn(d, DType.FLOAT32, "frexp"), _fn(d, DType.FLOAT32, "ldexp")
+    out["axle_nextafter_h"] = (
+        f"{d.helper_prefix} float axle_nextafter_h(float x, float y) {{\n"
+        "  if (x != x || y != y) return x + y;\n  if (x == y) return y;\n"
+        "  if (isinf(x)) return copysign(65504.0f, x);  /* from an infinity: the largest half */\n"
+        "  if (x == 0) return y > 0 ? 5.9604644775390625e-08f : -5.9604644775390625e-08f;\n"
+        f"  int e; float m = {frexp}(fabs(x), &e);\n"
+        "  int k = ((x < y) != (x > 0) && m == 0.5f) ? e - 12 : e - 11;\n"
+        f"  float step = {ldexp}(1.0f, k < -24 ? -24 : k);\n"
+        "  float r = x < y ? x + step : x - step;\n"
+        "  return r == 0 ? copysign(0.0f, x) : r;  /* -2^-24 + 2^-24 is +0: keep x's sign */\n}")
     return out
 
 
@@ -221,6 +258,13 @@ FLOAT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.COS: lambda d, dt, x: f"{_fn(d, dt, 'cos')}({x})",
     Op.FLOOR: lambda d, dt, x: f"{_fn(d, dt, 'floor')}({x})",
     Op.CEIL: lambda d, dt, x: f"{_fn(d, dt, 'ceil')}({x})",
+    # elementwise completeness: C99 / OpenCL C builtins (rint: ties to even)
+    Op.TAN: lambda d, dt, x: f"{_fn(d, dt, 'tan')}({x})",
+    Op.EXPM1: lambda d, dt, x: f"{_fn(d, dt, 'expm1')}({x})",
+    Op.LOG1P: lambda d, dt, x: f"{_fn(d, dt, 'log1p')}({x})",
+    Op.CBRT: lambda d, dt, x: f"{_fn(d, dt, 'cbrt')}({x})",
+    Op.ERF: lambda d, dt, x: f"{_fn(d, dt, 'erf')}({x})",
+    Op.ROUND_NEAREST_EVEN: lambda d, dt, x: f"{_fn(d, dt, 'rint')}({x})",
     # NumPy's sign: NaN stays NaN, both zeros give +0.0
     Op.SIGN: lambda d, dt, x: f"(isnan({x}) ? {x} : ({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
 }
@@ -234,9 +278,17 @@ FLOAT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     # IEEE 754-2019 maximum/minimum: NaN-propagating (fmax/fmin drop NaNs) and -0.0 < +0.0
     Op.MAX: lambda d, dt, a, b: f"(({a} > {b} || isnan({a}) || ({a} == {b} && !signbit({a}))) ? {a} : {b})",
     Op.MIN: lambda d, dt, a, b: f"(({a} < {b} || isnan({a}) || ({a} == {b} && signbit({a}))) ? {a} : {b})",
+    Op.ATAN2: lambda d, dt, a, b: f"{_fn(d, dt, 'atan2')}({a}, {b})",
+    # float16 steps in its own format (a float nextafter would round back to x)
+    Op.NEXT_AFTER: lambda d, dt, a, b: (f"axle_nextafter_h({a}, {b})" if dt is DType.FLOAT16
+                                        else f"{_fn(d, dt, 'nextafter')}({a}, {b})"),
 }
 #: float16 results of these are operands already: no rounding
-EXACT_HALF = frozenset({Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SIGN})
+EXACT_HALF = frozenset({Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SIGN, Op.ROUND_NEAREST_EVEN})
+
+
+def _width(dt: DType) -> int:
+    return dt.itemsize * 8
 
 
 def _s(d: Dialect, dt: DType) -> str:
@@ -252,6 +304,9 @@ INT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.ABS: lambda d, dt, x: f"axle_abs_{_s(d, dt)}({x})",
     Op.SIGN: lambda d, dt, x: f"(({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
     Op.NOT: lambda d, dt, x: f"(~{x})",
+    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){d.popcount[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})",
+    Op.CLZ: lambda d, dt, x: (f"({x} == 0 ? {_width(dt)} : ({d.reg[dt]})"
+                              f"{d.clz[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})"),
 }
 INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ADD: _wrap("+"), Op.SUB: _wrap("-"), Op.MUL: _wrap("*"),
@@ -262,12 +317,23 @@ INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.MIN: lambda d, dt, a, b: f"({a} < {b} ? {a} : {b})",
     Op.AND: lambda d, dt, a, b: f"({a} & {b})",
     Op.OR: lambda d, dt, a, b: f"({a} | {b})",
+    Op.XOR: lambda d, dt, a, b: f"({a} ^ {b})",
+    # StableHLO shifts: the amount read as unsigned, >= the width gives 0 (or the sign
+    # fill); the ternary never evaluates an out-of-range shift (undefined in C)
+    Op.SHIFT_LEFT: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                        f"({d.reg[dt]})(({d.unsigned[dt]}){a} << ({d.unsigned[dt]}){b}) : 0)"),
+    Op.SHIFT_RIGHT_LOGICAL: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                                 f"({d.reg[dt]})(({d.unsigned[dt]}){a} >> ({d.unsigned[dt]}){b}) : 0)"),
+    # signed registers: >> of a negative value is arithmetic in GCC, Clang and OpenCL C
+    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                                    f"({a} >> ({d.unsigned[dt]}){b}) : ({a} < 0 ? -1 : 0))"),
 }
 #: bools are int 0/1 in registers; add and multiply (the sum and prod reductions) are or, and
 BOOL_UNARY: dict[Op, Callable[[Expr], Expr]] = {Op.NOT: lambda x: f"(!{x})"}
 BOOL_BINARY: dict[Op, Callable[[Expr, Expr], Expr]] = {
     Op.AND: lambda a, b: f"({a} & {b})", Op.MIN: lambda a, b: f"({a} & {b})", Op.MUL: lambda a, b: f"({a} & {b})",
     Op.OR: lambda a, b: f"({a} | {b})", Op.MAX: lambda a, b: f"({a} | {b})", Op.ADD: lambda a, b: f"({a} | {b})",
+    Op.XOR: lambda a, b: f"({a} ^ {b})",
 }
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -315,6 +381,20 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
     if dst is DType.FLOAT32 and src is DType.FLOAT16:
         return x
     return f"{d.float_cast[dst]}({x})"
+
+
+def is_finite(x: Expr) -> Expr:
+    """is-finite as 0/1 (C's isfinite macro may return any nonzero value)."""
+    return f"(isfinite({x}) != 0)"
+
+
+def bitcast(d: Dialect, n: Node, x: Expr) -> Expr:
+    """bitcast-convert node ``n`` of the register value ``x`` (a union helper)."""
+    src, dst = n.operands[0].dtype, n.dtype
+    if (src, dst) not in _bitcastable(d):
+        raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
+                           "form", where=n.loc)
+    return f"axle_bc_{src.value}_{dst.value}({x})"
 
 
 def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
@@ -379,15 +459,17 @@ class CRenderer:
         used = sorted(set().union(*(k.helpers for k in kernels)) if kernels else set())
         return "\n".join([self.d.header, *(table[h] for h in used), *(k.source for k in kernels)]) + "\n"
 
-    def kernel(self, name: str, comp: Computation) -> CKernel:
-        return _KernelBuilder(self.d, name, comp).build()
+    def kernel(self, name: str, comp: Computation, kind: str = "loop") -> CKernel:
+        """``kind``: the launch's (an ``output`` fusion computes its dot inline, per output
+        element, and finishes it with the epilogue before the one store)."""
+        return _KernelBuilder(self.d, name, comp, kind).build()
 
 
 class _KernelBuilder:
     """The state of one kernel being rendered: statements, scoped value memory, buffers."""
 
-    def __init__(self, d: Dialect, name: str, comp: Computation) -> None:
-        self.d, self.name, self.comp = d, name, comp
+    def __init__(self, d: Dialect, name: str, comp: Computation, kind: str = "loop") -> None:
+        self.d, self.name, self.comp, self.kind = d, name, comp, kind
         self.lines: list[str] = []
         self.scopes: list[dict[tuple, str]] = [{}]
         self.n = 0
@@ -474,16 +556,20 @@ class _KernelBuilder:
         out_args: dict[int, str] = {}
         for i, o in enumerate(outs):
             out_args.setdefault(o.uid, f"o{i}")
-        # reductions and dots: once each, into their output or a scratch buffer
-        for n in comp.nodes:
-            if n.op in (Op.REDUCE, Op.DOT_GENERAL):
+        if root.op in UPDATES:
+            self.update(root)
+        # reductions and dots: once each, into their output or a scratch buffer; an output
+        # fusion's dot is read only at the element the epilogue computes: it stays in a
+        # register (its sum over K, then the epilogue, then the store)
+        for n in comp.nodes if root.op not in UPDATES else ():
+            if n.op is Op.REDUCE or (n.op is Op.DOT_GENERAL and (self.kind != "output" or n.uid in out_args)):
                 buf = out_args.get(n.uid)
                 if buf is None:
                     buf = f"s{len(self.scratch)}"
                     self.scratch.append(n.tensor_type)
                 self.loop(n, buf)
                 self.buffers[n.uid] = buf
-        for i, o in enumerate(outs):
+        for i, o in enumerate(outs if root.op not in UPDATES else ()):
             if o.uid not in self.buffers or self.buffers[o.uid] != f"o{i}":
                 self.loop(o, f"o{i}")
         for i, o in enumerate(outs):
@@ -513,6 +599,58 @@ class _KernelBuilder:
         idx = Idx(n.shape, ix.var(v))
         self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]  # built with a flat index
         self.close()
+
+    def stage(self) -> None:
+        """Starts the next stage function (its own statements and value memory)."""
+        self.lines, self.scopes = [], [{}]
+        self.stages.append((f"{self.name}_{len(self.stages)}", self.lines))
+
+    def device_loop(self, size: int) -> Ix:
+        v = f"e{self.n}"
+        self.n += 1
+        self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
+        return ix.var(v)
+
+    def update(self, n: Node) -> None:
+        """Scatter or dynamic-update-slice (an ``update`` launch, axle.lowering.plan): a
+        stage copying the operand into the output, then a stage writing the windows. The
+        device loop takes window positions and each applies every update in index order,
+        so duplicates combine as the reference does (no atomics); a scatter whose windows
+        may meet at different window positions runs its device loop once
+        (ix.scatter_window_parallel). The same kernel as axle_opencl's update_kernel."""
+        x, dt = n.operands[0], n.dtype
+        if x.tensor_type.size == 0:
+            return
+        self.stage()
+        e = ix.to_c(self.device_loop(x.tensor_type.size))
+        self.line(f"o0[{e}] = p0[{e}];")  # the same storage type: an exact copy
+        self.close()
+        u = ix.update_loops(n)
+        nw, nb = math.prod(u.window), math.prod(u.batch)
+        if nw == 0 or nb == 0:
+            return
+        self.stage()
+        w = self.device_loop(nw if u.parallel else 1)
+        bix = [self.bind(c) for c in ix.delinearize(self.counted_loop(nb), u.batch)] if u.batch else []
+        if not u.parallel:
+            w = self.counted_loop(nw)
+        wix = [self.bind(c) for c in ix.delinearize(w, u.window)]
+        starts = [self.start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+        pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+        if inside.const != 1:
+            self.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+        new = self.at(n.operands[src], coords)
+        off = self.bind(ix.linearize(pos, x.shape))
+        op = u.combiner
+        self.store("o0", dt, off, new if op is None else binary(self.d, op, dt, self.load("o0", dt, off), new))
+        while len(self.scopes) > 1:
+            self.close()
+
+    def start(self, x: Node, coords: list[Ix]) -> Ix:
+        """The integer ``x`` at ``coords`` as a named index (a start index, clamped by the
+        index algebra where it is used)."""
+        v = self.at(x, coords) if coords else self.scalar(x)
+        return ix.var(self.tmp(self.d.index_type, f"(({self.d.index_type}){v})", "s"))
 
     # -- values ----------------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
@@ -571,6 +709,12 @@ class _KernelBuilder:
         a, b = (self.value(o, idx) for o in n.operands)
         return compare(n.attr["direction"], a, b)
 
+    def _is_finite(self, n: Node, idx: Idx) -> str:
+        return is_finite(self.value(n.operands[0], idx))
+
+    def _bitcast(self, n: Node, idx: Idx) -> str:
+        return bitcast(self.d, n, self.value(n.operands[0], idx))
+
     def _select(self, n: Node, idx: Idx) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)
         return f"({p} ? {a} : {b})"
@@ -601,6 +745,18 @@ class _KernelBuilder:
         for pred, v in reversed(vals[:-1]):
             expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
+
+    def _gather(self, n: Node, idx: Idx) -> str:
+        """An indexed load: the operand at the clamped start indices loaded for this
+        element plus its window offset (axle.lowering.index)."""
+        coords = self.coords(idx)
+        starts = [self.start(n.operands[1], c) for c in ix.gather_start_coords(coords, n)]
+        return self.at(n.operands[0], ix.gather_index(coords, n, starts))
+
+    def _dynamic_slice(self, n: Node, idx: Idx) -> str:
+        x, *start_nodes = n.operands
+        starts = [self.start(s, []) for s in start_nodes]
+        return self.at(x, ix.dynamic_slice_index(self.coords(idx), x.shape, n.attr["slice_sizes"], starts))
 
     def _rng(self, n: Node, idx: Idx) -> str:
         u = self.d.unsigned[DType.INT64]
@@ -638,8 +794,9 @@ class _KernelBuilder:
         acc = self.tmp(self.d.reg[acc_dt], literal(self.d, 0, acc_dt), "acc")
         if dims.k == 0:
             return convert(self.d, acc, acc_dt, n.dtype)
+        coords = self.coords(idx)  # bound outside the K loop: the epilogue reads them after it
         ks = [self.counted_loop(lhs.shape[c]) for c in dims.lhs_contracting]
-        li, ri = dims.operand_indices(self.coords(idx), ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
+        li, ri = dims.operand_indices(coords, ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
         a = convert(self.d, self.at(lhs, li), lhs.dtype, acc_dt)
         b = convert(self.d, self.at(rhs, ri), rhs.dtype, acc_dt)
         self.line(f"{acc} = {binary(self.d, Op.ADD, acc_dt, acc, binary(self.d, Op.MUL, acc_dt, a, b))};")
@@ -670,9 +827,16 @@ _RULES: dict[Op, _Rule] = {
     Op.CONVERT: _KernelBuilder._convert, Op.COMPARE: _KernelBuilder._compare, Op.SELECT: _KernelBuilder._select,
     Op.PAD: _KernelBuilder._pad, Op.CONCATENATE: _KernelBuilder._concatenate, Op.RNG_BIT_GENERATOR: _KernelBuilder._rng,
     Op.REDUCE: _KernelBuilder._reduce, Op.DOT_GENERAL: _KernelBuilder._dot,
+    Op.GATHER: _KernelBuilder._gather, Op.DYNAMIC_SLICE: _KernelBuilder._dynamic_slice,
     **{op: _KernelBuilder._movement for op in ix.MOVEMENT},
     **{op: _KernelBuilder._elementwise for op in (*FLOAT_UNARY, *FLOAT_BINARY, Op.NOT, Op.AND, Op.OR)},
+    # bit operations and elementwise completeness
+    **{op: _KernelBuilder._elementwise for op in (*INT_UNARY, *INT_BINARY)},
+    Op.IS_FINITE: _KernelBuilder._is_finite, Op.BITCAST_CONVERT: _KernelBuilder._bitcast,
 }
+
+#: ops that are a kernel of their own, written by :meth:`_KernelBuilder.update`
+UPDATES: frozenset[Op] = frozenset({Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 
 #: ops a fusion rendered by :class:`CRenderer` may contain
 RENDERABLE: frozenset[Op] = frozenset(_RULES) - {Op.PARAMETER}

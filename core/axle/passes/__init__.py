@@ -9,6 +9,7 @@ from ..errors import BackendError
 from ..ir.module import Module
 from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
+from .control import ControlFlowSimplifier, LoopInvariantCodeMotion
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
@@ -27,6 +28,8 @@ def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
             (ConstantFolding(), "folds what simplification left all-constant (small results only)"),
             (CSE(), "merges duplicates, so the next simplify round sees x - x, select(p, a, a)..."),
             (DCE(), "forwards tuple plumbing so rewrites see through it"),
+            (ControlFlowSimplifier(), "loops run 0 or 1 times and known branches become plain code"),
+            (LoopInvariantCodeMotion(), "work on loop-invariant carries runs once, before the loop"),
         ]), "repeat until nothing changes: each rewrite can enable the others"),
         (TransposeFolding(), "after transpose chains are composed; a dot reads the untransposed operand"),
         (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
@@ -67,4 +70,5 @@ def optimize(module: Module, backend: Any = None, device: Any = None) -> Module:
 __all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass", "FunctionPass", "Pipeline",
            "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
-           "Fusion", "TransposeFolding", "assign", "BufferAssignment", "schedule"]
+           "Fusion", "TransposeFolding", "ControlFlowSimplifier", "LoopInvariantCodeMotion", "assign",
+           "BufferAssignment", "schedule"]

@@ -27,6 +27,8 @@ def rebuild(comp: Computation, fn: Rewrite) -> Computation:
             continue
         ops = tuple(env[o.uid] for o in n.operands)
         m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
+        if m.traits.control:
+            m = rebuild_called(m, fn)
         r = fn(m)
         if r is not None and r is not m:
             assert r.type == m.type, f"rewrite of {m.op.value} changed its type {m.type} -> {r.type}"
@@ -34,6 +36,22 @@ def rebuild(comp: Computation, fn: Rewrite) -> Computation:
         env[n.uid] = m
     root = env[comp.root.uid]
     return comp if root is comp.root else comp.with_root(root)
+
+
+def rebuild_called(n: Node, fn: Rewrite) -> Node:
+    """``n`` with the computations it calls (a loop's condition and body, a conditional's
+    branches) rebuilt by ``fn`` too: every rewrite works inside sub-computations."""
+    attrs = tuple((k, _rebuild_attr(v, fn)) for k, v in n.attrs)
+    return n if all(a[1] is b[1] for a, b in zip(attrs, n.attrs)) else n.replace(attrs=attrs)
+
+
+def _rebuild_attr(v: object, fn: Rewrite) -> object:
+    if isinstance(v, Computation):
+        return rebuild(v, fn)
+    if isinstance(v, tuple) and v and all(isinstance(c, Computation) for c in v):
+        out = tuple(rebuild(c, fn) for c in v)
+        return v if all(a is b for a, b in zip(out, v)) else out
+    return v
 
 
 def rebuild_module(module: Module, fn: Rewrite) -> Module:

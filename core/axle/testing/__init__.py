@@ -6,6 +6,7 @@ from .cases import (
     assert_close,
     cases_for,
     check_case,
+    control_cases,
     core_cases,
     fused_cases,
     random_input,
@@ -14,5 +15,5 @@ from .cases import (
 )
 from .environment import IN_CI, require_backend
 
-__all__ = ["OpCase", "assert_close", "cases_for", "check_case", "core_cases", "fused_cases", "random_input",
-           "run_case", "tolerance", "IN_CI", "require_backend"]
+__all__ = ["OpCase", "assert_close", "cases_for", "check_case", "control_cases", "core_cases", "fused_cases",
+           "random_input", "run_case", "tolerance", "IN_CI", "require_backend"]

@@ -25,7 +25,7 @@ from ..ir.ops import CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
 from ..lowering.plan import kernel_plan
 from ..registry import REGISTRY
-from .cases import OpCase, _case, cases_for, check_case, fused_cases, random_input
+from .cases import OpCase, _case, cases_for, check_case, control_cases, fused_cases, random_input
 from .check import Check
 from .check import claimed as claimed  # the kit's API: tests and suite.py import it from here
 from .check import run_check as run_check  # the kit's API: tests import it from here
@@ -167,6 +167,7 @@ def kit_checks(quick: bool = False) -> list[Check]:
     for case in fused_cases():
         multi = case.module.entry.root.op is Op.TUPLE
         out.append(_case_check(case, "multi-output" if multi else "fusion"))
+    out += [_case_check(case, "control") for case in control_cases()]
     for dt in ALL_DTYPES:
         for shape in ((), (0,), (1,), (7,), (3, 0, 2), (5, 129)):
             out.append(_transfer_check(dt, shape))

@@ -19,7 +19,7 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.conv import conv_dimension_numbers
 from ..ir.dtypes import DType
-from ..ir.module import Module, Node
+from ..ir.module import Computation, Module, Node
 from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 
@@ -32,8 +32,12 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
                         Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
+# elementwise completeness: a NaN or inf made inside a kernel reaches these too
+_NONFINITE_CONSUMERS += (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER)
 _INT_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
             Op.NOT, Op.POW)
+# bit operations: shift amounts from the splats (0, -1, INT_MIN, INT_MAX...) are out of range
+_INT_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ)
 _CHAIN_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.TANH,
               Op.LOGISTIC, Op.SQRT, Op.SIN, Op.COS, Op.FLOOR)
 
@@ -247,9 +251,66 @@ class _Gen:
         axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
 
+    def bitcast(self) -> Node:
+        """An integer's bits as a float of its width, or a fresh float parameter's bits as
+        an integer: a NaN computed inside a kernel has no fixed payload (0/0 is a negative
+        NaN on x86, a constant-folded one positive), so floats bitcast only as loaded."""
+        widths = {dt: [o for o in DTYPES if o is not dt and not o.is_bool and o.itemsize == dt.itemsize]
+                  for dt in DTYPES if not dt.is_bool}
+        src = self.choice([dt for dt, outs in widths.items() if outs])
+        x = self.param(TensorType(src, self.choice(SHAPES))) if src.is_float else self.operand((src,))
+        return self.b.op(Op.BITCAST_CONVERT, x, dtype=self.choice(widths[src]))
+
+    # -- control flow (random_module(..., control=True)) ----------------------------
+    def _step_computation(self, name: str, types: Sequence[TensorType], counted: bool) -> Computation:
+        """A loop body or branch over (i, n,)? x, w: x becomes a random elementwise op of
+        x and a function of w (invariant in a loop: licm hoists it)."""
+        c = Builder(name)
+        ps = [c.parameter(t, name=f"q{k}") for k, t in enumerate(types)]
+        x, w = ps[-2], ps[-1]
+        dts = [op for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN) if x.dtype in OPS[op].operand_dtypes]
+        f_w = c.neg(w) if x.dtype in OPS[Op.NEG].operand_dtypes else c.not_(w)
+        x2 = c.op(self.choice(dts), x, f_w) if dts else c.op(Op.AND, x, f_w)
+        if not counted:
+            return c.computation(x2)
+        i2 = c.add(ps[0], c.constant(np.int32(1)))
+        return c.computation(c.op(Op.TUPLE, i2, ps[1], x2, w))
+
+    def loop_pattern(self) -> Node:
+        """for i in range(n): x = step(x, w), n a constant (0, 1: simplified away) or input."""
+        b = self.b
+        x = self.operand(DTYPES)
+        w = self.like(x.tensor_type)
+        i32 = TensorType(DType.INT32, ())
+        trips = int(self.rng.integers(0, 4))
+        n = b.constant(np.int32(trips)) if self.rng.random() < 0.5 else self._param_value(i32, trips)
+        types = [i32, i32, x.tensor_type, x.tensor_type]
+        cond = Builder("cond")
+        cp = [cond.parameter(t) for t in types]
+        loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, x, w,
+                    condition=cond.computation(cond.compare(cp[0], cp[1], direction="lt")),
+                    body=self._step_computation("body", types, counted=True))
+        return b.get_tuple_element(loop, index=2)
+
+    def conditional_pattern(self) -> Node:
+        b = self.b
+        x = self.operand(DTYPES)
+        w = self.like(x.tensor_type)
+        k = int(self.rng.integers(-1, 4))
+        i32 = TensorType(DType.INT32, ())
+        index = b.constant(np.int32(k)) if self.rng.random() < 0.5 else self._param_value(i32, k)
+        branches = tuple(self._step_computation(f"branch{j}", [x.tensor_type] * 2, counted=False) for j in range(3))
+        return b.op(Op.CONDITIONAL, index, x, w, branches=branches)
+
+    def _param_value(self, t: TensorType, value: int) -> Node:
+        self.inputs.append(np.asarray(value, t.dtype.np))
+        return self.b.parameter(t)
+
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # one branch per op family is the point
         b, d = self.b, OPS[op]
+        if op is Op.BITCAST_CONVERT:
+            return self.bitcast()
         if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
             x = self.operand(d.operand_dtypes)
             ys = [self.splat(x.tensor_type) if self.rng.random() < 0.35 else self.like(x.tensor_type)
@@ -345,7 +406,77 @@ class _Gen:
             _ensure_custom_call()
             x = self.operand((DType.FLOAT32, DType.INT32))
             return b.custom_call(x, target=CUSTOM_TARGET, shape=x.shape, dtype=x.dtype)
+        # sorting
+        if op is Op.SORT:
+            return self.sort()
+        if op in _INDEXING:
+            return _INDEXING[op](self)
         raise AssertionError(f"no generator for {op}")
+
+    def sort(self) -> Node:
+        """A sort of 1-2 keys (often with ties and specials), with a carried operand of
+        another dtype or an iota (the permutation itself) at times, any output chosen."""
+        b = self.b
+        x = self.operand(DTYPES)
+        if not x.shape:
+            x = b.reshape(x, shape=(1,))
+        t = x.tensor_type
+        dim = int(self.rng.integers(len(t.shape)))
+        keys = [x] + ([self.like(t)] if self.rng.random() < 0.3 else [])
+        carried = []
+        if self.rng.random() < 0.5:
+            carried.append(b.iota(shape=t.shape, dtype=self.choice((DType.INT32, DType.INT64)), dimension=dim))
+        if self.rng.random() < 0.3:
+            carried.append(self.like(TensorType(self.choice(DTYPES), t.shape)))
+        operands = keys + carried
+        return b.op(Op.SORT, *operands, dimension=dim, num_keys=len(keys), descending=int(self.rng.integers(2)),
+                    index=int(self.rng.integers(len(operands))))
+
+    # -- indexing: indices from -5..5 and the integer extremes, so windows clamp or drop --
+    def index(self, shape: tuple[int, ...]) -> Node:
+        return self.fresh(TensorType(self.choice((DType.INT32, DType.INT64)), shape))
+
+    def indexed_operand(self) -> tuple[Node, int]:
+        """An operand of rank >= 1 and an axis of it with at least one element."""
+        x = self.operand(DTYPES)
+        if not x.shape or 0 in x.shape:
+            x = self.fresh(TensorType(x.dtype, self.choice(((3,), (4, 3), (2, 1, 4)))))
+        return x, int(self.rng.integers(len(x.shape)))
+
+    def gather(self) -> Node:
+        x, a = self.indexed_operand()
+        ids = self.index(self.choice(((2,), (3, 2), (1,), ())))
+        rank, nb = len(x.shape), len(ids.shape)
+        sizes = tuple(1 if d == a else int(self.rng.integers(0, n + 1)) for d, n in enumerate(x.shape))
+        return self.b.gather(x, ids, offset_dims=tuple(range(nb, nb + rank - 1)), collapsed_slice_dims=(a,),
+                             start_index_map=(a,), index_vector_dim=nb, slice_sizes=sizes)
+
+    def scatter(self) -> Node:
+        x, a = self.indexed_operand()
+        k = int(self.rng.integers(0, 4))
+        rest = tuple(n for d, n in enumerate(x.shape) if d != a)
+        # float add/mul with duplicates round in another order than the reference: ints only
+        kinds = ("replace", "min", "max") + (("add", "mul") if not x.dtype.is_float else ())
+        return self.b.scatter(x, self.index((k,)), self.like(TensorType(x.dtype, (k,) + rest)),
+                              update_window_dims=tuple(range(1, len(x.shape))), inserted_window_dims=(a,),
+                              scatter_dims_to_operand_dims=(a,), index_vector_dim=1, kind=self.choice(kinds))
+
+    def dynamic_slice(self) -> Node:
+        x = self.operand(DTYPES)
+        sizes = tuple(int(self.rng.integers(0, n + 1)) for n in x.shape)
+        return self.b.dynamic_slice(x, *(self.index(()) for _ in x.shape), slice_sizes=sizes)
+
+    def dynamic_update_slice(self) -> Node:
+        x = self.operand(DTYPES)
+        u = self.like(TensorType(x.dtype, tuple(int(self.rng.integers(0, n + 1)) for n in x.shape)))
+        return self.b.dynamic_update_slice(x, u, *(self.index(()) for _ in x.shape))
+
+
+#: indexing ops -> their generator (see _Gen.index)
+_INDEXING: dict[Op, Callable[[_Gen], Node]] = {
+    Op.GATHER: _Gen.gather, Op.SCATTER: _Gen.scatter, Op.DYNAMIC_SLICE: _Gen.dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _Gen.dynamic_update_slice,
+}
 
 
 def n_commutes(op: Op) -> bool:
@@ -365,11 +496,22 @@ _PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
 )
 
 
-def random_module(seed: int, n_nodes: int) -> tuple[Module, list[np.ndarray]]:
-    """A random well-typed module with about ``n_nodes`` ops, and inputs for it."""
+#: with control=True, the share of steps that make a loop or a conditional
+_CONTROL_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
+    (0.15, _Gen.loop_pattern), (0.25, _Gen.conditional_pattern),
+)
+
+
+def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:
+    """A random well-typed module with about ``n_nodes`` ops, and inputs for it; with
+    ``control``, loops and conditionals too (no backend claims them yet, so the default
+    keeps the stream every backend's differential test runs)."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
         r = g.rng.random()
+        if control and r < _CONTROL_PATTERNS[-1][0]:
+            g.pool.append(next(p for bound, p in _CONTROL_PATTERNS if r < bound)(g))
+            continue
         pattern = next((p for bound, p in _PATTERNS if r < bound), None)
         g.pool.append(pattern(g) if pattern else g.make(g.choice(_WEIGHTED)))
     outs = [g.pool[-1]] + [g.choice(g.pool) for _ in range(int(g.rng.integers(0, 3)))]
