@@ -857,11 +857,8 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
     assert len(actual) == len(expected), f"{case.id}: {len(actual)} results, expected {len(expected)}"
     root_ops = [n.op for n in case.module.entry.nodes]
     main_op = next((o for o in reversed(root_ops) if OPS[o].traits.transcendental), None)
-    n_reduced = max((math.prod(n.operands[0].shape[a] for a in n.attr["axes"]) if n.op is Op.REDUCE else
-                     (n.operands[0].shape[n.attr["lhs_contracting"][0]]
-                      if n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"] else 1))
-                    for n in case.module.entry.nodes
-                    if isinstance(n.type, TensorType)) if case.module.entry.nodes else 1
+    n_reduced = max((reduced_terms(n) for n in case.module.entry.nodes if isinstance(n.type, TensorType)),
+                    default=1)
     bound = _dot_error_bound(case)
     for i, (a, e) in enumerate(zip(actual, expected)):
         rtol, atol = tolerance(DType(_dtype_value(e.dtype)), main_op, max(n_reduced, 1))
@@ -880,14 +877,15 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
 
 
 def _dot_error_bound(case: OpCase) -> np.ndarray | None:
-    """For a case that is one float dot of two parameters: K*eps*(|A|.|B|) per element."""
+    """For a case that is one float dot or convolution of two parameters: K*eps*(|A|.|B|)
+    per element (K the terms each result sums)."""
     root = case.module.entry.root
-    if root.op is not Op.DOT_GENERAL or not all(o.op is Op.PARAMETER for o in root.operands):
+    if root.op not in (Op.DOT_GENERAL, Op.CONVOLUTION) or not all(o.op is Op.PARAMETER for o in root.operands):
         return None
     if not root.dtype.is_float:
         return None
     mag = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
-    k = max((root.operands[0].shape[d] for d in root.attr["lhs_contracting"]), default=1)
+    k = reduced_terms(root)
     return 2.0 * k * float(np.finfo(root.dtype.np).eps) * mag
 
 
