@@ -28,6 +28,19 @@ def record_run(kernels: int, *, function: str = "", device: str = "") -> None:
         _counts[("kernel_launches", function, device)] += kernels
 
 
+def run_keys(function: str, device: str) -> tuple[tuple[str, str, str], ...]:
+    """The counter keys a cached call updates (made once per compiled function)."""
+    return (("cache_hits", function, device), ("executions", function, device), ("kernel_launches", function, device))
+
+
+def record_cached_run(keys: tuple[tuple[str, str, str], ...], kernels: int) -> None:
+    """A cache hit, its execution and its kernel launches under one lock (``run_keys``)."""
+    with _lock:
+        _counts[keys[0]] += 1
+        _counts[keys[1]] += 1
+        _counts[keys[2]] += kernels
+
+
 def snapshot() -> dict[str, Any]:
     """Totals plus a per-function and per-device breakdown."""
     with _lock:

@@ -77,6 +77,10 @@ class Registry:
         self._lock = threading.RLock()
         self._statuses: dict[str, BackendStatus] | None = None  # the plugins asked so far
         self._eps: dict[str, Any] | None = None
+        # Names already resolved ((name, AXLE_BACKENDS) -> Device): every jit call resolves
+        # its device, and a scan over every backend's devices cost more than the kernel.
+        # Only successes are kept; reset() forgets them with the plugins.
+        self._resolved: dict[tuple[str, str | None], Device] = {}
 
     # -- loading ---------------------------------------------------------------------
     def _load(self, names: list[str] | None) -> dict[str, BackendStatus]:
@@ -168,6 +172,7 @@ class Registry:
         with self._lock:
             self._statuses = None
             self._eps = None
+            self._resolved = {}
 
     # -- queries ---------------------------------------------------------------------
     def backends(self) -> dict[str, Backend]:
@@ -195,6 +200,15 @@ class Registry:
         """Resolves 'cpu:0', 'cpu' (index 0) or a backend alias such as 'opencl:0:1'."""
         if isinstance(name, Device):
             return name
+        memo = (name, os.environ.get("AXLE_BACKENDS"))
+        found = self._resolved.get(memo)
+        if found is not None:
+            return found
+        found = self._find_device(name)
+        self._resolved[memo] = found
+        return found
+
+    def _find_device(self, name: str) -> Device:
         backend_name = name.split(":", 1)[0]
         for dev in self.devices():
             if dev.backend == backend_name and (name in (dev.name, *dev.aliases)
@@ -211,6 +225,13 @@ class Registry:
         return self.backend(device.backend)
 
     def default_device(self) -> Device:
+        env = os.environ.get("AXLE_BACKENDS")
+        found = self._resolved.get(("", env))  # "" names no device: the default's entry
+        if found is None:
+            found = self._resolved[("", env)] = self._choose_default()
+        return found
+
+    def _choose_default(self) -> Device:
         best: tuple[int, int, Device] | None = None
         for rank, b in enumerate(self.backends().values()):
             for d in b.devices():

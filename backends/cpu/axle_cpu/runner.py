@@ -13,6 +13,16 @@ which calls ``fn(ptrs + bufs, 0, outer, 0, inner, 0, INT64_MAX)`` for each recor
 is the per-call pointer table: every kernel step owns a contiguous region of it holding its
 input then output buffer addresses (``bufs`` is the region's first index), filled by one
 NumPy gather from the slot addresses of the call.
+
+A cached call whose every step is such a kernel goes through ``axle_call`` instead, which
+also fills the pointer table, so Python hands over one frame address and nothing else:
+
+    void axle_call(const Frame* f)
+    struct Frame { Step* table; i64 nsteps; void** ptrs; i64 nptrs; i64* src; i64* base; u64* slots; }
+
+``ptrs[i] = slots[src[i]] + slots[base[i]]``: ``src`` names the buffer slot of each
+pointer, ``base`` the slot holding the address its offset is relative to (a slot that
+holds 0 for absolute addresses: arguments and constants).
 """
 from __future__ import annotations
 
@@ -32,6 +42,9 @@ from .target import JitModule, host
 #: one table record: kernel address, first index of its pointer region, loop sizes
 STEP = np.dtype([("fn", np.uint64), ("bufs", np.int64), ("outer", np.int64), ("inner", np.int64)])
 RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+#: the fields of a Frame, in order (each 8 bytes)
+FRAME_FIELDS = ("table", "nsteps", "ptrs", "nptrs", "src", "base", "slots")
 
 
 def _module() -> str:
@@ -61,10 +74,44 @@ def _module() -> str:
     b.branch(cond)
     b.position_at_end(done)
     b.ret_void()
+    _call_function(mod, fn)
     return str(mod)
 
 
-_RUNNER: tuple[JitModule, ctypes._CFunctionType] | None = None
+def _call_function(mod: ir.Module, run: ir.Function) -> None:
+    """``axle_call(frame)``: fills the frame's pointer table, then runs its steps."""
+    fn = ir.Function(mod, ir.FunctionType(VOID, [PTR]), name="axle_call")
+    fn.attributes.add("nounwind")
+    (frame,) = fn.args
+    entry, cond, body, done = (fn.append_basic_block(s) for s in ("entry", "cond", "body", "done"))
+    b = ir.IRBuilder(entry)
+
+    def field(name: str, typ: ir.Type) -> ir.Value:
+        at = b.gep(frame, [ir.Constant(I64, FRAME_FIELDS.index(name))], source_etype=I64)
+        return b.load(at, typ=typ)
+
+    table, nsteps, ptrs, nptrs = field("table", PTR), field("nsteps", I64), field("ptrs", PTR), field("nptrs", I64)
+    src, base, slots = field("src", PTR), field("base", PTR), field("slots", PTR)
+    b.branch(cond)
+    b.position_at_end(cond)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    b.cbranch(b.icmp_signed("<", i, nptrs), body, done)
+    b.position_at_end(body)
+
+    def slot(index_array: ir.Value) -> ir.Value:
+        k = b.load(b.gep(index_array, [i], source_etype=I64), typ=I64)
+        return b.load(b.gep(slots, [k], source_etype=I64), typ=I64)
+
+    b.store(b.add(slot(src), slot(base)), b.gep(ptrs, [i], source_etype=I64))
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), body)
+    b.branch(cond)
+    b.position_at_end(done)
+    b.call(run, [table, nsteps, ptrs])
+    b.ret_void()
+
+
+_RUNNER: tuple[JitModule, ctypes._CFunctionType, ctypes._CFunctionType] | None = None
 _LOCK = threading.Lock()
 renew_in_child(sys.modules[__name__], "_LOCK")
 
@@ -80,6 +127,13 @@ def run_steps() -> ctypes._CFunctionType:
         with _LOCK:
             if _RUNNER is None:
                 jit = JitModule(_module())
-                _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")))
+                _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")), CALL(jit.address("axle_call")))
             found = _RUNNER
     return found[1]
+
+
+def call() -> ctypes._CFunctionType:
+    """The process-wide ``axle_call`` (compiled with ``axle_run_steps``)."""
+    run_steps()
+    assert _RUNNER is not None, "run_steps() compiles the runtime module"
+    return _RUNNER[2]

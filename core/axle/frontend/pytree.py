@@ -125,6 +125,11 @@ def flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
     return leaves, td
 
 
+def flat_list_treedef(n: int) -> TreeDef:
+    """The structure ``flatten`` gives a list of ``n`` leaves (the common jit argument list)."""
+    return _flat_list(n)
+
+
 def _flat_list(n: int) -> TreeDef:
     td = _FLAT.get(n)
     if td is None:
