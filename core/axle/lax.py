@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import ShapeError
 from .frontend.bind import bind
 from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .ir.builder import sorted_dims
@@ -103,3 +104,55 @@ def rng_bit_generator(key: Value, shape: Sequence[int], dtype: Any = DType.INT32
 def custom_call(target: str, operands: Sequence[Value], shape: Sequence[int], dtype: Any, config: str = "") -> Value:
     return bind(Op.CUSTOM_CALL, *operands, target=target, shape=tuple(shape), dtype=to_dtype(dtype), config=config)
 
+
+# elementwise completeness (float) and bit operations
+atan2, next_after, xor, shift_left, shift_right_logical, shift_right_arithmetic = (
+    _bin(o) for o in (Op.ATAN2, Op.NEXT_AFTER, Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL,
+                      Op.SHIFT_RIGHT_ARITHMETIC))
+tan, expm1, log1p, cbrt, erf, round_nearest_even, is_finite, popcnt, clz = (
+    _un(o) for o in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ROUND_NEAREST_EVEN, Op.IS_FINITE, Op.POPCNT,
+                     Op.CLZ))
+
+
+def bitcast_convert(x: Value, dtype: Any) -> Value:
+    """Reinterprets the bits of each element as ``dtype`` of the same bit width."""
+    return bind(Op.BITCAST_CONVERT, x, dtype=to_dtype(dtype))
+# sorting
+def sort_one(operands: Sequence[Value], dimension: int, num_keys: int = 1, descending: bool = False,
+             index: int = 0) -> Value:
+    """One ``sort`` node: operand ``index`` reordered by the stable lexicographic sort of
+    operands [0, num_keys) along ``dimension`` (non-negative)."""
+    return bind(Op.SORT, *operands, dimension=dimension, num_keys=num_keys, descending=int(bool(descending)),
+                index=index)
+
+
+def sort(operand: Value | Sequence[Value], dimension: int = -1, is_stable: bool = True, num_keys: int = 1,
+         descending: bool = False) -> Any:
+    """Sorts along ``dimension`` as jax.lax.sort (always stable; ``is_stable`` is accepted
+    for jax's signature): one operand gives its sorted value, a sequence a tuple of each
+    operand reordered by the lexicographic order of the first ``num_keys``. Each result is
+    one ``sort`` node of the IR (the op has one result; see docs/ir.md)."""
+    single = not isinstance(operand, (list, tuple))
+    ops: list[Value] = [operand] if single else list(operand)
+    if not ops:
+        return ()
+    rank = len(ops[0].shape)
+    dim = dimension + rank if dimension < 0 and rank else dimension
+    outs = tuple(sort_one(ops, dim, num_keys, descending, i) for i in range(len(ops)))
+    return outs[0] if single else outs
+
+
+def top_k(operand: Value, k: int) -> tuple[Value, Value]:
+    """The ``k`` largest entries of the last axis and their int32 indices (as jax.lax.top_k:
+    ties by lower index first, NaN counted largest)."""
+    shape = tuple(operand.shape)
+    if not shape:
+        raise ShapeError(f"top_k: the operand must have at least one dimension, got shape {shape}")
+    n, last = shape[-1], len(shape) - 1
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= n:
+        raise ShapeError(f"top_k: k={k!r} must be an int in [0, {n}] for an operand of shape {shape}")
+    idx = iota(DType.INT32, shape, last)
+    vals = sort_one([operand, idx], last, 1, True, 0)
+    ids = sort_one([operand, idx], last, 1, True, 1)
+    start, limit = (0,) * len(shape), shape[:-1] + (k,)
+    return slice(vals, start, limit), slice(ids, start, limit)

@@ -60,6 +60,7 @@ def f64(*shape, low=-2.0, high=2.0):
 
 
 _W234 = f64(2, 3, 4)
+_W34 = f64(3, 4)
 
 # One scalar-valued function per differentiable primitive, applied through lax so each
 # VJP rule is exercised directly. Inputs avoid kinks (ties, zero) where needed.
@@ -99,6 +100,17 @@ PRIMITIVE_CASES = {
     Op.CONCATENATE: (lambda x, y: lax.mul(lax.concatenate([x, y, x], 1), np.arange(16.0).reshape(2, 8)),
                      [f64(2, 3), f64(2, 2)]),
     Op.REVERSE: (lambda x: lax.mul(lax.reverse(x, (0,)), np.arange(6.0).reshape(3, 2)), [f64(3, 2)]),
+    # elementwise completeness
+    Op.TAN: (lambda x: lax.tan(x), [f64(4, low=-1.2, high=1.2)]),
+    Op.EXPM1: (lambda x: lax.expm1(x), [f64(4)]),
+    Op.LOG1P: (lambda x: lax.log1p(x), [f64(4, low=-0.5)]),
+    Op.CBRT: (lambda x: lax.cbrt(x), [f64(4, low=0.3) * np.array([1, -1, 1, -1])]),
+    Op.ERF: (lambda x: lax.erf(x), [f64(4)]),
+    Op.ATAN2: (lambda y, x: lax.atan2(y, x), [f64(5), f64(5, low=0.3) * np.array([1, -1, 1, -1, 1])]),
+    Op.NEXT_AFTER: (lambda x, y: lax.next_after(x, y), [f64(4), f64(4) + 3.0]),
+    # sorting: values along dim 0 descending and a carried operand keyed by the first (no ties)
+    Op.SORT: (lambda x, y: lax.mul(lax.sort(x, 0, descending=True), _W34)
+              + lax.mul(lax.sort([x, y], 1)[1], _W34 * 2), [f64(3, 4), f64(3, 4)]),
 }
 
 
@@ -118,9 +130,9 @@ def test_primitive_vjp_finite_differences(op):
         check_grad(scalar, *args, argnums=argnum, **(opts[0] if opts else {}))
 
 
-@pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN])
+@pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN, Op.ROUND_NEAREST_EVEN])
 def test_piecewise_constant_primitives_have_zero_gradient(op):
-    fn = {Op.FLOOR: lax.floor, Op.CEIL: lax.ceil, Op.SIGN: lax.sign}[op]
+    fn = {Op.FLOOR: lax.floor, Op.CEIL: lax.ceil, Op.SIGN: lax.sign, Op.ROUND_NEAREST_EVEN: lax.round_nearest_even}[op]
     x = np.array([0.3, -1.7, 2.2])
     with axle.device(DEV):
         g = axle.grad(lambda v: anp.sum(fn(v) * v))(x)

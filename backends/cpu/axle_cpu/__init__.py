@@ -51,6 +51,8 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                   ".emitter:convert_value"),),
     Op.FUSION: (("a fusion is one kernel: a loop nest of its kind over the fused ops", ".emitter:KernelEmitter"),),
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
+    Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
+              ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
 }
 
 

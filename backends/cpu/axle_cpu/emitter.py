@@ -1060,6 +1060,56 @@ def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     return convert_value(em.b, v, src, dst)
 
 
+def _float_fn2(fn: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Callable[..., ir.Value]:
+    return _ew(lambda em, dt, a: fn(em.b, a[0], a[1]))
+
+
+def _next_after(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    return mathfns.next_after(em.b, a[0], a[1], STORAGE[dt])
+
+
+def _is_finite(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    # ordered: NaN is not finite
+    return em.b.fcmp_ordered("<", mathfns.unary_intr(em.b, "fabs", a[0]), ir.Constant(a[0].type, math.inf))
+
+
+def _width(v: ir.Value) -> int:
+    return int(v.type.width)
+
+
+def _shift(kind: str) -> Callable[..., ir.Value]:
+    """StableHLO shifts: the amount read as unsigned, >= the width gives 0 (ashr: the sign
+    fill). The amount is masked first, so LLVM never sees a shift by the width or more
+    (poison)."""
+    def f(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+        b, (x, y) = em.b, a
+        w = _width(x)
+        masked = b.and_(y, ir.Constant(y.type, w - 1))
+        ok = b.icmp_unsigned("<", y, ir.Constant(y.type, w))
+        shifted = getattr(b, kind)(x, masked)
+        fill = b.ashr(x, ir.Constant(x.type, w - 1)) if kind == "ashr" else ir.Constant(x.type, 0)
+        return b.select(ok, shifted, fill)
+
+    return _ew(f)
+
+
+def _popcnt(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    return mathfns.unary_intr(em.b, "ctpop", a[0])
+
+
+def _clz(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    x = a[0]  # is_zero_poison = false: ctlz(0) is the width
+    return mathfns.intrinsic(em.b, f"llvm.ctlz.{suffix(x.type)}", x.type, [x, ir.Constant(ir.IntType(1), 0)])
+
+
+def _bitcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    (x,) = n.operands
+    if COMPUTE[x.dtype] != STORAGE[x.dtype] or COMPUTE[n.dtype] != STORAGE[n.dtype]:
+        raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
+                           "storage type", where=n.loc)
+    return em.b.bitcast(em.value(x, idx), COMPUTE[n.dtype])
+
+
 LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] = {
     Op.PARAMETER: _param,
     Op.CONSTANT: _constant,
@@ -1097,6 +1147,24 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.PAD: _pad,
     Op.CONCATENATE: _concatenate,
     Op.RNG_BIT_GENERATOR: _rng,
+    # elementwise completeness
+    Op.TAN: _float_fn(mathfns.tan),
+    Op.EXPM1: _float_fn(mathfns.expm1),
+    Op.LOG1P: _float_fn(mathfns.log1p),
+    Op.CBRT: _ew(lambda em, dt, a: mathfns.cbrt(em.b, a[0], half=dt is DType.FLOAT16)),
+    Op.ERF: _ew(lambda em, dt, a: mathfns.erf(em.b, a[0], half=dt is DType.FLOAT16)),
+    Op.ATAN2: _float_fn2(mathfns.atan2),
+    Op.ROUND_NEAREST_EVEN: _intr("roundeven"),
+    Op.IS_FINITE: _ew(_is_finite),
+    Op.NEXT_AFTER: _ew(_next_after),
+    # bit operations
+    Op.XOR: _arith("xor", "xor", "xor"),
+    Op.SHIFT_LEFT: _shift("shl"),
+    Op.SHIFT_RIGHT_LOGICAL: _shift("lshr"),
+    Op.SHIFT_RIGHT_ARITHMETIC: _shift("ashr"),
+    Op.POPCNT: _ew(_popcnt),
+    Op.CLZ: _ew(_clz),
+    Op.BITCAST_CONVERT: _bitcast,
 }
 
 

@@ -23,6 +23,7 @@ from axle.lowering.plan import kernel_plan
 
 from .emitter import KernelSpec
 from .gemm import GemmSpec
+from .sort import host_sort
 
 
 @dataclass
@@ -88,6 +89,17 @@ def _custom_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None
     return run
 
 
+def sort_host(n: Node) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
+    """A sort as a library-call step over the host buffers: NumPy's vectorized sorts made
+    exact (sort.py; docs/backend-cpu.md, "Sort")."""
+    attrs = n.attr
+
+    def run(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        outs[0][...] = host_sort(ins, **attrs)
+
+    return run
+
+
 def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarray]], None]:
     from axle.interpreter import evaluate_computation
 
@@ -113,6 +125,9 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "custom-call":
             steps.append(HostStep(_custom_host(launch.node), ins, outs, types,
                                   f"custom-call:{launch.node.attr['target']}"))
+            continue
+        if launch.kind == "sort":
+            steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
         if launch.kind == "dot":
             if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):

@@ -49,6 +49,9 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                      ("a dot on its own, CPU strategy: register blocks over vector types", ".dots:dot_kernel_cpu")),
     Op.FUSION: (("a loop or row fusion: one work-item per element or row", ".kernels:map_kernel"),
                 ("an input fusion ending in reductions", ".kernels:group_reduce_kernel")),
+    # sorting
+    Op.SORT: (("the shared stable merge sort kernel, one work-item per row", ".sort:sort_launch"),
+              ("the C-family merge sort it renders in OpenCL C", "axle.lowering.sort:sort_kernel")),
 }
 
 

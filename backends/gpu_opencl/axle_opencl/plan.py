@@ -2,8 +2,8 @@
 shared kernel plan (axle.lowering.plan).
 
 A fusion or an unfused op is one kernel (a reduction split by the plan is two launches), a
-reshape outside a fusion is a free re-typing of its operand's buffer, a custom-call is a
-host step."""
+reshape outside a fusion is a free re-typing of its operand's buffer, a sort the shared
+merge sort kernel (sort.py), a custom-call is a host step."""
 from __future__ import annotations
 
 import math
@@ -20,6 +20,7 @@ from axle.lowering.schedule import schedule
 
 from .dots import dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel
+from .sort import sort_launch
 
 Slot = int  # a buffer slot of the shared kernel plan
 
@@ -98,6 +99,10 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
     for launch in kp.launches:
         if launch.is_bitcast:
             steps.append(AliasStep(launch.inputs[0], launch.outputs[0], launch.output_types[0]))
+        elif launch.kind == "sort":
+            sk = sort_launch(launch)
+            if sk is not None:
+                steps.append(KernelStep(sk[0], list(launch.inputs), sk[1], launch.label))
         elif launch.kind == "custom-call":
             steps.append(HostStep(launch.node, list(launch.inputs), launch.outputs[0]))
         else:

@@ -40,11 +40,20 @@ def _tanh(d: c.Dialect, dt: DType, x: Expr) -> Expr:
     return f"(fabs({x}) > {TANH_SATURATION_F32!r}f ? copysign(1.0f, {x}) : tanh({x}))"
 
 
+def _finite_guard(rule: _Rule) -> _Rule:
+    """PoCL folds rint of a NaN or an infinity known at compile time to -0.0; rounding
+    passes both through unchanged."""
+    return lambda d, dt, x: f"(isfinite({x}) ? {rule(d, dt, x)} : {x})"
+
+
 class CL(OpenCLC):
     """OpenCL C as PoCL compiles it right."""
 
     float_unary_override = {Op.TANH: _nan_guard(_tanh),
-                            **{op: _nan_guard(FLOAT_UNARY[op]) for op in (Op.EXP, Op.LOGISTIC, Op.FLOOR, Op.CEIL)}}
+                            **{op: _nan_guard(FLOAT_UNARY[op]) for op in (Op.EXP, Op.LOGISTIC, Op.FLOOR, Op.CEIL)},
+                            # elementwise completeness: expm1(NaN) folds to -0.0 as well
+                            Op.EXPM1: _nan_guard(FLOAT_UNARY[Op.EXPM1]),
+                            Op.ROUND_NEAREST_EVEN: _finite_guard(FLOAT_UNARY[Op.ROUND_NEAREST_EVEN])}
 
 
 #: element type inside buffers, of values in registers, unsigned twin for wrapping arithmetic

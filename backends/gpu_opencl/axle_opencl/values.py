@@ -178,6 +178,12 @@ class Renderer:
         q = self.em.tmp(t, horner(TANH_F32.q))
         return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
 
+    def _is_finite(self, n: Node, idx: Idx, lanes: int) -> str:
+        return c.is_finite(self.value(n.operands[0], idx))
+
+    def _bitcast(self, n: Node, idx: Idx, lanes: int) -> str:
+        return c.bitcast(render.CL, n, self.value(n.operands[0], idx))
+
     def _compare(self, n: Node, idx: Idx, lanes: int) -> str:
         a, b = (self.value(o, idx) for o in n.operands)
         return c.compare(n.attr["direction"], a, b)
@@ -403,10 +409,17 @@ _RULES: dict[Op, Rule] = {
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
     # control flow: not claimed (Capabilities.ops), so the partitioner runs loops on the host
     Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
+    # sorting: never fused, launched by its own kernel (sort.py)
+    Op.SORT: Renderer._unsupported,
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):
     _RULES[_op] = Renderer._elementwise
+# elementwise completeness and bit operations: the shared C tables (scalar; see vector_ok)
+for _op in (Op.ATAN2, Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER, Op.XOR,
+            Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ):
+    _RULES[_op] = Renderer._elementwise
+_RULES[Op.IS_FINITE], _RULES[Op.BITCAST_CONVERT] = Renderer._is_finite, Renderer._bitcast
 assert set(_RULES) == set(Op), f"renderer misses {set(Op) - set(_RULES)}"
 
 

@@ -29,7 +29,7 @@ from .executable import TemplateExecutable
 #: else (dot, transpose, slice, pad, concatenate, ...) runs on the host through the core's
 #: partitioner, which is how a partially brought-up device stays usable from day one.
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT}
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT}
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 
@@ -45,6 +45,8 @@ LOWERING: tuple[tuple[str, str], ...] = (
 LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
     Op.REDUCE: (("the dtype a reduction loop accumulates in", "axle.lowering.c:accumulator"),),
+    Op.SORT: (("the shared C stable merge sort kernel (one row per device-loop iteration)",
+               "axle.lowering.sort:sort_kernel"),),
 }
 
 

@@ -22,6 +22,7 @@ from axle.diskcache import DiskCache
 from axle.errors import BackendError
 from axle.ir.module import Computation
 from axle.lowering.c import C99, CKernel, CRenderer
+from axle.lowering.sort import sort_kernel
 from axle.lru import LRU
 
 
@@ -40,7 +41,11 @@ RENDERER = CRenderer(Dialect)
 COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 
 
-def render_kernel(name: str, comp: Computation) -> CKernel:
+def render_kernel(name: str, comp: Computation, kind: str = "loop") -> CKernel:
+    # a sort is its own kernel form (the shared stable merge sort); every other launch is
+    # the renderer's loop nest of its fused computation
+    if kind == "sort":
+        return sort_kernel(Dialect, name, comp)
     return RENDERER.kernel(name, comp)
 
 

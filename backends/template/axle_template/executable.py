@@ -17,6 +17,9 @@ from axle.lowering.plan import KernelLaunch, kernel_plan
 
 from .codegen import RENDERER, compile_program, render_kernel
 
+#: launch kinds run on the host by the op table's reference: user code
+_HOST_KINDS = ("custom-call",)
+
 
 @dataclass
 class Launch:
@@ -34,7 +37,8 @@ class TemplateExecutable(Executable):
         self.plan = kernel_plan(module, assign_buffers=False)
         # HARDWARE: upload constants once, at compile time, into device memory.
         self.constants = dict(self.plan.constants)
-        self.launches = [Launch(k, None if k.kind == "custom-call" else render_kernel(_name(i, k), k.computation))
+        self.launches = [Launch(k, None if k.kind in _HOST_KINDS else
+                                render_kernel(_name(i, k), k.computation, k.kind))
                          for i, k in enumerate(self.plan.launches)]
         kernels = [launch.kernel for launch in self.launches if launch.kernel is not None]
         if kernels:
@@ -58,7 +62,7 @@ class TemplateExecutable(Executable):
             inputs = [values[s] for s in launch.plan.inputs]
             if launch.kernel is None:  # user Python code: it runs on the host
                 with np.errstate(all="ignore"):
-                    outputs = [OPS[Op.CUSTOM_CALL].reference(*inputs, **launch.plan.node.attr)]
+                    outputs = [OPS[launch.plan.node.op].reference(*inputs, **launch.plan.node.attr)]
             else:
                 outputs = self._launch(launch, inputs)
             for s, out in zip(launch.plan.outputs, outputs):

@@ -130,10 +130,15 @@ def _per_example(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) ->
     return lax.concatenate(outs, 0)
 
 
+def _sort(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    return bind(n.op, *_all_batched(n, xs, bs, size), **{**n.attr, "dimension": n.attr["dimension"] + 1})
+
+
 BATCH: dict[Op, BatchRule] = {
     **{op: _elementwise for op, d in OPS.items() if d.traits.elementwise},
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.SORT: _sort,
     Op.BROADCAST_IN_DIM: _broadcast,
     Op.RESHAPE: lambda n, xs, bs, size: lax.reshape(xs[0], (size,) + n.attr["shape"]),
     Op.TRANSPOSE: lambda n, xs, bs, size: lax.transpose(xs[0], (0,) + _shift(n.attr["permutation"])),

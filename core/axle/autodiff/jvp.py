@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import lax
 from ..errors import TracingError
 from ..frontend.bind import bind
@@ -136,11 +138,30 @@ def _dot(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Val
                  None if tb is None else bind(n.op, x, tb, **n.attr))
 
 
+def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """The tangent of the sorted operand, reordered by the same stable sort (carried as one
+    more operand of the same keys)."""
+    t = ts[n.attr["index"]]
+    if t is None:  # the output is a permutation of an operand without a tangent
+        return full(0, n)
+    return bind(n.op, *xs, t, **{**n.attr, "index": len(xs)})
+
+
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
     # An opaque function: a silent zero would be a wrong derivative.
     raise TracingError(f"jvp: custom-call target {n.attr['target']!r} has no derivative rule; its float "
                        f"output depends on a differentiated input (operands: "
                        f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+
+
+def _atan2(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    y, x = xs  # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
+    r2 = lax.add(lax.mul(x, x), lax.mul(y, y))
+    return _plus(_scaled(ts[0], lambda: lax.div(x, r2)), _scaled(ts[1], lambda: lax.neg(lax.div(y, r2))))
+
+
+def _next_after(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    return ts[0]  # x moved by one ulp: derivative 1 in x, 0 in y (as the VJP rule)
 
 
 JVP: dict[Op, JvpRule] = {
@@ -166,6 +187,7 @@ JVP: dict[Op, JvpRule] = {
     Op.CONVERT: _convert,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.SORT: _sort,
     Op.BROADCAST_IN_DIM: _linear,
     Op.RESHAPE: _linear,
     Op.TRANSPOSE: _linear,
@@ -174,6 +196,14 @@ JVP: dict[Op, JvpRule] = {
     Op.CONCATENATE: _linear,
     Op.REVERSE: _linear,
     Op.CUSTOM_CALL: _custom_call,
+    # elementwise completeness
+    Op.TAN: _unary(lambda n, x, out: lax.add(full(1, n), lax.mul(out, out))),
+    Op.EXPM1: _unary(lambda n, x, out: lax.add(out, full(1, n))),
+    Op.LOG1P: lambda n, xs, ts, out: lax.div(ts[0], lax.add(xs[0], full(1, n))),
+    Op.CBRT: lambda n, xs, ts, out: lax.div(ts[0], lax.mul(full(3, n), lax.mul(out, out))),
+    Op.ERF: _unary(lambda n, x, out: lax.mul(full(2 / np.sqrt(np.pi), n), lax.exp(lax.neg(lax.mul(x, x))))),
+    Op.ATAN2: _atan2,
+    Op.NEXT_AFTER: _next_after,
 }
 
 #: The op table's ops without a JVP rule, and why their output tangent is zero (or never asked).
@@ -192,6 +222,16 @@ NO_JVP: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # elementwise completeness and bit operations
+    Op.ROUND_NEAREST_EVEN: "piecewise constant: the derivative is zero wherever it exists",
+    Op.IS_FINITE: "bool output: not differentiable",
+    Op.XOR: "integer/bool output: not differentiable",
+    Op.SHIFT_LEFT: "integer output: not differentiable",
+    Op.SHIFT_RIGHT_LOGICAL: "integer output: not differentiable",
+    Op.SHIFT_RIGHT_ARITHMETIC: "integer output: not differentiable",
+    Op.POPCNT: "integer output: not differentiable",
+    Op.CLZ: "integer output: not differentiable",
+    Op.BITCAST_CONVERT: "reinterprets bits (an integer operand or result): not differentiable",
     # control flow
     Op.WHILE: "no JVP rule yet: forward mode through a loop that reads a tangent raises, never a zero tangent",
     Op.CONDITIONAL: "no JVP rule yet: forward mode through a conditional that reads a tangent raises, "

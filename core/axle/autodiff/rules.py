@@ -151,6 +151,24 @@ def _dot(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     return [glhs, grhs]
 
 
+# elementwise completeness
+
+
+def _atan2(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    y, x = xs  # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
+    r = lax.div(ct, lax.add(lax.mul(x, x), lax.mul(y, y)))
+    return [lax.mul(r, x), lax.neg(lax.mul(r, y))]
+
+
+def _cbrt(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    return [lax.div(ct, lax.mul(full(3, n), lax.mul(out, out)))]
+
+
+def _erf(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    x = xs[0]
+    return [lax.mul(ct, lax.mul(full(2 / np.sqrt(np.pi), n), lax.exp(lax.neg(lax.mul(x, x)))))]
+
+
 # ------------------------------------------------------------------ data movement
 
 
@@ -204,6 +222,19 @@ def _concatenate(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     return outs
 
 
+def _sort(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    # The result is operand `index` permuted by perm (which only the keys decide, piecewise
+    # constantly): its cotangent goes back to perm's positions, i.e. sorted by perm. No
+    # gather or scatter needed: a second sort carries ct to where each element came from.
+    a = n.attr
+    shape, dim = n.tensor_type.shape, a["dimension"]
+    pos = lax.iota(np.int64, shape, dim)
+    perm = lax.sort_one([*xs[:a["num_keys"]], pos], dim, a["num_keys"], bool(a["descending"]), a["num_keys"])
+    grads: list[Value | None] = [None] * len(xs)
+    grads[a["index"]] = lax.sort_one([perm, ct], dim, 1, False, 1)
+    return grads
+
+
 VJP: dict[Op, Rule] = {
     Op.NEG: lambda n, xs, out, ct: [lax.neg(ct)],
     Op.ABS: _abs,
@@ -237,7 +268,18 @@ VJP: dict[Op, Rule] = {
     Op.PAD: _pad,
     Op.CONCATENATE: _concatenate,
     Op.REVERSE: lambda n, xs, out, ct: [lax.reverse(ct, n.attr["dimensions"])],
+    # elementwise completeness
+    Op.TAN: lambda n, xs, out, ct: [lax.mul(ct, lax.add(full(1, n), lax.mul(out, out)))],
+    Op.EXPM1: lambda n, xs, out, ct: [lax.mul(ct, lax.add(out, full(1, n)))],
+    Op.LOG1P: lambda n, xs, out, ct: [lax.div(ct, lax.add(xs[0], full(1, n)))],
+    Op.CBRT: _cbrt,
+    Op.ERF: _erf,
+    Op.ATAN2: _atan2,
+    Op.ROUND_NEAREST_EVEN: lambda n, xs, out, ct: [None],
+    Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
+    # sorting
+    Op.SORT: _sort,
 }
 
 #: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).
-DIFFERENTIABLE: frozenset[Op] = frozenset(VJP) - {Op.FLOOR, Op.CEIL, Op.SIGN}
+DIFFERENTIABLE: frozenset[Op] = frozenset(VJP) - {Op.FLOOR, Op.CEIL, Op.SIGN, Op.ROUND_NEAREST_EVEN}

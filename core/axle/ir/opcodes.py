@@ -56,9 +56,29 @@ class Op(enum.Enum):
     # others
     RNG_BIT_GENERATOR = "rng-bit-generator"
     CUSTOM_CALL = "custom-call"
+    # elementwise completeness (float)
+    ATAN2 = "atan2"
+    TAN = "tan"
+    EXPM1 = "exponential-minus-one"
+    LOG1P = "log-plus-one"
+    CBRT = "cbrt"
+    ERF = "erf"
+    ROUND_NEAREST_EVEN = "round-nearest-even"
+    IS_FINITE = "is-finite"
+    NEXT_AFTER = "next-after"
+    # bit operations
+    XOR = "xor"
+    SHIFT_LEFT = "shift-left"
+    SHIFT_RIGHT_LOGICAL = "shift-right-logical"
+    SHIFT_RIGHT_ARITHMETIC = "shift-right-arithmetic"
+    POPCNT = "popcnt"
+    CLZ = "count-leading-zeros"
+    BITCAST_CONVERT = "bitcast-convert"
     # control flow
     WHILE = "while"
     CONDITIONAL = "conditional"
+    # sorting
+    SORT = "sort"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

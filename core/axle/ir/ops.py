@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
+from . import bitwise
 from .computation import Computation
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
@@ -215,6 +216,16 @@ def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> Reference:
         if x.dtype == np.float16:
             return f(x.astype(np.float32)).astype(np.float16)
         return f(x).astype(x.dtype, copy=False)
+
+    return _quiet(ref)
+
+
+def _float_binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Reference:
+    # float16 is computed in float32 and rounded once, as _float_unary.
+    def ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float16:
+            return f(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        return f(x, y).astype(x.dtype, copy=False)
 
     return _quiet(ref)
 
@@ -476,6 +487,43 @@ def _conditional_ref(index: np.ndarray, *operands: np.ndarray, branches: tuple[C
     return call(branches[branch_index(index, len(branches))], operands)
 
 
+# ------------------------------------------------------------------------------ sorting
+
+
+def sort_permutation(keys: Sequence[np.ndarray], descending: bool) -> np.ndarray:
+    """The stable permutation sorting the rows of ``keys`` (arrays of shape [rows, n])
+    lexicographically, ``keys[0]`` first: ``perm[r, j]`` is the position in row r of the
+    j-th smallest (largest when ``descending``) element. NumPy's order: NaN after +inf
+    (before it when descending), -0.0 equal to +0.0, ties in their original order."""
+    rows, n = keys[0].shape
+    perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
+    # LSD radix order over the keys: each pass a stable sort by one key of the current order.
+    for k in reversed(keys):
+        cur = np.take_along_axis(k, perm, axis=1)
+        if descending:
+            # stable descending = reverse, stable ascending, reverse (ties keep their order)
+            order = n - 1 - np.argsort(cur[:, ::-1], axis=1, kind="stable")[:, ::-1]
+        else:
+            order = np.argsort(cur, axis=1, kind="stable")
+        perm = np.take_along_axis(perm, order, axis=1)
+    return perm
+
+
+def _sort(*xs: np.ndarray, dimension: int, num_keys: int, descending: int, index: int) -> np.ndarray:
+    n = xs[0].shape[dimension]
+
+    def rows(a: np.ndarray) -> np.ndarray:
+        return np.moveaxis(a, dimension, -1).reshape(-1, n)
+
+    out = xs[index]
+    if out.size == 0:
+        return out.copy()
+    perm = sort_permutation([rows(k) for k in xs[:num_keys]], bool(descending))
+    flat = np.take_along_axis(rows(out), perm, axis=1)
+    moved = np.moveaxis(out, dimension, -1).shape
+    return np.moveaxis(flat.reshape(moved), -1, dimension).copy()
+
+
 # ------------------------------------------------------------------------ shape rules
 
 
@@ -614,6 +662,26 @@ def _rng_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
     return attrs["shape"]
 
 
+def _sort_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
+    shape = _same_shape(op, ts, attrs)
+    dim, num_keys, idx = attrs["dimension"], attrs["num_keys"], attrs["index"]
+    if not 0 <= dim < len(shape):
+        raise _shape_error(op, ts, f"dimension {dim} is out of range for rank {len(shape)} (a scalar has "
+                                   f"nothing to sort)")
+    if not 1 <= num_keys <= len(ts):
+        raise _shape_error(op, ts, f"num_keys={num_keys} must be in [1, {len(ts)}] (the operand count)")
+    if not 0 <= idx < len(ts):
+        raise _shape_error(op, ts, f"index={idx} must name an operand in [0, {len(ts)})")
+    if attrs["descending"] not in (0, 1):
+        raise _shape_error(op, ts, f"descending={attrs['descending']} must be 0 or 1")
+    return shape
+
+
+def _sort_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    _sort_shape(op, ts, attrs)  # the dtype rule runs first: index must name an operand
+    return ts[attrs["index"]].dtype
+
+
 def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
     with np.errstate(all="ignore"):
         return convert_array(x, dtype)
@@ -748,6 +816,44 @@ _def(Op.CUSTOM_CALL, None, _attr_shape, _attr_dtype, _custom_call,
             AttrSpec("config", AttrKind.STR, "")),
      traits=Traits(side_effect=True, fusible=False),
      doc="Calls a named external function; its reference is registered with register_custom_call.")
+
+# elementwise completeness (float): StableHLO/CHLO names and semantics
+_FLOAT_FNS: list[tuple[Op, Callable[[np.ndarray], np.ndarray]]] = [
+    (Op.TAN, np.tan), (Op.EXPM1, np.expm1), (Op.LOG1P, np.log1p), (Op.CBRT, np.cbrt), (Op.ERF, bitwise.erf)]
+for _op, _fn in _FLOAT_FNS:
+    _def(_op, 1, _first_shape, _same_dtype, _float_unary(_fn), traits=_EW_T, operand_dtypes=FLOATS)
+_def(Op.ATAN2, 2, _same_shape, _same_dtype, _float_binary(np.arctan2), traits=_EW_T, operand_dtypes=FLOATS,
+     doc="atan2(y, x): the angle of (x, y) in [-pi, pi], signed zeros and infinities as C's atan2.")
+_def(Op.ROUND_NEAREST_EVEN, 1, _first_shape, _same_dtype, _quiet(np.rint), traits=_EW, operand_dtypes=FLOATS,
+     doc="Rounds to the nearest integer, ties to even (NumPy's rint/round).")
+_def(Op.IS_FINITE, 1, _first_shape, _bool_dtype, _quiet(np.isfinite), traits=_EW, operand_dtypes=FLOATS,
+     doc="-> pred: neither NaN nor an infinity.")
+_def(Op.NEXT_AFTER, 2, _same_shape, _same_dtype, _quiet(bitwise.next_after), traits=_EW, operand_dtypes=FLOATS,
+     doc="The next representable value after x towards y (float16 in its own format; y if x == y; NaN if either is).")
+
+# bit operations: integer dtypes by property (every signed and unsigned width), xor also pred
+_INTS: frozenset[DType] = frozenset(d for d in ALL_DTYPES if d.is_int)
+_def(Op.XOR, 2, _same_shape, _same_dtype, _quiet(bitwise.xor), traits=_EW_C,
+     operand_dtypes=_INTS | {DType.BOOL}, doc="Logical (pred) or bitwise exclusive or.")
+for _op, _f in [(Op.SHIFT_LEFT, bitwise.shift_left), (Op.SHIFT_RIGHT_LOGICAL, bitwise.shift_right_logical),
+                (Op.SHIFT_RIGHT_ARITHMETIC, bitwise.shift_right_arithmetic)]:
+    _def(_op, 2, _same_shape, _same_dtype, _quiet(_f), traits=_EW, operand_dtypes=_INTS,
+         doc="The amount is read as unsigned; amounts >= the bit width give 0 (arithmetic: the sign fill).")
+_def(Op.POPCNT, 1, _first_shape, _same_dtype, bitwise.popcnt, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of set bits.")
+_def(Op.CLZ, 1, _first_shape, _same_dtype, bitwise.count_leading_zeros, traits=_EW, operand_dtypes=_INTS,
+     doc="The number of leading zero bits; the bit width for 0.")
+_def(Op.BITCAST_CONVERT, 1, bitwise.first_shape, bitwise.bitcast_dtype, bitwise.bitcast_convert,
+     attrs=(AttrSpec("dtype", AttrKind.DTYPE),), traits=_EW,
+     doc="Reinterprets each element's bits as `dtype` of the same bit width (no width change).")
+
+# sorting
+_def(Op.SORT, None, _sort_shape, _sort_dtype, _sort,
+     attrs=(AttrSpec("dimension", AttrKind.INT), AttrSpec("num_keys", AttrKind.INT, 1),
+            AttrSpec("descending", AttrKind.INT, 0), AttrSpec("index", AttrKind.INT, 0)),
+     traits=Traits(fusible=False), min_arity=1,
+     doc="Operand `index` reordered by a stable sort of each row along `dimension`, keyed "
+         "lexicographically by operands [0, num_keys); NaN last (first when descending), -0.0 == +0.0.")
 
 # control flow
 _def(Op.WHILE, None, None, None, _while_ref,

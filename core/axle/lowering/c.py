@@ -86,6 +86,10 @@ class C99:
     #: per-op replacements of the float unary table, for a compiler that gets a builtin
     #: wrong (each entry: ``(dialect, dtype, x) -> expression``; see axle_opencl.render)
     float_unary_override: ClassVar[dict[Op, Callable[[type[C99], DType, str], str]]] = {}
+    #: bit counts of an unsigned register value: GCC/Clang builtins (clz of 0 is undefined
+    #: there, so the renderer guards it)
+    popcount: ClassVar[dict[int, str]] = {32: "__builtin_popcount({x})", 64: "__builtin_popcountll({x})"}
+    clz: ClassVar[dict[int, str]] = {32: "__builtin_clz({x})", 64: "__builtin_clzll({x})"}
 
 
 class OpenCLC(C99):
@@ -118,6 +122,8 @@ class OpenCLC(C99):
     float_cast = {DType.FLOAT32: "convert_float", DType.FLOAT64: "convert_double"}
     #: many GPUs have no doubles (cl_khr_fp64): the reduce table's accumulators
     wide_float_sums = False
+    popcount = {32: "popcount({x})", 64: "popcount({x})"}
+    clz = {32: "clz({x})", 64: "clz({x})"}
 
 
 Dialect = type[C99]
@@ -139,6 +145,7 @@ def helpers(d: Dialect) -> dict[str, str]:
         "axle_rh_d": f"{d.helper_prefix} float axle_rh_d(double x) {{ ushort t; vstore_half_rte(x, 0, "
                      "(__private half*)&t); return vload_half(0, (__private const half*)&t); }",
     }
+    out.update(_bit_helpers(d))
     for dt in (DType.INT32, DType.INT64):
         t, u, lo, hi = d.reg[dt], d.unsigned[dt], d.int_min[dt], d.int_max[dt]
         s = t.replace("_t", "")
@@ -159,6 +166,36 @@ def helpers(d: Dialect) -> dict[str, str]:
         out[f"axle_sat_{s}"] = (f"{d.helper_prefix} {t} axle_sat_{s}(double x) {{\n"
                                 f"  return x != x ? 0 : x <= -{float(2 ** bits)!r} ? {lo} : "
                                 f"x >= {float(2 ** bits - 1)!r} ? {hi} : ({t})x;\n}}")
+    return out
+
+
+def _bitcastable(d: Dialect) -> list[tuple[DType, DType]]:
+    """(source, destination) pairs of equal width whose registers hold their storage type."""
+    regs = [dt for dt in d.reg if not dt.is_bool and d.reg[dt] == d.storage[dt]]
+    return [(a, b) for a in regs for b in regs if a is not b and a.itemsize == b.itemsize]
+
+
+def _bit_helpers(d: Dialect) -> dict[str, str]:
+    out = {}
+    for a, b in _bitcastable(d):  # a union: C's and OpenCL C's defined way to reinterpret bits
+        out[f"axle_bc_{a.value}_{b.value}"] = (
+            f"{d.helper_prefix} {d.reg[b]} axle_bc_{a.value}_{b.value}({d.reg[a]} x) {{ "
+            f"union {{ {d.reg[a]} a; {d.reg[b]} b; }} u; u.a = x; return u.b; }}")
+    # nextafter in float16's own format on a float register holding a half: the step is
+    # the half ulp of |x|'s binade (of the binade below when moving down from a power of
+    # two), never below the smallest subnormal 2^-24; x + step is exact in float (a zero
+    # result, from the smallest subnormal towards zero, keeps x's sign).
+    frexp, ldexp = _fn(d, DType.FLOAT32, "frexp"), _fn(d, DType.FLOAT32, "ldexp")
+    out["axle_nextafter_h"] = (
+        f"{d.helper_prefix} float axle_nextafter_h(float x, float y) {{\n"
+        "  if (x != x || y != y) return x + y;\n  if (x == y) return y;\n"
+        "  if (isinf(x)) return copysign(65504.0f, x);  /* from an infinity: the largest half */\n"
+        "  if (x == 0) return y > 0 ? 5.9604644775390625e-08f : -5.9604644775390625e-08f;\n"
+        f"  int e; float m = {frexp}(fabs(x), &e);\n"
+        "  int k = ((x < y) != (x > 0) && m == 0.5f) ? e - 12 : e - 11;\n"
+        f"  float step = {ldexp}(1.0f, k < -24 ? -24 : k);\n"
+        "  float r = x < y ? x + step : x - step;\n"
+        "  return r == 0 ? copysign(0.0f, x) : r;  /* -2^-24 + 2^-24 is +0: keep x's sign */\n}")
     return out
 
 
@@ -221,6 +258,13 @@ FLOAT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.COS: lambda d, dt, x: f"{_fn(d, dt, 'cos')}({x})",
     Op.FLOOR: lambda d, dt, x: f"{_fn(d, dt, 'floor')}({x})",
     Op.CEIL: lambda d, dt, x: f"{_fn(d, dt, 'ceil')}({x})",
+    # elementwise completeness: C99 / OpenCL C builtins (rint: ties to even)
+    Op.TAN: lambda d, dt, x: f"{_fn(d, dt, 'tan')}({x})",
+    Op.EXPM1: lambda d, dt, x: f"{_fn(d, dt, 'expm1')}({x})",
+    Op.LOG1P: lambda d, dt, x: f"{_fn(d, dt, 'log1p')}({x})",
+    Op.CBRT: lambda d, dt, x: f"{_fn(d, dt, 'cbrt')}({x})",
+    Op.ERF: lambda d, dt, x: f"{_fn(d, dt, 'erf')}({x})",
+    Op.ROUND_NEAREST_EVEN: lambda d, dt, x: f"{_fn(d, dt, 'rint')}({x})",
     # NumPy's sign: NaN stays NaN, both zeros give +0.0
     Op.SIGN: lambda d, dt, x: f"(isnan({x}) ? {x} : ({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
 }
@@ -234,9 +278,17 @@ FLOAT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     # IEEE 754-2019 maximum/minimum: NaN-propagating (fmax/fmin drop NaNs) and -0.0 < +0.0
     Op.MAX: lambda d, dt, a, b: f"(({a} > {b} || isnan({a}) || ({a} == {b} && !signbit({a}))) ? {a} : {b})",
     Op.MIN: lambda d, dt, a, b: f"(({a} < {b} || isnan({a}) || ({a} == {b} && signbit({a}))) ? {a} : {b})",
+    Op.ATAN2: lambda d, dt, a, b: f"{_fn(d, dt, 'atan2')}({a}, {b})",
+    # float16 steps in its own format (a float nextafter would round back to x)
+    Op.NEXT_AFTER: lambda d, dt, a, b: (f"axle_nextafter_h({a}, {b})" if dt is DType.FLOAT16
+                                        else f"{_fn(d, dt, 'nextafter')}({a}, {b})"),
 }
 #: float16 results of these are operands already: no rounding
-EXACT_HALF = frozenset({Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SIGN})
+EXACT_HALF = frozenset({Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SIGN, Op.ROUND_NEAREST_EVEN})
+
+
+def _width(dt: DType) -> int:
+    return dt.itemsize * 8
 
 
 def _s(d: Dialect, dt: DType) -> str:
@@ -252,6 +304,9 @@ INT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.ABS: lambda d, dt, x: f"axle_abs_{_s(d, dt)}({x})",
     Op.SIGN: lambda d, dt, x: f"(({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
     Op.NOT: lambda d, dt, x: f"(~{x})",
+    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){d.popcount[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})",
+    Op.CLZ: lambda d, dt, x: (f"({x} == 0 ? {_width(dt)} : ({d.reg[dt]})"
+                              f"{d.clz[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})"),
 }
 INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ADD: _wrap("+"), Op.SUB: _wrap("-"), Op.MUL: _wrap("*"),
@@ -262,12 +317,23 @@ INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.MIN: lambda d, dt, a, b: f"({a} < {b} ? {a} : {b})",
     Op.AND: lambda d, dt, a, b: f"({a} & {b})",
     Op.OR: lambda d, dt, a, b: f"({a} | {b})",
+    Op.XOR: lambda d, dt, a, b: f"({a} ^ {b})",
+    # StableHLO shifts: the amount read as unsigned, >= the width gives 0 (or the sign
+    # fill); the ternary never evaluates an out-of-range shift (undefined in C)
+    Op.SHIFT_LEFT: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                        f"({d.reg[dt]})(({d.unsigned[dt]}){a} << ({d.unsigned[dt]}){b}) : 0)"),
+    Op.SHIFT_RIGHT_LOGICAL: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                                 f"({d.reg[dt]})(({d.unsigned[dt]}){a} >> ({d.unsigned[dt]}){b}) : 0)"),
+    # signed registers: >> of a negative value is arithmetic in GCC, Clang and OpenCL C
+    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
+                                                    f"({a} >> ({d.unsigned[dt]}){b}) : ({a} < 0 ? -1 : 0))"),
 }
 #: bools are int 0/1 in registers; add and multiply (the sum and prod reductions) are or, and
 BOOL_UNARY: dict[Op, Callable[[Expr], Expr]] = {Op.NOT: lambda x: f"(!{x})"}
 BOOL_BINARY: dict[Op, Callable[[Expr, Expr], Expr]] = {
     Op.AND: lambda a, b: f"({a} & {b})", Op.MIN: lambda a, b: f"({a} & {b})", Op.MUL: lambda a, b: f"({a} & {b})",
     Op.OR: lambda a, b: f"({a} | {b})", Op.MAX: lambda a, b: f"({a} | {b})", Op.ADD: lambda a, b: f"({a} | {b})",
+    Op.XOR: lambda a, b: f"({a} ^ {b})",
 }
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -315,6 +381,20 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
     if dst is DType.FLOAT32 and src is DType.FLOAT16:
         return x
     return f"{d.float_cast[dst]}({x})"
+
+
+def is_finite(x: Expr) -> Expr:
+    """is-finite as 0/1 (C's isfinite macro may return any nonzero value)."""
+    return f"(isfinite({x}) != 0)"
+
+
+def bitcast(d: Dialect, n: Node, x: Expr) -> Expr:
+    """bitcast-convert node ``n`` of the register value ``x`` (a union helper)."""
+    src, dst = n.operands[0].dtype, n.dtype
+    if (src, dst) not in _bitcastable(d):
+        raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
+                           "form", where=n.loc)
+    return f"axle_bc_{src.value}_{dst.value}({x})"
 
 
 def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
@@ -571,6 +651,12 @@ class _KernelBuilder:
         a, b = (self.value(o, idx) for o in n.operands)
         return compare(n.attr["direction"], a, b)
 
+    def _is_finite(self, n: Node, idx: Idx) -> str:
+        return is_finite(self.value(n.operands[0], idx))
+
+    def _bitcast(self, n: Node, idx: Idx) -> str:
+        return bitcast(self.d, n, self.value(n.operands[0], idx))
+
     def _select(self, n: Node, idx: Idx) -> str:
         p, a, b = (self.value(o, idx) for o in n.operands)
         return f"({p} ? {a} : {b})"
@@ -672,6 +758,9 @@ _RULES: dict[Op, _Rule] = {
     Op.REDUCE: _KernelBuilder._reduce, Op.DOT_GENERAL: _KernelBuilder._dot,
     **{op: _KernelBuilder._movement for op in ix.MOVEMENT},
     **{op: _KernelBuilder._elementwise for op in (*FLOAT_UNARY, *FLOAT_BINARY, Op.NOT, Op.AND, Op.OR)},
+    # bit operations and elementwise completeness
+    **{op: _KernelBuilder._elementwise for op in (*INT_UNARY, *INT_BINARY)},
+    Op.IS_FINITE: _KernelBuilder._is_finite, Op.BITCAST_CONVERT: _KernelBuilder._bitcast,
 }
 
 #: ops a fusion rendered by :class:`CRenderer` may contain

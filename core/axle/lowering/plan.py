@@ -29,7 +29,7 @@ from .schedule import outputs_of
 from .split import split_reduction
 
 #: the launch kind of an unfused op (every other op is a "loop": one value per output element)
-_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call"}
+_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort"}
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class KernelLaunch:
 
     ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``) for a
     fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
-    dot_general) or ``custom-call`` (a call of a registered host function)."""
+    dot_general), ``custom-call`` (a call of a registered host function) or ``sort`` (a
+    sort along one dimension: each row of that dimension sorted on its own)."""
 
     node: Node  # the entry node launched (its op, attributes and source location)
     computation: Computation

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from . import _array_methods  # noqa: F401 - attaches the operators and methods of axle arrays
 from ._core import *  # noqa: F403 - the package is its modules' public names
+from ._elementwise import *  # noqa: F403 - the package is its modules' public names
 from ._index import *  # noqa: F403 - the package is its modules' public names
 from ._linalg import *  # noqa: F403 - the package is its modules' public names
 from ._math import *  # noqa: F403 - the package is its modules' public names
 from ._shape import *  # noqa: F403 - the package is its modules' public names
+from ._sort import *  # noqa: F403 - the package is its modules' public names
 
 __all__ = [n for n in dir() if not n.startswith("_")]

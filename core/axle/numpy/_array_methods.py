@@ -39,14 +39,16 @@ from ._core import (
     true_divide,
 )
 from ._core import add as _add
+from ._elementwise import bitwise_left_shift, bitwise_right_shift, bitwise_xor, clip
 from ._index import _AtIndexer, getitem, take
-from ._math import all, any, argmax, argmin, clip, std, var
+from ._math import all, any, argmax, argmin, std, var
 from ._shape import swapaxes
 
 #: ``__name__`` and ``__rname__`` for each binary operator
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": _add, "sub": subtract, "mul": multiply, "truediv": true_divide, "floordiv": floor_divide,
     "mod": remainder, "pow": power, "matmul": matmul, "and": bitwise_and, "or": bitwise_or,
+    "xor": bitwise_xor, "lshift": bitwise_left_shift, "rshift": bitwise_right_shift,
 }
 #: comparisons (no reflected form: Python swaps ``<`` and ``>`` itself)
 COMPARE: dict[str, Callable[[Any, Any], Any]] = {
@@ -103,7 +105,7 @@ METHODS: dict[str, Callable[..., Any]] = {
                                                         ("any", any))},
     "var": _moment(var),
     "std": _moment(std),
-    "clip": lambda self, a_min=None, a_max=None: clip(self, a_min, a_max),
+    "clip": lambda self, min=None, max=None, **kw: clip(self, min, max, **kw),  # noqa: A006 - the standard's names
     "squeeze": lambda self, axis=None: squeeze(self, axis),
     "swapaxes": lambda self, a, b: swapaxes(self, a, b),
     "dot": lambda self, o: dot(self, o),

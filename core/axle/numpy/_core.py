@@ -236,10 +236,37 @@ def power(x: ArrayLike, y: ArrayLike) -> Any:
     return _finish(lax.pow(a, b), x, y)
 
 
+def _float_signbit(x: Any) -> Any:
+    """The sign bit of a float array (set for -0.0 and negative NaNs), read through its
+    bits; float16 through float32 (exact), for want of a 16-bit integer."""
+    xf = lax.convert(x, _np.float32) if x.dtype.itemsize < 4 else x
+    bits = lax.bitcast_convert(xf, _np.dtype(f"int{xf.dtype.itemsize * 8}"))
+    return lax.compare(bits, _zeros_like(bits), "lt")
+
+
+def _float_floor_divide(a: Any, b: Any) -> Any:
+    """NumPy's npy_divmod: (a - fmod(a, b)) / b, corrected by one where the remainder's
+    sign differs from b's, rounded to the nearest integer; a zero quotient takes the sign
+    of a / b; b == 0 gives a / b (inf or NaN). floor(a / b) is off by one where a / b
+    rounds up to an integer (1.0 // 0.1 is 9.0, not 10.0)."""
+    zero, one = _zeros_like(a), _ones_like(a)
+    mod = lax.rem(a, b)
+    q = lax.div(a, b)
+    div = lax.div(lax.sub(a, mod), b)
+    adjust = lax.and_(lax.compare(mod, zero, "ne"),
+                      lax.compare(lax.compare(b, zero, "lt"), lax.compare(mod, zero, "lt"), "ne"))
+    div = lax.select(adjust, lax.sub(div, one), div)
+    fl = lax.floor(div)
+    fl = lax.select(lax.compare(lax.sub(div, fl), _full_like_value(a, 0.5), "gt"), lax.add(fl, one), fl)
+    signed_zero = lax.select(_float_signbit(q), lax.neg(zero), zero)
+    fl = lax.select(lax.compare(div, zero, "eq"), signed_zero, fl)
+    return lax.select(lax.compare(b, zero, "eq"), q, fl)
+
+
 def floor_divide(x: ArrayLike, y: ArrayLike) -> Any:
     a, b = _prepare("floor_divide", x, y)
     if a.dtype.kind == "f":
-        return lax.floor(lax.div(a, b))
+        return _finish(_float_floor_divide(a, b), x, y)
     if a.dtype == _np.bool_:
         a, b = astype(a, _np.int64), astype(b, _np.int64)
     q = lax.div(a, b)
@@ -259,8 +286,11 @@ def remainder(x: ArrayLike, y: ArrayLike) -> Any:
                    lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
     r = lax.select(fix, lax.add(r, b), r)
     if a.dtype.kind != "f":
-        r = lax.select(lax.compare(b, zero, "eq"), zero, r)  # NumPy: x % 0 == 0 for integers
-    return r
+        return lax.select(lax.compare(b, zero, "eq"), zero, r)  # NumPy: x % 0 == 0 for integers
+    # NumPy: a zero remainder takes the sign of b (remainder(-0.0, 1.0) is +0.0); where r
+    # is 0, b is neither 0 nor NaN (those give NaN)
+    signed_zero = lax.select(lax.compare(b, zero, "lt"), lax.neg(zero), zero)
+    return _finish(lax.select(lax.compare(r, zero, "eq"), signed_zero, r), x, y)
 
 
 mod = remainder

@@ -19,17 +19,14 @@ from ._core import (
     _norm_axis,
     _prepare,
     _reduce,
-    _to_value,
     asarray,
     astype,
     equal,
     exp,
     full,
-    logical_not,
     matmul,
     maximum,
     mean,
-    minimum,
     moveaxis,
     multiply,
     not_equal,
@@ -41,40 +38,9 @@ from ._core import (
     where,
 )
 from ._core import abs as _abs
+from ._elementwise import log1p
 
 ArrayLike = Any
-
-
-def _float_in(x: ArrayLike) -> Any:
-    x = asarray(x) if not _is_array(x) else x
-    return _to_value(x, x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64)), x
-
-
-def log1p(x: ArrayLike) -> Any:
-    """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg's trick)."""
-    xf, orig = _float_in(x)
-    u = lax.add(xf, _scalar(1, xf))
-    um1 = lax.sub(u, _scalar(1, xf))
-    exact = lax.compare(um1, _scalar(0, xf), "eq")
-    safe = lax.select(exact, _scalar(1, xf), um1)
-    ratio = lax.mul(lax.log(u), lax.div(xf, safe))
-    # u == inf: log(inf) * inf/inf would be nan; log1p(inf) = inf
-    inf = lax.compare(u, _scalar(math.inf, xf), "eq")
-    return _finish(lax.select(exact, xf, lax.select(inf, u, ratio)), orig)
-
-
-def expm1(x: ArrayLike) -> Any:
-    """exp(x) - 1, accurate for tiny x: (u - 1) * x / log(u) with u = exp(x)."""
-    xf, orig = _float_in(x)
-    u = lax.exp(xf)
-    um1 = lax.sub(u, _scalar(1, xf))
-    logu = lax.log(u)
-    exact = lax.compare(um1, _scalar(0, xf), "eq")
-    degenerate = lax.or_(lax.compare(um1, _scalar(-1, xf), "eq"),
-                         lax.compare(u, _scalar(math.inf, xf), "eq"))
-    safe_log = lax.select(lax.or_(exact, degenerate), _scalar(1, xf), logu)
-    ratio = lax.mul(um1, lax.div(xf, safe_log))
-    return _finish(lax.select(exact, xf, lax.select(degenerate, um1, ratio)), orig)
 
 
 def _scalar(v: Any, like: Any) -> Any:
@@ -98,20 +64,6 @@ def isinf(x: ArrayLike) -> Any:
     if x.dtype.kind != "f":
         return full(x.shape, False, bool)
     return equal(lax.abs(x), _scalar(math.inf, x))
-
-
-def isfinite(x: ArrayLike) -> Any:
-    return logical_not(isnan(x) | isinf(x))
-
-
-def clip(x: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None) -> Any:
-    """min(max(x, a_min), a_max); NaN in x stays NaN, as in NumPy."""
-    out = x
-    if a_min is not None:
-        out = maximum(out, a_min)
-    if a_max is not None:
-        out = minimum(out, a_max)
-    return out
 
 
 def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False,

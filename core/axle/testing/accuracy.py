@@ -90,16 +90,19 @@ class Measured:
 def _module(op: Op, dtype: DType, n: int) -> Module:
     """op on one (pow: two) dtype[n] parameters."""
     b = Builder(f"acc_{op.name.lower()}_{dtype.name.lower()}")
-    xs = [b.parameter(f"{dtype.value}[{n}]") for _ in range(2 if op is Op.POW else 1)]
+    xs = [b.parameter(f"{dtype.value}[{n}]") for _ in range(OPS[op].arity or 1)]
     return b.build(b.op(op, *xs))
 
 
 def inputs(op: Op, dtype: DType, per_binade: int, seed: int = 0) -> list[np.ndarray]:
-    """The sweep's inputs for ``op``: x over every binade; for pow also y in [-4, 4]."""
+    """The sweep's inputs for ``op``: x over every binade; for pow also y in [-4, 4]; for
+    atan2 the second operand is the same sweep shuffled (every ratio of magnitudes)."""
     rng = np.random.default_rng(seed)
     x = binade_sweep(dtype, per_binade, rng, positive=op in _POSITIVE)
     if op is Op.POW:
         return [x, rng.uniform(-4.0, 4.0, x.size).astype(dtype.np)]
+    if OPS[op].arity == 2:
+        return [x, rng.permutation(x)]
     return [x]
 
 

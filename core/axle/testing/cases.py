@@ -84,11 +84,19 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
     return x
 
 
+#: Transcendental ops held to a bound in ulps (float32/float64) rather than the general
+#: transcendental tolerance: every shipped backend measured within 3.2 ulps of the exact
+#: value (docs/reliability.md), and the interpreter's NumPy within a few more.
+ULP_TOLERANCE: dict[Op, int] = {op: 16 for op in (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2)}
+
+
 def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
     """(rtol, atol) a backend must meet against the interpreter."""
     transcendental = op is not None and OPS[op].traits.transcendental
     base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
-    if transcendental:
+    if op in ULP_TOLERANCE and dt in (DType.FLOAT32, DType.FLOAT64):
+        base = ULP_TOLERANCE[op] * float(np.finfo(dt.np).eps)
+    elif transcendental:
         base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
     if n_reduced > 1:
         base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
@@ -339,6 +347,78 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+def _bitcast(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase | None:
+    if src is dst or src.is_bool or dst.is_bool or src.itemsize != dst.itemsize:
+        return None  # only same-width bitcasts exist (docs/ir.md)
+    return _case(f"bitcast-convert-{src.value}-to-{dst.value}", lambda b, p: b.op(op, p[0], dtype=dst),
+                 [_t(src, (37,))], rng)
+
+
+def _shift_amounts(op: Op) -> list[OpCase]:
+    """Every amount from -2 to 2 * width + 1 (the out-of-range ones give 0 or the sign
+    fill) against values with the top bit set and clear, per integer dtype."""
+    out = []
+    for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
+        info = np.iinfo(dt.np)
+        amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
+        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
+    return out
+
+
+_SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e-5, 6e-8, 6e4, 1e30)
+
+
+def _special_pairs(op: Op) -> list[OpCase]:
+    """Every pair of special values (the grid's inputs pair each special only with itself),
+    per float dtype: next-after from an infinity or towards the other zero, atan2 of zeros
+    and infinities."""
+    out = []
+    for dt in FLOAT_DTYPES:
+        with np.errstate(all="ignore"):
+            k = np.array(_SPECIALS).astype(dt.np)
+        a, b = (g.ravel() for g in np.meshgrid(k, k))
+        out.append(_explicit_case(f"{op.value}-special-pairs-{dt.value}", lambda bl, p: bl.op(op, *p), [a, b]))
+    return out
+
+def tie_heavy(rng: np.random.Generator, t: TensorType) -> np.ndarray:
+    """Values with many ties (a handful of distinct keys), and for floats NaN, +-inf and
+    both zeros scattered anywhere: what a sort's order, stability and NaN placement need."""
+    dt = t.dtype
+    if dt.is_bool:
+        return rng.random(t.shape) < 0.5
+    x = rng.integers(-2, 3, size=t.shape).astype(dt.np)
+    flat = x.reshape(-1)
+    specials = ([np.nan, np.inf, -np.inf, 0.0, -0.0] if dt.is_float
+                else [np.iinfo(dt.np).min, np.iinfo(dt.np).max, 0])
+    if flat.size:
+        at = rng.integers(0, flat.size, size=max(1, flat.size // 4))
+        flat[at] = rng.choice(np.array(specials, dt.np), size=at.size)
+    return x
+
+
+def _sort(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    # keys of dt, then an s32 iota along the dimension: when `index` names it the result is
+    # the permutation itself, so order, stability and NaN placement are all checked exactly
+    shape, dim, num_keys, descending, index = spec
+
+    def build(b: Builder, p: list[Node]) -> Node:
+        pos = b.iota(shape=shape, dtype=DType.INT32, dimension=dim)
+        return b.op(Op.SORT, *p, pos, dimension=dim, num_keys=num_keys, descending=descending, index=index)
+
+    order = "desc" if descending else "asc"
+    types = [_t(dt, shape)] * num_keys
+    case = _case(f"sort-{dt.value}{list(shape)}-dim{dim}-keys{num_keys}-{order}-out{index}", build, types, rng)
+    return OpCase(case.id, case.module, [tie_heavy(rng, t) for t in types], case.ops)
+
+
+#: (shape, dimension, num_keys, descending, index): index num_keys is the iota (an argsort)
+_SORT_SPECS = (
+    ((7,), 0, 1, 0, 0), ((7,), 0, 1, 1, 0), ((3, 5), 1, 1, 0, 1), ((3, 5), 0, 1, 1, 1), ((4, 6), 1, 2, 0, 2),
+    ((4, 6), 1, 2, 1, 1), ((0,), 0, 1, 0, 1), ((1,), 0, 1, 1, 1), ((2, 0, 3), 2, 1, 0, 1), ((1000,), 0, 1, 0, 1),
+    ((1000,), 0, 1, 1, 0), ((129, 33), 1, 1, 0, 1), ((33, 129), 0, 1, 1, 1), ((2, 3, 17), 1, 1, 0, 0),
+)
+
 _SMALL_SHAPES = ((), (7,), (3, 5), (0,))
 _DOT_SPECS = (
     ("matmul", (5, 7), (7, 3), dict(lhs_contracting=(1,), rhs_contracting=(0,))),
@@ -391,6 +471,14 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.RNG_BIT_GENERATOR: OpCaseRow(_rng_bits, ((), (5,), (3, 7), (0,), (1000,)), (DType.INT32, DType.INT64)),
     Op.PARAMETER: OpCaseRow(_parameter, ((3,),), ALL),
     Op.CUSTOM_CALL: OpCaseRow(_custom_call, ((3, 5),), (DType.FLOAT32, DType.INT32)),
+    # bit operations
+    Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
+    **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
+       for op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC)},
+    Op.ATAN2: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
+    # sorting
+    Op.SORT: OpCaseRow(_sort, _SORT_SPECS, ALL),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by

@@ -35,7 +35,7 @@ from ..ir.parser import parse_module
 from ..ir.types import TensorType
 from ..placement import device
 from ..registry import REGISTRY
-from .random_modules import random_module
+from .random_modules import CUSTOM_TARGET, _ensure_custom_call, random_module
 
 Mutation = Callable[[str, random.Random], str]
 
@@ -300,8 +300,18 @@ def corpus(models_path: str, seeds: Sequence[int] = (225, 202, 218, 47, 17, 206,
         if i % 2 == 0:
             texts.append(optimize_for(module, dev).as_text())
     texts.append(_multi_output_fusion_text())
+    texts.append(_custom_call_text())
     texts.extend(example_texts(models_path))
     return texts
+
+
+def _custom_call_text() -> str:
+    """A custom call, whether or not the random seeds above happen to make one (each new
+    primitive in the generator changes what a seed makes)."""
+    _ensure_custom_call()
+    b = Builder("custom")
+    x = b.parameter("f32[3]")
+    return b.build(b.add(b.custom_call(x, target=CUSTOM_TARGET, shape=(3,), dtype=DType.FLOAT32), x)).as_text()
 
 
 def _multi_output_fusion_text() -> str:

@@ -31,8 +31,12 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
                         Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
+# elementwise completeness: a NaN or inf made inside a kernel reaches these too
+_NONFINITE_CONSUMERS += (Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER)
 _INT_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
             Op.NOT, Op.POW)
+# bit operations: shift amounts from the splats (0, -1, INT_MIN, INT_MAX...) are out of range
+_INT_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ)
 _CHAIN_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.TANH,
               Op.LOGISTIC, Op.SQRT, Op.SIN, Op.COS, Op.FLOOR)
 
@@ -226,6 +230,16 @@ class _Gen:
         axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
 
+    def bitcast(self) -> Node:
+        """An integer's bits as a float of its width, or a fresh float parameter's bits as
+        an integer: a NaN computed inside a kernel has no fixed payload (0/0 is a negative
+        NaN on x86, a constant-folded one positive), so floats bitcast only as loaded."""
+        widths = {dt: [o for o in DTYPES if o is not dt and not o.is_bool and o.itemsize == dt.itemsize]
+                  for dt in DTYPES if not dt.is_bool}
+        src = self.choice([dt for dt, outs in widths.items() if outs])
+        x = self.param(TensorType(src, self.choice(SHAPES))) if src.is_float else self.operand((src,))
+        return self.b.op(Op.BITCAST_CONVERT, x, dtype=self.choice(widths[src]))
+
     # -- control flow (random_module(..., control=True)) ----------------------------
     def _step_computation(self, name: str, types: Sequence[TensorType], counted: bool) -> Computation:
         """A loop body or branch over (i, n,)? x, w: x becomes a random elementwise op of
@@ -274,6 +288,8 @@ class _Gen:
     # -- ops ----------------------------------------------------------------------
     def make(self, op: Op) -> Node:  # one branch per op family is the point
         b, d = self.b, OPS[op]
+        if op is Op.BITCAST_CONVERT:
+            return self.bitcast()
         if d.traits.elementwise and op not in (Op.CONVERT, Op.SELECT, Op.COMPARE):
             x = self.operand(d.operand_dtypes)
             ys = [self.splat(x.tensor_type) if self.rng.random() < 0.35 else self.like(x.tensor_type)
@@ -358,7 +374,29 @@ class _Gen:
             _ensure_custom_call()
             x = self.operand((DType.FLOAT32, DType.INT32))
             return b.custom_call(x, target=CUSTOM_TARGET, shape=x.shape, dtype=x.dtype)
+        # sorting
+        if op is Op.SORT:
+            return self.sort()
         raise AssertionError(f"no generator for {op}")
+
+    def sort(self) -> Node:
+        """A sort of 1-2 keys (often with ties and specials), with a carried operand of
+        another dtype or an iota (the permutation itself) at times, any output chosen."""
+        b = self.b
+        x = self.operand(DTYPES)
+        if not x.shape:
+            x = b.reshape(x, shape=(1,))
+        t = x.tensor_type
+        dim = int(self.rng.integers(len(t.shape)))
+        keys = [x] + ([self.like(t)] if self.rng.random() < 0.3 else [])
+        carried = []
+        if self.rng.random() < 0.5:
+            carried.append(b.iota(shape=t.shape, dtype=self.choice((DType.INT32, DType.INT64)), dimension=dim))
+        if self.rng.random() < 0.3:
+            carried.append(self.like(TensorType(self.choice(DTYPES), t.shape)))
+        operands = keys + carried
+        return b.op(Op.SORT, *operands, dimension=dim, num_keys=len(keys), descending=int(self.rng.integers(2)),
+                    index=int(self.rng.integers(len(operands))))
 
 
 def n_commutes(op: Op) -> bool:

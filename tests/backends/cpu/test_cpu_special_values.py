@@ -26,8 +26,14 @@ INTS = {DType.INT32: "s32", DType.INT64: "s64"}
 
 UNARY = {"exp": Op.EXP, "log": Op.LOG, "tanh": Op.TANH, "logistic": Op.LOGISTIC, "sqrt": Op.SQRT,
          "rsqrt": Op.RSQRT, "floor": Op.FLOOR, "ceil": Op.CEIL, "sign": Op.SIGN, "abs": Op.ABS, "neg": Op.NEG,
-         "sin": Op.SIN, "cos": Op.COS}
+         "sin": Op.SIN, "cos": Op.COS,
+         # elementwise completeness
+         "tan": Op.TAN, "expm1": Op.EXPM1, "log1p": Op.LOG1P, "cbrt": Op.CBRT, "erf": Op.ERF,
+         "round_nearest_even": Op.ROUND_NEAREST_EVEN, "is_finite": Op.IS_FINITE}
 BINARY = {"pow": Op.POW, "div": Op.DIV, "rem": Op.REM, "max": Op.MAX, "min": Op.MIN}
+FLOAT_BINARY = {"atan2": Op.ATAN2, "next_after": Op.NEXT_AFTER}
+#: bit operations: shift amounts among the edge values include 63, 64, -1 and INT_MIN
+INT_BINARY = ("xor", "shift_left", "shift_right_logical", "shift_right_arithmetic")
 CONVERT_TO = ("pred", "s32", "s64", "f16", "f32", "f64")
 
 #: sin/cos reduce their argument accurately only up to about 2^13 (f32) for now
@@ -126,7 +132,7 @@ def _pairs(x: np.ndarray) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("dt", list(FLOATS), ids=list(FLOATS.values()))
-@pytest.mark.parametrize("name", list(BINARY))
+@pytest.mark.parametrize("name", [*BINARY, *FLOAT_BINARY])
 def test_float_binary_ops_on_special_values(name: str, dt: DType, cpu) -> None:  # noqa: ANN001
     keep = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, float(np.finfo(dt.np).max),
             float(np.finfo(dt.np).tiny), float(np.finfo(dt.np).smallest_subnormal), 3e4]
@@ -134,12 +140,12 @@ def test_float_binary_ops_on_special_values(name: str, dt: DType, cpu) -> None: 
         x = np.array(keep).astype(dt.np)
     # The zero of max/min(-0.0, +0.0) is unspecified (docs/ir.md): NumPy itself returns the
     # second operand for float32/64 and the first for float16.
-    check_both_ways(name, dt, lambda b, p: getattr(b, name)(p[0], p[1]), _pairs(x), BINARY[name], cpu,
-                    signs=name not in ("max", "min"), folded=_pairs(x[:FOLDED_PAIRS]))
+    check_both_ways(name, dt, lambda b, p: getattr(b, name)(p[0], p[1]), _pairs(x), (BINARY | FLOAT_BINARY)[name],
+                    cpu, signs=name not in ("max", "min"), folded=_pairs(x[:FOLDED_PAIRS]))
 
 
 @pytest.mark.parametrize("dt", list(INTS), ids=list(INTS.values()))
-@pytest.mark.parametrize("name", [*BINARY, "add", "sub", "mul"])
+@pytest.mark.parametrize("name", [*BINARY, "add", "sub", "mul", *INT_BINARY])
 def test_integer_binary_ops_on_edge_values(name: str, dt: DType, cpu) -> None:  # noqa: ANN001
     """x/0, x%0, INT_MIN/-1, INT_MIN%-1 never trap and follow the interpreter; overflow wraps."""
     x = special_ints(dt)
@@ -148,7 +154,7 @@ def test_integer_binary_ops_on_edge_values(name: str, dt: DType, cpu) -> None:  
 
 
 @pytest.mark.parametrize("dt", list(INTS), ids=list(INTS.values()))
-@pytest.mark.parametrize("name", ["abs", "neg", "sign", "convert"])
+@pytest.mark.parametrize("name", ["abs", "neg", "sign", "convert", "popcnt", "clz"])
 def test_integer_unary_ops_on_edge_values(name: str, dt: DType, cpu) -> None:  # noqa: ANN001
     fn = {"convert": lambda b, p: tuple(b.convert(p[0], dtype=to) for to in CONVERT_TO)}.get(
         name, lambda b, p: getattr(b, name)(p[0]))

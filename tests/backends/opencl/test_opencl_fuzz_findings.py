@@ -126,3 +126,34 @@ def test_double_pow_and_rem_at_the_extremes(op: str, ocl) -> None:  # noqa: ANN0
     m = b.build(getattr(b, op)(b.parameter(f"f64[{a.size}]"), b.parameter(f"f64[{a.size}]")))
     got = run_case(OpCase(op, m, [a, c]), ocl, optimize=False)[0]
     assert_close(got, evaluate(m, a, c)[0], 1e-12, 0.0, op)
+
+
+#: random_module(1, 24) with the round-nearest-even primitive: a NaN that PoCL's compiler
+#: can see (here a constant the optimizer leaves in the kernel) reached rint, which PoCL
+#: folded to -0.0 (also for +-inf); expm1(NaN) folded to -0.0 as well
+NAN_INTO_RINT = """module @r
+entry %r (p0: f64[2,3]) -> (f64[2,3], f64[2,3], f64[2,3], f64[2,3]) {
+  %p0 = f64[2,3] parameter(0)
+  %n = f64[] constant(nan)
+  %nan = f64[2,3] broadcast(%n), broadcast_dimensions={}, shape=[2,3]
+  %i = f64[] constant(inf)
+  %bi = f64[2,3] broadcast(%i), broadcast_dimensions={}, shape=[2,3]
+  %r = f64[2,3] round-nearest-even(%nan)
+  %e = f64[2,3] exponential-minus-one(%nan)
+  %ri = f64[2,3] round-nearest-even(%bi)
+  %a = f64[2,3] add(%r, %r)
+  %b = f64[2,3] add(%e, %e)
+  %c = f64[2,3] add(%ri, %ri)
+  ROOT %tuple = (f64[2,3], f64[2,3], f64[2,3], f64[2,3]) tuple(%a, %b, %c, %p0)
+}
+"""
+
+
+@pytest.mark.parametrize("dt", ["f16", "f32", "f64"])
+@pytest.mark.parametrize("optimize", [False, True])
+def test_rint_and_expm1_of_a_folded_nan_or_inf(dt: str, optimize: bool, ocl) -> None:  # noqa: ANN001
+    m = parse_module(NAN_INTO_RINT.replace("f64", dt))
+    x = np.ones((2, 3), {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dt])
+    got = run_case(OpCase("r", m, [x]), ocl, optimize=optimize)
+    for g, w in zip(got, evaluate(m, x), strict=True):
+        np.testing.assert_array_equal(g, w)  # NaN, NaN, inf, the input
