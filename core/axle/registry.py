@@ -65,6 +65,18 @@ def installed_names(namespace: str = NAMESPACE) -> list[str]:
     return sorted(_entry_points(namespace))
 
 
+#: the bytes-keyed dict behind os.environ on POSIX: read without encoding the name, since
+#: every jit call resolves its device under the current AXLE_BACKENDS
+_ENVIRON: dict | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
+if not isinstance(_ENVIRON, dict):
+    _ENVIRON = None
+
+
+def _selection() -> object:
+    """The raw AXLE_BACKENDS value (None when unset), as cheaply as it can be read."""
+    return _ENVIRON.get(b"AXLE_BACKENDS") if _ENVIRON is not None else os.environ.get("AXLE_BACKENDS")
+
+
 def _selected() -> list[str] | None:
     """The backend names AXLE_BACKENDS selects, in its order; None: every installed one."""
     wanted = os.environ.get("AXLE_BACKENDS", "").strip()
@@ -80,7 +92,7 @@ class Registry:
         # Names already resolved ((name, AXLE_BACKENDS) -> Device): every jit call resolves
         # its device, and a scan over every backend's devices cost more than the kernel.
         # Only successes are kept; reset() forgets them with the plugins.
-        self._resolved: dict[tuple[str, str | None], Device] = {}
+        self._resolved: dict[tuple[str, object], Device] = {}
 
     # -- loading ---------------------------------------------------------------------
     def _load(self, names: list[str] | None) -> dict[str, BackendStatus]:
@@ -200,7 +212,7 @@ class Registry:
         """Resolves 'cpu:0', 'cpu' (index 0) or a backend alias such as 'opencl:0:1'."""
         if isinstance(name, Device):
             return name
-        memo = (name, os.environ.get("AXLE_BACKENDS"))
+        memo = (name, _selection())
         found = self._resolved.get(memo)
         if found is not None:
             return found
@@ -225,7 +237,7 @@ class Registry:
         return self.backend(device.backend)
 
     def default_device(self) -> Device:
-        env = os.environ.get("AXLE_BACKENDS")
+        env = _selection()
         found = self._resolved.get(("", env))  # "" names no device: the default's entry
         if found is None:
             found = self._resolved[("", env)] = self._choose_default()

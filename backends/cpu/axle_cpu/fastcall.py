@@ -62,7 +62,7 @@ class _Frame:
     """The per-call state of one concurrent call: slots, pointer table, Frame record,
     and the outputs of its last call with the reference counts they had when made."""
 
-    __slots__ = ("slots", "ptrs", "head", "addr", "block", "arrays", "bufs", "counts")
+    __slots__ = ("slots", "ptrs", "head", "addr", "block", "bufs", "held", "counts")
 
     def __init__(self, fast: FastCall) -> None:
         self.slots = fast.slot_template.copy()
@@ -74,16 +74,13 @@ class _Frame:
             self.head[_F[name]] = value
         self.addr = address(self.head)
         self.block: np.ndarray | None = None
-        self.arrays: list[np.ndarray] = []
         self.bufs: list[Buffer] = []
+        self.held: list[object] = []  # the block, the result arrays and buffers
         self.counts: list[int] = []
-
-    def _held(self) -> list[object]:
-        return [self.block, *self.arrays, *self.bufs]
 
     def reusable(self) -> bool:
         """True when no caller holds the last call's outputs (nor a view of them)."""
-        return self.block is not None and _refcounts(self._held()) == self.counts
+        return self.block is not None and _refcounts(self.held) == self.counts
 
     def new_outputs(self, fast: FastCall) -> None:
         """A fresh output block (the previous one stays with whoever holds it)."""
@@ -92,10 +89,11 @@ class _Frame:
         pad = -raw % 64
         self.slots[fast.base_slot] = raw + pad
         self.block = block
-        self.arrays = [np.ndarray(shape, dt, block, pad + off) for shape, dt, off in fast.result_views]
-        self.bufs = [CpuBuffer(fast.device, t, self.arrays[j], raw + pad + off) for t, j, off in fast.result_bufs]
-        del block  # counted below as reusable() sees it: held by the frame and the result views only
-        self.counts = _refcounts(self._held())
+        arrays = [np.ndarray(shape, dt, block, pad + off) for shape, dt, off in fast.result_views]
+        self.bufs = [CpuBuffer(fast.device, t, arrays[j], raw + pad + off) for t, j, off in fast.result_bufs]
+        self.held = [block, *arrays, *self.bufs]
+        del block, arrays  # counted as reusable() sees them: held by the frame and each other only
+        self.counts = _refcounts(self.held)
 
 
 class FastCall:

@@ -88,19 +88,25 @@ class _Entry:
     kernels: int
     #: the module computes --check_indices flags (fixed when traced)
     checked: bool = False
-    #: the counters a cached call of it updates (counters.run_keys)
-    stat_keys: tuple = ()
+    #: counts a cached call of it (counters.run_counter)
+    count_run: Callable[[], int] = int
 
 
-def _array_signature(args: tuple[Any, ...]) -> tuple[tuple[TensorType, bool], ...] | None:
-    """``leaf_aval`` of each argument when every one is a computed Array (the common call,
-    keyed without flattening or converting anything), else None."""
+def _array_call(args: tuple[Any, ...], device: Device) -> tuple[tuple[tuple[TensorType, bool], ...], list[Any]] | None:
+    """(``leaf_aval`` of each argument, its buffer) when every argument is a computed Array
+    on ``device`` (the common call: keyed without flattening, handed over without
+    converting anything), else None."""
     sig = []
+    bufs = []
     for x in args:
-        if type(x) is not Array or x._buffer is None:  # NumPy data, scalars, pytrees, lazy values
+        if type(x) is not Array:  # NumPy data, scalars, pytrees
             return None
-        sig.append((x._buffer.type, x.weak))
-    return tuple(sig)
+        b = x._buffer
+        if b is None or (b.device is not device and b.device != device):  # lazy, or to be transferred
+            return None
+        sig.append((b.type, x.weak))
+        bufs.append(b)
+    return tuple(sig), bufs
 
 
 class Lowered:
@@ -243,11 +249,11 @@ class JitFunction:
         device = self._device()
         try:
             if not kwargs and not self.static_argnums:
-                sig = _array_signature(args)
-                if sig is not None:
-                    entry = self._lookup((flat_list_treedef(len(args)), sig, (), device, flags_key()))
+                call = _array_call(args, device)
+                if call is not None:
+                    entry = self._lookup((flat_list_treedef(len(args)), call[0], (), device, flags_key()))
                     if entry is not None:
-                        return self._launch(entry, [_buffer_on(x, device) for x in args])
+                        return self._launch(entry, call[1])
             try:
                 key, leaves = self._key(args, kwargs, device)
             except _Inline:
@@ -292,7 +298,7 @@ class JitFunction:
             stats.record_run(entry.kernels, function=self.name, device=entry.device.name)
         else:
             outs = entry.executable.execute(bufs)
-            stats.record_cached_run(entry.stat_keys, entry.kernels)
+            entry.count_run()
         return self._results(entry, outs)
 
     @staticmethod
@@ -315,8 +321,9 @@ class JitFunction:
         # warns when retraced too often; points at the user: -> _compile -> __call__ -> user
         note_trace(self, args, kwargs, stacklevel=5, device=device)
         exe = compile_module(module, device)
-        entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe), checks_mod.has_checks(module),
-                       stats.run_keys(self.name, device.name))
+        entry_kernels = stats.kernel_count(exe)
+        entry = _Entry(module, out_td, exe, device, entry_kernels, checks_mod.has_checks(module),
+                       stats.run_counter(self.name, device.name, entry_kernels))
         for what in ("traces", "compiles", "cache_misses"):
             stats.record(what, function=self.name, device=device.name)
         entry = self._cache.put(key, entry)

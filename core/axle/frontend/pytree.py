@@ -127,14 +127,13 @@ def flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
 
 def flat_list_treedef(n: int) -> TreeDef:
     """The structure ``flatten`` gives a list of ``n`` leaves (the common jit argument list)."""
-    return _flat_list(n)
-
-
-def _flat_list(n: int) -> TreeDef:
     td = _FLAT.get(n)
     if td is None:
         td = _FLAT.setdefault(n, treedef("list", (_LEAF,) * n))
     return td
+
+
+_flat_list = flat_list_treedef
 
 
 _FLAT: dict[int, TreeDef] = {}
