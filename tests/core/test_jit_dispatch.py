@@ -18,7 +18,7 @@ def _put(x: object) -> axle.Array:
     return axle.device_put(x, INTERP)
 
 
-def test_array_call_shares_the_entry_of_a_numpy_call():
+def test_array_call_shares_the_entry_of_a_numpy_call() -> None:
     f = axle.jit(lambda x: x * 2.0, device=INTERP)
     x = np.arange(4, dtype=np.float32)
     f(x)  # compiled from NumPy data (the general path)
@@ -27,7 +27,7 @@ def test_array_call_shares_the_entry_of_a_numpy_call():
     assert f.trace_count == 1 and f.cache_hits == 1
 
 
-def test_array_calls_count_hits_executions_and_launches():
+def test_array_calls_count_hits_executions_and_launches() -> None:
     f = axle.jit(lambda x: anp.exp(x) + 1.0, device=INTERP)
     x = _put(np.ones(3, np.float32))
     f(x)
@@ -42,7 +42,7 @@ def test_array_calls_count_hits_executions_and_launches():
 
 @pytest.mark.parametrize("other", [np.ones(3, np.float64), np.ones(4, np.float32), np.ones((3, 1), np.float32)],
                          ids=["dtype", "length", "rank"])
-def test_a_new_type_is_a_new_entry(other):
+def test_a_new_type_is_a_new_entry(other: np.ndarray) -> None:
     f = axle.jit(lambda x: x + 1, device=INTERP)
     x = _put(np.ones(3, np.float32))
     f(x)
@@ -52,7 +52,7 @@ def test_a_new_type_is_a_new_entry(other):
     assert f.trace_count == 2
 
 
-def test_weak_and_strong_arrays_are_different_entries():
+def test_weak_and_strong_arrays_are_different_entries() -> None:
     """A Python scalar put on a device stays weakly typed: it must not answer for an
     explicit float32 (nor the reverse), as the general path keys them."""
     f = axle.jit(lambda x, y: x + y, device=INTERP)
@@ -65,7 +65,7 @@ def test_weak_and_strong_arrays_are_different_entries():
     assert f.trace_count == 2
 
 
-def test_flag_changes_and_clear_cache_retrace():
+def test_flag_changes_and_clear_cache_retrace() -> None:
     f = axle.jit(lambda x: x - 1, device=INTERP)
     x = _put(np.ones(2, np.float32))
     f(x)
@@ -82,7 +82,7 @@ def test_flag_changes_and_clear_cache_retrace():
     assert f.trace_count == 3
 
 
-def test_check_indices_holds_on_cached_array_calls():
+def test_check_indices_holds_on_cached_array_calls() -> None:
     axle.config.update(check_indices=True)
     try:
         f = axle.jit(lambda x, i: x[i], device=INTERP)
@@ -98,7 +98,7 @@ def test_check_indices_holds_on_cached_array_calls():
         axle.config.update(check_indices=False)
 
 
-def test_tuple_and_dict_results_on_the_short_path():
+def test_tuple_and_dict_results_on_the_short_path() -> None:
     f = axle.jit(lambda x: {"a": x + 1, "b": (x, x * 2)}, device=INTERP)
     x = _put(np.ones(2, np.float32))
     for _ in range(2):
@@ -107,7 +107,7 @@ def test_tuple_and_dict_results_on_the_short_path():
         np.testing.assert_array_equal(np.asarray(out["b"][1]), [2, 2])
 
 
-def test_device_names_resolve_once_and_reset_forgets(monkeypatch):
+def test_device_names_resolve_once_and_reset_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AXLE_BACKENDS", "interpreter")
     reg = Registry()  # a registry of its own: resetting the process's would reload every plugin
     dev = reg.device(INTERP)
