@@ -192,7 +192,7 @@ class Registry:
 
     def backend(self, name: str) -> Backend:
         found = self._statuses
-        if found is not None and not os.environ.get("AXLE_BACKENDS"):  # the hot path: no sorting
+        if found is not None and not _selection():  # the hot path: no sorting
             st = found.get(name)
             if st is not None and st.available and st.backend is not None:
                 return st.backend

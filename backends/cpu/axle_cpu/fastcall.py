@@ -105,6 +105,9 @@ class FastCall:
         self.device = exe.device
         self.n_params = plan.n_params
         self.types: list[TensorType] = list(plan.param_types)
+        #: per parameter, the last argument type object found equal to it: a later call
+        #: passing that same object skips the (dataclass) comparison
+        self.seen: list[TensorType] = list(plan.param_types)
         self.table_addr = exe._table_addr
         self.nsteps = nsteps
         self.zero_slot, self.base_slot = plan.n_slots, plan.n_slots + 1
@@ -149,9 +152,14 @@ class FastCall:
         except IndexError:
             frame = _Frame(self)
         slots = frame.slots
-        for k, (a, t) in enumerate(zip(args, self.types)):
-            if a.type is not t and a.type != t:
-                raise BackendError(f"cpu: argument {k} is {a.type}, the module expects {t}")
+        seen = self.seen
+        for k, a in enumerate(args):
+            typ = a.type
+            if typ is not seen[k]:  # a type object not checked yet: compare (types are immutable)
+                if typ != self.types[k]:
+                    frames.append(frame)
+                    raise BackendError(f"cpu: argument {k} is {typ}, the module expects {self.types[k]}")
+                seen[k] = typ
             slots[k] = a.addr if type(a) is CpuBuffer else address(a.handle)
         if not frame.reusable():
             frame.new_outputs(self)
