@@ -123,3 +123,33 @@ def test_device_names_resolve_once_and_reset_forgets(monkeypatch: pytest.MonkeyP
     reg.reset()
     again = reg.device(INTERP)
     assert again == dev and again is not dev  # the plugins were loaded again, and so was the name
+
+
+def test_run_counters_are_exact_across_threads_and_resets() -> None:
+    import threading
+
+    def counted_square(x: axle.Array) -> axle.Array:  # a name no other test uses
+        return x * x
+
+    f = axle.jit(counted_square, device=INTERP)
+    x = _put(np.ones(2, np.float32))
+    f(x)
+    axle.reset_stats()
+    f(x)
+
+    def work() -> None:
+        for _ in range(50):
+            f(x)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = axle.stats()
+    assert stats["per_function"][f.name]["executions"] == 201  # the counters take no lock, and lose no call
+    assert stats["per_device"][INTERP]["cache_hits"] >= 201
+    axle.reset_stats()
+    assert f.name not in axle.stats()["per_function"]  # a reset zeroes the lock-free counters too
+    f(x)
+    assert axle.stats()["per_function"][f.name]["executions"] == 1
