@@ -22,6 +22,7 @@ from ..lru import LRU
 from ..partition import placement_of
 from ..placement import resolve
 from ..recompile import note_trace
+from ..registry import REGISTRY
 from . import checks as checks_mod
 from . import control_flow
 from .array import Array
@@ -207,9 +208,12 @@ class JitFunction:
         self.cache_hits = 0
 
     def _device(self) -> Device:
-        if isinstance(self.device_spec, Device):
-            return self.device_spec
-        return resolve(self.device_spec)
+        spec = self.device_spec
+        if isinstance(spec, Device):
+            return spec
+        if isinstance(spec, str):  # a name: the registry remembers it (per AXLE_BACKENDS selection)
+            return REGISTRY.device(spec)
+        return resolve(spec)  # the default device: ``with device:`` blocks may change it
 
     def _key(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device) -> tuple[tuple, list[Any]]:
         """(cache key, dynamic leaves) of a call; raises _Inline when a leaf is a Tracer
