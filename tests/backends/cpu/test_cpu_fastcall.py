@@ -42,7 +42,7 @@ def test_fast_path_is_taken_and_matches_the_interpreter(cpu) -> None:  # noqa: A
     want = axle.jit(fn, device="interpreter:0")(x, y)
     for _ in range(3):
         got = f(axle.device_put(x, cpu), axle.device_put(y, cpu))
-        for g, w in zip(axle.tree_util.tree_leaves(got), axle.tree_util.tree_leaves(want)):
+        for g, w in zip(got, want):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
 
 
