@@ -169,3 +169,18 @@ def test_jit_array_from_another_device_is_transferred(cpu) -> None:  # noqa: ANN
     assert out.device == cpu
     np.testing.assert_array_equal(np.asarray(out), x * 3)
     assert f.trace_count == 1 and f.cache_hits == 1
+
+
+def test_plain_buffers_are_read_at_their_array_address(cpu) -> None:  # noqa: ANN001
+    """A Buffer that is not a CpuBuffer (no remembered address), e.g. one another layer
+    made around a read-only NumPy array, is addressed from its array on every call."""
+    from axle.backend import Buffer
+
+    f = axle.jit(lambda x: x + 0.5, device=cpu)
+    x = np.arange(6, dtype=np.float32)
+    exe = _warm(f, x)
+    for v in (1.0, 2.0):
+        arr = np.full(6, v, np.float32)
+        arr.flags.writeable = False
+        (out,) = exe.execute([Buffer(cpu, TensorType(DType.FLOAT32, (6,)), arr)])
+        np.testing.assert_array_equal(out.handle, v + 0.5)
