@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -47,32 +48,43 @@ CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 FRAME_FIELDS = ("table", "nsteps", "ptrs", "nptrs", "src", "base", "slots")
 
 
+def _counted_loop(b: ir.IRBuilder, n: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``for (k = 0; k < n; k++) body(k)`` at the builder's position, which it leaves
+    after the loop."""
+    fn = b.function
+    head, cond, loop, done = b.block, fn.append_basic_block("cond"), fn.append_basic_block("body"), \
+        fn.append_basic_block("done")
+    b.branch(cond)
+    b.position_at_end(cond)
+    k = b.phi(I64)
+    k.add_incoming(ir.Constant(I64, 0), head)
+    b.cbranch(b.icmp_signed("<", k, n), loop, done)
+    b.position_at_end(loop)
+    body(k)
+    k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
+    b.branch(cond)
+    b.position_at_end(done)
+
+
 def _module() -> str:
     mod = ir.Module(name="axle_runtime")
     mod.triple = host().triple
     fn = ir.Function(mod, ir.FunctionType(VOID, [PTR, I64, PTR]), name="axle_run_steps")
     fn.attributes.add("nounwind")
     table, n, ptrs = fn.args
-    entry, cond, body, done = (fn.append_basic_block(s) for s in ("entry", "cond", "body", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(cond)
-    b.position_at_end(cond)
-    k = b.phi(I64)
-    k.add_incoming(ir.Constant(I64, 0), entry)
-    b.cbranch(b.icmp_signed("<", k, n), body, done)
-    b.position_at_end(body)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     rec = ir.LiteralStructType([PTR, I64, I64, I64])
 
-    def field(i: int, typ: ir.Type) -> ir.Value:
-        return b.load(b.gep(table, [k, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=typ)
+    def step(k: ir.Value) -> None:
+        def field(i: int, typ: ir.Type) -> ir.Value:
+            return b.load(b.gep(table, [k, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=typ)
 
-    kernel = field(0, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
-    bufs = b.gep(ptrs, [field(1, I64)], source_etype=PTR)
-    zero = ir.Constant(I64, 0)
-    b.call(kernel, [bufs, zero, field(2, I64), zero, field(3, I64), zero, ir.Constant(I64, INT64_MAX)])
-    k.add_incoming(b.add(k, ir.Constant(I64, 1)), body)
-    b.branch(cond)
-    b.position_at_end(done)
+        kernel = field(0, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
+        bufs = b.gep(ptrs, [field(1, I64)], source_etype=PTR)
+        zero = ir.Constant(I64, 0)
+        b.call(kernel, [bufs, zero, field(2, I64), zero, field(3, I64), zero, ir.Constant(I64, INT64_MAX)])
+
+    _counted_loop(b, n, step)
     b.ret_void()
     _call_function(mod, fn)
     return str(mod)
@@ -83,8 +95,7 @@ def _call_function(mod: ir.Module, run: ir.Function) -> None:
     fn = ir.Function(mod, ir.FunctionType(VOID, [PTR]), name="axle_call")
     fn.attributes.add("nounwind")
     (frame,) = fn.args
-    entry, cond, body, done = (fn.append_basic_block(s) for s in ("entry", "cond", "body", "done"))
-    b = ir.IRBuilder(entry)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def field(name: str, typ: ir.Type) -> ir.Value:
         at = b.gep(frame, [ir.Constant(I64, FRAME_FIELDS.index(name))], source_etype=I64)
@@ -92,21 +103,15 @@ def _call_function(mod: ir.Module, run: ir.Function) -> None:
 
     table, nsteps, ptrs, nptrs = field("table", PTR), field("nsteps", I64), field("ptrs", PTR), field("nptrs", I64)
     src, base, slots = field("src", PTR), field("base", PTR), field("slots", PTR)
-    b.branch(cond)
-    b.position_at_end(cond)
-    i = b.phi(I64)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    b.cbranch(b.icmp_signed("<", i, nptrs), body, done)
-    b.position_at_end(body)
 
-    def slot(index_array: ir.Value) -> ir.Value:
-        k = b.load(b.gep(index_array, [i], source_etype=I64), typ=I64)
-        return b.load(b.gep(slots, [k], source_etype=I64), typ=I64)
+    def fill(i: ir.Value) -> None:
+        def slot(index_array: ir.Value) -> ir.Value:
+            k = b.load(b.gep(index_array, [i], source_etype=I64), typ=I64)
+            return b.load(b.gep(slots, [k], source_etype=I64), typ=I64)
 
-    b.store(b.add(slot(src), slot(base)), b.gep(ptrs, [i], source_etype=I64))
-    i.add_incoming(b.add(i, ir.Constant(I64, 1)), body)
-    b.branch(cond)
-    b.position_at_end(done)
+        b.store(b.add(slot(src), slot(base)), b.gep(ptrs, [i], source_etype=I64))
+
+    _counted_loop(b, nptrs, fill)
     b.call(run, [table, nsteps, ptrs])
     b.ret_void()
 
