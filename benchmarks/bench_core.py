@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from common import Row, measure
 
 import axle
 import axle.numpy as anp
-from common import Row, measure
 
 
 def seed(x, y, z):

@@ -87,7 +87,7 @@ def _c_library() -> Any:
 
 def _jax() -> Any:
     try:
-        import jax  # noqa: F401
+        import jax
         import jax.numpy as jnp  # noqa: F401
 
         return jax
@@ -229,6 +229,8 @@ def run(quick: bool) -> list[Row]:
     row.extra["GFLOP/s"] = {k: round(2 * m ** 3 / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
     rows.append(row)
 
+    rows.append(_dense_row(axle, anp, dev, impls, rng, quick, reps))
+
     x = rng.standard_normal((100, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 100)]
     w = np.zeros((784, 10), np.float32)
@@ -241,7 +243,61 @@ def run(quick: bool) -> list[Row]:
               (rng.standard_normal((512, 10)) * 0.05).astype(np.float32), np.zeros(10, np.float32)]
     rows.append(_row("MLP 784-512-10 SGD step, batch 128", impls(sgd_mlp, [*params, x, y]), reps * 2))
 
+    rows += _embedding_rows(axle, dev, jax, rng, reps * 4)
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
+    return rows
+
+
+def dense_relu(np_: Any) -> Callable[..., Any]:
+    return lambda x, w, b: np_.maximum(np_.matmul(x, w) + b, 0.0)
+
+
+def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Callable[[], Any]]],
+               rng: np.random.Generator, quick: bool, reps: int) -> Row:
+    """relu(x @ w + b): the GEMM finishing its tiles with the bias add and relu (one
+    ``output`` fusion), against the same with the epilogue as a kernel of its own (the dot
+    and the epilogue jitted apart: one more pass over C, and one more call)."""
+    m, k, n = (64, 256, 256) if quick else (256, 1024, 1024)
+    host = [rng.standard_normal((m, k)).astype(np.float32), (rng.standard_normal((k, n)) * 0.03).astype(np.float32),
+            rng.standard_normal(n).astype(np.float32)]
+    fns = impls(dense_relu, host)
+    dot = axle.jit(lambda x, w: anp.matmul(x, w), device=dev)
+    epi = axle.jit(lambda c, b: anp.maximum(c + b, 0.0), device=dev)
+    dx, dw, db = (axle.device_put(a, dev) for a in host)
+    fns["axle-cpu (epilogue apart)"] = lambda: epi(dot(dx, dw), db)
+    row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
+    row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
+    return row
+
+
+def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> list[Row]:
+    """``wte[ids]`` with traced token ids from GPT-2's 50257 x 768 float32 table: a gather
+    that reads ids x 768 floats (it was a one-hot select-and-sum over the whole table).
+    ``jit floor``: the same jit call of ``ids + 1`` (what any call costs before its kernel)."""
+    from axle import lax
+
+    dn = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    table = rng.standard_normal((50257, 768)).astype(np.float32)
+    lookup = axle.jit(lambda t, i: lax.gather(t, i[:, None], dn, (1, 768), mode="clip"), device=dev)
+    floor = axle.jit(lambda i: i + 1, device=dev)
+    dtable = axle.device_put(table, dev)
+    rows = []
+    for n in (8, 1024):
+        ids = rng.integers(0, table.shape[0], n).astype(np.int32)
+        dids = axle.device_put(ids, dev)
+        fns: dict[str, Callable[[], Any]] = {
+            "numpy": lambda ids=ids: np.take(table, ids, axis=0),
+            "axle-cpu": lambda dids=dids: lookup(dtable, dids),
+        }
+        if jax is not None:
+            jf = jax.jit(lambda t, i: t[i])
+            jt, ji = jax.device_put(table), jax.device_put(ids)
+            fns["jax.jit"] = lambda jt=jt, ji=ji: jf(jt, ji)
+        row = _row(f"embedding lookup table[ids], table [50257,768] f32, {n} traced ids", fns, repeats)
+        floor_ms = measure({"floor": lambda dids=dids: floor(dids)}, repeats=repeats, sync=_sync)["floor"]
+        row.extra["axle-cpu jit floor ms"] = round(floor_ms, 4)
+        row.extra["MB read"] = round(n * 768 * 4 / 1e6, 3)
+        rows.append(row)
     return rows
 
 

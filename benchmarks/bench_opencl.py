@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, measure  # noqa: E402
+from common import Row, measure
 
 SUITE = "opencl"
 

@@ -27,7 +27,7 @@ from .ir.computation import called_computations
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
-from .ir.ops import CORE_PRIMITIVES, Op
+from .ir.ops import BASE_PRIMITIVES, Op
 from .ir.types import TensorType
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
@@ -90,7 +90,9 @@ class Capabilities:
     ops and ``predicates[Op.FUSION]`` accepts it. The fusion pass builds no fusion this
     device refuses by those two rules (see :meth:`bound`)."""
 
-    ops: frozenset[Op] = CORE_PRIMITIVES
+    #: the default leaves out the extended primitives (gather, scatter...): a device that
+    #: lowers one lists it (``BASE_PRIMITIVES | {Op.GATHER}``); the others get its decomposition
+    ops: frozenset[Op] = BASE_PRIMITIVES
     dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
     #: per-op dtype restrictions, e.g. {Op.DOT_GENERAL: frozenset({DType.FLOAT32})}
     op_dtypes: Mapping[Op, frozenset[DType]] = field(default_factory=dict)
@@ -253,7 +255,8 @@ class Backend(abc.ABC):
         """The devices this backend can run on, index 0 first."""
 
     def capabilities(self, device: Device) -> Capabilities:
-        """The ops and dtypes ``device`` runs; the default claims the whole core set."""
+        """The ops and dtypes ``device`` runs; the default claims every primitive but the
+        extended ones, which the core then expands into their decompositions."""
         return Capabilities()
 
     @abc.abstractmethod

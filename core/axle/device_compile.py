@@ -3,6 +3,7 @@ passes, then the backend's ``compile``. The partitioner (axle.partition) calls t
 each cluster; the compiler facade (axle.compiler) puts the two together."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from . import passes, profiler
@@ -10,6 +11,7 @@ from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module
 from .passes.buffers import assign
+from .passes.expand import expand_extended
 from .registry import REGISTRY
 
 
@@ -23,10 +25,19 @@ def flags_key() -> tuple:
 
 
 def optimize_for(module: Module, device: Device) -> Module:
-    """The module after the core pipeline and the backend's own passes."""
+    """The module after the expansion of the extended ops ``device`` does not claim, the
+    core pipeline and the backend's own passes."""
     backend = REGISTRY.backend_for(device)
+    module, _ = expand_for(module, device)
     with profiler.span(f"optimize {module.name}", "optimize", device=device.name):
         return passes.optimize(module, backend=backend, device=device)
+
+
+def expand_for(module: Module, device: Device) -> tuple[Module, Counter[str]]:
+    """``module`` with the extended primitives ``device`` does not claim expanded into their
+    decompositions (passes/expand.py), and how many of each op were expanded."""
+    caps = REGISTRY.backend_for(device).capabilities(device)
+    return expand_extended(module, lambda n: caps.refusal(n) is None)
 
 
 def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
@@ -34,6 +45,7 @@ def compile_on_device(module: Module, device: Device, *, optimize: bool = True) 
     and the module the backend compiled (optimized unless ``optimize`` or ``config.optimize``
     is off)."""
     backend = REGISTRY.backend_for(device)
+    module, _ = expand_for(module, device)
     run_passes = optimize and config.optimize
     if run_passes:
         module = optimize_for(module, device)

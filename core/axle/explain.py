@@ -22,6 +22,7 @@ from . import passes
 from .backend import Capabilities, Device
 from .compiler import optimize_for
 from .config import config
+from .device_compile import expand_for
 from .explain_html import explanation_html
 from .frontend.jit import Lowered
 from .ir.dot import module_to_dot
@@ -133,6 +134,11 @@ class Explanation:
                        f"{k.fallback_reason or self.device.name + ' does not support it'}")
         if not fallbacks:
             out.append(f"  everything runs on {self.device.name} (no fallback)")
+        for k in self.kernels:  # e.g. axle.numpy.linalg's LAPACK calls
+            if k.op == Op.CUSTOM_CALL.value and k.device == self.device.name:
+                out.append(f"  host step: %{k.name} (custom-call) runs its target's registered Python reference on "
+                           f"the host ({k.device}'s runtime copies its operands and result; the in-tree backends "
+                           f"all do so)")
         if self.placement_summary:
             out += ["  as compiled (partitioner):"] + ["    " + ln for ln in self.placement_summary.splitlines()]
         return out
@@ -272,9 +278,12 @@ def _stages(lowered: Lowered, optimized: Module) -> list[tuple[str, Module]]:
     group counts as one entry), from the traced module to the one the backend compiled.
     Without a pass manager (or with the optimizer off): traced and optimized only."""
     snaps: list[tuple[str, Module]] = [("traced", lowered.module)]
+    expanded, decomposed = expand_for(lowered.module, lowered.device)
+    if decomposed:  # extended ops the device does not claim, in their decompositions
+        snaps.append((f"expand-extended ({', '.join(sorted(decomposed))})", expanded))
     pipeline_for = getattr(passes, "pipeline_for", None)
     if pipeline_for is not None and config.optimize:
-        module = lowered.module
+        module = expanded
         skip = disabled_passes()
         for entry in pipeline_for(REGISTRY.backend_for(lowered.device), lowered.device).entries:
             if entry.item.name in skip:
@@ -306,7 +315,7 @@ def explain(lowered: Lowered, *, source: bool = True) -> Explanation:
         if optimized is lowered.module:
             notes.append("the executable is partitioned across devices and each cluster is optimized on its "
                          "own; shown: the whole module optimized for the device, before partitioning")
-        optimized = optimize_for(lowered.module, device) if config.optimize else lowered.module
+        optimized = optimize_for(lowered.module, device) if config.optimize else expand_for(lowered.module, device)[0]
     report = dict(compiled.report())
     sources = dict(compiled.executable.kernel_sources()) if source else {}
     policy = policy_for(backend, device)

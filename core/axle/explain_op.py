@@ -373,6 +373,9 @@ def claim(backend: Backend, op: Op) -> tuple[bool, list[str]]:
     if op is Op.FUSION:
         size = f" with at most {caps.limits['max_fusion_nodes']} ops" if "max_fusion_nodes" in caps.limits else ""
         return True, [f"claims a fusion on {device.name} when it claims every op inside{size}"]
+    if op not in caps.ops and OPS[op].decomposition is not None:
+        return False, [f"does not claim {op.value} on {device.name}: the core expands it into its decomposition "
+                       f"(above), which the device runs"]
     if op not in caps.ops:
         return False, [f"does not claim {op.value} on {device.name}: the partitioner runs it on the host"]
     allowed = _ordered(OPS[op].operand_dtypes)

@@ -128,17 +128,19 @@ def cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: int = -1, reductio
                              f"for logits {aval_of(logits)}", where=user_location())
         n = logits.shape[ax]
         _check_labels("cross_entropy", labels, n, True)
-        target = anp.moveaxis(one_hot(labels, n, logits.dtype), -1, ax)
-        valid = (labels >= 0) & (labels < n)
+        # the label's log-probability, read with a gather (no one-hot of the classes); a
+        # traced label outside [0, n) (negative ones included: they are not class ids) is NaN
+        picked = anp.take_along_axis(log_softmax(logits, axis=ax), anp.expand_dims(labels, ax), axis=ax, mode="clip")
+        per_example = -anp.squeeze(picked, axis=ax)
+        if isinstance(labels, Tracer):
+            valid = (labels >= 0) & (labels < n)
+            per_example = anp.where(valid, per_example, np.asarray(np.nan, per_example.dtype))
     else:
         if labels.shape != logits.shape:
             raise ShapeError(f"cross_entropy: one-hot labels {aval_of(labels)} must match logits "
                              f"{aval_of(logits)}", where=user_location())
         target = anp.astype(labels, logits.dtype)
-        valid = None
-    per_example = -anp.sum(target * log_softmax(logits, axis=ax), axis=ax)
-    if valid is not None and isinstance(labels, Tracer):
-        per_example = anp.where(valid, per_example, np.asarray(np.nan, per_example.dtype))
+        per_example = -anp.sum(target * log_softmax(logits, axis=ax), axis=ax)
     return _REDUCTIONS[reduction](per_example)
 
 

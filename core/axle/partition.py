@@ -27,7 +27,7 @@ from typing import Any
 
 from .backend import Buffer, Capabilities, Device, Executable
 from .config import config
-from .device_compile import compile_on_device
+from .device_compile import compile_on_device, expand_for
 from .errors import PlacementError
 from .ir.builder import make_node
 from .ir.module import Computation, Module, Node
@@ -129,6 +129,8 @@ class PlacementSummary:
     device: str
     clusters: list[ClusterPlacement] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)
+    #: extended ops the device does not claim, expanded into their decompositions (op -> count)
+    decomposed: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_crossed(self) -> int:
@@ -150,7 +152,8 @@ class PlacementSummary:
                 "clusters": [dict(name=c.name, device=c.device, ops=dict(c.ops), reason=c.reason)
                              for c in self.clusters],
                 "transfers": [dict(value=t.value, source=t.source, target=t.target, nbytes=t.nbytes)
-                              for t in self.transfers]}
+                              for t in self.transfers],
+                "decomposed": dict(self.decomposed)}
 
     def __str__(self) -> str:
         lines = [f"placement for {self.device}: {len(self.clusters)} cluster(s), "
@@ -161,6 +164,9 @@ class PlacementSummary:
             lines.append(f"  {c.name:<10} on {c.device:<14} {ops}{tag}")
         for t in self.transfers:
             lines.append(f"  transfer {t.value}: {t.source} -> {t.target}, {t.nbytes} bytes")
+        if self.decomposed:
+            ops = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(self.decomposed.items()))
+            lines.append(f"  decomposed for {self.device} (not claimed): {ops}")
         return "\n".join(lines)
 
 
@@ -509,7 +515,8 @@ def _ops_text(module: Module) -> str:
 def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Device, Executable]:
     errors = []
     for host in host_devices(device):
-        refused = unsupported_nodes(module, REGISTRY.backend_for(host).capabilities(host))
+        # what the host cannot run even with its unclaimed extended ops decomposed
+        refused = unsupported_nodes(expand_for(module, host)[0], REGISTRY.backend_for(host).capabilities(host))
         if refused:  # e.g. a loop: it runs whole on a host that claims it and its body
             errors.append(f"{host.name}: {describe(refused[0][0])}: {refused[0][1]}")
             continue
@@ -546,10 +553,20 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
 
 
 def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
-    """``compile_optimized``'s body: the whole module on ``device`` when it claims every
-    node (falling back to the host if compilation fails), otherwise a partitioned
-    executable. Returns the executable and the module compiled (for a partitioned or
-    fallen-back executable: the module given)."""
+    """``compile_optimized``'s body: the extended ops ``device`` does not claim expanded into
+    their decompositions, then the whole module on ``device`` when it claims every node
+    (falling back to the host if compilation fails), otherwise a partitioned executable.
+    Returns the executable and the module compiled (for a partitioned or fallen-back
+    executable: the module given, after expansion)."""
+    module, decomposed = expand_for(module, device)
+    exe, compiled = _compile_expanded(module, device, optimize)
+    summary = placement_of(exe)
+    if summary is not None and decomposed:
+        summary.decomposed = dict(decomposed)
+    return exe, compiled
+
+
+def _compile_expanded(module: Module, device: Device, optimize: bool) -> tuple[Executable, Module]:
     backend = REGISTRY.backend_for(device)
     caps = backend.capabilities(device)
     strict = config.strict_placement

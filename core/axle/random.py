@@ -30,10 +30,20 @@ Key = Any
 _MANTISSA = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 
-def key(seed: int) -> Key:
-    """A PRNG key from an integer seed."""
+def key(seed: Any) -> Key:
+    """A PRNG key from an integer seed: a Python int (any 64-bit pattern), or an integer
+    scalar array, traced ones included (e.g. a seed computed inside jit)."""
+    if _is_array(seed):
+        return _traced_key(seed, "random.key")
     s = size_arg(seed, "random.key", "seed", -2**63, 2**64 - 1)  # any 64-bit pattern
     return anp.asarray(np.int64(np.uint64(s & ((1 << 64) - 1)).astype(np.int64)))
+
+
+def _traced_key(v: Any, what: str) -> Key:
+    """An integer scalar array as an s64 value (the seed's bits, sign-extended)."""
+    if v.shape != () or v.dtype.kind not in "iu":
+        raise DTypeError(f"{what}: expected an integer scalar, got {v.dtype}{list(v.shape)}", where=user_location())
+    return anp.astype(v, np.int64)
 
 
 PRNGKey = key
@@ -57,9 +67,12 @@ def split(k: Key, num: int = 2) -> Any:
     return bits(k, (size_arg(num, "random.split", "num"),), np.int64)
 
 
-def fold_in(k: Key, data: int) -> Key:
-    """A new key derived from ``k`` and an integer (e.g. a step number)."""
-    return bits(anp.add(bits(k, (), np.int64), np.int64(data)), (), np.int64)
+def fold_in(k: Key, data: Any) -> Key:
+    """A new key derived from ``k`` and an integer (e.g. a step number): a Python int or an
+    integer scalar array, traced ones included (a step counter inside jit)."""
+    d = _traced_key(data, "random.fold_in") if _is_array(data) else np.int64(
+        size_arg(data, "random.fold_in", "data", -2**63, 2**63 - 1))
+    return bits(anp.add(bits(k, (), np.int64), d), (), np.int64)
 
 
 def uniform(k: Key, shape: Sequence[int] = (), dtype: Any = np.float32, minval: float = 0.0,
@@ -109,5 +122,5 @@ def permutation(k: Key, n: int) -> Any:
     r = bits(k, (n,), np.int64)
     less = anp.less(anp.reshape(r, (1, n)), anp.reshape(r, (n, 1)))  # less[i, j]: r[j] < r[i]
     rank = anp.sum(anp.astype(less, np.int64), axis=1)  # distinct with overwhelming probability
-    onehot = anp.equal(anp.reshape(rank, (n, 1)), anp.arange(n, dtype=np.int64))
-    return anp.sum(anp.where(onehot, anp.reshape(anp.arange(n, dtype=np.int64), (n, 1)), 0), axis=0)
+    # element i goes to position rank[i]: one scatter (the inverse of the ranking)
+    return anp.zeros(n, np.int64).at[rank].set(anp.arange(n, dtype=np.int64))

@@ -61,6 +61,10 @@ def f64(*shape, low=-2.0, high=2.0):
 
 _W234 = f64(2, 3, 4)
 _W34 = f64(3, 4)
+_ROWS_IDS = np.array([[1], [3], [1], [7], [-2]], np.int32)
+_ROWS_GATHER = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+_ROWS_SCATTER = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                            scatter_dims_to_operand_dims=(0,))
 
 # One scalar-valued function per differentiable primitive, applied through lax so each
 # VJP rule is exercised directly. Inputs avoid kinks (ties, zero) where needed.
@@ -100,6 +104,11 @@ PRIMITIVE_CASES = {
     Op.CONCATENATE: (lambda x, y: lax.mul(lax.concatenate([x, y, x], 1), np.arange(16.0).reshape(2, 8)),
                      [f64(2, 3), f64(2, 2)]),
     Op.REVERSE: (lambda x: lax.mul(lax.reverse(x, (0,)), np.arange(6.0).reshape(3, 2)), [f64(3, 2)]),
+    # indexing: duplicate, clamped (gather) and dropped (scatter) indices
+    Op.GATHER: (lambda x: lax.gather(x, _ROWS_IDS, _ROWS_GATHER, (1, 3), mode="clip"), [f64(4, 3)]),
+    Op.SCATTER: (lambda x, u: lax.scatter(x, _ROWS_IDS, u, _ROWS_SCATTER), [f64(4, 3), f64(5, 3)]),
+    Op.DYNAMIC_SLICE: (lambda x: lax.dynamic_slice(x, (np.int32(2), np.int32(-9)), (2, 2)), [f64(4, 3)]),
+    Op.DYNAMIC_UPDATE_SLICE: (lambda x, u: lax.dynamic_update_slice(x, u, (np.int64(3), 1)), [f64(4, 3), f64(2, 2)]),
     # elementwise completeness
     Op.TAN: (lambda x: lax.tan(x), [f64(4, low=-1.2, high=1.2)]),
     Op.EXPM1: (lambda x: lax.expm1(x), [f64(4)]),
@@ -111,6 +120,8 @@ PRIMITIVE_CASES = {
     # sorting: values along dim 0 descending and a carried operand keyed by the first (no ties)
     Op.SORT: (lambda x, y: lax.mul(lax.sort(x, 0, descending=True), _W34)
               + lax.mul(lax.sort([x, y], 1)[1], _W34 * 2), [f64(3, 4), f64(3, 4)]),
+    # the custom-call rule dispatches on the target: linalg.inv's (the others: test_array_api_linalg.py)
+    Op.CUSTOM_CALL: (lambda x: anp.linalg.inv(x), [f64(3, 3) + 4 * np.eye(3)]),
 }
 
 
@@ -128,6 +139,21 @@ def test_primitive_vjp_finite_differences(op):
 
     for argnum in range(len(args)):
         check_grad(scalar, *args, argnums=argnum, **(opts[0] if opts else {}))
+
+
+@pytest.mark.parametrize("combine", [lax.scatter_add, lax.scatter_mul, lax.scatter_min, lax.scatter_max],
+                         ids=lambda f: f.__name__)
+def test_scatter_combiners_vjp_finite_differences(combine):
+    """Each combiner's rule, with duplicate and dropped indices (min/max: no ties)."""
+    x = np.arange(12.0).reshape(4, 3) * 0.37 - 1.9
+    u = np.arange(15.0).reshape(5, 3)[::-1] * 0.29 - 2.05
+
+    def scalar(x, u):
+        out = combine(x, _ROWS_IDS, u, _ROWS_SCATTER)
+        return anp.sum(out * anp.sin(out + 0.3)) + anp.sum(out) * 0.7
+
+    check_grad(scalar, x, u, argnums=0)
+    check_grad(scalar, x, u, argnums=1)
 
 
 @pytest.mark.parametrize("op", [Op.FLOOR, Op.CEIL, Op.SIGN, Op.ROUND_NEAREST_EVEN])

@@ -94,7 +94,7 @@ def test_mnist_step_explained():
     assert len(dots) == 2  # forward logits and the weight gradient
     # dots stay apart from their elementwise neighbours, and explain says so from the records
     reasons = [nb for k in expl.kernels for nb in k.neighbours if nb.name in {d.name for d in dots}]
-    assert reasons and all(nb.code == "contraction" and "epilogue fusion is not done" in nb.reason for nb in reasons)
+    assert reasons and all(nb.code == "contraction" and "dot_epilogue off" in nb.reason for nb in reasons)
     assert expl.reasons_source == "the fusion pass's records"
     assert sum(k.is_output for k in expl.kernels) == 3  # new w, new b, loss
     assert any(k.kind == "row" for k in expl.kernels)  # the softmax, a row at a time

@@ -154,14 +154,59 @@ def test_dense_relu_keeps_bias_add_and_relu_in_one_fusion():
     (f,) = fusions(opt)
     assert f.attr["kind"] == "loop" and {Op.ADD, Op.MAX} <= set(inner_ops(f))
     check_values(dense_relu, args, opt)
-    # epilogue fusion is not done yet: the policy's dot_epilogue changes nothing, and the
-    # fusion's record says why the dot stayed out
-    epi = optimized(dense_relu, *args, policy=FusionPolicy(dot_epilogue=True))
-    assert epi.as_text() == opt.as_text()
-    (rec,) = epi.fusion_records
+    (rec,) = opt.fusion_records  # the default policy has dot_epilogue off: the record says so
     (why,) = rec.reasons("producer")
-    assert (why.neighbour, why.code) == ("dot", "contraction")
+    assert (why.neighbour, why.code) == ("dot", "contraction") and "dot_epilogue off" in why.text
+
+
+def test_dense_relu_with_dot_epilogue_is_one_output_fusion():
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal((4, 8)).astype(f32), rng.standard_normal((8, 3)).astype(f32),
+            rng.standard_normal(3).astype(f32)]
+    epi = optimized(dense_relu, *args, policy=FusionPolicy(dot_epilogue=True))
+    (f,) = fusions(epi)
+    assert kernels(epi) == 1 and f.attr["kind"] == "output"
+    assert {Op.DOT_GENERAL, Op.ADD, Op.MAX, Op.BROADCAST_IN_DIM} <= set(inner_ops(f))
+    assert classify_computation(f.attr["computation"], FusionPolicy(dot_epilogue=True)) == "output"
+    assert classify_computation(f.attr["computation"]) is None  # dot_epilogue off: no kind holds a dot
+    (rec,) = epi.fusion_records
+    assert rec.kind == "output" and "dot" in rec.members
     check_values(dense_relu, args, epi)
+
+
+def test_epilogue_takes_only_elementwise_consumers_and_records_why():
+    b = Builder("t")
+    x, w, bias = b.parameter("f32[4,8]"), b.parameter("f32[3,8]"), b.parameter("f32[3]")
+    wt = b.transpose(w, permutation=(1, 0))  # a producer of the dot's operand: stays out
+    d = b.dot_general(x, wt, lhs_contracting=(1,), rhs_contracting=(0,))
+    y = b.tanh(b.add(d, b.broadcast_in_dim(bias, shape=(4, 3), broadcast_dimensions=(1,))))
+    m = b.build(b.reduce(y, kind="sum", axes=(1,)))  # a reduction reads the epilogue's value
+    out, _ = Fusion(FusionPolicy(dot_epilogue=True)).run(m)
+    verify(out)
+    kinds = sorted(f.attr["kind"] for f in fusions(out))
+    # tanh(bias + dot) is elementwise but the reduction is not: the dot stays out of the
+    # reduction's group, which takes the epilogue ops instead (as with dot_epilogue off)
+    assert all_ops(out).count(Op.DOT_GENERAL) == 1
+    codes = {(nf.neighbour, nf.code) for r in out.fusion_records for nf in r.not_fused}
+    assert ("dot", "epilogue") in codes, codes
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(f32) for s in ((4, 8), (3, 8), (3,))]
+    for a, e in zip(evaluate(out, *args), evaluate(m, *args)):
+        np.testing.assert_allclose(a, e, rtol=1e-5)
+    # a transpose of the dot's output is no epilogue either; the operand's transpose stays out
+    b = Builder("t")
+    x, w, bias = b.parameter("f32[4,8]"), b.parameter("f32[3,8]"), b.parameter("f32[4]")
+    d = b.dot_general(x, b.transpose(w, permutation=(1, 0)), lhs_contracting=(1,), rhs_contracting=(0,))
+    dt = b.transpose(d, permutation=(1, 0))
+    m = b.build(b.add(dt, b.broadcast_in_dim(bias, shape=(3, 4), broadcast_dimensions=(1,))))
+    out, _ = Fusion(FusionPolicy(dot_epilogue=True)).run(m)
+    verify(out)
+    assert "output" not in kinds and not any(f.attr["kind"] == "output" for f in fusions(out))
+    codes = {(nf.neighbour, nf.code) for r in out.fusion_records for nf in r.not_fused}
+    assert ("dot", "epilogue") in codes, codes
+    for a, e in zip(evaluate(out, *args[:2], rng.standard_normal(4).astype(f32)),
+                    evaluate(m, *args[:2], rng.standard_normal(4).astype(f32))):
+        assert a.shape == e.shape
 
 
 # --------------------------------------------------------------- must not
@@ -306,3 +351,30 @@ def test_only_small_constants_are_inlined_into_fusions():
     arg = np.linspace(0, 1, 64, dtype=f32)
     for o in (out, out2):
         np.testing.assert_array_equal(evaluate(o, arg)[0], evaluate(m, arg)[0])
+
+
+def test_gathers_fuse_as_producers_and_scatters_stay_alone():
+    """``wte[ids] + wpe[pos]``: both gathers (and the computed ids) fuse into the add's loop
+    fusion; a scatter over the result is a kernel of its own, recorded as in-place-update."""
+    b = Builder("t")
+    wte, wpe, ids = b.parameter("f32[50,16]"), b.parameter("f32[12,16]"), b.parameter("s32[8]")
+    dn = dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1,
+              slice_sizes=(1, 16))
+    pos = b.iota(shape=(8,), dtype="s32", dimension=0)
+    emb = b.add(b.gather(wte, b.add(ids, b.broadcast_in_dim(b.constant(np.int32(1)), shape=(8,),
+                                                                broadcast_dimensions=())), **dn),
+                b.gather(wpe, pos, **dn))
+    out = b.scatter(emb, ids, b.parameter("f32[8,16]"), update_window_dims=(1,), inserted_window_dims=(0,),
+                    scatter_dims_to_operand_dims=(0,), index_vector_dim=1, kind="add")
+    m = b.build(b.exp(out))
+    opt, _ = Fusion().run(m)
+    verify(opt)
+    (emb_fusion,) = [f for f in fusions(opt) if Op.GATHER in inner_ops(f)]
+    assert emb_fusion.attr["kind"] == "loop" and inner_ops(emb_fusion).count(Op.GATHER) == 2
+    assert Op.SCATTER not in [o for f in fusions(opt) for o in inner_ops(f)]
+    codes = {nf.code for r in opt.fusion_records for nf in r.not_fused if nf.neighbour == "scatter"}
+    assert codes == {"in-place-update"}
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((50, 16)).astype(f32), rng.standard_normal((12, 16)).astype(f32),
+            np.array([3, 49, 0, -4, 7, 7, 60, 1], np.int32), rng.standard_normal((8, 16)).astype(f32)]
+    np.testing.assert_array_equal(evaluate(opt, *args)[0], evaluate(m, *args)[0])

@@ -152,15 +152,16 @@ def test_records_name_only_what_exists_after_the_whole_pipeline(seed):
             assert recorded_reason(opt, p, k) is not None, (p, k)
 
 
-def test_parser_rejects_the_removed_output_kind():
+def test_parser_knows_the_output_kind_and_rejects_unknown_kinds():
     inner = Builder("fused")
-    p = inner.parameter("f32[2,3]")
-    comp = inner.computation(inner.neg(p))
+    x, w = inner.parameter("f32[2,3]"), inner.parameter("f32[3,4]")
+    comp = inner.computation(inner.neg(inner.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))))
     outer = Builder("m")
-    a = outer.parameter("f32[2,3]")
-    text = outer.build(make_node(Op.FUSION, (a,), {"kind": "loop", "computation": comp})).as_text()
-    with pytest.raises(ParseError, match="kind='output' is not a valid one of loop, input, row"):
-        parse_module(text.replace("kind=loop", "kind=output"))
+    a, b = outer.parameter("f32[2,3]"), outer.parameter("f32[3,4]")
+    text = outer.build(make_node(Op.FUSION, (a, b), {"kind": "output", "computation": comp})).as_text()
+    assert "kind=output" in text and parse_module(text).as_text() == text
+    with pytest.raises(ParseError, match="kind='epilogue' is not a valid one of loop, input, row, output"):
+        parse_module(text.replace("kind=output", "kind=epilogue"))
 
 
 def test_contraction_is_a_trait_and_only_the_trait_makes_a_dot(monkeypatch):

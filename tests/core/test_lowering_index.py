@@ -121,3 +121,75 @@ def test_constructors_fold_and_print_as_c() -> None:
     assert I.all_of([I.compare("<", 2, 1), I.compare(">=", i, 0)]).const == 0
     # the leading non-unit dim needs no modulo, the others do
     assert [I.to_c(c) for c in I.delinearize(i, (1, 3, 4))] == ["0", "(i / 4)", "(i % 4)"]
+
+
+# ------------------------------------------------------------------ indexing-op maps
+# The maps evaluated in Python with the start indices "loaded" from the index arrays:
+# every element equals the op's NumPy reference (clamping, dropped scatter windows and
+# the order of duplicate updates included).
+
+
+GATHERS = [
+    # rows of a table (the embedding lookup), ids out of range on both sides
+    ([(7, 5), (6,)], np.array([0, 6, -1, 9, 3, 3]),
+     dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 5))),
+    # 2-D windows at 2-D starts along index_vector_dim 0, map reversed, offsets first
+    ([(6, 7, 3), (2, 4)], np.array([[0, 5, 2, 9], [0, 6, -3, 1]]),
+     dict(offset_dims=(0, 1, 2), collapsed_slice_dims=(), start_index_map=(1, 0), index_vector_dim=0,
+          slice_sizes=(2, 3, 3))),
+]
+
+
+@pytest.mark.parametrize("shapes, idx, attrs", GATHERS)
+def test_gather_map_matches_the_reference(shapes: list, idx: np.ndarray, attrs: dict) -> None:
+    n = node(Op.GATHER, shapes, **attrs)
+    x = np.arange(np.prod(shapes[0])).reshape(shapes[0])
+    idx = idx.reshape(shapes[1])
+    want = OPS[Op.GATHER].reference(x, idx, **attrs)
+    names = [f"c{k}" for k in range(len(n.shape))]
+    got = np.empty(n.shape, np.int64)
+    for at in itertools.product(*map(range, n.shape)):
+        env = dict(zip(names, at))
+        coords = [I.var(v) for v in names]
+        starts = [int(idx[tuple(I.evaluate(e, env) for e in c)]) for c in I.gather_start_coords(coords, n)]
+        got[at] = x[tuple(I.evaluate(e, env) for e in I.gather_index(coords, n, starts))]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("starts", [(2, 0), (7, -3), (-5, 2), (100, 100)])
+def test_dynamic_slice_map_clamps(starts: tuple[int, int]) -> None:
+    x = np.arange(54).reshape(9, 6)
+    want = OPS[Op.DYNAMIC_SLICE].reference(x, *map(np.int32, starts), slice_sizes=(4, 6))
+    got = np.empty((4, 6), np.int64)
+    for at in itertools.product(range(4), range(6)):
+        got[at] = x[tuple(I.evaluate(e, {}) for e in I.dynamic_slice_index(list(at), x.shape, (4, 6), starts))]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["replace", "add"])
+@pytest.mark.parametrize("shapes, idx, window_dims, inserted", [
+    ([(6, 5), (7,), (7, 5)], [1, 4, 1, -1, 6, 1, 0], (1,), (0,)),  # rows, duplicates, out of range
+    ([(8, 2), (5,), (5, 3, 2)], [0, 1, 2, 6, 5], (1, 2), ()),  # overlapping 3-row windows, one past the end
+])
+def test_scatter_maps_match_the_reference_in_update_order(shapes: list, idx: list, window_dims: tuple,
+                                                            inserted: tuple, kind: str) -> None:
+    attrs = dict(update_window_dims=window_dims, inserted_window_dims=inserted, scatter_dims_to_operand_dims=(0,),
+                 index_vector_dim=1, kind=kind)
+    n = node(Op.SCATTER, shapes, **attrs)
+    x = np.arange(np.prod(shapes[0])).reshape(shapes[0])
+    ids = np.array(idx)
+    upd = 1000 + np.arange(np.prod(shapes[2])).reshape(shapes[2])
+    want = OPS[Op.SCATTER].reference(x, ids, upd, **attrs)
+    u = I.update_loops(n)
+    assert u.parallel == (window_dims == (1,))  # overlapping windows run in order on one thread
+    got = x.copy()
+    for b in itertools.product(*map(range, u.batch)):
+        bix = [I.const(v) for v in b]
+        starts = [int(ids[tuple(I.evaluate(e, {}) for e in c)]) for _, c in I.update_starts(n, bix)]
+        for w in itertools.product(*map(range, u.window)):
+            pos, inside, src, coords = I.update_target(n, bix, [I.const(v) for v in w], starts)
+            if I.evaluate(inside, {}):
+                at = tuple(I.evaluate(e, {}) for e in pos)
+                new = upd[tuple(I.evaluate(e, {}) for e in coords)]
+                got[at] = new if u.combiner is None else got[at] + new
+    np.testing.assert_array_equal(got, want)

@@ -13,6 +13,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 from axle.lowering.schedule import FORMS, Schedule, schedule
 from axle.passes import optimize
+from axle.passes.policy import FusionPolicy
 from axle.testing.random_modules import random_module
 from axle.ir.types import squeeze
 
@@ -90,6 +91,43 @@ def test_a_lone_dot_is_the_dot_form() -> None:
     assert s.form == "dot" and s.iter_shape == (4, 3) and s.split_extent == 0
 
 
+class _EpiloguePolicy:
+    name = "epilogue"
+
+    def passes(self) -> list:
+        return []
+
+    def fusion_policy(self) -> FusionPolicy:
+        return FusionPolicy(dot_epilogue=True)
+
+
+def test_an_output_fusion_is_the_dot_form_with_its_epilogue() -> None:
+    b = Builder("m")
+    x, w, bias = (b.parameter(TensorType(f32, s)) for s in ((4, 8), (8, 3), (3,)))
+    d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
+    relu = b.max(b.add(d, b.broadcast_in_dim(bias, shape=(4, 3), broadcast_dimensions=(1,))),
+                 b.broadcast_in_dim(b.constant(0.0, f32), shape=(4, 3), broadcast_dimensions=()))
+    plan = kernel_plan(optimize(Module("m", b.computation(relu)), backend=_EpiloguePolicy()), assign_buffers=False)
+    (launch,) = plan.launches
+    s = schedule(launch.computation, launch.kind)
+    assert launch.kind == "output" and s.form == "dot" and s.epilogue and s.iter_shape == (4, 3)
+    assert s.dot is not None and s.dot.op.value == "dot" and s.outputs[0].op.value == "maximum"
+    lone = schedule(b.computation(d), "dot")
+    assert lone.form == "dot" and lone.dot is lone.outputs[0] and not lone.epilogue
+
+
+def test_output_fusions_of_random_programs_are_the_dot_form() -> None:
+    seen = 0
+    for seed in range(0, 60, 3):
+        module, _ = random_module(seed, 10 + seed % 25)
+        for launch in kernel_plan(optimize(module, backend=_EpiloguePolicy()), assign_buffers=False).launches:
+            s = schedule(launch.computation, launch.kind)
+            if launch.kind == "output":
+                seen += 1
+                assert s.form == "dot" and s.epilogue and s.dot is not None and s.outputs[0].shape == s.dot.shape
+    assert seen  # the generator's dense pattern (max(x @ w + b, 0)) makes some
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_every_fusion_gets_the_schedule_of_its_kind(seed: int) -> None:
     """Over random programs: a row fusion is scheduled as a row, an input fusion as a
@@ -98,7 +136,7 @@ def test_every_fusion_gets_the_schedule_of_its_kind(seed: int) -> None:
     for launch in kernel_plan(optimize(module), assign_buffers=False).launches:
         s = schedule(launch.computation, launch.kind)
         assert s.form in FORMS
-        want = {"row": "row", "input": "reduce", "loop": "loop"}.get(launch.kind)
+        want = {"row": "row", "input": "reduce", "loop": "loop", "output": "dot"}.get(launch.kind)
         if want is not None and launch.node.op.value == "fusion":
             assert s.form == want, (launch.label, launch.kind, s.form)
         size = math.prod(s.iter_shape)

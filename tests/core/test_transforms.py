@@ -459,3 +459,34 @@ def test_registered_nodes_flow_through_jit_grad_and_vmap() -> None:
         xs = RNG.standard_normal((4, 3))
         per = axle.vmap(axle.grad(loss), in_axes=(None, 0))(layer, xs)
         assert isinstance(per, Layer) and np.asarray(per.w).shape == (4, 3, 2)
+
+
+@pytest.mark.parametrize("combine", [lax.scatter_add, lax.scatter_mul, lax.scatter_min, lax.scatter_max],
+                         ids=lambda f: f.__name__)
+def test_scatter_combiners_jvp_finite_differences_and_transpose_of_vjp(combine: Any) -> None:
+    """scatter's mul/min/max JVP rules (add is linear), with duplicate and dropped indices."""
+    from test_autodiff import _ROWS_IDS, _ROWS_SCATTER
+
+    x = np.arange(12.0).reshape(4, 3) * 0.37 - 1.9
+    u = np.arange(15.0).reshape(5, 3)[::-1] * 0.29 - 2.05
+
+    def fn(a: Any, b: Any) -> Any:
+        return combine(a, _ROWS_IDS, b, _ROWS_SCATTER)
+
+    tangents = [RNG.standard_normal(x.shape), RNG.standard_normal(u.shape)]
+    with axle.device(DEV):
+        out, t_out = axle.jvp(fn, (x, u), tuple(tangents))
+        np.testing.assert_allclose(np.asarray(t_out), _fd_jvp(fn, [x, u], tangents, 1e-6), rtol=1e-5, atol=1e-7)
+        w = RNG.standard_normal(np.shape(out))
+        cts = axle.vjp(fn, x, u)[1](w)
+        rhs = sum(float(np.sum(np.asarray(c) * t)) for c, t in zip(cts, tangents))
+        np.testing.assert_allclose(float(np.sum(w * np.asarray(t_out))), rhs, rtol=1e-9, atol=1e-12)
+
+
+def test_vmap_of_indexing_ops_runs_per_example() -> None:
+    x = RNG.standard_normal((3, 5, 2))
+    i = np.array([4, -1, 2], np.int32)
+    with axle.device(DEV):
+        got = np.asarray(axle.vmap(lambda a, k: a[k] + lax.dynamic_slice_in_dim(a, k, 1, 0)[0])(x, i))
+    want = np.stack([x[n][i[n]] + x[n][min(i[n] % 5 if i[n] < 0 else i[n], 4)] for n in range(3)])
+    np.testing.assert_allclose(got, want)

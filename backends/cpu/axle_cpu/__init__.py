@@ -26,6 +26,7 @@ from axle.config import config
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
 from axle.ir.opcodes import Op
+from axle.ir.ops import BASE_PRIMITIVES
 from axle.ir.types import TensorType
 from axle.lru import LRU
 from axle.passes.policy import FusionPolicy
@@ -34,6 +35,11 @@ if TYPE_CHECKING:  # imported where used: llvmlite loads only when compiling
     from .plan import Plan
 
 __all__ = ["CpuBackend", "CpuExecutable"]
+
+#: extended primitives lowered natively (the others get the core's decomposition)
+CLAIMED_EXTENDED: frozenset[Op] = frozenset({
+    # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
@@ -53,6 +59,18 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
+    # indexing
+    Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
+                ("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index")),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("an update kernel: the operand copied unless its buffer was handed over, then the windows",
+                  ".emitter:build_update"),
+                 ("the updates in index order, each window inside; out-of-bounds windows dropped",
+                  ".emitter:_write_windows"),
+                 ("the update loops, start indices and targets", "axle.lowering.index:update_target")),
+    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: the operand copied unless its buffer was handed over, then the "
+                               "window", ".emitter:build_update"),
+                              ("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index")),
 }
 
 
@@ -84,12 +102,12 @@ class CpuBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        return Capabilities()
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
 
     def fusion_policy(self) -> FusionPolicy:
-        # Row fusions and multi-output fusions map directly onto the loop nest; a dot with
-        # an epilogue would be computed inline per element (slow), so the dot stays alone.
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+        # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
+        # its elementwise consumers into the GEMM, which finishes each tile with them.
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

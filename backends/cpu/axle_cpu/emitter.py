@@ -37,7 +37,7 @@ from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
 from . import mathfns
-from .lltypes import COMPUTE, F16, F32, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
+from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
 
 Index: TypeAlias = int | ir.Value
 R = TypeVar("R")
@@ -75,7 +75,10 @@ class KernelSpec:
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
-        """(outer rows, inner columns) of the loop nest."""
+        """(outer rows, inner columns) of the loop nest; an ``update`` kernel (scatter,
+        dynamic-update-slice) is one trip: it applies its updates in order on one thread."""
+        if self.kind == "update":
+            return 1, 1
         return self.schedule.rows, self.schedule.cols
 
     #: rows up to this long are walked whole (constant trip count), never split by column
@@ -87,7 +90,7 @@ class KernelSpec:
         [i0, i1) says, so LLVM unrolls and vectorizes it without remainder loops and
         runtime checks per row (a [100, 10] softmax row is 10 elements); such kernels are
         only split across threads by rows (executable.py)."""
-        if self.kind == "gemm" or self.flat or self.column_reduce:
+        if self.kind in ("gemm", "update") or self.flat or self.column_reduce:
             return False
         s = self.iter_shape
         return len(s) >= 1 and 0 < s[-1] <= self.SHORT_ROW
@@ -116,8 +119,8 @@ class KernelEmitter:
     def __init__(self, module: ir.Module, spec: KernelSpec) -> None:
         self.mod = module
         self.spec = spec
-        self.fn = ir.Function(module, SIG, name=spec.name)
-        self.bufs, self.o0, self.o1, self.i0, self.i1, self.r0, self.r1 = self.fn.args
+        self.fn = ir.Function(module, self.signature(), name=spec.name)
+        self.bufs, self.o0, self.o1, self.i0, self.i1, self.r0, self.r1 = self.fn.args[:7]
         self.flat = spec.flat
         self.shape_of: Callable[[Node], tuple[int, ...]] = (
             (lambda n: (math.prod(n.shape),) if n.shape == spec.iter_shape else n.shape) if self.flat
@@ -128,6 +131,10 @@ class KernelEmitter:
         self.row_cache: dict[int, ir.Value] = {}  # node uid -> per-row stack buffer
         self.filling: int | None = None  # the cached node being computed by its fill loop
         self.row_idx: list[Index] = []
+
+    def signature(self) -> ir.FunctionType:
+        """The kernel's LLVM signature: ``SIG`` (a subclass may append arguments)."""
+        return SIG
 
     # ------------------------------------------------------------------ index helpers
     def lv(self, v: Index) -> int:
@@ -412,6 +419,8 @@ class KernelEmitter:
         self._bufptr: dict[int, ir.Value] = {}
         if spec.column_reduce:
             return self.build_columns()
+        if spec.kind == "update":
+            return build_update(self)
         ocond = self.fn.append_basic_block("outer.cond")
         obody = self.fn.append_basic_block("outer.body")
         icond = self.fn.append_basic_block("inner.cond")
@@ -1108,6 +1117,159 @@ def _bitcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
         raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
                            "storage type", where=n.loc)
     return em.b.bitcast(em.value(x, idx), COMPUTE[n.dtype])
+# -- indexing ----------------------------------------------------------------------
+
+
+def loaded_index(em: KernelEmitter, x: Node, coords: Sequence[Index]) -> Index:
+    """The integer ``x`` at ``coords`` as a 64-bit index (a constant stays a Python int),
+    tagged with the loop level it was computed at, so that what depends on it is hoisted
+    exactly as far as it may be (a token id once per row of an embedding lookup)."""
+    v = em.value(x, list(coords))
+    if isinstance(v, ir.Constant):
+        return int(v.constant)
+    level = max((em.lv(c) for c in coords), default=0)
+    if not (level < 2 and level < em.cur_level and not em.tails[level].is_terminated):
+        level = em.cur_level  # value() emitted it here, not in a preamble
+    em.level[id(v)] = level
+    if v.type.width < 64:
+        # widened by the index dtype's signedness (an unsigned byte 255 is 255, not -1)
+        widen = em.b.zext if np.dtype(x.dtype.np).kind == "u" else em.b.sext
+        return em._ix(lambda: widen(v, I64), v)
+    return v
+
+
+def _indexed(em: KernelEmitter, n: Node, idx: Sequence[Index],
+             start_coords: Callable[[list[ix.Ix]], list[list[ix.Ix]]],
+             index_of: Callable[[int], Node],
+             operand_index: Callable[[list[ix.Ix], list[ix.Ix]], list[ix.Ix]]) -> ir.Value:
+    """An indexed load (gather, dynamic-slice): the start indices are loaded at the
+    coordinates the shared index algebra gives, then the operand at the position it
+    computes from them (clamped in bounds: the load is never out of range)."""
+    coords, env = em.ix_map(lambda c: c, idx)
+    starts = []
+    for k, sc in enumerate(start_coords(coords)):
+        name = f"start{k}"
+        env[name] = loaded_index(em, index_of(k), [em.ix_value(e, env) for e in sc])
+        starts.append(ix.var(name))
+    return em.value(n.operands[0], [em.ix_value(e, env) for e in operand_index(coords, starts)])
+
+
+def _gather(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    return _indexed(em, n, idx, lambda c: ix.gather_start_coords(c, n), lambda k: n.operands[1],
+                    lambda c, s: ix.gather_index(c, n, s))
+
+
+def _dynamic_slice(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    shape, sizes = n.operands[0].shape, n.attr["slice_sizes"]
+    return _indexed(em, n, idx, lambda c: [[] for _ in shape], lambda k: n.operands[1 + k],
+                    lambda c, s: ix.dynamic_slice_index(c, shape, sizes, s))
+
+
+#: how a scatter update meets the value at its position: in order, no reassociation
+_SCATTER_COMBINE: dict[str, Callable[[KernelEmitter, DType, ir.Value, ir.Value], ir.Value]] = {
+    "replace": lambda em, dt, old, new: new,
+    "add": lambda em, dt, a, v: em.b.fadd(a, v) if dt.is_float else (em.b.or_(a, v) if dt.is_bool else em.b.add(a, v)),
+    "mul": lambda em, dt, a, v: em.b.fmul(a, v) if dt.is_float else (em.b.and_(a, v) if dt.is_bool else em.b.mul(a, v)),
+    "max": lambda em, dt, a, v: _maxmin(em, dt, a, v, True),
+    "min": lambda em, dt, a, v: _maxmin(em, dt, a, v, False),
+}
+
+
+def build_update(em: KernelEmitter) -> ir.Function:
+    """An ``update`` kernel (scatter, dynamic-update-slice): the result is the operand
+    with windows written over it. Buffer assignment gives the result the operand's buffer
+    when the operand dies here, so the operand is copied only when the pointers differ;
+    then the windows are written in update order (scatter: one update after another, each
+    window inside, so duplicate indices combine exactly in the reference's order). Nothing
+    else of the output is touched: the cost is the windows, not the operand."""
+    n = em.spec.comp.root
+    b = em.b
+    em.tails, em.cur_level = {}, 0  # nothing is hoisted: each value is emitted where it is used
+    body = em.fn.append_basic_block("update")
+    ret = em.fn.append_basic_block("ret")
+    b.cbranch(b.icmp_signed("<", em.o0, em.o1), body, ret)
+    b.position_at_end(body)
+    nin = len(em.spec.comp.parameters)
+    src, dst = em.buffer(0), em.buffer(nin)
+    size = n.tensor_type.nbytes
+    if size:
+        copy = em.fn.append_basic_block("copy")
+        windows = em.fn.append_basic_block("windows")
+        b.cbranch(b.icmp_unsigned("!=", src, dst), copy, windows)
+        b.position_at_end(copy)
+        memcpy = em.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        b.call(memcpy, [dst, src, ir.Constant(I64, size), ir.Constant(I1, 0)])
+        b.branch(windows)
+        b.position_at_end(windows)
+    _write_windows(em, n, dst)
+    b.branch(ret)
+    b.position_at_end(ret)
+    b.ret_void()
+    return em.fn
+
+
+def _nest(em: KernelEmitter, shape: Sequence[int], body: Callable[[list[Index]], None], level: int) -> None:
+    """Row-major loops over ``shape`` (unit dims are not looped), ``body(coords)`` innermost."""
+    coords: list[Index] = [0] * len(shape)
+
+    def at(k: int) -> None:
+        if k == len(shape):
+            body(list(coords))
+            return
+        if shape[k] == 1:
+            at(k + 1)
+            return
+
+        def step(v: ir.Value) -> None:
+            coords[k] = v
+            at(k + 1)
+
+        em.loop(0, shape[k], step, level + k)
+
+    if 0 not in shape:
+        at(0)
+
+
+def _write_windows(em: KernelEmitter, n: Node, dst: ir.Value) -> None:
+    """The updates one after another (row-major over the batch), each window inside: the
+    order of the reference, whatever the windows' overlaps."""
+    x = n.operands[0]
+    u = ix.update_loops(n)
+    combine = _SCATTER_COMBINE[n.attr["kind"]] if n.op is Op.SCATTER else _SCATTER_COMBINE["replace"]
+
+    def names(prefix: str, vals: Sequence[Index]) -> tuple[list[ix.Ix], dict[str, Index]]:
+        return ([ix.const(v) if isinstance(v, int) else ix.var(f"{prefix}{k}") for k, v in enumerate(vals)],
+                {f"{prefix}{k}": v for k, v in enumerate(vals) if not isinstance(v, int)})
+
+    def update(batch: list[Index]) -> None:
+        bix, env = names("b", batch)
+        starts = [loaded_index(em, n.operands[k], [em.ix_value(e, env) for e in c])
+                  for k, c in ix.update_starts(n, bix)]
+        six, senv = names("s", starts)
+        env.update(senv)
+        _, inside, _, _ = ix.update_target(n, bix, [ix.const(0)] * len(u.window), six)
+        if inside.const == 0:
+            return
+        if inside.const == 1:
+            _nest(em, u.window, lambda w: window(w, bix, six, env), 1 + len(u.batch))
+            return
+        go, skip = em.fn.append_basic_block("window"), em.fn.append_basic_block("dropped")
+        em.b.cbranch(em.ix_value(inside, env), go, skip)  # an out-of-bounds window is dropped
+        em.b.position_at_end(go)
+        _nest(em, u.window, lambda w: window(w, bix, six, env), 1 + len(u.batch))
+        em.b.branch(skip)
+        em.b.position_at_end(skip)
+
+    def window(w: list[Index], bix: list[ix.Ix], six: list[ix.Ix], env: dict[str, Index]) -> None:
+        wix, wenv = names("w", w)
+        full = {**env, **wenv}
+        pos, _, src, coords = ix.update_target(n, bix, wix, six)
+        lin = em.linear([em.ix_value(e, full) for e in pos], x.shape)
+        new = em.value(n.operands[src], [em.ix_value(e, full) for e in coords])
+        em.store(dst, n.dtype, lin, combine(em, n.dtype, em.load(dst, n.dtype, lin), new))
+
+    if 0 not in u.window:
+        _nest(em, u.batch, update, 1)
 
 
 LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] = {
@@ -1165,6 +1327,8 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.POPCNT: _ew(_popcnt),
     Op.CLZ: _ew(_clz),
     Op.BITCAST_CONVERT: _bitcast,
+    Op.GATHER: _gather,
+    Op.DYNAMIC_SLICE: _dynamic_slice,
 }
 
 

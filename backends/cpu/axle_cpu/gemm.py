@@ -36,6 +36,17 @@ float32, one rounding). Integers wrap (any summation order gives the same bits).
 A matrix-vector product with K contiguous in both operands is one vectorized dot product
 per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T.
 
+An ``output`` fusion (a dot and its epilogue: bias add, activation, residual add, scaling,
+convert; docs/ir.md "Fusions") runs the same kernel: the epilogue is a scalar function
+``epi(bufs, lin, value)`` (the fused computation with the dot's value given, emitted by
+the shared loop emitter and inlined) that finishes one output element at flat index
+``lin`` and stores it. The micro-kernel calls it on the last K block for its tile, from
+the registers through a tile-sized stack block in L1 (never the output buffer, which
+meanwhile holds the partial sums of earlier K blocks); the float16 path (and an epilogue
+whose output dtype differs from the dot's, which cannot keep partial sums in the output)
+calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
+empty contraction on zeros.
+
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
 kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
 running the kernel at once each have their own, and AOT code needs no allocator.
@@ -55,9 +66,10 @@ from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.ir.ops import Op
+from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, KernelSpec
-from .lltypes import F16, F32, I1, I32, I64, PTR, STORAGE, VOID
+from .emitter import SIG, Index, KernelEmitter, KernelSpec
+from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
 #: upper bound of the packed buffers' bytes in a GEMM kernel's stack frame
@@ -186,8 +198,25 @@ class GemmSpec(KernelSpec):
     vector_bits: int = 0
 
     @functools.cached_property
+    def schedule(self) -> Schedule:
+        """The shared schedule of the launch (form ``dot``): a lone dot, or an ``output``
+        fusion (the plan's launch kind; this spec's ``kind`` is the emitter's, "gemm")."""
+        return schedule(self.comp, "dot" if self.comp.root.op is Op.DOT_GENERAL else "output")
+
+    @property
+    def dot(self) -> Node:
+        """The dot_general: the root, or the producer of an ``output`` fusion's epilogue."""
+        d = self.schedule.dot
+        assert d is not None, f"gemm kernel {self.name} has no dot"
+        return d
+
+    @property
+    def epilogue(self) -> bool:
+        return self.schedule.epilogue
+
+    @functools.cached_property
     def layout(self) -> Layout:
-        return Layout.of(self.comp.root)
+        return Layout.of(self.dot)
 
     @property
     def columns_outer(self) -> bool:
@@ -195,7 +224,7 @@ class GemmSpec(KernelSpec):
         output's columns rather than its rows: for a wide C whose A is read in place,
         threads then share no packing work (split by rows, each would pack all of B)."""
         lay = self.layout
-        return (lay.n >= COLUMNS_OUTER_MIN and self.comp.root.dtype is not DType.FLOAT16
+        return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
                 and lay.a_m.table is None and lay.a_k.table is None)
 
     @property
@@ -207,6 +236,56 @@ class GemmSpec(KernelSpec):
     @property
     def split_reduce_size(self) -> int:
         return 0
+
+
+def _accumulates(dot: Node, out: Node) -> bool:
+    """Whether the GEMM accumulates all of K in a compute-type block before finishing the
+    output (float16, or an output dtype that cannot hold the dot's partial sums)."""
+    return dot.dtype is DType.FLOAT16 or STORAGE[out.dtype] != STORAGE[dot.dtype]
+
+
+class _EpilogueEmitter(KernelEmitter):
+    """``void epi(bufs, row, row_end, col, <SIG's other i64s>, value)``: the element of an
+    output fusion at (``row``, ``col``) of its output viewed as ``[rows, last dim]``, given
+    its dot's ``value`` there (the dot's compute type; float16 is rounded here, as the
+    interpreter rounds the dot). The loop emitter's value rules compute the epilogue (its
+    other operands at the same index, or broadcast); stored to the kernel's output buffer.
+    Inlined in a loop over columns, what depends on the row alone is hoisted and the rest
+    vectorizes (a bias load, an add, a max)."""
+
+    def __init__(self, module: ir.Module, spec: KernelSpec, dot: Node) -> None:
+        self.dot_node = dot
+        super().__init__(module, spec)
+
+    def signature(self) -> ir.FunctionType:
+        return ir.FunctionType(VOID, [*SIG.args, COMPUTE[self.dot_node.dtype]])
+
+    def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        if n.uid == self.dot_node.uid:
+            v = self.fn.args[7]
+            return self.round16(v) if n.dtype is DType.FLOAT16 else v
+        return super()._emit(n, idx)
+
+    def build(self) -> ir.Function:
+        fn = self.fn
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("alwaysinline")
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self._bufptr = {}
+        self.tails = {0: self.entry, 1: self.entry}
+        self.cur_level = 0  # straight-line code: nothing to hoist
+        (out,) = self.spec.outputs
+        shape = out.shape
+        row, col = self.o0, self.i0
+        idx = self.unravel(row, shape[:-1]) + [col] if shape else []
+        val = self.value(out, idx)
+        lin = self.b.add(self.b.mul(row, ir.Constant(I64, shape[-1])), col) if shape else ir.Constant(I64, 0)
+        self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
+        self.b.ret_void()
+        return fn
+
 
 
 # ================================================================ emission helpers
@@ -256,7 +335,8 @@ class _Gen:
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self._tables: dict[tuple[int, ...], ir.GlobalVariable] = {}
 
-    def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str) -> None:
+    def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str,
+             vectorize: bool = False) -> None:
         b = self.b
         pre = b.block
         cond = self.fn.append_basic_block(f"{name}.cond")
@@ -271,7 +351,15 @@ class _Gen:
         body(i)
         nxt = b.add(i, _c(step))
         i.add_incoming(nxt, b.block)
-        no_unroll(b.branch(cond))
+        latch = b.branch(cond)
+        if vectorize:  # asked for: the cost model alone leaves the epilogue's loop scalar
+            mod = self.fn.module
+            md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                     ir.Constant(I1, 1)])])
+            md.operands = (md, *md.operands)  # a loop ID refers to itself
+            latch.set_metadata("llvm.loop", md)
+        else:
+            no_unroll(latch)
         b.position_at_end(exit_)
 
     def if_(self, cond: ir.Value, then: Callable[[], None], else_: Callable[[], None] | None = None) -> None:
@@ -319,12 +407,16 @@ class _Gen:
 
 class _Emitter:
     def __init__(self, mod: ir.Module, spec: GemmSpec, vector_bits: int) -> None:
-        root = spec.comp.root
+        root = spec.dot
         assert root.op is Op.DOT_GENERAL, f"gemm kernel for {root.op}"
         assert all(o.op is Op.PARAMETER for o in root.operands), "gemm operands must be parameters"
         self.mod = mod
         self.spec = spec
         self.dt = root.dtype
+        self.epi: ir.Function | None = None
+        if spec.epilogue:
+            espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
+            self.epi = _EpilogueEmitter(mod, espec, root).build()
         self.in_idx = [o.attr["index"] for o in root.operands]
         lay = spec.layout
         # A matrix-vector product with a strided K runs as a vector-matrix product
@@ -337,6 +429,8 @@ class _Emitter:
         self.t = tiles(self.dt, vector_bits, lay)
         self.st = STORAGE[self.dt]  # storage type of A, B and C
         self.f16 = self.dt is DType.FLOAT16
+        # all of K summed in a compute-type block, then finished once (float16 rounds it)
+        self.accumulate = _accumulates(root, spec.comp.root)
         self.ct = F32 if self.f16 else self.st  # packed / compute type
         self.vt = ir.VectorType(self.ct, self.t.v)
         self.fn = ir.Function(mod, SIG, name=spec.name)
@@ -345,7 +439,7 @@ class _Emitter:
         self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
-        plain = not self.f16
+        plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
                          if plain and lay.a_m.table is None and lay.a_k.table is None else None)
@@ -355,6 +449,24 @@ class _Emitter:
                          and lay.b_n.table is None and lay.b_n.stride == 1 else None)
 
     # -- arithmetic of the compute type
+    @property
+    def last_dim(self) -> int:
+        """The output's last dim: the epilogue's column (1 for a scalar)."""
+        shape = self.spec.comp.root.shape
+        return shape[-1] if shape else 1
+
+    def finish(self, b: ir.IRBuilder, lin: ir.Value, v: ir.Value, bufs: ir.Value | None = None) -> None:
+        """The epilogue of output element ``lin`` (flat) from its dot value ``v`` (compute type)."""
+        L = _c(self.last_dim)
+        self.finish_at(b, b.udiv(lin, L), b.urem(lin, L), v, bufs)
+
+    def finish_at(self, b: ir.IRBuilder, row: ir.Value, col: ir.Value, v: ir.Value,
+                  bufs: ir.Value | None = None) -> None:
+        """The epilogue of the output element at (``row``, ``col``) of [rows, last dim]."""
+        assert self.epi is not None
+        z = _c(0)
+        b.call(self.epi, [bufs if bufs is not None else self.bufs, row, z, col, z, z, z, v])
+
     def fma(self, b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
         if self.dt.is_int:
             return b.add(acc, b.mul(x, y))
@@ -388,6 +500,7 @@ class _Emitter:
         n_in = len(self.spec.comp.parameters)
         ptrs = [b.load(g.gep(self.bufs, PTR, _c(k)), typ=PTR) for k in range(n_in + 1)]
         a_ptr, b_ptr, c_ptr = ptrs[self.in_idx[0]], ptrs[self.in_idx[1]], ptrs[n_in]
+        self.c_ptr = c_ptr
         if lay.k == 0 or lay.m == 0 or lay.n == 0:
             self._zero_fill(c_ptr)
             b.ret_void()
@@ -399,8 +512,8 @@ class _Emitter:
             if self.direct_b is None:
                 self.bp = b.alloca(self.ct, size=_c(t.kc * t.nc))
                 self.bp.align = 64
-            if self.f16:
-                self.acc = b.alloca(F32, size=_c(t.mc * t.nc))
+            if self.accumulate:
+                self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
         # the batches that rows [o0, o1) of the output (as [Bt*M, N], in the spec's
         # orientation: swapped, those rows are this product's columns) touch
@@ -414,7 +527,8 @@ class _Emitter:
             hi = g.min(b.sub(self.r1, row0), _c(rows))
             a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
             b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
-            c_base = g.gep(c_ptr, self.st, b.mul(bi, _c(lay.m * lay.n)))
+            self.c_off = b.mul(bi, _c(lay.m * lay.n))  # flat index of the batch's C
+            c_base = g.gep(c_ptr, self.st, self.c_off)
             if lay.rowdot:
                 self._rowdot(a_base, b_base, c_base, lo, hi)
             elif self.swap:
@@ -434,6 +548,9 @@ class _Emitter:
 
         def row(r: ir.Value) -> None:
             base = b.mul(r, _c(n))
+            if self.epi is not None:
+                g.loop(self.c0, self.c1, 1, lambda j: self.finish(b, b.add(base, j), ir.Constant(self.ct, None)), "zj")
+                return
             g.loop(self.c0, self.c1, 1,
                    lambda j: b.store(ir.Constant(self.st, None), g.gep(c_ptr, self.st, b.add(base, j))), "zj")
 
@@ -504,6 +621,9 @@ class _Emitter:
                 fnr = self.mod.globals.get(name) or ir.Function(self.mod, ir.FunctionType(self.ct, [self.ct, self.vt]),
                                                                  name=name)
                 res = b.call(fnr, [ir.Constant(self.ct, 0.0), tot], fastmath=("reassoc",))
+            if self.epi is not None:
+                self.finish(b, b.add(self.c_off, b.add(i, _c(r))), res)
+                continue
             if self.f16:
                 res = b.fptrunc(res, F16)
             b.store(res, g.gep(c_base, self.st, b.add(i, _c(r))))
@@ -517,24 +637,26 @@ class _Emitter:
 
         def jc_body(jc: ir.Value) -> None:
             nc = g.min(_c(t.nc), b.sub(n_hi, jc))
-            if not self.f16:
+            if not self.accumulate:
                 def pc_body(pc: ir.Value) -> None:
                     kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
                     first = b.icmp_signed("==", pc, _c(0))
+                    last = b.icmp_signed("==", b.add(pc, kc), _c(lay.k))
 
                     def ic_body(ic: ir.Value) -> None:
                         mc = g.min(_c(t.mc), b.sub(m_hi, ic))
                         a_blk = self._pack_a(a_base, ic, mc, pc, kc)
                         cblk = g.gep(c_base, self.st, b.add(b.mul(ic, ldc), jc))
-                        self._macro(a_blk, b_blk, ic, kc, mc, nc, cblk, ldc, first, self.st)
+                        self._macro(a_blk, b_blk, ic, kc, mc, nc, cblk, ldc, first, self.st, last)
 
                     g.loop(m_lo, m_hi, t.mc, ic_body, "ic")
 
                 g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
                 return
 
-            # float16: accumulate all of K in a float32 block, then round once.
+            # float16 (or an epilogue whose output cannot hold partial sums): accumulate all
+            # of K in a compute-type block, then round (finish) once.
             def ic_body16(ic: ir.Value) -> None:
                 mc = g.min(_c(t.mc), b.sub(m_hi, ic))
 
@@ -542,7 +664,8 @@ class _Emitter:
                     kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
                     a_blk = self._pack_a(a_base, ic, mc, pc, kc)
-                    self._macro(a_blk, b_blk, ic, kc, mc, nc, self.acc, _c(t.nc), b.icmp_signed("==", pc, _c(0)), F32)
+                    self._macro(a_blk, b_blk, ic, kc, mc, nc, self.acc, _c(t.nc), b.icmp_signed("==", pc, _c(0)),
+                                self.ct)
 
                 g.loop(_c(0), _c(lay.k), t.kc, pc_body16, "pc")
 
@@ -551,8 +674,11 @@ class _Emitter:
                     dst = b.add(b.mul(b.add(ic, r), ldc), jc)
 
                     def col(j: ir.Value) -> None:
-                        v = b.load(g.gep(self.acc, F32, b.add(src, j)), typ=F32)
-                        b.store(b.fptrunc(v, F16), g.gep(c_base, F16, b.add(dst, j)))
+                        v = b.load(g.gep(self.acc, self.ct, b.add(src, j)), typ=self.ct)
+                        if self.epi is not None:
+                            self.finish(b, b.add(self.c_off, b.add(dst, j)), v)
+                        else:
+                            b.store(b.fptrunc(v, F16), g.gep(c_base, F16, b.add(dst, j)))
 
                     g.loop(_c(0), nc, 1, col, "cj")
 
@@ -643,13 +769,13 @@ class _Emitter:
 
     # -- macro kernel and micro-kernel
     def _macro(self, a_blk: ir.Value, b_blk: ir.Value, ic: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value,
-               cblk: ir.Value, ldc: ir.Value, first: ir.Value, c_t: ir.Type) -> None:
+               cblk: ir.Value, ldc: ir.Value, first: ir.Value, c_t: ir.Type, last: ir.Value | None = None) -> None:
         """The tiles of one (ic, pc, jc) block. A bottom-edge tile of a direct A (fewer
         than MR rows left) is moved up to end at the block's last row, or down to start
         at row 0 when it would begin above it (MR <= M, rows read are always in A); the
         rows it has to write are then [skip, skip+mr) of the tile."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        uk = self._micro_fn(c_t)
+        uk = self._micro_fn(c_t, last is not None and self.epi is not None)
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
@@ -667,19 +793,23 @@ class _Emitter:
                     shift, skip = i, _c(0)
                     ap = g.gep(a_blk, self.ct, b.mul(i, kc))
                 cp = g.gep(cblk, c_t, b.add(b.mul(shift, ldc), jr))
-                b.call(uk, [ap, bp, kc, cp, ldc, skip, mr, nr, first])
+                args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
+                if last is not None and self.epi is not None:
+                    args += [last, self.bufs]
+                b.call(uk, args)
 
             g.loop(_c(0), mc, t.mr, ir_body, "ir")
 
         g.loop(_c(0), nc, t.nr, jr_body, "jr")
 
-    def _micro_fn(self, c_t: ir.Type) -> ir.Function:
+    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False) -> ir.Function:
         """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 skip, i64 mr, i64 nr, i1
         first)``: C[skip:skip+mr, 0:nr] (+)= (A[0:MR, 0:kc] @ B[0:kc, 0:NR])[skip:skip+mr].
         A element (r, k) is at ``a + r*rs + k*ks``: packed (1, MR) or in place; B row k
         at ``b + k*NR`` packed (zero padded) or ``b + k*ldb`` in place (masked loads
-        beyond nr)."""
-        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}"
+        beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
+        block the tile is finished by the epilogue (``finish``) instead of stored."""
+        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
         fn = self.mod.globals.get(name)
         if fn is not None:
             return fn
@@ -688,15 +818,21 @@ class _Emitter:
         rs, ks = self.direct_a if self.direct_a else (1, t.mr)
         b_direct = self.direct_b is not None
         a_t = self.st if a_direct else self.ct
-        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I64, I1]), name=name)
+        extra = [I1, PTR] if epilogue else []
+        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I64, I1, *extra]),
+                         name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         fn.attributes.add("noinline")  # optimized once, apart: halves the compile time
-        a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args
+        a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args[:9]
         g = _Gen(fn)
         b = g.b
         nv = t.nr // t.v
         end = b.add(skip, mr)
+        tile = None
+        if epilogue:  # the finished sums of the last K block, for the epilogue (L1)
+            tile = b.alloca(self.ct, size=_c(t.mr * t.nr))
+            tile.align = 64
         # Fetch the C tile while the K loop runs: its rows are far apart in memory.
         line = 64 // _bytes(c_t)
         for r in range(t.mr):
@@ -774,9 +910,62 @@ class _Emitter:
                 g.if_(b.and_(b.icmp_signed("<=", skip, _c(r)), b.icmp_signed("<", _c(r), end)), row)
 
         full_tile = b.and_(b.icmp_signed("==", mr, _c(t.mr)), b.icmp_signed("==", nr, _c(t.nr)))
-        g.if_(full_tile, full, edge)
+        if epilogue:
+            last, bufs = fn.args[9:]
+            # The buffer table, copied to the stack: the epilogue's stores cannot alias a
+            # copy that never escapes, so its pointer loads leave the loop and it vectorizes.
+            n_bufs = len(self.spec.comp.parameters) + 1
+            with b.goto_entry_block():
+                local = b.alloca(PTR, size=_c(n_bufs))
+                for q in range(n_bufs):
+                    b.store(b.load(g.gep(bufs, PTR, _c(q)), typ=PTR), g.gep(local, PTR, _c(q)))
+            bufs = local
+            g.if_(last, lambda: self._finish_tile(g, tile, accs, masks, cp, ldc, skip, end, nr, first, bufs),
+                  lambda: g.if_(full_tile, full, edge))
+        else:
+            g.if_(full_tile, full, edge)
         b.ret_void()
         return fn
+
+    def _finish_tile(self, g: _Gen, tile: ir.Value, accs: list[list[ir.Value]], masks: list[ir.Value],
+                     cp: ir.Value, ldc: ir.Value, skip: ir.Value, end: ir.Value, nr: ir.Value, first: ir.Value,
+                     bufs: ir.Value) -> None:
+        """The last K block of an output fusion's tile: the final sums (this block's
+        registers plus the partial sums of earlier blocks in C) go to a tile block on the
+        stack, then each element of rows [skip, end) and columns [0, nr) is finished by the
+        epilogue, which stores it."""
+        b, t = g.b, self.t
+        nv = t.nr // t.v
+        valign = min(64, t.v * _bytes(self.ct))
+        for r in range(t.mr):
+            def row(r: int = r) -> None:
+                rowp = g.gep(cp, self.ct, b.mul(_c(r), ldc))
+                for q in range(nv):
+                    old = self.masked_load(b, g.gep(rowp, self.ct, _c(q * t.v)), self.ct, masks[q])
+                    val = b.select(first, accs[r][q], self.add(b, old, accs[r][q]))
+                    _store(b, val, g.gep(tile, self.ct, _c(r * t.nr + q * t.v)), valign)
+
+            g.if_(b.and_(b.icmp_signed("<=", skip, _c(r)), b.icmp_signed("<", _c(r), end)), row)
+        c_ptr = b.load(g.gep(bufs, PTR, _c(len(self.spec.comp.parameters))), typ=PTR)
+        lin0 = b.sdiv(b.sub(b.ptrtoint(cp, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.ct)))
+        L = self.last_dim
+        # a tile row is a run of one output row when C's rows are the output's rows
+        by_rows = not self.swap and self.lay.n == L
+
+        def erow(r: ir.Value) -> None:
+            rlin = b.add(lin0, b.mul(r, ldc))
+            row, col0 = b.udiv(rlin, _c(L)), b.urem(rlin, _c(L))
+
+            def elem(j: ir.Value) -> None:
+                v = b.load(g.gep(tile, self.ct, b.add(b.mul(r, _c(t.nr)), j)), typ=self.ct)
+                if by_rows:
+                    self.finish_at(b, row, b.add(col0, j), v, bufs)
+                else:
+                    self.finish(b, b.add(rlin, j), v, bufs)
+
+            g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
+
+        g.loop(skip, end, 1, erow, "ei")
 
 
 def emit(mod: ir.Module, spec: GemmSpec) -> ir.Function:

@@ -129,8 +129,8 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "sort":
             steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
-        if launch.kind == "dot":
-            if blas and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):
+        if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
+            if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):
                 steps.append(HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)"))
             else:
                 spec = _spec(kernels, launch.computation, "gemm", label, vector_bits)

@@ -22,12 +22,16 @@ from axle.errors import BackendError
 from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
-from axle.ir.ops import Op
+from axle.ir.ops import BASE_PRIMITIVES, Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
 from .forking import check_not_forked, keep_forever, note_initialized
 
+#: extended primitives lowered natively (the others get the core's decomposition)
+CLAIMED_EXTENDED: frozenset[Op] = frozenset({
+    # indexing: indexed loads in map kernels (values.py), update kernels (kernels.py)
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
@@ -52,6 +56,15 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     # sorting
     Op.SORT: (("the shared stable merge sort kernel, one work-item per row", ".sort:sort_launch"),
               ("the C-family merge sort it renders in OpenCL C", "axle.lowering.sort:sort_kernel")),
+    # indexing
+    Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("the operand's buffer handed over when it dies here, else a copy kernel", ".plan:_update_steps"),
+                 ("work-items over window positions, each applying the updates in index order",
+                  ".kernels:update_kernel")),
+    Op.DYNAMIC_UPDATE_SLICE: (("the operand's buffer handed over when it dies here, else a copy kernel",
+                               ".plan:_update_steps"),
+                              ("work-items over the window", ".kernels:update_kernel")),
 }
 
 
@@ -160,10 +173,12 @@ class OpenCLBackend(Backend):
     def capabilities(self, device: Device) -> Capabilities:
         fp64 = bool(device.properties.get("fp64"))
         dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
-        return Capabilities(dtypes=dts, limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=dts,
+                            limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
 
     def fusion_policy(self) -> FusionPolicy:
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=False)
+        # dot_epilogue: the dot kernels finish each accumulator with its epilogue (dots.py)
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)

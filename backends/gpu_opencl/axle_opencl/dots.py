@@ -19,7 +19,13 @@ operands and batch dims in any position need no copies.
   horizontally once at the end.
 
 Integer dots accumulate in the unsigned twin type (wrapping, as the interpreter), f16
-dots load halves into f32 registers and round once when storing."""
+dots load halves into f32 registers and round once when storing.
+
+An ``output`` fusion (a dot and its elementwise epilogue, docs/ir.md "Fusions") uses the
+same kernels: each accumulator, still in registers, is passed with its flat output index
+to ``<kernel>_epi`` (:class:`Epilogue`, the fused computation rendered by the shared value
+renderer with the dot's element given), which computes the epilogue and stores it; the
+dot's value itself is never stored."""
 from __future__ import annotations
 
 import math
@@ -28,12 +34,13 @@ from dataclasses import dataclass
 
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
-from axle.ir.module import Node
+from axle.ir.module import Computation, Node
+from axle.ir.types import TensorType
 from axle.lowering.index import row_major_strides
 
-from .emitter import Emitter
+from .emitter import Emitter, Idx
 from .kernels import DeviceInfo, Kernel, _finish, _signature
-from .render import REG, STORAGE, UNSIGNED, identity
+from .render import REG, STORAGE, UNSIGNED, identity, round_half
 from .values import Renderer, acc_dtype, combine, load, reg_type, store
 
 
@@ -63,10 +70,58 @@ def _what(n: Node) -> str:
     return f"dot {lhs.type} x {rhs.type} -> {n.type}" + (f" (at {n.loc})" if n.loc else "")
 
 
+class Epilogue:
+    """An output fusion's epilogue as an OpenCL function ``KERNEL_epi(out0, e<i>..., f, v)``:
+    output element ``f`` (flat) from the dot's accumulator ``v`` there, computed by the
+    shared value renderer (other operands read at the same index or through broadcasts)
+    and stored. The kernel passes every parameter of the fused computation as ``e<i>``
+    after its two operands, then the renderer's constants."""
+
+    def __init__(self, comp: Computation, dot: Node) -> None:
+        out = comp.root
+        self.out = out
+        em = Emitter(1)
+        r = Renderer(em, {p.attr["index"]: f"e{p.attr['index']}" for p in comp.parameters})
+        idx = Idx(out.shape, "f")
+        em.coords(idx)  # the index by coordinates from here on: the key the readers look up
+        dt = dot.dtype
+        v = em.tmp("float", round_half("v")) if dt is DType.FLOAT16 else (
+            f"(({REG[dt]})v)" if dt.is_int else "v")
+        em.remember((dot.uid, 1, idx.key), v)
+        em.line(store("out0", out.dtype, "f", r.value(out, idx)))
+        self.renderer = r
+        self.params = [(f"e{p.attr['index']}", p.dtype) for p in comp.parameters]
+        self.inputs: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
+        self.inputs += [("const", a) for _, a in r.consts]
+        acc = _ACC.get(dt, reg_type(acc_dtype(dt)))
+        sig = _signature([("out0", out.tensor_type)], self.params, r.consts, f"const int f, const {acc} v")
+        self.source = "void KERNEL_epi(" + sig + ") {\n" + "\n".join(em.lines) + "\n}\n"
+        self.args = ", ".join(["out0", *(n for n, _ in self.params), *(n for n, _ in r.consts)])
+
+    def call(self, off: str, value: str) -> str:
+        return f"KERNEL_epi({self.args}, {off}, {value});"
+
+
+def _put(epi: Epilogue | None, dt: DType, off: str, value: str) -> str:
+    """Stores dot element ``off`` of out0 (flat), or finishes it with the epilogue."""
+    return store("out0", dt, off, value) if epi is None else epi.call(off, value)
+
+
+def _kernel_parts(n: Node, epi: Epilogue | None) -> tuple[str, str, TensorType, list[tuple[str, object]]]:
+    """(signature, text before the kernel, output type, inputs) of a dot kernel."""
+    lhs, rhs = n.operands
+    ins = [("in0", lhs.dtype), ("in1", rhs.dtype)]
+    inputs: list[tuple[str, object]] = [("param", 0), ("param", 1)]
+    if epi is None:
+        return _signature([("out0", n.tensor_type)], ins, [], ""), "", n.tensor_type, inputs
+    sig = _signature([("out0", epi.out.tensor_type)], ins + epi.params, epi.renderer.consts, "")
+    return sig, epi.source, epi.out.tensor_type, inputs + epi.inputs
+
+
 # ------------------------------------------------------------------ local-memory tiles
 
 
-def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
+def dot_kernel(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Kernel:
     """Register-tiled batched matmul through local memory (any layout, every dtype)."""
     lhs, rhs = n.operands
     d = DotDims.of(n)
@@ -77,7 +132,7 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
     adt = acc_dtype(n.dtype)
     act = reg_type(adt)
     r = Renderer(Emitter(1), {0: "in0", 1: "in1"})
-    r.uses_fp64 = n.dtype is DType.FLOAT64
+    r.uses_fp64 = n.dtype is DType.FLOAT64 or (epi is not None and epi.renderer.uses_fp64)
     la = load("in0", lhs.dtype, "(lb_off + m_off + ka_off)")
     lbv = load("in1", rhs.dtype, "(rb_off + n_off + kb_off)")
     zero = identity("sum", adt)
@@ -119,19 +174,18 @@ def dot_kernel(n: Node, dev: DeviceInfo) -> Kernel:
         lines.append(f"    if (m < {d.m}) {{")
         for j in range(rn):
             off = f"(bb * {d.m} + m) * {d.n} + n0 + ln + {j * ts}"
-            lines.append(f"      if (n0 + ln + {j * ts} < {d.n}) {{ {store('out0', n.dtype, off, f'c{i}_{j}')} }}")
+            lines.append(f"      if (n0 + ln + {j * ts} < {d.n}) {{ {_put(epi, n.dtype, off, f'c{i}_{j}')} }}")
         lines.append("    }")
         lines.append("  }")
     body = "\n".join(lines)
-    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+    sig, pre, out_t, inputs = _kernel_parts(n, epi)
     attr = f"__attribute__((reqd_work_group_size({ts}, {ts}, 1))) "
 
     def text(name: str) -> str:
-        return f"__kernel {attr}void {name}({sig}) {{\n{body}\n}}"
+        return pre.replace("KERNEL", name) + f"__kernel {attr}void {name}({sig}) {{\n{body}\n}}"
 
     gs = (-(-d.n // tn) * ts, -(-d.m // tm) * ts, d.batch)
-    return _finish(text, _what(n), r, [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
-                   global_size=gs, local_size=(ts, ts, 1))
+    return _finish(text, _what(n), r, [("out", 0, out_t)], inputs, global_size=gs, local_size=(ts, ts, 1))
 
 
 # ------------------------------------------------------------------------ CPU devices
@@ -221,7 +275,7 @@ class _Side:
         return f"__global const {STORAGE[self.node.dtype]}* restrict"
 
 
-def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
+def dot_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Kernel | None:
     """CPU devices: register-blocked work-items without local memory; None where the
     layout suits no micro-kernel (the local-memory kernel is used then)."""
     if n.dtype not in _ACC:
@@ -233,24 +287,32 @@ def dot_kernel_cpu(n: Node, dev: DeviceInfo) -> Kernel | None:
     w = _lanes(n.dtype, dev)
     k_contig = x.trailing(x.contracting) and y.trailing(y.contracting)
     if y.trailing(y.free) and (d.n >= w or not k_contig or d.k < w):
-        return _rows_times_vectors(n, d, x, y, w, transposed=False)
+        return _rows_times_vectors(n, d, x, y, w, transposed=False, epi=epi)
     if k_contig:
-        return _dot_products(n, d, x, y, w)
+        return _dot_products(n, d, x, y, w, epi)
     if x.trailing(x.free):  # a.T @ b.T: vectors along the lhs free dims, stored transposed
-        return _rows_times_vectors(n, d, y, x, w, transposed=True)
+        return _rows_times_vectors(n, d, y, x, w, transposed=True, epi=epi)
     return None
 
 
-def _common(n: Node, d: DotDims, x: _Side, y: _Side) -> list[str]:
+def _common(n: Node, d: DotDims, x: _Side, y: _Side, epi: Epilogue | None) -> list[str]:
+    c = (f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.m * d.n};" if epi is None
+         else f"  const int cb = bb * {d.m * d.n};")  # the epilogue stores by flat index
     return [
         "  const int bb = (int)get_global_id(2);",
         f"  {x.ptr} X = {x.arg} + {x.offset('bb', x.batch)};",
         f"  {y.ptr} Y = {y.arg} + {y.offset('bb', y.batch)};",
-        f"  __global {STORAGE[n.dtype]}* restrict C = out0 + bb * {d.m * d.n};",
+        c,
     ]
 
 
-def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transposed: bool) -> Kernel:
+def _cput(epi: Epilogue | None, ops: _Ops, value: str, off: str) -> str:
+    """Stores element ``off`` of this batch's C, or finishes it with the epilogue."""
+    return ops.sstore(value, "C", off) if epi is None else epi.call(f"cb + {off}", value)
+
+
+def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transposed: bool,
+                        epi: Epilogue | None = None) -> Kernel:
     """Each work-item: MR rows of ``x`` x NV vectors of W columns of ``y`` (y's free dims
     contiguous). Per k, NV vector loads of a row of y, MR scalars of x splatted, MR x NV
     multiply-adds; columns past the last full panel in single vectors, then scalars.
@@ -263,7 +325,7 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
     nv = max(0, min(4 if wide else 2, V // w))
     nr = nv * w if nv else V
     kx, ky = x.offset("k", x.contracting), y.offset("k", y.contracting)
-    L = _common(n, d, x, y)
+    L = _common(n, d, x, y, epi)
     L.append(f"  const int r0 = (int)get_global_id(0) * {mr}, c0 = (int)get_global_id(1) * {nr};")
     for i in range(mr):
         L.append(f"  {x.ptr} x{i} = X + {x.offset(f'min(r0 + {i}, {R - 1})', x.free)};")
@@ -272,6 +334,9 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
         return f"({col}) * {R} + {row}" if transposed else f"({row}) * {V} + {col}"
 
     def vstore(v: str, row: str, col: str) -> str:
+        if epi is not None:  # lanes through a private array: one epilogue call site, not w
+            return (f"{{ {ops.acc} e_[{w}]; vstore{w}({v}, 0, e_); for (int l_ = 0; l_ < {w}; l_++) "
+                    f"{_cput(epi, ops, 'e_[l_]', out(row, f'{col} + l_'))} }}")
         if transposed:
             return " ".join(ops.sstore(f"{v}.s{_LANES[k]}", "C", out(row, f"{col} + {k}")) for k in range(w))
         return ops.vstore(v, f"C + {out(row, col)}")
@@ -295,7 +360,7 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
         for i in range(mr):
             cond = f"if (r0 + {i} < {R}) " if R % mr else ""
             row = f"r0 + {i}"
-            stores = " ".join(vstore(f"c{i}_{j}", row, c) if vec else ops.sstore(f"c{i}_{j}", "C", out(row, c))
+            stores = " ".join(vstore(f"c{i}_{j}", row, c) if vec else _cput(epi, ops, f"c{i}_{j}", out(row, c))
                               for j, c in enumerate(cols))
             L.append(f"{indent}{cond}{{ {stores} }}")
 
@@ -316,17 +381,17 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
             block(["cc"], False, "    ")
             L.append("  }")
     gs = (-(-R // mr), -(-V // nr), d.batch)
-    return _cpu_kernel(n, "\n".join(L), gs)
+    return _cpu_kernel(n, "\n".join(L), gs, epi)
 
 
-def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int) -> Kernel:
+def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int, epi: Epilogue | None = None) -> Kernel:
     """Each work-item: MR rows x NC columns, k walked in vectors (both operands
     contiguous along k), MR x NC vector accumulators summed horizontally at the end,
     then a scalar k tail."""
     ops = _Ops(n.dtype, w)
     mr, nc = min(4, d.m), min(4, d.n)
     vt, t = ops.vt(), ops.acc
-    L = _common(n, d, x, y)
+    L = _common(n, d, x, y, epi)
     L.append(f"  const int m0 = (int)get_global_id(0) * {mr}, n0 = (int)get_global_id(1) * {nc};")
     L += [f"  {x.ptr} a{i} = X + {x.offset(f'min(m0 + {i}, {d.m - 1})', x.free)};" for i in range(mr)]
     L += [f"  {y.ptr} b{j} = Y + {y.offset(f'min(n0 + {j}, {d.n - 1})', y.free)};" for j in range(nc)]
@@ -349,10 +414,10 @@ def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int) -> Kernel:
     for i in range(mr):
         for j in range(nc):
             cond = [c for c, partial in ((f"m0 + {i} < {d.m}", d.m % mr), (f"n0 + {j} < {d.n}", d.n % nc)) if partial]
-            st = ops.sstore(f"c{i}_{j}", "C", f"(m0 + {i}) * {d.n} + n0 + {j}")
+            st = _cput(epi, ops, f"c{i}_{j}", f"(m0 + {i}) * {d.n} + n0 + {j}")
             L.append(f"  if ({' && '.join(cond)}) {st}" if cond else f"  {st}")
     gs = (-(-d.m // mr), -(-d.n // nc), d.batch)
-    return _cpu_kernel(n, "\n".join(L), gs)
+    return _cpu_kernel(n, "\n".join(L), gs, epi)
 
 
 def _lane_sum(L: list[str], acc: str, v: str, w: int) -> str:
@@ -368,18 +433,16 @@ def _lane_sum(L: list[str], acc: str, v: str, w: int) -> str:
     return cur
 
 
-def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int]) -> Kernel:
-    lhs, rhs = n.operands
+def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | None = None) -> Kernel:
     r = Renderer(Emitter(1), {0: "in0", 1: "in1"})
-    r.uses_fp64 = n.dtype is DType.FLOAT64
-    sig = _signature([("out0", n.tensor_type)], [("in0", lhs.dtype), ("in1", rhs.dtype)], [], "")
+    r.uses_fp64 = n.dtype is DType.FLOAT64 or (epi is not None and epi.renderer.uses_fp64)
+    sig, pre, out_t, inputs = _kernel_parts(n, epi)
 
     def text(name: str) -> str:
-        return f"__kernel void {name}({sig}) {{\n{body}\n}}"
+        return pre.replace("KERNEL", name) + f"__kernel void {name}({sig}) {{\n{body}\n}}"
 
     # local size 1: PoCL runs a work-group on one core, so every block is its own group
-    return _finish(text, _what(n), r, [("out", 0, n.tensor_type)], [("param", 0), ("param", 1)],
-                   global_size=gs, local_size=(1, 1, 1))
+    return _finish(text, _what(n), r, [("out", 0, out_t)], inputs, global_size=gs, local_size=(1, 1, 1))
 
 
-__all__ = ["DotDims", "dot_kernel", "dot_kernel_cpu"]
+__all__ = ["DotDims", "Epilogue", "dot_kernel", "dot_kernel_cpu"]

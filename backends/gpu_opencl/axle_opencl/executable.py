@@ -60,7 +60,7 @@ class OpenCLExecutable(Executable):
         k = step.kernel
         outs = []
         for dst, (_, _, t) in zip(step.outputs, k.outputs):
-            buf = rt.alloc(t.nbytes)
+            buf = env.get(dst) if step.in_place else rt.alloc(t.nbytes)
             env[dst] = buf
             outs.append(buf)
         if all(b is None for b in outs):

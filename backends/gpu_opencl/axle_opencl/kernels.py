@@ -29,10 +29,12 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
+from axle.lowering import index as ix
 
+from . import render
 from .emitter import Emitter, Idx
 from .render import STORAGE, identity, program_source
-from .values import Renderer, acc_dtype, combine, horizontal, reg_type, spill_plan, store, vector_ok
+from .values import Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan, store, vector_ok
 
 INT_MAX = 2**31 - 1
 
@@ -243,6 +245,65 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     ins += [("const", a) for _, a in r.consts]
     return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,
                    scalars=[n_outer, chunk], global_size=gsize, local_size=lsize)
+
+
+# ----------------------------------------------------------------------------- update
+
+
+def update_kernel(comp: Computation, dev: DeviceInfo) -> Kernel | None:
+    """Scatter or dynamic-update-slice over ``out0``, which already holds the operand (the
+    plan copies it there, or hands over the operand's own buffer when it dies here): only
+    the windows are written. Work-items take window positions; each applies every update
+    in index order, so duplicates combine as the reference does (no atomics). A scatter
+    whose windows of different updates may meet at different window positions runs on one
+    work-item (ix.scatter_window_parallel). None when there is nothing to write."""
+    n = comp.root
+    x = n.operands[0]
+    u = ix.update_loops(n)
+    nw, nb = math.prod(u.window), math.prod(u.batch)
+    if nw == 0 or nb == 0 or x.tensor_type.size == 0:
+        return None
+    em = Emitter(1)
+    r = Renderer(em, {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters})
+    if u.parallel:
+        em.open(f"for (int w = (int)get_global_id(0); w < {nw}; w += (int)get_global_size(0))")
+    else:
+        em.open("if (get_global_id(0) == 0)")
+    bix: list[ix.Ix] = []
+    if u.batch:
+        em.open(f"for (int b = 0; b < {nb}; b++)")
+        bix = em.ix_coords(Idx(u.batch, "b"))
+    if not u.parallel:
+        em.open(f"for (int w = 0; w < {nw}; w++)")
+    wix = em.ix_coords(Idx(u.window, "w"))
+    starts = [r._start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+    pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+    if inside.const != 1:
+        em.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+    new = r._at(n.operands[src], coords)
+    off = em.bind(ix.linearize(pos, x.shape))
+    if u.combiner is not None:
+        new = render.binary(u.combiner, n.dtype, load("out0", n.dtype, off), new)
+    em.line(store("out0", n.dtype, off, new))
+    while len(em.scopes) > 1:
+        em.close()
+    pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
+    sig = _signature([("out0", n.tensor_type)], pars, r.consts, "")
+    body = "\n".join(em.lines)
+
+    def text(name: str) -> str:
+        return f"__kernel void {name}({sig}) {{\n{body}\n}}"
+
+    if not u.parallel:
+        gsize, lsize = (1,), (1,)
+    elif dev.is_gpu:
+        wg = min(256, dev.max_work_group)
+        gsize, lsize = (max(1, -(-min(nw, 1 << 22) // wg)) * wg,), (wg,)
+    else:
+        gsize, lsize = (max(1, min(nw // 4096 + 1, dev.compute_units * 8)),), (1,)
+    ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
+    ins += [("const", a) for _, a in r.consts]
+    return _finish(text, describe(comp), r, [("out", 0, n.tensor_type)], ins, global_size=gsize, local_size=lsize)
 
 
 # ---------------------------------------------------------------------- group reduce

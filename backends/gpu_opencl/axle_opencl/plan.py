@@ -15,11 +15,11 @@ import numpy as np
 from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
-from axle.lowering.plan import kernel_plan
+from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan
 from axle.lowering.schedule import schedule
 
-from .dots import dot_kernel, dot_kernel_cpu
-from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel
+from .dots import Epilogue, dot_kernel, dot_kernel_cpu
+from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, update_kernel
 from .sort import sort_launch
 
 Slot = int  # a buffer slot of the shared kernel plan
@@ -33,6 +33,9 @@ class KernelStep:
     #: timeline name mapping back to the module (``fusion.3 [add, multiply, reduce]``);
     #: kernels are shared by source hash, so the name belongs to the step
     label: str = ""
+    #: the kernel writes into its outputs' buffers as they are (an update kernel after the
+    #: operand was copied or handed over there), instead of into fresh ones
+    in_place: bool = False
 
 
 @dataclass
@@ -69,11 +72,13 @@ def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
     if not outs:
         return []
     nodes = [n for n, _ in outs]
-    if s.form == "dot":
-        d = nodes[0]
-        k = (None if dev.is_gpu else dot_kernel_cpu(d, dev)) or dot_kernel(d, dev)
-        k.inputs = [("param", o.attr["index"]) for o in d.operands]
-        k.outputs = [("out", outs[0][1], d.tensor_type)]
+    if s.form == "dot":  # a dot, or a dot and its epilogue (an output fusion)
+        d = s.dot
+        assert d is not None
+        epi = Epilogue(comp, d) if s.epilogue else None
+        k = (None if dev.is_gpu else dot_kernel_cpu(d, dev, epi)) or dot_kernel(d, dev, epi)
+        k.inputs = [("param", o.attr["index"]) for o in d.operands] + k.inputs[2:]
+        k.outputs = [("out", outs[0][1], nodes[0].tensor_type)]
         return [k]
     if s.form == "reduce" and _use_group_reduce(math.prod(s.row_shape), s.reduced, dev):
         return [group_reduce_kernel(comp, outs, dev)]
@@ -96,8 +101,11 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
     """The steps of ``module``'s shared kernel plan (:mod:`axle.lowering.plan`)."""
     kp = kernel_plan(module, assign_buffers=False, split_reductions=dev.split_reductions)
     steps: list[Any] = []
-    for launch in kp.launches:
-        if launch.is_bitcast:
+    dying = _dying_operands(kp)
+    for k, launch in enumerate(kp.launches):
+        if launch.kind == "update":
+            steps += _update_steps(launch, dev, k in dying)
+        elif launch.is_bitcast:
             steps.append(AliasStep(launch.inputs[0], launch.outputs[0], launch.output_types[0]))
         elif launch.kind == "sort":
             sk = sort_launch(launch)
@@ -111,3 +119,45 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
                 outputs = [launch.outputs[j] for _, j, _ in kernel.outputs]
                 steps.append(KernelStep(kernel, inputs, outputs, launch.label))
     return Plan(steps, list(range(kp.n_params)), kp.constants, list(zip(kp.results, kp.result_types)))
+
+
+def _update_steps(launch: KernelLaunch, dev: DeviceInfo, in_place: bool) -> list[Any]:
+    """A scatter or dynamic-update-slice: the result takes over the operand's buffer when the
+    operand dies here (``in_place``), else a copy kernel fills it; then the update kernel
+    writes the windows into it."""
+    comp, (src, *_), (dst,) = launch.computation, launch.inputs, launch.outputs
+    x = comp.parameters[0]
+    if in_place:
+        first: Any = AliasStep(src, dst, x.tensor_type)
+    else:
+        copy = map_kernel(comp, [(x, 0)], x.shape, dev)
+        first = KernelStep(copy, [launch.inputs[v] if kind == "param" else ("const", v) for kind, v in copy.inputs],
+                           [dst], f"{launch.label}(copy)")
+    k = update_kernel(comp, dev)
+    if k is None:
+        return [first]
+    inputs = [launch.inputs[v] if kind == "param" else ("const", v) for kind, v in k.inputs]
+    return [first, KernelStep(k, inputs, [dst], launch.label, in_place=True)]
+
+
+def _dying_operands(kp: KernelPlan) -> set[int]:
+    """Launches (by position) of kind ``update`` whose operand buffer nobody reads later:
+    not a parameter (the caller's), a constant or a result, and no slot sharing its buffer
+    (an unfused reshape aliases it) read by a later launch."""
+    root: dict[int, int] = {}
+    for launch in kp.launches:
+        if launch.is_bitcast:
+            root[launch.outputs[0]] = root.get(launch.inputs[0], launch.inputs[0])
+    last: dict[int, int] = {}
+    for k, launch in enumerate(kp.launches):
+        for s in launch.inputs:
+            last[root.get(s, s)] = k
+    kept = {root.get(s, s) for s in kp.results} | set(kp.constants) | set(range(kp.n_params))
+    out = set()
+    for k, launch in enumerate(kp.launches):
+        if launch.kind == "update":
+            b = root.get(launch.inputs[0], launch.inputs[0])
+            if b not in kept and last.get(b) == k and launch.inputs.count(launch.inputs[0]) == 1 and \
+                    all(root.get(s, s) != b for s in launch.inputs[1:]):
+                out.add(k)
+    return out

@@ -238,6 +238,24 @@ class Renderer:
             expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
 
+    def _start(self, x: Node, coords: list[ix.Ix]) -> ix.Ix:
+        """An integer of ``x`` at ``coords``, loaded as a ``long`` start index: clamped by
+        the index algebra before it narrows to an ``int`` coordinate."""
+        v = self._at(x, coords) if coords else self.value(x, Idx((), "0", []))
+        return ix.var(self.em.tmp("long", f"((long){v})", "s"))
+
+    def _gather(self, n: Node, idx: Idx, lanes: int) -> str:
+        """An indexed load (axle.lowering.index): the operand at the clamped start indices
+        loaded for this element plus its window offset."""
+        coords = self.em.ix_coords(idx)
+        starts = [self._start(n.operands[1], c) for c in ix.gather_start_coords(coords, n)]
+        return self._at(n.operands[0], ix.gather_index(coords, n, starts))
+
+    def _dynamic_slice(self, n: Node, idx: Idx, lanes: int) -> str:
+        x, *start_nodes = n.operands
+        starts = [self._start(s, []) for s in start_nodes]
+        return self._at(x, ix.dynamic_slice_index(self.em.ix_coords(idx), x.shape, n.attr["slice_sizes"], starts))
+
     def _rng(self, n: Node, idx: Idx, lanes: int) -> str:
         (key,) = n.operands
         k = self.value(key, Idx((), "0", []))
@@ -411,6 +429,9 @@ _RULES: dict[Op, Rule] = {
     Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
     # sorting: never fused, launched by its own kernel (sort.py)
     Op.SORT: Renderer._unsupported,
+    # indexing: scatter and dynamic-update-slice are update kernels of their own (kernels.py)
+    Op.GATHER: Renderer._gather, Op.DYNAMIC_SLICE: Renderer._dynamic_slice,
+    Op.SCATTER: Renderer._unsupported, Op.DYNAMIC_UPDATE_SLICE: Renderer._unsupported,
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):

@@ -19,8 +19,9 @@ from axle.backend import (
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES, DType, dtype
 from axle.ir.module import Module
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import BASE_PRIMITIVES, OPS, Op
 from axle.ir.types import TensorType
+from axle.passes.policy import FusionPolicy
 
 from .codegen import COMPILER
 from .executable import TemplateExecutable
@@ -28,8 +29,12 @@ from .executable import TemplateExecutable
 #: What this device claims: elementwise ops, reductions and a few shape ops. Everything
 #: else (dot, transpose, slice, pad, concatenate, ...) runs on the host through the core's
 #: partitioner, which is how a partially brought-up device stays usable from day one.
+#: extended primitives the shared C renderer lowers (the others get the core's decomposition)
+CLAIMED_EXTENDED: frozenset[Op] = frozenset({
+    # indexing: indexed loads and update kernels
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT}
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 
@@ -47,6 +52,13 @@ LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.REDUCE: (("the dtype a reduction loop accumulates in", "axle.lowering.c:accumulator"),),
     Op.SORT: (("the shared C stable merge sort kernel (one row per device-loop iteration)",
                "axle.lowering.sort:sort_kernel"),),
+    # indexing
+    Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
+    Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
+    Op.SCATTER: (("an update kernel: a copy stage, then the windows in index order",
+                  "axle.lowering.c:_KernelBuilder.update"),),
+    Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window",
+                               "axle.lowering.c:_KernelBuilder.update"),),
 }
 
 
@@ -72,17 +84,29 @@ class TemplateBackend(Backend):
     def devices(self) -> Sequence[Device]:
         return self._devices
 
+    def _claims_all(self) -> bool:
+        # One flag claims every op the renderer lowers: AXLE_FLAGS=--template_claim_all (or
+        # claim_all=True); other extended primitives still get their decomposition.
+        if self.claim_all is not None:
+            return self.claim_all
+        return config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
+
     def capabilities(self, device: Device) -> Capabilities:
-        # One flag claims everything: AXLE_FLAGS=--template_claim_all (or claim_all=True).
-        claim_all = self.claim_all
-        if claim_all is None:
-            claim_all = config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
-        if claim_all:
-            return Capabilities()
+        if self._claims_all():
+            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
         return Capabilities(ops=CLAIMED, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)
+
+    def fusion_policy(self) -> FusionPolicy:
+        # HARDWARE: what your kernel generator can build from one fusion. dot_epilogue: a
+        # dot takes its elementwise consumers (bias add, activation...) as an "output"
+        # fusion, which the shared C renderer computes per element, dot first. Only where
+        # the device claims dot_general: fusion runs before partitioning, and a fusion
+        # holding an unclaimed dot would take its epilogue to the host with it.
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True,
+                            dot_epilogue=self._claims_all())
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         # Optional: only `axle explain-op` reads it. Tables without `op` are left out.

@@ -43,10 +43,11 @@ COMPILER: tuple[str, ...] = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPI
 
 def render_kernel(name: str, comp: Computation, kind: str = "loop") -> CKernel:
     # a sort is its own kernel form (the shared stable merge sort); every other launch is
-    # the renderer's loop nest of its fused computation
+    # the renderer's loop nest of its fused computation (an "output" fusion: the dot's
+    # loop with its epilogue before the store)
     if kind == "sort":
         return sort_kernel(Dialect, name, comp)
-    return RENDERER.kernel(name, comp)
+    return RENDERER.kernel(name, comp, kind)
 
 
 class Library:

@@ -37,6 +37,8 @@ class TemplateExecutable(Executable):
         self.plan = kernel_plan(module, assign_buffers=False)
         # HARDWARE: upload constants once, at compile time, into device memory.
         self.constants = dict(self.plan.constants)
+        # HARDWARE: the launch's kind says how to generate it (docs/ir.md, "Fusions"): an
+        # "output" fusion is a dot whose epilogue finishes each element before its store.
         self.launches = [Launch(k, None if k.kind in _HOST_KINDS else
                                 render_kernel(_name(i, k), k.computation, k.kind))
                          for i, k in enumerate(self.plan.launches)]

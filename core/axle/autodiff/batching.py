@@ -148,6 +148,12 @@ BATCH: dict[Op, BatchRule] = {
     Op.REVERSE: lambda n, xs, bs, size: lax.reverse(xs[0], _shift(n.attr["dimensions"])),
     Op.RNG_BIT_GENERATOR: _per_example,
     Op.CUSTOM_CALL: _per_example,
+    # indexing: once per example (a batched gather/scatter would add the batch to the
+    # dimension numbers: not yet)
+    Op.GATHER: _per_example,
+    Op.SCATTER: _per_example,
+    Op.DYNAMIC_SLICE: _per_example,
+    Op.DYNAMIC_UPDATE_SLICE: _per_example,
 }
 
 #: The op table's ops without a batching rule, and why none is needed.

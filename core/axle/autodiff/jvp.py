@@ -24,7 +24,8 @@ from ..frontend.bind import bind
 from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
-from .rules import _trunc, full
+from .linalg_rules import custom_call_jvp
+from .rules import _kept_windows, _read_windows, _scatter_to, _trunc, full
 
 Value = Any
 Tangent = Value | None
@@ -148,10 +149,51 @@ def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Va
 
 
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    t = custom_call_jvp(n, xs, ts, out)  # axle.numpy.linalg's targets have rules
+    if t is not None:
+        return t
     # An opaque function: a silent zero would be a wrong derivative.
     raise TracingError(f"jvp: custom-call target {n.attr['target']!r} has no derivative rule; its float "
                        f"output depends on a differentiated input (operands: "
                        f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+
+
+
+# indexing: linear in the data operands (the index operands pass through as values);
+# scatter's mul/min/max combine as their VJP rules do (rules.py)
+
+
+def _indexed_linear(data: tuple[int, ...]) -> JvpRule:
+    def rule(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+        args = [(ts[i] if ts[i] is not None else full(0, n.operands[i])) if i in data else x
+                for i, x in enumerate(xs)]
+        return bind(n.op, *args, **n.attr)
+
+    return rule
+
+
+def _scatter(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    kind = n.attr["kind"]
+    if kind in ("add", "replace"):
+        return _indexed_linear((0, 2))(n, xs, ts, out)
+    operand, idx, updates = xs
+    t_op, _, t_u = zeros_if_none(ts, n)
+    kept = _kept_windows(n, idx)
+    zero_u = full(0, n.operands[2])
+    if kind == "mul":
+        prod = _scatter_to(n, full(1, n), idx, updates, "mul")
+        nz = lax.compare(updates, zero_u, "ne")
+        one_u = full(1, n.operands[2])
+        others = lax.select(nz, lax.div(_read_windows(n, prod, idx), lax.select(nz, updates, one_u)), one_u)
+        d_prod = _scatter_to(n, full(0, n), idx, lax.select(kept, lax.mul(t_u, others), zero_u), "add")
+        return lax.add(lax.mul(t_op, prod), lax.mul(operand, d_prod))
+    took_x = lax.compare(operand, out, "eq")
+    took_u = lax.and_(kept, lax.compare(updates, _read_windows(n, out, idx), "eq"))
+    dt = n.tensor_type.dtype.np
+    count = _scatter_to(n, lax.convert(took_x, dt), idx, lax.convert(took_u, dt), "add")
+    total = lax.add(lax.select(took_x, t_op, full(0, n)), _scatter_to(n, full(0, n), idx,
+                                                                     lax.select(took_u, t_u, zero_u), "add"))
+    return lax.div(total, lax.max(count, full(1, n)))
 
 
 def _atan2(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
@@ -196,6 +238,11 @@ JVP: dict[Op, JvpRule] = {
     Op.CONCATENATE: _linear,
     Op.REVERSE: _linear,
     Op.CUSTOM_CALL: _custom_call,
+    # indexing
+    Op.GATHER: _indexed_linear((0,)),
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: _indexed_linear((0,)),
+    Op.DYNAMIC_UPDATE_SLICE: _indexed_linear((0, 1)),
     # elementwise completeness
     Op.TAN: _unary(lambda n, x, out: lax.add(full(1, n), lax.mul(out, out))),
     Op.EXPM1: _unary(lambda n, x, out: lax.add(out, full(1, n))),
@@ -239,5 +286,5 @@ NO_JVP: dict[Op, str] = {
 }
 
 #: Ops whose tangent may be non-zero (checked against finite differences).
-DIFFERENTIABLE: frozenset[Op] = frozenset(JVP) - {Op.CUSTOM_CALL}
+DIFFERENTIABLE: frozenset[Op] = frozenset(JVP)  # custom-call: the linalg targets (linalg_rules.py)
 

@@ -5,8 +5,9 @@ the output value and the output cotangent, and returns one cotangent per operand
 zero cotangent, nothing flows). Rules are written in primitives (``axle.lax``), so the
 backward pass is itself traced, jitted, clustered or run eagerly like any other code.
 
-Primitives without a rule are not differentiable (compare, and/or/not, iota, rng, custom
-calls) or piecewise constant (floor, ceil, sign): their cotangent is zero.
+Primitives without a rule are not differentiable (compare, and/or/not, iota, rng) or
+piecewise constant (floor, ceil, sign): their cotangent is zero. Custom calls have one rule
+that dispatches on the target (linalg_rules.py); targets without a rule get zero.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from .. import lax
+from ..frontend.bind import bind
 from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
+from .linalg_rules import custom_call_vjp
 
 Value = Any
 Rule = Callable[[Node, Sequence[Value], Value, Value], list[Value | None]]
@@ -235,6 +238,154 @@ def _sort(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     return grads
 
 
+# ------------------------------------------------------------------ indexing
+# Gather and scatter as jax differentiates them: a gather's cotangent is a scatter-add of
+# the output cotangent into zeros (at the clamped starts, as the gather read), a scatter's
+# flows to the operand where no update replaced it and to each update through a gather.
+# The index operands get no cotangent.
+
+
+def _index_entries(idx: Value, node: Node, ivd: int) -> list[Value]:
+    """The index vectors' entries, one value of the batch shape per entry."""
+    shape = node.tensor_type.shape
+    if ivd == len(shape):
+        return [idx]
+    batch = shape[:ivd] + shape[ivd + 1:]
+    out = []
+    for k in range(shape[ivd]):
+        lo, hi = [0] * len(shape), list(shape)
+        lo[ivd], hi[ivd] = k, k + 1
+        out.append(lax.reshape(lax.slice(idx, lo, hi), batch))
+    return out
+
+
+def _clamped_indices(idx: Value, node: Node, ivd: int, his: Sequence[int]) -> Value:
+    """The index vectors clamped entrywise to [0, his[k]] (where a gather's windows start)."""
+    t = node.tensor_type
+    dt = t.dtype.np
+    if ivd == len(t.shape):
+        lo, hi = np.asarray(0, dt), np.asarray(his[0], dt)
+        return lax.min(lax.max(idx, lax.broadcast_in_dim(lo, t.shape, ())), lax.broadcast_in_dim(hi, t.shape, ()))
+    lo_v = lax.broadcast_in_dim(np.zeros(len(his), dt), t.shape, (ivd,))
+    hi_v = lax.broadcast_in_dim(np.asarray(his, dt), t.shape, (ivd,))
+    return lax.min(lax.max(idx, lo_v), hi_v)
+
+
+def _gather(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    operand, a = n.operands[0].tensor_type, n.attr
+    sizes, index_map, ivd = a["slice_sizes"], a["start_index_map"], a["index_vector_dim"]
+    idx = _clamped_indices(xs[1], n.operands[1], ivd, [operand.shape[d] - sizes[d] for d in index_map])
+    zeros = full(0, n.operands[0])
+    g = bind(Op.SCATTER, zeros, idx, ct, update_window_dims=a["offset_dims"],
+             inserted_window_dims=a["collapsed_slice_dims"], scatter_dims_to_operand_dims=index_map,
+             index_vector_dim=ivd, kind="add")
+    return [g, None]
+
+
+def _scatter_windows(n: Node) -> tuple[tuple[int, ...], list[int]]:
+    """(the gather slice sizes that read each update window back, the scatter dims of the updates)."""
+    operand, updates, a = n.operands[0].tensor_type, n.operands[2].tensor_type, n.attr
+    sizes = [1] * operand.rank
+    kept = [d for d in range(operand.rank) if d not in a["inserted_window_dims"]]
+    for wd, od in zip(a["update_window_dims"], kept):
+        sizes[od] = updates.shape[wd]
+    scatter_dims = [d for d in range(updates.rank) if d not in a["update_window_dims"]]
+    return tuple(sizes), scatter_dims
+
+
+def _read_windows(n: Node, v: Value, idx: Value) -> Value:
+    """``v`` (of the operand's shape) read back at each update's window: updates-shaped."""
+    a = n.attr
+    sizes, _ = _scatter_windows(n)
+    return bind(Op.GATHER, v, idx, offset_dims=a["update_window_dims"], collapsed_slice_dims=a["inserted_window_dims"],
+                start_index_map=a["scatter_dims_to_operand_dims"], index_vector_dim=a["index_vector_dim"],
+                slice_sizes=sizes)
+
+
+def _kept_windows(n: Node, idx: Value) -> Value:
+    """bool, the updates' shape: the update's window was in bounds (scatter kept it)."""
+    operand, updates, a = n.operands[0].tensor_type, n.operands[2].tensor_type, n.attr
+    sizes, scatter_dims = _scatter_windows(n)
+    it = n.operands[1]
+    ok = None
+    for k, d in enumerate(a["scatter_dims_to_operand_dims"]):
+        s = _index_entries(idx, it, a["index_vector_dim"])[k]
+        dt = it.dtype.np
+        shape = tuple(s.shape)
+        good = lax.and_(lax.compare(s, lax.broadcast_in_dim(np.asarray(0, dt), shape, ()), "ge"),
+                        lax.compare(s, lax.broadcast_in_dim(np.asarray(operand.shape[d] - sizes[d], dt), shape, ()),
+                                    "le"))
+        ok = good if ok is None else lax.and_(ok, good)
+    if ok is None:
+        return lax.broadcast_in_dim(np.asarray(True), updates.shape, ())
+    return lax.broadcast_in_dim(ok, updates.shape, tuple(scatter_dims))
+
+
+def _scatter_to(n: Node, target: Value, idx: Value, values: Value, kind: str) -> Value:
+    a = n.attr
+    return bind(Op.SCATTER, target, idx, values, update_window_dims=a["update_window_dims"],
+                inserted_window_dims=a["inserted_window_dims"],
+                scatter_dims_to_operand_dims=a["scatter_dims_to_operand_dims"],
+                index_vector_dim=a["index_vector_dim"], kind=kind)
+
+
+def _winners(n: Node, idx: Value) -> Value:
+    """bool, the updates' shape: this update element is the one a replace-scatter left at
+    its position (the last in index order; False for a dropped window)."""
+    ut = n.operands[2].tensor_type
+    ids = lax.iota(np.int64, ut.shape, 0) if ut.rank else np.asarray(0, np.int64)
+    for d in range(1, ut.rank):  # a row-major id per update element
+        ids = lax.add(lax.mul(ids, lax.broadcast_in_dim(np.asarray(ut.shape[d], np.int64), ut.shape, ())),
+                      lax.iota(np.int64, ut.shape, d))
+    ot = n.operands[0].tensor_type
+    blank = lax.broadcast_in_dim(np.asarray(-1, np.int64), ot.shape, ())
+    last = _scatter_to(n, blank, idx, ids, "replace")
+    return lax.and_(_kept_windows(n, idx), lax.compare(_read_windows(n, last, idx), ids, "eq"))
+
+
+def _scatter(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    operand, idx, updates = xs
+    kind = n.attr["kind"]
+    kept = _kept_windows(n, idx)
+    uz = full(0, n.operands[2])
+    if kind == "add":
+        return [ct, None, lax.select(kept, _read_windows(n, ct, idx), uz)]
+    if kind == "replace":
+        hit = _scatter_to(n, lax.broadcast_in_dim(np.asarray(False), n.tensor_type.shape, ()), idx,
+                          lax.broadcast_in_dim(np.asarray(True), n.operands[2].tensor_type.shape, ()), "replace")
+        return [lax.select(hit, full(0, n), ct), None, lax.select(_winners(n, idx), _read_windows(n, ct, idx), uz)]
+    if kind == "mul":
+        # d out / d operand: the product of the updates that reached each position; d out / d u:
+        # operand x the other updates there, out / u where u != 0 (a zero update alone at its
+        # position gets operand; jax requires unique indices for this gradient at all)
+        prod = _scatter_to(n, full(1, n), idx, updates, "mul")
+        nz = lax.compare(updates, uz, "ne")
+        others = lax.select(nz, lax.div(_read_windows(n, prod, idx), lax.select(nz, updates, full(1, n.operands[2]))),
+                            full(1, n.operands[2]))
+        gu = lax.mul(_read_windows(n, lax.mul(ct, operand), idx), others)
+        return [lax.mul(ct, prod), None, lax.select(kept, gu, uz)]
+    # min / max: the cotangent goes to whichever of the operand and the updates gave the
+    # result, split evenly between ties (as reduce's max/min rule does)
+    took_x = lax.compare(operand, out, "eq")
+    took_u = lax.and_(kept, lax.compare(updates, _read_windows(n, out, idx), "eq"))
+    dt = n.tensor_type.dtype.np
+    count = _scatter_to(n, lax.convert(took_x, dt), idx, lax.convert(took_u, dt), "add")
+    share = lax.div(ct, lax.max(count, full(1, n)))
+    return [lax.select(took_x, share, full(0, n)), None, lax.select(took_u, _read_windows(n, share, idx), uz)]
+
+
+def _dynamic_slice(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    zeros = full(0, n.operands[0])
+    return [bind(Op.DYNAMIC_UPDATE_SLICE, zeros, ct, *xs[1:]), *([None] * (len(xs) - 1))]
+
+
+def _dynamic_update_slice(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    ut = n.operands[1].tensor_type
+    g_operand = bind(Op.DYNAMIC_UPDATE_SLICE, ct, full(0, n.operands[1]), *xs[2:])
+    g_update = bind(Op.DYNAMIC_SLICE, ct, *xs[2:], slice_sizes=ut.shape)
+    return [g_operand, g_update, *([None] * (len(xs) - 2))]
+
+
 VJP: dict[Op, Rule] = {
     Op.NEG: lambda n, xs, out, ct: [lax.neg(ct)],
     Op.ABS: _abs,
@@ -268,6 +419,11 @@ VJP: dict[Op, Rule] = {
     Op.PAD: _pad,
     Op.CONCATENATE: _concatenate,
     Op.REVERSE: lambda n, xs, out, ct: [lax.reverse(ct, n.attr["dimensions"])],
+    # indexing
+    Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
+    Op.DYNAMIC_SLICE: _dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     # elementwise completeness
     Op.TAN: lambda n, xs, out, ct: [lax.mul(ct, lax.add(full(1, n), lax.mul(out, out)))],
     Op.EXPM1: lambda n, xs, out, ct: [lax.mul(ct, lax.add(out, full(1, n)))],
@@ -279,6 +435,7 @@ VJP: dict[Op, Rule] = {
     Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
     # sorting
     Op.SORT: _sort,
+    Op.CUSTOM_CALL: custom_call_vjp,
 }
 
 #: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).

@@ -68,8 +68,9 @@ class InterpreterBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        """Every op of the table, loops and conditionals included: it is the host fallback
-        that runs what no other device claims."""
+        """Every op of the table, loops, conditionals and extended ops (gather, scatter...)
+        included: it is the host fallback that runs what no other device claims, each op by
+        its reference."""
         return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:

@@ -92,6 +92,14 @@ class Array(ArrayOps):
             return np.array(host, dtype=dtype, copy=True)
         return host
 
+    def _rebind(self, other: Array) -> None:
+        """Makes this array hold ``other``'s value (``x[i] = v``): the array object is
+        rebound to other's buffer; no buffer is ever written, so every other array that
+        shared the old buffer keeps its value."""
+        self._buffer = other.buffer  # a pending value runs its cluster first
+        self._lazy = None
+        self._host = None
+
     def block_until_ready(self) -> Array:
         REGISTRY.backend_for(self.device).synchronize(self.device)
         return self

@@ -79,6 +79,10 @@ class Tracer(ArrayOps):
         self.node = node
         self.weak = weak
 
+    def _rebind(self, other: Tracer) -> None:
+        """``x[i] = v`` inside jit: this tracer now stands for other's value."""
+        self.node = other.node
+
     @property
     def aval(self) -> TensorType:
         return self.node.tensor_type

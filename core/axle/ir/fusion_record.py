@@ -33,8 +33,12 @@ REASON_CODES: dict[str, str] = {
     "not-fusible": "the neighbour may not sit inside a fusion (side effect, custom call, plumbing)",
     "no-kind": "the neighbour is fusible compute of no fusion kind (neither elementwise, movement, "
                "reduction nor contraction): a kernel of its own",
-    "contraction": "a contraction (dot) is a kernel of its own: producers are not inlined into it and "
-                   "epilogue fusion is not done",
+    "contraction": "a contraction (dot) is a kernel of its own: producers are not inlined into it, and it "
+                   "takes no epilogue (the backend's policy has dot_epilogue off, or no consumer group took it)",
+    "dot-operand": "a producer of a dot's operand stays out of the dot's output fusion: the GEMM reads its "
+                   "operands from memory tile by tile",
+    "epilogue": "a consumer that is not elementwise over a dot's output (a reduction, a transpose...) stays "
+                "out of the dot's output fusion",
     "max-fusion-nodes": "the fusion would have more ops than the policy's max_fusion_nodes",
     "inline-cost": "the fused kernel would evaluate more than the policy's max_inline_cost per element",
     "padded-transcendental": "a pad would re-evaluate a transcendental for every padded element",
@@ -47,6 +51,8 @@ REASON_CODES: dict[str, str] = {
     "row-mismatch": "a consumer would read another row's reduction (or mixes shapes a row kernel cannot index)",
     "big-constant": "the constant has more elements than the policy's max_fused_constant_elements",
     "vetoed": "the device's fusion predicate refused the fusion",
+    "in-place-update": "the neighbour writes windows into its operand (scatter, dynamic-update-slice): a kernel "
+                       "of its own, run in place over that operand's buffer",
 }
 
 

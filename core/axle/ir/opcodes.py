@@ -53,6 +53,11 @@ class Op(enum.Enum):
     PAD = "pad"
     CONCATENATE = "concatenate"
     REVERSE = "reverse"
+    # indexing (values of one operand choose positions in another)
+    GATHER = "gather"
+    SCATTER = "scatter"
+    DYNAMIC_SLICE = "dynamic-slice"
+    DYNAMIC_UPDATE_SLICE = "dynamic-update-slice"
     # others
     RNG_BIT_GENERATOR = "rng-bit-generator"
     CUSTOM_CALL = "custom-call"

@@ -17,11 +17,23 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
-from . import bitwise
+from . import bitwise, decompositions
 from .computation import Computation
+from .decompositions import Decomposition
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
 from .dtypes import dtype as to_dtype
+from .indexing import (
+    SCATTER_KINDS,
+    dynamic_slice,
+    dynamic_slice_shape,
+    dynamic_update_slice,
+    dynamic_update_slice_shape,
+    gather,
+    gather_shape,
+    scatter,
+    scatter_shape,
+)
 from .literal import Literal
 from .opcodes import Op
 from .reductions import REDUCE_KINDS, maximum, minimum
@@ -120,6 +132,16 @@ class Traits:
     #: contracts operands over shared dimensions (dot_general): each output element reads
     #: whole rows/columns of its operands, so its producers are not inlined into it
     contraction: bool = False
+    #: an indexed load (gather, dynamic-slice): each output element reads one operand
+    #: element at a position computed from index values it loads, so it fuses into loop
+    #: fusions as a producer like a movement op (axle.lowering.index has the maps)
+    indexed: bool = False
+    #: writes windows of its first operand (scatter, dynamic-update-slice): a kernel of its
+    #: own, run in place over that operand when it dies there (passes/buffers.py)
+    updates_operand: bool = False
+    #: an extended primitive: a device runs it only when it lists it in its capabilities;
+    #: one that does not gets the op's ``decomposition`` (or the host fallback without one)
+    extended: bool = False
     #: runs sub-computations (while, conditional): passes recurse into them, the partitioner
     #: places the node whole, and its reference takes a ``call`` that evaluates one
     control: bool = False
@@ -142,6 +164,8 @@ class OpDef:
     operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
     min_arity: int = 0
     doc: str = ""
+    #: extended primitives: the same computation in core primitives (ir/decompositions.py)
+    decomposition: Decomposition | None = None
 
     def attr_spec(self, name: str) -> AttrSpec:
         for a in self.attrs:
@@ -690,16 +714,19 @@ def _convert_ref(x: np.ndarray, *, dtype: DType) -> np.ndarray:
 # -------------------------------------------------------------------------- the table
 
 #: How a backend generates a fusion's kernel (see docs/ir.md, "Fusions").
-FUSION_KINDS = ("loop", "input", "row")
+FUSION_KINDS = ("loop", "input", "row", "output")
 
 OPS: dict[Op, OpDef] = {}
 
 
 def _def(op: Op, arity: int | None, shape_rule: ShapeRule | None, dtype_rule: DTypeRule | None,
          reference: Reference, *, attrs: tuple[AttrSpec, ...] = (), traits: Traits = Traits(),
-         operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES), min_arity: int = 0, doc: str = "") -> None:
+         operand_dtypes: frozenset[DType] = frozenset(ALL_DTYPES), min_arity: int = 0, doc: str = "",
+         decomposition: Decomposition | None = None) -> None:
     assert op not in OPS, f"{op} defined twice"
-    OPS[op] = OpDef(op, arity, attrs, shape_rule, dtype_rule, reference, traits, operand_dtypes, min_arity, doc)
+    assert decomposition is None or traits.extended, f"{op}: only an extended primitive carries a decomposition"
+    OPS[op] = OpDef(op, arity, attrs, shape_rule, dtype_rule, reference, traits, operand_dtypes, min_arity, doc,
+                    decomposition)
 
 
 _EW = Traits(elementwise=True, cheap=True)
@@ -806,6 +833,30 @@ _def(Op.CONCATENATE, None, _concat_shape, _same_dtype, lambda *xs, dimension: np
 _def(Op.REVERSE, 1, _reverse_shape, _same_dtype, lambda x, *, dimensions: np.flip(x, dimensions).copy(),
      attrs=(AttrSpec("dimensions", AttrKind.INTS),), traits=_MOVE)
 
+# indexing (semantics and references: ir/indexing.py)
+_INDEXED = Traits(indexed=True, extended=True)
+_UPDATE = Traits(updates_operand=True, extended=True)
+_def(Op.GATHER, 2, gather_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(gather),
+     attrs=(AttrSpec("offset_dims", AttrKind.INTS), AttrSpec("collapsed_slice_dims", AttrKind.INTS),
+            AttrSpec("start_index_map", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("slice_sizes", AttrKind.INTS)),
+     traits=_INDEXED, decomposition=decompositions.gather,
+     doc="Slices of the operand at the start indices (clamped in bounds), StableHLO's gather.")
+_def(Op.SCATTER, 3, scatter_shape, lambda op, ts, attrs: ts[0].dtype, _quiet(scatter),
+     attrs=(AttrSpec("update_window_dims", AttrKind.INTS), AttrSpec("inserted_window_dims", AttrKind.INTS),
+            AttrSpec("scatter_dims_to_operand_dims", AttrKind.INTS), AttrSpec("index_vector_dim", AttrKind.INT),
+            AttrSpec("kind", AttrKind.ENUM, choices=SCATTER_KINDS)),
+     traits=_UPDATE, decomposition=decompositions.scatter,
+     doc="The operand with update windows combined in at the indices, in index order; "
+         "out-of-bounds windows are dropped.")
+_def(Op.DYNAMIC_SLICE, None, dynamic_slice_shape, lambda op, ts, attrs: ts[0].dtype, dynamic_slice,
+     attrs=(AttrSpec("slice_sizes", AttrKind.INTS),), traits=_INDEXED, min_arity=1,
+     decomposition=decompositions.dynamic_slice,
+     doc="A slice of `slice_sizes` at traced scalar starts, clamped so it fits.")
+_def(Op.DYNAMIC_UPDATE_SLICE, None, dynamic_update_slice_shape, lambda op, ts, attrs: ts[0].dtype,
+     dynamic_update_slice, traits=_UPDATE, min_arity=2, decomposition=decompositions.dynamic_update_slice,
+     doc="The operand with `update` written at traced scalar starts, clamped so it fits.")
+
 # others
 _def(Op.RNG_BIT_GENERATOR, 1, _rng_shape, _attr_dtype, _rng,
      attrs=(AttrSpec("shape", AttrKind.SHAPE), AttrSpec("dtype", AttrKind.DTYPE)),
@@ -870,8 +921,13 @@ _def(Op.CONDITIONAL, None, None, None, _conditional_ref,
 #: ops that run sub-computations: placed whole on one device, never claimed by default
 CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
 
-# The core primitive set every backend must implement (plumbing and control ops excluded).
+# Every primitive a backend can claim (plumbing and control ops excluded).
 CORE_PRIMITIVES: frozenset[Op] = frozenset(OPS) - {Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION} - CONTROL_OPS
+#: The extended primitives (Traits.extended): claimed only by a device that lists them; the
+#: others get their decomposition, expanded before partitioning (passes/expand.py).
+EXTENDED_PRIMITIVES: frozenset[Op] = frozenset(op for op in CORE_PRIMITIVES if OPS[op].traits.extended)
+#: What a device claims by default (Capabilities.ops): every primitive but the extended ones.
+BASE_PRIMITIVES: frozenset[Op] = CORE_PRIMITIVES - EXTENDED_PRIMITIVES
 BY_NAME: dict[str, Op] = {op.value: op for op in Op}
 
 

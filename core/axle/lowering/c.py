@@ -459,15 +459,17 @@ class CRenderer:
         used = sorted(set().union(*(k.helpers for k in kernels)) if kernels else set())
         return "\n".join([self.d.header, *(table[h] for h in used), *(k.source for k in kernels)]) + "\n"
 
-    def kernel(self, name: str, comp: Computation) -> CKernel:
-        return _KernelBuilder(self.d, name, comp).build()
+    def kernel(self, name: str, comp: Computation, kind: str = "loop") -> CKernel:
+        """``kind``: the launch's (an ``output`` fusion computes its dot inline, per output
+        element, and finishes it with the epilogue before the one store)."""
+        return _KernelBuilder(self.d, name, comp, kind).build()
 
 
 class _KernelBuilder:
     """The state of one kernel being rendered: statements, scoped value memory, buffers."""
 
-    def __init__(self, d: Dialect, name: str, comp: Computation) -> None:
-        self.d, self.name, self.comp = d, name, comp
+    def __init__(self, d: Dialect, name: str, comp: Computation, kind: str = "loop") -> None:
+        self.d, self.name, self.comp, self.kind = d, name, comp, kind
         self.lines: list[str] = []
         self.scopes: list[dict[tuple, str]] = [{}]
         self.n = 0
@@ -554,16 +556,20 @@ class _KernelBuilder:
         out_args: dict[int, str] = {}
         for i, o in enumerate(outs):
             out_args.setdefault(o.uid, f"o{i}")
-        # reductions and dots: once each, into their output or a scratch buffer
-        for n in comp.nodes:
-            if n.op in (Op.REDUCE, Op.DOT_GENERAL):
+        if root.op in UPDATES:
+            self.update(root)
+        # reductions and dots: once each, into their output or a scratch buffer; an output
+        # fusion's dot is read only at the element the epilogue computes: it stays in a
+        # register (its sum over K, then the epilogue, then the store)
+        for n in comp.nodes if root.op not in UPDATES else ():
+            if n.op is Op.REDUCE or (n.op is Op.DOT_GENERAL and (self.kind != "output" or n.uid in out_args)):
                 buf = out_args.get(n.uid)
                 if buf is None:
                     buf = f"s{len(self.scratch)}"
                     self.scratch.append(n.tensor_type)
                 self.loop(n, buf)
                 self.buffers[n.uid] = buf
-        for i, o in enumerate(outs):
+        for i, o in enumerate(outs if root.op not in UPDATES else ()):
             if o.uid not in self.buffers or self.buffers[o.uid] != f"o{i}":
                 self.loop(o, f"o{i}")
         for i, o in enumerate(outs):
@@ -593,6 +599,58 @@ class _KernelBuilder:
         idx = Idx(n.shape, ix.var(v))
         self.store(buf, n.dtype, idx.flat, self.compute(n, idx))  # type: ignore[arg-type]  # built with a flat index
         self.close()
+
+    def stage(self) -> None:
+        """Starts the next stage function (its own statements and value memory)."""
+        self.lines, self.scopes = [], [{}]
+        self.stages.append((f"{self.name}_{len(self.stages)}", self.lines))
+
+    def device_loop(self, size: int) -> Ix:
+        v = f"e{self.n}"
+        self.n += 1
+        self.open(self.d.device_loop.format(t=self.d.index_type, v=v, n=size))
+        return ix.var(v)
+
+    def update(self, n: Node) -> None:
+        """Scatter or dynamic-update-slice (an ``update`` launch, axle.lowering.plan): a
+        stage copying the operand into the output, then a stage writing the windows. The
+        device loop takes window positions and each applies every update in index order,
+        so duplicates combine as the reference does (no atomics); a scatter whose windows
+        may meet at different window positions runs its device loop once
+        (ix.scatter_window_parallel). The same kernel as axle_opencl's update_kernel."""
+        x, dt = n.operands[0], n.dtype
+        if x.tensor_type.size == 0:
+            return
+        self.stage()
+        e = ix.to_c(self.device_loop(x.tensor_type.size))
+        self.line(f"o0[{e}] = p0[{e}];")  # the same storage type: an exact copy
+        self.close()
+        u = ix.update_loops(n)
+        nw, nb = math.prod(u.window), math.prod(u.batch)
+        if nw == 0 or nb == 0:
+            return
+        self.stage()
+        w = self.device_loop(nw if u.parallel else 1)
+        bix = [self.bind(c) for c in ix.delinearize(self.counted_loop(nb), u.batch)] if u.batch else []
+        if not u.parallel:
+            w = self.counted_loop(nw)
+        wix = [self.bind(c) for c in ix.delinearize(w, u.window)]
+        starts = [self.start(n.operands[k], c) for k, c in ix.update_starts(n, bix)]
+        pos, inside, src, coords = ix.update_target(n, bix, wix, starts)
+        if inside.const != 1:
+            self.open(f"if ({ix.to_c(inside)})")  # an out-of-bounds window is dropped
+        new = self.at(n.operands[src], coords)
+        off = self.bind(ix.linearize(pos, x.shape))
+        op = u.combiner
+        self.store("o0", dt, off, new if op is None else binary(self.d, op, dt, self.load("o0", dt, off), new))
+        while len(self.scopes) > 1:
+            self.close()
+
+    def start(self, x: Node, coords: list[Ix]) -> Ix:
+        """The integer ``x`` at ``coords`` as a named index (a start index, clamped by the
+        index algebra where it is used)."""
+        v = self.at(x, coords) if coords else self.scalar(x)
+        return ix.var(self.tmp(self.d.index_type, f"(({self.d.index_type}){v})", "s"))
 
     # -- values ----------------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
@@ -688,6 +746,18 @@ class _KernelBuilder:
             expr = f"({ix.to_c(pred)} ? {v} : {expr})"
         return expr
 
+    def _gather(self, n: Node, idx: Idx) -> str:
+        """An indexed load: the operand at the clamped start indices loaded for this
+        element plus its window offset (axle.lowering.index)."""
+        coords = self.coords(idx)
+        starts = [self.start(n.operands[1], c) for c in ix.gather_start_coords(coords, n)]
+        return self.at(n.operands[0], ix.gather_index(coords, n, starts))
+
+    def _dynamic_slice(self, n: Node, idx: Idx) -> str:
+        x, *start_nodes = n.operands
+        starts = [self.start(s, []) for s in start_nodes]
+        return self.at(x, ix.dynamic_slice_index(self.coords(idx), x.shape, n.attr["slice_sizes"], starts))
+
     def _rng(self, n: Node, idx: Idx) -> str:
         u = self.d.unsigned[DType.INT64]
         z = f"axle_rng(({u}){self.scalar(n.operands[0])}, ({u}){ix.to_c(self.flat(idx))})"
@@ -724,8 +794,9 @@ class _KernelBuilder:
         acc = self.tmp(self.d.reg[acc_dt], literal(self.d, 0, acc_dt), "acc")
         if dims.k == 0:
             return convert(self.d, acc, acc_dt, n.dtype)
+        coords = self.coords(idx)  # bound outside the K loop: the epilogue reads them after it
         ks = [self.counted_loop(lhs.shape[c]) for c in dims.lhs_contracting]
-        li, ri = dims.operand_indices(self.coords(idx), ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
+        li, ri = dims.operand_indices(coords, ks, lhs.tensor_type.rank, rhs.tensor_type.rank)
         a = convert(self.d, self.at(lhs, li), lhs.dtype, acc_dt)
         b = convert(self.d, self.at(rhs, ri), rhs.dtype, acc_dt)
         self.line(f"{acc} = {binary(self.d, Op.ADD, acc_dt, acc, binary(self.d, Op.MUL, acc_dt, a, b))};")
@@ -756,12 +827,16 @@ _RULES: dict[Op, _Rule] = {
     Op.CONVERT: _KernelBuilder._convert, Op.COMPARE: _KernelBuilder._compare, Op.SELECT: _KernelBuilder._select,
     Op.PAD: _KernelBuilder._pad, Op.CONCATENATE: _KernelBuilder._concatenate, Op.RNG_BIT_GENERATOR: _KernelBuilder._rng,
     Op.REDUCE: _KernelBuilder._reduce, Op.DOT_GENERAL: _KernelBuilder._dot,
+    Op.GATHER: _KernelBuilder._gather, Op.DYNAMIC_SLICE: _KernelBuilder._dynamic_slice,
     **{op: _KernelBuilder._movement for op in ix.MOVEMENT},
     **{op: _KernelBuilder._elementwise for op in (*FLOAT_UNARY, *FLOAT_BINARY, Op.NOT, Op.AND, Op.OR)},
     # bit operations and elementwise completeness
     **{op: _KernelBuilder._elementwise for op in (*INT_UNARY, *INT_BINARY)},
     Op.IS_FINITE: _KernelBuilder._is_finite, Op.BITCAST_CONVERT: _KernelBuilder._bitcast,
 }
+
+#: ops that are a kernel of their own, written by :meth:`_KernelBuilder.update`
+UPDATES: frozenset[Op] = frozenset({Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 
 #: ops a fusion rendered by :class:`CRenderer` may contain
 RENDERABLE: frozenset[Op] = frozenset(_RULES) - {Op.PARAMETER}

@@ -305,3 +305,154 @@ MOVEMENT: dict[Op, OperandIndex] = {
     Op.SLICE: lambda n, c: slice_index(c, n.attr["start"], n.attr["stride"]),
     Op.REVERSE: lambda n, c: reverse_index(c, n.operands[0].shape, n.attr["dimensions"]),
 }
+
+
+# ------------------------------------------------------------------ indexing-op maps
+# gather, dynamic-slice, scatter and dynamic-update-slice (semantics: axle.ir.indexing).
+# Their operand positions depend on index *values* loaded at run time: an emitter loads
+# each start index (at the coordinates ``*_start_coords`` give), converts it to a 64-bit
+# index, names it (a variable), and passes those names in as ``starts``. Clamping is done
+# here, so every position a gather or dynamic slice returns is in bounds.
+
+
+def _clamped_start(start: IxLike, dim: int, size: int) -> Ix:
+    """A start index clamped so that a window of ``size`` fits in ``dim`` (StableHLO)."""
+    return const(0) if dim == size else clamp(start, 0, dim - size)
+
+
+def _index_vector(batch: Sequence[Ix], ivd: int, rank: int, k: int) -> list[Ix]:
+    """Coordinates of entry ``k`` of the index vector at ``batch`` in an indices array of
+    ``rank`` dims whose index vectors lie along ``ivd`` (``ivd == rank``: scalar indices)."""
+    coords = list(batch)
+    if ivd < rank:
+        coords.insert(ivd, const(k))
+    return coords
+
+
+def gather_batch(out: Sequence[Ix], n: Any) -> list[Ix]:
+    """The output coordinates of a gather that pick its index vector (the non-offset dims)."""
+    offset = set(n.attr["offset_dims"])
+    return [c for d, c in enumerate(out) if d not in offset]
+
+
+def gather_start_coords(out: Sequence[Ix], n: Any) -> list[list[Ix]]:
+    """For each entry ``k`` of ``start_index_map``: where in the indices operand the start
+    index of output element ``out`` is."""
+    batch, rank = gather_batch(out, n), len(n.operands[1].shape)
+    return [_index_vector(batch, n.attr["index_vector_dim"], rank, k) for k in range(len(n.attr["start_index_map"]))]
+
+
+def gather_index(out: Sequence[Ix], n: Any, starts: Sequence[IxLike]) -> list[Ix]:
+    """The operand coordinates of gather output element ``out``, given its loaded start
+    indices (one per ``start_index_map`` entry): the clamped start plus the window offset."""
+    operand_shape, sizes = n.operands[0].shape, n.attr["slice_sizes"]
+    collapsed = set(n.attr["collapsed_slice_dims"])
+    offsets = iter(out[d] for d in n.attr["offset_dims"])
+    coords: list[Ix] = [const(0) if d in collapsed else next(offsets) for d in range(len(operand_shape))]
+    for k, d in enumerate(n.attr["start_index_map"]):
+        coords[d] = add(coords[d], _clamped_start(starts[k], operand_shape[d], sizes[d]))
+    return coords
+
+
+def dynamic_slice_index(out: Sequence[Ix], operand_shape: Shape, sizes: Sequence[int],
+                        starts: Sequence[IxLike]) -> list[Ix]:
+    """dynamic-slice (and dynamic-update-slice's window, ``sizes`` the update's shape):
+    the operand coordinates of window element ``out`` at the clamped ``starts``."""
+    return [add(c, _clamped_start(s, dim, size)) for c, s, dim, size in zip(out, starts, operand_shape, sizes)]
+
+
+#: the elementwise op a scatter update combines with the value at its position (None: the
+#: update replaces it), applied in the operand's dtype as the reference does
+SCATTER_COMBINER: dict[str, Op | None] = {"replace": None, "add": Op.ADD, "mul": Op.MUL, "min": Op.MIN, "max": Op.MAX}
+
+
+def scatter_window(n: Any) -> Shape:
+    """A scatter's update window in operand order (inserted dims of extent 1)."""
+    updates_shape, window = n.operands[2].shape, [1] * len(n.operands[0].shape)
+    kept = [d for d in range(len(window)) if d not in n.attr["inserted_window_dims"]]
+    for wd, od in zip(n.attr["update_window_dims"], kept):
+        window[od] = updates_shape[wd]
+    return tuple(window)
+
+
+def scatter_batch_shape(n: Any) -> Shape:
+    """The shape the updates are applied over, one window each, in row-major order."""
+    wd = set(n.attr["update_window_dims"])
+    return tuple(s for d, s in enumerate(n.operands[2].shape) if d not in wd)
+
+
+def scatter_start_coords(batch: Sequence[Ix], n: Any) -> list[list[Ix]]:
+    """For each ``scatter_dims_to_operand_dims`` entry: where the start index of update
+    ``batch`` is in the indices operand."""
+    rank = len(n.operands[1].shape)
+    return [_index_vector(batch, n.attr["index_vector_dim"], rank, k)
+            for k in range(len(n.attr["scatter_dims_to_operand_dims"]))]
+
+
+def scatter_update_coords(batch: Sequence[Ix], window: Sequence[Ix], n: Any) -> list[Ix]:
+    """The coordinates in the updates operand of window element ``window`` (operand
+    order, inserted dims included) of update ``batch``."""
+    wd, inserted = n.attr["update_window_dims"], set(n.attr["inserted_window_dims"])
+    wins = iter(c for d, c in enumerate(window) if d not in inserted)
+    bs = iter(batch)
+    return [next(wins) if d in wd else next(bs) for d in range(len(n.operands[2].shape))]
+
+
+def scatter_index(window: Sequence[Ix], n: Any, starts: Sequence[IxLike]) -> tuple[list[Ix], Ix]:
+    """(operand coordinates of window element ``window`` of the update whose loaded start
+    indices are ``starts``; the predicate "the whole window is in bounds": an update whose
+    window is not is dropped, so nothing is stored when it is false)."""
+    shape, win = n.operands[0].shape, scatter_window(n)
+    coords, preds = list(window), []
+    for k, d in enumerate(n.attr["scatter_dims_to_operand_dims"]):
+        s = ix(starts[k])
+        coords[d] = add(coords[d], s)
+        preds += [compare(">=", s, 0), compare("<", s, shape[d] - win[d] + 1)]
+    return coords, all_of(preds)
+
+
+def scatter_window_parallel(n: Any) -> bool:
+    """Whether a scatter's window positions may run in parallel, each applying every
+    update in order: two updates meet at a position only through the same window position
+    when every indexed operand dim has a window of extent 1 (the usual ``x.at[i].add``);
+    otherwise overlapping windows of different updates meet at different window positions
+    and the whole scatter must run in update order on one thread."""
+    win = scatter_window(n)
+    return all(win[d] == 1 for d in n.attr["scatter_dims_to_operand_dims"])
+
+
+@dataclass(frozen=True)
+class UpdateLoops:
+    """How an update kernel (scatter, dynamic-update-slice) walks its work: over the
+    ``batch`` of updates in row-major (index) order and each update's ``window``; window
+    positions may run in parallel when ``parallel`` (every update then in order at each)."""
+
+    window: Shape
+    batch: Shape
+    parallel: bool
+    combiner: Op | None  # how an update meets the value at its position (None: replaces it)
+
+
+def update_loops(n: Any) -> UpdateLoops:
+    if n.op is Op.SCATTER:
+        return UpdateLoops(scatter_window(n), scatter_batch_shape(n), scatter_window_parallel(n),
+                           SCATTER_COMBINER[n.attr["kind"]])
+    return UpdateLoops(n.operands[1].shape, (), True, None)
+
+
+def update_starts(n: Any, batch: Sequence[Ix]) -> list[tuple[int, list[Ix]]]:
+    """(operand position, coordinates) of each start index of update ``batch``."""
+    if n.op is Op.SCATTER:
+        return [(1, c) for c in scatter_start_coords(batch, n)]
+    return [(k, []) for k in range(2, len(n.operands))]
+
+
+def update_target(n: Any, batch: Sequence[Ix], window: Sequence[Ix],
+                  starts: Sequence[IxLike]) -> tuple[list[Ix], Ix, int, list[Ix]]:
+    """(operand coordinates written; the predicate "written at all" (a scatter drops an
+    out-of-bounds window); the operand position of the value written and its coordinates)
+    for window element ``window`` of update ``batch`` with loaded ``starts``."""
+    if n.op is Op.SCATTER:
+        pos, inside = scatter_index(window, n, starts)
+        return pos, inside, 2, scatter_update_coords(batch, window, n)
+    return dynamic_slice_index(window, n.operands[0].shape, n.operands[1].shape, starts), const(1), 1, list(window)

@@ -28,8 +28,11 @@ from .fission import split
 from .schedule import outputs_of
 from .split import split_reduction
 
-#: the launch kind of an unfused op (every other op is a "loop": one value per output element)
-_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort"}
+#: the launch kind of an unfused op (every other op is a "loop": one value per output element);
+#: ``update``: scatter and dynamic-update-slice write windows into a copy of their operand
+#: (its very buffer when buffer assignment put the result in place of it)
+_SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort",
+                   Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update"}
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,12 @@ class KernelLaunch:
     """One unit of work: ``computation`` reads ``inputs`` (slots, one per computation
     parameter, in parameter order) and writes ``outputs`` (slots, one per result).
 
-    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``) for a
+    ``kind``: a fusion kind of the fusion pass (``loop``, ``input``, ``row``, ``output``) for a
     fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
-    dot_general), ``custom-call`` (a call of a registered host function) or ``sort`` (a
-    sort along one dimension: each row of that dimension sorted on its own)."""
+    dot_general), ``update`` (scatter, dynamic-update-slice: the result is input 0 with
+    windows written over it; the output slot may share input 0's memory), ``custom-call``
+    (a call of a registered host function) or ``sort`` (a sort along one dimension: each
+    row of that dimension sorted on its own)."""
 
     node: Node  # the entry node launched (its op, attributes and source location)
     computation: Computation
@@ -132,7 +137,7 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
                     ins += (s,)
             else:
                 comp, kind = single_op(n, label), _SINGLE_OP_KIND.get(n.op, "loop")
-            if split_reductions is not None and kind != "dot":
+            if split_reductions is not None and kind not in ("dot", "output"):
                 sp = split_reduction(comp, *split_reductions)
                 if sp is not None:
                     ptypes = tuple(o.tensor_type for o in outputs_of(sp.partials))

@@ -14,7 +14,11 @@ re-derives a fusion's form from its nodes.
 Forms, decided in this order:
 
 ``dot``
-    a lone dot_general over parameters (an unfused dot): a GEMM kernel or library call.
+    a lone dot_general over parameters (an unfused dot): a GEMM kernel or library call;
+    or an ``output`` fusion: that dot (``dot``) and its epilogue, elementwise ops over the
+    dot's output (reading other parameters at the same index or through broadcasts) that
+    finish each output tile in registers before it is stored (``epilogue`` is true). The
+    fusion's one output has the dot's shape; its dtype may differ (a convert).
 ``row``
     a row fusion (kind ``row``): reductions over the trailing axes of one shape ``S``
     (``reduces``), computed once per row of ``S`` before the row's elements; outputs
@@ -62,6 +66,13 @@ class Schedule:
     reduces: tuple[Node, ...] = ()
     #: row and reduce forms: the shape of one element per row / per kept index
     row_shape: tuple[int, ...] = ()
+    #: dot form: the contraction (the output itself, or the producer of an epilogue)
+    dot: Node | None = None
+
+    @property
+    def epilogue(self) -> bool:
+        """Dot form: the output is the dot's epilogue, not the dot itself."""
+        return self.dot is not None and self.outputs[0] is not self.dot
 
     @cached_property
     def flat(self) -> bool:
@@ -141,7 +152,11 @@ def schedule(comp: Computation, kind: str) -> Schedule:
     ``kind`` in the kernel plan: ``loop``, ``input``, ``row``, ``dot``...)."""
     outs = outputs_of(comp)
     if len(outs) == 1 and outs[0].op is Op.DOT_GENERAL and all(o.op is Op.PARAMETER for o in outs[0].operands):
-        return Schedule(comp, "dot", outs, outs[0].shape)
+        return Schedule(comp, "dot", outs, outs[0].shape, dot=outs[0])
+    if kind == "output":
+        (d,) = (n for n in comp.nodes if n.op is Op.DOT_GENERAL)
+        assert len(outs) == 1 and outs[0].shape == d.shape, "an output fusion has one output of its dot's shape"
+        return Schedule(comp, "dot", outs, d.shape, dot=d)
     reduces = tuple(n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"])
     if kind == "row" and reduces:
         forms = {(r.operands[0].shape, r.shape) for r in reduces}

@@ -4,10 +4,18 @@ alike), attached to their common base ``ArrayOps`` when axle.numpy is imported, 
 ``x + y`` is exactly ``axle.numpy.add(x, y)``. ``import axle`` imports axle.numpy."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as _np
+
+from ..errors import ArgumentError
+from ..frontend.array import Array
 from ..frontend.arrayops import ArrayOps
+from ..frontend.device_put import device_put
+from ..frontend.source import user_location
+from ._api_shape import copy, matrix_transpose
 from ._core import (
     abs,
     astype,
@@ -40,7 +48,7 @@ from ._core import (
 )
 from ._core import add as _add
 from ._elementwise import bitwise_left_shift, bitwise_right_shift, bitwise_xor, clip
-from ._index import _AtIndexer, getitem, take
+from ._index import _AtIndexer, _AtRef, getitem, take
 from ._math import all, any, argmax, argmin, std, var
 from ._shape import swapaxes
 
@@ -94,11 +102,62 @@ def _moment(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda self, axis=None, ddof=0, keepdims=False: fn(self, axis, ddof=ddof, keepdims=keepdims)
 
 
+def _namespace(self: Any, api_version: str | None = None) -> Any:
+    """The array API namespace of axle arrays: axle.numpy (2024.12; older revisions it
+    also satisfies are accepted)."""
+    if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12", "2024.12"):
+        raise ArgumentError(f"__array_namespace__: api_version {api_version!r} is not supported; axle.numpy "
+                            f"implements 2024.12", where=user_location())
+    return sys.modules[__package__]
+
+
+def _setitem(self: Any, idx: Any, value: Any) -> None:
+    """``x[idx] = v``: x becomes ``x.at[idx].set(v)``. The array object is rebound to the
+    new value; buffers are never written, so arrays that shared x's old value keep it."""
+    self._rebind(_AtRef(self, idx).set(value))
+
+
+def _to_device(self: Any, device: Any, /, *, stream: Any = None) -> Any:
+    if stream is not None:
+        raise ArgumentError("to_device: axle has no streams; pass stream=None", where=user_location())
+    return device_put(self, device)
+
+
+def _dlpack(self: Any, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+            copy: bool | None = None) -> Any:
+    """DLPack export of the host copy of the values: zero-copy from host devices (cpu:0
+    and interpreter:0 hold their buffers in host memory), one copy from the others. The
+    export is read-only (axle buffers are immutable); a consumer that can not take a
+    read-only tensor (DLPack < 1.0) gets a copy unless copy=False."""
+    if not isinstance(self, Array):
+        raise ArgumentError("__dlpack__: a traced array has no values to export; call it outside jit",
+                            where=user_location())
+    host = self.numpy()
+    try:
+        return host.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    except BufferError:
+        if copy is False:
+            raise
+        return _np.array(host).__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device)
+
+
+def _dlpack_device(self: Any) -> tuple[int, int]:
+    return (1, 0)  # kDLCPU: the export above is host memory
+
+
 METHODS: dict[str, Callable[..., Any]] = {
+    "__setitem__": _setitem,
+    "__array_namespace__": _namespace,
+    "to_device": _to_device,
+    "__dlpack__": _dlpack,
+    "__dlpack_device__": _dlpack_device,
+    "__complex__": lambda self: complex(float(self)),
+    "copy": lambda self: copy(self),
+
     "__getitem__": lambda self, idx: getitem(self, idx),
     "reshape": _reshape,
     "transpose": _transpose,
-    "astype": lambda self, dtype: astype(self, dtype),
+    "astype": lambda self, dtype, copy=True: astype(self, dtype, copy=copy),
     **{name: _reduction(fn) for name, fn in (("sum", sum), ("mean", mean), ("max", max), ("min", min),
                                              ("prod", prod))},
     **{name: _positional_reduction(fn) for name, fn in (("argmax", argmax), ("argmin", argmin), ("all", all),
@@ -116,6 +175,7 @@ METHODS: dict[str, Callable[..., Any]] = {
 PROPERTIES: dict[str, Callable[[Any], Any]] = {
     "at": _AtIndexer,  # functional updates: x.at[idx].set(v), .add(v), .get()
     "T": transpose,
+    "mT": matrix_transpose,
 }
 
 

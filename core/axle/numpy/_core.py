@@ -4,6 +4,7 @@ it (_index, then _shape, _math, _linalg); axle/numpy/__init__.py exports them al
 from __future__ import annotations
 
 import builtins
+import contextlib as _contextlib
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -34,9 +35,11 @@ from ..frontend.validate import (
 )
 from ..ir.dtypes import DType  # noqa: F401 - axle.numpy.DType, through the package's star import
 from ..ir.dtypes import result_type as _result_type
+from ..placement import pop_default, push_default
+from ..placement import resolve as _resolve_device
 
 if _TYPE_CHECKING:  # not at run time: the package star-imports this module's names
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 bool_ = _np.bool_
 int32 = _np.int32
@@ -57,18 +60,68 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (Array, Tracer))
 
 
-def asarray(x: ArrayLike, dtype: Any = None) -> Any:
+def asarray(x: ArrayLike, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Any:
     """An axle value: tracers and arrays pass through; NumPy data goes to the default
-    device (or becomes a constant while tracing)."""
+    device, or ``device`` (or becomes a constant while tracing).
+
+    ``copy`` as in the array API standard: None copies only when needed, False refuses to
+    (an axle error, a ValueError) when the value is not already an axle array of that dtype
+    on that device, True always gives a new array. axle's device buffers are immutable
+    (``x[i] = v`` rebinds x to a new buffer, never writes into one), so the new array of
+    ``copy=True`` shares its operand's buffer: no value can ever tell them apart."""
     if _is_array(x):
-        return x if dtype is None else astype(x, dtype)
+        out = x if dtype is None else astype(x, dtype)
+        if device is not None and isinstance(out, Array) and out.device != _resolve_device(device):
+            _no_copy_allowed(copy, x, "it lives on another device")
+            return _device_put(out, device)
+        if copy is False and out is not x:
+            _no_copy_allowed(copy, x, f"its dtype is {x.dtype}, not {out.dtype}")
+        if copy and out is x and isinstance(x, Array):
+            return Array(x.buffer, weak=x.weak, committed=x.committed)
+        return out
+    _no_copy_allowed(copy, x, "it is not an axle array (its data must move to a device)")
     if dtype is None:
         arr = host_array(x, "asarray")  # refuses what axle would have to convert (int8, uint64...)
     else:
         arr = _explicit_cast(x, dtype_arg(dtype, "asarray"), "asarray")
     if current_trace() is not None:
         return _const(arr)
-    return _device_put(arr)
+    return _device_put(arr, device)
+
+
+def _no_copy_allowed(copy: bool | None, x: Any, why: str) -> None:
+    if copy is False:
+        raise ArgumentError(f"asarray: copy=False but {type(x).__name__} {_short_aval(x)} needs a copy: {why}",
+                            where=user_location())
+
+
+def _short_aval(x: Any) -> str:
+    return str(aval_of(x)) if _is_array(x) else ""
+
+
+@_contextlib.contextmanager
+def _on_device(device: Any) -> Iterator[None]:
+    """Creation functions' ``device=``: the block makes its arrays there (inside jit the
+    jit's device decides, as for every value of the traced function)."""
+    if device is None or current_trace() is not None:
+        yield
+        return
+    push_default(_resolve_device(device))
+    try:
+        yield
+    finally:
+        pop_default()
+
+
+def _placed(out: Any, device: Any) -> Any:
+    """out, committed to ``device`` when one is named (eagerly)."""
+    if device is None or not isinstance(out, Array):
+        return out
+    dev = _resolve_device(device)
+    if out.device != dev:
+        return _device_put(out, dev)
+    out.committed = True
+    return out
 
 
 array = asarray
@@ -99,9 +152,12 @@ def _const(arr: _np.ndarray) -> Any:
 
 
 def _dtype_of(x: Any) -> Any:
-    """What NumPy promotion sees: a Python scalar for weak values, else the dtype."""
+    """What NumPy promotion sees: a Python scalar for weak values, a dtype argument as
+    itself (the array API's result_type takes dtypes and arrays alike), else the dtype."""
     if isinstance(x, (bool, int, float)):
         return x
+    if isinstance(x, (_np.dtype, type)):
+        return dtype_arg(x, "result_type")
     if is_weak(x):
         dt = aval_of(x).dtype
         return False if dt.is_bool else (0.0 if dt.is_float else 0)
@@ -364,10 +420,17 @@ floor = _unary_same(lax.floor, "floor", int_identity=True)
 ceil = _unary_same(lax.ceil, "ceil", int_identity=True)
 
 
-def astype(x: ArrayLike, dtype: Any) -> Any:
+def astype(x: ArrayLike, dtype: Any, copy: bool = True, device: Any = None) -> Any:
+    """x converted to ``dtype`` (NumPy's casting: floats truncate toward zero into
+    integers). ``copy=False`` returns x itself when nothing changes; True gives a new
+    array (sharing x's immutable buffer, see :func:`asarray`)."""
     x = asarray(x) if not _is_array(x) else x
     dt = dtype_arg(dtype, "astype")
-    return x if x.dtype == dt else lax.convert(x, dt)
+    if x.dtype != dt:
+        return _placed(lax.convert(x, dt), device)
+    if copy and isinstance(x, Array):
+        return _placed(Array(x.buffer, weak=x.weak, committed=x.committed), device)
+    return _placed(x, device)
 
 
 def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike) -> Any:
@@ -399,7 +462,9 @@ def _norm_axes(axis: Any, ndim: int, name: str, x: Any) -> tuple[int, ...]:
     return out
 
 
-def reshape(x: ArrayLike, shape: Any) -> Any:
+def reshape(x: ArrayLike, shape: Any, copy: bool | None = None) -> Any:
+    """x with a new shape (one entry may be -1). axle arrays are immutable, so the result
+    never aliases writable memory: ``copy`` (the array API's) changes nothing."""
     x = asarray(x) if not _is_array(x) else x
     shape = _reshape_arg(shape)
     if shape.count(-1) > 1:
@@ -545,8 +610,9 @@ def dot(a: ArrayLike, b: ArrayLike) -> Any:
 # ------------------------------------------------------------------------ creation
 
 
-def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
-    return _full("full", shape, fill_value, dtype)
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_full("full", shape, fill_value, dtype), device)
 
 
 def _full(fn: str, shape: Any, fill_value: Any, dtype: Any) -> Any:
@@ -562,23 +628,32 @@ def _full(fn: str, shape: Any, fill_value: Any, dtype: Any) -> Any:
     return broadcast_to(asarray(scalar), shape)
 
 
-def zeros(shape: Any, dtype: Any = float) -> Any:
-    return _full("zeros", shape, 0, dtype)
+def zeros(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):  # dtype None: the default floating dtype, float64
+        return _placed(_full("zeros", shape, 0, float if dtype is None else dtype), device)
 
 
-def ones(shape: Any, dtype: Any = float) -> Any:
-    return _full("ones", shape, 1, dtype)
+def ones(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_full("ones", shape, 1, float if dtype is None else dtype), device)
 
 
-def zeros_like(x: ArrayLike, dtype: Any = None) -> Any:
-    return _full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np)
+def zeros_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np), device)
 
 
-def ones_like(x: ArrayLike, dtype: Any = None) -> Any:
-    return _full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np)
+def ones_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np), device)
 
 
-def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Any:
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_arange(start, stop, step, dtype), device)
+
+
+def _arange(start: Any, stop: Any, step: Any, dtype: Any) -> Any:
     if stop is None:
         start, stop = 0, start
     for what, v in (("start", start), ("stop", stop), ("step", step)):
@@ -651,10 +726,17 @@ def _basic_plan(x: Any, idx: tuple) -> tuple[list[int], list[int], list[int], li
     return start, limit, stride, flips, out_shape
 
 
-def moveaxis(x: ArrayLike, source: int, destination: int) -> Any:
+def moveaxis(x: ArrayLike, source: Any, destination: Any, /) -> Any:
+    """Moves axes ``source`` (an int or a tuple) to ``destination`` (of the same length);
+    the other axes keep their order."""
     x = asarray(x) if not _is_array(x) else x
-    s = _norm_axis(source, x.ndim, "moveaxis", x)
-    d = _norm_axis(destination, x.ndim, "moveaxis", x)
-    perm = [i for i in range(x.ndim) if i != s]
-    perm.insert(d, s)
-    return transpose(x, perm)
+    src = tuple(_norm_axis(a, x.ndim, "moveaxis", x) for a in as_sequence(source))
+    dst = tuple(_norm_axis(a, x.ndim, "moveaxis", x) for a in as_sequence(destination))
+    if len(src) != len(dst):
+        raise _fail("moveaxis", f"source {source!r} and destination {destination!r} name different numbers of "
+                    f"axes", x)
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise _fail("moveaxis", f"repeated axis in source {source!r} or destination {destination!r}", x)
+    rest = iter(a for a in range(x.ndim) if a not in src)
+    placed = dict(zip(dst, src))
+    return transpose(x, tuple(placed[i] if i in placed else next(rest) for i in range(x.ndim)))

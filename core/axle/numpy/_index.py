@@ -1,18 +1,27 @@
-"""Advanced indexing and functional updates (``x.at[idx].set(v)``).
+"""Advanced indexing and functional updates (``x.at[idx].set(v)``) on the ``gather`` and
+``scatter`` primitives.
 
-The IR has no gather/scatter primitive, so both are one-hot decompositions along one axis:
-``take`` compares the indices with an iota, selects and sums; ``scatter`` does the same the
-other way round. Cost is O(indices x axis length), fine for the label / row selections
-these are used for. Indices whose values are known (NumPy data, concrete arrays) are
-resolved on the host with NumPy itself, so every NumPy indexing rule (mixed slices,
-several index arrays, broadcasting, boolean masks, bounds errors) holds exactly; the
-result then is a gather from the flattened array at static positions. Traced index arrays
-(inside jit/grad) are supported for the common form ``x[idx]`` / ``x.at[idx]`` along the
-first axis (or any axis via :func:`take`); their shape is static, their values are not.
+Basic indices (ints, slices of any step, None, Ellipsis) become slice / reverse / reshape.
+Integer arrays (NumPy data or traced), traced integer scalars and boolean masks (NumPy
+data only: the result's shape depends on their values) follow NumPy's advanced indexing:
+the index arrays broadcast together and their dims replace the indexed dims, in place when
+the advanced indices are adjacent in the index, first otherwise; one ``gather`` reads the
+result and one ``scatter`` writes an update, at O(result) cost (no one-hot).
+
+Out-of-range indices: known ones (NumPy data, constants) raise as in NumPy. Traced ones
+follow jax: a negative index counts from the end once; then reads (``x[i]``,
+``.at[i].get()``) clamp into bounds, ``take``/``take_along_axis`` fill (nan, the most
+negative int, True) or clip (``mode="clip"``), and updates (``.at[i].set/add/multiply/min/
+max``) drop out-of-range entries. Duplicate indices in an update combine in index order:
+``set`` keeps the last, ``add``/``multiply``/``min``/``max`` accumulate them all (as jax,
+unlike NumPy's ``x[i] += v``). ``--check_indices`` turns a traced out-of-range index into
+an error.
 """
 from __future__ import annotations
 
 import builtins
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as _np
@@ -32,25 +41,29 @@ from ._core import (
     asarray,
     broadcast_shapes,
     broadcast_to,
-    moveaxis,
+    maximum,
+    minimum,
     multiply,
     reshape,
     where,
 )
 
 ArrayLike = Any
-
+_I64 = _np.dtype(_np.int64)
 
 
 def getitem(x: ArrayLike, idx: Any) -> Any:
-    """NumPy indexing. Basic (integers, slices of any step, None, Ellipsis) becomes slice /
-    reverse / reshape; integer-array and boolean-mask indices (advanced_getitem, below) become
-    a one-hot gather, with static shapes."""
+    """NumPy indexing: basic indices are a slice / reverse / reshape; integer-array,
+    traced-scalar and boolean-mask indices a gather (see the module docstring)."""
     x = asarray(x) if not _is_array(x) else x
     if not isinstance(idx, tuple):
         idx = (idx,)
     if not builtins.all(_is_basic_index(i) for i in idx):
         return advanced_getitem(x, idx)
+    return _basic_getitem(x, idx)
+
+
+def _basic_getitem(x: Any, idx: tuple) -> Any:
     start, limit, stride, flips, out_shape = _basic_plan(x, idx)
     out = x
     if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
@@ -67,56 +80,13 @@ def _static(i: Any) -> Any:
         return constant_value(i)
     if _is_array(i):
         return _np.asarray(i)
-    return i if i is not None else _np.asarray(i)  # None as an index array: refused as a non-integer
-
-
-def _one_hot_axis0(k: Any, n: int) -> Any:
-    """bool[k.shape + (n,)]: entry [..., j] is k[...] == j (negative k never matches)."""
-    kv = asarray(k) if not _is_array(k) else k
-    kv = _to_value(kv, _np.dtype(_np.int64))
-    shape = tuple(kv.shape) + (n,)
-    kb = lax.broadcast_in_dim(kv, shape, tuple(range(kv.ndim)))
-    return lax.compare(kb, lax.iota(_np.int64, shape, len(shape) - 1), "eq")
-
-
-def _zeros(shape: tuple[int, ...], dt: _np.dtype) -> Any:
-    return broadcast_to(_np.asarray(0, dt), shape)
-
-
-def _take0(x: Any, k: Any) -> Any:
-    """x[k] for x of shape (n, *rest) and integer k of any shape (in range, static or traced)."""
-    n, rest = x.shape[0], x.shape[1:]
-    ks = tuple(_np.shape(k)) if not _is_array(k) else k.shape
-    oh = _one_hot_axis0(k, n)
-    full = ks + (n,) + rest
-    ohf = lax.broadcast_in_dim(oh, full, tuple(range(len(ks) + 1)))
-    xf = lax.broadcast_in_dim(x, full, tuple(range(len(ks), len(full))))
-    picked = lax.select(ohf, xf, _zeros(full, x.dtype))
-    kind = "or" if x.dtype == _np.bool_ else "sum"
-    return lax.reduce(picked, kind, (len(ks),))
-
-
-def _scatter0(x: Any, k: Any, v: Any, mode: str) -> Any:
-    """x with rows k (shape (m,)) set to / increased by v (shape (m, *rest)); a negative
-    k means 'no update' (used to drop overwritten duplicates)."""
-    n, rest = x.shape[0], x.shape[1:]
-    m = _np.shape(k)[0] if not _is_array(k) else k.shape[0]
-    oh = _one_hot_axis0(k, n)  # (m, n)
-    full = (m, n) + rest
-    ohf = lax.broadcast_in_dim(oh, full, (0, 1))
-    vf = lax.broadcast_in_dim(v, full, (0,) + tuple(range(2, len(full))))
-    kind = "or" if x.dtype == _np.bool_ else "sum"
-    contrib = lax.reduce(lax.select(ohf, vf, _zeros(full, x.dtype)), kind, (0,))
-    if mode == "add":
-        return lax.or_(x, contrib) if x.dtype == _np.bool_ else lax.add(x, contrib)
-    hit = lax.reduce(lax.broadcast_in_dim(oh, full, (0, 1)), "or", (0,))
-    return lax.select(hit, contrib, x)
+    return _np.asarray(i) if i is not None else _np.asarray(i)  # None as an index array: refused as a non-integer
 
 
 def _normalize_traced(k: Any, n: int, op: str = "", x: Any = None, ax: int = 0) -> Any:
     """A traced index with negatives wrapped once, Python-style (-1 is the last); under
     --check_indices a flag records whether any is still outside [0, n)."""
-    k = _to_value(k, _np.dtype(_np.int64))
+    k = _to_value(k, _I64)
     k = where(k < 0, k + n, k)
     if op and checks.enabled():
         checks.add_index_check((k < 0) | (k >= n), f"{op}: an index is out of range for axis {ax} of size {n} "
@@ -124,23 +94,9 @@ def _normalize_traced(k: Any, n: int, op: str = "", x: Any = None, ax: int = 0) 
     return k
 
 
-def _in_range(k: Any, n: int) -> Any:
-    return (k >= 0) & (k < n)
-
-
-def _clamped(k: Any, n: int) -> Any:
-    """JAX's gather semantics: out-of-range (normalized) indices clamp to [0, n - 1]."""
-    hi = _np.asarray(builtins.max(n - 1, 0), _np.int64)
-    return lax.min(lax.max(k, _zeros(k.shape, _np.dtype(_np.int64))), broadcast_to(hi, k.shape))
-
-
 def fill_value_for(dt: _np.dtype) -> Any:
     """JAX's fill for out-of-range gathers: nan, the most negative int, True."""
-    if dt.kind == "f":
-        return _np.asarray(_np.nan, dt)
-    if dt.kind == "b":
-        return _np.asarray(True)
-    return _np.asarray(_np.iinfo(dt).min, dt)
+    return lax.fill_value_of(_np.dtype(dt))
 
 
 def _static_indices(st: Any, n: int, op: str, x: Any, ax: int) -> _np.ndarray:
@@ -154,12 +110,45 @@ def _static_indices(st: Any, n: int, op: str, x: Any, ax: int) -> _np.ndarray:
     return _np.where(k < 0, k + n, k).astype(_np.int64)
 
 
+def _indices_on_axis(op: str, x: Any, indices: Any, ax: int) -> tuple[Any, Any]:
+    """(indices with negatives wrapped, known ones checked; whether each traced one is in
+    range, None when they are known)."""
+    n = x.shape[ax]
+    st = _static(indices)
+    if st is not None:
+        return _static_indices(st, n, op, x, ax), None
+    if indices.dtype.kind not in "iu":
+        raise _fail(op, f"indices must be integers, got {indices.dtype}", x, indices)
+    k = _normalize_traced(indices, n, op, x, ax)
+    return k, (k >= 0) & (k < n)
+
+
+def _shape_of(k: Any) -> tuple[int, ...]:
+    return tuple(k.shape) if _is_array(k) else tuple(_np.shape(k))
+
+
+def _gather_axis(x: Any, k: Any, ax: int) -> Any:
+    """x[..., k, ...] along ``ax`` (k: int64 indices of any shape; out of range: clamped)."""
+    kd = len(_shape_of(k))
+    offsets = tuple(range(ax)) + tuple(range(ax + kd, x.ndim - 1 + kd))
+    dn = lax.GatherDimensionNumbers(offset_dims=offsets, collapsed_slice_dims=(ax,), start_index_map=(ax,))
+    sizes = tuple(1 if d == ax else s for d, s in enumerate(x.shape))
+    k = k[..., None] if not _is_array(k) else reshape(k, _shape_of(k) + (1,))
+    return lax.gather(x, k, dn, sizes, mode="clip")
+
+
 _MODES = ("fill", "clip")
+
+
+def _fill(x: Any, out: Any, valid: Any, fill_value: Any, kdims: tuple[int, ...]) -> Any:
+    fill = fill_value_for(x.dtype) if fill_value is None else _np.asarray(fill_value).astype(x.dtype)
+    mask = lax.broadcast_in_dim(valid, out.shape, kdims)
+    return lax.select(mask, out, broadcast_to(fill, out.shape))
 
 
 def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None, mode: str | None = None,
          fill_value: Any = None) -> Any:
-    """Elements of x at integer ``indices`` along ``axis`` (flattened when None).
+    """Elements of x at integer ``indices`` along ``axis`` (flattened when None): a gather.
 
     Concrete indices out of range raise, as in NumPy. Traced ones (inside jit) follow
     JAX: ``mode="fill"`` (the default) gives ``fill_value`` (nan, the most negative int,
@@ -177,34 +166,23 @@ def take(x: ArrayLike, indices: ArrayLike, axis: int | None = None, mode: str | 
 def _take_named(op: str, x: Any, indices: Any, axis: int, mode: str, fill_value: Any = None) -> Any:
     """take on behalf of ``op`` (take, getitem), which its errors and checks name."""
     ax = _norm_axis(axis, x.ndim, op, x)
-    n = x.shape[ax]
-    st = _static(indices)
-    valid = None
-    if st is not None:
-        k = _static_indices(st, n, op, x, ax)
-    else:
-        if indices.dtype.kind not in "iu":
-            raise _fail(op, f"indices must be integers, got {indices.dtype}", x, indices)
-        k = _normalize_traced(indices, n, op, x, ax)
-        valid = _in_range(k, n) if mode == "fill" else None
-        k = _clamped(k, n) if n else k
-    moved = moveaxis(x, ax, 0) if ax else x
-    out = _take0(moved, k)
-    kd = _np.ndim(k) if not _is_array(k) else k.ndim
-    if valid is not None:
-        fill = fill_value_for(x.dtype) if fill_value is None else _np.asarray(fill_value).astype(x.dtype)
-        mask = lax.broadcast_in_dim(valid, out.shape, tuple(range(kd)))
-        out = lax.select(mask, out, broadcast_to(fill, out.shape))
-    if ax:  # result dims: k dims, then the others; put the k dims back at position ax
-        perm = list(range(kd, kd + ax)) + list(range(kd)) + list(range(kd + ax, out.ndim))
-        out = lax.transpose(out, perm)
+    k, valid = _indices_on_axis(op, x, indices, ax)
+    ks = _shape_of(k)
+    shape = x.shape[:ax] + ks + x.shape[ax + 1:]
+    if x.shape[ax] == 0:  # nothing to read: every (traced) index is out of range
+        zero = broadcast_to(_np.asarray(0, x.dtype), shape)
+        return zero if mode == "clip" else _fill(x, zero, broadcast_to(_np.asarray(False), ks), fill_value,
+                                                 tuple(range(ax, ax + len(ks))))
+    out = _gather_axis(x, k, ax)
+    if valid is not None and mode == "fill":
+        out = _fill(x, out, valid, fill_value, tuple(range(ax, ax + len(ks))))
     return out
 
 
-def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int, mode: str | None = None,
+def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int = -1, mode: str | None = None,
                     fill_value: Any = None) -> Any:
-    """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy.
-    Out-of-range indices: as :func:`take` (concrete ones raise; traced ones fill or clip)."""
+    """out[..., i, ...] = x[..., indices[..., i, ...], ...] (same rank), as in NumPy: a
+    gather of single elements. Out-of-range indices: as :func:`take`."""
     x = asarray(x) if not _is_array(x) else x
     mode = mode or "fill"
     if mode not in _MODES:
@@ -223,65 +201,159 @@ def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int, mode: str | Non
         raise _fail("take_along_axis", "shapes cannot be broadcast together outside the axis", x, idx) from None
     shape = other[:ax] + (idx.shape[ax],) + other[ax:]
     k = _normalize_traced(idx, n, "take_along_axis" if st is None else "", x, ax)
-    valid = _in_range(k, n) if st is None and mode == "fill" else None
-    if st is None and n:
-        k = _clamped(k, n)
-    out = _take_along(x, broadcast_to(k, shape), ax, n, shape)
-    if valid is not None:
-        fill = fill_value_for(x.dtype) if fill_value is None else _np.asarray(fill_value).astype(x.dtype)
-        out = lax.select(broadcast_to(valid, shape), out, broadcast_to(fill, shape))
+    k = broadcast_to(k, shape)
+    if n == 0 or math.prod(shape) == 0:
+        out = broadcast_to(_np.asarray(0, x.dtype), shape)
+    else:
+        xb = broadcast_to(x, shape[:ax] + (n,) + shape[ax + 1:])
+        r = len(shape)
+        pos = [k if d == ax else lax.iota(_np.int64, shape, d) for d in range(r)]
+        vec = lax.concatenate([lax.reshape(p, shape + (1,)) for p in pos], r)
+        dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=tuple(range(r)),
+                                        start_index_map=tuple(range(r)))
+        out = lax.gather(xb, vec, dn, (1,) * r, mode="clip")
+    if st is None and mode == "fill":
+        out = _fill(x, out, (k >= 0) & (k < n), fill_value, tuple(range(len(shape))))
     return out
 
 
-def _take_along(x: Any, k: Any, ax: int, n: int, shape: tuple[int, ...]) -> Any:
-    """The one-hot gather of take_along_axis for in-range indices k of the result's shape."""
-    full = shape[:ax + 1] + (n,) + shape[ax + 1:]
-    kb = lax.broadcast_in_dim(k, full, tuple(i for i in range(len(full)) if i != ax + 1))
-    oh = lax.compare(kb, lax.iota(_np.int64, full, ax + 1), "eq")
-    xb_shape = shape[:ax] + (n,) + shape[ax + 1:]
-    xb = broadcast_to(x, xb_shape)
-    xf = lax.broadcast_in_dim(xb, full, tuple(i for i in range(len(full)) if i != ax))
-    kind = "or" if x.dtype == _np.bool_ else "sum"
-    return lax.reduce(lax.select(oh, xf, _zeros(full, x.dtype)), kind, (ax + 1,))
+# ------------------------------------------------------------- advanced indexing
 
 
-def _traced_axis(x: Any, idx: tuple) -> tuple[int, Any] | None:
-    """(axis, index) when idx is one traced integer array, other entries full slices."""
-    arrays = [k for k, i in enumerate(idx) if isinstance(i, Tracer)]
-    if len(arrays) != 1:
-        return None
-    k = arrays[0]
-    rest = idx[:k] + idx[k + 1:]
-    if builtins.any(not (isinstance(i, builtins.slice) and i == builtins.slice(None)) for i in rest):
-        return None
-    return k, idx[k]
+def _traced_bool(i: Any) -> bool:
+    return isinstance(i, Tracer) and constant_value(i) is None and i.dtype == _np.bool_
 
 
-def _positions(x: Any, idx: tuple, what: str) -> _np.ndarray:
-    """Flat positions selected by a static index, computed by NumPy itself."""
-    static = tuple(_static(i) for i in idx)
+def _expand(x: Any, idx: tuple, what: str) -> tuple[Any, list[Any]]:
+    """x with a size-1 axis for each None, and the index with Ellipsis expanded, each None
+    a full slice and each boolean mask (NumPy data) its integer arrays (``nonzero``): one
+    entry per dim of the x returned."""
+    if builtins.sum(1 for i in idx if i is Ellipsis) > 1:
+        raise _fail(what, "an index can only have a single ellipsis", x)
+    for i in idx:
+        if _traced_bool(i):
+            raise _fail(what, "a traced boolean mask cannot index inside jit (the result's shape would depend "
+                        "on traced values); use axle.numpy.where, or pass the mask as NumPy data", x, i)
+    masks: dict[int, _np.ndarray] = {}  # position in idx -> a boolean mask given as data
+    for n, i in enumerate(idx):
+        k = None if _is_basic_index(i) else _static(i)
+        if k is not None and k.dtype == _np.bool_:
+            masks[n] = k
+    consumed = builtins.sum((masks[n].ndim if n in masks else 1) for n, i in enumerate(idx)
+                            if i is not None and i is not Ellipsis)
+    if consumed > x.ndim:
+        raise _fail(what, f"too many indices ({consumed}) for an array of rank {x.ndim}", x)
+    full = builtins.slice(None)
+    entries: list[Any] = []
+    shape: list[int] = []
+    dim = 0
+    for n, i in enumerate(idx):
+        if i is Ellipsis:
+            rest = x.ndim - consumed
+            entries += [full] * rest
+            shape += list(x.shape[dim:dim + rest])
+            dim += rest
+        elif i is None:
+            entries.append(full)
+            shape.append(1)
+        elif n in masks:
+            m = masks[n]
+            if m.shape != x.shape[dim:dim + m.ndim]:
+                raise _fail(what, f"bad index: a boolean mask of shape {list(m.shape)} does not match the indexed "
+                            f"dims {list(x.shape[dim:dim + m.ndim])}", x)
+            entries += list(_np.nonzero(m)) if m.ndim else [_np.zeros(int(m), _np.int64)]
+            if not m.ndim:  # a scalar bool: a new axis of size 1 (True) or 0 (False)
+                shape.append(1)
+                continue
+            shape += list(x.shape[dim:dim + m.ndim])
+            dim += m.ndim
+        else:
+            entries.append(i)
+            shape.append(x.shape[dim])
+            dim += 1
+    entries += [full] * (x.ndim - dim)
+    shape += list(x.shape[dim:])
+    return (reshape(x, tuple(shape)) if tuple(shape) != x.shape else x), entries
+
+
+@dataclass
+class _Plan:
+    """An advanced index on ``x`` (after _expand): the gather / scatter that applies it."""
+
+    basic: tuple  # the slices (advanced entries replaced by full slices)
+    axes: tuple[int, ...]  # the advanced dims, in index order
+    indices: Any  # int64[S..., len(axes)]
+    batch: tuple[int, ...]  # S, the broadcast shape of the index arrays
+    at: int  # where S goes in the result
+    sizes: tuple[int, ...]  # the sliced operand's shape
+
+    @property
+    def result(self) -> tuple[int, ...]:
+        rest = [s for d, s in enumerate(self.sizes) if d not in self.axes]
+        return tuple(rest[:self.at]) + self.batch + tuple(rest[self.at:])
+
+    @property
+    def window_dims(self) -> tuple[int, ...]:
+        """The result dims that are not index (batch) dims."""
+        nb = len(self.batch)
+        return tuple(d for d in range(len(self.result)) if not self.at <= d < self.at + nb)
+
+
+def _plan(x: Any, entries: list[Any], what: str) -> _Plan:
+    adv = [d for d, i in enumerate(entries) if not isinstance(i, builtins.slice)]
+    basic = tuple(builtins.slice(None) if d in adv else i for d, i in enumerate(entries))
+    sizes = tuple(_basic_plan(x, basic)[4])
+    ks = []
+    for d in adv:
+        i = entries[d]
+        st = _static(i)
+        if st is not None:
+            if st.dtype.kind not in "iu":
+                shown = repr(i) if st.ndim == 0 else f"an array of {st.dtype}{list(st.shape)}"
+                raise _fail(what, f"bad index {shown}: only integers, slices, None, Ellipsis and integer or "
+                            f"boolean arrays are valid indices", x)
+            n = x.shape[d]
+            if st.size and (st.min() < -n or st.max() >= n):
+                bad = int(st.max()) if st.max() >= n else int(st.min())
+                raise _fail(what, f"bad index: index {bad} is out of bounds for axis {d} with size {n}", x)
+            ks.append(_np.where(st < 0, st + n, st).astype(_np.int64))
+        else:
+            if i.dtype.kind not in "iu":
+                raise _fail(what, f"indices must be integers, got {i.dtype}", x, i)
+            ks.append(_normalize_traced(i, x.shape[d], what, x, d))
     try:
-        return _np.arange(x.size, dtype=_np.int64).reshape(x.shape)[static]
-    except (IndexError, TypeError, ValueError) as e:
-        shown = ", ".join(repr(i) if not isinstance(i, _np.ndarray) else f"array of {i.dtype}{list(i.shape)}"
-                          for i in static)
-        raise _fail(what, f"bad index ({shown}): {e}", x) from None
+        batch = broadcast_shapes(*[_shape_of(k) for k in ks])
+    except ValueError:
+        shapes = ", ".join(str(list(_shape_of(k))) for k in ks)
+        raise _fail(what, f"bad index: the index arrays' shapes {shapes} cannot be broadcast together", x) from None
+    at = adv[0] if adv == list(range(adv[0], adv[0] + len(adv))) else 0
+    if builtins.all(not _is_array(k) for k in ks):
+        vec: Any = _np.stack([_np.broadcast_to(k, batch) for k in ks], -1)
+    else:
+        cols = [reshape(broadcast_to(k, batch), batch + (1,)) for k in ks]
+        vec = cols[0] if len(cols) == 1 else lax.concatenate(cols, len(batch))
+    return _Plan(basic, tuple(adv), vec, tuple(batch), at, sizes)
 
 
 def advanced_getitem(x: Any, idx: tuple) -> Any:
-    traced = _traced_axis(x, idx)
-    if traced is not None and traced[1].dtype == _np.bool_:
-        raise _fail("getitem", "a traced boolean mask cannot index inside jit (the result's shape would depend "
-                    "on traced values); use axle.numpy.where, or pass the mask as NumPy data", x, traced[1])
-    if traced is not None:  # JAX's indexing: out-of-range traced indices clamp
-        return _take_named("getitem", x, traced[1], traced[0], "clip")
-    if builtins.any(isinstance(i, Tracer) for i in idx):
-        bad = next(i for i in idx if isinstance(i, Tracer))
-        raise _fail("getitem", "a traced index array must be the only array in the index, with the other "
-                    "entries full slices; boolean masks need concrete values (their result shape depends "
-                    "on them)", x, bad)
-    pos = _positions(x, idx, "getitem")
-    return _take0(reshape(x, (-1,)), pos)
+    x2, entries = _expand(x, idx, "getitem")
+    plan = _plan(x2, entries, "getitem")
+    y = _basic_getitem(x2, plan.basic)
+    if math.prod(plan.result) == 0:
+        return broadcast_to(_np.asarray(0, x.dtype), plan.result)
+    empty = [d for d in plan.axes if y.shape[d] == 0]
+    if empty:  # only traced indices get here: known ones were checked
+        raise _fail("getitem", f"index out of bounds: axis {empty[0]} has size 0", x)
+    dn = lax.GatherDimensionNumbers(offset_dims=plan.window_dims, collapsed_slice_dims=tuple(sorted(plan.axes)),
+                                    start_index_map=plan.axes)
+    sizes = tuple(1 if d in plan.axes else s for d, s in enumerate(y.shape))
+    return lax.gather(y, plan.indices, dn, sizes, mode="clip")
+
+
+#: .at[] method -> scatter kind
+_SCATTER_KIND = {"set": "replace", "add": "add", "multiply": "mul", "min": "min", "max": "max"}
+#: .at[] method -> the combine of a basic-index update (no duplicates: read, combine, write)
+_COMBINE = {"multiply": multiply, "min": minimum, "max": maximum}
 
 
 class _AtRef:
@@ -301,33 +373,45 @@ class _AtRef:
         return self._update(v, "add")
 
     def multiply(self, v: ArrayLike) -> Any:
-        return self.set(multiply(getitem(self.x, self.idx), v))
+        return self._update(v, "multiply")
+
+    mul = multiply
+
+    def min(self, v: ArrayLike) -> Any:
+        return self._update(v, "min")
+
+    def max(self, v: ArrayLike) -> Any:
+        return self._update(v, "max")
 
     def _update(self, v: ArrayLike, mode: str) -> Any:
-        x = self.x
+        x = asarray(self.x) if not _is_array(self.x) else self.x
         idx = self.idx
         if builtins.all(_is_basic_index(i) for i in idx):
+            if mode in _COMBINE:
+                return _update_basic(x, idx, _COMBINE[mode](_basic_getitem(x, idx), v), "set")
             return _update_basic(x, idx, v, mode)
-        traced = _traced_axis(x, idx)
-        if traced is not None and traced[0] == 0 and traced[1].ndim == 1:
-            # JAX's scatter: out-of-range updates are dropped (no one-hot position matches)
-            k = _normalize_traced(traced[1], x.shape[0], f"at[].{mode}", x)
-            vv = broadcast_to(_to_value(v, x.dtype), (k.shape[0],) + x.shape[1:])
-            return _scatter0(x, k, vv, mode)
-        if builtins.any(isinstance(i, Tracer) for i in idx):
-            raise _fail(f"at[].{mode}", "a traced index must be one 1-D integer array on the first axis", x)
-        pos = _positions(x, idx, f"at[].{mode}")
-        vv = reshape(broadcast_to(_to_value(v, x.dtype), pos.shape), (-1,))
-        flat = pos.reshape(-1)
-        if mode == "set":  # the last write wins, as in NumPy's x[idx] = v
-            last = _np.full(x.size, -1, _np.int64)
-            last[flat] = _np.arange(flat.size)
-            flat = _np.where(last[flat] == _np.arange(flat.size), flat, -1)
-        return reshape(_scatter0(reshape(x, (-1,)), flat, vv, mode), x.shape)
+        what = f"at[].{mode}"
+        x2, entries = _expand(x, idx, what)
+        plan = _plan(x2, entries, what)
+        if builtins.all(s == builtins.slice(None) for s in plan.basic):
+            return reshape(_scatter(x2, plan, v, mode), x.shape)
+        # slices too: update the sliced view, then write the view back (a bijection)
+        y = _basic_getitem(x2, plan.basic)
+        return reshape(_update_basic(x2, plan.basic, _scatter(y, plan, v, mode), "set"), x.shape)
+
+
+def _scatter(y: Any, plan: _Plan, v: ArrayLike, mode: str) -> Any:
+    vv = broadcast_to(_to_value(v, y.dtype), plan.result)
+    dn = lax.ScatterDimensionNumbers(update_window_dims=plan.window_dims,
+                                     inserted_window_dims=tuple(sorted(plan.axes)),
+                                     scatter_dims_to_operand_dims=plan.axes)
+    fn = {"replace": lax.scatter, "add": lax.scatter_add, "mul": lax.scatter_mul, "min": lax.scatter_min,
+          "max": lax.scatter_max}[_SCATTER_KIND[mode]]
+    return fn(y, plan.indices, vv, dn)
 
 
 def _update_basic(x: Any, idx: tuple, v: ArrayLike, mode: str) -> Any:
-    """Basic-index updates are a pad of the values into place: no one-hot needed."""
+    """Basic-index updates are a pad of the values into place: no gather needed."""
     start, limit, stride, flips, out_shape = _basic_plan(x, idx)
     sliced = tuple((l - s + st - 1) // st if l > s else 0 for s, l, st in zip(start, limit, stride))
     if 0 in sliced:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as _np
 
 from .. import lax
+from ..errors import ArgumentError
+from ..frontend.source import user_location
 from ..frontend.validate import finite_number
 from ._core import (
     _fail,
@@ -24,10 +26,8 @@ from ._core import (
     equal,
     exp,
     full,
-    matmul,
     maximum,
     mean,
-    moveaxis,
     multiply,
     not_equal,
     reshape,
@@ -67,9 +67,14 @@ def isinf(x: ArrayLike) -> Any:
 
 
 def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False,
-        _name: str = "var") -> Any:
-    """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2."""
+        _name: str = "var", *, correction: float | None = None) -> Any:
+    """Two-pass variance (mean of squared deviations), numerically safer than E[x^2]-E[x]^2.
+    ``correction`` is the array API standard's name for NumPy's ``ddof`` (give one)."""
     x = asarray(x) if not _is_array(x) else x
+    if correction is not None:
+        if ddof:
+            raise ArgumentError(f"{_name}: give ddof or correction, not both", where=user_location())
+        ddof = correction
     axes = _norm_axes(axis, x.ndim, _name, x)
     finite_number(ddof, _name, "ddof")
     dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
@@ -80,8 +85,9 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
     return true_divide(s, _np.asarray(builtins.max(n, 0), dtype=dt))
 
 
-def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Any:
-    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std"))
+def std(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, *,
+        correction: float | None = None) -> Any:
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, _name="std", correction=correction))
 
 
 def all(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Any:
@@ -142,17 +148,32 @@ def abs_(x: ArrayLike) -> Any:
     return _abs(x)
 
 
+def _scan(x: Any, ax: int, op: Any, identity: Any) -> Any:
+    """Inclusive scan along ``ax`` in ceil(log2 n) steps (Hillis-Steele): at step k every
+    element combines with the one 2^k before it (the identity before the start). Each step
+    is a pad and a slice, so infinities and NaNs stay where they are."""
+    n = x.shape[ax]
+    shift = 1
+    ident = _np.asarray(identity, x.dtype)
+    while shift < n:
+        limit = list(x.shape)
+        limit[ax] = n - shift
+        low = [0] * x.ndim
+        low[ax] = shift
+        head = lax.slice(x, [0] * x.ndim, limit)
+        prev = lax.pad(head, ident, low, [0] * x.ndim, [0] * x.ndim)
+        x = op(x, prev)
+        shift *= 2
+    return x
+
+
 def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
-    """Inclusive prefix sum as a triangular matmul (a decomposition: O(n^2) per row)."""
+    """Inclusive prefix sum along ``axis`` (flattened when None), a log-depth scan. (It was
+    a triangular matmul, O(n^2) per row, where an infinity made every earlier sum nan.)"""
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     ax = _norm_axis(axis, x.ndim, "cumsum", x)
     if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
         x = astype(x, _np.int64)
-    n = x.shape[ax]
-    tri = _np.triu(_np.ones((n, n), x.dtype))
-    moved = moveaxis(x, ax, -1)
-    return moveaxis(matmul(moved, asarray(tri)), -1, ax)
-
-
+    return _scan(x, ax, lax.add, 0) if x.shape[ax] else x

@@ -10,7 +10,9 @@ import numpy as _np
 
 from .. import lax
 from ..errors import ArgumentError
+from ..frontend.array import Array
 from ..frontend.source import user_location
+from ..frontend.tracing import Tracer, constant_value
 from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
 from ._core import (
     _fail,
@@ -18,6 +20,8 @@ from ._core import (
     _is_array,
     _norm_axes,
     _norm_axis,
+    _on_device,
+    _placed,
     _to_value,
     add,
     arange,
@@ -25,6 +29,7 @@ from ._core import (
     astype,
     broadcast_to,
     expand_dims,
+    moveaxis,
     multiply,
     reshape,
     result_type,
@@ -36,22 +41,30 @@ from ._index import getitem
 ArrayLike = Any
 
 
-def full_like(x: ArrayLike, fill_value: Any, dtype: Any = None) -> Any:
+def full_like(x: ArrayLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    return _full("full_like", x.shape, fill_value, dtype or x.dtype)
+    with _on_device(device):
+        return _placed(_full("full_like", x.shape, fill_value, dtype or x.dtype), device)
 
 
-def empty(shape: Any, dtype: Any = float) -> Any:
+def empty(shape: Any, dtype: Any = None, device: Any = None) -> Any:
     """Zeros: axle arrays are immutable, so 'uninitialized' has no use."""
-    return _full("empty", shape, 0, dtype)
+    with _on_device(device):
+        return _placed(_full("empty", shape, 0, float if dtype is None else dtype), device)
 
 
-def empty_like(x: ArrayLike, dtype: Any = None) -> Any:
-    return full_like(x, 0, dtype)
+def empty_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+    return full_like(x, 0, dtype, device=device)
 
 
-def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None) -> Any:
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None,
+             device: Any = None) -> Any:
     """``num`` evenly spaced values; computed as start + i*step like NumPy (last value exact)."""
+    with _on_device(device):
+        return _placed(_linspace(start, stop, num, endpoint, dtype), device)
+
+
+def _linspace(start: float, stop: float, num: int, endpoint: bool, dtype: Any) -> Any:
     num = size_arg(num, "linspace", "num")
     finite_number(start, "linspace", "start"), finite_number(stop, "linspace", "stop")
     dt = dtype_arg(dtype, "linspace") if dtype is not None else _np.dtype(_np.float64)
@@ -66,7 +79,12 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dt
     return astype(out, dt)
 
 
-def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = float) -> Any:
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Any:
+    with _on_device(device):
+        return _placed(_eye(n, m, k, float if dtype is None else dtype), device)
+
+
+def _eye(n: int, m: int | None, k: int, dtype: Any) -> Any:
     n = size_arg(n, "eye", "N")
     m = n if m is None else size_arg(m, "eye", "M")
     k = size_arg(k, "eye", "k", -2**62, 2**62)
@@ -240,7 +258,66 @@ def tile(x: ArrayLike, reps: Any) -> Any:
     return reshape(b, [r * d for r, d in zip(reps, x.shape)])
 
 
-def repeat(x: ArrayLike, repeats: int, axis: int | None = None) -> Any:
+def _static_repeats(repeats: Any) -> Any:
+    """repeats as NumPy data when its values are known; None when traced."""
+    if isinstance(repeats, Tracer):
+        return constant_value(repeats)
+    if isinstance(repeats, Array):
+        return _np.asarray(repeats)
+    return repeats
+
+
+def repeat(x: ArrayLike, repeats: Any, /, *, axis: int | None = None) -> Any:
+    """Each element repeated ``repeats`` times (an int, or one count per element along
+    ``axis``, whose values must be known: they decide the result's shape)."""
+    rv = _static_repeats(repeats)
+    if rv is None:
+        raise _fail("repeat", "repeats must have known values (the result's shape depends on them); a traced "
+                    "array cannot be used inside jit", (asarray(x) if not _is_array(x) else x), repeats)
+    if _np.ndim(rv) == 0:
+        return _repeat_scalar(x, rv.item() if isinstance(rv, _np.ndarray) else rv, axis)  # size_arg refuses 1.5
+    x = (asarray(x) if not _is_array(x) else x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    ax = _norm_axis(axis, x.ndim, "repeat", x)
+    counts = _np.asarray(rv)
+    if counts.dtype.kind not in "iu" or counts.ndim != 1 or counts.shape[0] not in (1, x.shape[ax]):
+        raise _fail("repeat", f"repeats must be an integer scalar or 1-D array of length {x.shape[ax]}, got "
+                    f"{counts.dtype}{list(counts.shape)}", x)
+    if (counts < 0).any():
+        raise _fail("repeat", "repeats must be >= 0", x)
+    if counts.shape[0] == 1:
+        return _repeat_scalar(x, int(counts[0]), ax)
+    positions = _np.repeat(_np.arange(x.shape[ax]), counts)  # static: a gather at known positions
+    if positions.size == 0:
+        return getitem(x, (builtins.slice(None),) * ax + (builtins.slice(0, 0),))
+    return _take_exact(x, positions, ax)
+
+
+def _lowest(dt: _np.dtype) -> _np.ndarray:
+    """The value no element is below: -inf, the smallest integer, False."""
+    if dt.kind == "f":
+        return _np.asarray(-_np.inf, dt)
+    return _np.asarray(False) if dt.kind == "b" else _np.asarray(_np.iinfo(dt).min, dt)
+
+
+def _take_exact(x: Any, positions: _np.ndarray, ax: int) -> Any:
+    """x at static positions along ax by a one-hot max (not a sum, whose 0 + -0.0 would
+    lose the sign of a zero): each output element is the max of its one element and the
+    lowest value of the dtype."""
+    moved = moveaxis(x, ax, 0) if ax else x
+    n, rest, k = moved.shape[0], moved.shape[1:], positions.shape[0]
+    full = (k, n) + rest
+    hit = lax.compare(lax.broadcast_in_dim(asarray(positions.astype(_np.int64)), (k, n), (0,)),
+                      lax.iota(_np.int64, (k, n), 1), "eq")
+    picked = lax.select(lax.broadcast_in_dim(hit, full, (0, 1)),
+                        lax.broadcast_in_dim(moved, full, tuple(range(1, len(full)))),
+                        broadcast_to(_lowest(x.dtype), full))
+    out = lax.reduce(picked, "or" if x.dtype == _np.bool_ else "max", (1,))
+    return moveaxis(out, 0, ax) if ax else out
+
+
+def _repeat_scalar(x: ArrayLike, repeats: int, axis: int | None = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
     if axis is None:
         x, axis = reshape(x, (-1,)), 0

@@ -5,9 +5,10 @@ Given a schedule (:func:`axle.passes.schedule.schedule`), each value gets a live
 to the end). Temporaries are packed into one arena: a value takes the best-fitting hole
 left by values already dead, so memory is reused. An elementwise kernel may write its
 result *in place* over an operand that dies at that very kernel (every element is read
-before the same element is written). Parameters belong to the caller and are never
-overwritten unless donated; constants belong to the executable; entry outputs get their
-own buffers, handed back to the caller.
+before the same element is written), and so does a scatter or dynamic-update-slice over
+its first operand (it rewrites windows of it: the kernel then never copies the operand).
+Parameters belong to the caller and are never overwritten unless donated; constants belong
+to the executable; entry outputs get their own buffers, handed back to the caller.
 
 Backends use it as an API::
 
@@ -152,6 +153,10 @@ def elementwise_positions(n: Node) -> set[int]:
             if fine and comp.root.uid in down and p.type == TensorType(p.type.dtype, out_t.shape):
                 ok.add(pos)
         return ok
+    if n.traits.updates_operand:
+        # scatter, dynamic-update-slice: an element of operand 0 is read, if at all, only
+        # to write the same element of the result (the other operands are not in place)
+        return {0}
     if n.traits.elementwise and not n.traits.side_effect:
         return {i for i, o in enumerate(n.operands) if isinstance(o.type, TensorType) and o.type.shape == out_t.shape}
     return set()

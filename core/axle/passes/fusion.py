@@ -8,14 +8,17 @@ Two phases, then materialization:
    node (broadcast, constant, iota, convert...) with users in several groups is
    recomputed in each of them when the policy allows; an expensive one (exp, a reduce,
    a dot) is never duplicated. A reduce joins a consumer group only as a ``row`` fusion
-   (reduction over trailing axes broadcast back along the kept dims); a dot (trait
-   ``contraction``) joins no group: epilogue fusion is not done yet.
+   (reduction over trailing axes broadcast back along the kept dims). A dot (trait
+   ``contraction``) takes no producer; when the policy has ``dot_epilogue`` on it joins
+   its consumers' group as an ``output`` fusion if that group is an epilogue: ops
+   elementwise over the dot's output (bias add, activation, residual add, scaling,
+   convert), reading other operands at the same index or through broadcasts.
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
 
 Every candidate group is checked by :func:`decide`, which names its kind (loop, input,
-row) or refuses it with a reason; the backend's :class:`~axle.passes.policy.FusionPolicy`
+row, output) or refuses it with a reason; the backend's :class:`~axle.passes.policy.FusionPolicy`
 bounds what it accepts, including the size of the kernel that inlines the group
 (:mod:`axle.passes.inline_cost`).
 
@@ -44,10 +47,11 @@ from .policy import DEFAULT_POLICY, FusionPolicy
 
 def loop_fusible(n: Node) -> bool:
     """Computes one output element from the same positions of its inputs (or from
-    indices): elementwise ops, data movement, iota, constants."""
+    indices): elementwise ops, data movement, indexed loads (gather, dynamic-slice: the
+    position comes from loaded index values), iota, constants."""
     t = n.traits
     return (t.fusible and not t.structural and not t.side_effect and not t.reduction
-            and (t.elementwise or t.movement or not n.operands))
+            and (t.elementwise or t.movement or t.indexed or not n.operands))
 
 
 def is_reduction(n: Node) -> bool:
@@ -82,9 +86,12 @@ def why_alone(n: Node) -> Refusal | None:
     if not t.fusible or t.side_effect or t.structural:
         what = "has side effects" if t.side_effect else "is plumbing" if t.structural else "is not fusible"
         return Refusal("not-fusible", f"{n.op.value} {what}: it is never fused")
+    if t.updates_operand:
+        return Refusal("in-place-update", f"{n.op.value} writes windows into its operand: a kernel of its own, "
+                                          f"run in place over the operand's buffer where the operand dies there")
     if is_contraction(n):
         return Refusal("contraction", f"{n.op.value} is a contraction: a kernel of its own (its operands are "
-                                      f"read from memory tile by tile; epilogue fusion is not done yet)")
+                                      f"read from memory tile by tile; the backend's policy has dot_epilogue off)")
     if not (loop_fusible(n) or is_reduction(n)):
         return Refusal("no-kind", f"{n.op.value} has no fusion kind: a kernel of its own")
     return None
@@ -144,6 +151,9 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
+    dots = [m for m in members if is_contraction(m)]
+    if dots and policy.dot_epilogue:
+        return _output_kind(members, roots, dots)
     for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
         if (alone := why_alone(m)) is not None:
             return alone
@@ -194,6 +204,40 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
     if any(r.shape != S and not reduced(r.shape) for r in roots):
         return Refusal("row-mismatch", "an output is neither per element nor per row of the reduction")
     return "row"
+
+
+def _output_kind(members: Sequence[Node], roots: Sequence[Node], dots: Sequence[Node]) -> str | Refusal:
+    """``output`` when the group is one dot and its epilogue (XLA's name for a fusion whose
+    producer writes the fusion's output: here the dot's tile, finished in registers by
+    its consumers before it is stored), else why not. The epilogue reads the dot's element
+    and same-index (or broadcast) elements of other values, so the GEMM applies it per
+    output tile: every member downstream of the dot is elementwise over the dot's shape,
+    the others (a bias's broadcast, a scale's constant) are loop-fusible values computed at
+    the output index, and the dot's own operands come from memory."""
+    if len(dots) > 1:
+        return Refusal("contraction", "two contractions cannot share one kernel")
+    (dot,) = dots
+    inside = {m.uid for m in members}
+    if any(o.uid in inside for o in dot.operands):
+        return Refusal("dot-operand", f"{dot.op.value} reads its operands from memory tile by tile: a producer "
+                                      f"of an operand is not inlined into the GEMM")
+    if any(r.uid == dot.uid for r in roots) or len(roots) != 1:
+        return Refusal("epilogue", f"an output fusion exports its epilogue's one value, not the "
+                                   f"{dot.op.value}'s or several")
+    shape = dot.shape
+    dependent = _downstream(members, [dot])
+    reds = [m for m in members if m.uid in dependent and is_reduction(m)]
+    for m in reds + list(members):  # a reduction named first: the usual reason (a softmax)
+        if m.uid == dot.uid:
+            continue
+        if m.uid in dependent:
+            if not (m.traits.elementwise and m.shape == shape):
+                what = "a reduction" if is_reduction(m) else f"{m.op.value} {m.type}"
+                return Refusal("epilogue", f"{what} is not elementwise over the {dot.op.value}'s output "
+                                           f"{list(shape)}: it cannot finish the GEMM's tiles")
+        elif not loop_fusible(m):
+            return Refusal("epilogue", f"{m.op.value} beside the {dot.op.value} is not computed per output element")
+    return "output"
 
 
 def _external(members: Sequence[Node], order: Callable[[Node], int] | None) -> list[Node]:
@@ -308,6 +352,9 @@ class _Fuser:
             if n.op is Op.PARAMETER or n.traits.structural:
                 continue  # not a kernel: explain looks through plumbing to its source
             alone = why_alone(n)
+            if alone is not None and is_contraction(n) and self.policy.dot_epilogue:
+                self._epilogue(n)
+                continue
             if alone is not None:
                 self._refuse(n, self.users[n.uid], alone)
                 continue
@@ -356,6 +403,24 @@ class _Fuser:
             if n.op is Op.CONSTANT:
                 continue
             self._new_group(n)
+
+    def _epilogue(self, n: Node) -> None:
+        """A dot joins the one group that reads it as that group's producer (an ``output``
+        fusion), or stays a kernel of its own with the reason recorded for each reader."""
+        users = self.users[n.uid]
+        groups = list(dict.fromkeys(g for u in users for g in self.groups_of.get(u.uid, ())))
+        ungrouped = [u for u in users if not self.groups_of.get(u.uid)]
+        if n.uid in self.outputs or ungrouped or len(groups) != 1:
+            why = self._shared(n, n.uid in self.outputs, ungrouped, len(groups))
+            why = why or Refusal("contraction", f"{n.op.value}'s reader is a kernel of its own: no epilogue to take")
+            self._refuse(n, users, why)
+            return
+        refusal = self._refusal(groups[0], n)
+        if refusal is not None:
+            self._refuse(n, users, refusal)
+            return
+        self._add(groups[0], n)
+        self.home[n.uid] = groups[0]
 
     def _shared(self, n: Node, output: bool, ungrouped: list[Node], n_groups: int) -> Refusal | None:
         """Why ``n``, read by several kernels (or returned), joins none of them."""

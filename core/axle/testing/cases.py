@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backend import Device
 from ..config import config
+from ..device_compile import expand_for
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
@@ -347,6 +348,118 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
                  [_t(dt, shape)], rng, special=False)
 
 
+# indexing: explicit index values (in range, clamped or dropped, negative, duplicate), the
+# operands and updates random; int32 and int64 indices alternate between the specs.
+
+
+def _with_indices(case: OpCase, at: Sequence[int], values: Sequence[np.ndarray]) -> OpCase:
+    inputs = list(case.inputs)
+    for i, v in zip(at, values):
+        inputs[i] = v
+    return OpCase(case.id, case.module, inputs, case.ops)
+
+
+def _ids(values: Any, k: int) -> np.ndarray:
+    return np.asarray(values, (np.int32, np.int64)[k % 2])
+
+
+#: (name, operand shape, index values, attributes); index_vector_dim is in the attributes
+_GATHER_SPECS: tuple[tuple[str, tuple[int, ...], Any, dict[str, Any]], ...] = (
+    ("rows", (5, 3), [[0], [4], [-1], [7], [2], [2]],
+     dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 3))),
+    ("implicit-vector", (6,), [[5, 0, 9], [-3, 2, 2]],
+     dict(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=2, slice_sizes=(1,))),
+    ("windows", (4, 5, 3), [[0, 3, -2], [1, 4, 9]],
+     dict(offset_dims=(0, 1), collapsed_slice_dims=(2,), start_index_map=(2, 0), index_vector_dim=0,
+          slice_sizes=(2, 5, 1))),
+    ("columns", (3, 6), [5, 0, 0, 2, 6],
+     dict(offset_dims=(0,), collapsed_slice_dims=(1,), start_index_map=(1,), index_vector_dim=1, slice_sizes=(3, 1))),
+    ("no-indices", (3, 4), np.zeros((0, 1)),
+     dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 4))),
+    ("empty-window", (3, 0), [[1], [2]],
+     dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 0))),
+    ("scalar", (5,), [3],
+     dict(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=0, slice_sizes=(1,))),
+    ("size-1", (1, 1), [[3], [-4]],
+     dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 1))),
+)
+
+
+def _gather(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    name, shape, values, attrs = spec
+    ids = _ids(values, _GATHER_SPECS.index(spec))
+    case = _case(f"gather-{name}-{dt.value}{list(shape)}", lambda b, p: b.gather(*p, **attrs),
+                 [_t(dt, shape), _t(DType(_dtype_value(ids.dtype)), ids.shape)], rng)
+    return _with_indices(case, [1], [ids])
+
+
+#: (name, operand shape, index values, updates shape, attributes)
+_SCATTER_SPECS: tuple[tuple[str, tuple[int, ...], Any, tuple[int, ...], dict[str, Any]], ...] = (
+    ("rows", (5, 3), [[1], [3], [1], [-1], [5], [4]], (6, 3),
+     dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), index_vector_dim=1)),
+    ("points", (3, 4), [[0, 1], [2, 3], [0, 1], [3, 0]], (4,),
+     dict(update_window_dims=(), inserted_window_dims=(0, 1), scatter_dims_to_operand_dims=(0, 1),
+          index_vector_dim=1)),
+    ("windows", (4, 5), [[0, 2, 3, 1], [1, 3, 0, 1]], (2, 4, 2),
+     dict(update_window_dims=(0, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=(0, 1),
+          index_vector_dim=0)),
+    ("no-updates", (3, 2), np.zeros((0, 1)), (0, 2),
+     dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), index_vector_dim=1)),
+    ("scalar", (), np.zeros((0,)), (),
+     dict(update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(), index_vector_dim=0)),
+    ("size-1", (1, 1), [[0], [0], [2]], (3, 1),
+     dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), index_vector_dim=1)),
+)
+
+
+def _scatter(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -> OpCase:
+    name, shape, values, ushape, attrs = spec
+    ids = _ids(values, _SCATTER_SPECS.index(spec))
+    types = [_t(dt, shape), _t(DType(_dtype_value(ids.dtype)), ids.shape), _t(dt, ushape)]
+    case = _case(f"scatter-{kind}-{name}-{dt.value}{list(shape)}", lambda b, p: b.scatter(*p, kind=kind, **attrs),
+                 types, rng)
+    if dt.is_float and kind in ("add", "mul"):
+        # halves add and multiply exactly in any order (the decomposition sums duplicates in
+        # another order than the reference); NaN and inf still ride along
+        halves = [(rng.integers(-6, 7, size=t.shape) / 2).astype(dt.np) for t in (types[0], types[2])]
+        for h, src in zip(halves, (case.inputs[0], case.inputs[2])):
+            h.reshape(-1)[:3] = src.reshape(-1)[:3] if src.size >= 8 else h.reshape(-1)[:3]
+        return _with_indices(case, [0, 1, 2], [halves[0], ids, halves[1]])
+    return _with_indices(case, [1], [ids])
+
+
+#: (operand shape, start values, slice sizes)
+_DYNAMIC_SLICE_SPECS = (
+    ((10,), (8,), (3,)), ((5, 7), (-2, 3), (2, 4)), ((4, 6, 3), (1, 100, 0), (2, 6, 3)), ((), (), ()),
+    ((3, 0), (1, 0), (2, 0)), ((1, 5), (0, -1), (1, 1)),
+)
+
+
+def _dynamic_slice(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    shape, starts, sizes = spec
+    ss = [_ids(s, k) for k, s in enumerate(starts)]
+    case = _case(f"dynamic-slice-{dt.value}{list(shape)}-at{list(starts)}-{list(sizes)}",
+                 lambda b, p: b.dynamic_slice(*p, slice_sizes=sizes),
+                 [_t(dt, shape)] + [_t(DType(_dtype_value(s.dtype)), ()) for s in ss], rng)
+    return _with_indices(case, range(1, len(ss) + 1), ss)
+
+
+#: (operand shape, update shape, start values)
+_DYNAMIC_UPDATE_SLICE_SPECS = (
+    ((10,), (3,), (8,)), ((5, 7), (2, 4), (-2, 3)), ((4, 6, 3), (2, 6, 1), (1, 5, 2)), ((), (), ()),
+    ((3, 4), (0, 2), (1, 1)), ((1, 5), (1, 5), (0, 9)),
+)
+
+
+def _dynamic_update_slice(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    shape, ushape, starts = spec
+    ss = [_ids(s, k) for k, s in enumerate(starts)]
+    case = _case(f"dynamic-update-slice-{dt.value}{list(shape)}-{list(ushape)}-at{list(starts)}",
+                 lambda b, p: b.dynamic_update_slice(*p),
+                 [_t(dt, shape), _t(dt, ushape)] + [_t(DType(_dtype_value(s.dtype)), ()) for s in ss], rng)
+    return _with_indices(case, range(2, len(ss) + 2), ss)
+
+
 def _bitcast(op: Op, rng: np.random.Generator, _: Any, src: DType, dst: DType) -> OpCase | None:
     if src is dst or src.is_bool or dst.is_bool or src.itemsize != dst.itemsize:
         return None  # only same-width bitcasts exist (docs/ir.md)
@@ -471,6 +584,11 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.RNG_BIT_GENERATOR: OpCaseRow(_rng_bits, ((), (5,), (3, 7), (0,), (1000,)), (DType.INT32, DType.INT64)),
     Op.PARAMETER: OpCaseRow(_parameter, ((3,),), ALL),
     Op.CUSTOM_CALL: OpCaseRow(_custom_call, ((3, 5),), (DType.FLOAT32, DType.INT32)),
+    # indexing
+    Op.GATHER: OpCaseRow(_gather, _GATHER_SPECS, ALL),
+    Op.SCATTER: OpCaseRow(_scatter, _SCATTER_SPECS, ALL, variants=("replace", "add", "mul", "min", "max")),
+    Op.DYNAMIC_SLICE: OpCaseRow(_dynamic_slice, _DYNAMIC_SLICE_SPECS, ALL),
+    Op.DYNAMIC_UPDATE_SLICE: OpCaseRow(_dynamic_update_slice, _DYNAMIC_UPDATE_SLICE_SPECS, ALL),
     # bit operations
     Op.BITCAST_CONVERT: OpCaseRow(_bitcast, ALL, ALL),  # specs: the destination dtype
     **{op: OpCaseRow(_elementwise(), EW_SHAPES, extra=_shift_amounts)
@@ -633,11 +751,18 @@ def strict_placement(on: bool = True) -> Iterator[None]:
         config.strict_placement = old
 
 
+def device_claims(module: Module, device: Device) -> bool:
+    """Whether the device's capabilities cover every node of ``module`` (an extended op it
+    does not claim counts as covered when its decomposition is: the device runs that)."""
+    return not unsupported_nodes(expand_for(module, device)[0], REGISTRY.backend_for(device).capabilities(device))
+
+
 def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.ndarray]:
     """Compiles and runs a case on a device; returns host arrays. When the device claims
     every op of the case, it runs under strict placement: a backend whose compile fails
-    must fail the case, not pass it through the host fallback."""
-    claimed = not unsupported_nodes(case.module, REGISTRY.backend_for(device).capabilities(device))
+    must fail the case, not pass it through the host fallback. Extended ops it does not
+    claim count as claimed when their decomposition is (the device runs that)."""
+    claimed = device_claims(case.module, device)
     with strict_placement(claimed or config.strict_placement):
         exe, _ = compile_case(case.module, device, optimize=optimize)
     outs = exe.execute([to_buffer(x, device) for x in case.inputs])

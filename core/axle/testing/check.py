@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 from ..backend import Device
 from ..ir.module import Module
-from ..partition import unsupported_nodes
-from ..registry import REGISTRY
-from .cases import OpCase, strict_placement
+from .cases import OpCase, device_claims, strict_placement
 
 
 @dataclass
@@ -25,11 +23,8 @@ class Check:
 
 
 def claimed(check: Check, device: Device) -> bool:
-    """Whether the device's capabilities cover everything the check runs."""
-    if check.module is None:
-        return True
-    caps = REGISTRY.backend_for(device).capabilities(device)
-    return not unsupported_nodes(check.module, caps)
+    """Whether the device's capabilities cover everything the check runs (see device_claims)."""
+    return check.module is None or device_claims(check.module, device)
 
 
 def run_check(check: Check, device: Device) -> bool:

@@ -377,6 +377,8 @@ class _Gen:
         # sorting
         if op is Op.SORT:
             return self.sort()
+        if op in _INDEXING:
+            return _INDEXING[op](self)
         raise AssertionError(f"no generator for {op}")
 
     def sort(self) -> Node:
@@ -397,6 +399,52 @@ class _Gen:
         operands = keys + carried
         return b.op(Op.SORT, *operands, dimension=dim, num_keys=len(keys), descending=int(self.rng.integers(2)),
                     index=int(self.rng.integers(len(operands))))
+
+    # -- indexing: indices from -5..5 and the integer extremes, so windows clamp or drop --
+    def index(self, shape: tuple[int, ...]) -> Node:
+        return self.fresh(TensorType(self.choice((DType.INT32, DType.INT64)), shape))
+
+    def indexed_operand(self) -> tuple[Node, int]:
+        """An operand of rank >= 1 and an axis of it with at least one element."""
+        x = self.operand(DTYPES)
+        if not x.shape or 0 in x.shape:
+            x = self.fresh(TensorType(x.dtype, self.choice(((3,), (4, 3), (2, 1, 4)))))
+        return x, int(self.rng.integers(len(x.shape)))
+
+    def gather(self) -> Node:
+        x, a = self.indexed_operand()
+        ids = self.index(self.choice(((2,), (3, 2), (1,), ())))
+        rank, nb = len(x.shape), len(ids.shape)
+        sizes = tuple(1 if d == a else int(self.rng.integers(0, n + 1)) for d, n in enumerate(x.shape))
+        return self.b.gather(x, ids, offset_dims=tuple(range(nb, nb + rank - 1)), collapsed_slice_dims=(a,),
+                             start_index_map=(a,), index_vector_dim=nb, slice_sizes=sizes)
+
+    def scatter(self) -> Node:
+        x, a = self.indexed_operand()
+        k = int(self.rng.integers(0, 4))
+        rest = tuple(n for d, n in enumerate(x.shape) if d != a)
+        # float add/mul with duplicates round in another order than the reference: ints only
+        kinds = ("replace", "min", "max") + (("add", "mul") if not x.dtype.is_float else ())
+        return self.b.scatter(x, self.index((k,)), self.like(TensorType(x.dtype, (k,) + rest)),
+                              update_window_dims=tuple(range(1, len(x.shape))), inserted_window_dims=(a,),
+                              scatter_dims_to_operand_dims=(a,), index_vector_dim=1, kind=self.choice(kinds))
+
+    def dynamic_slice(self) -> Node:
+        x = self.operand(DTYPES)
+        sizes = tuple(int(self.rng.integers(0, n + 1)) for n in x.shape)
+        return self.b.dynamic_slice(x, *(self.index(()) for _ in x.shape), slice_sizes=sizes)
+
+    def dynamic_update_slice(self) -> Node:
+        x = self.operand(DTYPES)
+        u = self.like(TensorType(x.dtype, tuple(int(self.rng.integers(0, n + 1)) for n in x.shape)))
+        return self.b.dynamic_update_slice(x, u, *(self.index(()) for _ in x.shape))
+
+
+#: indexing ops -> their generator (see _Gen.index)
+_INDEXING: dict[Op, Callable[[_Gen], Node]] = {
+    Op.GATHER: _Gen.gather, Op.SCATTER: _Gen.scatter, Op.DYNAMIC_SLICE: _Gen.dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _Gen.dynamic_update_slice,
+}
 
 
 def n_commutes(op: Op) -> bool:
