@@ -65,6 +65,42 @@ def dispatch_rows(quick: bool) -> list[Row]:
     return rows
 
 
+#: calls per timed sample of the jit-call rows: one call is a few microseconds, below what a
+#: single perf_counter pair measures well
+CALLS = 200
+
+
+def _per_call(fn):
+    def run():
+        for _ in range(CALLS):
+            out = fn()
+        return out
+    return run
+
+
+def jit_call_rows(quick: bool) -> list[Row]:
+    """A cached jit call of a one-kernel function (``x + 1`` on f32[8]) with device
+    arrays: what every call costs before its kernels (the dispatch path of jit.py and the
+    backend's execute), against NumPy's own call and jax.jit's. Milliseconds per call."""
+    try:
+        import jax
+    except ImportError:  # jax is optional
+        jax = None
+    a = np.arange(8, dtype=np.float32)
+    rows = []
+    for dev in axle.devices():
+        f = axle.jit(lambda x: x + 1, device=dev)
+        xa = axle.device_put(a, dev)
+        fns = {"numpy": _per_call(lambda: a + 1), "axle jit": _per_call(lambda f=f, xa=xa: f(xa))}
+        if jax is not None and dev.backend == "cpu":
+            jf, ja = jax.jit(lambda x: x + 1), jax.device_put(a)
+            fns["jax.jit"] = _per_call(lambda: jf(ja).block_until_ready())
+        times = measure(fns, repeats=5 if quick else 40, warmup=3)
+        rows.append(Row("core", f"jit call x+1 f32[8] on {dev.name} (per call)",
+                        {k: v / CALLS for k, v in times.items()}))
+    return rows
+
+
 def _latency(fn, args, dev, repeats: int) -> dict[str, float]:
     """Median ms of: trace; trace + optimize; trace + optimize + backend compile."""
     from statistics import median
@@ -100,4 +136,4 @@ def latency_rows(quick: bool) -> list[Row]:
 
 
 def run(quick: bool) -> list[Row]:
-    return seed_rows(quick) + dispatch_rows(quick) + latency_rows(quick)
+    return seed_rows(quick) + dispatch_rows(quick) + jit_call_rows(quick) + latency_rows(quick)

@@ -2,9 +2,11 @@
 function and per device. ``axle.stats()`` returns them; ``axle.reset_stats()`` clears."""
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from .forksafe import renew_in_child
@@ -28,10 +30,43 @@ def record_run(kernels: int, *, function: str = "", device: str = "") -> None:
         _counts[("kernel_launches", function, device)] += kernels
 
 
+def run_counter(function: str, device: str, kernels: int) -> Callable[[], int]:
+    """A counter of the cached calls of a compiled function: each call of the returned
+    function counts one cache hit, one execution and ``kernels`` launches. It takes no
+    lock (the jit hot path): it is ``next`` of an ``itertools.count``, one C call, atomic
+    under the GIL. Counters are shared per (function, device, kernels), so their number
+    stays bounded by those names, not by the executables compiled."""
+    key = (function, device, kernels)
+    with _lock:
+        count = _ticks.get(key)
+        if count is None:
+            count = _ticks[key] = itertools.count()
+    return count.__next__
+
+
+def _ticked(count: itertools.count) -> int:
+    return int(repr(count)[len("count("):-1])  # how many times it was called (reading it does not count)
+
+
+def _tick_items() -> list[tuple[tuple[str, str, str], int]]:
+    """The run counters as counter items (called under the lock)."""
+    items = []
+    for (fn, dev, kernels), count in _ticks.items():
+        n = _ticked(count) - _tick_base.get((fn, dev, kernels), 0)
+        if n:
+            items += [(("cache_hits", fn, dev), n), (("executions", fn, dev), n),
+                      (("kernel_launches", fn, dev), n * kernels)]
+    return items
+
+
+_ticks: dict[tuple[str, str, int], itertools.count] = {}
+_tick_base: dict[tuple[str, str, int], int] = {}  # each counter's reading at the last reset
+
+
 def snapshot() -> dict[str, Any]:
     """Totals plus a per-function and per-device breakdown."""
     with _lock:
-        items = list(_counts.items())
+        items = list(_counts.items()) + _tick_items()
     totals: dict[str, Any] = {k: 0 for k in TOTALS}
     per_fn: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     per_dev: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -49,6 +84,8 @@ def snapshot() -> dict[str, Any]:
 def reset() -> None:
     with _lock:
         _counts.clear()
+        for key, count in _ticks.items():
+            _tick_base[key] = _ticked(count)
 
 
 def kernel_count(executable: Any) -> int:

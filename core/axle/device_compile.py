@@ -19,8 +19,9 @@ def flags_key() -> tuple:
     """The settings that change what compilation produces, for executable cache keys
     (a cached executable compiled without strict placement must not answer a call made
     with it, nor one compiled before ``--<backend>_<flag>`` changed)."""
+    flags = config.backend_flags  # read on every jit call: no sort when there are none
     return (config.optimize, config.strict_placement, config.disable_passes,
-            tuple(sorted(config.backend_flags.items())), config.check_indices)
+            tuple(sorted(flags.items())) if flags else (), config.check_indices)
 
 
 def optimize_for(module: Module, device: Device) -> Module:

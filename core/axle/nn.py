@@ -1,14 +1,16 @@
-"""Neural-network building blocks as decompositions into primitives (never new ops):
-activations, softmax / log-softmax, cross-entropy, layer norm, dense, conv2d (im2col)
-and pooling. Everything is differentiable with ``axle.grad`` and fuses under ``jit``."""
+"""Neural-network building blocks: activations, softmax / log-softmax, cross-entropy,
+layer, batch and group norm, dense and dropout as decompositions into primitives;
+convolutions and pooling on the ``convolution`` and ``reduce_window`` primitives.
+Everything is differentiable with ``axle.grad`` and fuses under ``jit``."""
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import lax
+from . import lax, random
 from . import numpy as anp
 from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend import checks
@@ -175,108 +177,265 @@ def dense(x: ArrayLike, w: ArrayLike, b: ArrayLike = None) -> Any:
     return y if b is None else y + b
 
 
-def _pair(v: int | Sequence[int], fn: str, what: str, minimum: int = 1) -> tuple[int, int]:
-    """A window / stride: one int or two, each >= minimum (a zero stride divides by zero)."""
-    a, b = sizes_arg(v, 2, fn, what, minimum)
-    return a, b
+#: channels-first and channels-last layouts of 1-, 2- and 3-D inputs, and their kernels
+#: default layouts (PyTorch's OIHW for channels first, TensorFlow's HWIO for channels last)
+_LAYOUTS = {
+    "NCW": "OIW", "NCHW": "OIHW", "NCDHW": "OIDHW",
+    "NWC": "WIO", "NHWC": "HWIO", "NDHWC": "DHWIO",
+}
 
 
-def _padding(padding: Any, size: tuple[int, int], window: tuple[int, int],
-             stride: tuple[int, int], fn: str) -> tuple[tuple[int, int], tuple[int, int]]:
+def _layout(layout: str, x: Any, fn: str) -> tuple[str, int]:
+    """The input layout (checked against x's rank) and its number of spatial dims."""
+    if layout not in _LAYOUTS:
+        raise ArgumentError(f"{fn}: layout {layout!r} must be one of {', '.join(_LAYOUTS)}", where=user_location())
+    if x.ndim != len(layout):
+        raise ShapeError(f"{fn}: a {layout} input has rank {len(layout)}, got {aval_of(x)}", where=user_location())
+    return layout, len(layout) - 2
+
+
+def _spatial(layout: str) -> list[int]:
+    return [i for i, ch in enumerate(layout) if ch not in "NC"]
+
+
+def _padding(padding: Any, ns: int, fn: str) -> Any:
+    """'VALID' / 'SAME' / an int (every side) / one int or (low, high) pair per spatial dim."""
     if isinstance(padding, str):
-        p = padding.upper()
-        if p == "VALID":
-            return (0, 0), (0, 0)
-        if p == "SAME":
-            out = []
-            for n, k, s in zip(size, window, stride):
-                o = -(-n // s)
-                total = max((o - 1) * s + k - n, 0)
-                out.append((total // 2, total - total // 2))
-            return out[0], out[1]
-        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}",
-                            where=user_location())
+        if padding.upper() not in ("VALID", "SAME"):
+            raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or pairs, got {padding!r}",
+                                where=user_location())
+        return padding.upper()
     if hasattr(padding, "__index__"):
         p0 = size_arg(padding, fn, "padding")
-        return (p0, p0), (p0, p0)
-    if not isinstance(padding, (tuple, list)) or len(padding) != 2:
-        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or two pairs, got {padding!r}",
+        return [(p0, p0)] * ns
+    if not isinstance(padding, (tuple, list)) or len(padding) != ns:
+        raise ArgumentError(f"{fn}: padding must be 'VALID', 'SAME', an int or {ns} pairs, got {padding!r}",
                             where=user_location())
-    ph, pw = padding
-    return _pair(ph, fn, "padding", 0), _pair(pw, fn, "padding", 0)
+    return [sizes_arg(p, 2, fn, "padding", 0) for p in padding]
 
 
-def _patches(x: Any, window: tuple[int, int], stride: tuple[int, int], pad: Any,
-             pad_value: float, what: str) -> tuple[list[Any], int, int]:
-    """The KH*KW strided views of x (NCHW) that im2col / pooling combine."""
-    if x.ndim != 4:
-        raise ShapeError(f"{what}: input must be NCHW (rank 4), got {aval_of(x)}", where=user_location())
-    (pt, pb), (pl, pr) = pad
-    if pt or pb or pl or pr:
-        x = anp.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
-    _, _, h, w = x.shape
-    kh, kw = window
-    sh, sw = stride
-    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"{what}: window {window} is larger than the padded input {aval_of(x)}",
+def conv(x: ArrayLike, w: ArrayLike, b: ArrayLike = None, stride: int | Sequence[int] = 1, padding: Any = "VALID",
+         dilation: int | Sequence[int] = 1, groups: int = 1, layout: str = "NCHW",
+         kernel_layout: str | None = None, *, _fn: str = "conv") -> Any:
+    """N-D convolution (cross-correlation, as deep-learning libraries define it) on the
+    ``convolution`` primitive: 1-, 2- or 3-D by the layout (``NCW``, ``NCHW``, ``NCDHW`` or
+    the channels-last ``NWC``, ``NHWC``, ``NDHWC``; a layout, never a transpose). The
+    kernel is ``OIHW``-style for channels-first inputs and ``HWIO``-style for channels-last
+    ones unless ``kernel_layout`` says otherwise; ``groups`` > 1 is a grouped (depthwise when
+    it equals the channels) convolution; ``b`` is one bias per output channel."""
+    fn = _fn
+    x, w = _arr(x), _arr(w)
+    layout, ns = _layout(layout, x, fn)
+    klayout = kernel_layout or _LAYOUTS[layout]
+    if len(klayout) != len(layout) or w.ndim != len(klayout):
+        raise ShapeError(f"{fn}: a {layout} input needs a rank-{len(layout)} kernel ({klayout}), got {aval_of(w)}",
                          where=user_location())
-    views = []
-    for i in range(kh):
-        for j in range(kw):
-            views.append(x[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw])
-    return views, oh, ow
+    dt = anp.result_type(x, w)
+    x, w = anp.astype(x, dt), anp.astype(w, dt)
+    st = sizes_arg(stride, ns, fn, "stride", 1)
+    dil = sizes_arg(dilation, ns, fn, "dilation", 1)
+    groups = size_arg(groups, fn, "groups", 1)
+    c = x.shape[layout.index("C")]
+    ci = w.shape[klayout.index("I")]
+    if c != ci * groups:
+        raise ShapeError(f"{fn}: the input has {c} channels but the kernel {aval_of(w)} ({klayout}) reads {ci} "
+                         f"per group x {groups} groups", where=user_location())
+    out = lax.conv_general_dilated(x, w, st, _padding(padding, ns, fn), None, dil, (layout, klayout, layout),
+                                   feature_group_count=groups)
+    _check_window_fits(fn, x, out, layout, f"the kernel {aval_of(w)} ({klayout}, dilation {dil})")
+    if b is not None:
+        shape = [1] * len(layout)
+        shape[layout.index("C")] = -1
+        out = out + anp.reshape(_arr(b), shape)
+    return out
 
 
 def conv2d(x: ArrayLike, w: ArrayLike, b: ArrayLike = None, stride: int | Sequence[int] = 1,
            padding: Any = "VALID") -> Any:
-    """2-D convolution (cross-correlation, as in deep-learning libraries) by im2col.
-
-    x: [N, C, H, W]; w: [O, C, KH, KW]; b: [O] or None. The KH*KW strided views of the
-    padded input are stacked into patches [N, C*KH*KW, OH, OW] and contracted with the
-    weights reshaped to [O, C*KH*KW] in one dot_general."""
+    """2-D convolution of x [N, C, H, W] with w [O, C, KH, KW] (+ b [O]): ``conv`` in NCHW."""
     x, w = _arr(x), _arr(w)
     if w.ndim != 4 or x.ndim != 4 or x.shape[1] != w.shape[1]:
         raise ShapeError(f"conv2d: need x [N, C, H, W] and w [O, C, KH, KW] with equal C, got "
                          f"{aval_of(x)} and {aval_of(w)}", where=user_location())
+    return conv(x, w, b, stride, padding, _fn="conv2d")
+
+
+def conv_transpose(x: ArrayLike, w: ArrayLike, b: ArrayLike = None, stride: int | Sequence[int] = 1,
+                   padding: Any = "VALID", dilation: int | Sequence[int] = 1, layout: str = "NCHW",
+                   kernel_layout: str | None = None) -> Any:
+    """The transposed ("fractionally strided") convolution, as ``jax.lax.conv_transpose``
+    without kernel flipping: the input is dilated by ``stride``, so a 2x upsampling is
+    ``stride=2``; "SAME" gives ``in * stride`` outputs per spatial dim."""
+    x, w = _arr(x), _arr(w)
+    layout, ns = _layout(layout, x, "conv_transpose")
+    klayout = kernel_layout or _LAYOUTS[layout]
     dt = anp.result_type(x, w)
     x, w = anp.astype(x, dt), anp.astype(w, dt)
-    o, c, kh, kw = w.shape
-    st = _pair(stride, "conv2d", "stride")
-    pad = _padding(padding, x.shape[2:], (kh, kw), st, "conv2d")
-    views, oh, ow = _patches(x, (kh, kw), st, pad, 0.0, "conv2d")
-    n = x.shape[0]
-    patches = anp.stack(views, axis=2)  # [N, C, KH*KW, OH, OW]
-    patches = anp.reshape(patches, (n, c * kh * kw, oh, ow))
-    out = lax.dot_general(patches, anp.reshape(w, (o, c * kh * kw)), (1,), (1,))  # [N, OH, OW, O]
-    out = anp.transpose(out, (0, 3, 1, 2))
+    st = sizes_arg(stride, ns, "conv_transpose", "stride", 1)
+    dil = sizes_arg(dilation, ns, "conv_transpose", "dilation", 1)
+    out = lax.conv_transpose(x, w, st, _padding(padding, ns, "conv_transpose"), dil, (layout, klayout, layout))
     if b is not None:
-        out = out + anp.reshape(b, (1, o, 1, 1))
+        shape = [1] * len(layout)
+        shape[layout.index("C")] = -1
+        out = out + anp.reshape(_arr(b), shape)
     return out
+
+
+def _check_window_fits(fn: str, x: Any, out: Any, layout: str, window: str) -> Any:
+    """Deep-learning libraries refuse a window larger than the padded input (the primitives
+    would give an empty result): so does axle.nn."""
+    sp = _spatial(layout)
+    if any(out.shape[d] == 0 for d in sp) and all(x.shape[d] > 0 for d in sp):
+        raise ShapeError(f"{fn}: the window of {window} is larger than the padded input {aval_of(x)}",
+                         where=user_location())
+    return out
+
+
+def _pool_window(x: Any, layout: str, window: Any, stride: Any, fn: str) -> tuple[list[int], list[int]]:
+    """Window and strides over all of x's dims (1 on N and C)."""
+    ns = len(layout) - 2
+    win = sizes_arg(window, ns, fn, "window", 1)
+    st = sizes_arg(stride if stride is not None else window, ns, fn, "stride", 1)
+    full_win, full_st = [1] * x.ndim, [1] * x.ndim
+    for d, k, s in zip(_spatial(layout), win, st):
+        full_win[d], full_st[d] = k, s
+    return full_win, full_st
+
+
+def _full_padding(x: Any, layout: str, padding: Any, fn: str) -> Any:
+    pad = _padding(padding, len(layout) - 2, fn)
+    if isinstance(pad, str):
+        return pad
+    full = [(0, 0)] * x.ndim
+    for d, p in zip(_spatial(layout), pad):
+        full[d] = p
+    return full
 
 
 def max_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
-             padding: Any = "VALID") -> Any:
-    """Max over each window of an NCHW input: an elementwise max of the strided views."""
+             padding: Any = "VALID", layout: str = "NCHW") -> Any:
+    """Max over each window (``reduce_window``); padding never wins (it reads as -inf)."""
     x = _arr(x)
-    win = _pair(window, "max_pool", "window")
-    st = _pair(stride if stride is not None else window, "max_pool", "stride")
-    pad = _padding(padding, x.shape[2:] if x.ndim == 4 else (0, 0), win, st, "max_pool")
-    lowest = -np.inf if is_float_numpy(x.dtype) else np.iinfo(x.dtype).min
-    views, _, _ = _patches(x, win, st, pad, lowest, "max_pool")
-    out = views[0]
-    for v in views[1:]:
-        out = anp.maximum(out, v)
-    return out
+    layout, _ = _layout(layout, x, "max_pool")
+    win, st = _pool_window(x, layout, window, stride, "max_pool")
+    out = lax.reduce_window(x, "max", win, st, _full_padding(x, layout, padding, "max_pool"))
+    return _check_window_fits("max_pool", x, out, layout, f"size {tuple(win)}")
 
 
-def avg_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None) -> Any:
-    """Mean over each window of an NCHW input (VALID padding)."""
+def avg_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
+             padding: Any = "VALID", layout: str = "NCHW", count_include_pad: bool = True) -> Any:
+    """Mean over each window (``reduce_window`` sum / count). With padding, the count
+    includes the padded cells unless ``count_include_pad=False`` (PyTorch's option)."""
     x = _arr(x)
-    win = _pair(window, "avg_pool", "window")
-    st = _pair(stride if stride is not None else window, "avg_pool", "stride")
-    views, _, _ = _patches(x, win, st, ((0, 0), (0, 0)), 0.0, "avg_pool")
-    out = views[0]
-    for v in views[1:]:
-        out = out + v
-    return out / float(len(views))
+    layout, _ = _layout(layout, x, "avg_pool")
+    if x.dtype.kind != "f":
+        x = anp.astype(x, np.float32)
+    win, st = _pool_window(x, layout, window, stride, "avg_pool")
+    pad = _full_padding(x, layout, padding, "avg_pool")
+    total = _check_window_fits("avg_pool", x, lax.reduce_window(x, "sum", win, st, pad), layout, f"size {tuple(win)}")
+    if count_include_pad or pad == "VALID":
+        return total / float(np.prod(win))
+    ones = anp.ones(x.shape, x.dtype)
+    return total / lax.reduce_window(ones, "sum", win, st, pad)
+
+
+def adaptive_avg_pool(x: ArrayLike, output_size: int | Sequence[int], layout: str = "NCHW") -> Any:
+    """Average pooling to a fixed output size (PyTorch's adaptive pooling): output index i
+    of a dim of size n averages inputs floor(i*n/out) .. ceil((i+1)*n/out) - 1. Each
+    spatial dim is one small averaging matrix, contracted with a dot."""
+    x = _arr(x)
+    layout, ns = _layout(layout, x, "adaptive_avg_pool")
+    outs = sizes_arg(output_size, ns, "adaptive_avg_pool", "output_size", 1)
+    if x.dtype.kind != "f":
+        x = anp.astype(x, np.float32)
+    for d, o in zip(_spatial(layout), outs):
+        n = x.shape[d]
+        m = np.zeros((o, n), x.dtype)
+        for i in range(o):
+            lo, hi = (i * n) // o, -(-((i + 1) * n) // o)
+            m[i, lo:hi] = 1.0 / builtins.max(hi - lo, 1)
+        y = lax.dot_general(x, anp.asarray(m), (d,), (1,))  # the pooled dim moves last
+        x = anp.moveaxis(y, -1, d)
+    return x
+
+
+def _channel_axis(x: Any, axis: int, fn: str) -> int:
+    return axis_arg(axis, x.ndim, fn)
+
+
+def batch_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, running_mean: ArrayLike = None,
+               running_var: ArrayLike = None, *, training: bool = True, momentum: float = 0.1, eps: float = 1e-5,
+               axis: int = 1) -> tuple[Any, Any, Any]:
+    """Batch normalization over every dim but the channel ``axis``. Returns
+    ``(y, running_mean, running_var)``: in training, y uses the batch statistics and the
+    running ones move by ``momentum`` toward them (the variance unbiased, as PyTorch; the
+    batch statistics themselves when no running ones are given); in inference
+    (``training=False``), y uses the running statistics, returned unchanged."""
+    x = _arr(x)
+    if x.dtype.kind != "f":
+        x = anp.astype(x, np.float32)
+    c = _channel_axis(x, axis, "batch_norm")
+    axes = tuple(i for i in range(x.ndim) if i != c)
+    shape = [1] * x.ndim
+    shape[c] = x.shape[c]
+    if training:
+        n = float(np.prod([x.shape[a] for a in axes]))
+        mean = anp.mean(x, axis=axes)
+        var = anp.mean(anp.square(x - anp.reshape(mean, shape)), axis=axes)
+        if running_mean is not None and running_var is not None:
+            unbiased = var * (n / builtins.max(n - 1.0, 1.0))
+            new_mean = (1 - momentum) * _arr(running_mean) + momentum * mean
+            new_var = (1 - momentum) * _arr(running_var) + momentum * unbiased
+        else:
+            new_mean, new_var = mean, var
+    else:
+        if running_mean is None or running_var is None:
+            raise ArgumentError("batch_norm: inference (training=False) needs running_mean and running_var",
+                                where=user_location())
+        mean, var = _arr(running_mean), _arr(running_var)
+        new_mean, new_var = mean, var
+    y = (x - anp.reshape(mean, shape)) * lax.rsqrt(anp.reshape(var, shape) + np.asarray(eps, x.dtype))
+    if gamma is not None:
+        y = y * anp.reshape(_arr(gamma), shape)
+    if beta is not None:
+        y = y + anp.reshape(_arr(beta), shape)
+    return y, new_mean, new_var
+
+
+def group_norm(x: ArrayLike, num_groups: int, gamma: ArrayLike = None, beta: ArrayLike = None, eps: float = 1e-5,
+               axis: int = 1) -> Any:
+    """Group normalization: the channels (``axis``) split into ``num_groups`` groups, each
+    normalized over its channels and every dim after the batch (dim 0)."""
+    x = _arr(x)
+    if x.dtype.kind != "f":
+        x = anp.astype(x, np.float32)
+    c = _channel_axis(x, axis, "group_norm")
+    g = size_arg(num_groups, "group_norm", "num_groups", 1)
+    ch = x.shape[c]
+    if ch % g:
+        raise ShapeError(f"group_norm: {ch} channels do not split into {g} groups", where=user_location())
+    xm = anp.moveaxis(x, c, 1)
+    moved = xm.shape
+    grouped = anp.reshape(xm, (moved[0], g, -1))
+    mean = anp.mean(grouped, axis=2, keepdims=True)
+    var = anp.mean(anp.square(grouped - mean), axis=2, keepdims=True)
+    y = anp.moveaxis(anp.reshape((grouped - mean) * lax.rsqrt(var + np.asarray(eps, x.dtype)), moved), 1, c)
+    shape = [1] * x.ndim
+    shape[c] = ch
+    if gamma is not None:
+        y = y * anp.reshape(_arr(gamma), shape)
+    if beta is not None:
+        y = y + anp.reshape(_arr(beta), shape)
+    return y
+
+
+def dropout(key: Any, x: ArrayLike, rate: float, training: bool = True) -> Any:
+    """Zeroes each element with probability ``rate`` and scales the rest by 1 / (1 - rate)
+    (inverted dropout); the identity when not training or when rate is 0."""
+    x = _arr(x)
+    if not 0.0 <= float(rate) < 1.0:
+        raise ArgumentError(f"dropout: rate must be in [0, 1), got {rate!r}", where=user_location())
+    if not training or rate == 0:
+        return x
+    keep = random.bernoulli(key, 1.0 - float(rate), x.shape)
+    return anp.where(keep, x / np.asarray(1.0 - float(rate), x.dtype), np.asarray(0, x.dtype))

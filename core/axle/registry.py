@@ -65,6 +65,18 @@ def installed_names(namespace: str = NAMESPACE) -> list[str]:
     return sorted(_entry_points(namespace))
 
 
+#: the bytes-keyed dict behind os.environ on POSIX: read without encoding the name, since
+#: every jit call resolves its device under the current AXLE_BACKENDS
+_ENVIRON: dict | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
+if not isinstance(_ENVIRON, dict):
+    _ENVIRON = None
+
+
+def _selection() -> object:
+    """The raw AXLE_BACKENDS value (None when unset), as cheaply as it can be read."""
+    return _ENVIRON.get(b"AXLE_BACKENDS") if _ENVIRON is not None else os.environ.get("AXLE_BACKENDS")
+
+
 def _selected() -> list[str] | None:
     """The backend names AXLE_BACKENDS selects, in its order; None: every installed one."""
     wanted = os.environ.get("AXLE_BACKENDS", "").strip()
@@ -77,6 +89,10 @@ class Registry:
         self._lock = threading.RLock()
         self._statuses: dict[str, BackendStatus] | None = None  # the plugins asked so far
         self._eps: dict[str, Any] | None = None
+        # Names already resolved ((name, AXLE_BACKENDS) -> Device): every jit call resolves
+        # its device, and a scan over every backend's devices cost more than the kernel.
+        # Only successes are kept; reset() forgets them with the plugins.
+        self._resolved: dict[tuple[str, object], Device] = {}
 
     # -- loading ---------------------------------------------------------------------
     def _load(self, names: list[str] | None) -> dict[str, BackendStatus]:
@@ -168,6 +184,7 @@ class Registry:
         with self._lock:
             self._statuses = None
             self._eps = None
+            self._resolved = {}
 
     # -- queries ---------------------------------------------------------------------
     def backends(self) -> dict[str, Backend]:
@@ -175,7 +192,7 @@ class Registry:
 
     def backend(self, name: str) -> Backend:
         found = self._statuses
-        if found is not None and not os.environ.get("AXLE_BACKENDS"):  # the hot path: no sorting
+        if found is not None and not _selection():  # the hot path: no sorting
             st = found.get(name)
             if st is not None and st.available and st.backend is not None:
                 return st.backend
@@ -195,6 +212,15 @@ class Registry:
         """Resolves 'cpu:0', 'cpu' (index 0) or a backend alias such as 'opencl:0:1'."""
         if isinstance(name, Device):
             return name
+        memo = (name, _selection())
+        found = self._resolved.get(memo)
+        if found is not None:
+            return found
+        found = self._find_device(name)
+        self._resolved[memo] = found
+        return found
+
+    def _find_device(self, name: str) -> Device:
         backend_name = name.split(":", 1)[0]
         for dev in self.devices():
             if dev.backend == backend_name and (name in (dev.name, *dev.aliases)
@@ -211,6 +237,13 @@ class Registry:
         return self.backend(device.backend)
 
     def default_device(self) -> Device:
+        env = _selection()
+        found = self._resolved.get(("", env))  # "" names no device: the default's entry
+        if found is None:
+            found = self._resolved[("", env)] = self._choose_default()
+        return found
+
+    def _choose_default(self) -> Device:
         best: tuple[int, int, Device] | None = None
         for rank, b in enumerate(self.backends().values()):
             for d in b.devices():

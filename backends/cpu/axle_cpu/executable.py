@@ -12,7 +12,6 @@ import ctypes
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from axle.ir.types import TensorType
 
 from . import threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
+from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
 from .plan import HostStep, KernelStep, Plan
 from .runner import STEP, run_steps
@@ -183,14 +183,6 @@ class _Launch:
             fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 
 
-@dataclass(frozen=True, eq=False)
-class CpuBuffer(Buffer):
-    """A CPU buffer (its handle a NumPy array) that remembers its address: an argument
-    costs no address lookup per call."""
-
-    addr: int = 0
-
-
 class _ReductionSplit:
     """A kernel reducing into few outputs, split along its first reduced axis: chunk k
     writes row k of each partial array (through its own pointer array), the host combines
@@ -284,6 +276,9 @@ class CpuExecutable(Executable):
         # Reusable pointer tables (one per concurrent call; more are made when needed).
         self._tables: list[tuple[np.ndarray, int]] = []
         self._run_steps = run_steps() if records else None
+        # the one-native-call path (fastcall.py), built once the schedule is fixed
+        self._fast: FastCall | None = None
+        self._fast_checked = False
 
     def _schedule(self, nthreads: int) -> list[tuple] | None:
         """Consecutive single-threaded kernels merged into runner calls; None while some
@@ -305,6 +300,16 @@ class CpuExecutable(Executable):
         return segs
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
+        fast = self._fast
+        if fast is not None and not profiler.enabled():  # a timeline records each kernel: the general path
+            return fast.run(args)
+        out = self._execute(args)
+        if not self._fast_checked and self._segments is not None:
+            self._fast_checked = True
+            self._fast = FastCall.build(self, self._segments[1])
+        return out
+
+    def _execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan
         if len(args) != plan.n_params:
             raise BackendError(f"cpu: the module takes {plan.n_params} argument(s), got {len(args)}")

@@ -13,12 +13,23 @@ which calls ``fn(ptrs + bufs, 0, outer, 0, inner, 0, INT64_MAX)`` for each recor
 is the per-call pointer table: every kernel step owns a contiguous region of it holding its
 input then output buffer addresses (``bufs`` is the region's first index), filled by one
 NumPy gather from the slot addresses of the call.
+
+A cached call whose every step is such a kernel goes through ``axle_call`` instead, which
+also fills the pointer table, so Python hands over one frame address and nothing else:
+
+    void axle_call(const Frame* f)
+    struct Frame { Step* table; i64 nsteps; void** ptrs; i64 nptrs; i64* src; i64* base; u64* slots; }
+
+``ptrs[i] = slots[src[i]] + slots[base[i]]``: ``src`` names the buffer slot of each
+pointer, ``base`` the slot holding the address its offset is relative to (a slot that
+holds 0 for absolute addresses: arguments and constants).
 """
 from __future__ import annotations
 
 import ctypes
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -32,6 +43,27 @@ from .target import JitModule, host
 #: one table record: kernel address, first index of its pointer region, loop sizes
 STEP = np.dtype([("fn", np.uint64), ("bufs", np.int64), ("outer", np.int64), ("inner", np.int64)])
 RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+#: the fields of a Frame, in order (each 8 bytes)
+FRAME_FIELDS = ("table", "nsteps", "ptrs", "nptrs", "src", "base", "slots")
+
+
+def _counted_loop(b: ir.IRBuilder, n: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``for (k = 0; k < n; k++) body(k)`` at the builder's position, which it leaves
+    after the loop."""
+    fn = b.function
+    head, cond, loop, done = b.block, fn.append_basic_block("cond"), fn.append_basic_block("body"), \
+        fn.append_basic_block("done")
+    b.branch(cond)
+    b.position_at_end(cond)
+    k = b.phi(I64)
+    k.add_incoming(ir.Constant(I64, 0), head)
+    b.cbranch(b.icmp_signed("<", k, n), loop, done)
+    b.position_at_end(loop)
+    body(k)
+    k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
+    b.branch(cond)
+    b.position_at_end(done)
 
 
 def _module() -> str:
@@ -40,31 +72,51 @@ def _module() -> str:
     fn = ir.Function(mod, ir.FunctionType(VOID, [PTR, I64, PTR]), name="axle_run_steps")
     fn.attributes.add("nounwind")
     table, n, ptrs = fn.args
-    entry, cond, body, done = (fn.append_basic_block(s) for s in ("entry", "cond", "body", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(cond)
-    b.position_at_end(cond)
-    k = b.phi(I64)
-    k.add_incoming(ir.Constant(I64, 0), entry)
-    b.cbranch(b.icmp_signed("<", k, n), body, done)
-    b.position_at_end(body)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     rec = ir.LiteralStructType([PTR, I64, I64, I64])
 
-    def field(i: int, typ: ir.Type) -> ir.Value:
-        return b.load(b.gep(table, [k, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=typ)
+    def step(k: ir.Value) -> None:
+        def field(i: int, typ: ir.Type) -> ir.Value:
+            return b.load(b.gep(table, [k, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=typ)
 
-    kernel = field(0, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
-    bufs = b.gep(ptrs, [field(1, I64)], source_etype=PTR)
-    zero = ir.Constant(I64, 0)
-    b.call(kernel, [bufs, zero, field(2, I64), zero, field(3, I64), zero, ir.Constant(I64, INT64_MAX)])
-    k.add_incoming(b.add(k, ir.Constant(I64, 1)), body)
-    b.branch(cond)
-    b.position_at_end(done)
+        kernel = field(0, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
+        bufs = b.gep(ptrs, [field(1, I64)], source_etype=PTR)
+        zero = ir.Constant(I64, 0)
+        b.call(kernel, [bufs, zero, field(2, I64), zero, field(3, I64), zero, ir.Constant(I64, INT64_MAX)])
+
+    _counted_loop(b, n, step)
     b.ret_void()
+    _call_function(mod, fn)
     return str(mod)
 
 
-_RUNNER: tuple[JitModule, ctypes._CFunctionType] | None = None
+def _call_function(mod: ir.Module, run: ir.Function) -> None:
+    """``axle_call(frame)``: fills the frame's pointer table, then runs its steps."""
+    fn = ir.Function(mod, ir.FunctionType(VOID, [PTR]), name="axle_call")
+    fn.attributes.add("nounwind")
+    (frame,) = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def field(name: str, typ: ir.Type) -> ir.Value:
+        at = b.gep(frame, [ir.Constant(I64, FRAME_FIELDS.index(name))], source_etype=I64)
+        return b.load(at, typ=typ)
+
+    table, nsteps, ptrs, nptrs = field("table", PTR), field("nsteps", I64), field("ptrs", PTR), field("nptrs", I64)
+    src, base, slots = field("src", PTR), field("base", PTR), field("slots", PTR)
+
+    def fill(i: ir.Value) -> None:
+        def slot(index_array: ir.Value) -> ir.Value:
+            k = b.load(b.gep(index_array, [i], source_etype=I64), typ=I64)
+            return b.load(b.gep(slots, [k], source_etype=I64), typ=I64)
+
+        b.store(b.add(slot(src), slot(base)), b.gep(ptrs, [i], source_etype=I64))
+
+    _counted_loop(b, nptrs, fill)
+    b.call(run, [table, nsteps, ptrs])
+    b.ret_void()
+
+
+_RUNNER: tuple[JitModule, ctypes._CFunctionType, ctypes._CFunctionType] | None = None
 _LOCK = threading.Lock()
 renew_in_child(sys.modules[__name__], "_LOCK")
 
@@ -80,6 +132,13 @@ def run_steps() -> ctypes._CFunctionType:
         with _LOCK:
             if _RUNNER is None:
                 jit = JitModule(_module())
-                _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")))
+                _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")), CALL(jit.address("axle_call")))
             found = _RUNNER
     return found[1]
+
+
+def call() -> ctypes._CFunctionType:
+    """The process-wide ``axle_call`` (compiled with ``axle_run_steps``)."""
+    run_steps()
+    assert _RUNNER is not None, "run_steps() compiles the runtime module"
+    return _RUNNER[2]

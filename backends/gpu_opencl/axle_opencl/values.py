@@ -432,6 +432,8 @@ _RULES: dict[Op, Rule] = {
     Op.GET_TUPLE_ELEMENT: Renderer._unsupported, Op.FUSION: Renderer._unsupported,
     # control flow: not claimed (Capabilities.ops), so the partitioner runs loops on the host
     Op.WHILE: Renderer._unsupported, Op.CONDITIONAL: Renderer._unsupported,
+    # windowed: extended primitives opencl does not claim (the core's decompositions run instead)
+    Op.CONVOLUTION: Renderer._unsupported, Op.REDUCE_WINDOW: Renderer._unsupported,
     # sorting: never fused, launched by its own kernel (sort.py)
     Op.SORT: Renderer._unsupported,
     # indexing: scatter and dynamic-update-slice are update kernels of their own (kernels.py)

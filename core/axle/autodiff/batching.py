@@ -131,6 +131,55 @@ def _per_example(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) ->
     return lax.concatenate(outs, 0)
 
 
+def _merge_batch(x: Value, d: int, rank: int, major: bool) -> Value:
+    """A batched value (batch at 0) with the batch merged into its per-example dim ``d``,
+    as the major (index b*size + i) or minor (i*B + b) part."""
+    at = d if major else d + 1
+    x = move_axis(x, 0, at, rank + 1)
+    shape = list(x.shape)
+    shape[d:d + 2] = [shape[d] * shape[d + 1]]
+    return lax.reshape(x, shape)
+
+
+def _split_batch(y: Value, d: int, size: int, major: bool) -> Value:
+    """The inverse of _merge_batch on a result: dim ``d`` split and the batch moved to 0."""
+    shape = list(y.shape)
+    shape[d:d + 1] = [size, shape[d] // size] if major else [shape[d] // size, size]
+    y = lax.reshape(y, shape)
+    return move_axis(y, d if major else d + 1, 0, len(shape))
+
+
+def _convolution(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    """The batch folded into the convolution's own dims (jax's rule): a batched input joins
+    its batch dim (minor, so batch groups stay whole), a batched kernel its output
+    features; both batched make each example a feature group (or a batch group)."""
+    lhs, rhs = xs
+    a = dict(n.attr)
+    lr, of = n.operands[0].tensor_type.rank, a["output_feature_dimension"]
+    if bs[0] and bs[1]:
+        ko = a["kernel_output_feature_dimension"]
+        rhs = _merge_batch(rhs, ko, lr, major=True)
+        if a["batch_group_count"] == 1:
+            lhs = _merge_batch(lhs, a["input_feature_dimension"], lr, major=True)
+            a["feature_group_count"] *= size
+        else:
+            lhs = _merge_batch(lhs, a["input_batch_dimension"], lr, major=True)
+            a["batch_group_count"] *= size
+        return _split_batch(bind(n.op, lhs, rhs, **a), of, size, major=True)
+    if bs[0]:
+        lhs = _merge_batch(lhs, a["input_batch_dimension"], lr, major=False)
+        return _split_batch(bind(n.op, lhs, rhs, **a), a["output_batch_dimension"], size, major=False)
+    rhs = _merge_batch(rhs, a["kernel_output_feature_dimension"], lr, major=False)
+    return _split_batch(bind(n.op, lhs, rhs, **a), of, size, major=False)
+
+
+def _reduce_window(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    a = n.attr
+    ones = {k: (1,) + a[k] for k in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")}
+    zeros = {k: (0,) + a[k] for k in ("padding_low", "padding_high")}
+    return bind(n.op, xs[0], kind=a["kind"], **ones, **zeros)
+
+
 def _sort(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
     return bind(n.op, *_all_batched(n, xs, bs, size), **{**n.attr, "dimension": n.attr["dimension"] + 1})
 
@@ -237,6 +286,8 @@ BATCH: dict[Op, BatchRule] = {
     **{op: _elementwise for op, d in OPS.items() if d.traits.elementwise},
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.CONVOLUTION: _convolution,
+    Op.REDUCE_WINDOW: _reduce_window,
     Op.SORT: _sort,
     Op.BROADCAST_IN_DIM: _broadcast,
     Op.RESHAPE: lambda n, xs, bs, size: lax.reshape(xs[0], (size,) + n.attr["shape"]),

@@ -13,6 +13,7 @@ either fails there).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,8 +25,9 @@ from ..frontend.bind import bind
 from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
+from ..ir.reductions import REDUCE_KINDS
 from .linalg_rules import custom_call_jvp
-from .rules import _kept_windows, _read_windows, _scatter_to, _trunc, full
+from .rules import _kept_windows, _pad_any, _read_windows, _scatter_to, _trunc, _window_view, full
 
 Value = Any
 Tangent = Value | None
@@ -133,10 +135,38 @@ def _reduce(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> 
 
 
 def _dot(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """A bilinear primitive (dot_general, convolution): d(x*y) = dx*y + x*dy."""
     x, y = xs
     ta, tb = ts
     return _plus(None if ta is None else bind(n.op, ta, y, **n.attr),
                  None if tb is None else bind(n.op, x, tb, **n.attr))
+
+
+def _reduce_window(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    """sum: linear; prod: out * window-sum(dx / x) (undefined where x == 0, as the VJP);
+    max/min: the tangent of the first extreme of each window (the VJP's choice)."""
+    kind, a = n.attr["kind"], n.attr
+    x, t = xs[0], ts[0]
+    if kind == "sum":
+        return bind(n.op, t, **a)
+    if kind == "prod":
+        return lax.mul(out, bind(n.op, lax.div(t, x), **{**a, "kind": "sum"}))
+    xt = n.operands[0].tensor_type
+    ident = np.asarray(REDUCE_KINDS[kind].identity(xt.dtype), xt.dtype.np)
+    holes = [d - 1 for d in a["base_dilations"]]
+    xp = _pad_any(x, ident, a["padding_low"], a["padding_high"], holes)
+    tp = _pad_any(t, np.asarray(0, xt.dtype.np), a["padding_low"], a["padding_high"], holes)
+    taken, acc = None, None
+    for pos in itertools.product(*(range(k) for k in a["window_dimensions"])):
+        hit = lax.compare(_window_view(xp, pos, a["window_dilations"], a["window_strides"], n.tensor_type.shape),
+                          out, "eq")
+        if taken is not None:
+            hit = lax.and_(hit, lax.not_(taken))
+        taken = hit if taken is None else lax.or_(taken, hit)
+        part = lax.select(hit, _window_view(tp, pos, a["window_dilations"], a["window_strides"],
+                                            n.tensor_type.shape), full(0, n))
+        acc = part if acc is None else lax.add(acc, part)
+    return acc
 
 
 def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
@@ -229,6 +259,8 @@ JVP: dict[Op, JvpRule] = {
     Op.CONVERT: _convert,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.CONVOLUTION: _dot,  # bilinear, like dot
+    Op.REDUCE_WINDOW: _reduce_window,
     Op.SORT: _sort,
 
 

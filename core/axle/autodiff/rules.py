@@ -11,6 +11,7 @@ that dispatches on the target (linalg_rules.py); targets without a rule get zero
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..frontend.bind import bind
 from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
+from ..ir.reductions import REDUCE_KINDS
 from .linalg_rules import custom_call_vjp
 
 Value = Any
@@ -232,6 +234,173 @@ def _concatenate(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     return outs
 
 
+# ------------------------------------------------------------------ windowed
+
+
+def _dilate(n: int, d: int) -> int:
+    return (n - 1) * d + 1 if n else 0
+
+
+def _vjp_lhs_padding(in_sizes: Sequence[int], window: Sequence[int], strides: Sequence[int],
+                     out_sizes: Sequence[int], low: Sequence[int], lhs_dilation: Sequence[int],
+                     rhs_dilation: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The padding of the (stride-dilated) cotangent whose full convolution with the
+    flipped window gives back the operand's positions."""
+    lo_out, hi_out = [], []
+    for n, k, s, o, lo, ld, rd in zip(in_sizes, window, strides, out_sizes, low, lhs_dilation, rhs_dilation):
+        before = _dilate(k, rd) - lo - 1
+        lo_out.append(before)
+        hi_out.append(_dilate(n, ld) + _dilate(k, rd) - 1 - _dilate(o, s) - before)
+    return lo_out, hi_out
+
+
+def _axis_out_of(src: int, size: int, x: Value) -> Value:
+    """Splits dim ``src`` into (size, rest)."""
+    shape = list(x.shape)
+    shape[src:src + 1] = [size, shape[src] // size]
+    return lax.reshape(x, shape)
+
+
+def _axis_into(src: int, dst: int, x: Value) -> Value:
+    """Merges dim ``src`` into dim ``dst`` (numbered without src) as its major part."""
+    perm = [i for i in range(len(x.shape)) if i != src]
+    perm.insert(dst, src)
+    shape = [d for i, d in enumerate(x.shape) if i != src]
+    shape[dst] *= x.shape[src]
+    return lax.reshape(lax.transpose(x, perm), shape)
+
+
+def _conv(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    """The transposes of a convolution are convolutions (as in jax and XLA): the input's
+    gradient convolves the cotangent with the flipped kernel, the kernel's gradient
+    convolves the input with the cotangent; groups move between features and batch."""
+    lhs, rhs = xs
+    a = n.attr
+    lt, rt = n.operands[0].tensor_type, n.operands[1].tensor_type
+    lb, lf, ls = a["input_batch_dimension"], a["input_feature_dimension"], a["input_spatial_dimensions"]
+    ko, ki = a["kernel_output_feature_dimension"], a["kernel_input_feature_dimension"]
+    ks = a["kernel_spatial_dimensions"]
+    ob, of, os_ = a["output_batch_dimension"], a["output_feature_dimension"], a["output_spatial_dimensions"]
+    g, b = a["feature_group_count"], a["batch_group_count"]
+    strides, low = a["window_strides"], a["padding_low"]
+    ld, rd = a["lhs_dilation"], a["rhs_dilation"]
+    in_sp = [lt.shape[d] for d in ls]
+    k_sp = [rt.shape[d] for d in ks]
+    out_sp = [n.tensor_type.shape[d] for d in os_]
+    if 0 in n.tensor_type.shape:
+        return [full(0, n.operands[0]), full(0, n.operands[1])]
+
+    # d lhs
+    kern, groups = rhs, g
+    if g > 1 or b > 1:
+        kern = _axis_into(ko, ki, _axis_out_of(ko, max(g, b), rhs))
+        groups = max(g, b)
+    plo, phi = _vjp_lhs_padding(in_sp, k_sp, strides, out_sp, low, ld, rd)
+    glhs = lax.convolution(
+        ct, lax.reverse(kern, ks), input_batch_dimension=ob, input_feature_dimension=of,
+        input_spatial_dimensions=os_, kernel_output_feature_dimension=ki, kernel_input_feature_dimension=ko,
+        kernel_spatial_dimensions=ks, output_batch_dimension=lb, output_feature_dimension=lf,
+        output_spatial_dimensions=ls, window_strides=ld, padding_low=plo, padding_high=phi, lhs_dilation=strides,
+        rhs_dilation=rd, feature_group_count=groups, batch_group_count=1)
+    if b > 1:
+        glhs = _axis_into(lf, lb, _axis_out_of(lf, b, glhs))
+
+    # d rhs
+    rlo = list(low)
+    rhi = [_dilate(o, s) - _dilate(n_, d) + _dilate(k, r) - lo - 1
+           for o, s, n_, d, k, r, lo in zip(out_sp, strides, in_sp, ld, k_sp, rd, low)]
+    grhs = lax.convolution(
+        lhs, ct, input_batch_dimension=lf, input_feature_dimension=lb, input_spatial_dimensions=ls,
+        kernel_output_feature_dimension=of, kernel_input_feature_dimension=ob, kernel_spatial_dimensions=os_,
+        output_batch_dimension=ki, output_feature_dimension=ko, output_spatial_dimensions=ks, window_strides=rd,
+        padding_low=rlo, padding_high=rhi, lhs_dilation=ld, rhs_dilation=strides,
+        feature_group_count=b if b > 1 else 1, batch_group_count=g if g > 1 else 1)
+    return [glhs, grhs]
+
+
+def _pad_any(x: Value, value: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Value:
+    """pad that also crops: negative low/high remove elements, as StableHLO's pad does."""
+    padded = lax.pad(x, value, [max(v, 0) for v in low], [max(v, 0) for v in high], interior)
+    shape = padded.shape
+    return lax.slice(padded, [max(-v, 0) for v in low], [s - max(-v, 0) for s, v in zip(shape, high)])
+
+
+def _reduce_window(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
+    """sum: the cotangent, stride-dilated and padded, summed over the window again (the
+    transpose of a window sum). max/min: each output's cotangent goes to the first element
+    of its window (in row-major window order) equal to the output, as XLA's
+    select-and-scatter does. prod: ct * out / x (undefined where x == 0, as reduce's)."""
+    x, a = xs[0], n.attr
+    xt = n.operands[0].tensor_type
+    kind, win, st = a["kind"], a["window_dimensions"], a["window_strides"]
+    bd, wd, low, high = a["base_dilations"], a["window_dilations"], a["padding_low"], a["padding_high"]
+    zero = full(0, n.operands[0])
+    if not xt.dtype.is_float or kind in ("and", "or"):
+        return [None]
+    if 0 in n.tensor_type.shape:
+        return [zero]
+    zero_s = np.asarray(0, xt.dtype.np)
+    if kind == "sum":
+        plo, phi = _vjp_lhs_padding(xt.shape, win, st, n.tensor_type.shape, low, bd, wd)
+        padded = _pad_any(ct, zero_s, plo, phi, [s - 1 for s in st])
+        return [lax.reduce_window(padded, "sum", win, bd, [(0, 0)] * xt.rank, window_dilation=wd)]
+    if kind == "prod":
+        spread = _window_spread(n, lax.mul(ct, out))
+        return [lax.div(spread, x)]
+    # max / min: the padded, dilated operand as the reference sees it, then one pass per
+    # window position that hands each output's cotangent to the first position matching it
+    ident = np.asarray(REDUCE_KINDS[kind].identity(xt.dtype), xt.dtype.np)
+    xp = _pad_any(x, ident, low, high, [d - 1 for d in bd])
+    taken = None
+    grad = None
+    for pos in itertools.product(*(range(k) for k in win)):
+        view = _window_view(xp, pos, wd, st, n.tensor_type.shape)
+        hit = lax.compare(view, out, "eq")
+        if taken is not None:
+            hit = lax.and_(hit, lax.not_(taken))
+        taken = hit if taken is None else lax.or_(taken, hit)
+        part = _window_scatter(lax.select(hit, ct, full(0, n)), pos, wd, st, xp.shape)
+        grad = part if grad is None else lax.add(grad, part)
+    return [_unpad(grad, xt.shape, low, high, bd)]
+
+
+def _window_view(xp: Value, pos: Sequence[int], wd: Sequence[int], st: Sequence[int], out_shape: Sequence[int]
+                 ) -> Value:
+    start = [p * r for p, r in zip(pos, wd)]
+    return lax.slice(xp, start, [s0 + (o - 1) * s + 1 for s0, o, s in zip(start, out_shape, st)], st)
+
+
+def _window_scatter(v: Value, pos: Sequence[int], wd: Sequence[int], st: Sequence[int], shape: Sequence[int]
+                    ) -> Value:
+    """The transpose of _window_view: v placed back at its window position in ``shape``."""
+    start = [p * r for p, r in zip(pos, wd)]
+    hi = [n - (s0 + (o - 1) * s + 1) for n, s0, o, s in zip(shape, start, v.shape, st)]
+    return lax.pad(v, np.asarray(0, v.dtype), start, hi, [s - 1 for s in st])
+
+
+def _window_spread(n: Node, v: Value) -> Value:
+    """Each output's value added back onto every operand element of its window."""
+    xt = n.operands[0].tensor_type
+    a = n.attr
+    shape = [((d - 1) * b + 1 if d else 0) + max(lo, 0) + max(hi, 0)
+             for d, b, lo, hi in zip(xt.shape, a["base_dilations"], a["padding_low"], a["padding_high"])]
+    cropped = [s - max(-lo, 0) - max(-hi, 0) for s, lo, hi in zip(shape, a["padding_low"], a["padding_high"])]
+    total = None
+    for pos in itertools.product(*(range(k) for k in a["window_dimensions"])):
+        part = _window_scatter(v, pos, a["window_dilations"], a["window_strides"], cropped)
+        total = part if total is None else lax.add(total, part)
+    assert total is not None  # a window with no positions has an empty output, handled above
+    return _unpad(total, xt.shape, a["padding_low"], a["padding_high"], a["base_dilations"])
+
+
+def _unpad(g: Value, shape: Sequence[int], low: Sequence[int], high: Sequence[int], bd: Sequence[int]) -> Value:
+    """The transpose of _pad_any(x, low, high, interior=bd-1): the operand's positions of g."""
+    full_g = lax.pad(g, np.asarray(0, g.dtype), [max(-v, 0) for v in low], [max(-v, 0) for v in high],
+                     [0] * len(shape))
+    start = [max(v, 0) for v in low]
+    return lax.slice(full_g, start, [s0 + (n - 1) * d + 1 if n else s0 for s0, n, d in zip(start, shape, bd)], bd)
+
+
 def _sort(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     # The result is operand `index` permuted by perm (which only the keys decide, piecewise
     # constantly): its cotangent goes back to perm's positions, i.e. sorted by perm. No
@@ -419,6 +588,8 @@ VJP: dict[Op, Rule] = {
     Op.CONVERT: _convert,
     Op.REDUCE: _reduce,
     Op.DOT_GENERAL: _dot,
+    Op.CONVOLUTION: _conv,
+    Op.REDUCE_WINDOW: _reduce_window,
     Op.BROADCAST_IN_DIM: _broadcast,
     Op.RESHAPE: lambda n, xs, out, ct: [lax.reshape(ct, n.operands[0].tensor_type.shape)],
     Op.TRANSPOSE: _transpose,

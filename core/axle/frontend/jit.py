@@ -16,16 +16,18 @@ from ..errors import ArgumentError
 from ..ir.builder import make_node
 from ..ir.module import Computation, Module
 from ..ir.ops import Op
+from ..ir.types import TensorType
 from ..ir.verifier import verify
 from ..lru import LRU
 from ..partition import placement_of
 from ..placement import resolve
 from ..recompile import note_trace
+from ..registry import REGISTRY
 from . import checks as checks_mod
 from . import control_flow
 from .array import Array
 from .device_put import to_buffer
-from .pytree import TreeDef, flatten, unflatten
+from .pytree import TreeDef, flat_list_treedef, flatten, unflatten
 from .source import user_location
 from .tracing import Trace, Tracer, current_trace, leaf_aval, trace_context
 from .validate import is_out_of_memory, out_of_memory_error
@@ -85,6 +87,27 @@ class _Entry:
     executable: Executable
     device: Device
     kernels: int
+    #: the module computes --check_indices flags (fixed when traced)
+    checked: bool = False
+    #: counts a cached call of it (counters.run_counter)
+    count_run: Callable[[], int] = int
+
+
+def _array_call(args: tuple[Any, ...], device: Device) -> tuple[tuple[tuple[TensorType, bool], ...], list[Any]] | None:
+    """(``leaf_aval`` of each argument, its buffer) when every argument is a computed Array
+    on ``device`` (the common call: keyed without flattening, handed over without
+    converting anything), else None."""
+    sig = []
+    bufs = []
+    for x in args:
+        if type(x) is not Array:  # NumPy data, scalars, pytrees
+            return None
+        b = x._buffer
+        if b is None or (b.device is not device and b.device != device):  # lazy, or to be transferred
+            return None
+        sig.append((b.type, x.weak))
+        bufs.append(b)
+    return tuple(sig), bufs
 
 
 class Lowered:
@@ -154,6 +177,16 @@ class Compiled:
         return unflatten(self.lowered.out_tree, [Array(b, committed=self.lowered.committed) for b in outs])
 
 
+def _buffer_on(x: Any, device: Device) -> Any:
+    """The buffer of an argument on ``device``: an Array's own when it lives there, else
+    transferred (or converted from NumPy data)."""
+    if type(x) is Array:
+        buf = x.buffer
+        if buf.device is device or buf.device == device:
+            return buf
+    return to_buffer(x, device)
+
+
 class _Inline(Exception):
     """A jit call met a Tracer among its arguments: inline the function into that trace."""
 
@@ -170,13 +203,17 @@ class JitFunction:
         # Bounded (--jit_cache_size): a function called with ever new shapes keeps only
         # the most recent executables, and the evicted ones' native code is freed.
         self._cache: LRU[_Entry] = LRU()
+        self._last: tuple[tuple, _Entry] | None = None  # see _lookup
         self.trace_count = 0
         self.cache_hits = 0
 
     def _device(self) -> Device:
-        if isinstance(self.device_spec, Device):
-            return self.device_spec
-        return resolve(self.device_spec)
+        spec = self.device_spec
+        if isinstance(spec, Device):
+            return spec
+        if isinstance(spec, str):  # a name: the registry remembers it (per AXLE_BACKENDS selection)
+            return REGISTRY.device(spec)
+        return resolve(spec)  # the default device: ``with device:`` blocks may change it
 
     def _key(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device) -> tuple[tuple, list[Any]]:
         """(cache key, dynamic leaves) of a call; raises _Inline when a leaf is a Tracer
@@ -207,37 +244,80 @@ class JitFunction:
         return Lowered(module, device, out_td, committed=self.device_spec is not None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The dispatch path of every call: one flatten, one dict lookup, one counter update.
+        # The dispatch path of every call. A cached call with Array arguments (no keywords,
+        # no static arguments) takes the short way: its key from each buffer's type, one
+        # cache lookup, the buffers handed over as they are, one counter update. Its key
+        # is the one _key makes, so both ways share the cache entries.
         if current_trace() is not None:
             return self.fn(*args, **kwargs)  # jit inside jit/grad: the outer trace compiles it
         device = self._device()
         try:
-            key, leaves = self._key(args, kwargs, device)
-        except _Inline:
-            return self.fn(*args, **kwargs)
-        try:
+            if not kwargs and not self.static_argnums:
+                call = _array_call(args, device)
+                if call is not None:
+                    entry = self._lookup((flat_list_treedef(len(args)), call[0], (), device, flags_key()))
+                    if entry is not None:
+                        return self._launch(entry, call[1])
+            try:
+                key, leaves = self._key(args, kwargs, device)
+            except _Inline:
+                return self.fn(*args, **kwargs)
             return self._run(args, kwargs, device, key, leaves)
         except (MemoryError, OSError) as e:
             if not is_out_of_memory(e):
                 raise
             raise out_of_memory_error(e, f"jit({self.name})") from None
 
+    def _lookup(self, key: tuple) -> _Entry | None:
+        """The cache entry of ``key``. The last one found is kept beside the cache: a loop
+        calling with one signature compares its key (the same objects, so the compare is
+        by identity) instead of hashing it twice under the cache's lock. That entry is
+        always the cache's most recently used, so skipping the cache's reordering loses
+        nothing; a new entry or clear_cache() replaces it."""
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._last = (key, entry)
+        return entry
+
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple,
              leaves: list[Any]) -> Any:
-        entry = self._cache.get(key)
+        entry = self._lookup(key)
         if entry is None:
             entry = self._compile(args, kwargs, device, key)
+            bufs = [_buffer_on(x, device) for x in leaves]
+            outs = self._execute(entry, bufs)
+            stats.record_run(entry.kernels, function=self.name, device=device.name)
+            return self._results(entry, outs)
+        return self._launch(entry, [_buffer_on(x, device) for x in leaves])
+
+    def _launch(self, entry: _Entry, bufs: list[Any]) -> Any:
+        """A cached call: runs the entry's executable, counts it, wraps the results."""
+        self.cache_hits += 1
+        if entry.checked:  # counted as a hit even when a flag raises, as a first call would be
+            stats.record("cache_hits", function=self.name, device=entry.device.name)
+            outs = self._execute(entry, bufs)
+            stats.record_run(entry.kernels, function=self.name, device=entry.device.name)
         else:
-            self.cache_hits += 1
-            stats.record("cache_hits", function=self.name, device=device.name)
-        bufs = [x.buffer if type(x) is Array and (x.device is device or x.device == device) else to_buffer(x, device)
-                for x in leaves]
+            outs = entry.executable.execute(bufs)
+            entry.count_run()
+        return self._results(entry, outs)
+
+    @staticmethod
+    def _execute(entry: _Entry, bufs: list[Any]) -> list[Any]:
         outs = entry.executable.execute(bufs)
-        if checks_mod.has_checks(entry.module):
+        if entry.checked:
             outs = checks_mod.split_and_raise(entry.module, outs)
-        stats.record_run(entry.kernels, function=self.name, device=device.name)
+        return outs
+
+    def _results(self, entry: _Entry, outs: list[Any]) -> Any:
         # results of a jit with a named device are committed to it (eager ops follow them)
-        return unflatten(entry.out_tree, [Array(b, committed=self.device_spec is not None) for b in outs])
+        committed = self.device_spec is not None
+        if entry.out_tree.kind == "leaf":
+            return Array(outs[0], committed=committed)
+        return unflatten(entry.out_tree, [Array(b, committed=committed) for b in outs])
 
     def _compile(self, args: Sequence[Any], kwargs: dict[str, Any], device: Device, key: tuple) -> _Entry:
         module, out_td = trace_function(self.fn, args, kwargs, self.static_argnums, self.name)
@@ -245,12 +325,17 @@ class JitFunction:
         # warns when retraced too often; points at the user: -> _compile -> __call__ -> user
         note_trace(self, args, kwargs, stacklevel=5, device=device)
         exe = compile_module(module, device)
-        entry = _Entry(module, out_td, exe, device, stats.kernel_count(exe))
+        entry_kernels = stats.kernel_count(exe)
+        entry = _Entry(module, out_td, exe, device, entry_kernels, checks_mod.has_checks(module),
+                       stats.run_counter(self.name, device.name, entry_kernels))
         for what in ("traces", "compiles", "cache_misses"):
             stats.record(what, function=self.name, device=device.name)
-        return self._cache.put(key, entry)
+        entry = self._cache.put(key, entry)
+        self._last = (key, entry)
+        return entry
 
     def clear_cache(self) -> None:
+        self._last = None
         self._cache.clear()
 
     def __repr__(self) -> str:

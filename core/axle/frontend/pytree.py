@@ -125,11 +125,15 @@ def flatten(tree: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
     return leaves, td
 
 
-def _flat_list(n: int) -> TreeDef:
+def flat_list_treedef(n: int) -> TreeDef:
+    """The structure ``flatten`` gives a list of ``n`` leaves (the common jit argument list)."""
     td = _FLAT.get(n)
     if td is None:
         td = _FLAT.setdefault(n, treedef("list", (_LEAF,) * n))
     return td
+
+
+_flat_list = flat_list_treedef
 
 
 _FLAT: dict[int, TreeDef] = {}

@@ -45,6 +45,9 @@ class Op(enum.Enum):
     # reductions and contractions
     REDUCE = "reduce"
     DOT_GENERAL = "dot"
+    # windowed (a window slides over spatial dims)
+    CONVOLUTION = "convolution"
+    REDUCE_WINDOW = "reduce-window"
     # data movement
     BROADCAST_IN_DIM = "broadcast"
     RESHAPE = "reshape"

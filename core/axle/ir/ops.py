@@ -19,6 +19,20 @@ import numpy as np
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
 from . import bitwise, decompositions
 from .computation import Computation
+from .conv import (
+    CONV_DIM_ATTRS,
+    CONV_WINDOW_ATTRS,
+    REDUCE_WINDOW_ATTRS,
+    WINDOW_KINDS,
+    conv_dtype,
+    conv_shape,
+    convolution,
+    decompose_convolution,
+    decompose_reduce_window,
+    reduce_window,
+    reduce_window_dtype,
+    reduce_window_shape,
+)
 from .decompositions import Decomposition
 from .dotdims import DotDims
 from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType, is_float_numpy
@@ -872,6 +886,21 @@ _def(Op.DOT_GENERAL, 2, _dot_shape, _dot_dtype, _quiet(_dot_general),
      traits=Traits(contraction=True), operand_dtypes=NUMERIC,
      doc="Output dims: batch, lhs free, rhs free (XLA order). `preferred_element_type` (optional): "
          "the result and accumulation dtype, an exact widening of the operands' (int8 -> int32).")
+
+# windowed (semantics and references: ir/conv.py)
+_def(Op.CONVOLUTION, 2, conv_shape, conv_dtype, _quiet(convolution),
+     attrs=tuple(AttrSpec(n, AttrKind.INTS if n.endswith("dimensions") else AttrKind.INT) for n in CONV_DIM_ATTRS)
+     + tuple(AttrSpec(n, AttrKind.INTS) for n in CONV_WINDOW_ATTRS)
+     + (AttrSpec("feature_group_count", AttrKind.INT, 1), AttrSpec("batch_group_count", AttrKind.INT, 1)),
+     traits=Traits(contraction=True, fusible=False, extended=True), operand_dtypes=NUMERIC,
+     decomposition=decompose_convolution,
+     doc="StableHLO's convolution: dimension numbers name the layouts; strides, padding, lhs/rhs "
+         "dilation, feature and batch groups.")
+_def(Op.REDUCE_WINDOW, 1, reduce_window_shape, reduce_window_dtype, _quiet(reduce_window),
+     attrs=(AttrSpec("kind", AttrKind.ENUM, choices=WINDOW_KINDS),)
+     + tuple(AttrSpec(n, AttrKind.INTS) for n in REDUCE_WINDOW_ATTRS),
+     traits=Traits(fusible=False, extended=True), decomposition=decompose_reduce_window,
+     doc="Reduces each window (sum/prod/max/min/and/or); padding and holes read as the kind's identity.")
 
 # data movement
 _def(Op.BROADCAST_IN_DIM, 1, _broadcast_shape, _same_dtype, _broadcast_in_dim,

@@ -21,6 +21,7 @@ from ..device_compile import expand_for
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
+from ..ir.conv import conv_dimension_numbers
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype, finfo, is_float_numpy
 from ..ir.module import Computation, Module, Node
@@ -124,11 +125,18 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
 
 
 def reduced_terms(node: Node) -> int:
-    """How many terms ``node`` (a reduce or a dot) sums into each result element; else 1."""
+    """How many terms ``node`` (a reduce, dot, convolution or reduce-window) sums into each
+    result element; else 1."""
     if node.op is Op.REDUCE:
         return math.prod(node.operands[0].shape[a] for a in node.attr["axes"])
     if node.op is Op.DOT_GENERAL:
         return DotDims.of(node).k
+    if node.op is Op.CONVOLUTION:
+        rhs = node.operands[1].shape
+        return rhs[node.attr["kernel_input_feature_dimension"]] * math.prod(
+            rhs[d] for d in node.attr["kernel_spatial_dimensions"])
+    if node.op is Op.REDUCE_WINDOW:
+        return math.prod(node.attr["window_dimensions"])
     return 1
 
 
@@ -373,6 +381,68 @@ def _preferred_dots(op: Op) -> list[OpCase]:
     return out
 
 
+def _convolution(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
+    name, ls, rs, layouts, window = spec
+    attrs = {**conv_dimension_numbers(*layouts), **window}
+    return _case(f"convolution.{name}-{dt.value}", lambda b, p: b.convolution(*p, **attrs),
+                 [_t(dt, ls), _t(dt, rs)], rng, special=False, small=not dt.is_float or dt is DType.FLOAT16)
+
+
+def _window(n: int, strides: Sequence[int] | None = None, low: Sequence[int] | None = None,
+            high: Sequence[int] | None = None, lhs_dilation: Sequence[int] | None = None,
+            rhs_dilation: Sequence[int] | None = None, **groups: int) -> dict[str, Any]:
+    """convolution's window attributes for n spatial dims (1s and 0s unless given)."""
+    return {"window_strides": tuple(strides or (1,) * n), "padding_low": tuple(low or (0,) * n),
+            "padding_high": tuple(high or (0,) * n), "lhs_dilation": tuple(lhs_dilation or (1,) * n),
+            "rhs_dilation": tuple(rhs_dilation or (1,) * n), **groups}
+
+
+def _reduce_window(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -> OpCase | None:
+    if kind in ("sum", "prod") and dt.is_bool or kind in ("and", "or") and dt.is_float:
+        return None
+    shape, window, strides, low, high, base_dil, win_dil = spec
+    attrs = dict(kind=kind, window_dimensions=window, window_strides=strides, padding_low=low, padding_high=high,
+                 base_dilations=base_dil, window_dilations=win_dil)
+    small = kind == "prod"
+    return _case(f"reduce-window.{kind}-{dt.value}{list(shape)}-w{list(window)}-s{list(strides)}-p{list(low)}"
+                 f"{list(high)}-d{list(base_dil)}{list(win_dil)}",
+                 lambda b, p: b.reduce_window(p[0], **attrs), [_t(dt, shape)], rng, small=small, special=not small)
+
+
+_CONV_SPECS = (
+    ("1d", (2, 3, 9), (4, 3, 3), ("NCH", "OIH", "NCH"), _window(1)),
+    ("2d-nchw", (2, 3, 7, 6), (5, 3, 3, 2), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 0), high=(1, 1))),
+    ("2d-nhwc", (1, 6, 5, 4), (3, 3, 4, 2), ("NHWC", "HWIO", "NHWC"), _window(2, strides=(2, 1), low=(1, 1),
+                                                                              high=(1, 1))),
+    ("2d-dilated", (1, 2, 9, 8), (3, 2, 2, 3), ("NCHW", "OIHW", "NCHW"),
+     _window(2, lhs_dilation=(2, 1), rhs_dilation=(1, 2), strides=(1, 2))),
+    ("2d-negative-pad", (1, 1, 6, 6), (1, 1, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, low=(-1, 0),
+                                                                                      high=(0, -2))),
+    ("depthwise", (2, 4, 5, 5), (4, 1, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1),
+                                                                                feature_group_count=4)),
+    ("grouped", (1, 4, 5, 5), (6, 2, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, feature_group_count=2)),
+    ("batch-groups", (4, 3, 5, 5), (6, 3, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, batch_group_count=2)),
+    ("3d", (1, 2, 4, 4, 3), (2, 2, 2, 2, 2), ("NCDHW", "OIDHW", "NCDHW"), _window(3)),
+    ("out-layout", (2, 3, 5, 5), (4, 3, 3, 3), ("NCHW", "OIHW", "NHWC"), _window(2)),
+    ("1x1", (3, 8, 1, 1), (5, 8, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-batch", (0, 3, 5, 5), (2, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-output", (1, 3, 2, 2), (2, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("empty-features", (1, 0, 4, 4), (2, 0, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+)
+_REDUCE_WINDOW_SPECS = (
+    # shape, window, strides, padding low, high, base dilations, window dilations
+    ((9,), (3,), (1,), (0,), (0,), (1,), (1,)),
+    ((9,), (2,), (2,), (1,), (1,), (1,), (1,)),
+    ((4, 6), (2, 2), (2, 2), (0, 0), (0, 1), (1, 1), (1, 1)),
+    ((1, 5, 5, 3), (1, 3, 3, 1), (1, 2, 2, 1), (0, 1, 1, 0), (0, 1, 1, 0), (1, 1, 1, 1), (1, 1, 1, 1)),
+    ((5, 7), (2, 3), (1, 2), (0, 0), (0, 0), (2, 1), (1, 2)),
+    ((0, 4), (1, 2), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1)),
+    ((3, 3), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1)),
+    ((33, 17), (5, 1), (3, 1), (2, 0), (2, 0), (1, 1), (1, 1)),
+    ((), (), (), (), (), (), ()),
+)
+
+
 # indexing: explicit index values (in range, clamped or dropped, negative, duplicate), the
 # operands and updates random; int32 and int64 indices alternate between the specs.
 
@@ -596,6 +666,10 @@ OP_CASES: dict[Op, OpCaseRow] = {
                          extra=lambda op: _signed_zero_rows()),
     Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
                                                   DType.INT64, *_NEW_DTYPES), extra=_preferred_dots),
+    Op.CONVOLUTION: OpCaseRow(_convolution, _CONV_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
+                                                          DType.INT64, *_NEW_DTYPES)),
+    Op.REDUCE_WINDOW: OpCaseRow(_reduce_window, _REDUCE_WINDOW_SPECS, ALL,
+                                variants=("sum", "prod", "max", "min", "and", "or")),
     Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
         ((), (3,), ()), ((), (0, 2), ()), ((3,), (2, 3), (1,)), ((3,), (3, 4), (0,)), ((1, 5), (4, 5), (0, 1)),
         ((2, 1, 3), (2, 7, 3), (0, 1, 2)), ((1,), (0,), (0,)), ((4, 1), (3, 4, 9), (1, 2))), ALL),
@@ -815,11 +889,8 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
     assert len(actual) == len(expected), f"{case.id}: {len(actual)} results, expected {len(expected)}"
     root_ops = [n.op for n in case.module.entry.nodes]
     main_op = next((o for o in reversed(root_ops) if OPS[o].traits.transcendental), None)
-    n_reduced = max((math.prod(n.operands[0].shape[a] for a in n.attr["axes"]) if n.op is Op.REDUCE else
-                     (n.operands[0].shape[n.attr["lhs_contracting"][0]]
-                      if n.op is Op.DOT_GENERAL and n.attr["lhs_contracting"] else 1))
-                    for n in case.module.entry.nodes
-                    if isinstance(n.type, TensorType)) if case.module.entry.nodes else 1
+    n_reduced = max((reduced_terms(n) for n in case.module.entry.nodes if isinstance(n.type, TensorType)),
+                    default=1)
     bound = _dot_error_bound(case)
     for i, (a, e) in enumerate(zip(actual, expected)):
         rtol, atol = tolerance(DType(_dtype_value(e.dtype)), main_op, max(n_reduced, 1))
@@ -838,14 +909,15 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
 
 
 def _dot_error_bound(case: OpCase) -> np.ndarray | None:
-    """For a case that is one float dot of two parameters: K*eps*(|A|.|B|) per element."""
+    """For a case that is one float dot or convolution of two parameters: K*eps*(|A|.|B|)
+    per element (K the terms each result sums)."""
     root = case.module.entry.root
-    if root.op is not Op.DOT_GENERAL or not all(o.op is Op.PARAMETER for o in root.operands):
+    if root.op not in (Op.DOT_GENERAL, Op.CONVOLUTION) or not all(o.op is Op.PARAMETER for o in root.operands):
         return None
     if not root.dtype.is_float:
         return None
     mag = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
-    k = max((root.operands[0].shape[d] for d in root.attr["lhs_contracting"]), default=1)
+    k = reduced_terms(root)
     return 2.0 * k * float(finfo(root.dtype).eps) * mag
 
 

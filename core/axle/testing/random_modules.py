@@ -17,6 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..ir.builder import Builder
+from ..ir.conv import conv_dimension_numbers
 from ..ir.dtypes import DType
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
@@ -165,6 +166,26 @@ class _Gen:
         d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
         bias = b.broadcast_in_dim(self.like(TensorType(dt, (n,))), shape=(m, n), broadcast_dimensions=(1,))
         return b.max(b.add(d, bias), self.splat(TensorType(dt, (m, n))))
+
+    def convolution(self) -> Node:
+        """A small 1-D or 2-D convolution in a random layout, strides, padding, dilations and groups."""
+        b = self.b
+        dt = self.choice((DType.FLOAT32, DType.FLOAT64, DType.INT32))
+        ns = int(self.rng.integers(1, 3))
+        spatial = "HW"[:ns]
+        lhs = "".join(self.rng.permutation(list("NC" + spatial)))
+        out = "".join(self.rng.permutation(list("NC" + spatial)))
+        rhs = "".join(self.rng.permutation(list("OI" + spatial)))
+        g = int(self.choice((1, 1, 2)))
+        n, ci, co = int(self.rng.integers(1, 3)), int(self.rng.integers(1, 3)), g * int(self.rng.integers(1, 3))
+        sizes = {"N": n, "C": ci * g, **{ch: int(self.rng.integers(1, 6)) for ch in spatial}}
+        ksizes = {"O": co, "I": ci, **{ch: int(self.rng.integers(1, 4)) for ch in spatial}}
+        x = self.like(TensorType(dt, tuple(sizes[ch] for ch in lhs)))
+        w = self.like(TensorType(dt, tuple(ksizes[ch] for ch in rhs)))
+        ints = lambda lo, hi: tuple(int(v) for v in self.rng.integers(lo, hi, ns))  # noqa: E731 - local shorthand
+        return b.convolution(x, w, **conv_dimension_numbers(lhs, rhs, out), window_strides=ints(1, 3),
+                             padding_low=ints(0, 2), padding_high=ints(0, 2), lhs_dilation=ints(1, 3),
+                             rhs_dilation=ints(1, 3), feature_group_count=g)
 
     # -- what found real backend bugs ------------------------------------------------
     def float_value(self, dtypes: tuple[DType, ...] = FLOATS) -> Node:
@@ -417,6 +438,17 @@ class _Gen:
         if op is Op.RNG_BIT_GENERATOR:
             key = self.pick(lambda n: n.type == TensorType(DType.INT64, ())) or self.fresh(TensorType(DType.INT64, ()))
             return b.rng_bit_generator(key, shape=self.choice(SHAPES), dtype=self.choice((DType.INT32, DType.INT64)))
+        if op is Op.CONVOLUTION:
+            return self.convolution()
+        if op is Op.REDUCE_WINDOW:
+            x = self.operand(DTYPES)
+            kinds = ["max", "min"] + (["sum"] if not x.dtype.is_bool else []) + (
+                ["and", "or"] if not x.dtype.is_float else [])
+            r = len(x.shape)
+            ints = lambda lo, hi: tuple(int(v) for v in self.rng.integers(lo, hi, r))  # noqa: E731 - local shorthand
+            return b.reduce_window(x, kind=self.choice(kinds), window_dimensions=ints(1, 4), window_strides=ints(1, 3),
+                                   padding_low=ints(0, 2), padding_high=ints(0, 2), base_dilations=ints(1, 3),
+                                   window_dilations=ints(1, 3))
         if op is Op.CUSTOM_CALL:
             _ensure_custom_call()
             x = self.operand((DType.FLOAT32, DType.INT32))
