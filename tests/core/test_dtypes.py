@@ -359,3 +359,17 @@ def test_repeat_with_an_array_of_counts_takes_bfloat16() -> None:
     x = np.array([1.5, -0.0, np.nan], ml_dtypes.bfloat16)
     got = anp.repeat(x, np.array([2, 0, 1])).numpy()
     np.testing.assert_array_equal(got.astype(np.float32), np.repeat(x, [2, 0, 1]).astype(np.float32))
+
+
+def test_bfloat16_convolution_accumulates_in_float32() -> None:
+    """A bfloat16 convolution sums in float32 and rounds once, as a bfloat16 dot: 300 ones
+    sum to 300 (a bfloat16 running sum sticks at 256, where 256 + 1 rounds back to 256)."""
+    from axle.ir.conv import conv_dimension_numbers
+
+    b = Builder("t")
+    x = b.parameter(TensorType(DType.BFLOAT16, (1, 1, 300)))
+    w = b.parameter(TensorType(DType.BFLOAT16, (1, 1, 300)))
+    m = b.build(b.convolution(x, w, **conv_dimension_numbers("NCH", "OIH", "NCH"), window_strides=(1,),
+                              padding_low=(0,), padding_high=(0,), lhs_dilation=(1,), rhs_dilation=(1,)))
+    ones = np.ones((1, 1, 300), ml_dtypes.bfloat16)
+    assert float(evaluate(m, ones, ones)[0].reshape(-1)[0]) == 300.0
