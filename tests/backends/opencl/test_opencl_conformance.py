@@ -7,12 +7,12 @@ consumers inlined), and small multi-op programs as one loop/input/row/multi-outp
 from __future__ import annotations
 
 import pytest
+from ocl_fusing import check_float_dot, check_fused, fuse_whole, is_float_dot, opencl_device
 
 import axle
 from axle.ir.ops import OPS, Op
 from axle.testing.cases import OpCase, check_case, core_cases, fused_cases
 from axle.testing.kit import kit_compiles_same
-from ocl_fusing import check_float_dot, check_fused, fuse_whole, is_float_dot, opencl_device
 
 
 @pytest.fixture(scope="module")
