@@ -27,7 +27,22 @@ from .frontend.device_put import device_put
 from .frontend.jit import compile, jit
 from .frontend.lazy import jit_scope
 from .frontend.pytree import tree_map
-from .ir.dtypes import DType, bool_, float16, float32, float64, int32, int64
+from .ir.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from .placement import default_device, device, devices
 from .registry import REGISTRY
 
@@ -45,6 +60,7 @@ __all__ = [
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
     "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap",
+    "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bfloat16",
 ]
 
 

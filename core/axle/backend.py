@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import BackendError
 from .ir.computation import called_computations
-from .ir.dtypes import ALL_DTYPES, DType
+from .ir.dtypes import BASE_DTYPES, DType
 from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import BASE_PRIMITIVES, Op
@@ -93,7 +93,10 @@ class Capabilities:
     #: the default leaves out the extended primitives (gather, scatter...): a device that
     #: lowers one lists it (``BASE_PRIMITIVES | {Op.GATHER}``); the others get its decomposition
     ops: frozenset[Op] = BASE_PRIMITIVES
-    dtypes: frozenset[DType] = frozenset(ALL_DTYPES)
+    #: the default is the contract's first dtype set (bool, s32, s64, f16, f32, f64): a plugin
+    #: claims the narrow/unsigned integers and bfloat16 only by naming them, so one written
+    #: before they existed sends them to the host instead of mis-running them
+    dtypes: frozenset[DType] = BASE_DTYPES
     #: per-op dtype restrictions, e.g. {Op.DOT_GENERAL: frozenset({DType.FLOAT32})}
     op_dtypes: Mapping[Op, frozenset[DType]] = field(default_factory=dict)
     #: ``max_fusion_nodes`` (ops in one fusion), ``max_buffer_bytes`` and ``max_elements``
@@ -256,7 +259,8 @@ class Backend(abc.ABC):
 
     def capabilities(self, device: Device) -> Capabilities:
         """The ops and dtypes ``device`` runs; the default claims every primitive but the
-        extended ones, which the core then expands into their decompositions."""
+        extended ones, which the core then expands into their decompositions, over the
+        contract's first dtypes (:attr:`Capabilities.dtypes`)."""
         return Capabilities()
 
     @abc.abstractmethod

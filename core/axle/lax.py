@@ -16,7 +16,7 @@ from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loo
 from .frontend.source import user_location
 from .ir.builder import sorted_dims
 from .ir.conv import conv_dimension_numbers
-from .ir.dtypes import DType
+from .ir.dtypes import DType, is_float_numpy
 from .ir.dtypes import dtype as to_dtype
 from .ir.ops import Op
 
@@ -64,9 +64,14 @@ def reduce(x: Value, kind: str, axes: Sequence[int]) -> Value:
 
 
 def dot_general(lhs: Value, rhs: Value, lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
-                lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = ()) -> Value:
+                lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = (),
+                preferred_element_type: Any = None) -> Value:
+    """``preferred_element_type``: accumulate and return in this wider dtype (int8 operands
+    with int32, bfloat16 with float32), as jax's."""
+    extra = {} if preferred_element_type is None else {"preferred_element_type": preferred_element_type}
     return bind(Op.DOT_GENERAL, lhs, rhs, lhs_contracting=tuple(lhs_contracting),
-                rhs_contracting=tuple(rhs_contracting), lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch))
+                rhs_contracting=tuple(rhs_contracting), lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch),
+                **extra)
 
 
 def broadcast_in_dim(x: Value, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Value:
@@ -193,7 +198,7 @@ def gather(operand: Value, start_indices: Value, dimension_numbers: GatherDimens
 
 def fill_value_of(dt: np.dtype) -> np.ndarray:
     """jax's fill for out-of-bounds gathers: NaN, the most negative integer, True."""
-    if dt.kind == "f":
+    if is_float_numpy(dt):  # bfloat16 too (NumPy kind 'V')
         return np.asarray(np.nan, dt)
     if dt.kind == "b":
         return np.asarray(True)

@@ -17,7 +17,7 @@ from .frontend import checks
 from .frontend.source import user_location
 from .frontend.tracing import Tracer, aval_of, constant_value
 from .frontend.validate import axis_arg, check_shape, size_arg, sizes_arg
-from .ir.dtypes import supported_numpy_dtype
+from .ir.dtypes import is_float_numpy, supported_numpy_dtype
 from .numpy._core import _is_array, _norm_axes
 
 ArrayLike = Any
@@ -36,7 +36,7 @@ def relu(x: ArrayLike) -> Any:
 def sigmoid(x: ArrayLike) -> Any:
     """1 / (1 + exp(-x)) (the logistic primitive)."""
     x = _arr(x)
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float64)
     return lax.logistic(x)
 

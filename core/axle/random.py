@@ -27,6 +27,7 @@ from .numpy._core import _is_array
 
 Key = Any
 
+_BITS_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _MANTISSA = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 
@@ -58,8 +59,11 @@ def _check_key(k: Key) -> Any:
 
 
 def bits(k: Key, shape: Sequence[int] = (), dtype: Any = np.int64) -> Any:
-    """Raw random bits: every value of the integer dtype is equally likely."""
-    return lax.rng_bit_generator(_check_key(k), shape_arg(shape, "random"), dtype_arg(dtype, "random"))
+    """Raw random bits: every value of the integer dtype (int32 or int64) is equally likely."""
+    dt = dtype_arg(dtype, "random")
+    if dt not in _BITS_DTYPES:  # rng_bit_generator makes 32 or 64 signed bits
+        raise DTypeError(f"random: bits are int32 or int64, got {dt}", where=user_location())
+    return lax.rng_bit_generator(_check_key(k), shape_arg(shape, "random"), dt)
 
 
 def split(k: Key, num: int = 2) -> Any:

@@ -9,7 +9,7 @@ import pytest
 from axle.errors import DTypeError, ShapeError
 from axle.interpreter import evaluate
 from axle.ir.builder import Builder
-from axle.ir.dtypes import DType
+from axle.ir.dtypes import DType, is_float_numpy
 from axle.ir.ops import BASE_PRIMITIVES, EXTENDED_PRIMITIVES, OPS, Op
 from axle.ir.parser import parse_module
 from axle.ir.types import TensorType
@@ -29,7 +29,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Bitwise-equal up to NaN payloads (signs of zeros count)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    if a.dtype.kind != "f":
+    if not is_float_numpy(a.dtype):  # bfloat16 is a float too (NumPy kind 'V')
         return bool(np.array_equal(a, b))
     return bool(np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a) | np.isnan(a),
                                                                           np.signbit(b) | np.isnan(b)))

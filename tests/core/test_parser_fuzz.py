@@ -141,10 +141,11 @@ def test_parse_error_excerpt_points_at_the_token():
 
 
 def test_parse_type_errors_are_parse_errors():
-    for bad in ("f32[2", "f32[-1]", "u32[2]", "(f32[2])", "f32[2] x", ""):
+    for bad in ("f32[2", "f32[-1]", "u128[2]", "c64[2]", "(f32[2])", "f32[2] x", ""):
         with pytest.raises(ParseError):
             parse_type(bad)
     assert parse_type("s64[2,0]") == TensorType(DType.INT64, (2, 0))
+    assert parse_type("u32[2]") == TensorType(DType.UINT32, (2,))  # a dtype since issue 15
 
 
 def test_tensor_type_validates_without_assert():

@@ -12,7 +12,7 @@ How, without a network:
 - The fresh environment is ``python -m venv --without-pip``; packages go in with this
   environment's pip (``pip --python VENV/bin/python install --no-index --find-links
   WHEELHOUSE``), which resolves dependencies against the fresh environment only.
-- numpy (and, for the kit, pytest with its dependencies) cannot be downloaded and a wheel
+- numpy and ml_dtypes (and, for the kit, pytest with its dependencies) cannot be downloaded and a wheel
   of an installed package cannot be rebuilt, so the fresh environment sees this
   environment's copies through a ``.pth`` file naming a folder that links exactly those
   distributions (their packages and ``*.dist-info``, so pip counts them as installed). No
@@ -130,7 +130,8 @@ def test_new_backend_from_wheels_in_a_fresh_venv(tmp_path):
     ok(run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=work))
     python = venv / "bin" / "python"
     site = Path(ok(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=work)).strip())
-    share(closure(["numpy"]), tmp_path / "shared-numpy", site, "shared_numpy.pth")
+    # axle's run-time dependencies: numpy, and ml_dtypes for bfloat16
+    share(closure(["numpy", "ml_dtypes"]), tmp_path / "shared-numpy", site, "shared_numpy.pth")
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("AXLE_")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"

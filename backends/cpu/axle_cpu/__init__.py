@@ -23,6 +23,7 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.config import config
+from axle.ir.dtypes import ALL_DTYPES
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module
 from axle.ir.opcodes import Op
@@ -102,7 +103,7 @@ class CpuBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=frozenset(ALL_DTYPES))
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes

@@ -28,7 +28,7 @@ from axle.ir.types import TensorType
 from .emitter import INT64_MAX
 from .executable import llvm_module
 from .gemm import vector_bits_for
-from .lltypes import C_TYPES, I8, I32, I64, PTR, STORAGE
+from .lltypes import C_TYPES, I32, I64, PTR, STORAGE, storage_consts
 from .plan import HostStep, KernelStep, Plan, build_plan
 from .target import emit_object, host
 
@@ -82,13 +82,7 @@ def _global(mod: ir.Module, name: str, t: ir.Type, init: ir.Constant | None, con
 
 def _const_init(arr: np.ndarray, dt: DType) -> tuple[ir.Type, ir.Constant]:
     st = STORAGE[dt]
-    flat = arr.reshape(-1)
-    if dt is DType.BOOL:
-        vals = [ir.Constant(I8, int(v)) for v in flat]
-    elif dt.is_int:
-        vals = [ir.Constant(st, int(v)) for v in flat]
-    else:
-        vals = [ir.Constant(st, float(v)) for v in flat]
+    vals = storage_consts(arr, dt)
     at = ir.ArrayType(st, max(len(vals), 1))
     return at, ir.Constant(at, vals or [ir.Constant(st, 0)])
 

@@ -37,7 +37,7 @@ from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
 from . import mathfns
-from .lltypes import COMPUTE, F16, F32, I1, I8, I32, I64, PTR, STORAGE, VOID, const, suffix
+from .lltypes import COMPUTE, F16, F32, I1, I8, I16, I32, I64, PTR, STORAGE, VOID, const, storage_consts, suffix
 
 Index: TypeAlias = int | ir.Value
 R = TypeVar("R")
@@ -289,6 +289,8 @@ class KernelEmitter:
             return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         if dt is DType.FLOAT16:
             return self.b.fpext(v, F32)
+        if dt is DType.BFLOAT16:
+            return bf16_to_f32(self.b, v)
         return v
 
     def store(self, ptr: ir.Value, dt: DType, lin: Index, v: ir.Value) -> None:
@@ -297,10 +299,15 @@ class KernelEmitter:
             v = self.b.zext(v, I8)
         elif dt is DType.FLOAT16:
             v = self.b.fptrunc(v, F16)
+        elif dt is DType.BFLOAT16:
+            v = f32_to_bf16(self.b, v)
         addr = self.b.gep(ptr, [self.iv(lin)], source_etype=st, inbounds=True)
         self.b.store(v, addr)
 
-    def round16(self, v: ir.Value) -> ir.Value:
+    def round16(self, v: ir.Value, dt: DType = DType.FLOAT16) -> ir.Value:
+        """A float32 rounded to the 16-bit float ``dt`` and back (every f16/bf16 op rounds once)."""
+        if dt is DType.BFLOAT16:
+            return bf16_to_f32(self.b, f32_to_bf16(self.b, v))
         return self.b.fpext(self.b.fptrunc(v, F16), F32)
 
     # ------------------------------------------------------------------------ values
@@ -406,8 +413,8 @@ class KernelEmitter:
         if rule is None:
             raise BackendError(f"cpu: no LLVM lowering for {n.op.value} ({n.type})", where=n.loc)
         v = rule(self, n, idx)
-        if n.dtype is DType.FLOAT16 and n.op not in (Op.PARAMETER, Op.CONSTANT):
-            v = self.round16(v)
+        if n.dtype.is_half and n.op not in (Op.PARAMETER, Op.CONSTANT):
+            v = self.round16(v, n.dtype)
         return v
 
     # ------------------------------------------------------------------------ driver
@@ -627,13 +634,7 @@ class KernelEmitter:
     # ------------------------------------------------------------------- constants
     def global_array(self, arr: np.ndarray, dt: DType) -> ir.Value:
         st = STORAGE[dt]
-        flat = np.ascontiguousarray(arr).reshape(-1)
-        if dt is DType.BOOL:
-            vals = [ir.Constant(I8, int(v)) for v in flat]
-        elif dt.is_int:
-            vals = [ir.Constant(st, int(v)) for v in flat]
-        else:
-            vals = [ir.Constant(st, float(v)) for v in flat]
+        vals = storage_consts(arr, dt)
         at = ir.ArrayType(st, len(vals))
         g = ir.GlobalVariable(self.mod, at, name=f"{self.spec.name}.c{next(self._const_ids)}")
         g.global_constant = True
@@ -667,11 +668,10 @@ def _from_i64(em: KernelEmitter, v: ir.Value, dt: DType) -> ir.Value:
     b = em.b
     if dt.is_float:
         return b.sitofp(v, COMPUTE[dt])
-    if dt is DType.INT32:
-        return b.trunc(v, I32)
     if dt is DType.BOOL:
         return b.icmp_signed("!=", v, ir.Constant(I64, 0))
-    return v
+    t = COMPUTE[dt]
+    return b.trunc(v, t) if t.width < 64 else v
 
 
 def _movement(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -735,6 +735,27 @@ def _rng(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     return z
 
 
+# -- bfloat16 -----------------------------------------------------------------------
+
+
+def bf16_to_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """bfloat16 bits (i16) to the float32 they are the top half of: exact."""
+    return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+
+
+def f32_to_bf16(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """float32 to bfloat16 bits, rounded to nearest even (as ml_dtypes and the interpreter):
+    add 0x7FFF plus the kept lowest bit and drop the low half; a carry into the exponent
+    gives the next binade or inf, as it should. NaN stays a (quiet) NaN: rounding could
+    carry its payload into inf or drop it to inf."""
+    bits = b.bitcast(v, I32)
+    hi = b.lshr(bits, ir.Constant(I32, 16))
+    lsb = b.and_(hi, ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+    nan = b.fcmp_unordered("uno", v, v)
+    return b.trunc(b.select(nan, b.or_(hi, ir.Constant(I32, 0x40)), rounded), I16)
+
+
 # -- reductions and contractions --------------------------------------------------
 
 
@@ -761,7 +782,7 @@ def _maxmin(em: KernelEmitter, dt: DType, x: ir.Value, y: ir.Value, is_max: bool
     if dt is DType.BOOL:
         return b.or_(x, y) if is_max else b.and_(x, y)
     if dt.is_int:
-        return b.select(b.icmp_signed(">" if is_max else "<", x, y), x, y)
+        return b.select(_icmp_for(dt)(b, ">" if is_max else "<", x, y), x, y)
     # NaN-propagating, as NumPy's maximum/minimum: llvm.maximum/minimum, which the loop
     # vectorizer also recognizes as a reduction (vmaxps plus NaN fix-ups).
     return mathfns.intrinsic(b, f"llvm.{'maximum' if is_max else 'minimum'}.{suffix(x.type)}", x.type, [x, y])
@@ -835,7 +856,7 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     dt = n.dtype
     # float32/float16 products are accumulated in double: the result then differs from
     # the exact dot only by its final rounding, whatever the contraction length.
-    wide = dt in (DType.FLOAT32, DType.FLOAT16)
+    wide = dt in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
     acc_dt = DType.FLOAT64 if wide else dt
     acc_t = COMPUTE[acc_dt]
     acc = em.entry_alloca(acc_t)
@@ -845,6 +866,8 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     def nest(k: int) -> None:
         if k == len(lc):
             x, y = em.value(lhs, li), em.value(rhs, ri)
+            if lhs.dtype is not dt:  # preferred_element_type: widen the operands exactly first
+                x, y = convert_value(em.b, x, lhs.dtype, dt), convert_value(em.b, y, rhs.dtype, dt)
             if wide:
                 x, y = em.b.fpext(x, acc_t), em.b.fpext(y, acc_t)
             p = em.b.fmul(x, y) if dt.is_float else em.b.mul(x, y)
@@ -895,8 +918,10 @@ def _int_div(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     if dt.is_float:
         return b.fdiv(x, y)
     t = COMPUTE[dt]
-    mn = ir.Constant(t, -(2 ** (t.width - 1)))
     zero = b.icmp_signed("==", y, ir.Constant(t, 0))
+    if dt.is_unsigned:  # x/0 is all ones (XLA); no overflow case
+        return b.select(zero, ir.Constant(t, -1), b.udiv(x, b.select(zero, ir.Constant(t, 1), y)))
+    mn = ir.Constant(t, -(2 ** (t.width - 1)))
     ovf = b.and_(b.icmp_signed("==", x, mn), b.icmp_signed("==", y, ir.Constant(t, -1)))
     safe = b.select(b.or_(zero, ovf), ir.Constant(t, 1), y)
     q = b.sdiv(x, safe)
@@ -911,6 +936,8 @@ def _int_rem(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
         return b.frem(x, y)
     t = COMPUTE[dt]
     zero = b.icmp_signed("==", y, ir.Constant(t, 0))
+    if dt.is_unsigned:  # x % 0 = x
+        return b.select(zero, x, b.urem(x, b.select(zero, ir.Constant(t, 1), y)))
     m1 = b.icmp_signed("==", y, ir.Constant(t, -1))
     r = b.srem(x, b.select(b.or_(zero, m1), ir.Constant(t, 1), y))
     r = b.select(m1, ir.Constant(t, 0), r)
@@ -924,6 +951,8 @@ def _pow(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
         return mathfns.intrinsic(b, f"llvm.pow.{'f32' if x.type == F32 else 'f64'}", x.type, [x, y])
     t = COMPUTE[dt]
     one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
+    if dt.is_unsigned:  # no negative exponents
+        return _ipow_loop(em, x, y)
     neg = b.icmp_signed("<", y, zero)
     result = _ipow_loop(em, x, b.select(neg, zero, y))
     yodd = b.icmp_unsigned("!=", b.and_(y, one), zero)
@@ -977,6 +1006,8 @@ def _neg(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
 def _abs(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
     if dt.is_float:
         return mathfns.unary_intr(em.b, "fabs", a[0])
+    if dt.is_unsigned:
+        return a[0]
     b = em.b
     return b.select(b.icmp_signed("<", a[0], ir.Constant(a[0].type, 0)), b.sub(ir.Constant(a[0].type, 0), a[0]), a[0])
 
@@ -992,6 +1023,8 @@ def _sign(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
         return b.select(b.fcmp_ordered(">", x, ir.Constant(t, 0.0)), one,
                         b.select(b.fcmp_ordered("<", x, ir.Constant(t, 0.0)), m1, rest))
     zero = ir.Constant(t, 0)
+    if dt.is_unsigned:
+        return b.zext(b.icmp_unsigned("!=", x, zero), t)
     return b.select(b.icmp_signed(">", x, zero), ir.Constant(t, 1),
                     b.select(b.icmp_signed("<", x, zero), ir.Constant(t, -1), zero))
 
@@ -1023,9 +1056,12 @@ def _compare(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     b = em.b
     if dt.is_float:
         return b.fcmp_ordered(op, x, y) if ordered else b.fcmp_unordered(op, x, y)
-    if dt.is_bool:
-        return b.icmp_unsigned(op, x, y)
-    return b.icmp_signed(op, x, y)
+    return _icmp_for(dt)(b, op, x, y)
+
+
+def _icmp_for(dt: DType) -> Callable[[ir.IRBuilder, str, ir.Value, ir.Value], ir.Value]:
+    """The integer comparison of dt's order: unsigned for bool and the unsigned types."""
+    return ir.IRBuilder.icmp_unsigned if dt.is_bool or dt.is_unsigned else ir.IRBuilder.icmp_signed
 
 
 def _select(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -1039,7 +1075,7 @@ def convert_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Va
     if dst is DType.BOOL:
         if src.is_float:
             return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
-        return v if src is DType.BOOL else b.icmp_signed("!=", v, ir.Constant(st, 0))
+        return v if src is DType.BOOL else b.icmp_unsigned("!=", v, ir.Constant(st, 0))
     if src is DType.BOOL:
         return b.uitofp(v, tt) if dst.is_float else b.zext(v, tt)
     if src.is_float and dst.is_float:
@@ -1047,12 +1083,14 @@ def convert_value(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Va
             return v
         return b.fpext(v, tt) if tt == ir.DoubleType() else b.fptrunc(v, tt)
     if src.is_float:
-        return mathfns.fptosi_sat(b, v, tt)
+        return mathfns.fptoui_sat(b, v, tt) if dst.is_unsigned else mathfns.fptosi_sat(b, v, tt)
     if dst.is_float:
-        return b.sitofp(v, tt)
+        return b.uitofp(v, tt) if src.is_unsigned else b.sitofp(v, tt)
     if st.width == tt.width:
         return v
-    return b.sext(v, tt) if tt.width > st.width else b.trunc(v, tt)
+    if tt.width < st.width:
+        return b.trunc(v, tt)
+    return b.zext(v, tt) if src.is_unsigned else b.sext(v, tt)
 
 
 def _convert(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
@@ -1074,6 +1112,8 @@ def _float_fn2(fn: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> Ca
 
 
 def _next_after(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
+    if dt is DType.BFLOAT16:  # computed on the float register it sits in, stepping its top half
+        return mathfns.next_after(em.b, a[0], a[1], F32, bf16=True)
     return mathfns.next_after(em.b, a[0], a[1], STORAGE[dt])
 
 
@@ -1113,10 +1153,27 @@ def _clz(em: KernelEmitter, dt: DType, a: list[ir.Value]) -> ir.Value:
 
 def _bitcast(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     (x,) = n.operands
-    if COMPUTE[x.dtype] != STORAGE[x.dtype] or COMPUTE[n.dtype] != STORAGE[n.dtype]:
-        raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
-                           "storage type", where=n.loc)
-    return em.b.bitcast(em.value(x, idx), COMPUTE[n.dtype])
+    v = em.value(x, idx)
+    if COMPUTE[x.dtype] == STORAGE[x.dtype] and COMPUTE[n.dtype] == STORAGE[n.dtype]:
+        return em.b.bitcast(v, COMPUTE[n.dtype])
+    if x.dtype in _BITS16 and n.dtype in _BITS16:  # a 16-bit float sits in a float register
+        return _BITS16[n.dtype][1](em.b, _BITS16[x.dtype][0](em.b, v))
+    raise BackendError(f"cpu: bitcast-convert {x.type} to {n.dtype.value}: a register type differs from the "
+                       "storage type", where=n.loc)
+
+
+#: 16-bit dtypes: (register value -> its i16 bits, and back); float16 values are exact
+#: halves in float registers, bfloat16 values the top half of a float's bits
+_BITS16: dict[DType, tuple[Callable[[ir.IRBuilder, ir.Value], ir.Value],
+                           Callable[[ir.IRBuilder, ir.Value], ir.Value]]] = {
+    DType.INT16: (lambda b, v: v, lambda b, v: v),
+    DType.UINT16: (lambda b, v: v, lambda b, v: v),
+    DType.FLOAT16: (lambda b, v: b.bitcast(b.fptrunc(v, F16), I16), lambda b, v: b.fpext(b.bitcast(v, F16), F32)),
+    DType.BFLOAT16: (lambda b, v: b.trunc(b.lshr(b.bitcast(v, I32), ir.Constant(I32, 16)), I16),
+                     lambda b, v: bf16_to_f32(b, v)),
+}
+
+
 # -- indexing ----------------------------------------------------------------------
 
 

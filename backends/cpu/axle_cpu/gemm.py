@@ -153,6 +153,10 @@ class Tiles:
     nc: int  # N block (a multiple of NR)
 
 
+#: the dtypes the tiled GEMM kernels compute (others take the loop nest's dot)
+GEMM_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64})
+
+
 def compute_bits(dt: DType) -> int:
     return {DType.FLOAT16: 32, DType.FLOAT32: 32, DType.FLOAT64: 64, DType.INT32: 32, DType.INT64: 64}[dt]
 

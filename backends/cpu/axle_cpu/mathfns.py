@@ -62,6 +62,16 @@ def fptosi_sat(b: ir.IRBuilder, x: ir.Value, to: ir.IntType) -> ir.Value:
     return b.select(b.fcmp_ordered("<", x, lo), ir.Constant(to, -(2 ** (to.width - 1))), v)
 
 
+def fptoui_sat(b: ir.IRBuilder, x: ir.Value, to: ir.IntType) -> ir.Value:
+    """float -> unsigned int, saturating, NaN -> 0 (llvm.fptoui.sat's semantics): negative
+    values give 0, values >= 2^w all ones. 2^w is exact in every float type but a half's."""
+    t = x.type
+    hi = _c(t, 2.0 ** to.width)
+    ok = b.and_(b.fcmp_ordered(">=", x, _c(t, 0.0)), b.fcmp_ordered("<", x, hi))
+    v = b.fptoui(b.select(ok, x, _c(t, 0.0)), to)
+    return b.select(b.fcmp_ordered(">=", x, hi), ir.Constant(to, -1), v)
+
+
 def _c(t: ir.Type, v: float) -> ir.Constant:
     return ir.Constant(t, v)
 
@@ -311,17 +321,20 @@ _INT_OF = {"half": ir.IntType(16), "float": I32, "double": I64}
 _TINIEST = {"half": 2.0 ** -24, "float": 2.0 ** -149, "double": 5e-324}
 
 
-def next_after(b: ir.IRBuilder, x: ir.Value, y: ir.Value, storage: ir.Type) -> ir.Value:
+def next_after(b: ir.IRBuilder, x: ir.Value, y: ir.Value, storage: ir.Type, bf16: bool = False) -> ir.Value:
     """nextafter in the ``storage`` format (float16 values sit in float registers): one
     step of the bit pattern, up in magnitude when moving away from zero. NaN in, NaN out;
-    x == y gives y; from a zero, the smallest subnormal with y's sign."""
+    x == y gives y; from a zero, the smallest subnormal with y's sign. ``bf16``: bfloat16
+    values in float registers, the top half of the float's bits, so a step is 1 << 16."""
     t = x.type
     xs, ys = (b.fptrunc(v, storage) if storage != t else v for v in (x, y))
     it = _INT_OF[str(storage)]
     bits = b.bitcast(xs, it)
+    step = 1 << 16 if bf16 else 1
     away = b.icmp_unsigned("==", b.fcmp_ordered("<", xs, ys), b.fcmp_ordered(">", xs, ir.Constant(storage, 0.0)))
-    stepped = b.bitcast(b.add(bits, b.select(away, ir.Constant(it, 1), ir.Constant(it, -1))), storage)
-    tiny = intrinsic(b, f"llvm.copysign.{suffix(storage)}", storage, [ir.Constant(storage, _TINIEST[str(storage)]), ys])
+    stepped = b.bitcast(b.add(bits, b.select(away, ir.Constant(it, step), ir.Constant(it, -step))), storage)
+    tiniest = 2.0 ** -133 if bf16 else _TINIEST[str(storage)]
+    tiny = intrinsic(b, f"llvm.copysign.{suffix(storage)}", storage, [ir.Constant(storage, tiniest), ys])
     r = b.select(b.fcmp_ordered("==", xs, ir.Constant(storage, 0.0)), tiny, stepped)
     # x == y gives y: as copysign(x, y), since LLVM may replace y by the equal x in a
     # select on x == y, which loses the sign of next_after(+0.0, -0.0) = -0.0

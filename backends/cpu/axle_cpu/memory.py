@@ -101,7 +101,8 @@ class Pool:
 def address(a: np.ndarray) -> int:
     """The address of an array's first element (ctypes.addressof is ~4x faster than
     ``a.ctypes.data``, but needs a writable, non-empty buffer)."""
-    if a.flags.writeable and a.size and a.flags.c_contiguous:
+    if a.flags.writeable and a.size and a.flags.c_contiguous and a.dtype.kind != "V":
+        # (bfloat16, kind 'V', has no buffer-protocol format: it takes the slower path)
         return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]  # an ndarray is a buffer
     return a.ctypes.data
 

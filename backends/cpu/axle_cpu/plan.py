@@ -22,7 +22,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 
 from .emitter import KernelSpec
-from .gemm import GemmSpec
+from .gemm import GEMM_DTYPES, GemmSpec
 from .sort import host_sort
 
 
@@ -130,8 +130,15 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
             steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
         if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
-            if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64):
+            widened = launch.node.operands[0].dtype is not launch.node.dtype
+            if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
                 steps.append(HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)"))
+            elif launch.node.dtype not in GEMM_DTYPES or widened:
+                # the narrow/unsigned integers and bfloat16, and dots that widen their
+                # operands (preferred_element_type): the loop nest's dot (one accumulation
+                # per output element), not the tiled GEMM
+                spec = _spec(kernels, launch.computation, "loop", label)
+                steps.append(KernelStep(spec, ins, outs, types, label))
             else:
                 spec = _spec(kernels, launch.computation, "gemm", label, vector_bits)
                 steps.append(KernelStep(spec, ins, outs, types, label))

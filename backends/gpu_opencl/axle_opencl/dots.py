@@ -191,6 +191,9 @@ def dot_kernel(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Kernel:
 # ------------------------------------------------------------------------ CPU devices
 
 #: register type of a dot's accumulators: unsigned for integers (wrapping sums)
+#: the dtypes the tiled dot kernels compute; a dot of another dtype (the narrow/unsigned
+#: integers, bfloat16) is a map kernel whose elements each loop over the contraction
+DOT_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64})
 _ACC = {DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double",
         DType.INT32: UNSIGNED[DType.INT32], DType.INT64: UNSIGNED[DType.INT64]}
 

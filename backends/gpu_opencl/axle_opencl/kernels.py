@@ -33,7 +33,7 @@ from axle.lowering import index as ix
 
 from . import render
 from .emitter import Emitter, Idx
-from .render import STORAGE, identity, program_source
+from .render import STORAGE, identity, program_source, round_16
 from .values import Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan, store, vector_ok
 
 INT_MAX = 2**31 - 1
@@ -392,8 +392,8 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     for k, (n, _) in enumerate(reduces):
         outs.append((f"out{k}", n.tensor_type))
         v = f"sh{k}[0]"
-        if n.dtype is DType.FLOAT16 and n.attr["kind"] in ("sum", "prod"):
-            v = f"axle_rh({v})"
+        if n.attr["kind"] in ("sum", "prod"):
+            v = round_16(n.dtype, v)
         em.line(store(f"out{k}", n.dtype, "o", v))
     em.close()
     pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]

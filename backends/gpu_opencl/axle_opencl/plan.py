@@ -18,7 +18,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan
 from axle.lowering.schedule import schedule
 
-from .dots import Epilogue, dot_kernel, dot_kernel_cpu
+from .dots import DOT_DTYPES, Epilogue, dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, update_kernel
 from .sort import sort_launch
 
@@ -72,9 +72,10 @@ def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
     if not outs:
         return []
     nodes = [n for n, _ in outs]
-    if s.form == "dot":  # a dot, or a dot and its epilogue (an output fusion)
-        d = s.dot
-        assert d is not None
+    # (a dot that widens its operands, preferred_element_type, or of a dtype the tiled
+    # kernels do not take is a map kernel: a loop dot per output element)
+    if s.form == "dot" and s.dot is not None and s.dot.dtype in DOT_DTYPES and s.dot.operands[0].dtype is s.dot.dtype:
+        d = s.dot  # a dot, or a dot and its epilogue (an output fusion)
         epi = Epilogue(comp, d) if s.epilogue else None
         k = (None if dev.is_gpu else dot_kernel_cpu(d, dev, epi)) or dot_kernel(d, dev, epi)
         k.inputs = [("param", o.attr["index"]) for o in d.operands] + k.inputs[2:]

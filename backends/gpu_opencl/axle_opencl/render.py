@@ -92,6 +92,11 @@ def round_half(x: Expr) -> Expr:
     return CL.round_half.format(x=x)
 
 
+def round_16(dt: DType, x: Expr) -> Expr:
+    """A float register value rounded once to ``dt`` when it is float16 or bfloat16."""
+    return c.round_16(CL, dt, x)
+
+
 def program_source(body: str, fp64: bool) -> str:
     """A program: the fp64 pragma where needed, the helper functions ``body`` calls, ``body``."""
     table = c.helpers(CL)

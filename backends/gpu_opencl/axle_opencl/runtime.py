@@ -140,6 +140,8 @@ class DeviceRuntime:
         host = np.ascontiguousarray(array)
         if host.dtype == np.bool_:
             host = host.view(np.uint8)
+        elif host.dtype.kind == "V":  # bfloat16: its bits (no buffer-protocol format of its own)
+            host = host.view(np.uint16)
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
     def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
@@ -152,7 +154,7 @@ class DeviceRuntime:
         out = np.empty(shape, dtype=dtype)
         if buf is None or out.size == 0:
             return out
-        target = out.view(np.uint8) if out.dtype == np.bool_ else out
+        target = out.view(np.uint8) if out.dtype == np.bool_ else out.view(np.uint16) if out.dtype.kind == "V" else out
         cl.enqueue_copy(self.queue, target, buf, is_blocking=True)
         return out
 

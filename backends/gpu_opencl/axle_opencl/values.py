@@ -37,8 +37,8 @@ def reg_type(dt: DType, lanes: int = 1) -> str:
 
 
 def acc_dtype(dt: DType) -> DType:
-    """Accumulators of f16 sums run in f32 (as the interpreter does)."""
-    return DType.FLOAT32 if dt is DType.FLOAT16 else dt
+    """Accumulators of f16 and bf16 sums run in f32 (as the interpreter does)."""
+    return DType.FLOAT32 if dt.is_half else dt
 
 
 def load(ptr: str, dt: DType, off: str, lanes: int = 1) -> str:
@@ -46,6 +46,8 @@ def load(ptr: str, dt: DType, off: str, lanes: int = 1) -> str:
         return f"vload{lanes}(0, {ptr} + {off})"
     if dt is DType.FLOAT16:
         return f"vload_half({off}, {ptr})"
+    if dt is DType.BFLOAT16:
+        return f"axle_bf16_f32({ptr}[{off}])"
     if dt is DType.BOOL:
         return f"((int){ptr}[{off}])"
     return f"{ptr}[{off}]"
@@ -56,6 +58,8 @@ def store(ptr: str, dt: DType, off: str, value: str, lanes: int = 1) -> str:
         return f"vstore{lanes}({value}, 0, {ptr} + {off});"
     if dt is DType.FLOAT16:
         return f"vstore_half_rte({value}, {off}, {ptr});"
+    if dt is DType.BFLOAT16:
+        return f"{ptr}[{off}] = (ushort)axle_f32_bf16({value});"
     if dt is DType.BOOL:
         return f"{ptr}[{off}] = (uchar)({value});"
     return f"{ptr}[{off}] = {value};"
@@ -299,7 +303,7 @@ class Renderer:
         if at_home:  # every element of the row has been stored now
             self.spilled |= self._pending
             self._pending = set()
-        return render.round_half(acc) if dt is DType.FLOAT16 and kind in ("sum", "prod") else acc
+        return render.round_16(dt, acc) if kind in ("sum", "prod") else acc
 
     #: lanes for vectorized reduction loops (set by the kernel builder on CPU devices)
     vector_lanes: int = 0
@@ -345,13 +349,14 @@ class Renderer:
             ks.append(self.em.fresh("r"))
             self.em.open(f"for (int {ks[-1]} = 0; {ks[-1]} < {lhs.shape[l]}; {ks[-1]}++)")
         lco, rco = d.operand_indices(c, ks, len(lhs.shape), len(rhs.shape))
-        x = self.value(lhs, Idx(lhs.shape, None, lco))
-        y = self.value(rhs, Idx(rhs.shape, None, rco))
+        # (operands narrower than the accumulator, bf16 or preferred_element_type, widen exactly)
+        x = render.convert(self.value(lhs, Idx(lhs.shape, None, lco)), lhs.dtype, adt)
+        y = render.convert(self.value(rhs, Idx(rhs.shape, None, rco)), rhs.dtype, adt)
         prod = render.binary(Op.MUL, adt, x, y)
         self.em.line(f"{acc} = {render.binary(Op.ADD, adt, acc, prod)};")
         for _ in ks:
             self.em.close()
-        return render.round_half(acc) if n.dtype is DType.FLOAT16 else acc
+        return render.round_16(n.dtype, acc)
 
     def _unsupported(self, n: Node, idx: Idx, lanes: int) -> str:
         raise BackendError(f"opencl: {n.op.value} cannot appear inside a kernel ({n.type})", where=n.loc)

@@ -35,6 +35,9 @@ CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
     Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED
+#: The dtypes this device runs: all of the IR's (the shared C renderer computes float16 and
+#: bfloat16 in float and rounds once per op).
+DTYPES: frozenset[DType] = frozenset(ALL_DTYPES)
 #: Per-op dtype limits, e.g. an accumulator without a half-precision mode.
 OP_DTYPES: dict[Op, frozenset[DType]] = {Op.REDUCE: frozenset(ALL_DTYPES) - {DType.FLOAT16}}
 
@@ -92,9 +95,10 @@ class TemplateBackend(Backend):
         return config.backend_flags.get(f"{self.name}_claim_all", "false").lower() in ("1", "true", "yes")
 
     def capabilities(self, device: Device) -> Capabilities:
+        # HARDWARE: list the dtypes your device computes; the others run on the host.
         if self._claims_all():
-            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED)
-        return Capabilities(ops=CLAIMED, op_dtypes=OP_DTYPES)
+            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=DTYPES)
+        return Capabilities(ops=CLAIMED, dtypes=DTYPES, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return TemplateExecutable(module, device)

@@ -28,6 +28,7 @@ from ..frontend.array import Array
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, leaf_aval
+from ..ir.dtypes import is_float_numpy
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
@@ -196,7 +197,7 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
         idx = _float_argnums(argnums, args, "grad")
         lin = _Linearized(fn, args, idx, has_aux)
         out = lin.outputs
-        if not isinstance(out, (Array, Tracer)) or out.shape != () or out.dtype.kind != "f":
+        if not isinstance(out, (Array, Tracer)) or out.shape != () or not is_float_numpy(out.dtype):
             desc = _aval(out) if isinstance(out, (Array, Tracer)) else type(out).__name__
             raise ShapeError(f"grad: the function must return a float scalar, got {desc}; use vjp for "
                              f"other outputs", where=user_location())

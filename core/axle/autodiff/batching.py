@@ -70,13 +70,14 @@ def _dot(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
     lhs, rhs = xs
     d = DotDims.of(n)
     lb, rb, lc, rc = d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting
+    pref = n.attr["preferred_element_type"]  # kept: int8 operands still accumulate in int32
     if bs[0] and bs[1]:  # a new batch dimension, first of the result's batch group
-        return lax.dot_general(lhs, rhs, _shift(lc), _shift(rc), (0,) + _shift(lb), (0,) + _shift(rb))
+        return lax.dot_general(lhs, rhs, _shift(lc), _shift(rc), (0,) + _shift(lb), (0,) + _shift(rb), pref)
     if bs[0]:  # the batch is lhs's first free dimension: result position len(batch)
-        out = lax.dot_general(lhs, rhs, _shift(lc), rc, _shift(lb), rb)
+        out = lax.dot_general(lhs, rhs, _shift(lc), rc, _shift(lb), rb, pref)
         at = len(lb)
     else:  # rhs's first free dimension: after the batch and lhs free groups
-        out = lax.dot_general(lhs, rhs, lc, _shift(rc), lb, _shift(rb))
+        out = lax.dot_general(lhs, rhs, lc, _shift(rc), lb, _shift(rb), pref)
         at = len(lb) + len(d.lhs_free)
     return move_axis(out, at, 0, n.tensor_type.rank + 1)
 

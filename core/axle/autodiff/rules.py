@@ -136,6 +136,11 @@ def _reduce(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
 
 def _dot(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     lhs, rhs = xs
+    pref = n.attr["preferred_element_type"]
+    if pref is not None:
+        # the cotangent is in the wider preferred type: the operands meet it there, and
+        # each gradient returns to its operand's dtype (rounded once)
+        lhs, rhs = lax.convert(lhs, pref), lax.convert(rhs, pref)
     d = DotDims.of(n)
     lb, rb, lc, rc = d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting
     lr, rr = n.operands[0].tensor_type.rank, n.operands[1].tensor_type.rank
@@ -153,6 +158,8 @@ def _dot(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list:
     lc_sorted = sorted(range(len(lc)), key=lambda k: lc[k])
     dims = list(rb) + rfree + [rc[k] for k in lc_sorted]
     grhs = lax.transpose(g, [dims.index(i) for i in range(rr)])
+    if pref is not None:
+        glhs, grhs = lax.convert(glhs, n.operands[0].dtype), lax.convert(grhs, n.operands[1].dtype)
     return [glhs, grhs]
 
 

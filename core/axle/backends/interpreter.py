@@ -13,7 +13,7 @@ import numpy as np
 from .. import profiler
 from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Executable, LoweringEntry
 from ..interpreter import _check_input, eval_node, evaluate
-from ..ir.dtypes import dtype
+from ..ir.dtypes import ALL_DTYPES, dtype
 from ..ir.module import Module
 from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
@@ -69,9 +69,9 @@ class InterpreterBackend(Backend):
 
     def capabilities(self, device: Device) -> Capabilities:
         """Every op of the table, loops, conditionals and extended ops (gather, scatter...)
-        included: it is the host fallback that runs what no other device claims, each op by
-        its reference."""
-        return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS)
+        included, in every dtype of the IR: it is the host fallback that runs what no other
+        device claims, each op by its reference."""
+        return Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS, dtypes=frozenset(ALL_DTYPES))
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         return InterpreterExecutable(module, device)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import DTypeError, TracingError
 from ..ir.builder import Builder, make_node
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, is_float_numpy
 from ..ir.dtypes import dtype as to_dtype
 from ..ir.literal import Literal
 from ..ir.module import Node
@@ -138,11 +138,11 @@ def leaf_aval(x: Any) -> tuple[TensorType, bool]:
         arr = host_array(x, "jit argument")  # a Python int beyond int64 is refused
         return TensorType(to_dtype(arr.dtype), ()), True
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biuf" and not is_float_numpy(arr.dtype):
         raise DTypeError(f"jit argument: a {type(x).__name__} of dtype {arr.dtype} (shape {arr.shape}) is not "
                          f"an array axle supports; convert it, or mark the argument static (static_argnums)",
                          where=user_location())
-    check_host_dtype(arr, "jit argument")  # int8, uint64...: refused, never widened or wrapped
+    check_host_dtype(arr, "jit argument")  # complex, longdouble...: refused, never converted
     return TensorType(to_dtype(arr.dtype), arr.shape), False
 
 

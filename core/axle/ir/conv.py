@@ -181,7 +181,8 @@ def _conv_nc(x: np.ndarray, w: np.ndarray, out_sp: Sequence[int], strides: Seque
 
 def convolution(lhs: np.ndarray, rhs: np.ndarray, **a: Any) -> np.ndarray:
     out_shape = conv_shape(Op.CONVOLUTION, [TensorType(_dt(lhs), lhs.shape), TensorType(_dt(rhs), rhs.shape)], a)
-    work = np.float32 if lhs.dtype == np.float16 else lhs.dtype
+    # float16 and bfloat16 accumulate in float32, as dot does
+    work = np.float32 if lhs.dtype in (np.float16, DType.BFLOAT16.np) else lhs.dtype
     x = np.transpose(lhs, [a["input_batch_dimension"], a["input_feature_dimension"],
                            *a["input_spatial_dimensions"]]).astype(work)
     w = np.transpose(rhs, [a["kernel_output_feature_dimension"], a["kernel_input_feature_dimension"],

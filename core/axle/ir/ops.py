@@ -35,7 +35,7 @@ from .conv import (
 )
 from .decompositions import Decomposition
 from .dotdims import DotDims
-from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType
+from .dtypes import ALL_DTYPES, FLOATS, INTEGRAL, NUMERIC, DType, is_float_numpy
 from .dtypes import dtype as to_dtype
 from .indexing import (
     SCATTER_KINDS,
@@ -96,6 +96,8 @@ class AttrSpec:
         """Canonical, hashable form of an attribute value (tuples, DType...)."""
         k = self.kind
         why = ""
+        if value is None and self.default is None:  # an optional attribute left unset
+            return None
         try:
             if k is AttrKind.INT:
                 return as_int(value)
@@ -248,33 +250,56 @@ def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 # ------------------------------------------------------------------ reference semantics
 
 
+_BF16 = DType.BFLOAT16.np
+
+
 def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> Reference:
-    # float16 is computed in float32 and rounded once, like the backends do.
+    # float16 and bfloat16 are computed in float32 and rounded once, like the backends do.
     def ref(x: np.ndarray) -> np.ndarray:
-        if x.dtype == np.float16:
-            return f(x.astype(np.float32)).astype(np.float16)
+        if x.dtype in (np.float16, _BF16):
+            return f(x.astype(np.float32)).astype(x.dtype)
         return f(x).astype(x.dtype, copy=False)
 
     return _quiet(ref)
 
 
+def _bf16_in_f32(f: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``f`` with bfloat16 operands computed in float32 and a float result rounded once to
+    bfloat16 (to nearest even), as every backend computes it; other dtypes pass through.
+    (ml_dtypes' own bfloat16 loops exist for some ufuncs only.)"""
+    def run(*xs: np.ndarray, **kw: Any) -> np.ndarray:
+        if not any(np.asarray(x).dtype == _BF16 for x in xs):
+            return f(*xs, **kw)
+        out = np.asarray(f(*(np.asarray(x).astype(np.float32) if np.asarray(x).dtype == _BF16 else x
+                             for x in xs), **kw))
+        return out.astype(_BF16) if out.dtype == np.float32 else out
+
+    run.__name__ = getattr(f, "__name__", "reference")
+    run.__wrapped__ = f  # type: ignore[attr-defined] # inspect.unwrap: explain-op shows f's source
+    return run
+
+
 def _float_binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Reference:
-    # float16 is computed in float32 and rounded once, as _float_unary.
+    # float16 and bfloat16 are computed in float32 and rounded once, as _float_unary.
     def ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if x.dtype == np.float16:
-            return f(x.astype(np.float32), y.astype(np.float32)).astype(np.float16)
+        if x.dtype in (np.float16, _BF16):
+            return f(x.astype(np.float32), y.astype(np.float32)).astype(x.dtype)
         return f(x, y).astype(x.dtype, copy=False)
 
     return _quiet(ref)
 
 
 def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    # XLA semantics: truncating; x/0 = -1; INT_MIN/-1 = INT_MIN. Never traps.
+    # XLA semantics: truncating; x/0 = -1 (all ones: the unsigned maximum); INT_MIN/-1 = INT_MIN.
+    # Never traps.
     info = np.iinfo(x.dtype)
+    if x.dtype.kind == "u":
+        return np.where(y == 0, np.array(info.max, x.dtype), np.floor_divide(x, np.where(y == 0, 1, y)))
     zero = y == 0
     overflow = (x == info.min) & (y == -1)
     safe_y = np.where(zero | overflow, 1, y)
-    q = np.trunc(np.true_divide(x, safe_y)).astype(x.dtype) if x.dtype == np.int32 else _trunc_div64(x, safe_y)
+    # float64 holds every quotient of 32-bit and narrower integers exactly
+    q = np.trunc(np.true_divide(x, safe_y)).astype(x.dtype) if x.itemsize <= 4 else _trunc_div64(x, safe_y)
     q = np.where(zero, np.array(-1, x.dtype), q)
     return np.where(overflow, np.array(info.min, x.dtype), q).astype(x.dtype)
 
@@ -288,6 +313,8 @@ def _trunc_div64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _int_rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # Sign of the dividend (C/XLA); x % 0 = x; INT_MIN % -1 = 0.
     zero = y == 0
+    if x.dtype.kind == "u":
+        return np.where(zero, x, np.fmod(x, np.where(zero, 1, y))).astype(x.dtype)
     safe_y = np.where(zero | (y == -1), 1, y)
     r = np.fmod(x, safe_y)
     r = np.where(y == -1, np.array(0, x.dtype), r)
@@ -295,19 +322,19 @@ def _int_rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if x.dtype.kind == "i":
+    if x.dtype.kind in "iu":
         return _int_div(x, y)
     return np.true_divide(x, y).astype(x.dtype, copy=False)
 
 
 def _rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if x.dtype.kind == "i":
+    if x.dtype.kind in "iu":
         return _int_rem(x, y)
     return np.fmod(x, y).astype(x.dtype, copy=False)
 
 
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if x.dtype.kind != "i":
+    if x.dtype.kind not in "iu":
         return np.power(x, y).astype(x.dtype, copy=False)
     # Integer power by squaring; negative exponents give 0 except for bases 1 and -1.
     x, y = np.broadcast_arrays(x, y)
@@ -319,6 +346,8 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         result = np.where(odd, result * base, result)
         base = base * base
         e = e >> 1
+    if x.dtype.kind == "u":
+        return result.astype(x.dtype)
     neg = y < 0
     neg_val = np.where(x == 1, 1, np.where(x == -1, np.where((y & 1) == 1, -1, 1), 0)).astype(x.dtype)
     return np.where(neg, neg_val, result).astype(x.dtype)
@@ -352,7 +381,11 @@ def convert_array(x: np.ndarray, dt: DType) -> np.ndarray:
     target = dt.np
     if dt is DType.BOOL:
         return x != 0
-    if x.dtype.kind == "f" and target.kind == "i":
+    if dt is DType.BFLOAT16 and x.dtype != np.float32:
+        # through float32, as the backends compute it: each step rounds to nearest even
+        # (so float64 and wide integers round twice; float16 and bfloat16 are exact in float32)
+        return convert_array(x, DType.FLOAT32).astype(target)
+    if is_float_numpy(x.dtype) and target.kind in "iu":
         info = np.iinfo(target)
         t = np.trunc(x.astype(np.float64))
         out = np.where(np.isnan(t), 0, np.clip(t, info.min, info.max))
@@ -379,15 +412,22 @@ def _signed_zero_fixup(x: np.ndarray, out: np.ndarray, *, kind: str, axes: tuple
 def _reduce(x: np.ndarray, *, kind: str, axes: tuple[int, ...]) -> np.ndarray:
     rk = REDUCE_KINDS[kind]
     ident = rk.identity(to_dtype(x.dtype))
-    work = x.astype(np.float32) if rk.accumulator(to_dtype(x.dtype)) is not to_dtype(x.dtype) else x
+    # bfloat16 max/min also run in float32 (exact: NumPy has no bfloat16 reduce loops of its own)
+    widen = rk.accumulator(to_dtype(x.dtype)) is not to_dtype(x.dtype) or x.dtype == _BF16
+    work = x.astype(np.float32) if widen else x
     out = np.asarray(rk.ufunc.reduce(work, axis=tuple(axes), initial=ident if work is x else float(ident)))
-    if kind in ("max", "min") and x.dtype.kind == "f":
+    if kind in ("max", "min") and is_float_numpy(x.dtype):
         out = _signed_zero_fixup(x, out, kind=kind, axes=tuple(axes))
     return out.astype(x.dtype)
 
 
 def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...], rhs_batch: tuple[int, ...],
-                 lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...]) -> np.ndarray:
+                 lhs_contracting: tuple[int, ...], rhs_contracting: tuple[int, ...],
+                 preferred_element_type: DType | None = None) -> np.ndarray:
+    if preferred_element_type is not None:
+        # widen the operands exactly, then multiply and accumulate in the preferred type
+        # (int8 x int8 -> int32 sums products in int32, wrapping there; bf16 -> f32 in f32)
+        lhs, rhs = (convert_array(x, preferred_element_type) for x in (lhs, rhs))
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     lsub = [""] * lhs.ndim
     rsub = [""] * rhs.ndim
@@ -410,7 +450,7 @@ def _dot_general(lhs: np.ndarray, rhs: np.ndarray, *, lhs_batch: tuple[int, ...]
             rsub[i] = next(letters)
             rfree.append(rsub[i])
     spec = f"{''.join(lsub)},{''.join(rsub)}->{''.join(batch + lfree + rfree)}"
-    work_dt = np.float32 if lhs.dtype == np.float16 else lhs.dtype
+    work_dt = np.float32 if lhs.dtype in (np.float16, _BF16) else lhs.dtype
     out = np.asarray(np.einsum(spec, lhs.astype(work_dt, copy=False), rhs.astype(work_dt, copy=False), optimize=True))
     if out.dtype.kind == "f":
         # A dot accumulates from +0 (like a sum reduction), so a sum of only -0 products is
@@ -441,7 +481,7 @@ def _pad_shape(shape: Shape, low: Sequence[int], high: Sequence[int], interior: 
 
 
 def _iota(*, shape: Shape, dtype: DType, dimension: int) -> np.ndarray:
-    ar = np.arange(shape[dimension], dtype=np.int64).astype(dtype.np)
+    ar = convert_array(np.arange(shape[dimension], dtype=np.int64), dtype)
     view = [1] * len(shape)
     view[dimension] = shape[dimension]
     return np.broadcast_to(ar.reshape(view), shape).copy()
@@ -537,7 +577,8 @@ def sort_permutation(keys: Sequence[np.ndarray], descending: bool) -> np.ndarray
     perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
     # LSD radix order over the keys: each pass a stable sort by one key of the current order.
     for k in reversed(keys):
-        cur = np.take_along_axis(k, perm, axis=1)
+        # bfloat16 as float32 (exact, same order): ml_dtypes' bfloat16 argsort misplaces NaN
+        cur = np.take_along_axis(k.astype(np.float32) if k.dtype == _BF16 else k, perm, axis=1)
         if descending:
             # stable descending = reverse, stable ascending, reverse (ties keep their order)
             order = n - 1 - np.argsort(cur[:, ::-1], axis=1, kind="stable")[:, ::-1]
@@ -600,6 +641,22 @@ def _dot_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape
             raise _shape_error(op, ts,
                                f"lhs dim {a} (size {lhs.shape[a]}) does not match rhs dim {b} (size {rhs.shape[b]})")
     return DotDims.from_attrs(lhs.shape, rhs.shape, attrs).result_shape(lhs.shape, rhs.shape)
+
+
+def _dot_dtype(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> DType:
+    """The operands' dtype, or ``preferred_element_type`` (StableHLO/jax): a wider type of
+    the same kind the products are accumulated in (int8 -> int32, bfloat16 -> float32)."""
+    dt = _same_dtype(op, ts, attrs)
+    pref = attrs.get("preferred_element_type")
+    if pref is None or pref is dt:
+        return dt
+    same_kind = (pref.is_int and dt.is_int) or (pref.is_float and dt.is_float)
+    # the widening must be exact: a wider type, and never signed -> unsigned
+    exact = pref.bits > dt.bits and not (dt.is_signed and pref.is_unsigned)
+    if not same_kind or not exact:
+        raise DTypeError(f"{op.value}: preferred_element_type {pref.value} is not an exact widening of the "
+                         f"operands' {dt.value} (operands: {_types_str(ts)})")
+    return pref
 
 
 def _broadcast_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, Any]) -> Shape:
@@ -777,7 +834,7 @@ for _op, _f, _dts, _tr in [
     (Op.SIGN, _sign, NUMERIC, _EW),
     (Op.NOT, _logical_not, INTEGRAL, _EW),
 ]:
-    _def(_op, 1, _first_shape, _same_dtype, _quiet(_f),  # type: ignore[arg-type]  # ufuncs and functions join to object
+    _def(_op, 1, _first_shape, _same_dtype, _quiet(_bf16_in_f32(_f)),  # type: ignore[arg-type]  # ufuncs and functions join to object
          traits=_tr, operand_dtypes=_dts)
 
 for _op, _f, _tr in [
@@ -808,10 +865,11 @@ for _op, _f, _dts, _tr in [
     (Op.AND, np.bitwise_and, INTEGRAL, _EW_C),
     (Op.OR, np.bitwise_or, INTEGRAL, _EW_C),
 ]:
-    _def(_op, 2, _same_shape, _same_dtype, _quiet(lambda x, y, _f=_f: np.asarray(_f(x, y)).astype(x.dtype, copy=False)),
+    _def(_op, 2, _same_shape, _same_dtype,
+         _quiet(_bf16_in_f32(lambda x, y, _f=_f: np.asarray(_f(x, y)).astype(x.dtype, copy=False))),
          traits=_tr, operand_dtypes=_dts)
 
-_def(Op.COMPARE, 2, _same_shape, _bool_dtype, _quiet(_compare),
+_def(Op.COMPARE, 2, _same_shape, _bool_dtype, _quiet(_bf16_in_f32(_compare)),
      attrs=(AttrSpec("direction", AttrKind.ENUM, choices=tuple(_COMPARE)),), traits=_EW,
      doc="Elementwise comparison; NaN compares unequal to everything.")
 _def(Op.SELECT, 3, _select_shape, _select_dtype, lambda p, a, b: np.where(p, a, b), traits=_EW,
@@ -821,11 +879,13 @@ _def(Op.SELECT, 3, _select_shape, _select_dtype, lambda p, a, b: np.where(p, a, 
 _def(Op.REDUCE, 1, _reduce_shape, _reduce_dtype, _quiet(_reduce),
      attrs=(AttrSpec("kind", AttrKind.ENUM, choices=tuple(REDUCE_KINDS)), AttrSpec("axes", AttrKind.INTS)),
      traits=Traits(reduction=True), doc="Reduces `axes` with sum/prod/max/min/and/or; empty -> identity.")
-_def(Op.DOT_GENERAL, 2, _dot_shape, _same_dtype, _quiet(_dot_general),
+_def(Op.DOT_GENERAL, 2, _dot_shape, _dot_dtype, _quiet(_dot_general),
      attrs=(AttrSpec("lhs_batch", AttrKind.INTS, ()), AttrSpec("rhs_batch", AttrKind.INTS, ()),
-            AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS)),
+            AttrSpec("lhs_contracting", AttrKind.INTS), AttrSpec("rhs_contracting", AttrKind.INTS),
+            AttrSpec("preferred_element_type", AttrKind.DTYPE, None)),
      traits=Traits(contraction=True), operand_dtypes=NUMERIC,
-     doc="Output dims: batch, lhs free, rhs free (XLA order).")
+     doc="Output dims: batch, lhs free, rhs free (XLA order). `preferred_element_type` (optional): "
+         "the result and accumulation dtype, an exact widening of the operands' (int8 -> int32).")
 
 # windowed (semantics and references: ir/conv.py)
 _def(Op.CONVOLUTION, 2, conv_shape, conv_dtype, _quiet(convolution),

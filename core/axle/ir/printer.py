@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import DType, is_float_numpy
 from .literal import Literal
 from .ops import OPS, AttrKind, Op
 
@@ -33,7 +33,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 def format_scalar(v: Any, dt: np.dtype) -> str:
     if dt == np.bool_:
         return "true" if v else "false"
-    if dt.kind == "f":
+    if is_float_numpy(dt):  # bfloat16's NumPy kind is 'V'
         f = float(v)
         if math.isnan(f):
             return "nan"
@@ -112,7 +112,9 @@ def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root:
     if n.op is Op.CONSTANT:
         return f"{lhs} constant({format_literal(n.attr['value'])})"
     args = ", ".join("%" + names[o.uid] for o in n.operands)
-    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs)
+    # an optional attribute whose default is None is written only when it is set
+    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs
+                      if v is not None or d.attr_spec(k).default is not None)
     return f"{lhs} {n.op.value}({args})" + (f", {attrs}" if attrs else "")
 
 

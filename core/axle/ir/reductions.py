@@ -13,7 +13,7 @@ from typing import cast
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import DType, is_float_numpy
 from .opcodes import Op
 
 
@@ -24,7 +24,7 @@ from .opcodes import Op
 def maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """IEEE 754-2019 maximum (ints and bools: NumPy's, which has no ties to break)."""
     out = np.maximum(x, y)
-    if np.asarray(out).dtype.kind != "f":
+    if not is_float_numpy(np.asarray(out).dtype):
         return out
     # equal operands differ at most in the sign of a zero: the one without a sign bit wins
     return np.where(x == y, np.where(np.signbit(x), y, x), out)
@@ -33,7 +33,7 @@ def maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def minimum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """IEEE 754-2019 minimum (ints and bools: NumPy's, which has no ties to break)."""
     out = np.minimum(x, y)
-    if np.asarray(out).dtype.kind != "f":
+    if not is_float_numpy(np.asarray(out).dtype):
         return out
     return np.where(x == y, np.where(np.signbit(x), x, y), out)
 
@@ -57,9 +57,9 @@ class ReduceKind:
         return cast(np.generic, np.array(self._identity(dt.np)).astype(dt.np)[()])  # [()]: 0-d -> scalar
 
     def accumulator(self, dt: DType) -> DType:
-        """The dtype partial results are kept in: float16 sums and products run in
-        float32 and round once at the end (as the reference does)."""
-        return DType.FLOAT32 if dt is DType.FLOAT16 and self.name in ("sum", "prod") else dt
+        """The dtype partial results are kept in: float16 and bfloat16 sums and products
+        run in float32 and round once at the end (as the reference does)."""
+        return DType.FLOAT32 if dt.is_half and self.name in ("sum", "prod") else dt
 
     def combine_host(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``combine`` for partial results of any dtype (bool included)."""
@@ -70,11 +70,11 @@ class ReduceKind:
 
 
 def _lowest(d: np.dtype) -> object:
-    return -np.inf if d.kind == "f" else (np.iinfo(d).min if d.kind == "i" else False)
+    return -np.inf if is_float_numpy(d) else (np.iinfo(d).min if d.kind in "iu" else False)
 
 
 def _highest(d: np.dtype) -> object:
-    return np.inf if d.kind == "f" else (np.iinfo(d).max if d.kind == "i" else True)
+    return np.inf if is_float_numpy(d) else (np.iinfo(d).max if d.kind in "iu" else True)
 
 
 REDUCE_KINDS: dict[str, ReduceKind] = {k.name: k for k in (

@@ -52,15 +52,24 @@ class C99:
     #: element type inside buffers
     storage: ClassVar[dict[DType, str]] = {
         DType.BOOL: "uint8_t", DType.INT32: "int32_t", DType.INT64: "int64_t",
-        DType.FLOAT16: "_Float16", DType.FLOAT32: "float", DType.FLOAT64: "double"}
-    #: type of values in registers: bool as int 0/1, float16 as float
+        DType.FLOAT16: "_Float16", DType.FLOAT32: "float", DType.FLOAT64: "double",
+        DType.INT8: "int8_t", DType.INT16: "int16_t", DType.UINT8: "uint8_t", DType.UINT16: "uint16_t",
+        DType.UINT32: "uint32_t", DType.UINT64: "uint64_t", DType.BFLOAT16: "uint16_t"}
+    #: type of values in registers: bool as int 0/1, float16 and bfloat16 as float
     reg: ClassVar[dict[DType, str]] = {
         DType.BOOL: "int", DType.INT32: "int32_t", DType.INT64: "int64_t",
-        DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double"}
-    #: unsigned twin for wrapping arithmetic
-    unsigned: ClassVar[dict[DType, str]] = {DType.INT32: "uint32_t", DType.INT64: "uint64_t"}
-    int_min: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MIN", DType.INT64: "INT64_MIN"}
-    int_max: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MAX", DType.INT64: "INT64_MAX"}
+        DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double",
+        DType.INT8: "int8_t", DType.INT16: "int16_t", DType.UINT8: "uint8_t", DType.UINT16: "uint16_t",
+        DType.UINT32: "uint32_t", DType.UINT64: "uint64_t", DType.BFLOAT16: "float"}
+    #: unsigned twin for wrapping arithmetic (at least 32 bits: C promotes narrower
+    #: operands to int, where 65535 * 65535 would overflow)
+    unsigned: ClassVar[dict[DType, str]] = {
+        DType.INT32: "uint32_t", DType.INT64: "uint64_t", DType.INT8: "uint32_t", DType.INT16: "uint32_t",
+        DType.UINT8: "uint32_t", DType.UINT16: "uint32_t", DType.UINT32: "uint32_t", DType.UINT64: "uint64_t"}
+    int_min: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MIN", DType.INT64: "INT64_MIN", DType.INT8: "INT8_MIN",
+                                           DType.INT16: "INT16_MIN"}
+    int_max: ClassVar[dict[DType, str]] = {DType.INT32: "INT32_MAX", DType.INT64: "INT64_MAX", DType.INT8: "INT8_MAX",
+                                           DType.INT16: "INT16_MAX"}
     int64_suffix: ClassVar[str] = "LL"
     uint64_suffix: ClassVar[str] = "ULL"
     index_type: ClassVar[str] = "int64_t"
@@ -78,8 +87,13 @@ class C99:
     store_half: ClassVar[str] = "{ptr}[{off}] = (_Float16)({value});"
     round_half: ClassVar[str] = "((float)(_Float16)({x}))"
     round_half_double: ClassVar[str] = "((float)(_Float16)({x}))"
+    #: bfloat16 bits <-> float32 (exact one way, rounded to nearest even the other): the
+    #: type-punning expressions the helpers use
+    float_bits: ClassVar[str] = "(((union {{ float f; uint32_t u; }}){{ .f = {x} }}).u)"
+    bits_float: ClassVar[str] = "(((union {{ uint32_t u; float f; }}){{ .u = {x} }}).f)"
     #: float -> int with saturation and NaN -> 0 (C has no such cast: a helper)
-    sat_convert: ClassVar[dict[DType, str]] = {DType.INT32: "axle_sat_int32", DType.INT64: "axle_sat_int64"}
+    sat_convert: ClassVar[dict[DType, str]] = {dt: f"axle_sat_{dt.np.name}" for dt in (
+        DType.INT32, DType.INT64, DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64)}
     float_cast: ClassVar[dict[DType, str]] = {DType.FLOAT32: "(float)", DType.FLOAT64: "(double)"}
     #: loops add float16/float32 terms in double (see :func:`accumulator`)
     wide_float_sums: ClassVar[bool] = True
@@ -90,6 +104,9 @@ class C99:
     #: there, so the renderer guards it)
     popcount: ClassVar[dict[int, str]] = {32: "__builtin_popcount({x})", 64: "__builtin_popcountll({x})"}
     clz: ClassVar[dict[int, str]] = {32: "__builtin_clz({x})", 64: "__builtin_clzll({x})"}
+    #: bodies of the float16 bits helpers (a float register holding a half <-> its 16 bits)
+    half_to_bits: ClassVar[str] = "union { _Float16 h; uint16_t u; } v; v.h = (_Float16)x; return v.u;"
+    bits_to_half: ClassVar[str] = "union { uint16_t u; _Float16 h; } v; v.u = b; return (float)v.h;"
 
 
 class OpenCLC(C99):
@@ -99,12 +116,17 @@ class OpenCLC(C99):
 
     name = "opencl"
     storage = {DType.BOOL: "uchar", DType.INT32: "int", DType.INT64: "long",
-               DType.FLOAT16: "half", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+               DType.FLOAT16: "half", DType.FLOAT32: "float", DType.FLOAT64: "double",
+               DType.INT8: "char", DType.INT16: "short", DType.UINT8: "uchar", DType.UINT16: "ushort",
+               DType.UINT32: "uint", DType.UINT64: "ulong", DType.BFLOAT16: "ushort"}
     reg = {DType.BOOL: "int", DType.INT32: "int", DType.INT64: "long",
-           DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double"}
-    unsigned = {DType.INT32: "uint", DType.INT64: "ulong"}
-    int_min = {DType.INT32: "INT_MIN", DType.INT64: "LONG_MIN"}
-    int_max = {DType.INT32: "INT_MAX", DType.INT64: "LONG_MAX"}
+           DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double",
+           DType.INT8: "char", DType.INT16: "short", DType.UINT8: "uchar", DType.UINT16: "ushort",
+           DType.UINT32: "uint", DType.UINT64: "ulong", DType.BFLOAT16: "float"}
+    unsigned = {DType.INT32: "uint", DType.INT64: "ulong", DType.INT8: "uint", DType.INT16: "uint",
+                DType.UINT8: "uint", DType.UINT16: "uint", DType.UINT32: "uint", DType.UINT64: "ulong"}
+    int_min = {DType.INT32: "INT_MIN", DType.INT64: "LONG_MIN", DType.INT8: "CHAR_MIN", DType.INT16: "SHRT_MIN"}
+    int_max = {DType.INT32: "INT_MAX", DType.INT64: "LONG_MAX", DType.INT8: "CHAR_MAX", DType.INT16: "SHRT_MAX"}
     int64_suffix = "L"
     uint64_suffix = "UL"
     index_type = "long"
@@ -118,12 +140,23 @@ class OpenCLC(C99):
     store_half = "vstore_half_rte({value}, {off}, {ptr});"
     round_half = "axle_rh({x})"
     round_half_double = "axle_rh_d({x})"
-    sat_convert = {DType.INT32: "convert_int_sat_rtz", DType.INT64: "convert_long_sat_rtz"}
+    sat_convert = {dt: f"convert_{t}_sat_rtz" for dt, t in (
+        (DType.INT32, "int"), (DType.INT64, "long"), (DType.INT8, "char"), (DType.INT16, "short"),
+        (DType.UINT8, "uchar"), (DType.UINT16, "ushort"), (DType.UINT32, "uint"), (DType.UINT64, "ulong"))}
+    float_bits = "as_uint({x})"
+    bits_float = "as_float({x})"
     float_cast = {DType.FLOAT32: "convert_float", DType.FLOAT64: "convert_double"}
     #: many GPUs have no doubles (cl_khr_fp64): the reduce table's accumulators
     wide_float_sums = False
     popcount = {32: "popcount({x})", 64: "popcount({x})"}
     clz = {32: "clz({x})", 64: "clz({x})"}
+    # OpenCL C declares no half variables without cl_khr_fp16: through a private half
+    # pointer; a NaN by hand (PoCL's vstore_half writes every NaN as 0x7FFF): the float's
+    # sign and top mantissa bits, which hold the half's payload exactly
+    half_to_bits = ("if (x != x) { uint u = as_uint(x); uint m = (u >> 13) & 0x3FF;\n"
+                    "    return (ushort)(((u >> 16) & 0x8000) | 0x7C00 | (m ? m : 0x200)); }\n"
+                    "  ushort b; vstore_half(x, 0, (half*)&b); return b;")
+    bits_to_half = "return vload_half(0, (const half*)&b);"
 
 
 Dialect = type[C99]
@@ -145,6 +178,19 @@ def helpers(d: Dialect) -> dict[str, str]:
         "axle_rh_d": f"{d.helper_prefix} float axle_rh_d(double x) {{ ushort t; vstore_half_rte(x, 0, "
                      "(__private half*)&t); return vload_half(0, (__private const half*)&t); }",
     }
+    u32 = d.unsigned[DType.UINT32]
+    # bfloat16: bits to float (exact) and float to bits rounded to nearest even (NaN kept)
+    out["axle_bf16_f32"] = (f"{d.helper_prefix} float axle_bf16_f32({u32} b) {{ "
+                            f"return {d.bits_float.format(x='b << 16')}; }}")
+    out["axle_f32_bf16"] = (f"{d.helper_prefix} {u32} axle_f32_bf16(float x) {{\n"
+                            f"  {u32} u = {d.float_bits.format(x='x')};\n"
+                            "  if (x != x) return (u >> 16) | 0x40;\n"
+                            "  return (u + 0x7FFF + ((u >> 16) & 1)) >> 16;\n}")
+    # (self-contained: a program defines only the helpers its source names)
+    out["axle_rbf"] = (f"{d.helper_prefix} float axle_rbf(float x) {{\n"
+                       f"  {u32} u = {d.float_bits.format(x='x')};\n"
+                       "  if (x != x) return x;\n"
+                       f"  return {d.bits_float.format(x='((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16')};\n}}")
     out.update(_bit_helpers(d))
     for dt in (DType.INT32, DType.INT64):
         t, u, lo, hi = d.reg[dt], d.unsigned[dt], d.int_min[dt], d.int_max[dt]
@@ -166,9 +212,42 @@ def helpers(d: Dialect) -> dict[str, str]:
         out[f"axle_sat_{s}"] = (f"{d.helper_prefix} {t} axle_sat_{s}(double x) {{\n"
                                 f"  return x != x ? 0 : x <= -{float(2 ** bits)!r} ? {lo} : "
                                 f"x >= {float(2 ** bits - 1)!r} ? {hi} : ({t})x;\n}}")
+    for dt in (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64):
+        out.update(_narrow_helpers(d, dt))
     return out
 
 
+def _narrow_helpers(d: Dialect, dt: DType) -> dict[str, str]:
+    """div, rem, pow, abs and the saturating convert of a narrow or unsigned integer type
+    (in registers it is its own C type; arithmetic wraps through the unsigned twin)."""
+    t, u, s, p = d.reg[dt], d.unsigned[dt], _s(d, dt), d.helper_prefix
+    bits = dt.bits
+    if dt.is_unsigned:
+        hi = f"(({t})~({t})0)"
+        div = f"  if (b == 0) return {hi};\n  return a / b;\n"  # x/0: all ones (XLA)
+        rem = "  if (b == 0) return a;\n  return a % b;\n"
+        neg_pow = ""
+        sat = f"x != x || x <= 0.0 ? 0 : x >= {float(2 ** bits)!r} ? {hi} : ({t})x"
+        absolute = "a"
+    else:
+        lo, hi = d.int_min[dt], d.int_max[dt]
+        div = f"  if (b == 0) return -1;\n  if (a == {lo} && b == -1) return {lo};\n  return ({t})(a / b);\n"
+        rem = f"  if (b == 0) return a;\n  if (b == -1) return 0;\n  return ({t})(a % b);\n"
+        neg_pow = "  if (y < 0) return x == 1 ? 1 : (x == -1 ? ((y & 1) ? -1 : 1) : 0);\n"
+        sat = (f"x != x ? 0 : x <= -{float(2 ** (bits - 1))!r} ? {lo} : "
+               f"x >= {float(2 ** (bits - 1) - 1)!r} ? {hi} : ({t})x")
+        absolute = f"a < 0 ? ({t})(0 - ({u})a) : a"
+    return {
+        f"axle_div_{s}": f"{p} {t} axle_div_{s}({t} a, {t} b) {{\n{div}}}",
+        f"axle_rem_{s}": f"{p} {t} axle_rem_{s}({t} a, {t} b) {{\n{rem}}}",
+        f"axle_pow_{s}": (f"{p} {t} axle_pow_{s}({t} x, {t} y) {{\n{neg_pow}"
+                          f"  {u} r = 1, b = ({u})x;\n"
+                          "  while (y > 0) { if (y & 1) r *= b; b *= b; y >>= 1; }\n"
+                          f"  return ({t})r;\n}}"),
+        f"axle_abs_{s}": f"{p} {t} axle_abs_{s}({t} a) {{ return {absolute}; }}",
+        # (the OpenCL dialect calls its built-in convert_<t>_sat_rtz instead)
+        f"axle_sat_{dt.np.name}": f"{p} {t} axle_sat_{dt.np.name}(double x) {{\n  return {sat};\n}}",
+    }
 def _bitcastable(d: Dialect) -> list[tuple[DType, DType]]:
     """(source, destination) pairs of equal width whose registers hold their storage type."""
     regs = [dt for dt in d.reg if not dt.is_bool and d.reg[dt] == d.storage[dt]]
@@ -196,6 +275,19 @@ def _bit_helpers(d: Dialect) -> dict[str, str]:
         f"  float step = {ldexp}(1.0f, k < -24 ? -24 : k);\n"
         "  float r = x < y ? x + step : x - step;\n"
         "  return r == 0 ? copysign(0.0f, x) : r;  /* -2^-24 + 2^-24 is +0: keep x's sign */\n}")
+    # nextafter in bfloat16's own format: a bfloat16 is the top half of a float, so one
+    # step is 1 << 16 in the float's bits (the magnitude grows or shrinks by one; from an
+    # infinity to the largest finite; from a zero to the smallest subnormal of y's sign)
+    u32 = d.unsigned[DType.UINT32]
+    out["axle_nextafter_bf"] = (
+        f"{d.helper_prefix} float axle_nextafter_bf(float x, float y) {{\n"
+        "  if (x != x || y != y) return x + y;\n  if (x == y) return y;\n"
+        f"  if (x == 0) return {d.bits_float.format(x=f'y > 0 ? ({u32})0x10000 : ({u32})0x80010000')};\n"
+        f"  {u32} u = {d.float_bits.format(x='x')};\n"
+        f"  return {d.bits_float.format(x='(x < y) == (x > 0) ? u + 0x10000 : u - 0x10000')};\n}}")
+    u16 = d.reg[DType.UINT16]
+    out["axle_half_bits"] = f"{d.helper_prefix} {u16} axle_half_bits(float x) {{ {d.half_to_bits} }}"
+    out["axle_bits_half"] = f"{d.helper_prefix} float axle_bits_half({u16} b) {{ {d.bits_to_half} }}"
     return out
 
 
@@ -211,9 +303,11 @@ def _literal(d: Dialect, value: object, dt: DType) -> str:
         return "1" if bool(v) else "0"
     if dt.is_int:
         iv = int(v)
+        if dt.is_unsigned:
+            return f"{iv}{d.uint64_suffix}" if dt is DType.UINT64 else f"{iv}u"
         if iv == np.iinfo(dt.np).min:
             return d.int_min[dt]
-        return str(iv) if dt is DType.INT32 else f"{iv}{d.int64_suffix}"
+        return f"{iv}{d.int64_suffix}" if dt is DType.INT64 else str(iv)
     f = float(v)
     cast = "(double)" if dt is DType.FLOAT64 else ""
     if math.isnan(f):
@@ -281,6 +375,7 @@ FLOAT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ATAN2: lambda d, dt, a, b: f"{_fn(d, dt, 'atan2')}({a}, {b})",
     # float16 steps in its own format (a float nextafter would round back to x)
     Op.NEXT_AFTER: lambda d, dt, a, b: (f"axle_nextafter_h({a}, {b})" if dt is DType.FLOAT16
+                                        else f"axle_nextafter_bf({a}, {b})" if dt is DType.BFLOAT16
                                         else f"{_fn(d, dt, 'nextafter')}({a}, {b})"),
 }
 #: float16 results of these are operands already: no rounding
@@ -295,6 +390,23 @@ def _s(d: Dialect, dt: DType) -> str:
     return d.reg[dt].replace("_t", "")
 
 
+#: the unsigned and signed dtype of each bit width
+_UNSIGNED_OF = {8: DType.UINT8, 16: DType.UINT16, 32: DType.UINT32, 64: DType.UINT64}
+_SIGNED_OF = {8: DType.INT8, 16: DType.INT16, 32: DType.INT32, 64: DType.INT64}
+
+
+def _ubits(d: Dialect, dt: DType, x: Expr) -> Expr:
+    """The bits of integer ``x`` zero-extended into its (at least 32-bit) unsigned twin:
+    through the unsigned type of its own width first, or a narrow signed value would
+    sign-extend (int8 -1 would count 32 set bits and shift ones in from the left)."""
+    return f"(({d.unsigned[dt]})({d.reg[_UNSIGNED_OF[_width(dt)]]})({x}))"
+
+
+def _counted(table: dict[int, str], dt: DType, x: Expr) -> Expr:
+    # the builtins count 32 or 64 bits: a narrow value is counted in 32
+    return table[max(32, _width(dt))].format(x=x)
+
+
 def _wrap(op: str) -> Callable[[Dialect, DType, Expr, Expr], Expr]:
     return lambda d, dt, a, b: f"(({d.reg[dt]})(({d.unsigned[dt]}){a} {op} ({d.unsigned[dt]}){b}))"
 
@@ -304,9 +416,10 @@ INT_UNARY: dict[Op, Callable[[Dialect, DType, Expr], Expr]] = {
     Op.ABS: lambda d, dt, x: f"axle_abs_{_s(d, dt)}({x})",
     Op.SIGN: lambda d, dt, x: f"(({d.reg[dt]})(({x} > 0) - ({x} < 0)))",
     Op.NOT: lambda d, dt, x: f"(~{x})",
-    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){d.popcount[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})",
+    Op.POPCNT: lambda d, dt, x: f"(({d.reg[dt]}){_counted(d.popcount, dt, _ubits(d, dt, x))})",
+    # clz counts the zero-extended value's leading zeros: less those above a narrow width
     Op.CLZ: lambda d, dt, x: (f"({x} == 0 ? {_width(dt)} : ({d.reg[dt]})"
-                              f"{d.clz[_width(dt)].format(x=f'(({d.unsigned[dt]}){x})')})"),
+                              f"({_counted(d.clz, dt, _ubits(d, dt, x))} - {max(32, _width(dt)) - _width(dt)}))"),
 }
 INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     Op.ADD: _wrap("+"), Op.SUB: _wrap("-"), Op.MUL: _wrap("*"),
@@ -321,12 +434,14 @@ INT_BINARY: dict[Op, Callable[[Dialect, DType, Expr, Expr], Expr]] = {
     # StableHLO shifts: the amount read as unsigned, >= the width gives 0 (or the sign
     # fill); the ternary never evaluates an out-of-range shift (undefined in C)
     Op.SHIFT_LEFT: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                        f"({d.reg[dt]})(({d.unsigned[dt]}){a} << ({d.unsigned[dt]}){b}) : 0)"),
+                                        f"({d.reg[dt]})({_ubits(d, dt, a)} << ({d.unsigned[dt]}){b}) : 0)"),
     Op.SHIFT_RIGHT_LOGICAL: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                                 f"({d.reg[dt]})(({d.unsigned[dt]}){a} >> ({d.unsigned[dt]}){b}) : 0)"),
-    # signed registers: >> of a negative value is arithmetic in GCC, Clang and OpenCL C
-    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? "
-                                                    f"({a} >> ({d.unsigned[dt]}){b}) : ({a} < 0 ? -1 : 0))"),
+                                                 f"({d.reg[dt]})({_ubits(d, dt, a)} >> ({d.unsigned[dt]}){b}) : 0)"),
+    # through the signed type of the width (the fill is the top bit, for unsigned dtypes
+    # too): >> of a negative value is arithmetic in GCC, Clang and OpenCL C
+    Op.SHIFT_RIGHT_ARITHMETIC: lambda d, dt, a, b: (
+        f"((({d.unsigned[dt]}){b}) < {_width(dt)} ? ({d.reg[dt]})(({d.reg[_SIGNED_OF[_width(dt)]]}){a} >> "
+        f"({d.unsigned[dt]}){b}) : ({d.reg[dt]})(({d.reg[_SIGNED_OF[_width(dt)]]}){a} < 0 ? -1 : 0))"),
 }
 #: bools are int 0/1 in registers; add and multiply (the sum and prod reductions) are or, and
 BOOL_UNARY: dict[Op, Callable[[Expr], Expr]] = {Op.NOT: lambda x: f"(!{x})"}
@@ -342,15 +457,22 @@ def unary(d: Dialect, op: Op, dt: DType, x: Expr) -> Expr:
     """A unary elementwise op on a register value of dtype ``dt``."""
     if dt.is_float:
         e = d.float_unary_override.get(op, FLOAT_UNARY[op])(d, dt, x)
-        return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
+        return round_16(d, dt, e) if op not in EXACT_HALF else e
     return BOOL_UNARY[op](x) if dt.is_bool else INT_UNARY[op](d, dt, x)
+
+
+def round_16(d: Dialect, dt: DType, x: Expr) -> Expr:
+    """A float32 register value rounded to ``dt`` once when it is a 16-bit float."""
+    if dt is DType.FLOAT16:
+        return d.round_half.format(x=x)
+    return f"axle_rbf({x})" if dt is DType.BFLOAT16 else x
 
 
 def binary(d: Dialect, op: Op, dt: DType, a: Expr, b: Expr) -> Expr:
     """A binary elementwise op on two register values of dtype ``dt``."""
     if dt.is_float:
         e = FLOAT_BINARY[op](d, dt, a, b)
-        return d.round_half.format(x=e) if dt is DType.FLOAT16 and op not in EXACT_HALF else e
+        return round_16(d, dt, e) if op not in EXACT_HALF else e
     return BOOL_BINARY[op](a, b) if dt.is_bool else INT_BINARY[op](d, dt, a, b)
 
 
@@ -377,8 +499,12 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
         if src is DType.FLOAT64:
             return d.round_half_double.format(x=x)
         # ints go through float: exact for every int f16 does not overflow on
-        return d.round_half.format(x=x if src.is_float else f"{d.float_cast[DType.FLOAT32]}({x})")
-    if dst is DType.FLOAT32 and src is DType.FLOAT16:
+        return d.round_half.format(x=x if src.is_float and src is not DType.FLOAT64 else
+                                   f"{d.float_cast[DType.FLOAT32]}({x})")
+    if dst is DType.BFLOAT16:
+        # through float32 (as the interpreter): one rounding from float32 registers
+        return f"axle_rbf({x if src.is_half or src is DType.FLOAT32 else f'{d.float_cast[DType.FLOAT32]}({x})'})"
+    if dst is DType.FLOAT32 and src.is_half:
         return x
     return f"{d.float_cast[dst]}({x})"
 
@@ -391,10 +517,23 @@ def is_finite(x: Expr) -> Expr:
 def bitcast(d: Dialect, n: Node, x: Expr) -> Expr:
     """bitcast-convert node ``n`` of the register value ``x`` (a union helper)."""
     src, dst = n.operands[0].dtype, n.dtype
-    if (src, dst) not in _bitcastable(d):
-        raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
-                           "form", where=n.loc)
-    return f"axle_bc_{src.value}_{dst.value}({x})"
+    if (src, dst) in _bitcastable(d):
+        return f"axle_bc_{src.value}_{dst.value}({x})"
+    if src in _BITS16 and dst in _BITS16:  # a 16-bit float is a float register: through its bits
+        return _BITS16[dst][1](d, _BITS16[src][0](d, x))
+    raise BackendError(f"{d.name} renderer: bitcast-convert {n.operands[0].type} to {dst.value} has no register "
+                       "form", where=n.loc)
+
+
+#: 16-bit dtypes: (register value -> its bits as an unsigned 16-bit register, and back);
+#: a bfloat16 in a float register is exact, its bits the float's top half
+_BITS16: dict[DType, tuple[Callable[[Dialect, Expr], Expr], Callable[[Dialect, Expr], Expr]]] = {
+    DType.INT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({x}))", lambda d, b: f"(({d.reg[DType.INT16]})({b}))"),
+    DType.UINT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({x}))", lambda d, b: f"(({d.reg[DType.UINT16]})({b}))"),
+    DType.FLOAT16: (lambda d, x: f"axle_half_bits({x})", lambda d, b: f"axle_bits_half({b})"),
+    DType.BFLOAT16: (lambda d, x: f"(({d.reg[DType.UINT16]})({d.float_bits.format(x=x)} >> 16))",
+                     lambda d, b: f"axle_bf16_f32({b})"),
+}
 
 
 def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
@@ -403,7 +542,7 @@ def accumulator(d: Dialect, kind: str, dt: DType) -> DType:
     float16 terms in double. A loop adds one term at a time, so its rounding error grows
     with the length (3M positive float32 terms drifted 2e-3 from the exact sum, where
     NumPy's pairwise sum stays near 1e-7); in double it stays below float32's rounding."""
-    if d.wide_float_sums and kind == "sum" and dt in (DType.FLOAT16, DType.FLOAT32):
+    if d.wide_float_sums and kind == "sum" and dt in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32):
         return DType.FLOAT64
     return REDUCE_KINDS[kind].accumulator(dt)
 
@@ -532,12 +671,16 @@ class _KernelBuilder:
         o = ix.to_c(off)
         if dt is DType.FLOAT16:
             return self.d.load_half.format(ptr=ptr, off=o)
+        if dt is DType.BFLOAT16:
+            return f"axle_bf16_f32({ptr}[{o}])"
         return f"(({self.d.reg[dt]}){ptr}[{o}])" if dt is DType.BOOL else f"{ptr}[{o}]"
 
     def store(self, ptr: str, dt: DType, off: Ix, value: str) -> None:
         o = ix.to_c(off)
         if dt is DType.FLOAT16:
             self.line(self.d.store_half.format(ptr=ptr, off=o, value=value))
+        elif dt is DType.BFLOAT16:
+            self.line(f"{ptr}[{o}] = ({self.d.storage[dt]})axle_f32_bf16({value});")
         else:
             self.line(f"{ptr}[{o}] = ({self.d.storage[dt]})({value});")
 

@@ -15,7 +15,7 @@ import math
 from ..ir.dtypes import DType
 from ..ir.module import Computation
 from ..ir.types import TensorType
-from .c import CKernel, Dialect
+from .c import CKernel, Dialect, used_helpers
 
 
 def _lt(d: Dialect, dt: DType, x: str, y: str) -> str:
@@ -28,6 +28,8 @@ def _lt(d: Dialect, dt: DType, x: str, y: str) -> str:
 def _load(d: Dialect, ptr: str, dt: DType, off: str) -> str:
     if dt is DType.FLOAT16:
         return d.load_half.format(ptr=ptr, off=off)
+    if dt is DType.BFLOAT16:  # its bits as the float they stand for (exact), so keys compare as floats
+        return f"axle_bf16_f32({ptr}[{off}])"
     return f"(({d.reg[dt]}){ptr}[{off}])"
 
 
@@ -79,7 +81,9 @@ def sort_kernel(d: Dialect, name: str, comp: Computation, outputs_first: bool = 
     helper = (f"{d.helper_prefix} int {name}_before({helper_args}) {{\n" + "\n".join(tests) + "\n  return 0;\n}\n")
     key_args = ", ".join(f"p{k}" for k in range(a["num_keys"]))
     out_dt = node.dtype
-    src = _load(d, f"p{a['index']}", params[a["index"]].dtype, f"base + perm[j] * {inner}")
+    src_dt, src_off = params[a["index"]].dtype, f"base + perm[j] * {inner}"
+    # bfloat16 results are copied as their bits (a NaN keeps its payload)
+    src = f"p{a['index']}[{src_off}]" if src_dt is DType.BFLOAT16 else _load(d, f"p{a['index']}", src_dt, src_off)
     prefix = f"{d.kernel_prefix} " if d.kernel_prefix else ""
     loop = d.device_loop.format(t=t, v="r", n=rows)
     body = f"""{prefix}void {name}({', '.join(args)}) {{
@@ -108,4 +112,5 @@ def sort_kernel(d: Dialect, name: str, comp: Computation, outputs_first: bool = 
 """
     scratch = [TensorType(DType.INT64, node.tensor_type.shape)] * 2
     stages = [name] if sizes[2] else []
-    return CKernel(name, helper + body, params, [], [node.tensor_type], scratch, stages, set())
+    return CKernel(name, helper + body, params, [], [node.tensor_type], scratch, stages,
+                   set(used_helpers(d, helper + body)))

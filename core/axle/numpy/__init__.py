@@ -4,7 +4,7 @@ Broadcasting and dtype promotion follow NumPy 2 exactly (NEP 50: Python scalars 
 weak, so ``x_f32 * 2.0`` stays float32). Every function decomposes into primitives.
 
 The modules build on one another without a cycle: _core (conversion, promotion,
-elementwise math, reductions), _index (indexing), _shape, _math, _linalg; importing the
+elementwise math, reductions), _index (indexing), _shape, _math, _linalg, _quant; importing the
 package attaches the array operators and methods (_array_methods)."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ._elementwise import *  # noqa: F403 - the package is its modules' public n
 from ._index import *  # noqa: F403 - the package is its modules' public names
 from ._linalg import *  # noqa: F403 - the package is its modules' public names
 from ._math import *  # noqa: F403 - the package is its modules' public names
+from ._quant import *  # noqa: F403 - the package is its modules' public names
 from ._shape import *  # noqa: F403 - the package is its modules' public names
 from ._sort import *  # noqa: F403 - the package is its modules' public names
 

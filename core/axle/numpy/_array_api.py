@@ -14,7 +14,8 @@ import numpy as _np
 from ..backend import Device
 from ..errors import ArgumentError, DTypeError
 from ..frontend.source import user_location
-from ..ir.dtypes import MAX_RANK, DType, supported_numpy_dtype
+from ..ir.dtypes import MAX_RANK, DType, is_float_numpy, supported_numpy_dtype
+from ..ir.dtypes import finfo as _finfo
 from ..placement import default_device as _default_device
 from ..placement import devices as _devices
 from ..placement import resolve as _resolve_device
@@ -61,9 +62,11 @@ class iinfo_object:
 
 def finfo(type: Any) -> finfo_object:  # noqa: A002 - the standard's parameter name
     dt = _as_dtype(type, "finfo")
-    if dt.kind != "f":
+    if not is_float_numpy(dt):
         raise DTypeError(f"finfo: needs a floating dtype, got {dt}", where=user_location())
-    f = _np.finfo(dt)
+    found = supported_numpy_dtype(dt)
+    assert found is not None  # a float dtype axle supports: checked above
+    f = _finfo(found)  # bfloat16 too (NumPy's finfo refuses it)
     return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min), float(f.smallest_normal), dt)
 
 
@@ -81,9 +84,9 @@ _KINDS: dict[str, Any] = {
     "signed integer": lambda d: d.kind == "i",
     "unsigned integer": lambda d: d.kind == "u",
     "integral": lambda d: d.kind in "iu",
-    "real floating": lambda d: d.kind == "f",
+    "real floating": is_float_numpy,  # bfloat16 too (NumPy kind 'V')
     "complex floating": lambda d: d.kind == "c",
-    "numeric": lambda d: d.kind in "iufc",
+    "numeric": lambda d: d.kind in "iufc" or is_float_numpy(d),
 }
 
 
@@ -108,7 +111,7 @@ def can_cast(from_: Any, to: Any) -> builtins.bool:
     src, dst = _as_dtype(from_, "can_cast"), _as_dtype(to, "can_cast")
     if src == dst:
         return True
-    if (src.kind == "b") != (dst.kind == "b") or (src.kind == "f") != (dst.kind == "f"):
+    if (src.kind == "b") != (dst.kind == "b") or is_float_numpy(src) != is_float_numpy(dst):
         return False
     return builtins.bool(_np.can_cast(src, dst, "safe"))
 

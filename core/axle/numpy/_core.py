@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any
 
+import ml_dtypes as _ml_dtypes
 import numpy as _np
 
 from .. import lax
@@ -34,6 +35,7 @@ from ..frontend.validate import (
     size_arg,
 )
 from ..ir.dtypes import DType  # noqa: F401 - axle.numpy.DType, through the package's star import
+from ..ir.dtypes import is_float_numpy as _is_float
 from ..ir.dtypes import result_type as _result_type
 from ..placement import pop_default, push_default
 from ..placement import resolve as _resolve_device
@@ -42,9 +44,16 @@ if _TYPE_CHECKING:  # not at run time: the package star-imports this module's na
     from collections.abc import Callable, Iterator
 
 bool_ = _np.bool_
+int8 = _np.int8
+int16 = _np.int16
 int32 = _np.int32
 int64 = _np.int64
+uint8 = _np.uint8
+uint16 = _np.uint16
+uint32 = _np.uint32
+uint64 = _np.uint64
 float16 = _np.float16
+bfloat16 = _ml_dtypes.bfloat16
 float32 = _np.float32
 float64 = _np.float64
 pi = math.pi
@@ -138,7 +147,7 @@ def _explicit_cast(x: Any, dt: _np.dtype, fn: str) -> _np.ndarray:
         src = _np.asarray(x)
     except (OverflowError, ValueError, TypeError) as e:
         raise DTypeError(f"{fn}: cannot convert {type(x).__name__} to {dt}: {e}", where=user_location()) from None
-    if src.dtype.kind not in "biuf":
+    if src.dtype.kind not in "biuf" and not _is_float(src.dtype):
         raise DTypeError(f"{fn}: cannot convert {src.dtype} data to {dt}", where=user_location())
     check_shape(tuple(src.shape), fn, dt.itemsize)
     with _np.errstate(all="ignore"):
@@ -237,7 +246,7 @@ def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, Ar
 
 def _float_result(x: Any, *rest: Any) -> _np.dtype:
     dt = result_type(x, *rest)
-    return dt if dt.kind == "f" else _np.dtype(_np.float64)
+    return dt if _is_float(dt) else _np.dtype(_np.float64)
 
 
 add = _binary(lax.add, "add")
@@ -321,7 +330,7 @@ def _float_floor_divide(a: Any, b: Any) -> Any:
 
 def floor_divide(x: ArrayLike, y: ArrayLike) -> Any:
     a, b = _prepare("floor_divide", x, y)
-    if a.dtype.kind == "f":
+    if _is_float(a.dtype):
         return _finish(_float_floor_divide(a, b), x, y)
     if a.dtype == _np.bool_:
         a, b = astype(a, _np.int64), astype(b, _np.int64)
@@ -341,7 +350,7 @@ def remainder(x: ArrayLike, y: ArrayLike) -> Any:
     fix = lax.and_(lax.compare(r, zero, "ne"),
                    lax.compare(lax.compare(r, zero, "lt"), lax.compare(b, zero, "lt"), "ne"))
     r = lax.select(fix, lax.add(r, b), r)
-    if a.dtype.kind != "f":
+    if not _is_float(a.dtype):
         return lax.select(lax.compare(b, zero, "eq"), zero, r)  # NumPy: x % 0 == 0 for integers
     # NumPy: a zero remainder takes the sign of b (remainder(-0.0, 1.0) is +0.0); where r
     # is 0, b is neither 0 nor NaN (those give NaN)
@@ -383,10 +392,19 @@ greater = _compare("gt", "greater")
 greater_equal = _compare("ge", "greater_equal")
 
 
+def _unary_float_dtype(dt: _np.dtype) -> _np.dtype:
+    """The float dtype NumPy's unary float functions (sqrt, exp...) compute an integer
+    operand in: the smallest float that holds it (int8/uint8 -> float16, int16/uint16 ->
+    float32, wider -> float64); bool keeps axle's float64."""
+    if _is_float(dt):
+        return dt
+    return _np.result_type(dt, _np.float16) if dt.kind in "iu" else _np.dtype(_np.float64)
+
+
 def _unary_float(op: Any, name: str) -> Callable[[ArrayLike], Any]:
     def f(x: ArrayLike) -> Any:
         x = asarray(x) if not _is_array(x) else x
-        dt = x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64)
+        dt = _unary_float_dtype(x.dtype)
         return _finish(op(_to_value(x, dt)), x)
 
     f.__name__ = name
@@ -404,7 +422,7 @@ cos = _unary_float(lax.cos, "cos")
 def _unary_same(op: Any, name: str, int_identity: bool = False) -> Callable[[ArrayLike], Any]:
     def f(x: ArrayLike) -> Any:
         x = asarray(x) if not _is_array(x) else x
-        if int_identity and x.dtype.kind != "f":
+        if int_identity and not _is_float(x.dtype):
             return x
         return _finish(op(x), x)
 
@@ -530,8 +548,9 @@ def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype
     axes = _norm_axes(axis, x.ndim, name, x)
     if dtype is not None:
         x = astype(x, dtype)
-    elif kind in ("sum", "prod") and x.dtype.kind in "bi" and x.dtype.itemsize < 8:
-        x = astype(x, _np.int64)  # NumPy accumulates small integers in the platform int
+    elif kind in ("sum", "prod") and x.dtype.kind in "biu" and x.dtype.itemsize < 8:
+        # NumPy accumulates small integers in the platform int (unsigned: uint64)
+        x = astype(x, _np.uint64 if x.dtype.kind == "u" else _np.int64)
     if kind in ("max", "min") and builtins.any(x.shape[a] == 0 for a in axes):
         raise _fail(name, "zero-size array to reduction operation which has no identity", x)
     if x.dtype == _np.bool_ and kind in ("max", "min"):
@@ -566,7 +585,7 @@ amax, amin = max, min
 def mean(x: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
     x = asarray(x) if not _is_array(x) else x
     axes = _norm_axes(axis, x.ndim, "mean", x)
-    dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
+    dt = _np.dtype(dtype) if dtype is not None else (x.dtype if _is_float(x.dtype) else _np.dtype(_np.float64))
     count = math.prod(x.shape[a] for a in axes)
     s = _reduce("sum", "mean", astype(x, dt), axis, keepdims)
     return true_divide(s, _np.asarray(count, dtype=dt))  # an empty mean is 0/0 = nan, as in NumPy

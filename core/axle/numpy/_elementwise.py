@@ -14,6 +14,7 @@ from .. import lax
 from ..errors import DTypeError
 from ..frontend.source import user_location
 from ..frontend.validate import finite_number
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     _binary,
     _check_int_or_bool,
@@ -25,6 +26,7 @@ from ._core import (
     _prepare,
     _to_value,
     _unary_float,
+    _unary_float_dtype,
     asarray,
     astype,
     full,
@@ -57,14 +59,14 @@ nextafter = _binary(lax.next_after, "nextafter", _float_result)
 
 def isfinite(x: ArrayLike) -> Any:
     x = _arr(x)
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return full(x.shape, True, bool)
     return lax.is_finite(x)
 
 
 def _float_or_same(x: ArrayLike) -> Any:
     x = _arr(x)
-    return x, x.dtype.kind == "f"
+    return x, _is_float(x.dtype)
 
 
 def round(x: ArrayLike, decimals: int = 0) -> Any:
@@ -140,7 +142,7 @@ _LN2 = math.log(2.0)
 def _log_scaled(name: str, scale: float) -> Any:
     def f(x: ArrayLike) -> Any:
         x = _arr(x)
-        xf = _to_value(x, x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
+        xf = _to_value(x, _unary_float_dtype(x.dtype))
         return _finish(lax.mul(lax.log(xf), _c(scale, xf)), x)
 
     f.__name__ = name
@@ -153,7 +155,7 @@ log10 = _log_scaled("log10", 1.0 / math.log(10.0))
 
 def _float_value(x: ArrayLike) -> tuple[Any, Any]:
     x = _arr(x)
-    return _to_value(x, x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64)), x
+    return _to_value(x, _unary_float_dtype(x.dtype)), x
 
 
 #: above this |x|, e^-|x| is below half an ulp of e^|x| in float64: sinh = cosh = e^|x|/2

@@ -11,6 +11,7 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.validate import finite_number
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     _fail,
     _finish,
@@ -61,7 +62,7 @@ def isnan(x: ArrayLike) -> Any:
 
 def isinf(x: ArrayLike) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return full(x.shape, False, bool)
     return equal(lax.abs(x), _scalar(math.inf, x))
 
@@ -77,7 +78,7 @@ def var(x: ArrayLike, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdi
         ddof = correction
     axes = _norm_axes(axis, x.ndim, _name, x)
     finite_number(ddof, _name, "ddof")
-    dt = _np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else _np.dtype(_np.float64))
+    dt = _np.dtype(dtype) if dtype is not None else (x.dtype if _is_float(x.dtype) else _np.dtype(_np.float64))
     xf = astype(x, dt)
     d = subtract(xf, mean(xf, axis=axes, keepdims=True))
     n = math.prod(x.shape[a] for a in axes) - ddof
@@ -119,7 +120,7 @@ def _arg_reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool) -
     work = astype(x, _np.int32) if x.dtype == _np.bool_ else x
     ext = _reduce(kind, name, work, ax, True)
     hit = equal(work, ext)
-    if work.dtype.kind == "f":
+    if _is_float(work.dtype):
         hit = hit | isnan(work)
     idx = lax.iota(_np.int64, work.shape, ax)
     cand = where(hit, idx, _np.asarray(n, _np.int64))
@@ -174,6 +175,6 @@ def cumsum(x: ArrayLike, axis: int | None = None) -> Any:
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     ax = _norm_axis(axis, x.ndim, "cumsum", x)
-    if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
-        x = astype(x, _np.int64)
+    if x.dtype.kind in "biu" and x.dtype.itemsize < 8:
+        x = astype(x, _np.uint64 if x.dtype.kind == "u" else _np.int64)
     return _scan(x, ax, lax.add, 0) if x.shape[ax] else x

@@ -14,6 +14,7 @@ from ..frontend.array import Array
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, constant_value
 from ..frontend.validate import as_sequence, axis_arg, check_shape, dtype_arg, finite_number, host_array, size_arg
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     _fail,
     _full,
@@ -71,7 +72,7 @@ def _linspace(start: float, stop: float, num: int, endpoint: bool, dtype: Any) -
     check_shape((num,), "linspace", dt.itemsize)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    work = dt if dt.kind == "f" else _np.dtype(_np.float64)
+    work = dt if _is_float(dt) else _np.dtype(_np.float64)
     i = arange(num, dtype=work)
     out = add(multiply(i, _np.asarray(step, work)), _np.asarray(start, work))
     if endpoint and num > 1:
@@ -296,7 +297,7 @@ def repeat(x: ArrayLike, repeats: Any, /, *, axis: int | None = None) -> Any:
 
 def _lowest(dt: _np.dtype) -> _np.ndarray:
     """The value no element is below: -inf, the smallest integer, False."""
-    if dt.kind == "f":
+    if _is_float(dt):
         return _np.asarray(-_np.inf, dt)
     return _np.asarray(False) if dt.kind == "b" else _np.asarray(_np.iinfo(dt).min, dt)
 

@@ -17,6 +17,7 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, current_trace
+from ..ir.dtypes import is_float_numpy as _is_float
 from ._core import (
     ArrayLike,
     _fail,
@@ -192,7 +193,7 @@ class _Unique:
         s = self.sorted
         head, tail = lax.slice(s, (1,), (n,)), lax.slice(s, (0,), (n - 1,))
         new = not_equal(head, tail)
-        if equal_nan and s.dtype.kind == "f":
+        if equal_nan and _is_float(s.dtype):
             new = logical_and(new, logical_not(logical_and(isnan(head), isnan(tail))))
         self.first = concatenate([asarray(_np.ones(1, bool)), new])
         self.count = sum(self.first, dtype=_np.int64)
@@ -350,7 +351,7 @@ def _keepdims(out: Any, x: Any, axes: tuple[int, ...], qdims: int) -> Any:
 
 
 def _float_dtype(dt: _np.dtype) -> _np.dtype:
-    return dt if dt.kind == "f" else _np.dtype(_np.float64)
+    return dt if _is_float(dt) else _np.dtype(_np.float64)
 
 
 def _lerp(a: Any, b: Any, t: Any) -> Any:
@@ -419,7 +420,7 @@ def _quantile(a: ArrayLike, q: ArrayLike, axis: Any, method: str, keepdims: bool
     batch = tuple(s.shape[:-1])
     qflat = reshape(astype(qv, _np.float64), (-1,))
     nq = qflat.shape[0]
-    floats = s.dtype.kind == "f"
+    floats = _is_float(s.dtype)
     # the count of values each row ranks: n, or its non-NaN values (NaN sort last)
     nv = (sum(logical_not(isnan(s)), axis=-1, keepdims=True, dtype=_np.int64) if ignore_nan and floats
           else broadcast_to(_np.int64(n), batch + (1,)))

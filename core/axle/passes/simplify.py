@@ -65,7 +65,7 @@ INT_SELF_ZERO = frozenset({Op.SUB})
 INVOLUTION = frozenset({Op.NEG, Op.NOT})
 #: f(f(x)) == f(x)
 IDEMPOTENT_UNARY = frozenset({Op.ABS, Op.FLOOR, Op.CEIL, Op.SIGN})
-#: f(g(x)) == f(x): abs ignores a negation
+#: f(g(x)) == f(x): abs ignores a negation (signed and float values only)
 ABSORBS = {Op.ABS: frozenset({Op.NEG})}
 #: compare(x, x, dir) for integers and bools
 SELF_COMPARE = {"eq": True, "le": True, "ge": True, "ne": False, "lt": False, "gt": False}
@@ -114,7 +114,7 @@ def _unary_rules(n: Node) -> Node | None:
         return x.operands[0]
     if x.op is n.op and n.op in IDEMPOTENT_UNARY:
         return x
-    if x.op in ABSORBS.get(n.op, ()):
+    if x.op in ABSORBS.get(n.op, ()) and not n.dtype.is_unsigned:  # unsigned abs(-x) is -x, wrapped
         return like(n, n.op, x.operands)
     return None
 

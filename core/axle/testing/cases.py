@@ -23,7 +23,7 @@ from ..interpreter import evaluate
 from ..ir.builder import Builder
 from ..ir.conv import conv_dimension_numbers
 from ..ir.dotdims import DotDims
-from ..ir.dtypes import DType, dtype
+from ..ir.dtypes import DType, dtype, finfo, is_float_numpy
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
@@ -31,7 +31,7 @@ from ..partition import unsupported_nodes
 from ..registry import REGISTRY
 from .session import compile_case
 
-FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+FLOAT_DTYPES = (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.BFLOAT16)
 ALL = tuple(DType)
 
 #: Elementwise shapes: scalar, empty, single, odd 1-D (not a multiple of 4/8/16/64),
@@ -70,11 +70,13 @@ def random_input(rng: np.random.Generator, t: TensorType, *, special: bool = Tru
         return rng.random(t.shape) < 0.5
     if dt.is_int:
         hi = 4 if small else 100
-        x = rng.integers(-hi if not positive else 1, hi, size=t.shape).astype(dt.np)
+        lo = 1 if positive else (0 if dt.is_unsigned else -hi)
+        x = rng.integers(lo, hi, size=t.shape).astype(dt.np)
         if special and n >= 6 and not positive and not small:
             flat = x.reshape(-1)
             info = np.iinfo(dt.np)
-            flat[:4] = [0, -1, info.min, info.max]
+            # the division corners: 0, -1 and INT_MIN (unsigned: 0, 1 and the top bit set)
+            flat[:4] = [0, -1, info.min, info.max] if dt.is_signed else [0, 1, info.max, info.max // 2 + 1]
         return x
     x = rng.standard_normal(t.shape) * (1 if small else 3)
     if positive:
@@ -95,14 +97,16 @@ ULP_TOLERANCE: dict[Op, int] = {op: 16 for op in (Op.TAN, Op.EXPM1, Op.LOG1P, Op
 def tolerance(dt: DType, op: Op | None = None, n_reduced: int = 1) -> tuple[float, float]:
     """(rtol, atol) a backend must meet against the interpreter."""
     transcendental = op is not None and OPS[op].traits.transcendental
-    base = {DType.FLOAT16: 2e-3, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
+    # bfloat16: two of its ulps (2^-7 relative); like float16 it is computed in float32 and
+    # rounded once, so a one-ulp difference in float32 can flip its rounding
+    base = {DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.FLOAT32: 2e-6, DType.FLOAT64: 1e-13}.get(dt, 0.0)
     if op in ULP_TOLERANCE and dt in (DType.FLOAT32, DType.FLOAT64):
         base = ULP_TOLERANCE[op] * float(np.finfo(dt.np).eps)
     elif transcendental:
-        base *= {DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
+        base *= {DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 100}.get(dt, 1)
     if n_reduced > 1:
-        base *= 4 * math.sqrt(n_reduced) if dt is not DType.FLOAT16 else 8
-    atol = {DType.FLOAT16: 1e-3, DType.FLOAT32: 1e-6, DType.FLOAT64: 1e-12}.get(dt, 0.0) * (
+        base *= 4 * math.sqrt(n_reduced) if not dt.is_half else 8
+    atol = {DType.FLOAT16: 1e-3, DType.BFLOAT16: 8e-3, DType.FLOAT32: 1e-6, DType.FLOAT64: 1e-12}.get(dt, 0.0) * (
         math.sqrt(n_reduced) if n_reduced > 1 else 1)
     return base, atol
 
@@ -277,7 +281,7 @@ def _reduce(op: Op, rng: np.random.Generator, kind: str, dt: DType, spec: Any) -
 def _dot(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
     name, ls, rs, attrs = spec
     return _case(f"dot.{name}-{dt.value}", lambda b, p: b.dot_general(*p, **attrs), [_t(dt, ls), _t(dt, rs)], rng,
-                 special=False, small=dt is DType.FLOAT16)
+                 special=False, small=dt.is_half or dt.itemsize < 4)  # small: narrow sums stay exact
 
 
 def _broadcast(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
@@ -354,6 +358,27 @@ def _custom_call(op: Op, rng: np.random.Generator, _: Any, dt: DType, shape: tup
         register_custom_call(_CUMSUM, lambda x, config: np.cumsum(x, axis=-1).astype(x.dtype))
     return _case(f"custom-call-{dt.value}", lambda b, p: b.custom_call(p[0], target=_CUMSUM, shape=shape, dtype=dt),
                  [_t(dt, shape)], rng, special=False)
+
+
+def _preferred_dots(op: Op) -> list[OpCase]:
+    """dot_general with preferred_element_type (quantized matmuls): full-range int8 operands
+    whose sums overflow int8 but not int32, bfloat16 and float16 accumulated in float32."""
+    rng = np.random.default_rng(15)
+    out = []
+    for src, dst, lo, hi in ((DType.INT8, DType.INT32, -128, 128), (DType.UINT8, DType.UINT32, 0, 256),
+                             (DType.INT16, DType.INT64, -2**15, 2**15), (DType.UINT8, DType.INT32, 0, 256)):
+        for name, ls, rs, attrs in (_DOT_SPECS[1], _DOT_SPECS[6], _DOT_SPECS[8]):
+            a, b = (rng.integers(lo, hi, s).astype(src.np) for s in (ls, rs))
+            out.append(_explicit_case(f"dot.{name}-{src.value}-to-{dst.value}",
+                                      lambda bl, p, at=attrs, d=dst: bl.dot_general(*p, preferred_element_type=d, **at),
+                                      [a, b]))
+    for src, dst in ((DType.BFLOAT16, DType.FLOAT32), (DType.FLOAT16, DType.FLOAT32), (DType.FLOAT32, DType.FLOAT64)):
+        for name, ls, rs, attrs in (_DOT_SPECS[1], _DOT_SPECS[6]):
+            a, b = (rng.standard_normal(s).astype(src.np) for s in (ls, rs))
+            out.append(_explicit_case(f"dot.{name}-{src.value}-to-{dst.value}",
+                                      lambda bl, p, at=attrs, d=dst: bl.dot_general(*p, preferred_element_type=d, **at),
+                                      [a, b]))
+    return out
 
 
 def _convolution(op: Op, rng: np.random.Generator, _: Any, dt: DType, spec: Any) -> OpCase:
@@ -544,7 +569,12 @@ def _shift_amounts(op: Op) -> list[OpCase]:
     for dt in sorted(OPS[op].operand_dtypes, key=lambda d: d.value):
         info = np.iinfo(dt.np)
         amounts = np.arange(-2, 2 * dt.itemsize * 8 + 2).astype(dt.np)
-        vals = np.resize(np.array([info.min, info.max, -1, 1, 0x5A, info.min + 3], dt.np), amounts.shape)
+        # the top bit alone (set), all ones, ...: written as their bits, so unsigned dtypes
+        # get the same patterns as signed ones (an unsigned min would be 0)
+        bits = dt.itemsize * 8
+        top = 1 << (bits - 1)
+        pats = np.array([top, info.max, -1, 1, 0x5A, top + 3], object) % (1 << bits)
+        vals = np.resize(pats.astype(np.uint64).astype(dt.np), amounts.shape)
         out.append(_explicit_case(f"{op.value}-amounts-{dt.value}", lambda bl, p: bl.op(op, *p), [vals, amounts]))
     return out
 
@@ -618,7 +648,9 @@ _DOT_SPECS = (
     ("outer", (3,), (4,), dict(lhs_contracting=(), rhs_contracting=())),
 )
 _EW = OpCaseRow(_elementwise(), EW_SHAPES)
-_INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+#: the narrow and unsigned integers and bfloat16 (issue 15)
+_NEW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
+_INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, *_NEW_DTYPES)
 
 #: Every op a backend can claim, with the row that makes its cases: adding a primitive to
 #: the op table means adding its row here (tests/core/test_reference.py checks it).
@@ -633,9 +665,9 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.REDUCE: OpCaseRow(_reduce, REDUCE_SHAPES, ALL, variants=("sum", "prod", "max", "min", "and", "or"),
                          extra=lambda op: _signed_zero_rows()),
     Op.DOT_GENERAL: OpCaseRow(_dot, _DOT_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
-                                                  DType.INT64)),
+                                                  DType.INT64, *_NEW_DTYPES), extra=_preferred_dots),
     Op.CONVOLUTION: OpCaseRow(_convolution, _CONV_SPECS, (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32,
-                                                          DType.INT64)),
+                                                          DType.INT64, *_NEW_DTYPES)),
     Op.REDUCE_WINDOW: OpCaseRow(_reduce_window, _REDUCE_WINDOW_SPECS, ALL,
                                 variants=("sum", "prod", "max", "min", "and", "or")),
     Op.BROADCAST_IN_DIM: OpCaseRow(_broadcast, (
@@ -870,7 +902,7 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
             assert ok.all(), f"{case.id} (result {i}) on {device.name}: max error {err.max()} exceeds the dot bound"
             continue
         assert_close(a, e, rtol, atol, f"{case.id} (result {i}) on {device.name}")
-        if _orders_zeros(case.module) and e.dtype.kind == "f":
+        if _orders_zeros(case.module) and is_float_numpy(e.dtype):
             zero = e == 0
             np.testing.assert_array_equal(np.signbit(a[zero]), np.signbit(e[zero]),
                                           err_msg=f"{case.id} (result {i}) on {device.name}: signs of zeros")
@@ -886,7 +918,7 @@ def _dot_error_bound(case: OpCase) -> np.ndarray | None:
         return None
     mag = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
     k = reduced_terms(root)
-    return 2.0 * k * float(np.finfo(root.dtype.np).eps) * mag
+    return 2.0 * k * float(finfo(root.dtype).eps) * mag
 
 
 def _dtype_value(npd: np.dtype) -> str:

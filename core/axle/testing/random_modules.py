@@ -29,6 +29,14 @@ CUSTOM_TARGET = "axle.random.scale2"
 _INTERESTING = (0, -0.0, 1, 2, -1, 0.5)
 T = TypeVar("T")
 FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
+#: the narrow and unsigned integers and bfloat16, made by narrow_pattern (issue 15)
+NARROW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
+_NARROW_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
+               Op.NOT, Op.POW, Op.EXP, Op.TANH, Op.SQRT, Op.FLOOR, Op.LOG)
+# the bit and float elementwise primitives meet the new dtypes too (each op only on the
+# dtypes its table row allows)
+_NARROW_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ,
+                Op.TAN, Op.EXPM1, Op.LOG1P, Op.CBRT, Op.ERF, Op.ATAN2, Op.ROUND_NEAREST_EVEN, Op.NEXT_AFTER)
 #: what consumes a NaN or inf in nonfinite_pattern: transcendentals and float arithmetic
 _NONFINITE_CONSUMERS = (Op.EXP, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.LOG, Op.SQRT, Op.RSQRT, Op.FLOOR,
                         Op.CEIL, Op.SIGN, Op.ABS, Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAX, Op.MIN, Op.POW, Op.REM)
@@ -40,6 +48,11 @@ _INT_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.A
 _INT_OPS += (Op.XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC, Op.POPCNT, Op.CLZ)
 _CHAIN_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.TANH,
               Op.LOGISTIC, Op.SQRT, Op.SIN, Op.COS, Op.FLOOR)
+
+
+def _cast(v: object, dt: DType) -> np.ndarray:
+    """v as a dt array; an integer out of an unsigned type's range wraps (-1 -> all ones)."""
+    return np.asarray(np.asarray(v).astype(dt.np) if dt.is_unsigned else np.asarray(v, dt.np))
 
 
 def _ensure_custom_call() -> None:
@@ -68,8 +81,9 @@ class _Gen:
             specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0], dtype=dt.np)
         else:
             info = np.iinfo(dt.np)
-            x = rng.integers(-5, 6, size=t.shape).astype(dt.np)
-            specials = np.array([0, -1, 1, info.min, info.max], dtype=dt.np)
+            x = rng.integers(-5, 6, size=t.shape).astype(dt.np)  # (unsigned: small values and wrapped ones)
+            specials = np.array([0, -1, 1, info.min, info.max] if dt.is_signed else
+                                [0, 1, 2, info.max, info.max // 2 + 1], dtype=dt.np)
         mask = rng.random(t.shape) < 0.3
         return np.where(mask, specials[rng.integers(len(specials), size=t.shape)], x).astype(dt.np)
 
@@ -85,8 +99,8 @@ class _Gen:
                 v = bool(self.rng.integers(2))
             elif not t.dtype.is_float:
                 v = int(v) if v != 0.5 else 3
-            arr = np.full(t.shape, v, dtype=t.dtype.np)
-            c = self.b.constant(np.asarray(v, t.dtype.np))
+            arr = np.broadcast_to(_cast(v, t.dtype), t.shape).copy()
+            c = self.b.constant(_cast(v, t.dtype))
             if t.shape and r < 0.3:  # a broadcast splat, as the frontend makes them
                 return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=())
             return self.b.constant(arr)
@@ -99,7 +113,7 @@ class _Gen:
             v = bool(self.rng.integers(2))
         elif not t.dtype.is_float:
             v = self.choice((0, 1, -1, 2, int(np.iinfo(t.dtype.np).min), int(np.iinfo(t.dtype.np).max)))
-        c = self.b.constant(np.asarray(v, t.dtype.np))
+        c = self.b.constant(_cast(v, t.dtype))
         return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=()) if t.shape else c
 
     def fresh(self, t: TensorType) -> Node:
@@ -201,7 +215,7 @@ class _Gen:
         return v
 
     def splat_of(self, t: TensorType, v: object) -> Node:
-        c = self.b.constant(np.asarray(v, t.dtype.np))
+        c = self.b.constant(_cast(v, t.dtype))
         return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=()) if t.shape else c
 
     def int_pattern(self) -> Node:
@@ -250,6 +264,39 @@ class _Gen:
             return x
         axes = tuple(i for i in range(len(x.shape)) if self.rng.random() < 0.6) or (len(x.shape) - 1,)
         return b.reduce(x, kind=self.choice(("sum", "max", "min", "prod")), axes=axes)
+
+    # -- narrow and unsigned integers and bfloat16 (issue 15) ---------------------------
+    def narrow_pattern(self) -> Node:
+        """A chain in int8 ... uint64 or bfloat16: wrapping, unsigned division by 0,
+        converts in (saturating from floats) and out, a reduction or a dot (with int32 or
+        float32 accumulation), so every op meets the new dtypes beside the others."""
+        b = self.b
+        dt = self.choice(NARROW_DTYPES)
+        x = self.pick(lambda n: n.dtype is dt)
+        if x is None or self.rng.random() < 0.3:
+            x = (b.convert(self.operand(DTYPES), dtype=dt) if self.rng.random() < 0.4 else
+                 self.fresh(TensorType(dt, self.choice(SHAPES))))
+        ops = [o for o in _NARROW_OPS if dt in OPS[o].operand_dtypes]
+        for _ in range(int(self.rng.integers(1, 5))):
+            op = self.choice(ops)
+            if OPS[op].arity == 1:
+                x = b.op(op, x)
+                continue
+            y = self.splat(x.tensor_type) if self.rng.random() < 0.4 else self.like(x.tensor_type)
+            x = b.op(op, *((y, x) if self.rng.random() < 0.3 else (x, y)))
+        r = self.rng.random()
+        if x.shape and r < 0.3:
+            kinds = ["sum", "prod", "max", "min"] + (["and", "or"] if dt.is_int else [])
+            x = b.reduce(x, kind=self.choice(kinds), axes=tuple(range(len(x.shape))))
+        elif x.shape and r < 0.5:
+            y = self.like(TensorType(dt, (x.shape[-1], int(self.rng.integers(1, 4)))))
+            wide = {DType.INT8: DType.INT32, DType.UINT8: DType.UINT32, DType.INT16: DType.INT64,
+                    DType.BFLOAT16: DType.FLOAT32}.get(dt)
+            extra = {"preferred_element_type": wide} if wide is not None and self.rng.random() < 0.7 else {}
+            x = b.dot_general(x, y, lhs_contracting=(len(x.shape) - 1,), rhs_contracting=(0,), **extra)
+        if self.rng.random() < 0.5:
+            x = b.convert(x, dtype=self.choice((DType.FLOAT32, DType.INT64, DType.INT32, DType.FLOAT64)))
+        return x
 
     def bitcast(self) -> Node:
         """An integer's bits as a float of its width, or a fresh float parameter's bits as
@@ -493,6 +540,7 @@ _WEIGHTED: tuple[Op, ...] = GENERATED_OPS + 2 * tuple(o for o in GENERATED_OPS i
 _PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
     (0.06, _Gen.row_pattern), (0.10, _Gen.dense_pattern), (0.14, _Gen.nonfinite_pattern),
     (0.18, _Gen.int_pattern), (0.20, _Gen.f16_pad_pattern), (0.24, _Gen.chain_pattern),
+    (0.28, _Gen.narrow_pattern),
 )
 
 

@@ -22,7 +22,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "examples" / "aot"))
 import models  # noqa: E402
 
-C_TYPE = {"f32": "float", "f64": "double", "s32": "int32_t", "s64": "int64_t", "pred": "bool"}
+C_TYPE = {"f32": "float", "f64": "double", "s32": "int32_t", "s64": "int64_t", "pred": "bool", "s8": "int8_t",
+          "s16": "int16_t", "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t", "bf16": "uint16_t"}
 
 
 def _cc() -> str:
@@ -124,6 +125,30 @@ def test_aot_module_with_every_kind_of_result(tmp_path: pathlib.Path) -> None:
     inputs = [np.array([7, -2**31, 9, -4, 5], np.int32), np.arange(6, dtype=np.float64).reshape(2, 3)]
     got = build_and_run(res, inputs, tmp_path)
     for g, w in zip(got, evaluate(m, *inputs)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_aot_new_dtypes(tmp_path: pathlib.Path) -> None:
+    """Unsigned division by 0, int8 constants and bfloat16 (its bits in the C interface)."""
+    import ml_dtypes
+
+    from axle_cpu.aot import compile_aot
+
+    b = Builder("narrow")
+    x = b.parameter("u8[5]", name="x")
+    y = b.parameter("bf16[3]", name="y")
+    q = b.div(x, b.constant(np.array([0, 1, 2, 3, 255], np.uint8)))
+    s = b.add(b.convert(x, dtype="s8"), b.constant(np.array([-128, 127, 1, 2, 3], np.int8)))
+    m = b.build(q, s, b.mul(y, b.convert(b.constant(np.array([1.5, 3.0, -1.0], np.float32)), dtype="bf16")))
+    res = compile_aot(m, ["u8[5]", "bf16[3]"], str(tmp_path), name="narrow")
+    inputs = [np.array([7, 200, 255, 9, 254], np.uint8), np.array([1.0078125, 3.3e38, np.nan], ml_dtypes.bfloat16)]
+    got = build_and_run(res, inputs, tmp_path)
+    for g, w in zip(got, evaluate(m, *inputs)):
+        assert g.dtype == w.dtype
+        if g.dtype.kind == "V":  # bfloat16: the same bits, NaN for NaN (whatever its sign)
+            nan = np.isnan(w.astype(np.float32))
+            np.testing.assert_array_equal(np.isnan(g.astype(np.float32)), nan)
+            g, w = g[~nan].view(np.uint16), w[~nan].view(np.uint16)
         np.testing.assert_array_equal(g, w)
 
 
