@@ -185,6 +185,12 @@ def test_cumulative_sum_and_prod():
                                   np.concatenate([[0.0], np.cumsum(np.arange(11.0))]))
     with pytest.raises(ShapeError, match="axis is required"):
         xp.cumulative_sum(x)
+    # small unsigned integers accumulate in the default unsigned integer (the standard, NumPy)
+    u = np.array([200, 100, 7], dtype=np.uint8)
+    for fn, ref in ((xp.cumulative_sum, np.cumsum), (xp.cumulative_prod, np.cumprod)):
+        got = fn(u)
+        assert got.dtype == np.uint64, fn.__name__
+        np.testing.assert_array_equal(np.asarray(got), ref(u.astype(np.uint64)))
 
 
 def test_cumsum_keeps_infinities_in_place():

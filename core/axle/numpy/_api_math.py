@@ -117,8 +117,9 @@ def _cumulative(name: str, op: Any, identity: int, x: ArrayLike, axis: int | Non
     ax = _norm_axis(axis, xv.ndim, name, xv)
     if dtype is not None:
         xv = astype(xv, dtype)
-    elif xv.dtype.kind in "bi" and xv.dtype.itemsize < 8:
-        xv = astype(xv, _np.int64)  # the default integer, as sum accumulates
+    elif xv.dtype.kind in "biu" and xv.dtype.itemsize < 8:
+        # the default integer, as sum accumulates (unsigned: the default unsigned, uint64)
+        xv = astype(xv, _np.uint64 if xv.dtype.kind == "u" else _np.int64)
     out = _scan(xv, ax, op, identity) if xv.shape[ax] else xv
     if include_initial:
         low = [0] * xv.ndim
