@@ -81,17 +81,20 @@ def test_derived_c_device_passes_the_kit_from_a_wheel(tmp_path: Path) -> None:
     site = tmp_path / "site"
     assert (site / f"axle_{name}" / "codegen.py").read_text() == text, "the kit must run the installed wheel"
     assert not list(site.glob("__editable__*")) and not list(site.glob("*.pth")), "installed editable"
-    out = run(kit, tmp_path, cache).stdout
+    # the kit's quick set (591 checks, every op, the control checks whole): the C renderer
+    # passes the full kit as the template in tests/conformance; this run checks the wheel,
+    # the dialect and the toolchain, without compiling 6,000 kernels with the device's cc
+    out = run(kit + " --quick", tmp_path, cache).stdout
     claimed = re.search(r"claimed by the device:\s+(\d+) passed, (\d+) failed", out)
     fallback = re.search(r"not claimed \(host fallback\):\s+(\d+) passed, (\d+) failed", out)
     assert claimed and fallback, out[-3000:]
     # every check but the loops and conditionals, which no backend claims yet (they run whole on the host)
     loops = len(control_cases())
-    assert (int(claimed.group(1)), int(claimed.group(2))) == (len(kit_checks()) - loops, 0), out[-3000:]
+    assert (int(claimed.group(1)), int(claimed.group(2))) == (len(kit_checks(quick=True)) - loops, 0), out[-3000:]
     assert (int(fallback.group(1)), int(fallback.group(2))) == (loops, 0), out[-3000:]
     # the device compiled its own dialect
     probe = (f"import numpy as np, axle; f = axle.jit(lambda x: x * 2 + 1, device='{name}:0'); "
              "x = np.ones(3, np.float32); print(f(x)); print(*f.lower(x).compile().executable.kernel_sources().values())")
     src = run(f"PYTHONPATH=./site python -c {shlex.quote(probe)}", tmp_path, cache).stdout
     assert "[3. 3. 3.]" in src and "for (long long" in src and "__restrict__" in src, src
-    assert len(list((tmp_path / "kernel-cache").glob("*.bin"))) > 1000, "the kit compiled in the test's cache"
+    assert len(list((tmp_path / "kernel-cache").glob("*.bin"))) > 300, "the kit compiled in the test's cache"
