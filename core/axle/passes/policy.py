@@ -18,8 +18,9 @@ class FusionPolicy:
     row_fusion: bool = True
     #: allow tuple roots (sibling outputs computed in one pass)
     multi_output: bool = True
-    #: reserved for dot epilogue fusion (a dot with its elementwise consumers in one kernel),
-    #: which is not done yet: no fusion holds a contraction whatever its value
+    #: dot epilogue fusion: a dot takes the elementwise consumers of the one group that reads
+    #: it into its kernel (an ``output`` fusion); off by default, on where the backend's dot
+    #: kernels finish each result with the epilogue before storing it
     dot_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True
