@@ -30,9 +30,11 @@ from .split import split_reduction
 
 #: the launch kind of an unfused op (every other op is a "loop": one value per output element);
 #: ``update``: scatter and dynamic-update-slice write windows into a copy of their operand
-#: (its very buffer when buffer assignment put the result in place of it)
+#: (its very buffer when buffer assignment put the result in place of it);
+#: ``while``/``conditional``: a control op whose sub-computations the backend runs itself
 _SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort",
-                   Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update"}
+                   Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update",
+                   Op.WHILE: "while", Op.CONDITIONAL: "conditional"}
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,10 @@ class KernelLaunch:
     fusion node; for an unfused op ``loop``, ``input`` (a reduce), ``dot`` (a
     dot_general), ``update`` (scatter, dynamic-update-slice: the result is input 0 with
     windows written over it; the output slot may share input 0's memory), ``custom-call``
-    (a call of a registered host function) or ``sort`` (a sort along one dimension: each
-    row of that dimension sorted on its own)."""
+    (a call of a registered host function), ``sort`` (a sort along one dimension: each
+    row of that dimension sorted on its own), or ``while``/``conditional`` (a control op:
+    ``node.attr`` holds its condition and body, or its branches, already optimized; the
+    backend plans and runs them itself, see :func:`sub_plan`)."""
 
     node: Node  # the entry node launched (its op, attributes and source location)
     computation: Computation
@@ -86,6 +90,13 @@ def single_op(node: Node, name: str | None = None) -> Computation:
                    for k, o in enumerate(node.operands))
     root = Node(node.op, params, node.attrs, node.type, loc=node.loc, name=node.name)
     return Computation(name or node.op.value.replace("-", "_"), params, root)
+
+
+def sub_plan(comp: Computation, **kwargs: object) -> KernelPlan:
+    """The plan of a control op's sub-computation (a loop's condition or body, a branch),
+    as if it were the entry of a module of its own: its parameters are the carry or the
+    branch operands, its results the new carry or the branch's value."""
+    return kernel_plan(Module(comp.name, comp), **kwargs)  # type: ignore[arg-type]  # kernel_plan's keywords
 
 
 def _types(t: object) -> list[TensorType]:
