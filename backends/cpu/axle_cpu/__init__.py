@@ -23,9 +23,9 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.config import config
+from axle.ir.computation import called_computations
 from axle.ir.dtypes import ALL_DTYPES
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.computation import called_computations
 from axle.ir.module import Module, Node
 from axle.ir.opcodes import Op
 from axle.ir.ops import BASE_PRIMITIVES

@@ -12,6 +12,7 @@ Kernels run single-threaded; dots use the GEMM kernel (gemm.py), never BLAS.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -139,7 +140,7 @@ def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
         b.position_at_end(blocks[i])
         if isinstance(step, ControlStep):
             _CONTROL_IR[step.kind](b, step, [b.bitcast(slot_ptr[s], PTR) for s in step.ins + step.outs],
-                                   lambda k, i=i: blocks[i + k])
+                                   functools.partial(_block_from, blocks, i))
             continue
         assert isinstance(step, KernelStep)
         outer, inner = step.spec.loop_sizes
@@ -169,6 +170,10 @@ def _memmove(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, size: ir.Value) -> N
 Blocks = Callable[[int], ir.Block]
 
 
+def _block_from(blocks: list[ir.Block], i: int, k: int) -> ir.Block:
+    return blocks[i + k]
+
+
 def _copy_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blocks) -> None:
     _memmove(b, ptrs[1], ptrs[0], _c(step.arg))
     b.branch(to(1))
@@ -190,7 +195,8 @@ def _switch_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blo
         sw.add_case(ir.Constant(t, k), to(1 + k))
 
 
-_CONTROL_IR: dict[str, Callable[[ir.IRBuilder, ControlStep, list[ir.Value], Blocks], None]] = {"copy": _copy_ir, "jump": _jump_ir, "branch": _branch_ir, "switch": _switch_ir}
+_CONTROL_IR: dict[str, Callable[[ir.IRBuilder, ControlStep, list[ir.Value], Blocks], None]] = {
+    "copy": _copy_ir, "jump": _jump_ir, "branch": _branch_ir, "switch": _switch_ir}
 
 
 def _dtype_of(arr: np.ndarray) -> DType:
