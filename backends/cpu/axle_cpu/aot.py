@@ -3,8 +3,9 @@
 The object holds the same kernels the JIT would run, plus one exported entry point
 ``int NAME_run(const T0* arg0, ..., T* out0, ...)`` that calls them in order over
 statically allocated temporaries (loops and conditionals as branches between them). No
-Python, NumPy or axle is needed at run time: link the object into any C program (``cc main.c NAME.o -lm``). Like tfcompile's output, the
-entry point is not reentrant (temporaries are static); call it from one thread at a time.
+Python, NumPy or axle is needed at run time: link the object into any C program
+(``cc main.c NAME.o -lm``). Like tfcompile's output, the entry point is not reentrant
+(temporaries are static); call it from one thread at a time.
 Kernels run single-threaded; dots use the GEMM kernel (gemm.py), never BLAS.
 
     from axle_cpu.aot import compile_aot
