@@ -228,3 +228,14 @@ def test_explain_lists_the_kernels_of_a_loop_body_and_condition():
     text = e.text(source=False)
     assert "body %body: 2 kernel launches per trip" in text
     assert "fusion pass: loop fusion %fused_add of constant, broadcast, multiply" in text
+
+
+def test_a_device_claims_an_optimized_loop_only_with_every_op_inside_its_fusions():
+    from axle.backend import Capabilities
+    from axle.ir.ops import CONTROL_OPS, CORE_PRIMITIVES
+
+    loop = _the(optimize(loop_module(fusible, ["f32[8]", "f32[8,4]"])), Op.WHILE)
+    assert any(n.op is Op.FUSION for n in loop.attr["body"].nodes)
+    assert Capabilities(ops=CORE_PRIMITIVES | CONTROL_OPS).refusal(loop) is None
+    why = Capabilities(ops=(CORE_PRIMITIVES | CONTROL_OPS) - {Op.REDUCE}).refusal(loop)
+    assert why is not None and "while runs fusion holds op 'reduce'" in why
