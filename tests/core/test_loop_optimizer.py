@@ -17,6 +17,7 @@ from axle.ir.builder import Builder, make_node
 from axle.ir.fusion_record import fusion_nodes, members_of
 from axle.ir.module import Computation, Module, Node, post_order
 from axle.ir.ops import Op
+from axle.ir.parser import parse_module
 from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, Pass, optimize
 from axle.passes.control import static_trip_count
 from axle.passes.fusion import is_kernel, why_alone
@@ -206,6 +207,7 @@ def test_fusion_reaches_nested_loops_and_branches_with_one_record_each():
         bare = [n.op for n in c.nodes if is_kernel(n) and why_alone(n) is None]  # not a kernel of its own
         assert not bare, (c.name, bare)
     np.testing.assert_array_equal(evaluate(m, x, w)[0], evaluate(traced, x, w)[0])
+    assert parse_module(m.as_text()).as_text() == m.as_text()  # fused bodies print and parse back
     for d in axle.devices():
         np.testing.assert_array_equal(np.asarray(axle.jit(nested, device=d)(x, w)), evaluate(traced, x, w)[0])
 
