@@ -240,3 +240,14 @@ def test_vmap_of_a_loop_that_reads_no_batched_value_stays_one_loop():
     (loop,) = [n for n in m.entry.nodes if n.op is Op.WHILE]
     assert all(t.shape == () for t in loop.type.elements)
     np.testing.assert_allclose(value(f(BATCH)), BATCH + 8.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vmap_of_a_scan_over_batched_rows_with_an_unbatched_initial_carry(device: str) -> None:
+    """The carry starts unbatched and becomes batched in the body (the fixed point)."""
+    def f(rows: Any) -> Any:
+        c, ys = lax.scan(lambda c, r: (c * 0.5 + r.sum(), c * r), np.float64(1.0), rows)
+        return c, ys
+
+    check_vmap(f, RNG.standard_normal((4, 5, 3)), axes=(0,), device=device)
+    check_vmap(f, RNG.standard_normal((5, 4, 3)), axes=(1,), device=device)
