@@ -15,6 +15,7 @@ cost guard included).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,7 +282,7 @@ def _through_plumbing_up(n: Node) -> list[Node]:
 
 
 #: the computations a control op calls, as explain names them
-_CALLEES: dict[Op, Any] = {
+_CALLEES: dict[Op, Callable[[Node], list[tuple[str, Computation]]]] = {
     Op.WHILE: lambda n: [("condition", n.attr["condition"]), ("body", n.attr["body"])],
     Op.CONDITIONAL: lambda n: [(f"branch {k}", c) for k, c in enumerate(n.attr["branches"])],
 }
