@@ -251,3 +251,29 @@ def test_vmap_of_a_scan_over_batched_rows_with_an_unbatched_initial_carry(device
 
     check_vmap(f, RNG.standard_normal((4, 5, 3)), axes=(0,), device=device)
     check_vmap(f, RNG.standard_normal((5, 4, 3)), axes=(1,), device=device)
+
+
+@pytest.mark.parametrize("seed", range(0, 60, 6))
+def test_vmap_of_random_control_programs_matches_a_python_loop(seed: int) -> None:
+    """The fuzzer's programs with loops and conditionals (every primitive inside them), the
+    float inputs scaled per example."""
+    from axle.testing.random_modules import random_module
+
+    found = 0
+    for s in range(seed, seed + 6):
+        module, inputs = random_module(s, 10, control=True)
+        if not any(n.traits.control for n in module.entry.nodes):
+            continue
+        found += 1
+
+        def fn(*args: Any, module: Module = module) -> Any:
+            return tuple(call_computation(module.entry, list(args)))
+
+        batched = [np.stack([x] + [np.asarray(x if x.dtype.kind in "biu" else x * k, x.dtype) for k in (2, -1)])
+                   for x in inputs]
+        with axle.device("interpreter:0"):
+            got = axle.vmap(fn)(*batched)
+            want = per_example(fn, *batched, axes=(0,) * len(batched))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(value(g), w)
+    assert found
