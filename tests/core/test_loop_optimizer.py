@@ -230,6 +230,7 @@ def test_explain_lists_the_kernels_of_a_loop_body_and_condition():
     text = e.text(source=False)
     assert "body %body: 2 kernel launches per trip" in text
     assert "fusion pass: loop fusion %fused_add of constant, broadcast, multiply" in text
+    assert "body %body: 2 kernel launch(es) per trip" in e.to_html()
 
 
 def test_a_device_claims_an_optimized_loop_only_with_every_op_inside_its_fusions():
