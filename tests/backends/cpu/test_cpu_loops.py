@@ -8,6 +8,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 import axle
 import axle.numpy as anp
@@ -251,3 +252,39 @@ def test_loop_holding_a_host_step_is_walked_in_python(cpu, monkeypatch) -> None:
     for _ in range(4):
         want = np.tanh(want) + np.float32(1)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ---------------------------------------------------- carries passed, moved, repeated, constant
+
+_X = np.array([1.0, -2.0, 3.0], np.float32)
+ODD_CARRIES = {
+    "identity body": (lambda x, n: lax.fori_loop(0, n, lambda i, v: v, x), (_X, np.int32(3))),
+    "constant body": (lambda x, n: lax.fori_loop(0, n, lambda i, v: anp.ones(3, anp.float32), x), (_X, np.int32(2))),
+    "pred carried": (lambda x: lax.while_loop(lambda c: c[0], lambda c: (c[1].sum() < 100.0, c[1] * 2.0),
+                                              (x.sum() < 100.0, x)), (_X,)),
+    "one operand twice": (lambda a: lax.fori_loop(0, 3, lambda i, v: (v[0] + 1.0, v[1]), (a, a)), (_X,)),
+    "one value returned twice": (lambda a: lax.fori_loop(0, 3, lambda i, v: (v[0] * 2.0, v[0] * 2.0), (a, a)), (_X,)),
+    "reversed scan": (lambda xs: lax.scan(lambda c, r: (c + r, c * r), anp.zeros(3, anp.float32), xs, reverse=True),
+                      (np.arange(12, dtype=np.float32).reshape(4, 3),)),
+    "branch returns its operand": (lambda a, p: lax.cond(p, lambda v: v, lambda v: v * 2.0, a), (_X, np.bool_(True))),
+    "switch of tuples": (lambda a, k: lax.switch(k, [lambda v: (v, v + 1.0), lambda v: (v * 0.0, v)], a),
+                         (_X, np.int32(1))),
+    "loop in scan": (lambda xs: lax.scan(lambda c, r: (lax.fori_loop(0, 2, lambda i, w: w + r, c), c.sum()),
+                                         anp.zeros(3, anp.float32), xs), (np.ones((5, 3), np.float32),)),
+    "integer carries": (lambda n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 3),
+                                                 (np.int32(0), np.int64(1))), (np.int32(10),)),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_CARRIES))
+def test_odd_carries_match_the_interpreter(name: str, cpu) -> None:  # noqa: ANN001
+    """Carry values passed through, constant, repeated, moved, and loops in scans: equal to
+    the interpreter, on the first call and on the fast path."""
+    fn, args = ODD_CARRIES[name]
+    want = axle.jit(fn, device=REGISTRY.device("interpreter:0"))(*args)
+    f = axle.jit(fn, device=cpu)
+    for _ in range(WARM + 1):
+        got = f(*args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert _exe(f)._fast is not None
