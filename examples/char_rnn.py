@@ -143,7 +143,7 @@ def train_loop(xp: Any, corpus: Corpus, steps: int, cfg: Config = Config(), seed
     params = {k: to_array(v) for k, v in host.items()}
     mems = {k: to_array(np.zeros_like(v)) for k, v in host.items()}
     onehot = np.eye(corpus.vocab, dtype=np.float32)[:, :, None]
-    zero = np.zeros((cfg.hidden, 1), np.float32)
+    zero = to_array(np.zeros((cfg.hidden, 1), np.float32))
     losses, hprev = [], zero
     for inputs, targets, reset in batches(corpus, cfg, steps):
         if reset:

@@ -6,6 +6,8 @@ import numpy as np
 from conftest import load_example
 
 import axle
+import axle.numpy as anp
+from axle.frontend import lazy
 
 cr = load_example("char_rnn")
 
@@ -39,3 +41,39 @@ def test_scan_gradient_equals_the_hand_written_backprop_in_float64() -> None:
     for k in cr.NAMES:  # the hand-written gradients are clipped: the raw ones are within [-5, 5] here
         assert np.abs(want_grads[k]).max() < 5
         np.testing.assert_allclose(np.asarray(grads[k]), want_grads[k], rtol=1e-10, atol=1e-12)
+
+
+def _auto_clustered(corpus, steps: int, cfg, device: str) -> tuple[list[float], dict, dict]:
+    """The original Python-loop program on axle.numpy in jit_level="auto", from empty
+    caches: (losses, final parameters, the counters)."""
+    lazy._exe_cache.clear()
+    axle.reset_stats()
+    previous = axle.config.jit_level
+    axle.config.update(jit_level="auto")
+    try:
+        losses, params = cr.train_loop(anp, corpus, steps, cfg, to_array=lambda a: axle.device_put(a, device))
+        got = [float(v) for v in losses]
+        return got, {k: np.asarray(v) for k, v in params.items()}, axle.stats()
+    finally:
+        axle.config.update(jit_level=previous)
+
+
+def test_auto_mode_python_loop_compiles_a_bounded_number_of_clusters() -> None:
+    """Issue 16 item 6: the unrolled time steps and iterations record the same cluster
+    structures again and again, so 3 and 10 iterations compile the same few clusters: the
+    first time step (its loss starts from a literal 0.0), the other steps, the last step
+    with the backward pass and the update, and the final read-back (4 on cpu:0; before,
+    each character read as ``ps[t][targets[t], 0]`` put its index into the cluster's key:
+    25 compiles for 3 iterations, 38 for 10)."""
+    corpus, cfg = cr.Corpus.of(), cr.Config(hidden=100, seq=25)
+    counts = {}
+    for steps in (3, 10):
+        got, params, stats = _auto_clustered(corpus, steps, cfg, "cpu:0")
+        want, want_params = cr.train_numpy(corpus, steps, cfg)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        for k in cr.NAMES:
+            np.testing.assert_allclose(params[k], want_params[k], rtol=1e-4, atol=1e-6)
+        assert stats["clusters"] >= steps * cfg.seq  # it did run clustered, not eagerly
+        assert stats["eager_ops"] == 0
+        counts[steps] = stats["compiles"]
+    assert counts[3] == counts[10] <= 4, counts
