@@ -250,3 +250,30 @@ def test_traced_integer_indices_stay_static_slices():
     lowered = axle.jit(lambda v: v[2, 1:3], device=DEV).lower(np.ones((4, 5), np.float32))
     ops = {n.op for n in lowered.module.entry.nodes}
     assert Op.SLICE in ops and Op.DYNAMIC_SLICE not in ops
+
+
+def test_auto_mode_integer_index_updates_keep_the_cluster_structure(auto_mode):
+    """out = out.at[t].set(row) (and x[t] = v) in a Python loop: a dynamic update slice
+    with the starts as data, the same cluster for every t."""
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with axle.device(DEV):
+        out = axle.device_put(np.zeros((4, 3), np.float32))
+        _fresh_caches()
+        for t in range(4):
+            out = out.at[t].set(rows[t] * 2.0)
+            out = out.at[t - 4, 1].add(1.0)
+            float(anp.sum(out))  # one flush per iteration
+    assert axle.stats()["compiles"] == 1 and axle.stats()["clusters"] == 4
+    want = rows * 2
+    want[:, 1] += 1
+    np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_eager_integer_index_updates_share_one_executable():
+    x = axle.device_put(np.zeros((5, 2), np.float32), DEV)
+    _fresh_caches()
+    for t in range(5):
+        x = x.at[t].set(np.float32(t))
+    np.testing.assert_array_equal(np.asarray(x), np.repeat(np.arange(5, dtype=np.float32)[:, None], 2, 1))
+    compiled = {k: v["compiles"] for k, v in axle.stats()["per_function"].items() if v.get("compiles")}
+    assert compiled.get("eager:dynamic-update-slice") == 1 and not any("pad" in k for k in compiled)

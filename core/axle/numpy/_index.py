@@ -2,8 +2,8 @@
 ``scatter`` primitives.
 
 Basic indices (ints, slices of any step, None, Ellipsis) become slice / reverse / reshape;
-outside a trace, one holding an int is a dynamic slice with its starts as data (see
-:func:`_starts_in_data`).
+outside a trace, one holding an int is a dynamic slice (an update: a dynamic update slice)
+with its starts as data (see :func:`_starts_in_data`).
 Integer arrays (NumPy data or traced), traced integer scalars and boolean masks (NumPy
 data only: the result's shape depends on their values) follow NumPy's advanced indexing:
 the index arrays broadcast together and their dims replace the indexed dims, in place when
@@ -433,6 +433,8 @@ def _update_basic(x: Any, idx: tuple, v: ArrayLike, mode: str) -> Any:
     if 0 in sliced:
         return x
     vv = reshape(broadcast_to(_to_value(v, x.dtype), tuple(out_shape)), sliced)
+    if _starts_in_data(x, idx, stride, flips):  # x[t] = v in a Python loop: one compile for every t
+        return _update_in_data(x, vv, start, mode)
     if flips:
         vv = lax.reverse(vv, flips)
     high = [n - (s + (c - 1) * st + 1) for n, s, c, st in zip(x.shape, start, sliced, stride)]
@@ -444,6 +446,17 @@ def _update_basic(x: Any, idx: tuple, v: ArrayLike, mode: str) -> Any:
     placed = lax.pad(vv, _np.asarray(0, x.dtype), start, high, interior)
     mask = lax.pad(broadcast_to(_np.asarray(True), sliced), _np.asarray(False), start, high, interior)
     return lax.select(mask, placed, x)
+
+
+def _update_in_data(x: Any, vv: Any, start: list[int], mode: str) -> Any:
+    """A basic-index update as a dynamic update slice whose starts are data (O(slice)
+    work, where the pad and select of :func:`_update_basic` are O(x)); ``add`` reads the
+    slice first (no duplicates in a basic index)."""
+    starts = [_np.int64(k) for k in start]
+    if mode == "add":
+        old = lax.dynamic_slice(x, starts, vv.shape)
+        vv = lax.or_(old, vv) if x.dtype == _np.bool_ else lax.add(old, vv)
+    return lax.dynamic_update_slice(x, vv, starts)
 
 
 class _AtIndexer:
