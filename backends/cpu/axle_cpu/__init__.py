@@ -25,7 +25,7 @@ from axle.backend import (
 from axle.config import config
 from axle.ir.dtypes import ALL_DTYPES
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.module import Module
+from axle.ir.module import Module, Node
 from axle.ir.opcodes import Op
 from axle.ir.ops import BASE_PRIMITIVES
 from axle.ir.types import TensorType
@@ -40,7 +40,9 @@ __all__ = ["CpuBackend", "CpuExecutable"]
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
+    # windowed: the implicit GEMM (conv.py), for the convolutions it computes
+    Op.CONVOLUTION})
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
@@ -72,7 +74,19 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: the operand copied unless its buffer was handed over, then the "
                                "window", ".emitter:build_update"),
                               ("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index")),
+    # windowed
+    Op.CONVOLUTION: (("an implicit GEMM on the GEMM kernel (its epilogue too), no im2col in memory", ".conv:ConvSpec"),
+                     ("the GEMM view: groups and pixels, K, the output as C in place", ".conv:conv_layout"),
+                     ("what it refuses (the core's im2col decomposition runs instead)", ".conv:conv_refusal"),
+                     ("patches packed through masked reads (padding, holes)", ".gemm:Window")),
 }
+
+
+def _conv_refusal(node: Node) -> str | None:
+    """The claim on a convolution (conv.py imports llvmlite: loaded when first asked)."""
+    from .conv import conv_refusal
+
+    return conv_refusal(node)
 
 
 class CpuBackend(Backend):
@@ -103,7 +117,8 @@ class CpuBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=frozenset(ALL_DTYPES))
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=frozenset(ALL_DTYPES),
+                            predicates={Op.CONVOLUTION: _conv_refusal})
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes

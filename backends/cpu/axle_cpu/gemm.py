@@ -102,6 +102,49 @@ class Offsets:
         table = sum(idx[j] * strides[d] for j, d in enumerate(dims))
         return Offsets(size, 0, tuple(int(v) for v in np.asarray(table).reshape(-1)))
 
+    @staticmethod
+    def strided(sizes: Sequence[int], strides: Sequence[int]) -> Offsets:
+        """The offsets of dims of ``sizes`` (flattened row-major) at element ``strides``:
+        one stride when they merge (size-1 dims aside), else a table."""
+        size = math.prod(sizes)
+        real = [(n, s) for n, s in zip(sizes, strides) if n > 1]
+        if all(sa == sb * nb for (_, sa), (nb, sb) in zip(real, real[1:])):
+            return Offsets(size, real[-1][1] if real else 0)
+        idx = np.indices(tuple(sizes)).reshape(len(sizes), -1)
+        table = sum(idx[j] * s for j, s in enumerate(strides))
+        return Offsets(size, 0, tuple(int(v) for v in np.asarray(table).reshape(-1)))
+
+
+@dataclass(frozen=True)
+class Window:
+    """A convolution's input seen as its patch matrix (im2col, never materialized): rows
+    are output pixels (the flattened dims ``pix_sizes``), columns window positions ``k``
+    (input feature and kernel position, K's order). Along spatial dim ``d`` the element
+    (p, k) sits at ``q = o_d * stride_d - low_d + k_pos[d][k]`` of the lhs-dilated input
+    (``extent_d`` long, an element every ``ldil_d``); it reads the input at offset
+    ``base(p) + k_off[k] + sum_d q // ldil_d * in_stride_d``, or 0 when ``q`` is outside
+    [0, extent_d) (padding) or falls in a hole: packing masks it, nothing is padded."""
+
+    pix_sizes: tuple[int, ...]
+    #: per pixel dim: its spatial dim, or -1 for the batch dim (offset ``i * pix_strides``)
+    pix_spatial: tuple[int, ...]
+    pix_strides: tuple[int, ...]
+    #: per spatial dim: window stride, low padding, lhs dilation, dilated extent, input stride
+    stride: tuple[int, ...]
+    low: tuple[int, ...]
+    ldil: tuple[int, ...]
+    extent: tuple[int, ...]
+    in_stride: tuple[int, ...]
+    #: per window position: the input feature's offset, and per spatial dim its position
+    k_off: Offsets
+    k_pos: tuple[Offsets, ...]
+    #: with no lhs dilation: k_off plus every k_pos times its input stride (one table)
+    k_lin: Offsets
+
+    @property
+    def dilated(self) -> bool:
+        return any(d > 1 for d in self.ldil)
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -117,6 +160,24 @@ class Layout:
     b_b: Offsets
     b_k: Offsets
     b_n: Offsets
+    #: a convolution's C, when not the dense [Bt, M, N]: its batch offsets and row stride
+    c_b: Offsets | None = None
+    ldc: int = 0
+    #: a convolution's patch operand (Window): A's rows or B's columns are output pixels
+    a_win: Window | None = None
+    b_win: Window | None = None
+    #: which operand of the node is A (a convolution may put its kernel there)
+    a_operand: int = 0
+
+    @property
+    def c_ld(self) -> int:
+        """C's row stride."""
+        return self.ldc or self.n
+
+    @property
+    def dense(self) -> bool:
+        """C is the dense [Bt, M, N] and both operands are read through offset maps."""
+        return self.c_b is None and self.ldc in (0, self.n) and self.a_win is None and self.b_win is None
 
     @staticmethod
     def of(node: Node) -> Layout:
@@ -136,7 +197,7 @@ class Layout:
     def rowdot(self) -> bool:
         """A matrix-vector product whose K is contiguous in both operands: computed as
         one vectorized dot product per output row."""
-        return (self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
+        return (self.dense and self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
                 and self.b_k.table is None and self.b_k.stride == 1)
 
 
@@ -205,11 +266,12 @@ class GemmSpec(KernelSpec):
     def schedule(self) -> Schedule:
         """The shared schedule of the launch (form ``dot``): a lone dot, or an ``output``
         fusion (the plan's launch kind; this spec's ``kind`` is the emitter's, "gemm")."""
-        return schedule(self.comp, "dot" if self.comp.root.op is Op.DOT_GENERAL else "output")
+        return schedule(self.comp, "dot" if self.comp.root.traits.contraction else "output")
 
     @property
     def dot(self) -> Node:
-        """The dot_general: the root, or the producer of an ``output`` fusion's epilogue."""
+        """The dot_general (or convolution: ConvSpec): the root, or the producer of an
+        ``output`` fusion's epilogue."""
         d = self.schedule.dot
         assert d is not None, f"gemm kernel {self.name} has no dot"
         return d
@@ -229,7 +291,7 @@ class GemmSpec(KernelSpec):
         threads then share no packing work (split by rows, each would pack all of B)."""
         lay = self.layout
         return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
-                and lay.a_m.table is None and lay.a_k.table is None)
+                and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None)
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
@@ -412,7 +474,7 @@ class _Gen:
 class _Emitter:
     def __init__(self, mod: ir.Module, spec: GemmSpec, vector_bits: int) -> None:
         root = spec.dot
-        assert root.op is Op.DOT_GENERAL, f"gemm kernel for {root.op}"
+        assert root.op in (Op.DOT_GENERAL, Op.CONVOLUTION), f"gemm kernel for {root.op}"
         assert all(o.op is Op.PARAMETER for o in root.operands), "gemm operands must be parameters"
         self.mod = mod
         self.spec = spec
@@ -421,11 +483,12 @@ class _Emitter:
         if spec.epilogue:
             espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
             self.epi = _EpilogueEmitter(mod, espec, root).build()
-        self.in_idx = [o.attr["index"] for o in root.operands]
         lay = spec.layout
+        a_op = root.operands[lay.a_operand]
+        self.in_idx = [a_op.attr["index"], root.operands[1 - lay.a_operand].attr["index"]]
         # A matrix-vector product with a strided K runs as a vector-matrix product
         # (C^T = B^T A^T, the same memory), whose N is the long dim.
-        self.swap = lay.n == 1 and lay.m > 1 and not lay.rowdot
+        self.swap = lay.dense and lay.n == 1 and lay.m > 1 and not lay.rowdot
         if self.swap:
             lay = lay.swapped()
             self.in_idx.reverse()
@@ -446,11 +509,12 @@ class _Emitter:
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
-                         if plain and lay.a_m.table is None and lay.a_k.table is None else None)
+                         if plain and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None
+                         else None)
         # B read in place (row stride) when its rows are contiguous and no B micro-panel
         # is reused (a single row tile): packing would only add a pass over B.
         self.direct_b = (lay.b_k.stride if plain and lay.m <= self.t.mr and lay.b_k.table is None
-                         and lay.b_n.table is None and lay.b_n.stride == 1 else None)
+                         and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
 
     # -- arithmetic of the compute type
     @property
@@ -531,7 +595,8 @@ class _Emitter:
             hi = g.min(b.sub(self.r1, row0), _c(rows))
             a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
             b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
-            self.c_off = b.mul(bi, _c(lay.m * lay.n))  # flat index of the batch's C
+            # flat index of the batch's C
+            self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
             c_base = g.gep(c_ptr, self.st, self.c_off)
             if lay.rowdot:
                 self._rowdot(a_base, b_base, c_base, lo, hi)
@@ -637,7 +702,7 @@ class _Emitter:
                 n_lo: ir.Value, n_hi: ir.Value) -> None:
         """Rows [m_lo, m_hi) and columns [n_lo, n_hi) of one batch's C."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        ldc = _c(lay.n)
+        ldc = _c(lay.c_ld)
 
         def jc_body(jc: ir.Value) -> None:
             nc = g.min(_c(t.nc), b.sub(n_hi, jc))
@@ -700,6 +765,8 @@ class _Emitter:
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         if self.direct_b is not None:
             return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
+        if lay.b_win is not None:
+            return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
         nr, v = t.nr, t.v
         contiguous = lay.b_n.table is None and lay.b_n.stride == 1
         valign = min(64, v * _bytes(self.ct))
@@ -743,6 +810,8 @@ class _Emitter:
         if self.direct_a:
             sm, sk = self.direct_a
             return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
+        if lay.a_win is not None:
+            return self._pack_win(lay.a_win, a_base, self.ap, ic, mc, self.t.mr, pc, kc)
         mr = t.mr
 
         def panel(ip: ir.Value) -> None:
@@ -770,6 +839,72 @@ class _Emitter:
 
         g.loop(_c(0), mc, mr, panel, "pap")
         return self.ap
+
+    # -- packing a convolution's patches (Window): masked reads, nothing materialized
+    def _win_pixel(self, w: Window, p: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
+        """Pixel ``p``'s input offset (its batch dims; with no lhs dilation its spatial
+        origins too) and, per spatial dim, its window origin ``o * stride - low``."""
+        b = self.g.b
+        base: ir.Value = _c(0)
+        origin: list[ir.Value] = [_c(0)] * len(w.stride)
+        rest = p
+        for size, d, st in reversed(list(zip(w.pix_sizes, w.pix_spatial, w.pix_strides))):
+            i = b.urem(rest, _c(size))
+            rest = b.udiv(rest, _c(size))
+            if d < 0:
+                base = b.add(base, b.mul(i, _c(st)))
+            else:
+                origin[d] = b.sub(b.mul(i, _c(w.stride[d])), _c(w.low[d]))
+        if not w.dilated:
+            for d, o in enumerate(origin):
+                base = b.add(base, b.mul(o, _c(w.in_stride[d])))
+        return base, origin
+
+    def _win_load(self, w: Window, ptr: ir.Value, pix: tuple[ir.Value, list[ir.Value]], k: ir.Value) -> ir.Value:
+        """Patch element (pixel, ``k``) as the compute type: 0 in padding and holes (the
+        read itself is then of offset 0, always inside the input)."""
+        g, b = self.g, self.g.b
+        base, origin = pix
+        valid: ir.Value = ir.Constant(I1, 1)
+        off = b.add(base, g.offset(w.k_lin if not w.dilated else w.k_off, k, "wk"))
+        for d, o in enumerate(origin):
+            q = b.add(o, g.offset(w.k_pos[d], k, "wp"))
+            inside = b.and_(b.icmp_signed(">=", q, _c(0)), b.icmp_signed("<", q, _c(w.extent[d])))
+            if w.ldil[d] > 1:
+                inside = b.and_(inside, b.icmp_signed("==", b.srem(q, _c(w.ldil[d])), _c(0)))
+                q = b.sdiv(q, _c(w.ldil[d]))
+            if w.dilated:  # the spatial offsets are not in base and k_lin then
+                off = b.add(off, b.mul(q, _c(w.in_stride[d])))
+            valid = b.and_(valid, inside)
+        x = self.load_elem(ptr, b.select(valid, off, _c(0)))
+        return b.select(valid, x, ir.Constant(self.ct, None))
+
+    def _pack_win(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value, height: int,
+                  pc: ir.Value, kc: ir.Value) -> ir.Value:
+        """Packs patches (Window) for pixels [p0, p0+count) and K [pc, pc+kc) into
+        ``height``-wide panels ``dst[ip*kc + k*height + r]`` (pixel p0+ip+r), zero beyond
+        ``count``: A's MR-high row panels (_pack_a) or B's NR-wide column panels (_pack_b)."""
+        g, b = self.g, self.g.b
+
+        def panel(ip: ir.Value) -> None:
+            dst = g.gep(dst0, self.ct, b.mul(ip, kc))
+            h = g.min(_c(height), b.sub(count, ip))
+
+            def line(r: ir.Value) -> None:
+                def at(k: ir.Value) -> ir.Value:
+                    return g.gep(dst, self.ct, b.add(b.mul(k, _c(height)), r))
+
+                def val() -> None:
+                    pix = self._win_pixel(w, b.add(b.add(p0, ip), r))
+                    g.loop(_c(0), kc, 1, lambda k: b.store(self._win_load(w, base, pix, b.add(pc, k)), at(k)), "pwk")
+
+                g.if_(b.icmp_signed("<", r, h), val,
+                      lambda: g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), at(k)), "pwz"))
+
+            g.loop(_c(0), _c(height), 1, line, "pwr")
+
+        g.loop(_c(0), count, height, panel, "pwp")
+        return dst0
 
     # -- macro kernel and micro-kernel
     def _macro(self, a_blk: ir.Value, b_blk: ir.Value, ic: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value,
@@ -954,7 +1089,7 @@ class _Emitter:
         lin0 = b.sdiv(b.sub(b.ptrtoint(cp, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.ct)))
         L = self.last_dim
         # a tile row is a run of one output row when C's rows are the output's rows
-        by_rows = not self.swap and self.lay.n == L
+        by_rows = not self.swap and self.lay.n == L and self.lay.dense
 
         def erow(r: ir.Value) -> None:
             rlin = b.add(lin0, b.mul(r, ldc))

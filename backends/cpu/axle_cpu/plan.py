@@ -21,6 +21,9 @@ from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
 
+from axle.lowering.schedule import schedule
+
+from .conv import ConvSpec
 from .emitter import KernelSpec
 from .gemm import GEMM_DTYPES, GemmSpec
 from .sort import host_sort
@@ -129,6 +132,12 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "sort":
             steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
+        if launch.kind in ("dot", "output") and schedule(launch.computation, launch.kind).dot.op is Op.CONVOLUTION:
+            # a convolution (and its epilogue): the implicit GEMM (conv.py); the backend
+            # claims only the convolutions it computes (conv_refusal)
+            spec = _spec(kernels, launch.computation, "gemm", label, vector_bits, ConvSpec)
+            steps.append(KernelStep(spec, ins, outs, types, label))
+            continue
         if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
             widened = launch.node.operands[0].dtype is not launch.node.dtype
             if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
@@ -157,12 +166,12 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
 
 
 def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str,
-          vector_bits: int = 0) -> KernelSpec:
+          vector_bits: int = 0, gemm: type[GemmSpec] = GemmSpec) -> KernelSpec:
     key = (comp.structural_key, kind)
     spec = kernels.get(key)
     if spec is None:
         name = f"k{len(kernels)}_{_ident(label)}"
-        spec = GemmSpec(name, comp, kind, vector_bits) if kind == "gemm" else KernelSpec(name, comp, kind)
+        spec = gemm(name, comp, kind, vector_bits) if kind == "gemm" else KernelSpec(name, comp, kind)
         kernels[key] = spec
     return spec
 
