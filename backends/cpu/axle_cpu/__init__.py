@@ -122,8 +122,10 @@ class CpuBackend(Backend):
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
-        # its elementwise consumers into the GEMM, which finishes each tile with them.
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
+        # its elementwise consumers into the GEMM, which finishes each tile with them; a
+        # convolution too (its implicit GEMM is the same kernel).
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
+                            conv_epilogue=True)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

@@ -179,6 +179,12 @@ class Layout:
         """C is the dense [Bt, M, N] and both operands are read through offset maps."""
         return self.c_b is None and self.ldc in (0, self.n) and self.a_win is None and self.b_win is None
 
+    def rows_of(self, width: int) -> bool:
+        """Whether every row of C starts a row of ``width`` elements of the output (a
+        convolution's C rows may be spaced apart or offset by group)."""
+        starts = (0, self.m * self.n) if self.c_b is None else (self.c_b.stride,) + (self.c_b.table or ())
+        return self.c_ld % width == 0 and all(s % width == 0 for s in starts)
+
     @staticmethod
     def of(node: Node) -> Layout:
         lhs, rhs = (o.shape for o in node.operands)
@@ -1089,7 +1095,7 @@ class _Emitter:
         lin0 = b.sdiv(b.sub(b.ptrtoint(cp, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.ct)))
         L = self.last_dim
         # a tile row is a run of one output row when C's rows are the output's rows
-        by_rows = not self.swap and self.lay.n == L and self.lay.dense
+        by_rows = not self.swap and self.lay.n == L and self.lay.rows_of(L)
 
         def erow(r: ir.Value) -> None:
             rlin = b.add(lin0, b.mul(r, ldc))
@@ -1102,7 +1108,7 @@ class _Emitter:
                 else:
                     self.finish(b, b.add(rlin, j), v, bufs)
 
-            g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
+            g.loop(_c(0), nr, 1, elem, "ej", vectorize=by_rows or self.lay.dense)  # flat: udiv per element
 
         g.loop(skip, end, 1, erow, "ei")
 
