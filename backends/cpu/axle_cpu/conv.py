@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from axle.ir.module import Node
-from axle.ir.opcodes import Op
 
 from .gemm import GEMM_DTYPES, GemmSpec, Layout, Offsets, Window
 
@@ -142,7 +141,7 @@ def conv_refusal(node: Node) -> str | None:
     try:
         conv_layout(node)
     except ConvRefused as e:
-        return f"convolution: {e}; the core's im2col decomposition runs instead"
+        return f"{e} (the core's im2col decomposition runs instead)"
     return None
 
 

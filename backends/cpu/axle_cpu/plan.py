@@ -20,7 +20,6 @@ from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering.plan import kernel_plan
-
 from axle.lowering.schedule import schedule
 
 from .conv import ConvSpec
@@ -132,7 +131,8 @@ def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector
         if launch.kind == "sort":
             steps.append(HostStep(sort_host(launch.node), ins, outs, types, label))
             continue
-        if launch.kind in ("dot", "output") and schedule(launch.computation, launch.kind).dot.op is Op.CONVOLUTION:
+        contraction = schedule(launch.computation, launch.kind).dot if launch.kind in ("dot", "output") else None
+        if contraction is not None and contraction.op is Op.CONVOLUTION:
             # a convolution (and its epilogue): the implicit GEMM (conv.py); the backend
             # claims only the convolutions it computes (conv_refusal)
             spec = _spec(kernels, launch.computation, "gemm", label, vector_bits, ConvSpec)
