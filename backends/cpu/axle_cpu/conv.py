@@ -64,6 +64,15 @@ def _merging_tail(dims: Sequence[_Dim]) -> int:
     return count
 
 
+def _feature_run(kdims: Sequence[tuple[int, int]], ksizes: Sequence[int], stride: int) -> dict[str, int]:
+    """Window.run/run_stride: K's innermost dim (size-1 dims aside) when it is the input
+    feature (-1), whose positions share their validity and are ``stride`` apart."""
+    real = [(d, n) for (d, _), n in zip(kdims, ksizes) if n > 1]
+    if real and real[-1][0] < 0:
+        return {"run": real[-1][1], "run_stride": stride}
+    return {}
+
+
 class ConvRefused(Exception):
     """A convolution the implicit GEMM does not compute; the message says why."""
 
@@ -118,7 +127,8 @@ def conv_layout(node: Node) -> Layout:
         pix_strides=tuple(d.in_stride for d in inner),
         stride=tuple(a["window_strides"]), low=tuple(a["padding_low"]), ldil=tuple(a["lhs_dilation"]),
         extent=tuple((x[d] - 1) * ld + 1 for d, ld in zip(isp, a["lhs_dilation"])),
-        in_stride=tuple(sx[d] for d in isp), k_off=k_in, k_pos=k_pos, k_lin=k_lin)
+        in_stride=tuple(sx[d] for d in isp), k_off=k_in, k_pos=k_pos, k_lin=k_lin,
+        **_feature_run(kdims, ksizes, sx[if_]))
     bsizes = [groups] + [d.size for d in outer]
     patches_b = Offsets.strided(bsizes, [g_in] + [d.in_stride for d in outer])
     kernel_b = Offsets.strided(bsizes, [og * sw[ko]] + [0] * len(outer))

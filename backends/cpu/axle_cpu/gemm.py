@@ -140,6 +140,10 @@ class Window:
     k_pos: tuple[Offsets, ...]
     #: with no lhs dilation: k_off plus every k_pos times its input stride (one table)
     k_lin: Offsets
+    #: when K's innermost dim is the input feature (NHWC with HWIO): runs of ``run``
+    #: window positions share their validity and lie ``run_stride`` apart in the input
+    run: int = 1
+    run_stride: int = 0
 
     @property
     def dilated(self) -> bool:
@@ -869,6 +873,13 @@ class _Emitter:
     def _win_load(self, w: Window, ptr: ir.Value, pix: tuple[ir.Value, list[ir.Value]], k: ir.Value) -> ir.Value:
         """Patch element (pixel, ``k``) as the compute type: 0 in padding and holes (the
         read itself is then of offset 0, always inside the input)."""
+        valid, off = self._win_addr(w, pix, k)
+        b = self.g.b
+        x = self.load_elem(ptr, b.select(valid, off, _c(0)))
+        return b.select(valid, x, ir.Constant(self.ct, None))
+
+    def _win_addr(self, w: Window, pix: tuple[ir.Value, list[ir.Value]], k: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Whether patch element (pixel, ``k``) is inside the input, and its offset."""
         g, b = self.g, self.g.b
         base, origin = pix
         valid: ir.Value = ir.Constant(I1, 1)
@@ -882,8 +893,7 @@ class _Emitter:
             if w.dilated:  # the spatial offsets are not in base and k_lin then
                 off = b.add(off, b.mul(q, _c(w.in_stride[d])))
             valid = b.and_(valid, inside)
-        x = self.load_elem(ptr, b.select(valid, off, _c(0)))
-        return b.select(valid, x, ir.Constant(self.ct, None))
+        return valid, off
 
     def _pack_win(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value, height: int,
                   pc: ir.Value, kc: ir.Value) -> ir.Value:
@@ -902,6 +912,9 @@ class _Emitter:
 
                 def val() -> None:
                     pix = self._win_pixel(w, b.add(b.add(p0, ip), r))
+                    if w.run > 1:
+                        self._pack_runs(w, base, pix, pc, kc, at)
+                        return
                     g.loop(_c(0), kc, 1, lambda k: b.store(self._win_load(w, base, pix, b.add(pc, k)), at(k)), "pwk")
 
                 g.if_(b.icmp_signed("<", r, h), val,
@@ -911,6 +924,26 @@ class _Emitter:
 
         g.loop(_c(0), count, height, panel, "pwp")
         return dst0
+
+    def _pack_runs(self, w: Window, base: ir.Value, pix: tuple[ir.Value, list[ir.Value]], pc: ir.Value,
+                   kc: ir.Value, at: Callable[[ir.Value], ir.Value]) -> None:
+        """One pixel's K [pc, pc+kc) by runs of input features (Window.run): the window
+        position's validity and offset once per run, then a plain copy (or zeros)."""
+        g, b, run = self.g, self.g.b, w.run
+
+        def segment(t: ir.Value) -> None:
+            s0 = g.max(b.mul(t, _c(run)), pc)
+            s1 = g.min(b.mul(b.add(t, _c(1)), _c(run)), b.add(pc, kc))
+            valid, off = self._win_addr(w, pix, s0)
+
+            def copy() -> None:
+                g.loop(s0, s1, 1, lambda k: b.store(self.load_elem(base, b.add(off, b.mul(b.sub(k, s0), _c(
+                    w.run_stride)))), at(b.sub(k, pc))), "pwc")
+
+            g.if_(valid, copy, lambda: g.loop(s0, s1, 1, lambda k: b.store(ir.Constant(self.ct, None),
+                                                                           at(b.sub(k, pc))), "pwz"))
+
+        g.loop(b.udiv(pc, _c(run)), b.udiv(b.add(b.add(pc, kc), _c(run - 1)), _c(run)), 1, segment, "pws")
 
     # -- macro kernel and micro-kernel
     def _macro(self, a_blk: ir.Value, b_blk: ir.Value, ic: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value,

@@ -76,6 +76,9 @@ CONFIGS = [
     ("several-k-blocks-nhwc", (2, 13, 14, 64), (3, 3, 64, 19), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1),
                                                                                                 high=(1, 1))),
     ("several-k-blocks-nchw", (2, 64, 13, 14), (19, 64, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    # K = 9 * 100: the second K block starts inside a run of input features
+    ("k-block-inside-a-feature-run", (1, 6, 5, 100), (3, 3, 100, 7), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 1), high=(1, 1))),
 ]
 DTYPES = [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64]
 
