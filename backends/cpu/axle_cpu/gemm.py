@@ -900,6 +900,8 @@ class _Emitter:
         """Packs patches (Window) for pixels [p0, p0+count) and K [pc, pc+kc) into
         ``height``-wide panels ``dst[ip*kc + k*height + r]`` (pixel p0+ip+r), zero beyond
         ``count``: A's MR-high row panels (_pack_a) or B's NR-wide column panels (_pack_b)."""
+        if w.run == 1:
+            return self._pack_win_lines(w, base, dst0, p0, count, height, pc, kc)
         g, b = self.g, self.g.b
 
         def panel(ip: ir.Value) -> None:
@@ -911,16 +913,53 @@ class _Emitter:
                     return g.gep(dst, self.ct, b.add(b.mul(k, _c(height)), r))
 
                 def val() -> None:
-                    pix = self._win_pixel(w, b.add(b.add(p0, ip), r))
-                    if w.run > 1:
-                        self._pack_runs(w, base, pix, pc, kc, at)
-                        return
-                    g.loop(_c(0), kc, 1, lambda k: b.store(self._win_load(w, base, pix, b.add(pc, k)), at(k)), "pwk")
+                    self._pack_runs(w, base, self._win_pixel(w, b.add(b.add(p0, ip), r)), pc, kc, at)
 
                 g.if_(b.icmp_signed("<", r, h), val,
                       lambda: g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), at(k)), "pwz"))
 
             g.loop(_c(0), _c(height), 1, line, "pwr")
+
+        g.loop(_c(0), count, height, panel, "pwp")
+        return dst0
+
+    def _pack_win_lines(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value,
+                        height: int, pc: ir.Value, kc: ir.Value) -> ir.Value:
+        """_pack_win by panel lines: the panel's ``height`` pixels (base offset, window
+        origins, whether inside ``count``) go to small stack arrays once, then each k's
+        line of the panel is written contiguously by a vectorized loop over the pixels
+        (masked gathers of the input)."""
+        g, b = self.g, self.g.b
+        ns = len(w.stride)
+        with b.goto_entry_block():
+            arrs = [b.alloca(I64, size=_c(height)) for _ in range(ns + 2)]  # base, inside, origins
+        zero = ir.Constant(self.ct, None)
+
+        def panel(ip: ir.Value) -> None:
+            dst = g.gep(dst0, self.ct, b.mul(ip, kc))
+            h = g.min(_c(height), b.sub(count, ip))
+
+            def pixel(r: ir.Value) -> None:
+                inside = b.icmp_signed("<", r, h)
+                pbase, origin = self._win_pixel(w, b.select(inside, b.add(b.add(p0, ip), r), p0))
+                for arr, v in zip(arrs, [pbase, b.zext(inside, I64), *origin]):
+                    b.store(v, g.gep(arr, I64, r))
+
+            g.loop(_c(0), _c(height), 1, pixel, "pwr")
+
+            def kline(k: ir.Value) -> None:
+                line = g.gep(dst, self.ct, b.mul(k, _c(height)))
+
+                def elem(r: ir.Value) -> None:
+                    pbase, inside, *origin = (b.load(g.gep(arr, I64, r), typ=I64) for arr in arrs)
+                    valid, off = self._win_addr(w, (pbase, origin), b.add(pc, k))
+                    valid = b.and_(valid, b.icmp_signed("!=", inside, _c(0)))
+                    x = self.load_elem(base, b.select(valid, off, _c(0)))
+                    b.store(b.select(valid, x, zero), g.gep(line, self.ct, r))
+
+                g.loop(_c(0), _c(height), 1, elem, "pwe", vectorize=True)
+
+            g.loop(_c(0), kc, 1, kline, "pwk")
 
         g.loop(_c(0), count, height, panel, "pwp")
         return dst0
