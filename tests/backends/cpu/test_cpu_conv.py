@@ -346,3 +346,32 @@ def test_empty_convolution_is_refused_and_gives_zeros() -> None:
                               device="cpu:0")(*xs))
     np.testing.assert_array_equal(got, np.zeros((1, 2, 2, 2), np.float32))
     assert math.prod(got.shape) == 8
+
+
+@pytest.mark.parametrize("target", ["host", "generic"])
+def test_conv_aot(target: str, tmp_path) -> None:  # noqa: ANN001
+    """AOT: an NHWC convolution with its bias-relu epilogue and an NCHW grouped one in an
+    object file for this host or for generic x86-64 (SSE tiles), run from C."""
+    from test_cpu_aot import build_and_run
+
+    from axle.device_compile import optimize_for
+    from axle_cpu.aot import compile_aot
+
+    nhwc = next(c for c in CONFIGS if c[0] == "2d-nhwc-stride2")
+    nchw = next(c for c in CONFIGS if c[0] == "grouped-nchw")
+    b = Builder("convs")
+    x1, w1 = b.parameter(TensorType(DType.FLOAT32, nhwc[1])), b.parameter(TensorType(DType.FLOAT32, nhwc[2]))
+    x2, w2 = b.parameter(TensorType(DType.FLOAT64, nchw[1])), b.parameter(TensorType(DType.FLOAT64, nchw[2]))
+    c1 = b.convolution(x1, w1, **conv_dimension_numbers(*nhwc[3]), **nhwc[4])
+    bias = b.parameter(TensorType(DType.FLOAT32, (c1.shape[-1],)))
+    zero = b.broadcast_in_dim(b.constant(0.0, DType.FLOAT32), shape=c1.shape, broadcast_dimensions=())
+    y1 = b.max(b.add(c1, b.broadcast_in_dim(bias, shape=c1.shape, broadcast_dimensions=(3,))), zero)
+    m = b.build(y1, b.convolution(x2, w2, **conv_dimension_numbers(*nchw[3]), **nchw[4]))
+    assert native_convs(optimize_for(m, _backend().devices()[0])) == 2  # what compile_aot compiles
+    types = [p.type for p in m.entry.parameters]
+    res = compile_aot(m, types, str(tmp_path), name="convs", cpu="generic" if target == "generic" else None)
+    xs = [random_input(RNG, t, special=False) for t in types]
+    got = build_and_run(res, xs, tmp_path)
+    want = evaluate(m, *xs)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
