@@ -23,7 +23,7 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.config import config
-from axle.ir.dtypes import ALL_DTYPES
+from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module, Node
 from axle.ir.opcodes import Op
@@ -43,6 +43,10 @@ CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
     # windowed: the implicit GEMM (conv.py), for the convolutions it computes
     Op.CONVOLUTION})
+
+#: the dtypes of the claimed convolutions: those the GEMM kernel computes (gemm.GEMM_DTYPES,
+#: named here so that asking for capabilities does not load llvmlite)
+CONV_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64})
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
@@ -118,7 +122,7 @@ class CpuBackend(Backend):
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=frozenset(ALL_DTYPES),
-                            predicates={Op.CONVOLUTION: _conv_refusal})
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES}, predicates={Op.CONVOLUTION: _conv_refusal})
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes

@@ -314,8 +314,11 @@ def test_unclaimed_convolution_runs_the_decomposition_and_says_why() -> None:
     """A bfloat16 convolution (no GEMM kernel for it) is refused by the claim: the core
     expands it into im2col before partitioning, the placement summary names the reason,
     and the values are the interpreter's."""
+    from axle_cpu import CONV_DTYPES
     from axle_cpu.conv import conv_refusal
+    from axle_cpu.gemm import GEMM_DTYPES
 
+    assert CONV_DTYPES == GEMM_DTYPES  # the claim's dtypes are the ones the kernel computes
     b = Builder("bf16")
     x, w = b.parameter(TensorType(DType.BFLOAT16, (1, 2, 5, 5))), b.parameter(TensorType(DType.BFLOAT16, (3, 2, 3, 3)))
     c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"), **_window(2))
@@ -328,8 +331,8 @@ def test_unclaimed_convolution_runs_the_decomposition_and_says_why() -> None:
     assert native_convs(comp.module) == 0
     summary = comp.placement()
     assert summary.decomposed == {"convolution": 1}
-    assert "does not compute bf16" in summary.decomposed_why["convolution"]
-    assert "convolution: the GEMM kernel does not compute bf16" in str(summary)
+    assert "not claimed for dtype bf16" in summary.decomposed_why["convolution"]
+    assert "convolution: op 'convolution' is not claimed for dtype bf16" in str(summary)
     got = np.asarray(comp(*xs)).astype(np.float64)
     with axle.device("interpreter:0"):
         want = np.asarray(lax.conv_general_dilated(*xs, (1, 1), "VALID")).astype(np.float64)
