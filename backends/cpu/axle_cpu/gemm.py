@@ -56,7 +56,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from llvmlite import ir
@@ -525,6 +525,24 @@ class _Emitter:
         # is reused (a single row tile): packing would only add a pass over B.
         self.direct_b = (lay.b_k.stride if plain and lay.m <= self.t.mr and lay.b_k.table is None
                          and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
+        # Patches read in place through row pointers (an indirection table, XNNPACK's
+        # indirect convolution): K segments of ``ind_seg`` contiguous input features.
+        self.ind_seg = self._indirect_segment(lay.a_win, plain)
+        if self.ind_seg:
+            self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
+
+    #: shortest run of input features read through row pointers (shorter runs are packed)
+    IND_MIN_RUN = 16
+
+    def _indirect_segment(self, w: Window | None, plain: bool) -> int | None:
+        """The K segment of the indirect path: the run of input features (Window.run) or a
+        divisor of it that fits a K block; None where patches are packed instead."""
+        if w is None or not plain or w.run < self.IND_MIN_RUN or w.run_stride != 1:
+            return None
+        if w.run <= self.t.kc:
+            return w.run
+        seg = max(d for d in range(1, self.t.kc + 1) if w.run % d == 0)
+        return seg if seg >= 64 else None
 
     # -- arithmetic of the compute type
     @property
@@ -584,7 +602,12 @@ class _Emitter:
             b.ret_void()
             return self.fn
         if not lay.rowdot:
-            if not self.direct_a:
+            if self.ind_seg:  # row pointers per tile and K segment, and the zeros of padding
+                self.ind = b.alloca(PTR, size=_c(_round_up(t.mc, t.mr) * (t.kc // self.ind_seg)))
+                self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
+                g.loop(_c(0), _c(self.ind_seg), 1,
+                       lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+            elif not self.direct_a:
                 self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
                 self.ap.align = 64
             if self.direct_b is None:
@@ -820,6 +843,8 @@ class _Emitter:
         if self.direct_a:
             sm, sk = self.direct_a
             return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
+        if self.ind_seg and lay.a_win is not None:
+            return self._pack_ind(lay.a_win, a_base, ic, mc, pc, kc)
         if lay.a_win is not None:
             return self._pack_win(lay.a_win, a_base, self.ap, ic, mc, self.t.mr, pc, kc)
         mr = t.mr
@@ -923,6 +948,36 @@ class _Emitter:
         g.loop(_c(0), count, height, panel, "pwp")
         return dst0
 
+    def _pack_ind(self, w: Window, base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value,
+                  kc: ir.Value) -> ir.Value:
+        """The indirection table of the A block (rows [ic, ic+mc), K [pc, pc+kc)): per
+        MR-row tile and K segment, MR pointers to the segment's input features of each
+        row's pixel, or to zeros (padding, holes, rows beyond mc)."""
+        g, b, t, seg = self.g, self.g.b, self.t, self.ind_seg
+        assert seg is not None
+        per_tile = t.mr * (t.kc // seg)
+
+        def tile(ip: ir.Value) -> None:
+            h = g.min(_c(t.mr), b.sub(mc, ip))
+            slots = g.gep(self.ind, PTR, b.mul(b.udiv(ip, _c(t.mr)), _c(per_tile)))
+
+            def row(r: ir.Value) -> None:
+                inside = b.icmp_signed("<", r, h)
+                pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
+
+                def segment(sx: ir.Value) -> None:
+                    valid, off = self._win_addr(w, pix, b.add(pc, b.mul(sx, _c(seg))))
+                    valid = b.and_(valid, inside)
+                    ptr = b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros)
+                    b.store(ptr, g.gep(slots, PTR, b.add(b.mul(sx, _c(t.mr)), r)))
+
+                g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
+
+            g.loop(_c(0), _c(t.mr), 1, row, "ixr")
+
+        g.loop(_c(0), mc, t.mr, tile, "ixt")
+        return self.ind
+
     def _pack_win_lines(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value,
                         height: int, pc: ir.Value, kc: ir.Value) -> ir.Value:
         """_pack_win by panel lines: the panel's ``height`` pixels (base offset, window
@@ -1006,6 +1061,9 @@ class _Emitter:
                     shift = b.sub(start, ic)  # tile start relative to the block
                     skip = b.sub(row, start)
                     ap = g.gep(a_blk, self.st, b.mul(shift, _c(self.direct_a[0])))
+                elif self.ind_seg:
+                    shift, skip = i, _c(0)
+                    ap = g.gep(a_blk, PTR, b.mul(b.udiv(i, _c(t.mr)), _c(t.mr * (t.kc // self.ind_seg))))
                 else:
                     shift, skip = i, _c(0)
                     ap = g.gep(a_blk, self.ct, b.mul(i, kc))
@@ -1027,6 +1085,8 @@ class _Emitter:
         beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
         block the tile is finished by the epilogue (``finish``) instead of stored."""
         name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+        # indirect (``ind_seg``): ``a`` is the tile's indirection table, MR row pointers per
+        # K segment; element (r, k) of segment s is at ``a[s*MR + r][k - s*seg]``
         fn = self.mod.globals.get(name)
         if fn is not None:
             return fn
@@ -1034,7 +1094,7 @@ class _Emitter:
         a_direct = self.direct_a is not None
         rs, ks = self.direct_a if self.direct_a else (1, t.mr)
         b_direct = self.direct_b is not None
-        a_t = self.st if a_direct else self.ct
+        a_t = self.st if a_direct or self.ind_seg else self.ct
         extra = [I1, PTR] if epilogue else []
         fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I64, I1, *extra]),
                          name=name)
@@ -1059,18 +1119,39 @@ class _Emitter:
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
         pre = b.block
+        seg = self.ind_seg
+        k_lo: ir.Value = _c(0)
+        k_hi: ir.Value = kc
+        init: list[list[ir.Value]] = [[ir.Constant(self.vt, None)] * nv for _ in range(t.mr)]
+        if seg:  # the outer loop over K segments: the tile's row pointers for each
+            scond, sbody, sdone = (fn.append_basic_block(f"s.{x}") for x in ("cond", "body", "done"))
+            b.branch(scond)
+            b.position_at_end(scond)
+            sx = b.phi(I64, name="s")
+            sx.add_incoming(_c(0), pre)
+            outer = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
+            for row in outer:
+                for acc in row:
+                    acc.add_incoming(ir.Constant(self.vt, None), pre)
+            b.cbranch(b.icmp_signed("<", b.mul(sx, _c(seg)), kc), sbody, sdone)
+            b.position_at_end(sbody)
+            rowptr = [b.load(g.gep(a, PTR, b.add(b.mul(sx, _c(t.mr)), _c(r))), typ=PTR) for r in range(t.mr)]
+            k_lo = b.mul(sx, _c(seg))
+            k_hi = b.add(k_lo, _c(seg))
+            init = [list(row) for row in outer]
+            pre = b.block
         cond = fn.append_basic_block("k.cond")
         body = fn.append_basic_block("k.body")
         done = fn.append_basic_block("k.done")
         b.branch(cond)
         b.position_at_end(cond)
         k = b.phi(I64, name="k")
-        k.add_incoming(_c(0), pre)
+        k.add_incoming(k_lo, pre)
         accs = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
-        for row in accs:
-            for acc in row:
-                acc.add_incoming(ir.Constant(self.vt, None), pre)
-        b.cbranch(b.icmp_signed("<", k, kc), body, done)
+        for row, row0 in zip(accs, init):
+            for acc, v0 in zip(row, row0):
+                acc.add_incoming(v0, pre)
+        b.cbranch(b.icmp_signed("<", k, k_hi), body, done)
         b.position_at_end(body)
         brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
         bvec = []
@@ -1087,7 +1168,10 @@ class _Emitter:
         undef = ir.Constant(self.vt, None)
         new = []
         for r in range(t.mr):
-            x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
+            if seg:
+                x = b.load(g.gep(rowptr[r], a_t, b.sub(k, k_lo)), typ=a_t)
+            else:
+                x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
             splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
             new.append([self.fma(b, splat, bvec[q], accs[r][q]) for q in range(nv)])
         k.add_incoming(b.add(k, _c(1)), b.block)
@@ -1096,6 +1180,14 @@ class _Emitter:
                 accs[r][q].add_incoming(new[r][q], b.block)
         no_unroll(b.branch(cond))
         b.position_at_end(done)
+        if seg:  # the segment's sums carry into the next segment
+            for row, row_out in zip(accs, outer):
+                for acc, acc_out in zip(row, row_out):
+                    acc_out.add_incoming(acc, done)
+            sx.add_incoming(b.add(sx, _c(1)), done)
+            no_unroll(b.branch(scond))
+            b.position_at_end(sdone)
+            accs = outer
         cvt = ir.VectorType(c_t, t.v)
 
         def full() -> None:

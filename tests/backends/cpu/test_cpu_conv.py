@@ -76,6 +76,15 @@ CONFIGS = [
     ("several-k-blocks-nhwc", (2, 13, 14, 64), (3, 3, 64, 19), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1),
                                                                                                 high=(1, 1))),
     ("several-k-blocks-nchw", (2, 64, 13, 14), (19, 64, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    # runs of >= 16 input features are read in place through row pointers (indirect)
+    ("indirect-grouped-strided", (2, 9, 8, 48), (3, 3, 16, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 1), low=(1, 1), high=(0, 1), rhs=(1, 2), feature_group_count=3)),
+    ("indirect-lhs-dilation", (1, 5, 4, 16), (3, 2, 16, 3), ("NHWC", "HWIO", "NHWC"),
+     _window(2, lhs=(2, 2), low=(2, 1), high=(1, 1))),
+    ("indirect-batch-groups", (4, 6, 5, 16), (2, 2, 16, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 0), batch_group_count=2)),
+    # 600 features: K segments of 300 (a divisor that fits a K block)
+    ("indirect-split-run", (1, 4, 3, 600), (3, 2, 600, 5), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1))),
     # K = 9 * 100: the second K block starts inside a run of input features
     ("k-block-inside-a-feature-run", (1, 6, 5, 100), (3, 3, 100, 7), ("NHWC", "HWIO", "NHWC"),
      _window(2, low=(1, 1), high=(1, 1))),
@@ -170,7 +179,7 @@ def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
 
 
 @pytest.mark.parametrize("name", ["2d-nhwc-same", "2d-nchw-same", "grouped-nchw", "batch-groups-nhwc",
-                                  "several-k-blocks-nchw"])
+                                  "several-k-blocks-nchw", "several-k-blocks-nhwc", "indirect-batch-groups"])
 def test_conv_disjoint_ranges(name: str) -> None:
     """Thread splits: disjoint pieces of the outer range (pixels or output features,
     across images and groups) and of the inner one give exactly the single-call result."""
@@ -196,7 +205,8 @@ def test_conv_disjoint_ranges(name: str) -> None:
 def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
     """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
     (run here on the host)."""
-    for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation"):
+    for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
+                 "several-k-blocks-nhwc"):
         m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
         xs = conv_inputs(m)
         _jit, fn, (outer, inner) = _kernel(m, vector_bits)
