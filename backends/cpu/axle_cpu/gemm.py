@@ -1004,6 +1004,11 @@ class _Emitter:
 
             def kline(k: ir.Value) -> None:
                 line = g.gep(dst, self.ct, b.mul(k, _c(height)))
+                if not w.dilated and height % self.t.v == 0:
+                    v = self.t.v
+                    for q in range(height // v):
+                        self._win_chunk(w, base, arrs, b.add(pc, k), q * v, g.gep(line, self.ct, _c(q * v)))
+                    return
 
                 def elem(r: ir.Value) -> None:
                     pbase, inside, *origin = (b.load(g.gep(arr, I64, r), typ=I64) for arr in arrs)
@@ -1018,6 +1023,51 @@ class _Emitter:
 
         g.loop(_c(0), count, height, panel, "pwp")
         return dst0
+
+    def _win_chunk(self, w: Window, base: ir.Value, arrs: list[ir.Value], k: ir.Value, r0: int,
+                   dst: ir.Value) -> None:
+        """V pixels (r0...) of a panel line at window position ``k``, as one vector: when
+        their offsets are consecutive (one image row, stride 1: the usual case) a masked
+        vector load (the mask is the padding), else lane by lane."""
+        g, b, v = self.g, self.g.b, self.t.v
+        vt64 = ir.VectorType(I64, v)
+
+        def vec(x: ir.Value) -> ir.Value:
+            return b.shuffle_vector(b.insert_element(ir.Constant(vt64, None), x, ir.Constant(I32, 0)),
+                                    ir.Constant(vt64, None), ir.Constant(ir.VectorType(I32, v), None))
+
+        def load(arr: ir.Value) -> ir.Value:
+            ld = b.load(g.gep(arr, I64, _c(r0)), typ=vt64)
+            ld.align = 8
+            return ld
+
+        pbase, inside, *origin = (load(arr) for arr in arrs)
+        off = b.add(pbase, vec(g.offset(w.k_lin, k, "wk")))
+        valid = b.icmp_signed("!=", inside, ir.Constant(vt64, None))
+        for d, o in enumerate(origin):
+            q = b.add(o, vec(g.offset(w.k_pos[d], k, "wp")))
+            valid = b.and_(valid, b.and_(b.icmp_signed(">=", q, ir.Constant(vt64, None)),
+                                         b.icmp_signed("<", q, vec(_c(w.extent[d])))))
+        off0 = b.extract_element(off, ir.Constant(I32, 0))
+        iota = ir.Constant(vt64, list(range(v)))
+        same = b.icmp_signed("==", off, b.add(vec(off0), iota))
+        consecutive = intrinsic(b, f"llvm.vector.reduce.and.v{v}i1", I1, [same])
+        vt = ir.VectorType(self.ct, v)
+
+        def fast() -> None:
+            # not inbounds: masked-off lanes may lie before the input (left padding)
+            x = self.masked_load(b, b.gep(base, [off0], source_etype=self.st), self.st, valid)
+            _store(b, b.fpext(x, vt) if self.f16 else x, dst, _bytes(self.ct))
+
+        def slow() -> None:
+            x = ir.Constant(vt, None)
+            for lane in range(v):
+                ok = b.extract_element(valid, ir.Constant(I32, lane))
+                e = self.load_elem(base, b.select(ok, b.extract_element(off, ir.Constant(I32, lane)), _c(0)))
+                x = b.insert_element(x, b.select(ok, e, ir.Constant(self.ct, None)), ir.Constant(I32, lane))
+            _store(b, x, dst, _bytes(self.ct))
+
+        g.if_(consecutive, fast, slow)
 
     def _pack_runs(self, w: Window, base: ir.Value, pix: tuple[ir.Value, list[ir.Value]], pc: ir.Value,
                    kc: ir.Value, at: Callable[[ir.Value], ir.Value]) -> None:

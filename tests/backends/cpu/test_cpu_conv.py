@@ -67,6 +67,8 @@ CONFIGS = [
     ("mixed-layouts", (2, 3, 7, 6), (3, 2, 4, 3), ("NCHW", "HWOI", "NHWC"), _window(2, low=(1, 1))),
     ("channels-first-out", (2, 7, 6, 3), (4, 3, 3, 3), ("NHWC", "OIHW", "NCHW"), _window(2, high=(1, 1))),
     ("batch-last", (3, 7, 6, 2), (4, 3, 3, 3), ("CHWN", "OIHW", "CHWN"), _window(2, low=(1, 1), high=(1, 1))),
+    # output rows of 40 pixels: panel lines read as masked vector loads (the padding masked)
+    ("nchw-wide-rows", (2, 3, 5, 40), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 2), high=(1, 0))),
     ("kernel-1x1", (3, 8, 5, 5), (5, 8, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2)),
     ("spatial-1x1", (4, 1, 1, 8), (1, 1, 8, 5), ("NHWC", "HWIO", "NHWC"), _window(2)),
     ("batch-1-out-1", (1, 3, 5, 5), (1, 3, 5, 5), ("NCHW", "OIHW", "NCHW"), _window(2)),
@@ -206,7 +208,7 @@ def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
     """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
     (run here on the host)."""
     for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
-                 "several-k-blocks-nhwc"):
+                 "several-k-blocks-nhwc", "nchw-wide-rows"):
         m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
         xs = conv_inputs(m)
         _jit, fn, (outer, inner) = _kernel(m, vector_bits)
