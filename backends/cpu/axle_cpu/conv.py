@@ -6,9 +6,10 @@ A convolution is a batch of matrix products over its groups (feature or batch gr
 
 with ``pixel`` the output's batch and spatial positions, ``k`` an input feature and a
 kernel position, ``o`` an output feature of the group. The kernel operand is read through
-offset maps like any dot operand; the patch operand through a :class:`~.gemm.Window`, which
-packing reads with masks (padding and lhs-dilation holes read as 0), so the input is never
-padded, copied or expanded. K is ordered as the kernel's memory is (its dims by decreasing
+offset maps like any dot operand; the patch operand through a :class:`~.gemm.Window`: read
+in place through row pointers (runs of input features) or packed with masks (padding and
+lhs-dilation holes read as 0), so the input is never padded or expanded in memory
+(docs/backend-cpu.md, "Convolution"). K is ordered as the kernel's memory is (its dims by decreasing
 stride), so the kernel operand is usually one stride.
 
 The orientation follows the output layout, so that C is the output itself, in place:

@@ -47,6 +47,11 @@ whose output dtype differs from the dot's, which cannot keep partial sums in the
 calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
 empty contraction on zeros.
 
+A convolution (conv.py) is the same kernel: its Layout maps C onto the output in place
+(row stride ``ldc``, batch offsets ``c_b``) and its patch operand is a ``Window``, read
+through an indirection table of row pointers by the micro-kernel (``ind_seg``) or packed
+with masks (``_pack_win``).
+
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
 kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
 running the kernel at once each have their own, and AOT code needs no allocator.
