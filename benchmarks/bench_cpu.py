@@ -314,14 +314,17 @@ def fma_peak_gflops(seconds: float = 0.3) -> float:
     engine.finalize_object()
     call = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
     n, threads = 1 << 16, thread_count()
-    while True:  # ctypes releases the GIL: the threads run the loop at once
+
+    def timed(n: int) -> float:  # ctypes releases the GIL: the threads run the loop at once
         t0 = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(call, [n] * threads))
-        dt = time.perf_counter() - t0
-        if dt > seconds:
-            return 2 * lanes * accs * n * threads / dt / 1e9
+        return time.perf_counter() - t0
+
+    while timed(n) < seconds:
         n *= 4
+    # the best of a few runs: other processes on the machine only ever slow it down
+    return max(2 * lanes * accs * n * threads / timed(n) / 1e9 for _ in range(3))
 
 
 def _conv_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, quick: bool, reps: int) -> Row:
