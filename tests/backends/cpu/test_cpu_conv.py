@@ -390,3 +390,23 @@ def test_conv_aot(target: str, tmp_path) -> None:  # noqa: ANN001
     want = evaluate(m, *xs)
     for g_, w_ in zip(got, want):
         np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_inside_a_native_loop() -> None:
+    """A convolution with its epilogue in a fori_loop body: the loop runs natively on cpu
+    (no host fallback), the convolution stays native inside it, the values are the
+    interpreter's."""
+    x = RNG.standard_normal((2, 6, 5, 16)).astype(np.float32)
+    w = (RNG.standard_normal((3, 3, 16, 16)) * 0.1).astype(np.float32)
+
+    def f(a, k):  # noqa: ANN001, ANN202
+        return lax.fori_loop(0, 3, lambda i, v: anp.tanh(nn.conv(v, k, padding="SAME", layout="NHWC")), a)
+
+    compiled = axle.jit(f, device="cpu:0").lower(x, w).compile()
+    summary = compiled.placement()
+    assert summary is None or not summary.fallback
+    assert not (summary.decomposed if summary is not None else {})
+    got = np.asarray(compiled(x, w))
+    with axle.device("interpreter:0"):
+        want = np.asarray(f(x, w))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
