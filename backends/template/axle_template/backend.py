@@ -33,8 +33,11 @@ from .executable import TemplateExecutable
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads and update kernels
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+#: loops and conditionals: host loops over their sub-computations' kernels (executable.py),
+#: claimed only with every op inside them (Capabilities._body_refusal)
+CLAIMED_CONTROL: frozenset[Op] = frozenset({Op.WHILE, Op.CONDITIONAL})
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED | CLAIMED_CONTROL
 #: The dtypes this device runs: all of the IR's (the shared C renderer computes float16 and
 #: bfloat16 in float and rounds once per op).
 DTYPES: frozenset[DType] = frozenset(ALL_DTYPES)
@@ -97,7 +100,7 @@ class TemplateBackend(Backend):
     def capabilities(self, device: Device) -> Capabilities:
         # HARDWARE: list the dtypes your device computes; the others run on the host.
         if self._claims_all():
-            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=DTYPES)
+            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=DTYPES)
         return Capabilities(ops=CLAIMED, dtypes=DTYPES, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
