@@ -68,6 +68,13 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_UPDATE_SLICE: (("the operand's buffer handed over when it dies here, else a copy kernel",
                                ".plan:_update_steps"),
                               ("work-items over the window", ".kernels:update_kernel")),
+    # control flow
+    Op.WHILE: (("the condition's and body's plans, built at compile time", ".plan:_sub_plans"),
+               ("a host loop over the body's kernels: no read-back for a known trip count, else the pred "
+                "(one byte) per trip", ".executable:OpenCLExecutable._run_loop"),
+               ("the trip count the program fixes", "axle.lowering.loops:known_trip_count")),
+    Op.CONDITIONAL: (("each branch's plan, built at compile time", ".plan:_sub_plans"),
+                     ("the index read back, then that branch's kernels", ".executable:OpenCLExecutable._run_branch")),
 }
 
 

@@ -154,7 +154,7 @@ class DeviceRuntime:
         """A new (pooled) buffer holding ``buf``'s first ``nbytes``, copied on the device."""
         out = self.alloc(nbytes)
         if out is not None:
-            cl.enqueue_copy(self.queue, out, buf, byte_count=nbytes)
+            cl.enqueue_copy(self.queue, out, buf, byte_count=nbytes)  # type: ignore[call-overload]  # pooled buffers are MemoryObjectHolders, which the stubs do not list
         return out
 
     def download(self, buf: cl.Buffer | None, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

@@ -52,6 +52,7 @@ LOWERING: tuple[tuple[str, str], ...] = (
     *((f"C expression ({t.lower().replace('_', ' ')})", f"axle.lowering.c:{t}")
       for t in ("FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")),
 )
+_HOST_LOOP = ("a host loop or branch over the sub-computations' kernels", ".executable:TemplateExecutable._control")
 #: code some ops use beyond those tables
 LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
@@ -65,6 +66,8 @@ LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                   "axle.lowering.c:_KernelBuilder.update"),),
     Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window",
                                "axle.lowering.c:_KernelBuilder.update"),),
+    # control flow: a loop's pred (unless its trip count is known) or a branch index read back each time
+    Op.WHILE: (_HOST_LOOP,), Op.CONDITIONAL: (_HOST_LOOP,),
 }
 
 
