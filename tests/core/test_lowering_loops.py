@@ -93,3 +93,11 @@ def test_the_optimized_scan_keeps_its_count():
     m = optimize(axle.jit(lambda xs: lax.scan(lambda c, r: (c * 0.5 + r, c), np.zeros(3, np.float32), xs))
                  .lower(x).module)
     assert [known_trip_count(n) for n in _loops(m)] == [5]
+
+
+def test_a_body_whose_carry_comes_whole_from_a_nested_loop_has_no_known_count():
+    inner = _counted("s32", 0, 1, 3)
+    body = Computation("body", inner.attr["body"].parameters,
+                       inner.replace(operands=tuple(inner.attr["body"].parameters)))
+    outer = inner.replace(attrs=(("condition", inner.attr["condition"]), ("body", body)))
+    assert known_trip_count(outer) is None

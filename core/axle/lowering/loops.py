@@ -34,8 +34,7 @@ def _unfused(n: Node) -> Node:
 def _without_fusions(loop: Node) -> Node:
     """The loop with the condition's root, the body's results and the initial carry unfused."""
     cond, body = loop.attr["condition"], loop.attr["body"]
-    results = body.root.operands if body.root.op is Op.TUPLE else (body.root,)
-    root = make_node(Op.TUPLE, [_unfused(r) for r in results], loc=body.root.loc)
+    root = make_node(Op.TUPLE, [_unfused(r) for r in body.root.operands], loc=body.root.loc)
     attrs = {"condition": Computation(cond.name, cond.parameters, _unfused(cond.root)),
              "body": Computation(body.name, body.parameters, root)}
     return make_node(Op.WHILE, [_unfused(o) for o in loop.operands], attrs, loc=loop.loc)
@@ -57,6 +56,8 @@ def known_trip_count(loop: Node) -> int | None:
     """The number of times ``loop`` (a ``while`` node) runs its body, when the program fixes
     it (:func:`axle.passes.control.static_trip_count`, looking through fusions); None when it
     depends on data: the backend evaluates the condition every trip."""
+    if loop.attr["body"].root.op is not Op.TUPLE:  # a carry computed whole (by a nested loop): not counted
+        return None
     plain = _without_fusions(loop)
     trips = static_trip_count(plain)
     if trips is None or (trips > 0 and not _counter_stays_in_range(plain, trips)):
