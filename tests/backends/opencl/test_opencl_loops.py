@@ -273,3 +273,33 @@ def test_zero_trips_and_size_zero_carries(ocl, monkeypatch) -> None:  # noqa: AN
     assert [s.trips for s in loop_steps(exe)] == [4] and seen["reads"] == []
     np.testing.assert_allclose(out, X + 4.0)
     assert e.shape == (0, 3)
+
+
+def _random_control_programs(count: int) -> list[int]:
+    """The first ``count`` seeds whose random program (control=True) holds a loop or a
+    conditional."""
+    from axle.ir.ops import Op
+    from axle.testing.random_modules import random_module
+
+    seeds = []
+    for seed in range(1000):
+        ops = {n.op for n in random_module(seed, 10, control=True)[0].entry.nodes}
+        if ops & {Op.WHILE, Op.CONDITIONAL}:
+            seeds.append(seed)
+        if len(seeds) == count:
+            return seeds
+    raise AssertionError("the generator makes few loops and conditionals")
+
+
+@pytest.mark.parametrize("seed", _random_control_programs(16))
+def test_random_programs_with_loops_and_conditionals_match_the_interpreter(ocl, seed) -> None:  # noqa: ANN001
+    from axle.interpreter import evaluate
+    from axle.testing.cases import OpCase, assert_program_close, run_case
+    from axle.testing.random_modules import random_module
+
+    m, inputs = random_module(seed, 10, control=True)
+    assert device_claims(m, ocl)  # so run_case runs it under strict placement: nothing on the host
+    expected = evaluate(m, *inputs)
+    for optimize in (True, False):
+        actual = run_case(OpCase(f"random({seed})", m, inputs), ocl, optimize=optimize)
+        assert_program_close(m, actual, expected, f"random_module({seed}, 10, control=True) on {ocl}")
