@@ -9,6 +9,7 @@ compile time (:class:`LoopStep`, :class:`BranchStep`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +149,8 @@ def _plan(kp: KernelPlan, dev: DeviceInfo, donated: bool = False) -> Plan:
     parameters' buffers it may write into (:attr:`Plan.consumed`)."""
     subs = {k: _sub_plans(launch, dev) for k, launch in enumerate(kp.launches)
             if launch.kind in ("while", "conditional")}
-    wants = {k: _wanted_writes(launch, subs.get(k)) for k, launch in enumerate(kp.launches)}
+    wants = {k: _WANTED_WRITES[launch.kind](subs.get(k, [])) if launch.kind in _WANTED_WRITES else set()
+             for k, launch in enumerate(kp.launches)}
     writes, consumed = _writable_inputs(kp, wants, donated)
     steps: list[Any] = []
     for k, launch in enumerate(kp.launches):
@@ -197,18 +199,14 @@ def _sub_plans(launch: KernelLaunch, dev: DeviceInfo) -> list[Plan]:
             for c, d in zip(comps, donated)]
 
 
-def _wanted_writes(launch: KernelLaunch, subs: list[Plan] | None) -> set[int]:
-    """The inputs (by position) a launch would write into if their buffers were its own: an
-    update's operand; the carries a loop body, or the operands a branch, writes into."""
-    if launch.kind == "update":
-        return {0}
-    if launch.kind == "while":
-        assert subs is not None
-        return set(subs[1].consumed)
-    if launch.kind == "conditional":
-        assert subs is not None
-        return {i + 1 for b in subs for i in b.consumed}
-    return set()
+#: the inputs (by position) a launch would write into if their buffers were its own, by its
+#: kind (from its sub-plans): an update's operand; the carries its body writes into; the
+#: operands (after the index) some branch writes into
+_WANTED_WRITES: dict[str, Callable[[list[Plan]], set[int]]] = {
+    "update": lambda subs: {0},
+    "while": lambda subs: set(subs[1].consumed),
+    "conditional": lambda subs: {i + 1 for b in subs for i in b.consumed},
+}
 
 
 def _writable_inputs(kp: KernelPlan, wants: dict[int, set[int]], donated: bool
