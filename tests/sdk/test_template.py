@@ -376,3 +376,19 @@ def test_template_loop_with_a_data_dependent_count_tests_its_condition_each_trip
         np.testing.assert_array_equal(f(x, np.int32(n)).numpy(), x * 2.0 ** n)
         assert len(runs) == 1 + (n + 1) + n  # the entry, each condition, each body
         monkeypatch.undo()
+
+
+def test_template_runs_a_loop_with_an_unclaimed_op_inside_whole_on_the_host():
+    from axle import lax
+
+    dev = require_backend("template")
+    w = np.eye(3, dtype=np.float32) * 0.5
+    f = axle.jit(lambda x: lax.fori_loop(0, 3, lambda i, v: v @ w + 1.0, x), device=dev)
+    x = np.ones((2, 3), np.float32)
+    summary = f.lower(x).compile().placement()
+    (host,) = [c for c in summary.clusters if c.fallback]
+    assert "while" in host.ops and "while runs op 'dot'" in host.reason, summary
+    want = x
+    for _ in range(3):
+        want = want @ w + 1
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
