@@ -28,6 +28,7 @@ def _un(op: Op) -> Callable[[Value], Value]:
         return bind(op, x)
 
     f.__name__ = op.name.lower()
+    f.primitive = op  # type: ignore[attr-defined]  # axle.numpy's eager hot path launches it directly
     return f
 
 
@@ -36,6 +37,7 @@ def _bin(op: Op) -> Callable[[Value, Value], Value]:
         return bind(op, x, y)
 
     f.__name__ = op.name.lower()
+    f.primitive = op  # type: ignore[attr-defined]  # axle.numpy's eager hot path launches it directly
     return f
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import axle
 import axle.numpy as anp
 from axle.interpreter import eval_node, evaluate_computation
+from axle.ir.dtypes import is_float_numpy
 from axle.ir import Builder, Module, Node, Op
 from axle.ir.types import TensorType, TupleType
 from axle.passes import optimize
@@ -158,13 +159,13 @@ def check_in_place_semantics(a: BufferAssignment, inputs: list[np.ndarray], env:
             pert = [np.array(x, copy=True) for x in args]
             for pos in positions:
                 flat = pert[pos].reshape(-1)
-                if flat.dtype.kind == "f":
+                if is_float_numpy(flat.dtype):  # bfloat16 included (kind V)
                     flat[j] = 0.5 if flat[j] != 0.5 else 0.25
                 else:
                     flat[j] = ~flat[j] if flat.dtype.kind == "b" else flat[j] ^ 1
             after, before = np.asarray(eval_node(n, pert)).reshape(-1), base.reshape(-1)
             changed = after != before
-            if before.dtype.kind == "f":
+            if is_float_numpy(before.dtype):
                 changed &= ~(np.isnan(after) & np.isnan(before))
             others = np.delete(changed, j)
             assert not others.any(), f"{n.op.value} in place of {donor}: element {j} of the operand changes other elements"

@@ -17,7 +17,7 @@ from .. import lax
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.array import Array
 from ..frontend.device_put import device_put as _device_put
-from ..frontend.eager import colocate
+from ..frontend.eager import colocate, launch_cached
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
 from ..frontend.validate import (
@@ -235,7 +235,16 @@ def _finish(x: Any, *args: Any) -> Any:
 
 
 def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, ArrayLike], Any]:
+    # Without a dtype rule of its own, the function on two concrete non-weak arrays of one
+    # type is exactly its primitive (promotion and broadcasting change nothing), and a
+    # primitive's hot path only knows signatures its shape and dtype rules accepted.
+    primitive = None if dtype_fn else getattr(op, "primitive", None)
+
     def f(x: ArrayLike, y: ArrayLike) -> Any:
+        if primitive is not None and type(x) is Array and type(y) is Array:
+            out = launch_cached(primitive, x, y)
+            if out is not None:
+                return out
         dt = dtype_fn(x, y) if dtype_fn else None
         a, b = _prepare(name, x, y, dtype=dt)
         return _finish(op(a, b), x, y)
