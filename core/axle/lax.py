@@ -171,6 +171,9 @@ def _wrap_negative(i: Value, n: int) -> Value:
     dt = _index_dtype_of(i)
     if dt.kind == "u":
         return i
+    if isinstance(i, (np.ndarray, np.generic)):  # known now: wrapped here, so it stays data (a cluster's parameter)
+        k = np.asarray(i)
+        return np.where(k < 0, k + np.asarray(n, dt), k).astype(dt)
     zero, size = np.asarray(0, dt), np.asarray(n, dt)
     return select(compare(i, zero, "lt"), add(i, size), i)
 

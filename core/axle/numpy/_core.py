@@ -666,14 +666,25 @@ def ones(shape: Any, dtype: Any = None, device: Any = None) -> Any:
         return _placed(_full("ones", shape, 1, float if dtype is None else dtype), device)
 
 
-def zeros_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+def _like_placed(x: Any, device: Any, make: Callable[[], Any]) -> Any:
+    """``make()`` placed for a ``*_like(x)`` function: on ``device`` when one is named, else
+    on x's device (the array API standard infers it from x; jax keeps x's placement),
+    committed when x is. Not on the default device, which in a loop over arrays of another
+    device made one more transfer and cut auto-mode clusters per iteration."""
+    if device is None and isinstance(x, Array):
+        with _on_device(x.device):
+            out = make()
+        return _placed(out, x.device) if x.committed else out
     with _on_device(device):
-        return _placed(_full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np), device)
+        return _placed(make(), device)
+
+
+def zeros_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+    return _like_placed(x, device, lambda: _full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np))
 
 
 def ones_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
-    with _on_device(device):
-        return _placed(_full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np), device)
+    return _like_placed(x, device, lambda: _full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np))
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Any:
