@@ -150,6 +150,13 @@ class DeviceRuntime:
         with self._pool_lock:
             return self.pool.allocate(nbytes)
 
+    def copy(self, buf: cl.MemoryObjectHolder, nbytes: int) -> cl.MemoryObjectHolder | None:
+        """A new (pooled) buffer holding ``buf``'s first ``nbytes``, copied on the device."""
+        out = self.alloc(nbytes)
+        if out is not None:
+            cl.enqueue_copy(self.queue, out, buf, byte_count=nbytes)  # type: ignore[call-overload]  # pooled buffers are MemoryObjectHolders, which the stubs do not list
+        return out
+
     def download(self, buf: cl.Buffer | None, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
         if buf is None or out.size == 0:
