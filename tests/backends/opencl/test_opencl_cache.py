@@ -19,9 +19,8 @@ from axle_opencl import runtime
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    path = tmp_path / "ocl-cache"
-    monkeypatch.setattr(runtime, "CACHE_DIR", str(path))
-    return path
+    monkeypatch.setattr(axle.config, "compile_cache", str(tmp_path / "compile-cache"))
+    return tmp_path / "compile-cache" / "opencl"
 
 
 def _fresh_runtime(dev):  # noqa: ANN001, ANN202
@@ -67,7 +66,7 @@ def test_binaries_written_private_with_header_and_reloaded(ocl, cache_dir) -> No
 
 
 def test_unsafe_directory_disables_the_cache_but_programs_still_run(ocl, cache_dir) -> None:
-    cache_dir.mkdir()
+    cache_dir.mkdir(parents=True)
     os.chmod(cache_dir, 0o777)
     with pytest.warns(CacheWarning, match="writable by group or others"):
         _fresh_runtime(ocl).kernel(_kernel(ocl, "mul"))
