@@ -164,25 +164,46 @@ DISK = DiskCache(None, "cpu object code", sub="cpu")
 OBJECT_FORMAT = "axle-cpu-object-1"
 
 
+#: the packages whose code decides what a cached object holds: axle (the optimizer, the
+#: lowering layer) and this backend (emitters, this file's O3 pipeline)
+_CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+
+
 @functools.cache
 def _code_version() -> str:
-    """This file's digest: what turns IR into an object (the O3 pipeline, the target
-    machine's settings) lives here, so a change to it is a new key without a version bump."""
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """A digest of the path, size and modification time of every source file of axle and
+    this backend: an edited emitter or pass is a new key (in a source checkout as in an
+    installed wheel) without a version bump. Stats only (about 150 files, about 1 ms):
+    reading them all cost 30 ms of a cached first call."""
+    h = hashlib.sha256()
+    for top in _CODE_DIRS:
+        for folder, dirs, files in sorted(os.walk(top)):
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    st = os.stat(os.path.join(folder, f))
+                    h.update(f"{os.path.relpath(os.path.join(folder, f), top)}\0{st.st_size}\0{st.st_mtime_ns}\n"
+                             .encode())
+    return h.hexdigest()
 
 
-def object_key(ir_text: str, interleave: bool) -> bytes:
-    """Everything a module's object code depends on: the IR text's digest, this backend
-    and axle's versions, llvmlite's and LLVM's, the host triple, CPU name and features,
-    the pipeline's setting and the ``--cpu_*`` flags."""
+def object_key(what: str, interleave: bool) -> bytes:
+    """Everything a module's object code depends on: ``what`` it compiles (its LLVM IR's
+    digest, or a digest of the kernel descriptions it is emitted from), the code of axle and
+    this backend and their versions, llvmlite's and LLVM's, the host triple, CPU name and
+    features, the pipeline's setting and the ``--cpu_*`` flags."""
     with LOCK:
         h = host()
     flags = sorted(f"{k}={v}" for k, v in config.backend_flags.items() if k.startswith("cpu_"))
     parts = [OBJECT_FORMAT, _code_version(), axle.__version__, llvmlite.__version__,
              ".".join(map(str, llvm.llvm_version_info)), h.triple, h.cpu, h.features,
-             f"interleave={interleave}", *flags, hashlib.sha256(ir_text.encode()).hexdigest()]
+             f"interleave={interleave}", *flags, what]
     return "\0".join(parts).encode()
+
+
+def ir_key(ir_text: str, interleave: bool) -> bytes:
+    """The key of a module given by its LLVM IR text."""
+    return object_key("llvm-ir:" + hashlib.sha256(ir_text.encode()).hexdigest(), interleave)
 
 
 class JitModule:
@@ -197,21 +218,35 @@ class JitModule:
     and its target machine) and then the context. The optimized IR is made again when
     asked for (``optimized_ir``: tests and ``explain``), not kept."""
 
-    def __init__(self, ir_text: str, interleave: bool = True) -> None:
-        self.ir_text, self.interleave = ir_text, interleave
-        key = object_key(ir_text, interleave)
+    def __init__(self, ir_text: str | Callable[[], str], interleave: bool = True, key: bytes | None = None) -> None:
+        """``ir_text``: the module's LLVM IR, or a function making it (called only when the
+        object is not on disk, or when the IR is asked for); ``key``: its disk cache key
+        when the caller knows it without the IR (else the IR's digest: ``ir_key``)."""
+        self._source = ir_text
+        self.interleave = interleave
+        if key is None:
+            key = ir_key(self.ir_text, interleave)
         obj = DISK.get(key)  # read outside LOCK: other threads may compile meanwhile
         from_disk = obj is not None
+        if obj is None:
+            text = self.ir_text  # made outside LOCK too (Python only)
         with _llvm():
             self._context = llvm.create_context()
             if obj is None:
-                obj = _compile(ir_text, self._context, interleave)
+                obj = _compile(text, self._context, interleave)
             # the engine's own module is empty: the code is the object emitted above
             self._engine = llvm.create_mcjit_compiler(parse("", self._context), target_machine(True))
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self._engine.finalize_object()
         if not from_disk:
             DISK.put(key, obj)
+
+    @property
+    def ir_text(self) -> str:
+        """The module's LLVM IR (made when first asked for, when it was given as a function)."""
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
 
     @property
     def optimized_ir(self) -> str:

@@ -11,12 +11,13 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import axle
 from axle.config import config
 from axle_cpu import target
-from axle_cpu.target import HostTarget, JitModule, object_key
+from axle_cpu.target import HostTarget, JitModule, ir_key
 
 IR = """
 define float @k(float %x) {
@@ -82,15 +83,15 @@ def test_off_stores_nothing(compile_cache, monkeypatch) -> None:
 
 
 def test_the_key_changes_with_what_the_object_depends_on(monkeypatch) -> None:
-    base = object_key(IR, True)
-    assert object_key(IR, True) == base
-    assert object_key(IR.replace("3.0", "4.0"), True) != base
-    assert object_key(IR, False) != base  # the vectorizer's interleaving
+    base = ir_key(IR, True)
+    assert ir_key(IR, True) == base
+    assert ir_key(IR.replace("3.0", "4.0"), True) != base
+    assert ir_key(IR, False) != base  # the vectorizer's interleaving
     monkeypatch.setitem(config.backend_flags, "cpu_threads", "1")
-    with_flag = object_key(IR, True)
+    with_flag = ir_key(IR, True)
     assert with_flag != base
     monkeypatch.setitem(config.backend_flags, "opencl_float_lanes", "4")  # another backend's flag
-    assert object_key(IR, True) == with_flag
+    assert ir_key(IR, True) == with_flag
     monkeypatch.delitem(config.backend_flags, "cpu_threads")
     monkeypatch.delitem(config.backend_flags, "opencl_float_lanes")
     h = target.host()
@@ -98,7 +99,7 @@ def test_the_key_changes_with_what_the_object_depends_on(monkeypatch) -> None:
                   HostTarget(h.triple, h.cpu, h.features.replace("+avx512f", "-avx512f").replace("+avx2", "-avx2")
                              + ",+other")):
         monkeypatch.setattr(target, "host", lambda other=other: other)
-        assert object_key(IR, True) != base
+        assert ir_key(IR, True) != base
 
 
 PROGRAM = textwrap.dedent("""
@@ -147,3 +148,47 @@ def test_a_second_process_loads_every_object_and_two_at_once_both_run_right(tmp_
         assert counts["writes"] >= 1 and counts["corrupt"] == 0
     third = _answer(_start(cache))
     assert third["hits"] >= 1 and third["misses"] == 0 and third["writes"] == 0, third
+
+
+def _specs(fn, *args):  # noqa: ANN001, ANN002, ANN202
+    """The kernel specs the cpu backend plans for ``fn`` on ``args``."""
+    from axle_cpu.plan import build_plan
+
+    module = axle.jit(fn, device="cpu:0").lower(*args).optimize()
+    return list(build_plan(module, blas=False).kernels.values())
+
+
+def test_a_cached_module_is_loaded_without_emitting_its_llvm_ir(compile_cache, monkeypatch) -> None:
+    from axle_cpu import executable
+
+    x = np.linspace(-1, 1, 300, dtype=np.float32)
+    specs = _specs(lambda x: np.float32(2.5) * x + 1, x)
+    executable.compile_kernels(specs, "k")
+
+    def no_emission(*a):  # noqa: ANN002, ANN202
+        raise AssertionError("LLVM IR emitted again")
+
+    monkeypatch.setattr(executable, "llvm_module", no_emission)
+    axle.reset_stats()
+    jm = executable.compile_kernels(specs, "k")
+    assert _counts()["hits"] == 1
+    out = np.empty_like(x)
+    fn = executable.KFUNC(jm.address(specs[0].name))
+    ptrs = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
+    fn(ctypes.addressof(ptrs), 0, specs[0].loop_sizes[0], 0, specs[0].loop_sizes[1], 0, 0)
+    np.testing.assert_allclose(out, 2.5 * x + 1, rtol=1e-6)
+    with pytest.raises(AssertionError, match="emitted again"):
+        jm.ir_text  # noqa: B018 - made only when asked for
+
+
+def test_the_kernels_key_tells_constants_and_shapes_apart() -> None:
+    """Scalar constants (in the kernel's code) one ulp apart, and another shape, are
+    other keys; array constants are kernel inputs (buffers), not part of the code."""
+    from axle_cpu.executable import specs_key
+
+    def key(c: float, n: int = 300) -> bytes | None:
+        return specs_key(_specs(lambda x: x * np.float32(c) + 1, np.ones(n, np.float32)), "k", True)
+
+    keys = {key(2.5), key(float(np.nextafter(np.float32(2.5), np.float32(3)))), key(2.5, 301)}
+    assert len(keys) == 3 and None not in keys
+    assert key(2.5) in keys  # and the same computation is the same key
