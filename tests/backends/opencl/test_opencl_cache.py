@@ -73,6 +73,33 @@ def test_unsafe_directory_disables_the_cache_but_programs_still_run(ocl, cache_d
     assert os.listdir(cache_dir) == []
 
 
+def test_compile_cache_off_stores_and_loads_nothing(ocl, cache_dir, monkeypatch) -> None:
+    monkeypatch.setattr(axle.config, "compile_cache", "off")
+    axle.reset_stats()
+    k = _kernel(ocl, "sub")
+    _fresh_runtime(ocl).kernel(k)
+    _fresh_runtime(ocl).kernel(k)
+    assert not cache_dir.exists()
+    s = axle.stats()
+    assert (s["disk_cache_hits"], s["disk_cache_misses"], s["disk_cache_writes"]) == (0, 0, 0)
+
+
+def test_a_corrupt_binary_is_built_again_from_source(ocl, cache_dir) -> None:
+    k = _kernel(ocl, "max")
+    _fresh_runtime(ocl).kernel(k)
+    (entry,) = os.listdir(cache_dir)
+    data = bytearray((cache_dir / entry).read_bytes())
+    data[-1] ^= 0xFF
+    (cache_dir / entry).write_bytes(bytes(data))
+    axle.reset_stats()
+    _fresh_runtime(ocl).kernel(k)
+    s = axle.stats()
+    assert (s["disk_cache_corrupt"], s["disk_cache_writes"]) == (1, 1)
+    axle.reset_stats()
+    _fresh_runtime(ocl).kernel(k)
+    assert axle.stats()["disk_cache_hits"] == 1
+
+
 def test_pyopencl_pickle_cache_is_not_used(ocl, cache_dir, monkeypatch) -> None:
     """Even on a driver pyopencl would cache for (PoCL caches itself, so pyopencl skips
     its cache there: pretend it is another driver)."""
