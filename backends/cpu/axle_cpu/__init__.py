@@ -197,9 +197,9 @@ class CpuBackend(Backend):
             else:
                 out[spec.name] = got
         if missing:
-            jit, text = compile_kernels([s for _, s in missing], name)
+            jit = compile_kernels([s for _, s in missing], name)
             for k, spec in missing:
-                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name, text))
+                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
         return out
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
