@@ -27,7 +27,7 @@ def _kernel(m: Module):  # noqa: ANN202
     from axle_cpu.transpose import TransposeSpec
 
     spec = TransposeSpec("tblock", m.entry, "transpose")
-    jit, _ = compile_kernels([spec], "tblock")
+    jit = compile_kernels([spec], "tblock")
     return jit, KFUNC(jit.address(spec.name)), spec.loop_sizes
 
 
