@@ -86,6 +86,9 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
+    # layout
+    Op.TRANSPOSE: (("a big lone transpose whose input rows alias in L1: the cache-blocked tile kernel",
+                    ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
                 ("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index")),

@@ -56,6 +56,11 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
 
                 emit(mod, spec)  # type: ignore[arg-type]  # the "gemm" kind is a GemmSpec
                 continue
+            if spec.kind == "transpose":
+                from . import transpose
+
+                transpose.emit(mod, spec)  # type: ignore[arg-type]  # the "transpose" kind is a TransposeSpec
+                continue
             KernelEmitter(mod, spec).build()
         except BackendError:
             raise
