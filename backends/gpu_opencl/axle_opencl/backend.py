@@ -21,17 +21,20 @@ from axle.backend import (
 from axle.errors import BackendError
 from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.module import Module
+from axle.ir.module import Module, Node
 from axle.ir.ops import BASE_PRIMITIVES, Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
+from .convs import CONV_DTYPES
 from .forking import check_not_forked, keep_forever, note_initialized
 
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in map kernels (values.py), update kernels (kernels.py)
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
+    # windowed: an implicit-GEMM convolution kernel (convs.py), with its epilogue
+    Op.CONVOLUTION})
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
@@ -56,6 +59,12 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     # sorting
     Op.SORT: (("the shared stable merge sort kernel, one work-item per row", ".sort:sort_launch"),
               ("the C-family merge sort it renders in OpenCL C", "axle.lowering.sort:sort_kernel")),
+    # windowed
+    Op.CONVOLUTION: (("a convolution (and its epilogue), GPU strategy: implicit GEMM over local-memory tiles",
+                      ".convs:conv_kernel"),
+                     ("a convolution (and its epilogue), CPU strategy: register blocks over vector types",
+                      ".convs:conv_kernel_cpu"),
+                     ("the dtypes it computes (others get the decomposition)", ".convs:CONV_DTYPES")),
     # indexing
     Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
     Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
@@ -75,6 +84,14 @@ def lowering_entries(op: Op) -> list[LoweringEntry]:
             *(LoweringEntry(what, where, op) for what, where in _EXPRESSION_TABLES),
             *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ())),
             LoweringEntry("the OpenCL C dialect, with PoCL's fixes", ".render:CL")]
+
+
+def _conv_refusal(n: Node) -> str | None:
+    """Why the convolution kernels (convs.py) do not take ``n``: its dtype only."""
+    if n.dtype in CONV_DTYPES:
+        return None
+    names = ", ".join(sorted(d.value for d in CONV_DTYPES))
+    return f"opencl computes convolution in {names}, not {n.dtype.value}: it gets the core's decomposition"
 
 
 def _enumerate() -> list[tuple[int, int, Any, Any]]:
@@ -174,11 +191,14 @@ class OpenCLBackend(Backend):
         fp64 = bool(device.properties.get("fp64"))
         dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=dts,
-                            limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
+                            limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1},
+                            predicates={Op.CONVOLUTION: _conv_refusal})
 
     def fusion_policy(self) -> FusionPolicy:
-        # dot_epilogue: the dot kernels finish each accumulator with its epilogue (dots.py)
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
+        # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each
+        # accumulator with its epilogue (dots.py, convs.py)
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
+                            conv_epilogue=True)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)

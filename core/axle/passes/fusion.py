@@ -66,6 +66,12 @@ def is_contraction(n: Node) -> bool:
     return t.contraction and t.fusible and not t.side_effect
 
 
+def takes_epilogue(n: Node, policy: FusionPolicy) -> bool:
+    """Whether the policy lets contraction ``n`` take its consumers as an ``output``
+    fusion: a convolution by ``conv_epilogue``, a dot by ``dot_epilogue``."""
+    return policy.conv_epilogue if n.op is Op.CONVOLUTION else policy.dot_epilogue
+
+
 def is_kernel(n: Node) -> bool:
     """Needs a kernel of its own when not fused (constants are data, not kernels)."""
     return n.op is not Op.CONSTANT and (loop_fusible(n) or is_reduction(n) or is_contraction(n))
@@ -90,8 +96,9 @@ def why_alone(n: Node) -> Refusal | None:
         return Refusal("in-place-update", f"{n.op.value} writes windows into its operand: a kernel of its own, "
                                           f"run in place over the operand's buffer where the operand dies there")
     if is_contraction(n):
+        flag = "conv_epilogue" if n.op is Op.CONVOLUTION else "dot_epilogue"
         return Refusal("contraction", f"{n.op.value} is a contraction: a kernel of its own (its operands are "
-                                      f"read from memory tile by tile; the backend's policy has dot_epilogue off)")
+                                      f"read from memory tile by tile; the backend's policy has {flag} off)")
     if not (loop_fusible(n) or is_reduction(n)):
         return Refusal("no-kind", f"{n.op.value} has no fusion kind: a kernel of its own")
     return None
@@ -152,7 +159,7 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
     dots = [m for m in members if is_contraction(m)]
-    if dots and policy.dot_epilogue:
+    if dots and all(takes_epilogue(d, policy) for d in dots):
         return _output_kind(members, roots, dots)
     for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
         if (alone := why_alone(m)) is not None:
@@ -352,7 +359,7 @@ class _Fuser:
             if n.op is Op.PARAMETER or n.traits.structural:
                 continue  # not a kernel: explain looks through plumbing to its source
             alone = why_alone(n)
-            if alone is not None and is_contraction(n) and self.policy.dot_epilogue:
+            if alone is not None and is_contraction(n) and takes_epilogue(n, self.policy):
                 self._epilogue(n)
                 continue
             if alone is not None:

@@ -22,6 +22,9 @@ class FusionPolicy:
     #: it into its kernel (an ``output`` fusion); off by default, on where the backend's dot
     #: kernels finish each result with the epilogue before storing it
     dot_epilogue: bool = False
+    #: the same for a convolution (trait ``contraction`` too): on where the backend claims
+    #: convolution and its kernels finish each result with the epilogue before storing it
+    conv_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True
     #: constants with at most this many elements are inlined into fused computations;
