@@ -127,8 +127,8 @@ def _numeric_grad(f: Any, args: list[np.ndarray], i: int, eps: float = 1e-6) -> 
 @pytest.mark.parametrize(("layout", "stride", "padding", "dilation", "groups"), [
     ("NCHW", 1, "SAME", 1, 1), ("NHWC", 2, [(1, 0), (0, 1)], 1, 2), ("NCW", 2, "VALID", 2, 1),
     ("NDHWC", 1, "SAME", 1, 3)])
-def test_nn_conv_gradients_match_finite_differences_in_float64(ocl, layout, stride, padding, dilation,  # noqa: ANN001
-                                                                 groups) -> None:
+def test_nn_conv_gradients_match_finite_differences_in_float64(ocl, layout: str, stride: int, padding: Any,  # noqa: ANN001
+                                                                 dilation: int, groups: int) -> None:
     """The VJPs of convolution are convolutions (input gradient: lhs dilation and a
     flipped kernel; kernel gradient: batch groups): all run natively here."""
     ns = len(layout) - 2
