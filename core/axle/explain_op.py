@@ -293,7 +293,7 @@ FUSION_ROLES: dict[str, str] = {
     "reduction": "a reduction (`fusion.is_reduction`): the root of an input fusion its producers join, or "
                  "inside a row fusion when it reduces trailing axes and its result is broadcast back",
     "contraction": "a contraction (`fusion.is_contraction`): a kernel of its own, or the head of an output "
-                   "fusion when the backend's FusionPolicy has dot_epilogue",
+                   "fusion when the backend's FusionPolicy has dot_epilogue (conv_epilogue for a convolution)",
     "none": "never fused: structural, side-effecting or not fusible (it runs as its own step)",
 }
 
@@ -383,7 +383,10 @@ def claim(backend: Backend, op: Op) -> tuple[bool, list[str]]:
     lines = [f"claims {op.value} on {device.name} for operand dtypes {_dtypes(dts)}"]
     refused = [d for d in allowed if d not in dts]
     if refused:
-        lines.append(f"not for {_dtypes(refused)} (the device's dtypes or op_dtypes): those run on the host")
+        # an extended op the device refuses is expanded into its decomposition, not sent to the host
+        where = ("the core expands those into its decomposition" if OPS[op].traits.extended
+                 and OPS[op].decomposition is not None else "those run on the host")
+        lines.append(f"not for {_dtypes(refused)} (the device's dtypes or op_dtypes): {where}")
     if limits:
         lines.append(f"limits: {limits}")
     return bool(dts), lines

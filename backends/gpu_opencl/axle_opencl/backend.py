@@ -21,7 +21,7 @@ from axle.backend import (
 from axle.errors import BackendError
 from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.module import Module, Node
+from axle.ir.module import Module
 from axle.ir.ops import BASE_PRIMITIVES, Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
@@ -64,7 +64,8 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                       ".convs:conv_kernel"),
                      ("a convolution (and its epilogue), CPU strategy: register blocks over vector types",
                       ".convs:conv_kernel_cpu"),
-                     ("the dtypes it computes (others get the decomposition)", ".convs:CONV_DTYPES")),
+                     ("the dtypes it computes (Capabilities.op_dtypes; others get the decomposition)",
+                      ".convs:CONV_DTYPES")),
     # indexing
     Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
     Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
@@ -84,14 +85,6 @@ def lowering_entries(op: Op) -> list[LoweringEntry]:
             *(LoweringEntry(what, where, op) for what, where in _EXPRESSION_TABLES),
             *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ())),
             LoweringEntry("the OpenCL C dialect, with PoCL's fixes", ".render:CL")]
-
-
-def _conv_refusal(n: Node) -> str | None:
-    """Why the convolution kernels (convs.py) do not take ``n``: its dtype only."""
-    if n.dtype in CONV_DTYPES:
-        return None
-    names = ", ".join(sorted(d.value for d in CONV_DTYPES))
-    return f"opencl computes convolution in {names}, not {n.dtype.value}: it gets the core's decomposition"
 
 
 def _enumerate() -> list[tuple[int, int, Any, Any]]:
@@ -192,7 +185,8 @@ class OpenCLBackend(Backend):
         dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=dts,
                             limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1},
-                            predicates={Op.CONVOLUTION: _conv_refusal})
+                            # the convolution kernels' dtypes; the others get the decomposition
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts})
 
     def fusion_policy(self) -> FusionPolicy:
         # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
 from axle.lowering.index import row_major_strides
 
-from .dots import _ACC, Epilogue, _cpu_kernel, _kernel_parts, _lanes, _Ops, _put, column_panels
+from .dots import _ACC, _LANES, Epilogue, _cpu_kernel, _kernel_parts, _lanes, _Ops, _put, column_panels
 from .emitter import Emitter
 from .kernels import DeviceInfo, Kernel, _finish
 from .render import STORAGE, identity
@@ -43,6 +43,10 @@ from .values import Renderer, acc_dtype, combine, load, reg_type
 #: the dtypes the convolution kernels compute (those of the tiled dots); the others get
 #: the core's decomposition (backend.py's capability predicate)
 CONV_DTYPES = frozenset(_ACC)
+
+
+#: CPU kernel: rows per work-item when the kernel's output features are not contiguous
+MR_GATHERED = 16  # (measured on PoCL, AVX-512: 6 rows 12 GFLOP/s, 16 rows 19, 24 rows 14)
 
 
 @dataclass(frozen=True)
@@ -142,17 +146,25 @@ class _Row:
     def at(self, c: ConvDims, kpos: list[str]) -> tuple[str, str]:
         """(validity, input offset of the window position, without the feature) for
         kernel coordinates ``kpos``: a hole of the lhs dilation or padding is invalid."""
-        conds, offs = [], [f"xb{self.tag}"]
-        for j, dj in enumerate(self.d):
-            t = f"({dj} + {kpos[j]} * {c.rhs_dil[j]})" if c.rhs_dil[j] != 1 else f"({dj} + {kpos[j]})"
-            ld, n = c.lhs_dil[j], c.in_sp[j]
-            if ld == 1:
-                conds.append(f"(uint){t} < {n}u")
-                offs.append(f"{t} * {c.xsp[j]}")
-            else:
-                conds += [f"{t} >= 0", f"{t} % {ld} == 0", f"{t} < {(n - 1) * ld + 1}"]
-                offs.append(f"({t} / {ld}) * {c.xsp[j]}")
-        return (" && ".join(conds) or "1"), " + ".join(offs)
+        conds, offs = _window_at(c, self.d, kpos)
+        return (" && ".join(conds) or "1"), " + ".join([f"xb{self.tag}", *offs])
+
+
+def _window_at(c: ConvDims, d: list[str], kpos: list[str]) -> tuple[list[str], list[str]]:
+    """(conditions, offset terms) of the input position first-window-position ``d`` +
+    kernel coordinates ``kpos`` times the rhs dilation, along the leading len(d) spatial
+    dims: inside the input and not a hole of the lhs dilation."""
+    conds, offs = [], []
+    for j, dj in enumerate(d):
+        t = f"({dj} + {kpos[j]} * {c.rhs_dil[j]})" if c.rhs_dil[j] != 1 else f"({dj} + {kpos[j]})"
+        ld, n = c.lhs_dil[j], c.in_sp[j]
+        if ld == 1:
+            conds.append(f"(uint){t} < {n}u")
+            offs.append(f"{t} * {c.xsp[j]}")
+        else:
+            conds += [f"{t} >= 0", f"{t} % {ld} == 0", f"{t} < {(n - 1) * ld + 1}"]
+            offs.append(f"({t} / {ld}) * {c.xsp[j]}")
+    return conds, offs
 
 
 def _rows(c: ConvDims, L: list[str], count: int, first: Callable[[int], str]) -> list[_Row]:
@@ -189,9 +201,13 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     w = _lanes(n.dtype, dev)
     ops = _Ops(n.dtype, w)
     wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
+    if _pixel_vectors_fit(c, w):
+        return _pixel_vectors(n, c, ops, wide, epi)
     M, V = c.rows, c.og
-    mr = max(1, min(6 if wide else 4, M))
-    nv = max(0, min(4 if wide else 2, V // w))
+    if c.wo == 1:  # per input feature: NV vector loads of the kernel, MR scalars of the input
+        mr, nv = max(1, min(6 if wide else 4, M)), max(0, min(4 if wide else 2, V // w))
+    else:  # the kernel's vectors are gathered (w loads each): one vector, shared by more rows
+        mr, nv = max(1, min(MR_GATHERED if wide else MR_GATHERED // 2, M)), min(1, V // w)
     nr = nv * w if nv else V
     L = [
         "  const int g = (int)get_global_id(2);",
@@ -263,6 +279,107 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
 
     column_panels(L, V, w, nv, block)
     gs = (-(-M // mr), -(-V // nr), c.groups)
+    return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
+
+
+def _pixel_vectors_fit(c: ConvDims, w: int) -> bool:
+    """Channels-first layouts (NCHW input and output, the kernel's output features not
+    contiguous): vectors along the last spatial dim, contiguous in the input (stride 1,
+    no lhs dilation there) and in the output, and at least one vector wide."""
+    return (c.wo != 1 and bool(c.out_sp) and c.xsp[-1] == 1 and c.osp[-1] == 1 and c.strides[-1] == 1
+            and c.lhs_dil[-1] == 1 and c.out_sp[-1] >= w and c.in_sp[-1] >= w)
+
+
+def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | None) -> Kernel:
+    """Each work-item: MR output features x one output row (one image, one position of
+    the outer spatial dims) in vectors of W consecutive pixels along the last spatial dim,
+    NV vectors at a time. The vectors start at fixed columns (0, W, 2W..., and Wo - W for a
+    ragged end: its overlap is computed and stored twice, the same values), so for each
+    window column the input position each vector reads is known when the kernel is
+    generated: a vector inside the row is one load, one that reaches into the padding
+    loads the W positions at the row's edge and shifts its lanes into place with zeros.
+    Per input feature and window column: NV such vectors, MR kernel scalars splatted,
+    MR x NV multiply-adds."""
+    w, t = ops.w, ops.vt()
+    wo_, wi_, kl = c.out_sp[-1], c.in_sp[-1], c.k_sp[-1]
+    starts = list(range(0, wo_ - w + 1, w)) + ([wo_ - w] if wo_ % w else [])
+    nv = 4 if wide else 2
+    mr = max(1, min(6 if wide else 4, c.og))
+    outer = c.out_sp[:-1]
+    po = math.prod(outer)
+    store_t = STORAGE[n.dtype]
+    L = [
+        "  const int g = (int)get_global_id(2), r = (int)get_global_id(0);",
+        f"  const int o0 = (int)get_global_id(1) * {mr};",
+        f"  const int nb = r / {po};" if po > 1 else "  const int nb = r;",
+    ]
+    q = _digits(f"(r % {po})", outer) if outer else []
+    xn = f"(g * {c.nb} + nb)" if not c.feature_groups and c.groups > 1 else "nb"
+    xg = f" + g * {c.ci * c.xc}" if c.feature_groups else ""
+    L.append(f"  __global const {store_t}* restrict X = in0 + {xn} * {c.xb}{xg};")
+    for i in range(mr):
+        L.append(f"  __global const {store_t}* restrict W{i} = in1 + (g * {c.og} + min(o0 + {i}, {c.og - 1})) "
+                 f"* {c.wo};")
+    po_expr = " + ".join([f"nb * {c.ob}"] + [f"{q[j]} * {c.osp[j]}" for j in range(len(q))])
+    L.append(f"  const int pbase = {po_expr};")
+    for j, qj in enumerate(q):
+        L.append(f"  const int d_{j} = {qj} * {c.strides[j]} - {c.low[j]};")
+    zero = f"({ops.acc})0"
+
+    def x_vector(start: int, kw: int) -> str:
+        """The input row's W values for output columns ``start``.. at window column ``kw``."""
+        i = start + kw * c.rhs_dil[-1] - c.low[-1]
+        if i >= 0 and i + w <= wi_:
+            return ops.vload(f"xc + {i}")
+        if i + w <= 0 or i >= wi_:
+            return f"({t})(0)"
+        base = 0 if i < 0 else wi_ - w  # the loaded W positions; lane l wants position i + l
+        lanes = [f"e{base}.s{_LANES[i + k - base]}" if 0 <= i + k < wi_ else zero for k in range(w)]
+        return f"({t})({', '.join(lanes)})"
+
+    for c0 in range(0, len(starts), nv):
+        chunk = starts[c0:c0 + nv]
+        L.append("  {")
+        for i in range(mr):
+            for j in range(len(chunk)):
+                L.append(f"    {t} c{i}_{j} = ({t})(0);")
+        kpos, ind, depth = _kpos_loops(replace(c, k_sp=c.k_sp[:-1]), L, "    ")
+        # the outer spatial dims: one position for the whole row
+        conds, offs = _window_at(c, [f"d_{j}" for j in range(len(outer))], kpos)
+        L.append(f"{ind}const int vo = {' && '.join(conds) or '1'};")
+        L.append(f"{ind}__global const {store_t}* restrict xr = X + (vo ? {' + '.join(offs) or '0'} : 0);")
+        L.append(f"{ind}const int kw = {' + '.join(f'{k} * {s_}' for k, s_ in zip(kpos, c.wsp)) or '0'};")
+        L.append(f"{ind}for (int ci = 0; ci < {c.ci}; ci++) {{")
+        L.append(f"{ind}  __global const {store_t}* restrict xc = xr + ci * {c.xc};")
+        for k in range(kl):  # the window's last dim unrolled: each vector's input position is known
+            L.append(f"{ind}  {{")
+            xs = [x_vector(st, k) for st in chunk]
+            for base in sorted({0, wi_ - w}):  # the row's edge vectors the shifted ones take lanes from
+                if any(f"e{base}." in x for x in xs):
+                    L.append(f"{ind}    const {t} e{base} = {ops.vload(f'xc + {base}')};")
+            for j, x in enumerate(xs):
+                L.append(f"{ind}    const {t} x{j} = vo ? {x} : ({t})(0);")
+            for i in range(mr):
+                wk = ops.sload(f"W{i}", f"kw + {k * c.wsp[-1]} + ci * {c.wi}")
+                L.append(f"{ind}    const {t} s{i} = ({t})({wk});")
+                for j in range(len(chunk)):
+                    L.append(f"{ind}    {ops.mac(f'c{i}_{j}', f's{i}', f'x{j}')}")
+            L.append(f"{ind}  }}")
+        L.append(f"{ind}}}")
+        _close(L, ind, depth)
+        for i in range(mr):
+            guard = f"if (o0 + {i} < {c.og}) " if c.og % mr else ""
+            stores = []
+            for j, st in enumerate(chunk):
+                off = f"pbase + {st} + (g * {c.og} + o0 + {i}) * {c.of}"
+                if epi is None:
+                    stores.append(ops.vstore(f"c{i}_{j}", f"out0 + {off}"))
+                else:  # lanes through a private array: one epilogue call site, not w
+                    stores.append(f"{{ {ops.acc} e_[{w}]; vstore{w}(c{i}_{j}, 0, e_); for (int l_ = 0; l_ < {w}; "
+                                  f"l_++) {_put(epi, n.dtype, f'{off} + l_', 'e_[l_]')} }}")
+            L.append(f"    {guard}{{ {' '.join(stores)} }}")
+        L.append("  }")
+    gs = (c.nb * po, -(-c.og // mr), c.groups)
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
 

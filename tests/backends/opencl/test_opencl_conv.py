@@ -77,6 +77,18 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[str, str, str],
     "size-1": ((1, 1, 1, 1), (1, 1, 1, 1), ("NCHW", "OIHW", "NCHW"), _w(2)),
     "kernel-covers-input": ((3, 2, 4, 5), (7, 2, 4, 5), ("NCHW", "OIHW", "NCHW"), _w(2)),
     "long-k": ((1, 130, 3, 3), (20, 130, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
+    # channels-first rows at least one vector wide (pixel vectors on CPU devices): ragged
+    # ends, window columns reaching into padding, vectors entirely in the padding
+    "nchw-wide-rows": ((2, 3, 5, 37), (7, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
+    "nchw-wide-dilated": ((1, 2, 4, 40), (5, 2, 2, 4), ("NCHW", "OIHW", "NCHW"),
+                          _w(2, rhs_dilation=(1, 3), low=(0, 4), high=(1, 2), strides=(2, 1))),
+    "nchw-all-padding": ((1, 2, 3, 16), (3, 2, 1, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(0, 17), high=(0, 1))),
+    "ncw-wide": ((2, 4, 70), (9, 4, 5), ("NCW", "OIW", "NCW"), _w(1, low=(2,), high=(3,))),
+    "ncdhw-wide": ((1, 2, 3, 2, 33), (3, 2, 2, 1, 3), ("NCDHW", "OIDHW", "NCDHW"),
+                   _w(3, low=(1, 0, 1), high=(0, 0, 1), lhs_dilation=(2, 1, 1))),
+    "nchw-wide-depthwise": ((2, 3, 4, 35), (6, 1, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                            _w(2, low=(1, 1), high=(1, 1), groups=3)),
+    "nchw-wide-batch-groups": ((4, 2, 3, 20), (4, 2, 2, 3), ("NCHW", "OIHW", "NCHW"), _w(2, batch_groups=2)),
 }
 
 
@@ -94,7 +106,10 @@ def conv_case(name: str, dt: DType) -> OpCase:
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_every_configuration_class_matches_the_interpreter(name: str, ocl, strategy) -> None:  # noqa: ANN001
     # every dtype of the kernels is in the kit cases; here the layouts and windows
-    for dt in (DType.FLOAT32, DType.INT32) if strategy == "cpu" else (DType.FLOAT32,):
+    dts = (DType.FLOAT32, DType.INT32) if strategy == "cpu" else (DType.FLOAT32,)
+    if strategy == "cpu" and "wide" in name:  # other vector widths and lane types of the pixel vectors
+        dts += (DType.FLOAT64, DType.FLOAT16)
+    for dt in dts:
         case = conv_case(name, dt)
         _, optimized = compile_case(case.module, ocl)
         assert _native(optimized), case.id
@@ -174,7 +189,7 @@ def test_relu_of_conv_plus_bias_is_one_kernel(ocl, strategy, fn) -> None:  # noq
     fusion, one kernel (explain and the report show it), the interpreter's values."""
     rng = np.random.default_rng(1)
     nhwc = fn is _conv_residual
-    x = rng.standard_normal((2, 9, 7, 5) if nhwc else (2, 5, 9, 7)).astype(np.float32)
+    x = rng.standard_normal((2, 9, 7, 5) if nhwc else (2, 5, 9, 21)).astype(np.float32)  # NCHW: wide rows
     w = rng.standard_normal((3, 3, 5, 21) if nhwc else (21, 5, 3, 3)).astype(np.float32)
     b = rng.standard_normal(21).astype(np.float32)
     r = rng.standard_normal((2, 9, 7, 21)).astype(np.float32)
