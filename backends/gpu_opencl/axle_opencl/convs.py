@@ -11,11 +11,16 @@ Every layout (dimension numbers) is read through strides, so NCHW and NHWC need 
 transposes; feature groups offset the input features, batch groups the input batch,
 both offset the kernel's output features by ``g x Og``.
 
-* ``conv_kernel_cpu`` (CPU devices such as PoCL): each work-item computes MR rows x NR
-  output features in vector accumulators (vectors along the output features, loaded
-  whole where the kernel's output-feature dim is contiguous, HWIO, else gathered), for
-  each window position a branch-free inner loop over the input features when all its
-  rows read inside the input, a masked one otherwise.
+* ``conv_kernel_cpu`` (CPU devices such as PoCL), two micro-kernels picked from the layout:
+  *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 along
+  the last spatial dim, rows at least one vector wide): each work-item computes MR output
+  features x one output row in vectors along the last spatial dim, the edge vectors (into
+  the padding) shifted from the row's edge vector with zero lanes, the kernel's scalars
+  splatted. Otherwise *feature vectors*: each work-item computes MR rows x NR output
+  features in vector accumulators (vectors along the output features, loaded whole where
+  the kernel's output-feature dim is contiguous, HWIO, else gathered), for each window
+  position a branch-free inner loop over the input features when all its rows read
+  inside the input, a masked one otherwise.
 * ``conv_kernel`` (GPUs): the local-memory tiles of ``dots.dot_kernel``: work-groups of
   TS x TS work-items stage TS-deep slabs of the virtual lhs (gathered with the masks
   above) and of the kernel in ``__local`` memory, each work-item keeping RM x RN
