@@ -165,10 +165,8 @@ def test_parser_knows_the_output_kind_and_rejects_unknown_kinds():
 
 
 def test_contraction_is_a_trait_and_only_the_trait_makes_a_dot(monkeypatch):
-    # convolution contracts too and sits in a fusion only as an output fusion's producer,
-    # where the backend's policy has conv_epilogue on
-    assert [op for op, d in OPS.items() if d.traits.contraction and d.traits.fusible] == [Op.DOT_GENERAL,
-                                                                                           Op.CONVOLUTION]
+    # convolution contracts too, but never sits in a fusion (not fusible): only a dot is one here
+    assert [op for op, d in OPS.items() if d.traits.contraction and d.traits.fusible] == [Op.DOT_GENERAL]
     b = Builder("t")
     x, w = b.parameter("f32[4,8]"), b.parameter("f32[8,3]")
     d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))

@@ -892,7 +892,7 @@ _def(Op.CONVOLUTION, 2, conv_shape, conv_dtype, _quiet(convolution),
      attrs=tuple(AttrSpec(n, AttrKind.INTS if n.endswith("dimensions") else AttrKind.INT) for n in CONV_DIM_ATTRS)
      + tuple(AttrSpec(n, AttrKind.INTS) for n in CONV_WINDOW_ATTRS)
      + (AttrSpec("feature_group_count", AttrKind.INT, 1), AttrSpec("batch_group_count", AttrKind.INT, 1)),
-     traits=Traits(contraction=True, extended=True), operand_dtypes=NUMERIC,
+     traits=Traits(contraction=True, fusible=False, extended=True), operand_dtypes=NUMERIC,
      decomposition=decompose_convolution,
      doc="StableHLO's convolution: dimension numbers name the layouts; strides, padding, lhs/rhs "
          "dilation, feature and batch groups.")

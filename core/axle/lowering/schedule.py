@@ -15,12 +15,11 @@ Forms, decided in this order:
 
 ``dot``
     a lone dot_general over parameters (an unfused dot): a GEMM kernel or library call;
-    or an ``output`` fusion: that dot (``dot``) and its epilogue, elementwise ops over the
+    or an ``output`` fusion: that dot (``dot``) and its epilogue (a claimed convolution,
+    the other ``contraction``, takes the same two forms), elementwise ops over the
     dot's output (reading other parameters at the same index or through broadcasts) that
     finish each output tile in registers before it is stored (``epilogue`` is true). The
-    fusion's one output has the dot's shape; its dtype may differ (a convert). A
-    convolution (trait ``contraction`` too, on a device that claims it) takes this form
-    the same way: ``dot`` is then the convolution.
+    fusion's one output has the dot's shape; its dtype may differ (a convert).
 ``row``
     a row fusion (kind ``row``): reductions over the trailing axes of one shape ``S``
     (``reduces``), computed once per row of ``S`` before the row's elements; outputs

@@ -12,7 +12,9 @@ Two phases, then materialization:
    ``contraction``) takes no producer; when the policy has ``dot_epilogue`` on it joins
    its consumers' group as an ``output`` fusion if that group is an epilogue: ops
    elementwise over the dot's output (bias add, activation, residual add, scaling,
-   convert), reading other operands at the same index or through broadcasts.
+   convert), reading other operands at the same index or through broadcasts. A
+   convolution (an extended contraction, not otherwise fusible) does the same when the
+   policy has ``conv_epilogue`` on (:func:`takes_epilogue`).
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
@@ -67,9 +69,12 @@ def is_contraction(n: Node) -> bool:
 
 
 def takes_epilogue(n: Node, policy: FusionPolicy) -> bool:
-    """Whether the policy lets contraction ``n`` take its consumers as an ``output``
-    fusion: a convolution by ``conv_epilogue``, a dot by ``dot_epilogue``."""
-    return policy.conv_epilogue if n.op is Op.CONVOLUTION else policy.dot_epilogue
+    """Whether ``n`` may head an ``output`` fusion under ``policy``: a dot with
+    ``dot_epilogue``, a convolution (extended, else never fused) with ``conv_epilogue``."""
+    t = n.traits
+    if not t.contraction or t.side_effect:
+        return False
+    return policy.conv_epilogue if t.extended else t.fusible and policy.dot_epilogue
 
 
 def is_kernel(n: Node) -> bool:
@@ -96,9 +101,8 @@ def why_alone(n: Node) -> Refusal | None:
         return Refusal("in-place-update", f"{n.op.value} writes windows into its operand: a kernel of its own, "
                                           f"run in place over the operand's buffer where the operand dies there")
     if is_contraction(n):
-        flag = "conv_epilogue" if n.op is Op.CONVOLUTION else "dot_epilogue"
         return Refusal("contraction", f"{n.op.value} is a contraction: a kernel of its own (its operands are "
-                                      f"read from memory tile by tile; the backend's policy has {flag} off)")
+                                      f"read from memory tile by tile; the backend's policy has dot_epilogue off)")
     if not (loop_fusible(n) or is_reduction(n)):
         return Refusal("no-kind", f"{n.op.value} has no fusion kind: a kernel of its own")
     return None
@@ -158,8 +162,8 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
-    dots = [m for m in members if is_contraction(m)]
-    if dots and all(takes_epilogue(d, policy) for d in dots):
+    dots = [m for m in members if takes_epilogue(m, policy)]
+    if dots:
         return _output_kind(members, roots, dots)
     for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
         if (alone := why_alone(m)) is not None:
@@ -359,7 +363,7 @@ class _Fuser:
             if n.op is Op.PARAMETER or n.traits.structural:
                 continue  # not a kernel: explain looks through plumbing to its source
             alone = why_alone(n)
-            if alone is not None and is_contraction(n) and takes_epilogue(n, self.policy):
+            if alone is not None and takes_epilogue(n, self.policy):
                 self._epilogue(n)
                 continue
             if alone is not None:

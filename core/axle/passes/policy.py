@@ -22,8 +22,9 @@ class FusionPolicy:
     #: it into its kernel (an ``output`` fusion); off by default, on where the backend's dot
     #: kernels finish each result with the epilogue before storing it
     dot_epilogue: bool = False
-    #: the same for a convolution (trait ``contraction`` too): on where the backend claims
-    #: convolution and its kernels finish each result with the epilogue before storing it
+    #: the same for a convolution (an extended contraction, claimed by the device): it takes
+    #: its elementwise consumers into its kernel; on where the device's convolution kernel
+    #: finishes each result with the epilogue
     conv_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True
