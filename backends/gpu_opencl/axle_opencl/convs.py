@@ -13,7 +13,8 @@ both offset the kernel's output features by ``g x Og``.
 
 * ``conv_kernel_cpu`` (CPU devices such as PoCL), two micro-kernels picked from the layout:
   *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 along
-  the last spatial dim, rows at least one vector wide): each work-item computes MR output
+  the last spatial dim, rows at least one vector wide, or half a vector and 8 lanes):
+  each work-item computes MR output
   features x one output row in vectors along the last spatial dim, the edge vectors (into
   the padding) shifted from the row's edge vector with zero lanes, the kernel's scalars
   splatted. Otherwise *feature vectors*: each work-item computes MR rows x NR output
@@ -206,8 +207,11 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     w = _lanes(n.dtype, dev)
     ops = _Ops(n.dtype, w)
     wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
-    if _pixel_vectors_fit(c, w):
-        return _pixel_vectors(n, c, ops, wide, epi)
+    # pixel vectors as wide as the rows allow, down to 8 lanes (4-lane vectors measured slower
+    # than the gathered feature vectors on 7-wide rows)
+    lanes = next((v for v in (w, w // 2) if v >= 8 and _pixel_vectors_fit(c, v)), 0)
+    if lanes:
+        return _pixel_vectors(n, c, _Ops(n.dtype, lanes), wide, epi)
     M, V = c.rows, c.og
     if c.wo == 1:  # per input feature: NV vector loads of the kernel, MR scalars of the input
         mr, nv = max(1, min(6 if wide else 4, M)), max(0, min(4 if wide else 2, V // w))

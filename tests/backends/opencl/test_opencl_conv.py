@@ -88,6 +88,7 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[str, str, str],
                    _w(3, low=(1, 0, 1), high=(0, 0, 1), lhs_dilation=(2, 1, 1))),
     "nchw-wide-depthwise": ((2, 3, 4, 35), (6, 1, 3, 3), ("NCHW", "OIHW", "NCHW"),
                             _w(2, low=(1, 1), high=(1, 1), groups=3)),
+    "nchw-wide-half-vectors": ((2, 3, 4, 11), (5, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
     "nchw-wide-batch-groups": ((4, 2, 3, 20), (4, 2, 2, 3), ("NCHW", "OIHW", "NCHW"), _w(2, batch_groups=2)),
 }
 
