@@ -26,6 +26,8 @@ from typing import Any
 from . import source_refs as refs
 from .autodiff import batching as autodiff_batching
 from .autodiff import control as autodiff_control
+from .autodiff import control_batching as autodiff_control_batching
+from .autodiff import control_jvp as autodiff_control_jvp
 from .autodiff import jvp as autodiff_jvp
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
@@ -45,6 +47,13 @@ RULE_TABLES: dict[str, tuple[types.ModuleType, str] | None] = {
     "VJP (reverse mode)": (autodiff_rules, "VJP"),
     "JVP (forward mode)": (autodiff_jvp, "JVP"),
     "batching": (autodiff_batching, "BATCH"),
+}
+
+#: The loops' and conditionals' rules, in tables of their own (the title's first word -> table)
+CONTROL_RULE_TABLES: dict[str, tuple[types.ModuleType, str]] = {
+    "VJP": (autodiff_control, "CONTROL_VJP"),
+    "JVP": (autodiff_control_jvp, "CONTROL_JVP"),
+    "batching": (autodiff_control_batching, "CONTROL_BATCH"),
 }
 
 #: Each rule table's reasons for the ops it has no rule for (title -> op -> why).
@@ -189,8 +198,9 @@ def _rules(doc: _Doc, op: Op) -> None:
             doc.add(f"- {title}: none (not defined: axle has no {title.split()[0]} rule table yet)")
             continue
         module, name = where
-        if title.startswith("VJP") and op in autodiff_control.CONTROL_VJP:  # loops and branches: their own table
-            module, name = autodiff_control, "CONTROL_VJP"
+        control = CONTROL_RULE_TABLES.get(title.split()[0])
+        if control is not None and op in getattr(*control):  # loops and branches: their own tables
+            module, name = control
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "

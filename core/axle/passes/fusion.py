@@ -36,13 +36,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.builder import make_node
-from ..ir.fusion_record import FusionRecord, NotFused, members_of
+from ..ir.computation import called_computations
+from ..ir.fusion_record import FusionRecord, NotFused, fusion_nodes, members_of
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, squeeze
 from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
+from .rewrite import map_called, rebuild
 
 # --------------------------------------------------------------------- node classes
 
@@ -619,13 +621,34 @@ def _source(n: Node) -> Node:
     return n
 
 
-def fuse(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> tuple[Computation, tuple[FusionRecord, ...]]:
+def fuse(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY,
+         names: set[str] | None = None) -> tuple[Computation, tuple[FusionRecord, ...]]:
     """The computation with its kernels grouped into fusion nodes, and the pass's record
-    of each fusion (kind, members, why each neighbour stayed out)."""
+    of each fusion (kind, members, why each neighbour stayed out). ``names``: fused
+    computation names already taken in the module (the new ones are added to it)."""
     f = _Fuser(comp, policy)
+    if names is not None:
+        f.names = names
     f.grow()
     f.merge_siblings()
     return f.materialize(), tuple(f.records)
+
+
+def fuse_nested(comp: Computation, policy: FusionPolicy, names: set[str],
+                records: list[FusionRecord]) -> Computation:
+    """:func:`fuse` of ``comp`` and of every computation its loops and conditionals call
+    (conditions, bodies, branches, nested to any depth), innermost first. Each is fused as
+    an entry of its own under the same policy: a body's results (its root tuple's elements,
+    the next carry) are its outputs, its parameters (the carry) its inputs; no fusion
+    crosses a loop's or a branch's boundary. Names stay unique in the module and the
+    records of all of them go to ``records``."""
+    def callee(c: Computation) -> Computation:
+        return fuse_nested(c, policy, names, records)
+
+    inner = rebuild(comp, lambda n: map_called(n, callee) if n.traits.control else None, recurse=False)
+    out, recs = fuse(inner, policy, names)
+    records.extend(recs)
+    return out
 
 
 def fuse_computation(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> Computation:
@@ -642,11 +665,22 @@ class Fusion(Pass):
         self.policy = policy or DEFAULT_POLICY
 
     def run(self, module: Module) -> tuple[Module, bool]:
-        if any(n.op is Op.FUSION for n in module.entry.nodes):
+        if fusion_nodes(module.entry):
             return module, False  # already fused: fusing again would nest kernels
-        if not any(is_kernel(n) for n in module.entry.nodes):
+        if not any(is_kernel(n) for c in _control_scopes(module.entry) for n in c.nodes):
             return module, False
-        entry, records = fuse(module.entry, self.policy)
+        records: list[FusionRecord] = []
+        entry = fuse_nested(module.entry, self.policy, set(), records)
         if entry is module.entry:
             return module, False
-        return Module(module.name, entry, records), True
+        return Module(module.name, entry, tuple(records)), True
+
+
+def _control_scopes(comp: Computation) -> list[Computation]:
+    """``comp`` and the computations its loops and conditionals call, nested to any depth."""
+    out = [comp]
+    for n in comp.nodes:
+        if n.traits.control:
+            for sub in called_computations(n):
+                out += _control_scopes(sub)
+    return out

@@ -765,8 +765,8 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
     return out
 
 
-# control flow: loops and conditionals run whole on one device (the host fallback until a
-# backend claims them); each case's bounds and indices are inputs or constants, so the
+# control flow: loops and conditionals run whole on one device (natively on one that claims
+# them, as the cpu does, else the host fallback); each case's bounds and indices are inputs or constants, so the
 # optimizer's trip-count and branch simplifications are checked against the loop itself.
 
 
