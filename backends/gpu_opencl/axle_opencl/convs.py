@@ -14,8 +14,8 @@ both offset the kernel's output features by ``g x Og``.
 * ``conv_kernel_cpu`` (CPU devices such as PoCL), two micro-kernels picked from the layout:
   *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 along
   the last spatial dim, rows at least one vector wide, or half a vector and 8 lanes):
-  each work-item computes MR output
-  features x one output row in vectors along the last spatial dim, the edge vectors (into
+  each work-item computes MR output features x one output row in vectors along the last
+  spatial dim, the edge vectors (into
   the padding) shifted from the row's edge vector with zero lanes, the kernel's scalars
   splatted. Otherwise *feature vectors*: each work-item computes MR rows x NR output
   features in vector accumulators (vectors along the output features, loaded whole where
@@ -47,7 +47,7 @@ from .render import STORAGE, identity
 from .values import Renderer, acc_dtype, combine, load, reg_type
 
 #: the dtypes the convolution kernels compute (those of the tiled dots); the others get
-#: the core's decomposition (backend.py's capability predicate)
+#: the core's decomposition (backend.py's Capabilities.op_dtypes)
 CONV_DTYPES = frozenset(_ACC)
 
 
