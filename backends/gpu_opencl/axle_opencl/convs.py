@@ -12,8 +12,8 @@ transposes; feature groups offset the input features, batch groups the input bat
 both offset the kernel's output features by ``g x Og``.
 
 * ``conv_kernel_cpu`` (CPU devices such as PoCL), two micro-kernels picked from the layout:
-  *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 along
-  the last spatial dim, rows at least one vector wide, or half a vector and 8 lanes):
+  *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 or 2
+  along the last spatial dim, rows at least one vector wide, or half a vector and 8 lanes):
   each work-item computes MR output features x one output row in vectors along the last
   spatial dim, the edge vectors (into
   the padding) shifted from the row's edge vector with zero lanes, the kernel's scalars
@@ -33,6 +33,7 @@ convolution's own value is never stored. Accumulation and dtypes as the dot kern
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -291,12 +292,18 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
 
+#: the largest window stride along the last spatial dim the pixel vectors take (each vector
+#: picks its lanes from that many loads)
+MAX_PIXEL_STRIDE = 2
+
+
 def _pixel_vectors_fit(c: ConvDims, w: int) -> bool:
     """Channels-first layouts (NCHW input and output, the kernel's output features not
-    contiguous): vectors along the last spatial dim, contiguous in the input (stride 1,
-    no lhs dilation there) and in the output, and at least one vector wide."""
-    return (c.wo != 1 and bool(c.out_sp) and c.xsp[-1] == 1 and c.osp[-1] == 1 and c.strides[-1] == 1
-            and c.lhs_dil[-1] == 1 and c.out_sp[-1] >= w and c.in_sp[-1] >= w)
+    contiguous): vectors along the last spatial dim, contiguous in the input (stride 1 or
+    2, no lhs dilation there) and in the output, and at least one vector wide."""
+    s = c.strides[-1] if c.out_sp else 0
+    return (c.wo != 1 and 1 <= s <= MAX_PIXEL_STRIDE and c.xsp[-1] == 1 and c.osp[-1] == 1
+            and c.lhs_dil[-1] == 1 and c.out_sp[-1] >= w and c.in_sp[-1] >= s * w)
 
 
 def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | None) -> Kernel:
@@ -335,15 +342,21 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
         L.append(f"  const int d_{j} = {qj} * {c.strides[j]} - {c.low[j]};")
     zero = f"({ops.acc})0"
 
+    st_ = c.strides[-1]
+
     def x_vector(start: int, kw: int) -> str:
-        """The input row's W values for output columns ``start``.. at window column ``kw``."""
-        i = start + kw * c.rhs_dil[-1] - c.low[-1]
-        if i >= 0 and i + w <= wi_:
+        """The input row's W values for output columns ``start``.. at window column ``kw``:
+        lane l reads input position i + stride * l. Stride 1 inside the row: one load;
+        otherwise lanes picked from the stride vectors loaded at ``e<b>``, ``e<b+W>``...
+        (b: i clamped so that they stay in the row), zeros for positions in the padding."""
+        i = start * st_ + kw * c.rhs_dil[-1] - c.low[-1]
+        if st_ == 1 and i >= 0 and i + w <= wi_:
             return ops.vload(f"xc + {i}")
-        if i + w <= 0 or i >= wi_:
+        pos = [i + st_ * k for k in range(w)]
+        if not any(0 <= p < wi_ for p in pos):
             return f"({t})(0)"
-        base = 0 if i < 0 else wi_ - w  # the loaded W positions; lane l wants position i + l
-        lanes = [f"e{base}.s{_LANES[i + k - base]}" if 0 <= i + k < wi_ else zero for k in range(w)]
+        b = min(max(i, 0), wi_ - st_ * w)
+        lanes = [f"e{b + (p - b) // w * w}.s{_LANES[(p - b) % w]}" if 0 <= p < wi_ else zero for p in pos]
         return f"({t})({', '.join(lanes)})"
 
     for c0 in range(0, len(starts), nv):
@@ -363,9 +376,9 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
         for k in range(kl):  # the window's last dim unrolled: each vector's input position is known
             L.append(f"{ind}  {{")
             xs = [x_vector(st, k) for st in chunk]
-            for base in sorted({0, wi_ - w}):  # the row's edge vectors the shifted ones take lanes from
-                if any(f"e{base}." in x for x in xs):
-                    L.append(f"{ind}    const {t} e{base} = {ops.vload(f'xc + {base}')};")
+            # the loads the picked lanes come from (each once)
+            for base in sorted({int(m) for x in xs for m in re.findall(r"\be(\d+)\.", x)}):
+                L.append(f"{ind}    const {t} e{base} = {ops.vload(f'xc + {base}')};")
             for j, x in enumerate(xs):
                 L.append(f"{ind}    const {t} x{j} = vo ? {x} : ({t})(0);")
             for i in range(mr):

@@ -89,6 +89,11 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[str, str, str],
     "nchw-wide-depthwise": ((2, 3, 4, 35), (6, 1, 3, 3), ("NCHW", "OIHW", "NCHW"),
                             _w(2, low=(1, 1), high=(1, 1), groups=3)),
     "nchw-wide-half-vectors": ((2, 3, 4, 11), (5, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
+    "nchw-wide-stride2": ((2, 3, 5, 41), (6, 3, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                          _w(2, strides=(2, 2), low=(1, 1), high=(1, 2))),
+    "nchw-wide-stride2-1x1": ((1, 4, 4, 40), (5, 4, 1, 1), ("NCHW", "OIHW", "NCHW"), _w(2, strides=(2, 2))),
+    "ncw-wide-stride2-dilated": ((2, 3, 50), (4, 3, 3), ("NCW", "OIW", "NCW"),
+                                 _w(1, strides=(2,), rhs_dilation=(2,), low=(3,), high=(0,))),
     "nchw-wide-batch-groups": ((4, 2, 3, 20), (4, 2, 2, 3), ("NCHW", "OIHW", "NCHW"), _w(2, batch_groups=2)),
 }
 
