@@ -11,13 +11,15 @@ Every layout (dimension numbers) is read through strides, so NCHW and NHWC need 
 transposes; feature groups offset the input features, batch groups the input batch,
 both offset the kernel's output features by ``g x Og``.
 
-* ``conv_kernel_cpu`` (CPU devices such as PoCL), two micro-kernels picked from the layout:
+* ``conv_kernel_cpu`` (CPU devices such as PoCL), three micro-kernels picked from the layout:
   *pixel vectors* for channels-first layouts (NCHW-style input and output, stride 1 or 2
   along the last spatial dim, rows at least one vector wide, or half a vector and 8 lanes):
   each work-item computes MR output features x one output row in vectors along the last
   spatial dim, the edge vectors (into
   the padding) shifted from the row's edge vector with zero lanes, the kernel's scalars
-  splatted. Otherwise *feature vectors*: each work-item computes MR rows x NR output
+  splatted; *image vectors* for channels-first maps with narrower rows (7x7): vectors over
+  the flat image, every window position unrolled, each vector one load or lanes picked
+  from a few. Otherwise *feature vectors*: each work-item computes MR rows x NR output
   features in vector accumulators (vectors along the output features, loaded whole where
   the kernel's output-feature dim is contiguous, HWIO, else gathered), for each window
   position a branch-free inner loop over the input features when all its rows read
@@ -213,6 +215,8 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     lanes = next((v for v in (w, w // 2) if v >= 8 and _pixel_vectors_fit(c, v)), 0)
     if lanes:
         return _pixel_vectors(n, c, _Ops(n.dtype, lanes), wide, epi)
+    if _image_vectors_fit(c, w):
+        return _image_vectors(n, c, ops, wide, epi)
     M, V = c.rows, c.og
     if c.wo == 1:  # per input feature: NV vector loads of the kernel, MR scalars of the input
         mr, nv = max(1, min(6 if wide else 4, M)), max(0, min(4 if wide else 2, V // w))
@@ -292,6 +296,30 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
 
+def _pick_lanes(offsets: list[int | None], size: int, ops: _Ops) -> str:
+    """A vector whose lane l holds the input at ``offsets[l]`` (None: zero, the padding or
+    a hole) within a run of ``size`` contiguous elements at ``xc``: one load where the
+    offsets are consecutive, else lanes picked (a shuffle known when the kernel is
+    generated) from the W-wide loads ``e<b>``, ``e<b+W>``... that cover them, ``b`` kept
+    inside the run (the caller declares those loads)."""
+    w, t = ops.w, ops.vt()
+    valid = [o for o in offsets if o is not None]
+    if not valid:
+        return f"({t})(0)"
+    if len(valid) == w and valid == list(range(valid[0], valid[0] + w)):
+        return ops.vload(f"xc + {valid[0]}")
+    lo, hi = min(valid), max(valid)
+    b = min(lo, size - w * -(-(hi - lo + 1) // w))
+    lanes = [f"e{b + (o - b) // w * w}.s{_LANES[(o - b) % w]}" if o is not None else f"({ops.acc})0"
+             for o in offsets]
+    return f"({t})({', '.join(lanes)})"
+
+
+def _picked_loads(xs: list[str]) -> list[int]:
+    """The offsets of the loads ``_pick_lanes`` expressions take lanes from."""
+    return sorted({int(m) for x in xs for m in re.findall(r"\be(\d+)\.", x)})
+
+
 #: the largest window stride along the last spatial dim the pixel vectors take (each vector
 #: picks its lanes from that many loads)
 MAX_PIXEL_STRIDE = 2
@@ -340,7 +368,6 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
     L.append(f"  const int pbase = {po_expr};")
     for j, qj in enumerate(q):
         L.append(f"  const int d_{j} = {qj} * {c.strides[j]} - {c.low[j]};")
-    zero = f"({ops.acc})0"
 
     st_ = c.strides[-1]
 
@@ -350,14 +377,7 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
         otherwise lanes picked from the stride vectors loaded at ``e<b>``, ``e<b+W>``...
         (b: i clamped so that they stay in the row), zeros for positions in the padding."""
         i = start * st_ + kw * c.rhs_dil[-1] - c.low[-1]
-        if st_ == 1 and i >= 0 and i + w <= wi_:
-            return ops.vload(f"xc + {i}")
-        pos = [i + st_ * k for k in range(w)]
-        if not any(0 <= p < wi_ for p in pos):
-            return f"({t})(0)"
-        b = min(max(i, 0), wi_ - st_ * w)
-        lanes = [f"e{b + (p - b) // w * w}.s{_LANES[(p - b) % w]}" if 0 <= p < wi_ else zero for p in pos]
-        return f"({t})({', '.join(lanes)})"
+        return _pick_lanes([p if 0 <= p < wi_ else None for p in (i + st_ * k for k in range(w))], wi_, ops)
 
     for c0 in range(0, len(starts), nv):
         chunk = starts[c0:c0 + nv]
@@ -377,7 +397,7 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
             L.append(f"{ind}  {{")
             xs = [x_vector(st, k) for st in chunk]
             # the loads the picked lanes come from (each once)
-            for base in sorted({int(m) for x in xs for m in re.findall(r"\be(\d+)\.", x)}):
+            for base in _picked_loads(xs):
                 L.append(f"{ind}    const {t} e{base} = {ops.vload(f'xc + {base}')};")
             for j, x in enumerate(xs):
                 L.append(f"{ind}    const {t} x{j} = vo ? {x} : ({t})(0);")
@@ -389,19 +409,126 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
             L.append(f"{ind}  }}")
         L.append(f"{ind}}}")
         _close(L, ind, depth)
-        for i in range(mr):
-            guard = f"if (o0 + {i} < {c.og}) " if c.og % mr else ""
-            stores = []
-            for j, st in enumerate(chunk):
-                off = f"pbase + {st} + (g * {c.og} + o0 + {i}) * {c.of}"
-                if epi is None:
-                    stores.append(ops.vstore(f"c{i}_{j}", f"out0 + {off}"))
-                else:  # lanes through a private array: one epilogue call site, not w
-                    stores.append(f"{{ {ops.acc} e_[{w}]; vstore{w}(c{i}_{j}, 0, e_); for (int l_ = 0; l_ < {w}; "
-                                  f"l_++) {_put(epi, n.dtype, f'{off} + l_', 'e_[l_]')} }}")
-            L.append(f"    {guard}{{ {' '.join(stores)} }}")
+        _store_features(L, n, c, ops, mr, chunk, "pbase", epi)
         L.append("  }")
     gs = (c.nb * po, -(-c.og // mr), c.groups)
+    return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
+
+
+def _store_features(L: list[str], n: Node, c: ConvDims, ops: _Ops, mr: int, chunk: list[int], base: str,
+                    epi: Epilogue | None) -> None:
+    """Stores accumulators c<i>_<j> (output feature o0 + i, the W pixels from ``base`` +
+    ``chunk[j]``), or finishes each lane with the epilogue."""
+    w = ops.w
+    for i in range(mr):
+        guard = f"if (o0 + {i} < {c.og}) " if c.og % mr else ""
+        stores = []
+        for j, st in enumerate(chunk):
+            off = f"{base} + {st} + (g * {c.og} + o0 + {i}) * {c.of}"
+            if epi is None:
+                stores.append(ops.vstore(f"c{i}_{j}", f"out0 + {off}"))
+            else:  # lanes through a private array: one epilogue call site, not w
+                stores.append(f"{{ {ops.acc} e_[{w}]; vstore{w}(c{i}_{j}, 0, e_); for (int l_ = 0; l_ < {w}; "
+                              f"l_++) {_put(epi, n.dtype, f'{off} + l_', 'e_[l_]')} }}")
+        L.append(f"    {guard}{{ {' '.join(stores)} }}")
+
+
+#: image vectors: the most loads one vector picks its lanes from, and the most window
+#: positions (all unrolled into the kernel)
+MAX_IMAGE_LOADS, MAX_IMAGE_WINDOW = 4, 27
+
+
+def _image_offsets(c: ConvDims, start: int, kpos: tuple[int, ...], w: int) -> list[int | None]:
+    """Input offsets (within one image and feature) that output pixels ``start``..
+    ``start + w - 1`` (flat over the output's spatial dims) read at window position
+    ``kpos``; None where it is padding or a hole of the lhs dilation."""
+    out: list[int | None] = []
+    in_strides = row_major_strides(c.in_sp)
+    for p in range(start, start + w):
+        ts = [q * c.strides[j] + kpos[j] * c.rhs_dil[j] - c.low[j] for j, q in enumerate(_coords(p, c.out_sp))]
+        inside = all(t >= 0 and t % ld == 0 and t // ld < n for t, ld, n in zip(ts, c.lhs_dil, c.in_sp))
+        out.append(sum(t // ld * s_ for t, ld, s_ in zip(ts, c.lhs_dil, in_strides)) if inside else None)
+    return out
+
+
+def _coords(p: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for size in reversed(shape):
+        out.append(p % size)
+        p //= size
+    return out[::-1]
+
+
+def _image_starts(c: ConvDims, w: int) -> list[int]:
+    """Fixed vector starts over the flat output image (the last one overlapping)."""
+    P = c.pixels
+    return list(range(0, P - w + 1, w)) + ([P - w] if P % w else [])
+
+
+def _image_vectors_fit(c: ConvDims, w: int) -> bool:
+    """Channels-first layouts whose rows are too narrow for pixel vectors (7x7 maps): the
+    whole output image of one feature is contiguous, and so is the input's; vectors run
+    over the flat image, each picking its lanes from at most MAX_IMAGE_LOADS loads."""
+    size = math.prod(c.in_sp)
+    if not (c.wo != 1 and c.out_sp and c.pixels >= w and size >= w and c.window <= MAX_IMAGE_WINDOW
+            and c.xsp == tuple(row_major_strides(c.in_sp)) and c.osp == tuple(row_major_strides(c.out_sp))):
+        return False
+    for kpos in _window_positions(c.k_sp):
+        for st in _image_starts(c, w):
+            valid = [o for o in _image_offsets(c, st, kpos, w) if o is not None]
+            if valid and -(-(max(valid) - min(valid) + 1) // w) * w > min(size, MAX_IMAGE_LOADS * w):
+                return False
+    return True
+
+
+def _window_positions(k_sp: tuple[int, ...]) -> list[tuple[int, ...]]:
+    return [tuple(_coords(k, k_sp)) for k in range(math.prod(k_sp))]
+
+
+def _image_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | None) -> Kernel:
+    """Each work-item: MR output features x one output image (one batch element), in
+    vectors of W pixels over the flat image (fixed starts, the last overlapping), NV at a
+    time. Every window position is unrolled, so each lane's input offset (or padding) is
+    known when the kernel is generated: per input feature and window position, each
+    vector is one load or lanes picked from a few loads, then MR kernel scalars splatted
+    and MR x NV multiply-adds."""
+    w, t = ops.w, ops.vt()
+    size = math.prod(c.in_sp)
+    nv = 4 if wide else 2
+    mr = max(1, min(6 if wide else 4, c.og))
+    store_t = STORAGE[n.dtype]
+    xn = f"(g * {c.nb} + nb)" if not c.feature_groups and c.groups > 1 else "nb"
+    xg = f" + g * {c.ci * c.xc}" if c.feature_groups else ""
+    L = [
+        "  const int g = (int)get_global_id(2), nb = (int)get_global_id(0);",
+        f"  const int o0 = (int)get_global_id(1) * {mr};",
+        f"  __global const {store_t}* restrict X = in0 + {xn} * {c.xb}{xg};",
+    ]
+    for i in range(mr):
+        L.append(f"  __global const {store_t}* restrict W{i} = in1 + (g * {c.og} + min(o0 + {i}, {c.og - 1})) "
+                 f"* {c.wo};")
+    starts = _image_starts(c, w)
+    positions = _window_positions(c.k_sp)
+    for c0 in range(0, len(starts), nv):
+        chunk = starts[c0:c0 + nv]
+        L.append("  {")
+        L += [f"    {t} c{i}_{j} = ({t})(0);" for i in range(mr) for j in range(len(chunk))]
+        L.append(f"    for (int ci = 0; ci < {c.ci}; ci++) {{")
+        L.append(f"      __global const {store_t}* restrict xc = X + ci * {c.xc};")
+        for kpos in positions:
+            xs = [_pick_lanes(_image_offsets(c, st, kpos, w), size, ops) for st in chunk]
+            kw = sum(k * s_ for k, s_ in zip(kpos, c.wsp))
+            L.append("      {")
+            L += [f"        const {t} e{b} = {ops.vload(f'xc + {b}')};" for b in _picked_loads(xs)]
+            L += [f"        const {t} x{j} = {x};" for j, x in enumerate(xs)]
+            for i in range(mr):
+                L.append(f"        const {t} s{i} = ({t})({ops.sload(f'W{i}', f'{kw} + ci * {c.wi}')});")
+                L += [f"        {ops.mac(f'c{i}_{j}', f's{i}', f'x{j}')}" for j in range(len(chunk))]
+            L.append("      }")
+        L.append("    }")
+        _store_features(L, n, c, ops, mr, chunk, f"nb * {c.ob}", epi)
+        L.append("  }")
+    gs = (c.nb, -(-c.og // mr), c.groups)
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
 

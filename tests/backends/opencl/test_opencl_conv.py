@@ -94,6 +94,12 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[str, str, str],
     "nchw-wide-stride2-1x1": ((1, 4, 4, 40), (5, 4, 1, 1), ("NCHW", "OIHW", "NCHW"), _w(2, strides=(2, 2))),
     "ncw-wide-stride2-dilated": ((2, 3, 50), (4, 3, 3), ("NCW", "OIW", "NCW"),
                                  _w(1, strides=(2,), rhs_dilation=(2,), low=(3,), high=(0,))),
+    # channels-first maps with rows too narrow for pixel vectors: vectors over the flat image
+    "nchw-image-7x7": ((2, 5, 7, 7), (9, 5, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
+    "nchw-image-stride2": ((1, 3, 13, 13), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                           _w(2, strides=(2, 2), low=(1, 1), high=(1, 1))),
+    "ncdhw-image-transposed": ((1, 2, 3, 3, 4), (3, 2, 2, 2, 2), ("NCDHW", "OIDHW", "NCDHW"),
+                               _w(3, lhs_dilation=(2, 1, 2), low=(1, 1, 0), high=(1, 0, 1))),
     "nchw-wide-batch-groups": ((4, 2, 3, 20), (4, 2, 2, 3), ("NCHW", "OIHW", "NCHW"), _w(2, batch_groups=2)),
 }
 
@@ -113,7 +119,7 @@ def conv_case(name: str, dt: DType) -> OpCase:
 def test_every_configuration_class_matches_the_interpreter(name: str, ocl, strategy) -> None:  # noqa: ANN001
     # every dtype of the kernels is in the kit cases; here the layouts and windows
     dts = (DType.FLOAT32, DType.INT32) if strategy == "cpu" else (DType.FLOAT32,)
-    if strategy == "cpu" and "wide" in name:  # other vector widths and lane types of the pixel vectors
+    if strategy == "cpu" and ("wide" in name or "image" in name):  # other vector widths and lane types
         dts += (DType.FLOAT64, DType.FLOAT16)
     for dt in dts:
         case = conv_case(name, dt)
@@ -185,20 +191,26 @@ def _conv_layer(x, w, b, r):  # noqa: ANN001, ANN202
     return anp.maximum(nn.conv(x, w, b, padding="SAME"), 0.0)
 
 
+def _conv_small_maps(x, w, b, r):  # noqa: ANN001, ANN202
+    return anp.maximum(nn.conv(x, w, b, padding="SAME"), 0.0)
+
+
 def _conv_residual(x, w, b, r):  # noqa: ANN001, ANN202
     return (nn.conv(x, w, b, padding="SAME", layout="NHWC") * 0.5 + r).astype(anp.float16)
 
 
-@pytest.mark.parametrize("fn", [_conv_layer, _conv_residual], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [_conv_layer, _conv_small_maps, _conv_residual], ids=lambda f: f.__name__)
 def test_relu_of_conv_plus_bias_is_one_kernel(ocl, strategy, fn) -> None:  # noqa: ANN001
     """relu(conv(x, w) + b), and a scaled residual add converted to float16: one output
     fusion, one kernel (explain and the report show it), the interpreter's values."""
     rng = np.random.default_rng(1)
     nhwc = fn is _conv_residual
-    x = rng.standard_normal((2, 9, 7, 5) if nhwc else (2, 5, 9, 21)).astype(np.float32)  # NCHW: wide rows
+    # NCHW: wide rows (pixel vectors on CPU devices), or 7x7 maps (image vectors)
+    x = rng.standard_normal((2, 9, 7, 5) if nhwc else (2, 5, 7, 7) if fn is _conv_small_maps else (2, 5, 9, 21))
+    x = x.astype(np.float32)
     w = rng.standard_normal((3, 3, 5, 21) if nhwc else (21, 5, 3, 3)).astype(np.float32)
     b = rng.standard_normal(21).astype(np.float32)
-    r = rng.standard_normal((2, 9, 7, 21)).astype(np.float32)
+    r = rng.standard_normal((2, 9, 7, 21)).astype(np.float32)  # (read by _conv_residual only)
     lowered = axle.jit(fn, device=ocl).lower(x, w, b, r)
     case = OpCase(fn.__name__, lowered.module, [x, w, b, r])
     exe, optimized = compile_case(case.module, ocl)
