@@ -35,7 +35,6 @@ convolution's own value is never stored. Accumulation and dtypes as the dot kern
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -296,28 +295,34 @@ def conv_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ke
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
 
-def _pick_lanes(offsets: list[int | None], size: int, ops: _Ops) -> str:
+def _pick_lanes(offsets: list[int | None], size: int | None, ops: _Ops, loads: set[int]) -> str:
     """A vector whose lane l holds the input at ``offsets[l]`` (None: zero, the padding or
-    a hole) within a run of ``size`` contiguous elements at ``xc``: one load where the
-    offsets are consecutive, else lanes picked (a shuffle known when the kernel is
-    generated) from the W-wide loads ``e<b>``, ``e<b+W>``... that cover them, ``b`` kept
-    inside the run (the caller declares those loads)."""
+    a hole) within a run of ``size`` contiguous elements at ``xc`` (None: unbounded, every
+    offset valid): one load where the offsets are consecutive, else lanes picked (a
+    shuffle known when the kernel is generated) from the W-wide loads at ``b``, ``b+W``...
+    that cover them, ``b`` kept inside the run. Those load offsets are added to ``loads``
+    (the caller declares them, named by :func:`_load_name`)."""
     w, t = ops.w, ops.vt()
     valid = [o for o in offsets if o is not None]
     if not valid:
         return f"({t})(0)"
     if len(valid) == w and valid == list(range(valid[0], valid[0] + w)):
-        return ops.vload(f"xc + {valid[0]}")
+        loads.add(valid[0])
+        return _load_name(valid[0])
     lo, hi = min(valid), max(valid)
-    b = min(lo, size - w * -(-(hi - lo + 1) // w))
-    lanes = [f"e{b + (o - b) // w * w}.s{_LANES[(o - b) % w]}" if o is not None else f"({ops.acc})0"
-             for o in offsets]
+    b = lo if size is None else min(lo, size - w * -(-(hi - lo + 1) // w))
+    lanes = []
+    for o in offsets:
+        if o is None:
+            lanes.append(f"({ops.acc})0")
+            continue
+        loads.add(b + (o - b) // w * w)
+        lanes.append(f"{_load_name(b + (o - b) // w * w)}.s{_LANES[(o - b) % w]}")
     return f"({t})({', '.join(lanes)})"
 
 
-def _picked_loads(xs: list[str]) -> list[int]:
-    """The offsets of the loads ``_pick_lanes`` expressions take lanes from."""
-    return sorted({int(m) for x in xs for m in re.findall(r"\be(\d+)\.", x)})
+def _load_name(offset: int) -> str:
+    return f"e{offset}" if offset >= 0 else f"em{-offset}"
 
 
 #: the largest window stride along the last spatial dim the pixel vectors take (each vector
@@ -371,16 +376,20 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
 
     st_ = c.strides[-1]
 
-    def x_vector(start: int, kw: int) -> str:
-        """The input row's W values for output columns ``start``.. at window column ``kw``:
-        lane l reads input position i + stride * l. Stride 1 inside the row: one load;
-        otherwise lanes picked from the stride vectors loaded at ``e<b>``, ``e<b+W>``...
-        (b: i clamped so that they stay in the row), zeros for positions in the padding."""
+    def positions(start: int, kw: int) -> list[int]:
+        """The input positions the lanes of the vector at output column ``start`` read at
+        window column ``kw``."""
         i = start * st_ + kw * c.rhs_dil[-1] - c.low[-1]
-        return _pick_lanes([p if 0 <= p < wi_ else None for p in (i + st_ * k for k in range(w))], wi_, ops)
+        return [i + st_ * k for k in range(w)]
 
-    for c0 in range(0, len(starts), nv):
-        chunk = starts[c0:c0 + nv]
+    def interior(chunk: list[int]) -> bool:
+        """A full chunk of evenly spaced vectors that never reads padding."""
+        return (len(chunk) == nv and chunk == list(range(chunk[0], chunk[0] + nv * w, w))
+                and all(0 <= p < wi_ for st in chunk for k in range(kl) for p in positions(st, k)))
+
+    def emit(chunk: list[int], col: str) -> None:
+        """The chunk's accumulators, loops and stores; ``col``: a column added to every
+        start at run time (the interior chunks' loop variable; their code is the same)."""
         L.append("  {")
         for i in range(mr):
             for j in range(len(chunk)):
@@ -389,16 +398,20 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
         # the outer spatial dims: one position for the whole row
         conds, offs = _window_at(c, [f"d_{j}" for j in range(len(outer))], kpos)
         L.append(f"{ind}const int vo = {' && '.join(conds) or '1'};")
-        L.append(f"{ind}__global const {store_t}* restrict xr = X + (vo ? {' + '.join(offs) or '0'} : 0);")
+        L.append(f"{ind}__global const {store_t}* restrict xr = X + (vo ? {' + '.join(offs) or '0'} : 0)"
+                 + (f" + {col} * {st_};" if col != "0" else ";"))
         L.append(f"{ind}const int kw = {' + '.join(f'{k} * {s_}' for k, s_ in zip(kpos, c.wsp)) or '0'};")
         L.append(f"{ind}for (int ci = 0; ci < {c.ci}; ci++) {{")
         L.append(f"{ind}  __global const {store_t}* restrict xc = xr + ci * {c.xc};")
         for k in range(kl):  # the window's last dim unrolled: each vector's input position is known
             L.append(f"{ind}  {{")
-            xs = [x_vector(st, k) for st in chunk]
-            # the loads the picked lanes come from (each once)
-            for base in _picked_loads(xs):
-                L.append(f"{ind}    const {t} e{base} = {ops.vload(f'xc + {base}')};")
+            loads: set[int] = set()
+            if col == "0":
+                xs = [_pick_lanes([p if 0 <= p < wi_ else None for p in positions(st, k)], wi_, ops, loads)
+                      for st in chunk]
+            else:  # relative to the run-time column: every position inside the row
+                xs = [_pick_lanes(list(positions(st, k)), None, ops, loads) for st in chunk]
+            L.extend(f"{ind}    const {t} {_load_name(b)} = {ops.vload(f'xc + {b}')};" for b in sorted(loads))
             for j, x in enumerate(xs):
                 L.append(f"{ind}    const {t} x{j} = vo ? {x} : ({t})(0);")
             for i in range(mr):
@@ -409,8 +422,20 @@ def _pixel_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
             L.append(f"{ind}  }}")
         L.append(f"{ind}}}")
         _close(L, ind, depth)
-        _store_features(L, n, c, ops, mr, chunk, "pbase", epi)
+        _store_features(L, n, c, ops, mr, chunk, "pbase" if col == "0" else f"pbase + {col}", epi)
         L.append("  }")
+
+    chunks = [starts[k:k + nv] for k in range(0, len(starts), nv)]
+    inner = [k for k, ch in enumerate(chunks) if interior(ch)]
+    # interior chunks (a contiguous run) share one code path in a run-time loop: the
+    # kernel's size, and its build time, stay bounded on wide rows
+    run = inner if len(inner) >= 2 and inner == list(range(inner[0], inner[-1] + 1)) else []
+    for k, ch in enumerate(chunks):
+        if run and k == run[0]:
+            L.append(f"  for (int cb = {chunks[run[0]][0]}; cb <= {chunks[run[-1]][0]}; cb += {nv * w})")
+            emit(list(range(0, nv * w, w)), "cb")
+        elif k not in run:
+            emit(ch, "0")
     gs = (c.nb * po, -(-c.og // mr), c.groups)
     return _cpu_kernel(n, "\n".join(L), gs, epi, _what(n))
 
@@ -516,10 +541,11 @@ def _image_vectors(n: Node, c: ConvDims, ops: _Ops, wide: bool, epi: Epilogue | 
         L.append(f"    for (int ci = 0; ci < {c.ci}; ci++) {{")
         L.append(f"      __global const {store_t}* restrict xc = X + ci * {c.xc};")
         for kpos in positions:
-            xs = [_pick_lanes(_image_offsets(c, st, kpos, w), size, ops) for st in chunk]
+            loads: set[int] = set()
+            xs = [_pick_lanes(_image_offsets(c, st, kpos, w), size, ops, loads) for st in chunk]
             kw = sum(k * s_ for k, s_ in zip(kpos, c.wsp))
             L.append("      {")
-            L += [f"        const {t} e{b} = {ops.vload(f'xc + {b}')};" for b in _picked_loads(xs)]
+            L += [f"        const {t} {_load_name(b)} = {ops.vload(f'xc + {b}')};" for b in sorted(loads)]
             L += [f"        const {t} x{j} = {x};" for j, x in enumerate(xs)]
             for i in range(mr):
                 L.append(f"        const {t} s{i} = ({t})({ops.sload(f'W{i}', f'{kw} + ci * {c.wi}')});")

@@ -100,6 +100,10 @@ CONFIGS: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[str, str, str],
                            _w(2, strides=(2, 2), low=(1, 1), high=(1, 1))),
     "ncdhw-image-transposed": ((1, 2, 3, 3, 4), (3, 2, 2, 2, 2), ("NCDHW", "OIDHW", "NCDHW"),
                                _w(3, lhs_dilation=(2, 1, 2), low=(1, 1, 0), high=(1, 0, 1))),
+    # rows long enough that chunks of vectors in the middle share one run-time loop
+    "nchw-wide-long-rows": ((1, 2, 3, 200), (3, 2, 3, 3), ("NCHW", "OIHW", "NCHW"), _w(2, low=(1, 1), high=(1, 1))),
+    "nchw-wide-long-rows-stride2": ((1, 2, 3, 420), (3, 2, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                                    _w(2, strides=(2, 2), low=(1, 1), high=(1, 1))),
     "nchw-wide-batch-groups": ((4, 2, 3, 20), (4, 2, 2, 3), ("NCHW", "OIHW", "NCHW"), _w(2, batch_groups=2)),
 }
 
