@@ -766,8 +766,9 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
 
 
 # control flow: loops and conditionals run whole on one device (natively on one that claims
-# them, as the cpu does, else the host fallback); each case's bounds and indices are inputs or constants, so the
-# optimizer's trip-count and branch simplifications are checked against the loop itself.
+# them, as cpu, opencl and the template do, else the host fallback); each case's bounds and
+# indices are inputs or constants, so the optimizer's trip-count and branch simplifications
+# are checked against the loop itself.
 
 
 def _sub(name: str, types: Sequence[TensorType], build: Callable[..., Any]) -> Computation:

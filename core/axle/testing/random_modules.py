@@ -553,7 +553,7 @@ _CONTROL_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
 def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:
     """A random well-typed module with about ``n_nodes`` ops, and inputs for it; with
     ``control``, loops and conditionals too (a separate stream: the default keeps the one
-    every backend's differential test runs; the cpu's runs both)."""
+    every backend's differential test runs; the cpu's and opencl's run both)."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
         r = g.rng.random()
