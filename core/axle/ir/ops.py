@@ -1133,8 +1133,9 @@ _PLAIN_ATTR_TYPES: frozenset[type] = frozenset({int, str, type(None), DType})
 
 
 def _plain(v: object) -> bool:
-    t = type(v)
-    return t in _PLAIN_ATTR_TYPES or (t is tuple and all(type(e) is int for e in v))  # type: ignore[attr-defined]
+    if isinstance(v, tuple):  # a tuple exactly (no subclass), of ints exactly
+        return type(v) is tuple and all(type(e) is int for e in v)
+    return type(v) in _PLAIN_ATTR_TYPES
 
 
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
