@@ -6,6 +6,10 @@ import enum
 
 
 class Op(enum.Enum):
+    # Members are singletons compared by identity: hashing by identity too keeps every
+    # op-table lookup (node.traits, in every pass) off Enum's Python-level __hash__.
+    __hash__ = object.__hash__
+
     # structure
     PARAMETER = "parameter"
     CONSTANT = "constant"

@@ -1020,8 +1020,31 @@ BASE_PRIMITIVES: frozenset[Op] = CORE_PRIMITIVES - EXTENDED_PRIMITIVES
 BY_NAME: dict[str, Op] = {op.value: op for op in Op}
 
 
+#: Result types already inferred, by (op, operand types, attributes): the rules are pure, and
+#: a trace, every rewrite pass and auto-mode recording build nodes whose types repeat, so
+#: a hit skips the rules and the result type's validation. Bounded: cleared when full.
+_TYPE_MEMO: dict[tuple, Type] = {}
+_TYPE_MEMO_MAX = 8192
+
+
 def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
     """Checks operands and attributes against the op's rules and returns the result type."""
+    if op in _UNMEMOIZED:
+        return _infer_type(op, operand_types, attrs)
+    try:
+        key = (op, tuple(operand_types), tuple(attrs.items()))
+        t = _TYPE_MEMO.get(key)
+    except TypeError:  # an unhashable attribute value: no memo for it
+        return _infer_type(op, operand_types, attrs)
+    if t is None:
+        t = _infer_type(op, operand_types, attrs)  # raises for bad input: never memoized
+        if len(_TYPE_MEMO) >= _TYPE_MEMO_MAX:
+            _TYPE_MEMO.clear()
+        _TYPE_MEMO[key] = t
+    return t
+
+
+def _infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
     d = OPS[op]
     if op is Op.TUPLE:
         if any(isinstance(t, TupleType) for t in operand_types):
@@ -1098,10 +1121,39 @@ _CONTROL_TYPE_RULES: dict[Op, Callable[[Sequence[Type], dict[str, Any]], Type]] 
     Op.WHILE: _while_type,
     Op.CONDITIONAL: _conditional_type,
 }
+#: Ops whose types come from the computations they call or from tuple plumbing: cheap to
+#: derive, and a computation is no key worth hashing.
+_UNMEMOIZED: frozenset[Op] = frozenset({Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION, *_CONTROL_TYPE_RULES})
+
+
+#: canonical_attrs results for attributes made only of plain values (exact types: a bool is
+#: not taken for the int it equals, nor a float for an int), bounded as _TYPE_MEMO is.
+_ATTRS_MEMO: dict[tuple, tuple[tuple[str, Any], ...]] = {}
+_PLAIN_ATTR_TYPES: frozenset[type] = frozenset({int, str, type(None), DType})
+
+
+def _plain(v: object) -> bool:
+    if isinstance(v, tuple):  # a tuple exactly (no subclass), of ints exactly
+        return type(v) is tuple and all(type(e) is int for e in v)
+    return type(v) in _PLAIN_ATTR_TYPES
 
 
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Validates attribute names/values against the schema and returns them sorted by name."""
+    items = tuple(attrs.items())
+    if not all(_plain(v) for _, v in items):
+        return _canonical_attrs(op, attrs)
+    key = (op, items)
+    out = _ATTRS_MEMO.get(key)
+    if out is None:
+        out = _canonical_attrs(op, attrs)  # raises for bad attributes: never memoized
+        if len(_ATTRS_MEMO) >= _TYPE_MEMO_MAX:
+            _ATTRS_MEMO.clear()
+        _ATTRS_MEMO[key] = out
+    return out
+
+
+def _canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     d = OPS[op]
     names = {a.name for a in d.attrs}
     unknown = set(attrs) - names
