@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CollectiveError
-from .ir.collectives import Rendezvous, replica_context
+from .ir.collectives import ReplicaAborted, Rendezvous, replica_context
 from .ir.module import Computation, Module, Node
 from .ir.ops import OPS, Op
 from .ir.types import TensorType
@@ -118,7 +118,7 @@ def evaluate_spmd(module: Module, replica_args: Sequence[Sequence[Any]]) -> list
     for t in threads:
         t.join()
     # the first replica's own error, not the "another replica failed" that the others then raise
-    first = next((e for e in errors if e is not None and not isinstance(e, CollectiveError)), None)
+    first = next((e for e in errors if e is not None and not isinstance(e, ReplicaAborted)), None)
     first = first or next((e for e in errors if e is not None), None)
     if first is not None:
         raise first

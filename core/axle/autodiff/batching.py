@@ -321,4 +321,6 @@ NOT_BATCHED: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # collectives
+    Op.REPLICA_ID: "no operands: never depends on a batched value",
 }

@@ -320,6 +320,8 @@ NO_JVP: dict[Op, str] = {
     Op.POPCNT: "integer output: not differentiable",
     Op.CLZ: "integer output: not differentiable",
     Op.BITCAST_CONVERT: "reinterprets bits (an integer operand or result): not differentiable",
+    # collectives
+    Op.REPLICA_ID: "no operands: an integer fixed by the replica running it",
 }
 
 #: Ops whose tangent may be non-zero (checked against finite differences; the control ops

@@ -121,6 +121,11 @@ def collective_permute_shape(op: Op, ts: Sequence[TensorType], attrs: dict[str, 
 # ------------------------------------------------------------------ replicas at run time
 
 
+class ReplicaAborted(CollectiveError):
+    """Raised in the replicas a failed replica left waiting: the failure's own error is the
+    one to report (evaluate_spmd does)."""
+
+
 class Rendezvous:
     """Where the replicas of one SPMD run meet at each collective: every replica posts its
     operand and gets every replica's, in replica order. All replicas reach the same
@@ -139,7 +144,7 @@ class Rendezvous:
             out = list(self._slots)
             self._barrier.wait()  # nobody posts the next collective's value before all have read this one
         except threading.BrokenBarrierError:
-            raise CollectiveError(f"replica {replica} of {self.count}: another replica failed or never "
+            raise ReplicaAborted(f"replica {replica} of {self.count}: another replica failed or never "
                                   "reached this collective") from None
         return out
 
@@ -240,6 +245,10 @@ def collective_permute(x: np.ndarray, *, source_target_pairs: tuple[int, ...]) -
                               f"run's {count} replica(s)")
     src = next((s for s, t in pairs if t == me), None)
     return np.zeros_like(x) if src is None else np.array(values[src], copy=True)
+
+
+def replica_id() -> np.ndarray:
+    return np.array(current_replica().replica, np.int32)
 
 
 def inverse_pairs(flat: Sequence[int]) -> tuple[int, ...]:

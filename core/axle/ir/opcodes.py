@@ -93,6 +93,7 @@ class Op(enum.Enum):
     REDUCE_SCATTER = "reduce-scatter"
     ALL_TO_ALL = "all-to-all"
     COLLECTIVE_PERMUTE = "collective-permute"
+    REPLICA_ID = "replica-id"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

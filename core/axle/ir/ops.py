@@ -1035,6 +1035,8 @@ _def(Op.COLLECTIVE_PERMUTE, 1, collectives.collective_permute_shape, _same_dtype
      attrs=(AttrSpec("source_target_pairs", AttrKind.INTS),), traits=_COLLECTIVE,
      doc="Each target replica gets its source's operand (`source_target_pairs`: source, target, ...); "
          "a replica no pair targets gets zeros.")
+_def(Op.REPLICA_ID, 0, lambda op, ts, attrs: (), lambda op, ts, attrs: DType.INT32, collectives.replica_id,
+     traits=_COLLECTIVE, doc="-> s32[]: the id of the replica running the program (0 outside an SPMD run).")
 
 #: ops that run sub-computations: placed whole on one device, never claimed by default
 CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
