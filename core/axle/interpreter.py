@@ -3,15 +3,13 @@ oracle every backend is tested against."""
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .errors import CollectiveError
-from .ir.collectives import ReplicaAborted, Rendezvous, replica_context
+from .ir.collectives import run_replicas
 from .ir.module import Computation, Module, Node
 from .ir.ops import OPS, Op
 from .ir.types import TensorType
@@ -97,29 +95,4 @@ def evaluate_spmd(module: Module, replica_args: Sequence[Sequence[Any]]) -> list
     rendezvous (ir/collectives.py). Threads, not a lock-step walk over the nodes, so that
     collectives inside loops and conditionals meet like any others. Returns each replica's
     results. A replica that raises stops the others and its error is raised here."""
-    count = len(replica_args)
-    if count < 1:
-        raise CollectiveError("evaluate_spmd: needs at least one replica's inputs")
-    rendezvous = Rendezvous(count)
-    results: list[list[np.ndarray] | None] = [None] * count
-    errors: list[BaseException | None] = [None] * count
-
-    def run(r: int) -> None:
-        try:
-            with replica_context(r, rendezvous):
-                results[r] = evaluate(module, *replica_args[r])
-        except BaseException as e:  # noqa: BLE001 - handed to the caller below
-            errors[r] = e
-            rendezvous.abort()
-
-    threads = [threading.Thread(target=run, args=(r,), name=f"axle-replica-{r}", daemon=True) for r in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # the first replica's own error, not the "another replica failed" that the others then raise
-    first = next((e for e in errors if e is not None and not isinstance(e, ReplicaAborted)), None)
-    first = first or next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-    return [r for r in results if r is not None]
+    return run_replicas(len(replica_args), lambda r: evaluate(module, *replica_args[r]))

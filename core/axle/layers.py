@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("partition", ("axle.partition",)),
     ("compiler", ("axle.compiler", "axle.placement")),
     ("frontend", ("axle.frontend", "axle.numpy", "axle.lax", "axle.nn", "axle.random", "axle.autodiff",
-                  "axle.optimizers", "axle.recompile", "axle.tree_util")),
+                  "axle.optimizers", "axle.recompile", "axle.tree_util", "axle.sharding")),
     ("tools", ("axle", "axle.__main__", "axle.explain", "axle.explain_cli", "axle.explain_html", "axle.explain_op",
                "axle.source_refs", "axle.doctor", "axle.cli", "axle.scaffold", "axle.testing", "axle.layers")),
 )

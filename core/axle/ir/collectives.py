@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from ..errors import CollectiveError, OpAttributeError, ShapeError
 from .opcodes import Op
 from .reductions import REDUCE_KINDS
 from .types import Shape, TensorType
+
+T = TypeVar("T")
 
 #: the reductions an all-reduce / reduce-scatter combines with
 COLLECTIVE_KINDS: tuple[str, ...] = ("sum", "prod", "max", "min")
@@ -184,6 +187,33 @@ def replica_context(replica: int, rendezvous: Rendezvous) -> Iterator[None]:
         yield
     finally:
         _LOCAL.ctx = prev
+
+
+def run_replicas(count: int, run: Callable[[int], T]) -> list[T]:
+    """``run(r)`` for each replica r of a run of ``count``, a thread per replica, each in a
+    ``replica_context`` of one rendezvous. A replica that raises aborts the rendezvous, so
+    the others stop at their next collective instead of waiting; the failed replica's own
+    error is raised here (not the ReplicaAborted of the others)."""
+    if count < 1:
+        raise CollectiveError("an SPMD run needs at least one replica")
+    rendezvous = Rendezvous(count)
+
+    def one(r: int) -> T:
+        with replica_context(r, rendezvous):
+            try:
+                return run(r)
+            except BaseException:
+                rendezvous.abort()
+                raise
+
+    with ThreadPoolExecutor(count, thread_name_prefix="axle-replica") as pool:
+        futures = [pool.submit(one, r) for r in range(count)]
+        errors = [f.exception() for f in futures]
+    failed = [e for e in errors if e is not None and not isinstance(e, ReplicaAborted)]
+    failed = failed or [e for e in errors if e is not None]
+    if failed:
+        raise failed[0]
+    return [f.result() for f in futures]
 
 
 def _exchange(op: Op, x: np.ndarray, replicas: int) -> tuple[int, list[np.ndarray]]:

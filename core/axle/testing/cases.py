@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from concurrent.futures import ThreadPoolExecutor
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from ..config import config
 from ..device_compile import expand_for
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate, evaluate_spmd
-from ..ir.collectives import Rendezvous, replica_context
 from ..ir.builder import Builder
+from ..ir.collectives import run_replicas
 from ..ir.conv import conv_dimension_numbers
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype, finfo, is_float_numpy
@@ -956,19 +955,12 @@ def run_case_spmd(case: OpCase, device: Device, *, optimize: bool = True) -> lis
     with strict_placement(claimed or config.strict_placement):
         exe, _ = compile_case(case.module, device, optimize=optimize)
     backend = REGISTRY.backend_for(device)
-    rendezvous = Rendezvous(len(case.replica_inputs))
 
     def run(r: int) -> list[np.ndarray]:
-        with replica_context(r, rendezvous):
-            try:
-                outs = exe.execute([to_buffer(x, device) for x in case.replica_inputs[r]])
-            except BaseException:
-                rendezvous.abort()  # the other replicas stop at their next collective
-                raise
-            return [np.asarray(backend.to_host(o)) for o in outs]
+        outs = exe.execute([to_buffer(x, device) for x in case.replica_inputs[r]])
+        return [np.asarray(backend.to_host(o)) for o in outs]
 
-    with ThreadPoolExecutor(len(case.replica_inputs)) as pool:
-        return list(pool.map(run, range(len(case.replica_inputs))))
+    return run_replicas(len(case.replica_inputs), run)
 
 
 def check_case(case: OpCase, device: Device, *, optimize: bool = True) -> None:
