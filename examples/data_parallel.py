@@ -27,7 +27,7 @@ from axle.sharding import Mesh
 from axle.sharding import PartitionSpec as P
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mnist_softmax import load_digits  # noqa: E402 - the data loader of the seed tutorial
+from mnist_softmax import load_digits
 
 Params = dict[str, Any]
 

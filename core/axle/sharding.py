@@ -18,7 +18,7 @@ from .errors import ArgumentError
 from .placement import device as to_device
 
 
-class PartitionSpec(tuple):  # type: ignore[type-arg]  # entries: None, a name or a tuple of names
+class PartitionSpec(tuple):  # entries: None, a name or a tuple of names
     """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
     over their product, the first one major). Dimensions past the spec are not split."""
 

@@ -38,7 +38,7 @@ def device_count() -> int:
     """How many cpu devices the host is split into (``AXLE_FLAGS=--cpu_device_count=N``, 1
     by default): each gets its share of the threads, so that N replicas running side by
     side (``axle.pmap``) do not oversubscribe the cores."""
-    from axle.config import config  # noqa: PLC0415 - axle is imported by then; this module stays light
+    from axle.config import config  # here, as thread_count imports axle.errors: this module stays light
 
     raw = config.backend_flags.get("cpu_device_count", "1")
     try:
@@ -46,7 +46,7 @@ def device_count() -> int:
         if n < 1:
             raise ValueError
     except ValueError:
-        from axle.errors import AxleError  # noqa: PLC0415 - as in thread_count
+        from axle.errors import AxleError
 
         raise AxleError(f"--cpu_device_count must be a positive integer, got {raw!r}") from None
     return n

@@ -686,7 +686,7 @@ def _collective(op: Op, rng: np.random.Generator, kind: Any, dt: DType, spec: An
     shape, replicas, size = spec
     groups = {"replica_groups": strided_groups(replicas, size), "group_size": size}
     dim = _first_divisible(shape, size)
-    attrs: dict[str, Any] = {
+    attrs: dict[str, Any] | None = {
         Op.ALL_REDUCE: lambda: {"kind": kind, **groups},
         Op.ALL_GATHER: lambda: {"dimension": len(shape) - 1, **groups},
         Op.REDUCE_SCATTER: lambda: None if dim is None else {"kind": kind, "dimension": dim, **groups},
