@@ -3,6 +3,8 @@ tensor-parallel MLP layer with shard_map.
 
     AXLE_FLAGS=--cpu_device_count=4 python examples/data_parallel.py            # 4 cpu devices
     AXLE_FLAGS=--cpu_device_count=4 python examples/data_parallel.py --check    # vs one device
+    AXLE_FLAGS=--cpu_device_count=2 mpirun -n 2 python examples/data_parallel.py --mpi --devices 2 --check
+                                    # 2 processes x 2 devices: 4 replicas over MPI
 
 Data parallel (``axle.pmap``): the parameters are replicated, each device takes a quarter of
 every batch, and the gradients are averaged with ``axle.lax.pmean`` before the update, so
@@ -79,8 +81,10 @@ def batches(x: np.ndarray, y: np.ndarray, batch: int, steps: int, seed: int = 0)
 
 def train(n_devices: int, steps: int = 20, batch: int = 128) -> tuple[list[float], float]:
     """The losses of ``steps`` steps over ``n_devices`` replicas (1: plain jit), and the
-    time per step after the first (which compiles)."""
+    time per step after the first (which compiles). In a multi-process run
+    (axle.distributed), ``n_devices`` per process, each process taking its share of the batch."""
     data = load_digits()
+    procs, rank = axle.distributed.process_count(), axle.distributed.process_index()
     params = init_params(data.features)
     work = batches(data.x_train, data.y_train, batch, steps)
     losses, t0 = [], 0.0
@@ -94,7 +98,9 @@ def train(n_devices: int, steps: int = 20, batch: int = 128) -> tuple[list[float
         step = axle.pmap(parallel_step, axis_name="batch", devices=local_devices(n_devices))
         replicated = {k: np.stack([v] * n_devices) for k, v in params.items()}
         for i, (x, y) in enumerate(work):
-            shard = (n_devices, batch // n_devices)
+            part = batch // procs  # this process's rows of the batch
+            x, y = x[rank * part:(rank + 1) * part], y[rank * part:(rank + 1) * part]
+            shard = (n_devices, part // n_devices)
             replicated, loss = step(replicated, x.reshape(shard + x.shape[1:]), y.reshape(shard))
             losses.append(float(np.asarray(loss)[0]))
             t0 = t0 or (time.perf_counter() if i == 0 else 0.0)
@@ -119,9 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--check", action="store_true", help="compare the losses with one device's")
+    ap.add_argument("--mpi", action="store_true", help="join the processes of an mpirun launch (axle.distributed)")
     args = ap.parse_args(argv)
+    if args.mpi:
+        axle.distributed.initialize()
     losses, per_step = train(args.devices, args.steps)
-    print(f"{args.devices} replicas on {', '.join(d.name for d in local_devices(args.devices))}")
+    procs = axle.distributed.process_count()
+    where = ", ".join(d.name for d in local_devices(args.devices))
+    print(f"process {axle.distributed.process_index()} of {procs}: {args.devices} replicas on {where}")
+    if procs > 1:  # the tensor-parallel layer is a one-process shard_map
+        one, _ = train(1, args.steps) if args.check else (losses, 0.0)
+        diff = float(np.max(np.abs(np.array(losses) - np.array(one))))
+        print("losses: " + " ".join(f"{v:.5f}" for v in losses))
+        print(f"max loss difference vs one device: {diff:.2e}")
+        return 0 if diff <= 1e-4 else 1
     print("losses: " + " ".join(f"{v:.5f}" for v in losses))
     print(f"time per step: {per_step * 1e3:.2f} ms")
     rng = np.random.default_rng(0)

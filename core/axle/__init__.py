@@ -62,7 +62,7 @@ __all__ = [
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
     "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap",
     "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bfloat16",
-    "pmap", "shard_map", "sharding",
+    "pmap", "shard_map", "sharding", "distributed",
 ]
 
 
@@ -78,6 +78,6 @@ def reset_stats() -> None:
 
 def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import axle` light
     if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers",
-                "tree_util", "sharding"):
+                "tree_util", "sharding", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

@@ -32,3 +32,40 @@ def test_over_four_cpu_devices_from_the_command_line() -> None:
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "4 replicas on cpu:0, cpu:1, cpu:2, cpu:3" in out.stdout
+
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # CI containers run as root
+
+
+def _mpirun(args: list[str], flags: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, AXLE_FLAGS=flags, **MPI_ENV)
+    return subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_two_mpi_processes_of_two_devices_train_like_one_device() -> None:
+    """mpirun -n 2 on localhost, 2 cpu devices each: 4 replicas whose pmean crosses processes."""
+    out = _mpirun([str(EXAMPLES / "data_parallel.py"), "--mpi", "--devices", "2", "--steps", "4", "--check"],
+                  "--cpu_device_count=2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "process 0 of 2: 2 replicas on cpu:0, cpu:1" in out.stdout
+    assert "process 1 of 2: 2 replicas on cpu:0, cpu:1" in out.stdout
+
+
+DISAGREE = """
+import numpy as np, axle
+from axle.errors import CollectiveError
+w = axle.distributed.initialize()
+x = np.ones((2, 3 + w.process_index), np.float32)   # process 1 has other shapes
+try:
+    axle.pmap(lambda v: axle.lax.psum(v, "i"), axis_name="i")(x)
+except CollectiveError as e:
+    print("refused:", e)
+"""
+
+
+def test_processes_that_disagree_on_shapes_get_a_clear_error() -> None:
+    out = _mpirun(["-c", DISAGREE], "")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("refused: the processes disagree on a collective's operand (process 0: float32[3], "
+                            "process 1: float32[4])") == 2, out.stdout

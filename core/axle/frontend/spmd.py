@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import distributed
 from ..backend import Device
 from ..errors import ArgumentError, TracingError
 from ..ir.collectives import run_replicas
@@ -89,14 +90,19 @@ class PmapFunction:
         if len(devices) != n:
             raise ArgumentError(f"pmap: the mapped axis has size {n} but {len(devices)} devices were given",
                                 where=user_location())
-        key = (tree, tuple((a.shape[1:], a.dtype.str) for a in arrays), tuple(devices))
+        # in a multi-process run (axle.distributed) the axis spans every process's replicas
+        world = distributed.world()
+        total = n * (world.process_count if world else 1)
+        key = (tree, tuple((a.shape[1:], a.dtype.str) for a in arrays), tuple(devices), total)
         if key not in self._cache:
             example = unflatten(tree, [a[0] for a in arrays])
-            self._cache[key] = _compile_each(lambda *xs: self.fn(*xs), AxisEnv((self.axis_name,), (n,)), example,
+            self._cache[key] = _compile_each(lambda *xs: self.fn(*xs), AxisEnv((self.axis_name,), (total,)), example,
                                              devices)
         compiled, out_tree = self._cache[key]
         per = [unflatten(tree, [a[r] for a in arrays]) for r in range(n)]
-        return _stack_outputs(_run_replicas(compiled, per), out_tree, self.out_axes)
+        outs = run_replicas(n, lambda r: compiled[r](*per[r]), total=total,
+                            first=world.process_index * n if world else 0, outer=world.allgather if world else None)
+        return _stack_outputs(outs, out_tree, self.out_axes)
 
 
 def pmap(fn: Callable[..., Any] | None = None, axis_name: str | None = None, *, devices: Sequence[Any] | None = None,
@@ -133,6 +139,9 @@ def shard_map(fn: Callable[..., Any], mesh: Mesh, in_specs: Any, out_specs: Any)
     cache: dict[Any, tuple[list[Compiled], Any]] = {}
 
     def mapped(*args: Any) -> Any:
+        if distributed.process_count() > 1:
+            raise ArgumentError("shard_map: a mesh of one process's devices only; across processes use axle.pmap",
+                                where=user_location())
         arrays = [_host(a) for a in args]
         ins = [NamedSharding(mesh, s) for s in _specs(in_specs, len(arrays), "in_specs")]
         for i, (a, s) in enumerate(zip(arrays, ins)):

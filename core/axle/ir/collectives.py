@@ -129,26 +129,43 @@ class ReplicaAborted(CollectiveError):
     one to report (evaluate_spmd does)."""
 
 
+#: gathers one process's replica values into the whole run's, in replica order (the
+#: other processes': axle.distributed over MPI); None: this process holds every replica
+OuterExchange = Callable[[list[Any]], list[Any]]
+
+
 class Rendezvous:
     """Where the replicas of one SPMD run meet at each collective: every replica posts its
     operand and gets every replica's, in replica order. All replicas reach the same
     collectives in the same order (the module is the same), so one barrier per exchange
-    is enough; a replica that fails aborts it so that the others stop instead of hanging."""
+    is enough; a replica that fails aborts it so that the others stop instead of hanging.
 
-    def __init__(self, count: int, timeout: float = RENDEZVOUS_TIMEOUT_S) -> None:
+    This process's threads run the replicas ``first .. first + local - 1`` of ``count``;
+    with several processes, ``outer`` (run by one thread once all local replicas arrived)
+    exchanges the local values with the other processes'."""
+
+    def __init__(self, count: int, timeout: float = RENDEZVOUS_TIMEOUT_S, *, local: int | None = None,
+                 first: int = 0, outer: OuterExchange | None = None) -> None:
         self.count = count
-        self._slots: list[Any] = [None] * count
-        self._barrier = threading.Barrier(count, timeout=timeout)
+        self.local = count if local is None else local
+        self.first = first
+        self._outer = outer
+        self._slots: list[Any] = [None] * self.local
+        self._all: list[Any] = []
+        self._barrier = threading.Barrier(self.local, action=self._gather, timeout=timeout)
+
+    def _gather(self) -> None:
+        self._all = self._outer(list(self._slots)) if self._outer is not None else list(self._slots)
 
     def exchange(self, replica: int, value: Any) -> list[Any]:
-        self._slots[replica] = value
+        self._slots[replica - self.first] = value
         try:
             self._barrier.wait()
-            out = list(self._slots)
+            out = self._all
             self._barrier.wait()  # nobody posts the next collective's value before all have read this one
         except threading.BrokenBarrierError:
             raise ReplicaAborted(f"replica {replica} of {self.count}: another replica failed or never "
-                                  "reached this collective") from None
+                                 "reached this collective") from None
         return out
 
     def abort(self) -> None:
@@ -189,17 +206,20 @@ def replica_context(replica: int, rendezvous: Rendezvous) -> Iterator[None]:
         _LOCAL.ctx = prev
 
 
-def run_replicas(count: int, run: Callable[[int], T]) -> list[T]:
-    """``run(r)`` for each replica r of a run of ``count``, a thread per replica, each in a
-    ``replica_context`` of one rendezvous. A replica that raises aborts the rendezvous, so
-    the others stop at their next collective instead of waiting; the failed replica's own
-    error is raised here (not the ReplicaAborted of the others)."""
+def run_replicas(count: int, run: Callable[[int], T], *, total: int | None = None, first: int = 0,
+                 outer: OuterExchange | None = None) -> list[T]:
+    """``run(r)`` for each local replica r (0 .. count-1) of a run, a thread per replica,
+    each in a ``replica_context`` of one rendezvous as replica ``first + r`` of ``total``
+    (default: ``count``, this process alone; ``outer`` exchanges with the other processes).
+    A replica that raises aborts the rendezvous, so the others stop at their next collective
+    instead of waiting; the failed replica's own error is raised here (not the
+    ReplicaAborted of the others)."""
     if count < 1:
         raise CollectiveError("an SPMD run needs at least one replica")
-    rendezvous = Rendezvous(count)
+    rendezvous = Rendezvous(total or count, local=count, first=first, outer=outer)
 
     def one(r: int) -> T:
-        with replica_context(r, rendezvous):
+        with replica_context(first + r, rendezvous):
             try:
                 return run(r)
             except BaseException:
