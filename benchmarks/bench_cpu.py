@@ -230,6 +230,7 @@ def run(quick: bool) -> list[Row]:
     rows.append(row)
 
     rows.append(_dense_row(axle, anp, dev, impls, rng, quick, reps))
+    rows.append(_conv_row(axle, anp, dev, jax, rng, quick, max(reps // 3, 3)))
 
     x = rng.standard_normal((100, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 100)]
@@ -269,6 +270,110 @@ def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Cal
     row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
     row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
     return row
+
+
+def fma_peak_gflops(seconds: float = 0.3) -> float:
+    """The machine's measured float32 FMA peak: a JIT-compiled loop of independent vector
+    fused multiply-adds (the host's widest vectors, more accumulators than the FMA latency
+    needs) run on every thread of axle's pool at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llvmlite import binding as llvm
+    from llvmlite import ir
+
+    from axle_cpu.target import host
+    from axle_cpu.threads import thread_count
+
+    lanes, accs = host().vector_bits // 32, 16
+    vt = ir.VectorType(ir.FloatType(), lanes)
+    mod = ir.Module("peak")
+    fn = ir.Function(mod, ir.FunctionType(ir.FloatType(), [ir.IntType(64)]), "peak")
+    fma = ir.Function(mod, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fma.v{lanes}f32")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(ir.IntType(64))
+    i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+    phis = [b.phi(vt) for _ in range(accs)]
+    x, y = (ir.Constant(vt, [ir.Constant(ir.FloatType(), v)] * lanes) for v in (0.999999, 1e-7))
+    new = [b.call(fma, [p, x, y]) for p in phis]
+    for k, (p, v) in enumerate(zip(phis, new)):
+        p.add_incoming(ir.Constant(vt, [ir.Constant(ir.FloatType(), float(k))] * lanes), entry)
+        p.add_incoming(v, loop)
+    nxt = b.add(i, ir.Constant(ir.IntType(64), 1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = new[0]
+    for v in new[1:]:
+        total = b.fadd(total, v)
+    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    tm = llvm.Target.from_triple(host().triple).create_target_machine(cpu=host().cpu, features=host().features,
+                                                                        opt=3)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(mod)), tm)
+    engine.finalize_object()
+    call = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
+    n, threads = 1 << 16, thread_count()
+
+    def timed(n: int) -> float:  # ctypes releases the GIL: the threads run the loop at once
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(call, [n] * threads))
+        return time.perf_counter() - t0
+
+    while timed(n) < seconds:
+        n *= 4
+    # the best of a few runs: other processes on the machine only ever slow it down
+    return max(2 * lanes * accs * n * threads / timed(n) / 1e9 for _ in range(3))
+
+
+def _conv_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, quick: bool, reps: int) -> Row:
+    """A 3x3 convolution layer (stride 1, SAME padding, NHWC/HWIO float32): the native
+    implicit GEMM against the core's im2col decomposition (slices, a concatenation and a
+    dot: what the cpu ran before it claimed convolution) and jax.jit's
+    conv_general_dilated, in GFLOP/s and as a share of the machine's measured FMA peak."""
+    from axle import lax
+
+    n, hw, c, o = (4, 28, 32, 32) if quick else (32, 56, 64, 64)
+    x = rng.standard_normal((n, hw, hw, c)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, c, o)) * 0.05).astype(np.float32)
+    native = axle.jit(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                            dimension_numbers=("NHWC", "HWIO", "NHWC")), device=dev)
+    dx, dw = axle.device_put(x, dev), axle.device_put(w, dev)
+    fns: dict[str, Callable[[], Any]] = {"axle-cpu": lambda: native(dx, dw),
+                                         "axle-cpu (im2col decomposition)": _decomposed_conv(axle, dev, dx, dw)}
+    if jax is not None:
+        jf = jax.jit(lambda a, k: jax.lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                               dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        jx, jw = jax.device_put(x), jax.device_put(w)
+        fns["jax.jit"] = lambda: jf(jx, jw)
+    row = _row(f"conv 3x3 NHWC x[{n},{hw},{hw},{c}] w[3,3,{c},{o}] f32", fns, reps)
+    row.baseline = "axle-cpu (im2col decomposition)"
+    flops = 2 * n * hw * hw * c * o * 9
+    gflops = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+    peak = fma_peak_gflops()
+    row.extra["GFLOP/s"] = gflops
+    row.extra["FMA peak GFLOP/s (measured)"] = round(peak, 1)
+    row.extra["share of peak"] = {k: f"{100 * v / peak:.0f}%" for k, v in gflops.items()}
+    return row
+
+
+def _decomposed_conv(axle: Any, dev: Any, dx: Any, dw: Any) -> Callable[[], Any]:
+    """The same convolution as the core's im2col decomposition, compiled for ``dev``."""
+    from axle.compiler import compile_module
+    from axle.ir import Builder
+    from axle.ir.conv import conv_dimension_numbers
+    from axle.passes.expand import expand_extended
+
+    b = Builder("conv_im2col")
+    x, w = b.parameter(dx.buffer.type), b.parameter(dw.buffer.type)
+    y = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"), window_strides=(1, 1),
+                      padding_low=(1, 1), padding_high=(1, 1), lhs_dilation=(1, 1), rhs_dilation=(1, 1))
+    module, _ = expand_extended(b.build(y), lambda _node: False)
+    exe = compile_module(module, dx.buffer.device)
+    backend = axle.REGISTRY.backend_for(dx.buffer.device)
+    return lambda: backend.to_host(exe.execute([dx.buffer, dw.buffer])[0])
 
 
 def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> list[Row]:

@@ -246,16 +246,29 @@ def test_control_kit_cases_run_on_every_device(device):
         check_case(case, dev, optimize=False)
 
 
+def host_call_loop_module() -> Module:
+    """A loop whose body calls a custom call: the cpu runs custom calls as Python host
+    steps, which its native loop runner cannot call, so it refuses the loop."""
+    from axle.ir.ops import register_custom_call
+
+    register_custom_call("test.control.halve", lambda x, config: x * np.float32(0.5))
+    b = Builder("host_loop")
+    x = b.parameter("f32[4]", name="x")
+    n = b.parameter("s32[]", name="n")
+    halve = lambda c, i, v: c.custom_call(v, target="test.control.halve", shape=(4,), dtype="f32")  # noqa: E731
+    return b.build(counted(b, n, x, halve))
+
+
 def test_a_loop_runs_whole_on_the_host_and_the_summary_says_so():
     cpu = next(d for d in axle.devices() if d.name == "cpu:0")
-    exe, _ = compile_optimized(loop_module(), cpu)
+    exe, _ = compile_optimized(host_call_loop_module(), cpu)
     text = str(placement_of(exe))
     assert "on interpreter:0" in text and "host fallback: while" in text
     old = config.strict_placement
     config.strict_placement = True
     try:
         with pytest.raises(PlacementError, match="while"):
-            compile_optimized(loop_module(), cpu)
+            compile_optimized(host_call_loop_module(), cpu)
     finally:
         config.strict_placement = old
 

@@ -234,4 +234,9 @@ def static_trip_count(loop: Node) -> int | None:
     step = _constant_int(b) if a is body.parameters[k] else _constant_int(a) if b is body.parameters[k] else None
     if step is None or step <= 0:
         return None
-    return max(0, -(-(bound - start) // step))
+    trips = max(0, -(-(bound - start) // step))
+    # a counter that would wrap past its dtype's largest value comes back below the bound
+    # and the loop goes on: the count is not the formula's then
+    if trips and start + trips * step > int(np.iinfo(counter.dtype.np).max):
+        return None
+    return trips
