@@ -91,6 +91,13 @@ class Op(enum.Enum):
     CONDITIONAL = "conditional"
     # sorting
     SORT = "sort"
+    # collectives (SPMD: values exchanged between replicas; ir/collectives.py)
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    COLLECTIVE_PERMUTE = "collective-permute"
+    REPLICA_ID = "replica-id"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
-from . import bitwise, decompositions
+from . import bitwise, collectives, decompositions
 from .computation import Computation
 from .conv import (
     CONV_DIM_ATTRS,
@@ -161,6 +161,9 @@ class Traits:
     #: runs sub-computations (while, conditional): passes recurse into them, the partitioner
     #: places the node whole, and its reference takes a ``call`` that evaluates one
     control: bool = False
+    #: exchanges values between the replicas of an SPMD run (ir/collectives.py): never
+    #: constant-folded, merged or hoisted (side_effect), and its reference reads the replica
+    collective: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -1006,6 +1009,34 @@ _def(Op.CONDITIONAL, None, None, None, _conditional_ref,
      traits=Traits(control=True, fusible=False), min_arity=1,
      doc="Operand 0 (s32[] index, out of range -> the last branch; or pred[]: false -> branch 0, "
          "true -> branch 1) picks the branch run on the other operands.")
+
+# collectives (semantics and references: ir/collectives.py)
+_COLLECTIVE = Traits(collective=True, side_effect=True, fusible=False, extended=True)
+_GROUPS = (AttrSpec("replica_groups", AttrKind.INTS), AttrSpec("group_size", AttrKind.INT))
+_COLL_KIND = AttrSpec("kind", AttrKind.ENUM, choices=collectives.COLLECTIVE_KINDS)
+_def(Op.ALL_REDUCE, 1, collectives.all_reduce_shape, _same_dtype, collectives.all_reduce,
+     attrs=(_COLL_KIND, *_GROUPS), traits=_COLLECTIVE, operand_dtypes=NUMERIC,
+     doc="Each replica gets the sum/prod/max/min over its replica group of the operand, combined in "
+         "group order. `replica_groups`: the replica ids, `group_size` at a time.")
+_def(Op.ALL_GATHER, 1, collectives.all_gather_shape, _same_dtype, collectives.all_gather,
+     attrs=(AttrSpec("dimension", AttrKind.INT), *_GROUPS), traits=_COLLECTIVE,
+     doc="The operands of the replica group concatenated along `dimension`, in group order.")
+_def(Op.REDUCE_SCATTER, 1, collectives.reduce_scatter_shape, _same_dtype, collectives.reduce_scatter,
+     attrs=(_COLL_KIND, AttrSpec("dimension", AttrKind.INT), *_GROUPS), traits=_COLLECTIVE,
+     operand_dtypes=NUMERIC,
+     doc="The group's all-reduce split into `group_size` blocks along `dimension`; the i-th member "
+         "of the group gets block i.")
+_def(Op.ALL_TO_ALL, 1, collectives.all_to_all_shape, _same_dtype, collectives.all_to_all,
+     attrs=(AttrSpec("split_dimension", AttrKind.INT), AttrSpec("concat_dimension", AttrKind.INT), *_GROUPS),
+     traits=_COLLECTIVE,
+     doc="Each member splits its operand into `group_size` blocks along `split_dimension` and sends "
+         "block j to member j; it concatenates what it receives along `concat_dimension`.")
+_def(Op.COLLECTIVE_PERMUTE, 1, collectives.collective_permute_shape, _same_dtype, collectives.collective_permute,
+     attrs=(AttrSpec("source_target_pairs", AttrKind.INTS),), traits=_COLLECTIVE,
+     doc="Each target replica gets its source's operand (`source_target_pairs`: source, target, ...); "
+         "a replica no pair targets gets zeros.")
+_def(Op.REPLICA_ID, 0, lambda op, ts, attrs: (), lambda op, ts, attrs: DType.INT32, collectives.replica_id,
+     traits=_COLLECTIVE, doc="-> s32[]: the id of the replica running the program (0 outside an SPMD run).")
 
 #: ops that run sub-computations: placed whole on one device, never claimed by default
 CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
