@@ -1,0 +1,321 @@
+"""Neural-network ONNX ops: MatMul, Gemm, Einsum, softmaxes, convolutions (on
+lax.conv_general_dilated), pools (on lax.reduce_window), normalizations, Dropout."""
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import lax, nn
+from .. import numpy as anp
+from .ops_elementwise import const
+from .ops_shape import norm_axes
+from .table import NodeCtx, Unsupported, all_checks, choice, register
+
+_AUTO_PAD = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+@register("MatMul")
+def _matmul(ctx: NodeCtx, a: Any, b: Any) -> Any:
+    """axle.numpy.matmul"""
+    return anp.matmul(a, b)
+
+
+@register("Gemm")
+def _gemm(ctx: NodeCtx, a: Any, b: Any, c: Any = None) -> Any:
+    """alpha A' B' + beta C (transA / transB)"""
+    if ctx.attr("transA", 0):
+        a = anp.transpose(a)
+    if ctx.attr("transB", 0):
+        b = anp.transpose(b)
+    y = anp.matmul(a, b)
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = y * const(y, alpha)
+    if c is not None:
+        y = y + (c if beta == 1.0 else c * const(y, beta))
+    return y
+
+
+@register("Einsum")
+def _einsum(ctx: NodeCtx, *xs: Any) -> Any:
+    """axle.numpy.einsum"""
+    return anp.einsum(ctx.attr("equation").replace(" ", ""), *xs)
+
+
+def _softmax_axis(ctx: NodeCtx, x: Any) -> int:
+    return norm_axes([ctx.attr("axis", -1)], len(x.shape))[0]
+
+
+@register("Softmax")
+def _softmax(ctx: NodeCtx, x: Any) -> Any:
+    """axle.nn.softmax over axis"""
+    return nn.softmax(x, axis=_softmax_axis(ctx, x))
+
+
+@register("LogSoftmax")
+def _log_softmax(ctx: NodeCtx, x: Any) -> Any:
+    """axle.nn.log_softmax over axis"""
+    return nn.log_softmax(x, axis=_softmax_axis(ctx, x))
+
+
+@register("Hardmax")
+def _hardmax(ctx: NodeCtx, x: Any) -> Any:
+    """1 at the first maximum along axis, 0 elsewhere"""
+    ax = _softmax_axis(ctx, x)
+    i = anp.expand_dims(anp.argmax(x, axis=ax), ax)
+    iota = np.arange(x.shape[ax]).reshape([-1 if j == ax else 1 for j in range(len(x.shape))])
+    return anp.where(anp.equal(i, iota), const(x, 1), const(x, 0))
+
+
+# -- convolutions and pools
+
+
+def _spatial_attrs(ctx: NodeCtx, ns: int, kernel: Sequence[int]) -> tuple[list[int], list[int], Any]:
+    """(strides, dilations, padding as lax wants it: a string or (low, high) pairs)."""
+    st = ctx.ints("strides", [1] * ns) or [1] * ns
+    dil = ctx.ints("dilations", [1] * ns) or [1] * ns
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return st, dil, "VALID"
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return st, dil, "SAME" if auto == "SAME_UPPER" else "SAME_LOWER"
+    pads = ctx.ints("pads", [0] * 2 * ns) or [0] * 2 * ns
+    return st, dil, [(pads[i], pads[i + ns]) for i in range(ns)]
+
+
+@register("Conv", check=choice("auto_pad", _AUTO_PAD, "NOTSET"))
+def _conv(ctx: NodeCtx, x: Any, w: Any, b: Any = None) -> Any:
+    """lax.conv_general_dilated (NC..., OI...) with groups, then the bias"""
+    ns = len(x.shape) - 2
+    st, dil, pad = _spatial_attrs(ctx, ns, w.shape[2:])
+    y = lax.conv_general_dilated(x, w, st, pad, None, dil, feature_group_count=ctx.attr("group", 1))
+    if b is not None:
+        y = y + anp.reshape(b, (1, -1) + (1,) * ns)
+    return y
+
+
+@register("ConvTranspose", check=choice("auto_pad", _AUTO_PAD, "NOTSET"))
+def _conv_transpose(ctx: NodeCtx, x: Any, w: Any, b: Any = None) -> Any:
+    """a convolution of the input dilated by the strides with the flipped kernel (I/O
+    swapped per group), padded to ONNX's output size"""
+    ns = len(x.shape) - 2
+    g = ctx.attr("group", 1)
+    k = list(w.shape[2:])
+    st = ctx.ints("strides", [1] * ns) or [1] * ns
+    dil = ctx.ints("dilations", [1] * ns) or [1] * ns
+    opad = ctx.ints("output_padding", [0] * ns) or [0] * ns
+    pads = ctx.ints("pads", [0] * 2 * ns) or [0] * 2 * ns
+    auto = ctx.attr("auto_pad", "NOTSET")
+    out_shape = ctx.ints("output_shape")
+    ins = x.shape[2:]
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = out_shape[-ns:] if out_shape is not None else [ins[i] * st[i] for i in range(ns)]
+        pads = [0] * 2 * ns
+        for i in range(ns):
+            total = st[i] * (ins[i] - 1) + opad[i] + (k[i] - 1) * dil[i] + 1 - target[i]
+            total = builtins.max(total, 0)
+            lo = total // 2 if auto != "SAME_LOWER" else total - total // 2
+            if out_shape is not None and auto == "NOTSET":
+                lo = total // 2
+            pads[i], pads[i + ns] = lo, total - lo
+    elif auto == "VALID":
+        pads = [0] * 2 * ns
+    cin, mg = w.shape[0], w.shape[1]
+    # (C, M/g, k...) -> (M, C/g, k...): per group, swap in and out channels
+    wk = anp.reshape(w, (g, cin // g, mg) + tuple(k))
+    wk = anp.transpose(wk, (0, 2, 1) + tuple(range(3, 3 + ns)))
+    wk = anp.reshape(wk, (g * mg, cin // g) + tuple(k))
+    wk = anp.flip(wk, axis=tuple(range(2, 2 + ns)))
+    padding = [((k[i] - 1) * dil[i] - pads[i], (k[i] - 1) * dil[i] - pads[i + ns] + opad[i]) for i in range(ns)]
+    y = lax.conv_general_dilated(x, wk, [1] * ns, padding, st, dil, feature_group_count=g)
+    if b is not None:
+        y = y + anp.reshape(b, (1, -1) + (1,) * ns)
+    return y
+
+
+def _pool_geometry(ctx: NodeCtx, x: Any) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """(window, strides, dilations, explicit low pads, explicit high pads, ceil_mode extra
+    high pads) over all dims of x (1 and 0 on N and C)."""
+    ns = len(x.shape) - 2
+    k = ctx.ints("kernel_shape")
+    st = ctx.ints("strides", [1] * ns) or [1] * ns
+    dil = ctx.ints("dilations", [1] * ns) or [1] * ns
+    auto = ctx.attr("auto_pad", "NOTSET")
+    ins = x.shape[2:]
+    eff = [(k[i] - 1) * dil[i] + 1 for i in range(ns)]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for i in range(ns):
+            total = builtins.max((-(-ins[i] // st[i]) - 1) * st[i] + eff[i] - ins[i], 0)
+            small = total // 2
+            lo.append(small if auto == "SAME_UPPER" else total - small)
+            hi.append(total - lo[-1])
+    elif auto == "VALID":
+        lo, hi = [0] * ns, [0] * ns
+    else:
+        pads = ctx.ints("pads", [0] * 2 * ns) or [0] * 2 * ns
+        lo, hi = pads[:ns], pads[ns:]
+    extra = [0] * ns
+    if ctx.attr("ceil_mode", 0):
+        for i in range(ns):
+            span = ins[i] + lo[i] + hi[i] - eff[i]
+            out = -(-span // st[i]) + 1
+            if (out - 1) * st[i] >= ins[i] + lo[i]:  # a last window starting in the padding is dropped
+                out -= 1
+            extra[i] = builtins.max((out - 1) * st[i] + eff[i] - (ins[i] + lo[i] + hi[i]), 0)
+    one = [1, 1]
+    zero = [0, 0]
+    return one + k, one + st, one + dil, zero + lo, zero + hi, zero + extra
+
+
+_POOL_CHECK = all_checks(choice("auto_pad", _AUTO_PAD, "NOTSET"), choice("storage_order", (0,), 0))
+
+
+@register("MaxPool", check=_POOL_CHECK)
+def _max_pool(ctx: NodeCtx, x: Any) -> Any:
+    """lax.reduce_window max (padding reads as -inf)"""
+    if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
+        raise Unsupported("the Indices output of MaxPool is not supported")
+    win, st, dil, lo, hi, extra = _pool_geometry(ctx, x)
+    pad = [(a, b + c) for a, b, c in zip(lo, hi, extra)]
+    return lax.reduce_window(x, "max", win, st, pad, None, dil)
+
+
+@register("AveragePool", check=choice("auto_pad", _AUTO_PAD, "NOTSET"))
+def _avg_pool(ctx: NodeCtx, x: Any) -> Any:
+    """lax.reduce_window sum over a count of the cells each window reads (explicit padding
+    counted with count_include_pad, the ceil_mode overhang never)"""
+    win, st, dil, lo, hi, extra = _pool_geometry(ctx, x)
+    r = len(x.shape)
+    zero = anp.zeros((), np.dtype(x.dtype))
+    xp = lax.pad(x, zero, lo, hi, [0] * r)
+    total = lax.reduce_window(xp, "sum", win, st, [(0, e) for e in extra], None, dil)
+    include = bool(ctx.attr("count_include_pad", 0))
+    ones = lax.pad(anp.ones(x.shape, np.dtype(x.dtype)), const(zero, 1 if include else 0), lo, hi, [0] * r)
+    count = lax.reduce_window(ones, "sum", win, st, [(0, e) for e in extra], None, dil)
+    return total / count
+
+
+@register("LpPool", check=choice("auto_pad", _AUTO_PAD, "NOTSET"))
+def _lp_pool(ctx: NodeCtx, x: Any) -> Any:
+    """(sum |x|^p)^(1/p) over each window"""
+    p = ctx.attr("p", 2)
+    win, st, dil, lo, hi, extra = _pool_geometry(ctx, x)
+    pad = [(a, b + c) for a, b, c in zip(lo, hi, extra)]
+    s = lax.reduce_window(anp.power(anp.abs(x), const(x, p)), "sum", win, st, pad, None, dil)
+    return anp.power(s, const(x, 1.0 / p))
+
+
+@register("GlobalAveragePool")
+def _global_avg(ctx: NodeCtx, x: Any) -> Any:
+    """axle.numpy.mean over the spatial dims"""
+    return anp.astype(anp.mean(x, axis=tuple(range(2, len(x.shape))), keepdims=True), np.dtype(x.dtype))
+
+
+@register("GlobalMaxPool")
+def _global_max(ctx: NodeCtx, x: Any) -> Any:
+    """axle.numpy.max over the spatial dims"""
+    return anp.max(x, axis=tuple(range(2, len(x.shape))), keepdims=True)
+
+
+@register("GlobalLpPool")
+def _global_lp(ctx: NodeCtx, x: Any) -> Any:
+    """(sum |x|^p)^(1/p) over the spatial dims"""
+    p = ctx.attr("p", 2)
+    s = anp.sum(anp.power(anp.abs(x), const(x, p)), axis=tuple(range(2, len(x.shape))), keepdims=True)
+    return anp.power(s, const(x, 1.0 / p))
+
+
+# -- normalizations
+
+
+def _channel(v: Any, rank: int) -> Any:
+    return anp.reshape(v, (1, -1) + (1,) * (rank - 2))
+
+
+@register("BatchNormalization", check=choice("training_mode", (0,), 0))
+def _batch_norm(ctx: NodeCtx, x: Any, scale: Any, b: Any, mean: Any, var: Any) -> Any:
+    """inference form: (x - mean) / sqrt(var + eps) * scale + B per channel"""
+    r = len(x.shape)
+    dt = np.dtype(x.dtype)
+    eps = const(anp.asarray(var) if not hasattr(var, "dtype") else var, ctx.attr("epsilon", 1e-5))
+    inv = anp.astype(scale / anp.sqrt(var + eps), dt)
+    shift = anp.astype(b, dt) - anp.astype(mean, dt) * inv
+    return x * _channel(inv, r) + _channel(shift, r)
+
+
+@register("InstanceNormalization")
+def _instance_norm(ctx: NodeCtx, x: Any, scale: Any, b: Any) -> Any:
+    """normalizes each (N, C) over the spatial dims"""
+    r = len(x.shape)
+    ax = tuple(range(2, r))
+    m = anp.mean(x, axis=ax, keepdims=True)
+    v = anp.mean(anp.square(x - m), axis=ax, keepdims=True)
+    y = (x - m) / anp.sqrt(v + const(x, ctx.attr("epsilon", 1e-5)))
+    return y * _channel(scale, r) + _channel(b, r)
+
+
+@register("LayerNormalization", since=17)
+def _layer_norm(ctx: NodeCtx, x: Any, scale: Any, b: Any = None) -> tuple[Any, Any, Any]:
+    """normalizes over the dims from axis on (in float32 at least, stash_type), scale and bias
+    broadcast; Mean and InvStdDev outputs"""
+    r = len(x.shape)
+    ax0 = norm_axes([ctx.attr("axis", -1)], r)[0]
+    ax = tuple(range(ax0, r))
+    dt = np.dtype(x.dtype)
+    xf = anp.astype(x, np.float32) if dt.itemsize < 4 else x
+    m = anp.mean(xf, axis=ax, keepdims=True)
+    d = xf - m
+    v = anp.mean(d * d, axis=ax, keepdims=True)
+    inv = const(v, 1) / anp.sqrt(v + const(v, ctx.attr("epsilon", 1e-5)))
+    y = anp.astype(d * inv, dt) * scale
+    if b is not None:
+        y = y + b
+    return y, m, inv
+
+
+@register("GroupNormalization", since=21)
+def _group_norm(ctx: NodeCtx, x: Any, scale: Any, b: Any) -> Any:
+    """normalizes each group of channels over it and the spatial dims; per-channel scale, bias"""
+    g = ctx.attr("num_groups")
+    shape = x.shape
+    n, c = shape[0], shape[1]
+    xg = anp.reshape(x, (n, g, -1))
+    m = anp.mean(xg, axis=2, keepdims=True)
+    v = anp.mean(anp.square(xg - m), axis=2, keepdims=True)
+    y = anp.reshape((xg - m) / anp.sqrt(v + const(x, ctx.attr("epsilon", 1e-5))), shape)
+    return y * _channel(scale, len(shape)) + _channel(b, len(shape))
+
+
+@register("LRN")
+def _lrn(ctx: NodeCtx, x: Any) -> Any:
+    """x / (bias + alpha / size * sum of squares over the neighbouring channels)^beta"""
+    size = ctx.attr("size")
+    r = len(x.shape)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = x * x
+    win = [1, size] + [1] * (r - 2)
+    s = lax.reduce_window(sq, "sum", win, [1] * r, [(0, 0), (lo, hi)] + [(0, 0)] * (r - 2))
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    return x / anp.power(const(x, bias) + const(x, alpha / size) * s, const(x, beta))
+
+
+@register("MeanVarianceNormalization")
+def _mvn(ctx: NodeCtx, x: Any) -> Any:
+    """(x - mean) / sqrt(var + 1e-9) over axes (default 0, 2, 3)"""
+    ax = tuple(norm_axes(ctx.ints("axes", [0, 2, 3]) or [0, 2, 3], len(x.shape)))
+    m = anp.mean(x, axis=ax, keepdims=True)
+    v = anp.mean(anp.square(x - m), axis=ax, keepdims=True)
+    return (x - m) / anp.sqrt(v + const(x, 1e-9))
+
+
+@register("Dropout", static=(1, 2))
+def _dropout(ctx: NodeCtx, x: Any, ratio: Any = None, training: Any = None) -> tuple[Any, Any]:
+    """inference: the identity and an all-true mask (training mode draws: not supported)"""
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
+        raise Unsupported("training_mode=True draws a random mask: not supported")
+    return x, anp.ones(x.shape, bool)
+
