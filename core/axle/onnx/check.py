@@ -65,7 +65,11 @@ def node_problem(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypePro
     entry = OPS.get(node.op_type)
     if entry is None:
         return "unsupported op"
-    if not entry.since <= opset <= entry.until:
+    if opset < MIN_OPSET:
+        old, new = schema_since(node.op_type, opset), schema_since(node.op_type, MIN_OPSET)
+        if old != new:
+            return f"version {old} of the op predates opset {MIN_OPSET} (its semantics differ from version {new})"
+    elif not entry.since <= opset <= entry.until:
         return f"supported for opsets {entry.since}..{entry.until} only"
     for name in [*node.input, *node.output]:
         if name and name in types:
@@ -83,7 +87,8 @@ def problems(model: onnx.ModelProto) -> list[str]:
     """Every reason the importer cannot run ``model``, one line each (empty: it can try)."""
     opset = default_opset(model)
     out: list[str] = []
-    if not MIN_OPSET <= opset <= MAX_OPSET:
+    if opset > MAX_OPSET:
+        # older opsets are taken node by node: an op whose schema is the one opset 13 has
         out.append(f"model: opset {opset} is outside the supported opsets {MIN_OPSET}..{MAX_OPSET}")
     for imp in model.opset_import:
         if imp.domain not in _DEFAULT_DOMAINS and imp.domain != "ai.onnx.ml":

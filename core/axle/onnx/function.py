@@ -25,20 +25,21 @@ _SHAPE_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.T
 _SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 
-def _static_names(graph: onnx.GraphProto) -> set[str]:
-    """Names whose values fix shapes: the static inputs of every node (sub-graphs too), and
-    back through the nodes computing them (except Shape / Size, which read shapes only)."""
+def _static_names(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
+    """(names used at a static input of a node (sub-graphs too), those and the names they
+    are computed from, back through the nodes (except Shape / Size, which read shapes only))."""
     nodes = [n for _, n, _g in walk(graph)]
-    names: set[str] = set()
+    direct: set[str] = set()
     for n in nodes:
         entry = OPS.get(n.op_type)
         for k in entry.static if entry else ():
             if k < len(n.input) and n.input[k]:
-                names.add(n.input[k])
+                direct.add(n.input[k])
+    names = set(direct)
     for n in reversed(nodes):
         if n.op_type not in _SHAPE_ONLY and any(o in names for o in n.output):
             names.update(i for i in n.input if i)
-    return names
+    return direct, names
 
 
 def _load_model(model: Any) -> onnx.ModelProto:
@@ -75,9 +76,11 @@ class OnnxFunction:
         self.input_names = [i.name for i in graph.input if i.name not in init]
         self.output_names = [o.name for o in graph.output]
         self._input_types = {i.name: i.type.tensor_type for i in graph.input if i.name not in init}
-        static = _static_names(graph)
-        self.static_inputs = [n for n in self.input_names
-                              if n in static and self._input_types[n].elem_type in _SHAPE_TYPES]
+        direct, static = _static_names(graph)
+        # an input that fixes a shape is taken by value: directly (a Range bound, a depth), or
+        # through other nodes when it is an integer (a shape computed from it)
+        self.static_inputs = [n for n in self.input_names if n in direct or
+                              n in static and self._input_types[n].elem_type in _SHAPE_TYPES]
         arrays = {n: numpy_helper.to_array(t) for n, t in init.items()}
         # initializers that fix shapes stay host constants; the rest are device arrays, made once
         self._host = {n: a for n, a in arrays.items() if n in static or a.size == 0}
@@ -135,7 +138,7 @@ class OnnxFunction:
             self._jits[key] = fn
         return fn
 
-    def __call__(self, *args: Any, as_dict: bool = False, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, as_dict: Any = False, **kwargs: Any) -> Any:
         vals = self._arguments(args, kwargs)
         static = {n: np.asarray(vals[n].numpy() if isinstance(vals[n], Array) else vals[n])
                   for n in self.static_inputs}

@@ -73,7 +73,8 @@ def run_node(node: onnx.NodeProto, env: dict[str, Any], opset: int, index: int |
     try:
         entry = OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if entry is None:
-            raise Unsupported("unsupported op" if node.domain in ("", "ai.onnx") else f"unsupported domain {node.domain!r}")
+            default = node.domain in ("", "ai.onnx")
+            raise Unsupported("unsupported op" if default else f"unsupported domain {node.domain!r}")
         inputs = [env[n] if n else None for n in node.input]
         folded = None
         if node.op_type not in NO_FOLD and node.input and all(v is None or is_host(v) for v in inputs):

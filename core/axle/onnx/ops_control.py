@@ -42,10 +42,7 @@ def _passes_cond_through(body: onnx.GraphProto) -> bool:
     cond_in, cond_out = body.input[1].name, body.output[0].name
     if cond_in == cond_out:
         return True
-    for n in body.node:
-        if cond_out in n.output and n.op_type == "Identity" and n.input[0] == cond_in:
-            return True
-    return False
+    return any(cond_out in n.output and n.op_type == "Identity" and n.input[0] == cond_in for n in body.node)
 
 
 @register("Loop")

@@ -112,14 +112,13 @@ def _conv_transpose(ctx: NodeCtx, x: Any, w: Any, b: Any = None) -> Any:
     out_shape = ctx.ints("output_shape")
     ins = x.shape[2:]
     if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-        target = out_shape[-ns:] if out_shape is not None else [ins[i] * st[i] for i in range(ns)]
+        target = list(out_shape[-ns:]) if out_shape is not None else [ins[i] * st[i] for i in range(ns)]
         pads = [0] * 2 * ns
         for i in range(ns):
             total = st[i] * (ins[i] - 1) + opad[i] + (k[i] - 1) * dil[i] + 1 - target[i]
-            total = builtins.max(total, 0)
-            lo = total // 2 if auto != "SAME_LOWER" else total - total // 2
-            if out_shape is not None and auto == "NOTSET":
-                lo = total // 2
+            # a negative total (output_shape beyond the natural size) extends the end
+            lo = builtins.max(total, 0) // 2 if auto != "SAME_LOWER" else total - builtins.max(total, 0) // 2
+            lo = builtins.max(lo, 0)
             pads[i], pads[i + ns] = lo, total - lo
     elif auto == "VALID":
         pads = [0] * 2 * ns
@@ -141,6 +140,8 @@ def _pool_geometry(ctx: NodeCtx, x: Any) -> tuple[list[int], list[int], list[int
     high pads) over all dims of x (1 and 0 on N and C)."""
     ns = len(x.shape) - 2
     k = ctx.ints("kernel_shape")
+    if k is None:
+        raise Unsupported("the kernel_shape attribute is required")
     st = ctx.ints("strides", [1] * ns) or [1] * ns
     dil = ctx.ints("dilations", [1] * ns) or [1] * ns
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -282,7 +283,7 @@ def _group_norm(ctx: NodeCtx, x: Any, scale: Any, b: Any) -> Any:
     """normalizes each group of channels over it and the spatial dims; per-channel scale, bias"""
     g = ctx.attr("num_groups")
     shape = x.shape
-    n, c = shape[0], shape[1]
+    n = shape[0]
     xg = anp.reshape(x, (n, g, -1))
     m = anp.mean(xg, axis=2, keepdims=True)
     v = anp.mean(anp.square(xg - m), axis=2, keepdims=True)
@@ -312,10 +313,86 @@ def _mvn(ctx: NodeCtx, x: Any) -> Any:
     return (x - m) / anp.sqrt(v + const(x, 1e-9))
 
 
-@register("Dropout", static=(1, 2))
+@register("Dropout", static=(2,))
 def _dropout(ctx: NodeCtx, x: Any, ratio: Any = None, training: Any = None) -> tuple[Any, Any]:
     """inference: the identity and an all-true mask (training mode draws: not supported)"""
     if training is not None and bool(np.asarray(training).reshape(-1)[0]):
         raise Unsupported("training_mode=True draws a random mask: not supported")
     return x, anp.ones(x.shape, bool)
 
+
+
+# -- losses, newer activations and normalizations
+
+
+def _nll(ctx: NodeCtx, logp: Any, target: Any, weight: Any) -> Any:
+    """-logp[n, target, ...] * weight[target], 0 where target == ignore_index, reduced."""
+    ignore = ctx.attr("ignore_index")
+    t = anp.astype(target, np.int64)
+    keep = anp.not_equal(t, np.int64(ignore)) if ignore is not None else None
+    if keep is not None:
+        t = anp.where(keep, t, np.int64(0))
+    picked = anp.squeeze(anp.take_along_axis(logp, anp.expand_dims(t, 1), axis=1), axis=1)
+    w = anp.take(weight, t, axis=0) if weight is not None else anp.ones(t.shape, np.dtype(logp.dtype))
+    if keep is not None:
+        w = anp.where(keep, w, const(w, 0))
+    loss = -picked * w
+    red = ctx.attr("reduction", "mean")
+    if red == "none":
+        return loss
+    if red == "sum":
+        return anp.sum(loss)
+    return anp.sum(loss) / anp.sum(w)
+
+
+_REDUCTIONS = choice("reduction", ("none", "sum", "mean"), "mean")
+
+
+@register("NegativeLogLikelihoodLoss", check=_REDUCTIONS)
+def _nll_loss(ctx: NodeCtx, x: Any, target: Any, weight: Any = None) -> Any:
+    """a gather of the targets' entries (take_along_axis), weighted and reduced"""
+    return _nll(ctx, x, target, weight)
+
+
+@register("SoftmaxCrossEntropyLoss", check=_REDUCTIONS)
+def _sce_loss(ctx: NodeCtx, x: Any, labels: Any, weight: Any = None) -> tuple[Any, Any]:
+    """NegativeLogLikelihoodLoss of axle.nn.log_softmax over axis 1 (and the log-probabilities)"""
+    logp = nn.log_softmax(x, axis=1)
+    return _nll(ctx, logp, labels, weight), logp
+
+
+@register("RMSNormalization", since=23)
+def _rms_norm(ctx: NodeCtx, x: Any, scale: Any) -> Any:
+    """x / sqrt(mean(x^2 over the dims from axis) + epsilon) * scale (in float32 at least)"""
+    r = len(x.shape)
+    ax = tuple(range(norm_axes([ctx.attr("axis", -1)], r)[0], r))
+    dt = np.dtype(x.dtype)
+    xf = anp.astype(x, np.float32) if dt.itemsize < 4 else x
+    ms = anp.mean(xf * xf, axis=ax, keepdims=True)
+    return anp.astype(xf / anp.sqrt(ms + const(ms, ctx.attr("epsilon", 1e-5))), dt) * scale
+
+
+def _swish(x: Any, alpha: float) -> Any:
+    return x * lax.logistic(x * const(x, alpha))
+
+
+@register("Swish", since=24)
+def _swish_op(ctx: NodeCtx, x: Any) -> Any:
+    """x sigmoid(alpha x)"""
+    return _swish(x, ctx.attr("alpha", 1.0))
+
+
+@register("SwiGLU", since=28)
+def _swiglu(ctx: NodeCtx, a: Any, b: Any) -> Any:
+    """Swish(A) * B"""
+    return _swish(a, ctx.attr("alpha", 1.0)) * b
+
+
+@register("LpNormalization")
+def _lp_norm(ctx: NodeCtx, x: Any) -> Any:
+    """x / its Lp norm along axis (p 1 or 2; 0 where the norm is 0)"""
+    p = ctx.attr("p", 2)
+    ax = norm_axes([ctx.attr("axis", -1)], len(x.shape))[0]
+    n = anp.sum(anp.abs(x), axis=ax, keepdims=True) if p == 1 else anp.sqrt(anp.sum(x * x, axis=ax, keepdims=True))
+    zero = anp.equal(n, const(n, 0))
+    return anp.where(zero, const(x, 0), x / anp.where(zero, const(n, 1), n))

@@ -328,7 +328,7 @@ def _depth_space(x: Any, b: int, to_space: bool, dcr: bool) -> Any:
             y = anp.transpose(y, (0, 1, 4, 2, 5, 3))
         return anp.reshape(y, (n, c // (b * b), h * b, w * b))
     y = anp.reshape(x, (n, c, h // b, b, w // b, b))
-    y = anp.transpose(y, (0, 3, 5, 1, 2, 4))
+    y = anp.transpose(y, (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4))
     return anp.reshape(y, (n, c * b * b, h // b, w // b))
 
 
@@ -338,10 +338,10 @@ def _d2s(ctx: NodeCtx, x: Any) -> Any:
     return _depth_space(x, ctx.attr("blocksize"), True, ctx.attr("mode", "DCR") == "DCR")
 
 
-@register("SpaceToDepth")
+@register("SpaceToDepth", check=choice("mode", ("DCR", "CRD"), "DCR"))
 def _s2d(ctx: NodeCtx, x: Any) -> Any:
-    """reshape, transpose, reshape"""
-    return _depth_space(x, ctx.attr("blocksize"), False, True)
+    """reshape, transpose, reshape (DCR or CRD order)"""
+    return _depth_space(x, ctx.attr("blocksize"), False, ctx.attr("mode", "DCR") == "DCR")
 
 
 # -- reductions
@@ -367,17 +367,31 @@ def _same(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda x, ax, kd: anp.astype(fn(x, ax, kd), np.dtype(x.dtype))
 
 
+def _empty(x: Any, ax: Any) -> bool:
+    return any(x.shape[a] == 0 for a in (ax if ax is not None else range(len(x.shape))))
+
+
+def _identity_of(dt: np.dtype, kind: str) -> Any:
+    """The value an empty max / min reduction gives (ONNX's: -inf / +inf, the int extremes)."""
+    if dt.kind == "b":
+        return kind == "min"
+    if dt.kind == "f" or dt.kind == "V" or dt.itemsize == 2 and dt.kind not in "iu":
+        return -np.inf if kind == "max" else np.inf
+    info = np.iinfo(dt)
+    return info.min if kind == "max" else info.max
+
+
+def _reduced_shape(x: Any, ax: Any, kd: bool) -> tuple[int, ...]:
+    axes = set(ax if ax is not None else range(len(x.shape)))
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape) if kd or i not in axes)
+
+
 def _max_or_empty(kind: str) -> Callable[..., Any]:
     def f(x: Any, ax: Any, kd: bool) -> Any:
-        # an empty reduction gives the identity (-inf / +inf, the int extremes), as ONNX's
-        fn = anp.max if kind == "max" else anp.min
-        if any(x.shape[a] == 0 for a in (ax if ax is not None else range(len(x.shape)))):
+        if _empty(x, ax):
             dt = np.dtype(x.dtype)
-            big = np.inf if dt.kind == "f" else (np.iinfo(dt).max if dt.kind in "iu" else True)
-            v = -big if kind == "max" and dt.kind == "f" else (np.iinfo(dt).min if kind == "max" and dt.kind in "iu"
-                                                              else big)
-            return anp.astype(anp.sum(anp.zeros_like(x), axis=ax, keepdims=kd), dt) + const(x, v)
-        return fn(x, axis=ax, keepdims=kd)
+            return anp.full(_reduced_shape(x, ax, kd), np.asarray(_identity_of(dt, kind)).astype(dt), dtype=dt)
+        return (anp.max if kind == "max" else anp.min)(x, axis=ax, keepdims=kd)
     return f
 
 
@@ -396,6 +410,8 @@ _REDUCERS: dict[str, tuple[Callable[..., Any], int]] = {
 
 
 def _logsumexp(x: Any, ax: Any, kd: bool) -> Any:
+    if _empty(x, ax):  # log(0)
+        return anp.full(_reduced_shape(x, ax, kd), -np.inf, dtype=np.dtype(x.dtype))
     m = anp.max(x, axis=ax, keepdims=True)
     m = anp.where(anp.isfinite(m), m, const(m, 0))
     s = anp.log(anp.sum(anp.exp(x - m), axis=ax, keepdims=True)) + m
@@ -451,3 +467,61 @@ def _topk(ctx: NodeCtx, x: Any, k: Any) -> tuple[Any, Any]:
     v, i = lax.top_k(y if largest else anp.negative(y), kk)
     v = v if largest else anp.negative(v)
     return anp.moveaxis(v, -1, ax), anp.moveaxis(anp.astype(i, np.int64), -1, ax)
+
+
+@register("CumProd", static=(1,), since=26)
+def _cumprod(ctx: NodeCtx, x: Any, axis: Any) -> Any:
+    """axle.numpy.cumulative_prod with exclusive / reverse"""
+    ax = norm_axes(ints(axis), len(x.shape))[0]
+    rev = ctx.attr("reverse", 0)
+    y = anp.flip(x, axis=ax) if rev else x
+    if ctx.attr("exclusive", 0):  # shift by one: a leading 1, the last element dropped
+        n = y.shape[ax]
+        ones = anp.ones(tuple(1 if i == ax else d for i, d in enumerate(y.shape)), np.dtype(x.dtype))
+        y = anp.concatenate([ones, y[tuple(builtins.slice(0, n - 1) if i == ax else builtins.slice(None)
+                                           for i in range(len(y.shape)))]], axis=ax)
+    c = anp.astype(anp.cumulative_prod(y, axis=ax), np.dtype(x.dtype))
+    return anp.flip(c, axis=ax) if rev else c
+
+
+@register("BitCast", since=26)
+def _bitcast(ctx: NodeCtx, x: Any) -> Any:
+    """lax.bitcast_convert to a dtype of the same width"""
+    dt = dtype_of(ctx.attr("to"), "BitCast to")
+    if dt.itemsize != np.dtype(x.dtype).itemsize:
+        raise Unsupported(f"BitCast from {np.dtype(x.dtype)} to {dt}: the widths differ")
+    if dt == np.dtype(x.dtype):
+        return x
+    return lax.bitcast_convert(x, dt)
+
+
+@register("ReverseSequence")
+def _reverse_sequence(ctx: NodeCtx, x: Any, lens: Any) -> Any:
+    """a gather along the time axis: index lens[b] - 1 - t for t < lens[b], else t"""
+    ta, ba = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    n_t, n_b = x.shape[ta], x.shape[ba]
+    t = np.arange(n_t).reshape([-1 if i == ta else 1 for i in range(len(x.shape))])
+    ln = anp.reshape(anp.astype(lens, np.int64), [-1 if i == ba else 1 for i in range(len(x.shape))])
+    src = anp.where(t < ln, ln - const(ln, 1) - t, t + anp.zeros_like(ln))
+    src = anp.broadcast_to(src, tuple(n_t if i == ta else n_b if i == ba else 1 for i in range(len(x.shape))))
+    full = anp.broadcast_to(src, x.shape)
+    return anp.take_along_axis(x, full, axis=ta)
+
+
+@register("CenterCropPad", static=(1,))
+def _center_crop_pad(ctx: NodeCtx, x: Any, shape: Any) -> Any:
+    """a centred slice where the target is smaller, a centred zero pad where larger"""
+    r = len(x.shape)
+    ax = norm_axes(ctx.ints("axes") or list(range(r)), r)
+    target = ints(shape)
+    idx: list[Any] = [builtins.slice(None)] * r
+    pads = [(0, 0)] * r
+    for a, t in zip(ax, target):
+        n = x.shape[a]
+        if t < n:
+            s = (n - t) // 2
+            idx[a] = builtins.slice(s, s + t)
+        elif t > n:
+            lo = (t - n) // 2
+            pads[a] = (lo, t - n - lo)
+    return anp.pad(x[tuple(idx)], pads)

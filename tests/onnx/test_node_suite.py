@@ -1,0 +1,79 @@
+"""The ONNX backend node test suite as conformance: every case the onnx package generates,
+run through axle.onnx on cpu:0 and opencl:0 against the expected outputs.
+
+- an in-scope case passes, unless onnx_expected_failures.py lists it (with its reason): then
+  it must still fail, so that a newly passing case is noticed (remove it from the list);
+- an out-of-scope case (a dtype axle lacks, sequences, an op outside axle's scope, an op
+  version before opset 13; onnx_node_suite.out_of_scope says which) must be refused by
+  axle.onnx.load with an OnnxImportError before anything runs.
+
+The counts per backend are printed at the end of the run (docs/onnx.md records them)."""
+from __future__ import annotations
+
+import pytest
+
+import axle.onnx as ao
+
+from axle.testing import require_backend
+from onnx_expected_failures import EXPECTED, EXPECTED_ON
+from onnx_node_suite import cases, out_of_scope, run_case
+
+DEVICES = ["cpu:0", "opencl:0"]
+_ALL = cases()
+IN_SCOPE = sorted(n for n, c in _ALL.items() if out_of_scope(c) is None)
+OUT_OF_SCOPE = sorted(n for n in _ALL if n not in set(IN_SCOPE))
+#: PoCL compiles each kernel for seconds on this 2-core machine: opencl:0 runs every
+#: OPENCL_STRIDE-th in-scope case here (the whole suite: `python tests/onnx/onnx_node_suite.py
+#: opencl:0`); the fast tier runs every FAST_STRIDE-th case on cpu:0
+OPENCL_STRIDE = 10
+FAST_STRIDE = 5
+
+
+def _params() -> list[object]:
+    out: list[object] = []
+    for i, name in enumerate(IN_SCOPE):
+        out.append(pytest.param(name, "cpu:0", marks=() if i % FAST_STRIDE == 0 else pytest.mark.full_only))
+        if i % OPENCL_STRIDE == 0:
+            out.append(pytest.param(name, "opencl:0", marks=pytest.mark.full_only))
+    return out
+COUNTS: dict[str, dict[str, int]] = {d: {"passed": 0, "failed": 0} for d in DEVICES}
+
+
+def _expected(name: str, device: str) -> str | None:
+    return EXPECTED_ON.get(device.split(":")[0], {}).get(name) or EXPECTED.get(name)
+
+
+@pytest.mark.parametrize(("name", "device"), _params())
+def test_node_case(name: str, device: str) -> None:
+    require_backend(device.split(":")[0])
+    err = run_case(_ALL[name], device)
+    COUNTS[device]["passed" if err is None else "failed"] += 1
+    reason = _expected(name, device)
+    if reason is None:
+        assert err is None, f"{name} on {device}: {err}"
+    else:
+        assert err is not None, f"{name} now passes on {device}: remove it from onnx_expected_failures.py ({reason})"
+
+
+@pytest.mark.parametrize("name", OUT_OF_SCOPE)
+def test_out_of_scope_case_is_refused_before_running(name: str) -> None:
+    with pytest.raises(ao.OnnxImportError):
+        ao.load(_ALL[name].model)
+
+
+def test_expected_failures_name_real_in_scope_cases() -> None:
+    listed = set(EXPECTED) | {n for d in EXPECTED_ON.values() for n in d}
+    stale = sorted(listed - set(IN_SCOPE))
+    assert not stale, f"onnx_expected_failures.py lists cases that are not in-scope node cases: {stale}"
+    assert all(r.strip() for r in EXPECTED.values())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_counts(request: pytest.FixtureRequest) -> object:
+    """The pass counts per backend, printed when the module is done (docs/onnx.md)."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for d, c in COUNTS.items():
+        if c["passed"] + c["failed"] and reporter is not None:
+            reporter.write_line(f"ONNX node suite on {d}: {c['passed']} passed, {c['failed']} failed "
+                                f"(of {len(IN_SCOPE)} in scope), {len(OUT_OF_SCOPE)} out of scope")
