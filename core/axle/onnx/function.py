@@ -110,11 +110,11 @@ class OnnxFunction:
 
     def _check_input(self, name: str, v: Any) -> None:
         t = self._input_types[name]
-        dt = np.dtype(getattr(v, "dtype", np.asarray(v).dtype))
+        dt = np.dtype(v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype)
         want = DTYPES.get(t.elem_type)
         if want is not None and dt != want:
             raise DTypeError(f"{self.name}: input {name!r} must be {want}, got {dt}")
-        shape = tuple(getattr(v, "shape", np.shape(v)))
+        shape = tuple(v.shape if hasattr(v, "shape") else np.shape(v))
         if t.HasField("shape"):
             dims = t.shape.dim
             if len(dims) != len(shape) or any(d.HasField("dim_value") and d.dim_value != s
