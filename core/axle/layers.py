@@ -44,7 +44,7 @@ LAZY_IMPORTS: tuple[tuple[str, str, str], ...] = (
      "pytest is the `kit` extra, not a dependency of axle: kit_unavailable() asks whether it imports, "
      "require_backend() runs only inside a pytest run"),
     ("axle.cli", "axle.onnx.run", "the onnx extra: `axle run` imports the importer (and onnx) only when it runs"),
-    ("axle.onnx.run", "onnxruntime", "optional: only `axle run --compare onnxruntime` needs it, and says so without it"),
+    ("axle.onnx.run", "onnxruntime", "optional: only `axle run --compare onnxruntime` needs it, says so without"),
     ("axle.explain_cli", "axle.onnx.run",
      "the onnx extra: `axle explain MODEL.onnx` imports the importer (and onnx) only for an ONNX model"),
     ("axle.testing.__main__", "pytest",
