@@ -12,7 +12,7 @@ from .. import lax, nn
 from .. import numpy as anp
 from .ops_elementwise import const
 from .ops_shape import norm_axes
-from .table import NodeCtx, Unsupported, all_checks, choice, register
+from .table import NodeCtx, Unsupported, all_checks, choice, dtype_of, register
 
 _AUTO_PAD = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -396,3 +396,104 @@ def _lp_norm(ctx: NodeCtx, x: Any) -> Any:
     n = anp.sum(anp.abs(x), axis=ax, keepdims=True) if p == 1 else anp.sqrt(anp.sum(x * x, axis=ax, keepdims=True))
     zero = anp.equal(n, const(n, 0))
     return anp.where(zero, const(x, 0), x / anp.where(zero, const(n, 1), n))
+
+
+# -- attention (opset 23)
+
+
+def _heads(x: Any, n: int) -> Any:
+    """(batch, seq, n * size) -> (batch, n, seq, size)."""
+    b, s, h = x.shape
+    return anp.transpose(anp.reshape(x, (b, s, n, h // n)), (0, 2, 1, 3))
+
+
+def _additive(allowed: Any, dt: np.dtype) -> Any:
+    """0 where allowed, -inf elsewhere (a select, never a product: 0 * -inf is NaN)."""
+    return anp.where(allowed, np.asarray(0, dt), np.asarray(-np.inf, dt))
+
+
+def _attention_bias(ctx: NodeCtx, dt: np.dtype, sq: int, skv: int, mask: Any, offset: Any,
+                    nonpad: Any) -> Any:
+    """The additive bias of the scores: the mask (a bool mask as 0 / -inf, padded to the key
+    length), the offset-aligned causal frontier, the sliding window, the padding of keys
+    beyond nonpad_kv_seqlen; None when there is none."""
+    parts: list[Any] = []
+    if mask is not None:
+        pad = skv - mask.shape[-1]
+        if pad > 0:
+            fill = np.asarray(False) if np.dtype(mask.dtype) == np.bool_ else np.asarray(-np.inf, mask.dtype)
+            mask = lax.pad(mask, fill, [0] * len(mask.shape), [0] * (len(mask.shape) - 1) + [pad],
+                           [0] * len(mask.shape))
+        parts.append(_additive(mask, dt) if np.dtype(mask.dtype) == np.bool_ else mask)
+    i = np.arange(sq).reshape(sq, 1)
+    j = np.arange(skv).reshape(1, skv)
+    pos = i + offset  # the query's absolute position: (sq, 1), or (batch, 1, sq, 1) per batch
+    if ctx.attr("is_causal", 0):
+        parts.append(_additive(j <= pos, dt))
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    if left >= 0:
+        parts.append(_additive(pos - j <= left, dt))
+    if right >= 0:
+        parts.append(_additive(j - pos <= right, dt))
+    if nonpad is not None:
+        n = anp.reshape(anp.astype(nonpad, np.int64), (-1, 1, 1, 1))
+        parts.append(_additive(np.arange(skv).reshape(1, 1, 1, skv) < n, dt))
+    if not parts:
+        return None
+    bias = parts[0]
+    for p in parts[1:]:
+        bias = bias + p
+    return bias
+
+
+@register("Attention", since=23, check=choice("qk_matmul_output_mode", (0, 1, 2, 3), 0))
+def _attention(ctx: NodeCtx, q: Any, k: Any, v: Any, mask: Any = None, past_k: Any = None, past_v: Any = None,
+               nonpad: Any = None) -> tuple[Any, ...]:
+    """softmax(Q K' * scale + bias) V over heads (3-D inputs split into heads), with the
+    KV cache, grouped-query heads, softcap and the qk output modes"""
+    rank3 = len(q.shape) == 3
+    if rank3:
+        q, k, v = _heads(q, ctx.attr("q_num_heads")), _heads(k, ctx.attr("kv_num_heads")), \
+            _heads(v, ctx.attr("kv_num_heads"))
+    dt = np.dtype(q.dtype)
+    scale = ctx.attr("scale")
+    s = const(q, np.sqrt(scale if scale is not None else 1 / np.sqrt(q.shape[3])))
+    if past_k is not None:
+        k, v = anp.concatenate([past_k, k], axis=2), anp.concatenate([past_v, v], axis=2)
+    present_k, present_v = k, v
+    sq, skv = q.shape[2], k.shape[2]
+    if past_k is not None:
+        offset: Any = past_k.shape[2]
+    elif nonpad is not None:
+        offset = anp.reshape(anp.astype(nonpad, np.int64), (-1, 1, 1, 1)) - np.int64(sq)
+    else:
+        offset = 0
+    bias = _attention_bias(ctx, dt, sq, skv, mask, offset, nonpad)
+    if q.shape[1] != k.shape[1]:  # grouped-query heads: each KV head serves consecutive Q heads
+        reps = q.shape[1] // k.shape[1]
+        k, v = anp.repeat(k, reps, axis=1), anp.repeat(v, reps, axis=1)
+    qk = anp.matmul(q * s, anp.swapaxes(k * s, -1, -2))
+    cap = ctx.attr("softcap", 0.0)
+    if cap and cap > 0:
+        qk = anp.tanh(qk / const(qk, cap)) * const(qk, cap)
+    mode = ctx.attr("qk_matmul_output_mode", 0)
+    w = qk + bias if bias is not None else qk
+    qk_out = w if mode == 2 else qk
+    prec = ctx.attr("softmax_precision")
+    if prec is not None:
+        w = anp.astype(w, dtype_of(prec, "Attention softmax_precision"))
+    m = anp.max(w, axis=-1, keepdims=True)
+    m = anp.where(anp.equal(m, const(m, -np.inf)), const(m, 0), m)
+    e = anp.exp(w - m)
+    tot = anp.sum(e, axis=-1, keepdims=True)
+    p = e / anp.where(anp.equal(tot, const(tot, 0)), const(tot, 1), tot)
+    if bias is not None:  # a row with no key to attend gives zeros, decided on the bias
+        mb = anp.max(bias, axis=-1, keepdims=True)
+        p = anp.where(anp.equal(mb, const(mb, -np.inf)), const(p, 0), p)
+    if mode == 3:
+        qk_out = p
+    y = anp.matmul(anp.astype(p, dt), v)
+    if rank3:
+        y = anp.transpose(y, (0, 2, 1, 3))
+        y = anp.reshape(y, (y.shape[0], y.shape[1], -1))
+    return y, present_k, present_v, anp.astype(qk_out, dt)
