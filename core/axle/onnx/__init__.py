@@ -9,7 +9,7 @@ Each ONNX op is one entry of :data:`OPS` (op type -> converter onto axle.lax / a
 / axle.nn, supported opset range, static inputs, attribute check); docs/onnx.md lists them."""
 from __future__ import annotations
 
-from . import ops_control, ops_elementwise, ops_nn, ops_shape  # noqa: F401 - they fill OPS
+from . import ops_control, ops_elementwise, ops_nn, ops_resize, ops_shape  # noqa: F401 - they fill OPS
 from .function import OnnxFunction, check, load
 from .table import MAX_OPSET, MIN_OPSET, OPS, OnnxImportError, OpEntry
 
