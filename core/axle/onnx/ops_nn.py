@@ -497,3 +497,27 @@ def _attention(ctx: NodeCtx, q: Any, k: Any, v: Any, mask: Any = None, past_k: A
         y = anp.transpose(y, (0, 2, 1, 3))
         y = anp.reshape(y, (y.shape[0], y.shape[1], -1))
     return y, present_k, present_v, anp.astype(qk_out, dt)
+
+
+@register("RotaryEmbedding", since=23)
+def _rotary(ctx: NodeCtx, x: Any, cos: Any, sin: Any, pos: Any = None) -> Any:
+    """rotates the first rotary_embedding_dim features of each head (halves or interleaved
+    pairs) by the cached angles at position_ids"""
+    shape = x.shape
+    y = anp.transpose(x, (0, 2, 1, 3)) if len(shape) == 4 else \
+        anp.reshape(x, (shape[0], shape[1], ctx.attr("num_heads"), -1))  # (batch, seq, heads, size)
+    size = y.shape[3]
+    dim = ctx.attr("rotary_embedding_dim", 0) or size
+    rot, keep = y[..., :dim], y[..., dim:]
+    if pos is not None:
+        cos, sin = anp.take(cos, pos, axis=0), anp.take(sin, pos, axis=0)
+    cos, sin = anp.expand_dims(cos, 2), anp.expand_dims(sin, 2)
+    inter = ctx.attr("interleaved", 0)
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if inter else (rot[..., :dim // 2], rot[..., dim // 2:])
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    if inter:
+        rot = anp.reshape(anp.stack([real, imag], axis=-1), rot.shape)
+    else:
+        rot = anp.concatenate([real, imag], axis=-1)
+    out = anp.concatenate([rot, keep], axis=-1)
+    return anp.reshape(out, shape) if len(shape) == 3 else anp.transpose(out, (0, 2, 1, 3))
