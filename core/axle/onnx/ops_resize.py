@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import lax
 from .. import numpy as anp
 from .ops_elementwise import const
 from .ops_shape import ints, norm_axes
@@ -132,3 +133,108 @@ def _resize(ctx: NodeCtx, x: Any, roi: Any = None, scales: Any = None, sizes: An
     return x
 
 
+
+
+# -- GridSample: data-dependent sampling (the grid is a traced value)
+
+
+def _fold(x: Any, dx: Any, near: float, far: float, sign: int) -> Any:
+    """near + sign * r or far - sign * r by the parity of the number of whole ranges in dx."""
+    rng = const(x, abs(far - near))
+    n = anp.floor(dx / rng)
+    r = dx - n * rng
+    even = anp.equal(n - const(n, 2) * anp.floor(n / const(n, 2)), const(n, 0))
+    return anp.where(even, const(x, near) + const(x, sign) * r, const(x, far) - const(x, sign) * r)
+
+
+def _reflect(x: Any, lo: float, hi: float) -> Any:
+    """Reflects x by the near border until it lies in [lo, hi] (ONNX's / PyTorch's rule)."""
+    below = _fold(x, const(x, lo) - x, lo, hi, 1)
+    above = _fold(x, x - const(x, hi), hi, lo, -1)
+    return anp.where(x < const(x, lo), below, anp.where(x > const(x, hi), above, x))
+
+
+def _cubic_coeffs(t: Any) -> list[Any]:
+    a = -0.75
+    return [_cubic_1(t + const(t, 1), a), _cubic_0(t, a), _cubic_0(const(t, 1) - t, a),
+            _cubic_1(const(t, 2) - t, a)]
+
+
+def _cubic_0(d: Any, a: float) -> Any:
+    return (const(d, a + 2) * d - const(d, a + 3)) * d * d + const(d, 1)
+
+
+def _cubic_1(d: Any, a: float) -> Any:
+    return ((const(d, a) * d - const(d, 5 * a)) * d + const(d, 8 * a)) * d - const(d, 4 * a)
+
+
+@register("GridSample", since=20, check=all_checks(choice("mode", ("linear", "nearest", "cubic", "bilinear",
+                                                                      "bicubic"), "linear"),
+                                                   choice("padding_mode", ("zeros", "border", "reflection"), "zeros")))
+def _grid_sample(ctx: NodeCtx, x: Any, grid: Any) -> Any:
+    """per output location: its source coordinates from the grid, then nearest / N-linear /
+    N-cubic taps gathered from the flattened input (take_along_axis) and weighted"""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode", "linear"), ctx.attr("mode", "linear"))
+    pad = ctx.attr("padding_mode", "zeros")
+    align = bool(ctx.attr("align_corners", 0))
+    dims = list(x.shape[2:])
+    r = len(dims)
+    n_, c_ = x.shape[0], x.shape[1]
+    out_sp = list(grid.shape[1:-1])
+    p = int(np.prod(out_sp))
+    g = anp.reshape(grid, (n_, p, r))
+    coords, borders = [], []
+    for i, d in enumerate(dims):
+        v = g[:, :, r - 1 - i]
+        xi = (v + const(v, 1)) / const(v, 2) * const(v, d - 1) if align else \
+            ((v + const(v, 1)) * const(v, d) - const(v, 1)) / const(v, 2)
+        if mode == "nearest":
+            xi = lax.round_nearest_even(xi)
+        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+        borders.append((lo, hi))
+        if pad == "border":
+            xi = anp.where((xi < const(xi, lo)) | (xi > const(xi, hi)), anp.clip(xi, 0, d - 1), xi)
+        elif pad == "reflection":
+            xi = _reflect(xi, lo, hi)
+        coords.append(xi)
+    taps_per_dim: list[list[tuple[Any, Any]]] = []  # per dim: (index, weight) of each tap
+    for xi in coords:
+        if mode == "nearest":
+            taps_per_dim.append([(xi, None)])
+            continue
+        x0 = anp.floor(xi)
+        t = xi - x0
+        if mode == "linear":
+            taps_per_dim.append([(x0, const(t, 1) - t), (x0 + const(x0, 1), t)])
+        else:
+            cs = _cubic_coeffs(t)
+            taps_per_dim.append([(x0 + const(x0, k - 1), cs[k]) for k in range(4)])
+    flat = anp.reshape(x, (n_, c_, -1))
+    strides = [int(np.prod(dims[i + 1:])) for i in range(r)]
+    out: Any = None
+    for combo in np.ndindex(*[len(t) for t in taps_per_dim]):
+        lin: Any = None
+        ok: Any = None
+        w: Any = None
+        for i, k in enumerate(combo):
+            idx, wt = taps_per_dim[i][k]
+            d = dims[i]
+            if pad == "zeros":
+                inside = (idx >= const(idx, 0)) & (idx <= const(idx, d - 1))
+                ok = inside if ok is None else ok & inside
+                idx = anp.clip(idx, 0, d - 1)
+            elif pad == "border":
+                idx = anp.clip(idx, 0, d - 1)
+            else:
+                idx = anp.clip(anp.trunc(_reflect(idx, *borders[i])), 0, d - 1)
+            term = anp.astype(idx, np.int64) * np.int64(strides[i])
+            lin = term if lin is None else lin + term
+            if wt is not None:
+                w = wt if w is None else w * wt
+        vals = anp.take_along_axis(flat, anp.broadcast_to(anp.expand_dims(lin, 1), (n_, c_, p)), axis=2)
+        if ok is not None:
+            vals = anp.where(anp.expand_dims(ok, 1), vals, const(vals, 0))
+        if w is not None:
+            vals = vals * anp.expand_dims(w, 1)
+        out = vals if out is None else out + vals
+    return anp.reshape(out, (n_, c_, *out_sp))
