@@ -14,7 +14,7 @@ from ..errors import ArgumentError, DTypeError
 from ..frontend.array import Array
 from ..frontend.device_put import device_put
 from ..frontend.jit import JitFunction, jit
-from .check import default_opset, problems, walk
+from .check import default_opset, problems, subgraphs, walk
 from .graph import run_graph
 from .table import DTYPES, OPS, OnnxImportError
 
@@ -36,9 +36,14 @@ def _static_names(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
             if k < len(n.input) and n.input[k]:
                 direct.add(n.input[k])
     names = set(direct)
-    for n in reversed(nodes):
-        if n.op_type not in _SHAPE_ONLY and any(o in names for o in n.output):
-            names.update(i for i in n.input if i)
+    size = -1
+    while size != len(names):  # to a fixed point: a sub-graph's nodes follow the node that owns them
+        size = len(names)
+        for n in reversed(nodes):
+            if n.op_type not in _SHAPE_ONLY and any(o in names for o in n.output):
+                names.update(i for i in n.input if i)
+                for g in subgraphs(n):  # an If's / Loop's outputs come from its sub-graphs' outputs
+                    names.update(o.name for o in g.output)
     return direct, names
 
 

@@ -32,7 +32,8 @@ def _if(ctx: NodeCtx, pred: Any) -> tuple[Any, ...]:
     """lax.cond over the two branch graphs (a constant predicate picks one on the host)"""
     then_g, else_g = _sub(ctx, "then_branch"), _sub(ctx, "else_branch")
     if is_host(pred):
-        return tuple(_run(ctx, then_g if bool(np.asarray(pred).reshape(-1)[0]) else else_g, []))
+        assert ctx.run_subgraph is not None  # host constants stay host constants (shapes computed there)
+        return tuple(ctx.run_subgraph(then_g if bool(np.asarray(pred).reshape(-1)[0]) else else_g, []))
     p = anp.reshape(pred, ())
     return tuple(lax.cond(p, lambda: tuple(_run(ctx, then_g, [])), lambda: tuple(_run(ctx, else_g, []))))
 

@@ -238,3 +238,17 @@ def _grid_sample(ctx: NodeCtx, x: Any, grid: Any) -> Any:
             vals = vals * anp.expand_dims(w, 1)
         out = vals if out is None else out + vals
     return anp.reshape(out, (n_, c_, *out_sp))
+
+
+@register("AffineGrid", since=20, static=(1,))
+def _affine_grid(ctx: NodeCtx, theta: Any, size: Any) -> Any:
+    """the homogeneous base grid (x fastest, from -1 to 1) times theta transposed"""
+    sz = ints(size)
+    sp = sz[2:]
+    align = bool(ctx.attr("align_corners", 0))
+    axes = [np.linspace(-1, 1, d) if align else (np.arange(d) * 2 + 1) / d - 1 for d in sp]
+    mesh = np.meshgrid(*axes, indexing="ij")  # per spatial dim, outermost first
+    base = np.stack([*mesh[::-1], np.ones(mesh[0].shape)], axis=-1).astype(np.dtype(theta.dtype))
+    flat = base.reshape(-1, len(sp) + 1)
+    out = anp.matmul(flat, anp.swapaxes(theta, 1, 2))  # (N, points, r)
+    return anp.reshape(out, (sz[0], *sp, len(sp)))
