@@ -114,3 +114,70 @@ def test_shape_input_is_taken_by_value() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert np.asarray(f(x, np.array([3, 2]))[0]).shape == (3, 2)
     assert np.asarray(f(x, np.array([1, 6]))[0]).shape == (1, 6)
+
+
+def _opset(g: onnx.GraphProto) -> onnx.ModelProto:
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ref(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+    return list(ReferenceEvaluator(model).run(None, feeds))
+
+
+def test_if_on_a_traced_predicate_is_a_conditional() -> None:
+    f32 = TensorProto.FLOAT
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", f32, [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", f32, [3])])
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                           helper.make_node("Greater", ["s", "zero"], ["p"]),
+                           helper.make_node("If", ["p"], ["y"], then_branch=then_g, else_branch=else_g)],
+                          "if", [helper.make_tensor_value_info("x", f32, [3])],
+                          [helper.make_tensor_value_info("y", f32, [3])],
+                          [numpy_helper.from_array(np.float32(0), "zero")])
+    m = _opset(g)
+    f = ao.load(m, device="cpu:0")
+    for x in (np.array([1, 2, 3], np.float32), np.array([-1, -2, 0.5], np.float32)):
+        np.testing.assert_allclose(np.asarray(f(x)[0]), _ref(m, {"x": x})[0])
+    assert len(f._jits) == 1  # one compile for both branches: a conditional, not a host decision
+
+
+def test_loop_with_a_traced_trip_count_is_a_while_loop() -> None:
+    f32, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]),
+                              helper.make_node("Mul", ["v", "two"], ["v2"])], "body",
+                             [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c", b, []),
+                              helper.make_tensor_value_info("v", f32, [2])],
+                             [helper.make_tensor_value_info("c2", b, []), helper.make_tensor_value_info("v2", f32, [2])])
+    g = helper.make_graph([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "loop",
+                          [helper.make_tensor_value_info("n", i64, []), helper.make_tensor_value_info("x", f32, [2])],
+                          [helper.make_tensor_value_info("y", f32, [2])],
+                          [numpy_helper.from_array(np.float32(2), "two")])
+    m = _opset(g)
+    f = ao.load(m, device="cpu:0")
+    x = np.array([1, 3], np.float32)
+    for n in (0, 3, 5):  # x doubled n times (one compile: the trip count is a traced value)
+        np.testing.assert_allclose(np.asarray(f(np.int64(n), x)[0]), x * 2.0 ** n)
+    assert len(f._jits) == 1
+
+
+def test_scan_over_an_axis_with_a_state() -> None:
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph([helper.make_node("Add", ["s", "xi"], ["s2"]),
+                              helper.make_node("Identity", ["s2"], ["y"])], "body",
+                             [helper.make_tensor_value_info("s", f32, [2]), helper.make_tensor_value_info("xi", f32, [2])],
+                             [helper.make_tensor_value_info("s2", f32, [2]), helper.make_tensor_value_info("y", f32, [2])])
+    g = helper.make_graph([helper.make_node("Scan", ["s0", "x"], ["sT", "ys"], body=body, num_scan_inputs=1,
+                                            scan_input_directions=[1])], "scan",
+                          [helper.make_tensor_value_info("s0", f32, [2]), helper.make_tensor_value_info("x", f32, [4, 2])],
+                          [helper.make_tensor_value_info("sT", f32, [2]), helper.make_tensor_value_info("ys", f32, [4, 2])])
+    m = _opset(g)
+    f = ao.load(m, device="cpu:0")
+    feeds = {"s0": np.zeros(2, np.float32), "x": np.arange(8, dtype=np.float32).reshape(4, 2)}
+    # scanned from the last row (direction 1), the outputs stacked in scan order
+    ys = np.cumsum(feeds["x"][::-1], axis=0)
+    s_t, ys_got = f(**feeds)
+    np.testing.assert_allclose(np.asarray(s_t), ys[-1])
+    np.testing.assert_allclose(np.asarray(ys_got), ys)
