@@ -181,3 +181,12 @@ def test_scan_over_an_axis_with_a_state() -> None:
     s_t, ys_got = f(**feeds)
     np.testing.assert_allclose(np.asarray(s_t), ys[-1])
     np.testing.assert_allclose(np.asarray(ys_got), ys)
+
+
+def test_a_malformed_node_is_an_axle_error_naming_it() -> None:
+    g = helper.make_graph([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s")], "bad",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    f = ao.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device="cpu:0")
+    with pytest.raises(ao.OnnxImportError, match="node 'd2s' \\(DepthToSpace, opset 17\\): invalid node"):
+        f(np.zeros((1, 1, 4, 4), np.float32))

@@ -96,6 +96,9 @@ def run_node(node: onnx.NodeProto, env: dict[str, Any], opset: int, index: int |
         raise
     except AxleError as e:
         raise OnnxImportError([describe(node, opset, f"{type(e).__name__}: {e.message}", index)]) from None
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        # a malformed node (a required attribute or input missing, a bad value): the model's fault
+        raise OnnxImportError([describe(node, opset, f"invalid node ({type(e).__name__}: {e})", index)]) from None
     for name, v in zip(node.output, outs):
         if name:
             env[name] = v

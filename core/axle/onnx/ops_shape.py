@@ -139,6 +139,8 @@ def _unsqueeze(ctx: NodeCtx, x: Any, axes: Any) -> Any:
 def _concat(ctx: NodeCtx, *xs: Any) -> Any:
     """axle.numpy.concatenate"""
     xs = tuple(x for x in xs if x is not None)
+    if "axis" not in ctx.attrs:
+        raise Unsupported("the axis attribute is required")
     return anp.concatenate(xs, axis=ctx.attr("axis"))
 
 
