@@ -11,12 +11,11 @@ The counts per backend are printed at the end of the run (docs/onnx.md records t
 from __future__ import annotations
 
 import pytest
-
-import axle.onnx as ao
-
-from axle.testing import require_backend
 from onnx_expected_failures import EXPECTED, EXPECTED_ON
 from onnx_node_suite import cases, out_of_scope, run_case
+
+import axle.onnx as ao
+from axle.testing import require_backend
 
 DEVICES = ["cpu:0", "opencl:0"]
 _ALL = cases()
