@@ -65,14 +65,3 @@ def test_expected_failures_name_real_in_scope_cases() -> None:
     stale = sorted(listed - set(IN_SCOPE))
     assert not stale, f"onnx_expected_failures.py lists cases that are not in-scope node cases: {stale}"
     assert all(r.strip() for r in EXPECTED.values())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _print_counts(request: pytest.FixtureRequest) -> object:
-    """The pass counts per backend, printed when the module is done (docs/onnx.md)."""
-    yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for d, c in COUNTS.items():
-        if c["passed"] + c["failed"] and reporter is not None:
-            reporter.write_line(f"ONNX node suite on {d}: {c['passed']} passed, {c['failed']} failed "
-                                f"(of {len(IN_SCOPE)} in scope), {len(OUT_OF_SCOPE)} out of scope")
