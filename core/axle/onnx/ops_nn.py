@@ -11,7 +11,7 @@ import numpy as np
 from .. import lax, nn
 from .. import numpy as anp
 from .ops_elementwise import const
-from .ops_shape import norm_axes
+from .ops_shape import ints, norm_axes
 from .table import NodeCtx, Unsupported, all_checks, choice, dtype_of, register
 
 _AUTO_PAD = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -521,3 +521,35 @@ def _rotary(ctx: NodeCtx, x: Any, cos: Any, sin: Any, pos: Any = None) -> Any:
         rot = anp.concatenate([real, imag], axis=-1)
     out = anp.concatenate([rot, keep], axis=-1)
     return anp.reshape(out, shape) if len(shape) == 3 else anp.transpose(out, (0, 2, 1, 3))
+
+
+@register("Det")
+def _det(ctx: NodeCtx, x: Any) -> Any:
+    """axle.numpy.linalg.det over the last two dims"""
+    return anp.linalg.det(x)
+
+
+@register("Col2Im", since=18, static=(1, 2))
+def _col2im(ctx: NodeCtx, x: Any, image_shape: Any, block_shape: Any) -> Any:
+    """sums each column's block entries into the image: a scatter-add at host-computed
+    pixel indices (entries landing in the padding dropped)"""
+    img, blk = ints(image_shape), ints(block_shape)
+    ns = len(img)
+    dil = ctx.ints("dilations", [1] * ns) or [1] * ns
+    st = ctx.ints("strides", [1] * ns) or [1] * ns
+    pads = ctx.ints("pads", [0] * 2 * ns) or [0] * 2 * ns
+    n, cb, length = x.shape
+    kk = int(np.prod(blk))
+    c = cb // kk
+    counts = [(img[i] + pads[i] + pads[i + ns] - (dil[i] * (blk[i] - 1) + 1)) // st[i] + 1 for i in range(ns)]
+    # per (block offset k, column l): the pixel each entry lands on, or -1 in the padding
+    ks = np.stack(np.unravel_index(np.arange(kk), blk), axis=1)  # (kk, ns)
+    ls = np.stack(np.unravel_index(np.arange(length), counts), axis=1)  # (L, ns)
+    pos = ls[None, :, :] * np.asarray(st) + ks[:, None, :] * np.asarray(dil) - np.asarray(pads[:ns])  # (kk, L, ns)
+    inside = np.all((pos >= 0) & (pos < np.asarray(img)), axis=2)
+    flat = np.ravel_multi_index(tuple(np.clip(pos, 0, np.asarray(img) - 1).transpose(2, 0, 1)), img)
+    target = np.where(inside, flat, int(np.prod(img)))  # one extra cell catches the padding
+    cols = anp.reshape(x, (n, c, kk * length))
+    out = anp.zeros((n, c, int(np.prod(img)) + 1), np.dtype(x.dtype))
+    out = out.at[:, :, target.reshape(-1)].add(cols)
+    return anp.reshape(out[:, :, :-1], (n, c, *img))
