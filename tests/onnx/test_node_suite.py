@@ -1,5 +1,5 @@
 """The ONNX backend node test suite as conformance: every case the onnx package generates,
-run through axle.onnx on cpu:0 and opencl:0 against the expected outputs.
+run through axle.onnx on cpu:0, opencl:0 and template:0 against the expected outputs.
 
 - an in-scope case passes, unless onnx_expected_failures.py lists it (with its reason): then
   it must still fail, so that a newly passing case is noticed (remove it from the list);
@@ -17,13 +17,14 @@ from onnx_node_suite import cases, out_of_scope, run_case
 import axle.onnx as ao
 from axle.testing import require_backend
 
-DEVICES = ["cpu:0", "opencl:0"]
+DEVICES = ["cpu:0", "opencl:0", "template:0"]
 _ALL = cases()
 IN_SCOPE = sorted(n for n, c in _ALL.items() if out_of_scope(c) is None)
 OUT_OF_SCOPE = sorted(n for n in _ALL if n not in set(IN_SCOPE))
 #: PoCL compiles each kernel for seconds on this 2-core machine: opencl:0 runs every
-#: OPENCL_STRIDE-th in-scope case here (the whole suite: `python tests/onnx/onnx_node_suite.py
-#: opencl:0`); the fast tier runs every FAST_STRIDE-th case on cpu:0
+#: OPENCL_STRIDE-th in-scope case here and template:0 another tenth (the whole suite on one
+#: device: `python tests/onnx/onnx_node_suite.py DEVICE`); the fast tier runs every
+#: FAST_STRIDE-th case on cpu:0
 OPENCL_STRIDE = 10
 FAST_STRIDE = 5
 
@@ -34,6 +35,8 @@ def _params() -> list[object]:
         out.append(pytest.param(name, "cpu:0", marks=() if i % FAST_STRIDE == 0 else pytest.mark.full_only))
         if i % OPENCL_STRIDE == 0:
             out.append(pytest.param(name, "opencl:0", marks=pytest.mark.full_only))
+        if i % OPENCL_STRIDE == 5:
+            out.append(pytest.param(name, "template:0", marks=pytest.mark.full_only))
     return out
 COUNTS: dict[str, dict[str, int]] = {d: {"passed": 0, "failed": 0} for d in DEVICES}
 
