@@ -11,7 +11,6 @@ from onnx import numpy_helper
 
 from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError
-from ..frontend.array import Array
 from ..frontend.device_put import device_put
 from ..frontend.jit import JitFunction, jit
 from .check import default_opset, problems, subgraphs, walk
@@ -145,8 +144,7 @@ class OnnxFunction:
 
     def __call__(self, *args: Any, as_dict: Any = False, **kwargs: Any) -> Any:
         vals = self._arguments(args, kwargs)
-        static = {n: np.asarray(vals[n].numpy() if isinstance(vals[n], Array) else vals[n])
-                  for n in self.static_inputs}
+        static = {n: np.asarray(vals[n]) for n in self.static_inputs}
         dyn = [vals[n] for n in self.input_names if n not in static]
         outs = self._jit_for(static)(*dyn, *self._params)
         return dict(zip(self.output_names, outs)) if as_dict else tuple(outs)

@@ -108,7 +108,8 @@ def run_graph(graph: onnx.GraphProto, env: dict[str, Any], opset: int) -> list[A
     """The graph's outputs, given ``env`` (its inputs and the enclosing scope's values)."""
     env = dict(env)
     for init in graph.initializer:
-        env.setdefault(init.name, onnx.numpy_helper.to_array(init))
+        if init.name not in env:  # the model's own are in env already (device arrays, host constants)
+            env[init.name] = onnx.numpy_helper.to_array(init)
     for i, node in enumerate(graph.node):
         run_node(node, env, opset, i)
     return [env[o.name] for o in graph.output]
