@@ -553,3 +553,21 @@ def _col2im(ctx: NodeCtx, x: Any, image_shape: Any, block_shape: Any) -> Any:
     out = anp.zeros((n, c, int(np.prod(img)) + 1), np.dtype(x.dtype))
     out = out.at[:, :, target.reshape(-1)].add(cols)
     return anp.reshape(out[:, :, :-1], (n, c, *img))
+
+
+@register("CausalConvWithState", since=27, check=choice("activation", ("none", "silu", "swish"), "none"))
+def _causal_conv(ctx: NodeCtx, x: Any, w: Any, b: Any = None, past: Any = None) -> tuple[Any, Any]:
+    """a depthwise 1-D convolution over the past state (or zeros) followed by the input, the
+    last k - 1 positions of that sequence as the new state; SiLU fused on request"""
+    n, c, _ = x.shape
+    k = w.shape[-1]
+    if past is None:
+        past = anp.zeros((n, c, k - 1), np.dtype(x.dtype))
+    seq = anp.concatenate([past, x], axis=2)
+    y = lax.conv_general_dilated(seq, w, [1], "VALID", None, None, feature_group_count=c)
+    if b is not None:
+        y = y + anp.reshape(b, (1, -1, 1))
+    if ctx.attr("activation", "none") in ("silu", "swish"):
+        y = _swish(y, 1.0)
+    total = seq.shape[2]
+    return y, seq[:, :, total - (k - 1):]
