@@ -271,3 +271,50 @@ def _rnn(ctx: NodeCtx, x: Any, w: Any, r: Any, b: Any = None, seq_lens: Any = No
         ys.append(y)
         hs.append(hT)
     return _rnn_outputs(ctx, ys, hs, None)
+
+
+def _packed(x: Any, heads: int) -> Any:
+    """(B, T, H * D) -> (T, B, H, D): time leading, for lax.scan."""
+    b, t, hd = x.shape
+    return anp.transpose(anp.reshape(x, (b, t, heads, hd // heads)), (1, 0, 2, 3))
+
+
+@register("LinearAttention", since=27, check=choice("update_rule", ("linear", "gated", "delta", "gated_delta"),
+                                                     "gated_delta"))
+def _linear_attention(ctx: NodeCtx, q: Any, k: Any, v: Any, past: Any = None, decay: Any = None,
+                      beta: Any = None) -> tuple[Any, Any]:
+    """lax.scan over time of the recurrent state S (B, H_kv, d_k, d_v): the linear, gated,
+    delta or gated-delta update, o_t = scale q_t' S_t (KV heads shared by groups of Q heads)"""
+    hq, hkv = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+    rule = ctx.attr("update_rule", "gated_delta")
+    if rule in ("gated", "gated_delta") and decay is None or rule in ("delta", "gated_delta") and beta is None:
+        raise Unsupported(f"update_rule {rule!r} needs its decay / beta inputs")
+    b_, t_, _ = q.shape
+    dt = np.dtype(q.dtype)
+    if dt.itemsize < 4:  # half precision: the recurrence accumulates in float32, as the reference
+        q, k, v, past, decay, beta = (None if a is None else anp.astype(a, np.float32)
+                                      for a in (q, k, v, past, decay, beta))
+    qs, ks, vs = _packed(q, hq), _packed(k, hkv), _packed(v, hkv)
+    dk, dv = ks.shape[3], vs.shape[3]
+    scale = ctx.attr("scale", 0.0) or 1 / np.sqrt(q.shape[2] // hq)
+    # per step: the decay as (B, H_kv, d_k or 1, 1), beta as (B, H_kv or 1, 1, 1)
+    gs = anp.reshape(anp.transpose(decay, (1, 0, 2)), (t_, b_, hkv, -1, 1)) if decay is not None else None
+    bs = anp.reshape(anp.transpose(beta, (1, 0, 2)), (t_, b_, -1, 1, 1)) if beta is not None else None
+    s0 = past if past is not None else anp.zeros((b_, hkv, dk, dv), np.dtype(q.dtype))
+    xs = {"q": qs, "k": ks, "v": vs, **({"g": gs} if gs is not None else {}), **({"b": bs} if bs is not None else {})}
+
+    def step(s: Any, x: dict[str, Any]) -> tuple[Any, Any]:
+        kt, vt = x["k"], x["v"]
+        if rule in ("gated", "gated_delta"):
+            s = anp.exp(x["g"]) * s
+        if rule in ("delta", "gated_delta"):
+            read = anp.sum(s * anp.expand_dims(kt, -1), axis=2)  # S' k: (B, H_kv, d_v)
+            vt = x["b"][..., 0] * (vt - read)
+        s = s + anp.expand_dims(kt, -1) * anp.expand_dims(vt, -2)
+        sq = anp.repeat(s, hq // hkv, axis=1) if hq != hkv else s
+        o = anp.sum(anp.expand_dims(x["q"], -1) * sq, axis=2) * const(s, scale)  # (B, H_q, d_v)
+        return s, o
+
+    s_t, os_ = lax.scan(step, s0, xs)
+    out = anp.reshape(anp.transpose(os_, (1, 0, 2, 3)), (b_, t_, hq * dv))
+    return anp.astype(out, dt), anp.astype(s_t, dt)
