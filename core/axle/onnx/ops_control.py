@@ -292,8 +292,8 @@ def _linear_attention(ctx: NodeCtx, q: Any, k: Any, v: Any, past: Any = None, de
     b_, t_, _ = q.shape
     dt = np.dtype(q.dtype)
     if dt.itemsize < 4:  # half precision: the recurrence accumulates in float32, as the reference
-        q, k, v, past, decay, beta = (None if a is None else anp.astype(a, np.float32)
-                                      for a in (q, k, v, past, decay, beta))
+        q, k, v = (anp.astype(a, np.float32) for a in (q, k, v))
+        past, decay, beta = (None if a is None else anp.astype(a, np.float32) for a in (past, decay, beta))
     qs, ks, vs = _packed(q, hq), _packed(k, hkv), _packed(v, hkv)
     dk, dv = ks.shape[3], vs.shape[3]
     scale = ctx.attr("scale", 0.0) or 1 / np.sqrt(q.shape[2] // hq)
