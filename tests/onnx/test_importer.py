@@ -190,3 +190,12 @@ def test_a_malformed_node_is_an_axle_error_naming_it() -> None:
     f = ao.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device="cpu:0")
     with pytest.raises(ao.OnnxImportError, match="node 'd2s' \\(DepthToSpace, opset 17\\): invalid node"):
         f(np.zeros((1, 1, 4, 4), np.float32))
+
+
+def test_einsum_ellipsis_is_spelled_out() -> None:
+    from axle.onnx.ops_nn import expand_ellipsis
+    # right-aligned, as broadcasting aligns the ellipsis dims; NumPy agrees on the result
+    assert expand_ellipsis("...ij,...jk->...ik", [4, 3]) == "ABij,Bjk->ABik"
+    assert expand_ellipsis("i...,i...", [2, 2]) == "iA,iA->A"
+    a, b = np.ones((2, 3, 4, 5)), np.arange(90.0).reshape(3, 5, 6)
+    np.testing.assert_array_equal(np.einsum("ABij,Bjk->ABik", a, b), np.einsum("...ij,...jk->...ik", a, b))

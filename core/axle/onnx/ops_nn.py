@@ -39,10 +39,30 @@ def _gemm(ctx: NodeCtx, a: Any, b: Any, c: Any = None) -> Any:
     return y
 
 
+def expand_ellipsis(eq: str, ranks: Sequence[int]) -> str:
+    """``eq`` with each ``...`` spelled as letters it does not use (right-aligned across the
+    operands, as broadcasting aligns them) and the implicit output made explicit."""
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    n_ell = max((r - (len(t) - 3) for t, r in zip(terms, ranks) if "..." in t), default=0)
+    ell = "".join(free[:n_ell])
+    out_terms = [t.replace("...", ell[n_ell - (r - (len(t) - 3)):]) if "..." in t else t for t, r in zip(terms, ranks)]
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:  # NumPy's implicit output: the ellipsis dims, then the letters used once, sorted
+        letters = "".join(out_terms)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+    return ",".join(out_terms) + "->" + out
+
+
 @register("Einsum")
 def _einsum(ctx: NodeCtx, *xs: Any) -> Any:
-    """axle.numpy.einsum"""
-    return anp.einsum(ctx.attr("equation").replace(" ", ""), *xs)
+    """axle.numpy.einsum (an ellipsis spelled out as letters first)"""
+    eq = ctx.attr("equation").replace(" ", "")
+    if "..." in eq:
+        eq = expand_ellipsis(eq, [len(x.shape) for x in xs])
+    return anp.einsum(eq, *xs)
 
 
 def _softmax_axis(ctx: NodeCtx, x: Any) -> int:

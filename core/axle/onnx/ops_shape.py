@@ -494,6 +494,8 @@ def _bitcast(ctx: NodeCtx, x: Any) -> Any:
         raise Unsupported(f"BitCast from {np.dtype(x.dtype)} to {dt}: the widths differ")
     if dt == np.dtype(x.dtype):
         return x
+    if np.dtype(x.dtype) == np.bool_ or dt == np.bool_:  # a bool's byte is 0 or 1: a conversion
+        return anp.astype(anp.not_equal(x, const(x, 0)) if dt == np.bool_ else x, dt)
     return lax.bitcast_convert(x, dt)
 
 
