@@ -889,6 +889,70 @@ def _dot(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
     return em.b.fptrunc(r, COMPUTE[dt]) if wide else r
 
 
+
+# -- windowed reductions ------------------------------------------------------------
+
+
+#: a window's float sums and products combine in row-major window order, unreassociated,
+#: as the reference does (a window is short: nothing to vectorize along it)
+_IN_ORDER: dict[Op, Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]] = {
+    Op.ADD: ir.IRBuilder.fadd, Op.MUL: ir.IRBuilder.fmul}
+
+
+def _reduce_window(em: KernelEmitter, n: Node, idx: Sequence[Index]) -> ir.Value:
+    """One output element: a loop over the window positions (a size-1 window dim is no
+    loop), each reading the operand through the dilated, padded view's bounds checks
+    (clamped load, then a select: a hole or padding cell gives the kind's identity, as the
+    reference pads with it). float16/bfloat16 sums and products accumulate in float32 and
+    round once (_emit), as the reference does."""
+    x = n.operands[0]
+    a = n.attr
+    rk = REDUCE_KINDS[a["kind"]]
+    dt, acc_dt = x.dtype, rk.accumulator(x.dtype)
+    ident = const(dt, rk.identity(dt).item())  # the padding value, in the operand's dtype
+    if 0 in x.shape:  # every window reads padding only
+        return ident
+    acc_t = COMPUTE[acc_dt]
+    in_order = _IN_ORDER.get(rk.combiner) if acc_dt.is_float else None
+    acc = em.entry_alloca(acc_t)
+    em.b.store(ident, acc)
+    win = a["window_dimensions"]
+    pos: list[Index] = [0] * len(win)
+    level0 = em.cur_level
+    depth = max(level0, 2)
+
+    def nest(k: int) -> None:
+        if k == len(win):
+            (coords, inside), env = em.ix_map(
+                lambda c: ix.reduce_window_index(c[:len(idx)], c[len(idx):], x.shape, a), [*idx, *pos])
+            if inside.const == 0:
+                v = ident
+            else:
+                v = em.value(x, [em.ix_value(e, env) for e in coords])
+                if inside.const != 1:
+                    v = em.b.select(em.ix_value(inside, env), v, ident)
+            old = em.b.load(acc, typ=acc_t)
+            em.b.store(in_order(em.b, old, v) if in_order else combine(em, a["kind"], acc_dt, old, v), acc)
+            return
+        if win[k] == 1:
+            pos[k] = 0
+            nest(k + 1)
+            return
+
+        def body(v: ir.Value) -> None:
+            pos[k] = v
+            nest(k + 1)
+
+        em.loop(0, win[k], body, level=depth + k + 1)
+
+    em.cur_level = depth + 1
+    try:
+        nest(0)
+    finally:
+        em.cur_level = level0
+    return em.b.load(acc, typ=acc_t)
+
+
 # -- elementwise ------------------------------------------------------------------
 
 
@@ -1386,6 +1450,8 @@ LOWERING: dict[Op, Callable[[KernelEmitter, Node, Sequence[Index]], ir.Value]] =
     Op.BITCAST_CONVERT: _bitcast,
     Op.GATHER: _gather,
     Op.DYNAMIC_SLICE: _dynamic_slice,
+    # windowed
+    Op.REDUCE_WINDOW: _reduce_window,
 }
 
 
