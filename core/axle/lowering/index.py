@@ -467,7 +467,18 @@ def reduce_window_index(out: Sequence[Ix], window: Sequence[Ix], operand_shape: 
     that window position ``window`` of output element ``out`` of a reduce_window reads:
     the operand dilated by ``base_dilations`` and padded as the reference does, so a hole
     or padding cell (predicate false) contributes the reduction's identity."""
-    padded = [add(mul(o, s), mul(w, d)) for o, w, s, d in zip(out, window, attrs["window_strides"],
-                                                              attrs["window_dilations"])]
-    return pad_index(padded, operand_shape, attrs["padding_low"], attrs["padding_high"],
-                     [d - 1 for d in attrs["base_dilations"]])
+    return pad_index(_window_padded(out, window, attrs), operand_shape, attrs["padding_low"],
+                     attrs["padding_high"], [d - 1 for d in attrs["base_dilations"]])
+
+
+def reduce_window_source(out: Sequence[Ix], window: Sequence[Ix], attrs: Mapping[str, Any]) -> list[Ix]:
+    """The operand coordinates reduce_window_index gives, unclamped: right only where its
+    predicate holds (for a load under that predicate, whose addresses stay contiguous)."""
+    return [div(add(c, -lo), d) for c, lo, d in zip(_window_padded(out, window, attrs), attrs["padding_low"],
+                                                       attrs["base_dilations"])]
+
+
+def _window_padded(out: Sequence[Ix], window: Sequence[Ix], attrs: Mapping[str, Any]) -> list[Ix]:
+    """Window position ``window`` of output element ``out`` in the padded, dilated operand."""
+    return [add(mul(o, s), mul(w, d)) for o, w, s, d in zip(out, window, attrs["window_strides"],
+                                                           attrs["window_dilations"])]

@@ -51,6 +51,8 @@ CONFIGS = [
     ("empty-window-dim", (3, 4), _attrs(2, (0, 2))),
     ("empty-operand-padded", (0, 3), _attrs(2, (1, 2), None, (2, 0), (1, 0))),
     ("empty-output", (2, 0, 3), _attrs(3, (1, 1, 2))),
+    # 72 window positions (> UNROLL_WINDOW): a loop per window dim of size > 1
+    ("big-window-loops", (2, 12, 11), _attrs(3, (1, 9, 8), (1, 2, 1), (0, 3, 2), (0, 1, 4), (1, 1, 2))),
     # 64 x 64 outputs: rows long enough that the pool splits the kernel by columns too
     ("big-rows", (3, 66, 130), _attrs(3, (1, 3, 3), (1, 1, 2), (0, 0, 1), (0, 0, 1))),
 ]
@@ -115,7 +117,7 @@ def test_reduce_window_is_claimed_not_decomposed() -> None:
     f = axle.jit(lambda a: nn.max_pool(a, 3, 2, ((1, 1), (1, 1))), device="cpu:0")
     x = RNG.standard_normal((2, 4, 11, 11)).astype(np.float32)
     comp = f.lower(x).compile()
-    assert "reduce_window" not in comp.placement().decomposed
+    assert Op.REDUCE_WINDOW.value not in comp.placement().decomposed
     assert native_windows(comp.module.entry) == 1
     with axle.device("interpreter:0"):
         want = np.asarray(nn.max_pool(x, 3, 2, ((1, 1), (1, 1))))
@@ -146,7 +148,7 @@ def test_pool_gradients_native_finite_differences(pool: str, layout: str, window
 
     compiled = axle.jit(axle.grad(loss), device="cpu:0").lower(x).compile()
     assert native_windows(compiled.module.entry) >= 1
-    assert "reduce_window" not in compiled.placement().decomposed
+    assert Op.REDUCE_WINDOW.value not in compiled.placement().decomposed
     g = np.asarray(compiled(x))
 
     def f_np(xa: np.ndarray) -> float:
