@@ -158,3 +158,14 @@ def test_pool_gradients_native_finite_differences(pool: str, layout: str, window
     for _ in range(3):
         v = RNG.standard_normal(g.shape)
         np.testing.assert_allclose(float(np.sum(g * v)), directional_fd(f_np, [x], 0, v), rtol=1e-6, atol=1e-7)
+
+
+def test_padded_window_vectorizes(cpu) -> None:  # noqa: ANN001
+    """A padded stride-1 max pool over rows longer than 64 (a short row's constant-trip
+    column loop is left scalar by LLVM here): the loads under the bounds check become the
+    host's vectors (masked loads), not scalar code or gathers at clamped indices."""
+    from axle_cpu.target import host
+
+    m = rw_module((2, 3, 20, 100), _attrs(4, (1, 1, 3, 3), None, (0, 0, 1, 1), (0, 0, 1, 1)), "max", DType.FLOAT32)
+    exe = axle.REGISTRY.backend("cpu").compile(m, cpu, CompileOptions(optimized=False))
+    assert f"<{host().vector_bits // 32} x float>" in exe.optimized_ir()
