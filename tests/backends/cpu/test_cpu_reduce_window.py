@@ -14,7 +14,7 @@ from test_cpu_conv import directional_fd
 
 import axle
 import axle.numpy as anp
-from axle import lax, nn
+from axle import nn
 from axle.backend import CompileOptions
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
