@@ -14,7 +14,7 @@ from test_cpu_conv import directional_fd
 
 import axle
 import axle.numpy as anp
-from axle import nn
+from axle import lax, nn
 from axle.backend import CompileOptions
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
@@ -169,3 +169,42 @@ def test_padded_window_vectorizes(cpu) -> None:  # noqa: ANN001
     m = rw_module((2, 3, 20, 100), _attrs(4, (1, 1, 3, 3), None, (0, 0, 1, 1), (0, 0, 1, 1)), "max", DType.FLOAT32)
     exe = axle.REGISTRY.backend("cpu").compile(m, cpu, CompileOptions(optimized=False))
     assert f"<{host().vector_bits // 32} x float>" in exe.optimized_ir()
+
+
+@pytest.mark.parametrize("target", ["host", "generic"])
+def test_reduce_window_aot(target: str, tmp_path) -> None:  # noqa: ANN001
+    """AOT: a padded max pool (the masked loads) and a dilated window sum in one object
+    file for this host or generic x86-64, run from C: the interpreter's values exactly."""
+    from test_cpu_aot import build_and_run
+
+    from axle.device_compile import optimize_for
+    from axle_cpu.aot import compile_aot
+
+    pool = next(c for c in CONFIGS if c[0] == "2d-resnet-maxpool-nchw")
+    dil = next(c for c in CONFIGS if c[0] == "2d-both-dilations")
+    b = Builder("windows")
+    x1, x2 = b.parameter(TensorType(DType.FLOAT32, pool[1])), b.parameter(TensorType(DType.FLOAT64, dil[1]))
+    m = b.build(b.reduce_window(x1, kind="max", **pool[2]), b.reduce_window(x2, kind="sum", **dil[2]))
+    assert native_windows(optimize_for(m, axle.REGISTRY.backend("cpu").devices()[0]).entry) == 2
+    types = [p.type for p in m.entry.parameters]
+    res = compile_aot(m, types, str(tmp_path), name="windows", cpu="generic" if target == "generic" else None)
+    xs = [inputs(pool[1], "max", DType.FLOAT32), inputs(dil[1], "sum", DType.FLOAT64)]
+    for got, want in zip(build_and_run(res, xs, tmp_path), evaluate(m, *xs)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_reduce_window_inside_a_native_loop() -> None:
+    """A max pool in a fori_loop body runs natively inside the loop (no fallback, no
+    decomposition), with the interpreter's values."""
+    x = RNG.standard_normal((2, 3, 9, 9)).astype(np.float32)
+
+    def f(a):  # noqa: ANN001, ANN202
+        return lax.fori_loop(0, 3, lambda i, v: anp.tanh(nn.max_pool(v, 3, 1, ((1, 1), (1, 1)))), a)
+
+    compiled = axle.jit(f, device="cpu:0").lower(x).compile()
+    summary = compiled.placement()
+    assert summary is None or not summary.fallback
+    assert not (summary.decomposed if summary is not None else {})
+    with axle.device("interpreter:0"):
+        want = np.asarray(f(x))
+    np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=1e-6, atol=1e-6)
