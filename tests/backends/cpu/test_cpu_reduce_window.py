@@ -208,3 +208,34 @@ def test_reduce_window_inside_a_native_loop() -> None:
     with axle.device("interpreter:0"):
         want = np.asarray(f(x))
     np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["2d-resnet-maxpool-nchw", "2d-negative-pad", "big-rows", "big-window-loops"])
+def test_reduce_window_disjoint_ranges(name: str) -> None:
+    """Thread splits: disjoint pieces of the outer (rows) and inner (columns) ranges give
+    exactly the single-call result, the interpreter's."""
+    from test_cpu_gemm import _call
+
+    from axle_cpu.executable import KFUNC, compile_kernels
+    from axle_cpu.plan import build_plan
+
+    _, shape, attrs = next(c for c in CONFIGS if c[0] == name)
+    m = rw_module(shape, attrs, "max", DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    jit = compile_kernels([spec], f"rw_{name.replace('-', '_')}")
+    fn = KFUNC(jit.address(spec.name))
+    outer, inner = spec.loop_sizes
+    x = inputs(shape, "max", DType.FLOAT32)
+    (want,) = evaluate(m, x)
+    whole = np.full(want.shape, 99, np.float32)
+    _call(fn, [x], whole, [(0, outer, 0, inner)])
+    np.testing.assert_array_equal(whole, want)
+    cuts = sorted({0, 1, outer // 3, outer // 3 + 1, outer})
+    pieces = np.full(want.shape, 99, np.float32)
+    _call(fn, [x], pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+    if not spec.fixed_columns:  # (a short constant row is split by rows only)
+        cuts = sorted({0, min(3, inner), inner // 2, inner})
+        pieces = np.full(want.shape, 99, np.float32)
+        _call(fn, [x], pieces, [(0, outer, a, b) for a, b in zip(cuts, cuts[1:]) if a < b])
+        np.testing.assert_array_equal(pieces, whole)
