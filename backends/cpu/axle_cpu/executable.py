@@ -332,12 +332,11 @@ class CpuExecutable(Executable):
             return None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):
-            split = launch.native_split(nthreads) if launch is not None and launch.parallel and i in self._record \
-                and i not in self._in_region else None
-            if split is not None:  # a split by rows or columns: the runner calls the native pool
-                self._table["fn"][self._record[i]] = launch.addr | SPLIT[split] << SPLIT_SHIFT  # type: ignore[union-attr]
-            elif launch is not None and i not in self._in_region:
-                self._table["fn"][self._record[i]] = launch.addr
+            split = None
+            if launch is not None and i not in self._in_region:  # (a loop's kernels are marked once, in __init__)
+                split = launch.native_split(nthreads) if launch.parallel else None
+                # a split by rows or columns: the runner calls the native pool
+                self._table["fn"][self._record[i]] = launch.addr | (SPLIT[split] << SPLIT_SHIFT if split else 0)
             native = (launch is not None and (split is not None or not (launch.parallel and nthreads > 1))) \
                 or isinstance(step, ControlStep)
             if native and i not in self._walked:

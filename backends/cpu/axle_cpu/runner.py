@@ -240,7 +240,7 @@ def call() -> ctypes._CFunctionType:
 
 #: the worker pool's entry points (pool_ir.py) and their ctypes signatures
 _I64 = ctypes.c_int64
-POOL_SIGNATURES: dict[str, ctypes._CFuncPtr] = {
+POOL_SIGNATURES: dict[str, type[ctypes._CFunctionType]] = {
     "axle_pool_run": ctypes.CFUNCTYPE(None, ctypes.c_void_p, _I64, _I64, _I64, _I64, _I64, _I64, _I64),
     "axle_pool_start": ctypes.CFUNCTYPE(_I64, _I64),
     "axle_pool_stop": ctypes.CFUNCTYPE(_I64, _I64),
@@ -260,4 +260,4 @@ def pool_function(name: str) -> ctypes._CFunctionType:
     """One of the native worker pool's functions (compiled with ``axle_run_steps``)."""
     run_steps()
     assert _RUNNER is not None, "run_steps() compiles the runtime module"
-    return POOL_SIGNATURES[name](_RUNNER[0].address(name))  # type: ignore[operator]  # a CFUNCTYPE
+    return POOL_SIGNATURES[name](_RUNNER[0].address(name))
