@@ -135,10 +135,13 @@ def _shutdown() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's worker threads: the native pool is marked
-    empty and free (the next split starts new workers)."""
+    empty and free, and as many workers as the parent had are started now (an executable
+    whose schedule is fixed runs natively, without asking :func:`pool` again)."""
     global _POOL, _POOL_KEY
     if runner.compiled():
         runner.pool_function("axle_pool_forget")()
+        if _POOL is not None and _POOL.n > 1 and runner.pool_function("axle_pool_start")(_POOL.n - 1) == _POOL.n - 1:
+            return  # the same pool object: its thread count and wake-up cost hold
     _POOL, _POOL_KEY = None, None
 
 

@@ -137,9 +137,10 @@ def test_many_python_threads_share_the_pool(cpu, monkeypatch) -> None:  # noqa: 
 
 
 def test_forked_child_restarts_the_pool(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """The child has none of the parent's workers: its first split starts new ones (a
-    child waiting on the parent's workers would hang)."""
-    from axle_cpu import threads
+    """The child has none of the parent's workers: it starts as many at once (a child
+    waiting on the parent's workers would hang; one left without workers would run a
+    fixed schedule's split kernels on one thread for good)."""
+    from axle_cpu import runner, threads
 
     _forced_split(monkeypatch)
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
@@ -152,12 +153,13 @@ def test_forked_child_restarts_the_pool(cpu, monkeypatch) -> None:  # noqa: ANN0
     if pid == 0:  # the child: any failure is its exit status
         code = 1
         try:
+            workers = runner.pool_function("axle_pool_workers")()  # before any Python asks for the pool
             got = np.asarray(f(x))
             fresh = axle.jit(lambda a: anp.sum(a * 2.0), device=cpu)
             s = [np.asarray(fresh(x)) for _ in range(WARM)]
             total = 2 * x.sum(dtype=np.float64)
             ok = np.array_equal(got, want) and threads.pool().alive() == 1 and np.isclose(s[-1], total, rtol=1e-4)
-            code = 0 if ok else 2
+            code = 0 if ok and workers == 1 else 2 + (workers != 1)
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
