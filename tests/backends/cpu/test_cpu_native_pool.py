@@ -201,3 +201,29 @@ def test_process_exits_cleanly_with_the_pool_running() -> None:
     env = {**os.environ, "AXLE_CPU_THREADS": "2", "AXLE_BACKENDS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_split_reduction_partials_are_the_chunks_of_threads_chunks(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The native pool cuts a reduction as the Python pool did (threads.chunks): each
+    partial result is bitwise the kernel run alone over that chunk, so a split sum keeps
+    the answers it had."""
+    from axle_cpu import threads
+    from axle_cpu.executable import _ReductionSplit
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    xs = [RNG.standard_normal(100_003).astype(np.float32) for _ in range(3)]
+    f = axle.jit(lambda a, b, c: anp.sum(a + b * c), device=cpu)
+    f(*xs)
+    (launch,) = [la for la, _ in _exe(f)._steps if la is not None]
+    out = np.zeros((), np.float32)
+    split = _ReductionSplit(launch, [out], 8)
+    split.ptrs[:, :3] = [a.ctypes.data for a in xs]
+    row = 8 * launch.nbuf
+    threads.pool().run(launch.addr, split.base, launch.outer, launch.inner, "reduction", 8, row, launch.rsize)
+    pooled = split.partial[0].copy()
+    split.partial[0][...] = np.nan
+    for k, (lo, hi) in enumerate(threads.chunks(0, launch.rsize, 8)):  # one chunk at a time, on this thread
+        launch.fn(split.base + k * row, 0, launch.outer, 0, launch.inner, lo, hi)
+    np.testing.assert_array_equal(pooled, split.partial[0])
+    want = (xs[0].astype(np.float64) + xs[1].astype(np.float64) * xs[2]).sum()
+    np.testing.assert_allclose(pooled.sum(dtype=np.float64), want, rtol=1e-5)
