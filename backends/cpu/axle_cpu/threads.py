@@ -51,6 +51,25 @@ def thread_count() -> int:
     return _cores()
 
 
+def device_count() -> int:
+    """How many cpu devices the host is split into (``AXLE_FLAGS=--cpu_device_count=N``, 1
+    by default): each gets its share of the threads, so that N replicas running side by
+    side (``axle.pmap``) do not oversubscribe the cores."""
+    raw = config.backend_flags.get("cpu_device_count", "1")
+    try:
+        n = int(raw)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        raise AxleError(f"--cpu_device_count must be a positive integer, got {raw!r}") from None
+    return n
+
+
+def device_threads() -> int:
+    """The threads of one cpu device: its share of ``thread_count()`` (at least 1)."""
+    return max(1, thread_count() // device_count())
+
+
 @functools.cache
 def _cores() -> int:
     """The cores this process may run on (read once: a system call)."""
@@ -93,23 +112,29 @@ class NativePool:
             probe()
             samples.append((time.perf_counter() - t0) * 1e6)
         samples.sort()
-        return max(samples[len(samples) // 2], 1.0)
+        # at least 5 us: a single timed launch is noisy by microseconds on a busy machine, and
+        # kernels of a few microseconds gain nothing from a split
+        return max(samples[len(samples) // 2], 5.0)
 
 
 _POOL: NativePool | None = None
-_POOL_KEY: tuple[str | None, str | None] | None = None
+_POOL_KEY: tuple[str | None, ...] | None = None
 _LOCK = threading.Lock()
 renew_in_child(sys.modules[__name__], "_LOCK")
 
 
-def pool() -> NativePool:
-    """The process-wide pool, sized by :func:`thread_count` (re-created when that changes)."""
+def pool(device: int = 0) -> NativePool:
+    """The process-wide native pool, sized by :func:`device_threads` (re-created when that
+    changes). Every cpu device (--cpu_device_count) shares it: a replica that finds it
+    taken runs its chunks on its own thread, so N replicas side by side never run more
+    than N callers plus the pool's workers."""
     global _POOL, _POOL_KEY
-    key = (os.environ.get("AXLE_CPU_THREADS"), config.backend_flags.get("cpu_threads"))
+    key = (os.environ.get("AXLE_CPU_THREADS"), config.backend_flags.get("cpu_threads"),
+           config.backend_flags.get("cpu_device_count"))
     current = _POOL
-    if current is not None and key == _POOL_KEY:  # every kernel launch: two lookups
+    if current is not None and key == _POOL_KEY:  # every kernel launch: three lookups
         return current
-    n = thread_count()
+    n = device_threads()
     with _LOCK:
         if _POOL is None or _POOL.n != n:
             _stop()
