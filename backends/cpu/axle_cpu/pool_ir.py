@@ -112,7 +112,7 @@ loop:
   br i1 %same, label %check, label %out
 check:
   %k = and i64 %c, 4294967295
-  %n = load atomic i64, ptr @job.n monotonic, align 8
+  %n = load atomic i64, ptr @job.n acquire, align 8
   %left = icmp slt i64 %k, %n
   br i1 %left, label %take, label %out
 take:
@@ -259,6 +259,9 @@ out:
 
 define internal void @set_job(ptr %fn, i64 %bufs, i64 %stride, i64 %outer, i64 %inner, i64 %range, i64 %mode,
                               i64 %n) {
+  ; no chunk left in any generation while the fields change: a worker that read the claim
+  ; word before this store fails its compare-and-swap, one that reads it after finds no chunk
+  store atomic i64 -1, ptr @claim seq_cst, align 8
   store ptr %fn, ptr @job.fn
   store i64 %bufs, ptr @job.bufs
   store i64 %stride, ptr @job.stride
@@ -266,7 +269,7 @@ define internal void @set_job(ptr %fn, i64 %bufs, i64 %stride, i64 %outer, i64 %
   store i64 %inner, ptr @job.inner
   store i64 %range, ptr @job.range
   store i64 %mode, ptr @job.mode
-  store atomic i64 %n, ptr @job.n monotonic, align 8
+  store atomic i64 %n, ptr @job.n release, align 8
   store atomic i64 0, ptr @done monotonic, align 8
   store atomic i32 0, ptr @waiter monotonic, align 4
   ret void
@@ -375,7 +378,10 @@ stop:
   %w = load atomic i64, ptr @workers seq_cst, align 8
   store atomic i64 0, ptr @workers seq_cst, align 8
   store atomic i32 1, ptr @quit seq_cst, align 4
-  %c = call i64 @next_claim()
+  ; a new generation (the workers wake and leave) with no chunk to claim: a worker started
+  ; later must not find the last job's fields under a fresh claim and run them again
+  %c0 = call i64 @next_claim()
+  %c = or i64 %c0, 4294967295
   call void @publish(i64 %c)
   %r = call i64 (i64, ...) @syscall(i64 FUTEX, ptr @gen, i32 129, i32 2147483647)
   br label %jtest
@@ -397,6 +403,7 @@ out:
 
 ; in a forked child, which has none of the parent's threads: an empty, free pool
 define void @axle_pool_forget() {
+  store i64 -1, ptr @claim
   store i64 0, ptr @workers
   store i64 0, ptr @alive
   store i32 0, ptr @busy

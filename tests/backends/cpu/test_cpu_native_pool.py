@@ -227,3 +227,42 @@ def test_split_reduction_partials_are_the_chunks_of_threads_chunks(cpu, monkeypa
     np.testing.assert_array_equal(pooled, split.partial[0])
     want = (xs[0].astype(np.float64) + xs[1].astype(np.float64) * xs[2]).sum()
     np.testing.assert_allclose(pooled.sum(dtype=np.float64), want, rtol=1e-5)
+
+
+
+def test_restarted_pool_never_runs_the_job_before_the_stop(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Stopping publishes a new generation for the workers to leave by; a worker started
+    later must find no chunk under it, never the last job's fields (a re-run of that
+    kernel on pointers its caller may have freed, or on fields a new job is rewriting:
+    test_cpu_runtime's stop-and-restart segfaulted about one run in eight). Here the last
+    job's arrays stay alive and change, so a re-run would show in the output; the worker
+    is started directly, with no probe job rewriting the fields first."""
+    import time
+
+    from axle_cpu import runner, threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    pool = threads.pool()
+    if pool.n < 2:
+        pytest.skip("the native pool starts no worker on this architecture")  # x86_64/aarch64 hosts have one
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    want = x * 2.0 + 1.0
+    f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+    f(x)
+    (launch,) = [launch for launch, _ in _exe(f)._steps if launch is not None]
+    out = np.empty_like(x)
+    table = np.array([x.ctypes.data, out.ctypes.data], np.uint64)
+    pool.run(launch.addr, table.ctypes.data, launch.outer, launch.inner, "rows", 16)  # a job through the pool
+    np.testing.assert_array_equal(out, want)
+    threads._stop()
+    x[:] = 7.0  # a re-run of that job would now write 15 into out
+    try:
+        assert runner.pool_function("axle_pool_start")(1) == 1
+        for _ in range(1000):
+            if pool.alive() == 1:
+                break
+            time.sleep(0.001)
+        time.sleep(0.05)  # the new worker has looked at the claim word
+        np.testing.assert_array_equal(out, want)
+    finally:
+        runner.pool_function("axle_pool_stop")(1 << 30)
