@@ -61,9 +61,10 @@ def _check(fns: dict[str, Callable[[], Any]], want: np.ndarray, what: str) -> fl
     return worst
 
 
-def _onnx_impls(model: Any, dev: Any) -> tuple[dict[str, Callable[[], Any]], np.ndarray]:
-    """onnxruntime and axle.onnx on ``dev`` over the example's seeded inputs, and the
-    reference output (onnxruntime's)."""
+def _onnx_impls(model: Any, dev: Any, with_jax: bool = False) -> tuple[dict[str, Callable[[], Any]], np.ndarray]:
+    """onnxruntime, axle.onnx on ``dev`` and (``with_jax``, when importable) the graph
+    written in jax over the example's seeded inputs, and the reference output
+    (onnxruntime's)."""
     ex = load_example("onnx_models")
     feeds = ex.inputs_for(model)
     session = _ort_session(model)
@@ -71,6 +72,11 @@ def _onnx_impls(model: Any, dev: Any) -> tuple[dict[str, Callable[[], Any]], np.
     placed = {k: axle.device_put(v, dev) for k, v in feeds.items()}
     fns: dict[str, Callable[[], Any]] = {"onnxruntime": lambda: session.run(None, feeds),
                                          "axle-cpu (axle.onnx)": lambda: f(**placed)}
+    jax = _jax() if with_jax else None
+    if jax is not None:
+        jf, weights = _jax_model(jax, model)
+        jfeeds = jax.device_put(feeds)
+        fns["jax.jit"] = lambda: jf(weights, jfeeds)
     return fns, session.run(None, feeds)[0]
 
 
@@ -79,6 +85,88 @@ def _row(workload: str, fns: dict[str, Callable[[], Any]], want: np.ndarray, rep
     times = measure(fns, repeats=repeats, warmup=1, sync=_sync)
     return Row(SUITE, workload, times, extra={"max rel. diff vs onnxruntime": f"{err:.1e}"},
                baseline="onnxruntime")
+
+
+# ---------------------------------------------------------------- jax versions
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import helper
+
+    vals = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in vals.items()}  # strings come as bytes
+
+
+def _jax_ops(jax: Any) -> dict[str, Callable[..., Any]]:
+    """The ONNX ops the example models use, in jax: ``op(attrs, *inputs) -> output(s)``.
+    Shape-giving inputs (Split's sizes, Reshape's shape) arrive as NumPy constants."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def conv(a: dict, x: Any, w: Any, b: Any = None) -> Any:
+        p = a.get("pads", [0, 0, 0, 0])
+        y = lax.conv_general_dilated(x, w, tuple(a.get("strides", (1, 1))), [(p[0], p[2]), (p[1], p[3])],
+                                     feature_group_count=a.get("group", 1))
+        return y if b is None else y + b[:, None, None]
+
+    def batch_norm(a: dict, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
+        k = scale / jnp.sqrt(var + a.get("epsilon", 1e-5))
+        return x * k[:, None, None] + (bias - mean * k)[:, None, None]
+
+    def max_pool(a: dict, x: Any) -> Any:
+        (kh, kw), (sh, sw), p = a["kernel_shape"], a.get("strides", (1, 1)), a.get("pads", [0, 0, 0, 0])
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, kh, kw), (1, 1, sh, sw),
+                                 ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
+
+    def layer_norm(a: dict, x: Any, scale: Any, bias: Any) -> Any:
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / jnp.sqrt(var + a.get("epsilon", 1e-5)) * scale + bias
+
+    def split(a: dict, x: Any, sizes: np.ndarray) -> Any:
+        return jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=a.get("axis", 0))
+
+    def gemm(a: dict, x: Any, w: Any, c: Any) -> Any:
+        return (x.T if a.get("transA") else x) @ (w.T if a.get("transB") else w) + c
+
+    return {
+        "Conv": conv, "BatchNormalization": batch_norm, "MaxPool": max_pool, "Gemm": gemm,
+        "LayerNormalization": layer_norm, "Split": split,
+        "Relu": lambda a, x: jax.nn.relu(x),
+        "Add": lambda a, x, y: x + y,
+        "Mul": lambda a, x, y: x * y,
+        "MatMul": lambda a, x, y: x @ y,
+        "GlobalAveragePool": lambda a, x: x.mean((2, 3), keepdims=True),
+        "Flatten": lambda a, x: x.reshape(int(np.prod(x.shape[:a.get("axis", 1)])), -1),
+        "Gather": lambda a, x, i: jnp.take(x, i, axis=a.get("axis", 0)),
+        "Reshape": lambda a, x, shape: x.reshape(tuple(int(d) for d in shape)),
+        "Transpose": lambda a, x: jnp.transpose(x, a.get("perm")),
+        "Softmax": lambda a, x: jax.nn.softmax(x, axis=a.get("axis", -1)),
+        "Gelu": lambda a, x: jax.nn.gelu(x, approximate=a.get("approximate", "none") == "tanh"),
+    }
+
+
+def _jax_model(jax: Any, model: Any) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The model's graph written out in jax op by op and jitted as one program (XLA sees the
+    whole model, as it would a hand-written jax version), and its float weights as device
+    arrays (arguments, not constants folded into the program, as axle.onnx places them)."""
+    from onnx import numpy_helper
+
+    ops = _jax_ops(jax)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    consts = {k: v for k, v in inits.items() if v.dtype.kind in "iu"}  # ids, sizes and shapes
+    nodes = [(n.op_type, _attrs(n), list(n.input), list(n.output)) for n in model.graph.node]
+    out = model.graph.output[0].name
+
+    def forward(weights: dict[str, Any], feeds: dict[str, Any]) -> Any:
+        env = {**consts, **weights, **feeds}
+        for op, attrs, ins, outs in nodes:
+            res = ops[op](attrs, *(env[i] for i in ins))
+            env.update(zip(outs, res if len(outs) > 1 else [res]))
+        return env[out]
+
+    weights = {k: jax.device_put(v) for k, v in inits.items() if k not in consts}
+    return jax.jit(forward), weights
 
 
 # ---------------------------------------------------------------- the LSTM in axle and jax
@@ -166,6 +254,6 @@ def run(quick: bool) -> list[Row]:
         resnet, resnet_name = ex.resnet(), "ResNet-18, 224x224, batch 1"
         gpt2, gpt2_name = ex.gpt2(), "GPT-2-style stack (768 wide, 12 heads, 2 blocks, 64 tokens, vocab 50,257, tied)"
     reps = 3 if quick else 10
-    return [_row(resnet_name, *_onnx_impls(resnet, dev), reps),
+    return [_row(resnet_name, *_onnx_impls(resnet, dev, with_jax=True), reps),
             _lstm_row(dev, quick),
-            _row(gpt2_name, *_onnx_impls(gpt2, dev), reps)]
+            _row(gpt2_name, *_onnx_impls(gpt2, dev, with_jax=True), reps)]
