@@ -27,7 +27,7 @@ from axle import nn
 from axle.optimizers import adam
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling examples
-from mnist_softmax import Dataset, load_digits  # noqa: E402 - found through the line above
+from mnist_softmax import Dataset, load_digits
 
 Params = dict[str, Any]
 
