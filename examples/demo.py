@@ -1,5 +1,6 @@
 """axle's front door: the devices, and the seed example ``sum(x + y*z)`` on each of them,
-compiled (fused) versus op by op."""
+compiled (fused) versus op by op; then a small CNN trained on the digits
+(examples/digits_cnn.py)."""
 from __future__ import annotations
 
 import time
@@ -9,6 +10,8 @@ import numpy as np
 import axle
 import axle.numpy as anp
 from axle.cli import cmd_devices
+
+import digits_cnn as cnn  # a sibling example (examples/ is on the path when run as a script)
 
 N = 1 << 20
 
@@ -55,6 +58,7 @@ def main() -> None:
         print(f"{dev.name:<16}{out:>14.3f}{kernels(report):>13}{jit_ms:>9.2f}{eager_kernels:>15}{eager_ms:>10.2f}  {ok}")
     print(f"\nNumPy reference: {want:.3f}")
     fused_kernels(rng)
+    digits_cnn()
 
 
 def softmax(x):
@@ -84,6 +88,21 @@ def fused_kernels(rng: np.random.Generator) -> None:
         k = kernels(f.lower(xs).compile().report())
         print(f"{dev.name:<16}{k:>16}{soft_ms:>8.2f}{np_soft / soft_ms:>9.1f}x"
               f"{2 * 512**3 / mm_ms / 1e6:>16.0f}{np_mm / mm_ms:>9.1f}x")
+
+
+def digits_cnn() -> None:
+    """examples/digits_cnn.py, trained once on the first compiling device (every device
+    reaches the same accuracy: tests/examples/test_digits_cnn.py)."""
+    dev = next((d for d in axle.devices() if d.backend not in ("interpreter", "template")), axle.default_device())
+    print(f"\n== a small CNN on scikit-learn's digits (examples/digits_cnn.py), on {dev.name} ==")
+    try:
+        data = cnn.load_digits()
+    except cnn.DataError as e:
+        print(f"not run: {e}")
+        return
+    res = cnn.train(data, device=dev.name)
+    print(f"{len(res.losses)} training steps in {res.seconds:.1f} s (the first compiles), "
+          f"loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}, test accuracy {res.accuracy:.4f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from axle import nn
 from axle.optimizers import adam
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling examples
-from mnist_softmax import Dataset, load_digits
+from mnist_softmax import DataError, Dataset, load_digits  # noqa: F401 - DataError: for callers
 
 Params = dict[str, Any]
 

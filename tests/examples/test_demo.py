@@ -22,3 +22,5 @@ def test_demo_runs_and_every_device_is_right() -> None:
     rows = [r for r in rows if r and r[0] in compiling]
     assert len(rows) == len(compiling)
     assert all(r[1] == "1" for r in rows)  # softmax is one fused kernel everywhere
+    cnn = out.split("== a small CNN")[1].splitlines()[1]
+    assert float(cnn.rsplit("test accuracy", 1)[1]) >= 0.97, cnn
