@@ -1,4 +1,4 @@
-"""axle-cpu against NumPy, a C loop compiled with ``cc`` and (when importable) jax.jit.
+"""axle-cpu against NumPy, a C loop compiled with ``cc``, (when importable) jax.jit and, for the LSTM, onnxruntime.
 
 Every row is timed interleaved (benchmarks/common.py ``measure``) and reported as ratios
 within one run. ``quick`` shrinks repeats (and the biggest sizes) for a smoke run.
@@ -230,6 +230,7 @@ def run(quick: bool) -> list[Row]:
     rows.append(row)
 
     rows.append(_dense_row(axle, anp, dev, impls, rng, quick, reps))
+    rows.append(_conv_row(axle, anp, dev, jax, rng, quick, max(reps // 3, 3)))
 
     x = rng.standard_normal((100, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 100)]
@@ -244,6 +245,7 @@ def run(quick: bool) -> list[Row]:
     rows.append(_row("MLP 784-512-10 SGD step, batch 128", impls(sgd_mlp, [*params, x, y]), reps * 2))
 
     rows += _embedding_rows(axle, dev, jax, rng, reps * 4)
+    rows += _rnn_rows(axle, dev, jax, reps * 4)
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
     return rows
 
@@ -268,6 +270,110 @@ def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Cal
     row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
     row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
     return row
+
+
+def fma_peak_gflops(seconds: float = 0.3) -> float:
+    """The machine's measured float32 FMA peak: a JIT-compiled loop of independent vector
+    fused multiply-adds (the host's widest vectors, more accumulators than the FMA latency
+    needs) run on every thread of axle's pool at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llvmlite import binding as llvm
+    from llvmlite import ir
+
+    from axle_cpu.target import host
+    from axle_cpu.threads import thread_count
+
+    lanes, accs = host().vector_bits // 32, 16
+    vt = ir.VectorType(ir.FloatType(), lanes)
+    mod = ir.Module("peak")
+    fn = ir.Function(mod, ir.FunctionType(ir.FloatType(), [ir.IntType(64)]), "peak")
+    fma = ir.Function(mod, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fma.v{lanes}f32")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(ir.IntType(64))
+    i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+    phis = [b.phi(vt) for _ in range(accs)]
+    x, y = (ir.Constant(vt, [ir.Constant(ir.FloatType(), v)] * lanes) for v in (0.999999, 1e-7))
+    new = [b.call(fma, [p, x, y]) for p in phis]
+    for k, (p, v) in enumerate(zip(phis, new)):
+        p.add_incoming(ir.Constant(vt, [ir.Constant(ir.FloatType(), float(k))] * lanes), entry)
+        p.add_incoming(v, loop)
+    nxt = b.add(i, ir.Constant(ir.IntType(64), 1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = new[0]
+    for v in new[1:]:
+        total = b.fadd(total, v)
+    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    tm = llvm.Target.from_triple(host().triple).create_target_machine(cpu=host().cpu, features=host().features,
+                                                                        opt=3)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(mod)), tm)
+    engine.finalize_object()
+    call = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
+    n, threads = 1 << 16, thread_count()
+
+    def timed(n: int) -> float:  # ctypes releases the GIL: the threads run the loop at once
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(call, [n] * threads))
+        return time.perf_counter() - t0
+
+    while timed(n) < seconds:
+        n *= 4
+    # the best of a few runs: other processes on the machine only ever slow it down
+    return max(2 * lanes * accs * n * threads / timed(n) / 1e9 for _ in range(3))
+
+
+def _conv_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, quick: bool, reps: int) -> Row:
+    """A 3x3 convolution layer (stride 1, SAME padding, NHWC/HWIO float32): the native
+    implicit GEMM against the core's im2col decomposition (slices, a concatenation and a
+    dot: what the cpu ran before it claimed convolution) and jax.jit's
+    conv_general_dilated, in GFLOP/s and as a share of the machine's measured FMA peak."""
+    from axle import lax
+
+    n, hw, c, o = (4, 28, 32, 32) if quick else (32, 56, 64, 64)
+    x = rng.standard_normal((n, hw, hw, c)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, c, o)) * 0.05).astype(np.float32)
+    native = axle.jit(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                            dimension_numbers=("NHWC", "HWIO", "NHWC")), device=dev)
+    dx, dw = axle.device_put(x, dev), axle.device_put(w, dev)
+    fns: dict[str, Callable[[], Any]] = {"axle-cpu": lambda: native(dx, dw),
+                                         "axle-cpu (im2col decomposition)": _decomposed_conv(axle, dev, dx, dw)}
+    if jax is not None:
+        jf = jax.jit(lambda a, k: jax.lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                               dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        jx, jw = jax.device_put(x), jax.device_put(w)
+        fns["jax.jit"] = lambda: jf(jx, jw)
+    row = _row(f"conv 3x3 NHWC x[{n},{hw},{hw},{c}] w[3,3,{c},{o}] f32", fns, reps)
+    row.baseline = "axle-cpu (im2col decomposition)"
+    flops = 2 * n * hw * hw * c * o * 9
+    gflops = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+    peak = fma_peak_gflops()
+    row.extra["GFLOP/s"] = gflops
+    row.extra["FMA peak GFLOP/s (measured)"] = round(peak, 1)
+    row.extra["share of peak"] = {k: f"{100 * v / peak:.0f}%" for k, v in gflops.items()}
+    return row
+
+
+def _decomposed_conv(axle: Any, dev: Any, dx: Any, dw: Any) -> Callable[[], Any]:
+    """The same convolution as the core's im2col decomposition, compiled for ``dev``."""
+    from axle.compiler import compile_module
+    from axle.ir import Builder
+    from axle.ir.conv import conv_dimension_numbers
+    from axle.passes.expand import expand_extended
+
+    b = Builder("conv_im2col")
+    x, w = b.parameter(dx.buffer.type), b.parameter(dw.buffer.type)
+    y = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"), window_strides=(1, 1),
+                      padding_low=(1, 1), padding_high=(1, 1), lhs_dilation=(1, 1), rhs_dilation=(1, 1))
+    module, _ = expand_extended(b.build(y), lambda _node: False)
+    exe = compile_module(module, dx.buffer.device)
+    backend = axle.REGISTRY.backend_for(dx.buffer.device)
+    return lambda: backend.to_host(exe.execute([dx.buffer, dw.buffer])[0])
 
 
 def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> list[Row]:
@@ -298,6 +404,166 @@ def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, rep
         row.extra["axle-cpu jit floor ms"] = round(floor_ms, 4)
         row.extra["MB read"] = round(n * 768 * 4 / 1e6, 3)
         rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- recurrent models (issue 16)
+
+
+def _example(name: str) -> Any:
+    """examples/<name>.py, loaded by path (examples are scripts, not a package)."""
+    import importlib.util
+    import sys
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_axle_example_{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _iofc(m: np.ndarray, h: int) -> np.ndarray:
+    """The 4h gate columns of ``m`` from our order (i, f, g, o) to ONNX's (i, o, f, c)."""
+    return np.concatenate([m[..., g * h:(g + 1) * h] for g in (0, 3, 1, 2)], axis=-1)
+
+
+def _onnx_lstm(params: list[dict[str, np.ndarray]], steps: int, batch: int, inputs: int) -> Any:
+    """An onnxruntime session of the stacked LSTM: one ONNX ``LSTM`` node per layer (gates
+    reordered from i, f, g, o to ONNX's i, o, f, c; the bias as Wb with Rb = 0), a Squeeze
+    of the direction axis between layers. None without onnx and onnxruntime."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    nodes, inits, x = [], [], "X"
+    for k, layer in enumerate(params):
+        h = layer["U"].shape[0]
+        w, r = _iofc(layer["W"], h).T[None], _iofc(layer["U"], h).T[None]
+        b = np.concatenate([_iofc(layer["b"], h), np.zeros(4 * h, np.float32)])[None]
+        names = [f"W{k}", f"R{k}", f"B{k}"]
+        inits += [numpy_helper.from_array(np.ascontiguousarray(a, np.float32), n) for a, n in zip((w, r, b), names)]
+        nodes.append(helper.make_node("LSTM", [x, *names], [f"Y{k}"], hidden_size=h))
+        nodes.append(helper.make_node("Squeeze", [f"Y{k}", "axis1"], [f"H{k}" if k < len(params) - 1 else "out"]))
+        x = f"H{k}"
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    units = params[-1]["U"].shape[0]
+    graph = helper.make_graph(nodes, "stacked_lstm",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, inputs])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [steps, batch, units])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count() or 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _jax_lstm(jax: Any) -> Callable[..., Any]:
+    """examples/lstm.py's model in jax: the input projection before a lax.scan per layer."""
+    import jax.numpy as jnp
+
+    def forward(params: list[dict[str, Any]], xs: Any) -> Any:
+        for layer in params:
+            h = layer["U"].shape[0]
+            t, b = xs.shape[0], xs.shape[1]
+            xw = (xs.reshape(t * b, -1) @ layer["W"] + layer["b"]).reshape(t, b, 4 * h)
+
+            def cell(carry: Any, xp: Any, u: Any = layer["U"], h: int = h) -> Any:
+                hh, c = carry
+                z = xp + hh @ u
+                i, f, g, o = (z[:, k * h:(k + 1) * h] for k in range(4))
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                hh = jax.nn.sigmoid(o) * jnp.tanh(c)
+                return (hh, c), hh
+
+            zero = jnp.zeros((b, h), xs.dtype)
+            _, xs = jax.lax.scan(cell, (zero, zero), xw)
+        return xs
+
+    return jax.jit(forward)
+
+
+def _jax_char_rnn_step(jax: Any, lr: float) -> Callable[..., Any]:
+    """examples/char_rnn.py's jitted training step in jax (scan + value_and_grad + Adagrad)."""
+    import jax.numpy as jnp
+
+    def loss(p: dict[str, Any], hprev: Any, inputs: Any, targets: Any) -> Any:
+        xw = jnp.take(p["Wxh"], inputs, axis=1, mode="clip").T
+
+        def step(h: Any, x: Any) -> Any:
+            h = jnp.tanh(x + p["Whh"] @ h + p["bh"][:, 0])
+            return h, h
+
+        h, hs = jax.lax.scan(step, hprev[:, 0], xw)
+        logits = hs @ p["Why"].T + p["by"][:, 0]
+        logp = logits - jnp.log(jnp.sum(jnp.exp(logits), axis=1, keepdims=True))
+        return -jnp.sum(jnp.take_along_axis(logp, targets[:, None], axis=1, mode="clip")), h[:, None]
+
+    def train_step(p: dict[str, Any], mems: dict[str, Any], hprev: Any, inputs: Any, targets: Any) -> Any:
+        (value, h), grads = jax.value_and_grad(loss, has_aux=True)(p, hprev, inputs, targets)
+        grads = {k: jnp.clip(g, -5, 5) for k, g in grads.items()}
+        mems = {k: mems[k] + grads[k] * grads[k] for k in p}
+        return {k: p[k] - lr * grads[k] / jnp.sqrt(mems[k] + 1e-8) for k in p}, mems, h, value
+
+    return jax.jit(train_step)
+
+
+def _checked(fns: dict[str, Callable[[], Any]], want: Any, pick: Callable[[Any], Any], what: str) -> None:
+    """Every implementation computes the same numbers before it is timed (float32 tolerance)."""
+    for name, fn in fns.items():
+        got = np.asarray(pick(fn()))
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            raise AssertionError(f"{what}: {name} differs from numpy by {np.max(np.abs(got - want)):.3g}")
+
+
+def _rnn_rows(axle: Any, dev: Any, jax: Any, repeats: int) -> list[Row]:
+    """The seeds' stacked LSTM forward (3 x 60 units, 10 steps, batch 1) and one min-char-rnn
+    training step (hidden 100, 25 steps), each as examples/ writes it with lax.scan: axle
+    jit on cpu:0 against NumPy's Python loop, jax.jit and (the LSTM) onnxruntime. They time
+    whatever runs the loops on main (a native loop, or the host fallback)."""
+    lstm, cr = _example("lstm"), _example("char_rnn")
+    rng = np.random.default_rng(0)
+    params, xs = lstm.init_params(rng), lstm.sample_inputs(rng)
+    fwd = lstm.compiled(dev)
+    dparams, dxs = axle.device_put(params, dev), axle.device_put(xs, dev)
+    fns: dict[str, Callable[[], Any]] = {"numpy": lambda: lstm.lstm_numpy(params, xs),
+                                         "axle-cpu": lambda: fwd(dparams, dxs)}
+    if jax is not None:
+        jf = _jax_lstm(jax)
+        jparams, jxs = jax.device_put(params), jax.device_put(xs)
+        fns["jax.jit"] = lambda: jf(jparams, jxs)
+    session = _onnx_lstm(params, *xs.shape)
+    if session is not None:
+        fns["onnxruntime"] = lambda: session.run(None, {"X": xs})[0]
+    _checked(fns, lstm.lstm_numpy(params, xs), lambda r: r, "stacked LSTM")
+    rows = [_row(f"stacked LSTM forward {lstm.LAYERS}x{lstm.UNITS} units, {lstm.STEPS} steps, batch {lstm.BATCH} "
+                 f"(scan)", fns, repeats)]
+
+    corpus, cfg = cr.Corpus.of(), cr.Config()
+    inputs, targets, _ = cr.batches(corpus, cfg, 1)[0]
+    host = cr.init_params(corpus.vocab, cfg.hidden)
+    mems = {k: np.full_like(v, 0.01) for k, v in host.items()}
+    hprev = (rng.standard_normal((cfg.hidden, 1)) * 0.1).astype(np.float32)
+    onehot = np.eye(corpus.vocab, dtype=np.float32)[:, :, None]
+
+    def numpy_step() -> Any:
+        loss, grads, h = cr.loss_fun(np, host, inputs, targets, hprev, onehot)
+        new, new_mems = cr.adagrad(np, host, grads, mems, cfg.lr)
+        return new, new_mems, h, loss
+
+    step = cr.make_train_step(cfg, dev)
+    dargs = axle.device_put((host, mems, hprev, inputs, targets), dev)
+    fns = {"numpy": numpy_step, "axle-cpu": lambda: step(*dargs)}
+    if jax is not None:
+        js = _jax_char_rnn_step(jax, cfg.lr)
+        jargs = jax.device_put((host, mems, hprev, inputs, targets))
+        fns["jax.jit"] = lambda: js(*jargs)
+    _checked(fns, numpy_step()[0]["Whh"], lambda r: r[0]["Whh"], "char-RNN step")
+    rows.append(_row(f"min-char-rnn training step, hidden {cfg.hidden}, {cfg.seq} steps, vocab {corpus.vocab} "
+                     f"(scan + grad + Adagrad)", fns, repeats))
     return rows
 
 

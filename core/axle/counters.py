@@ -15,7 +15,9 @@ _lock = threading.Lock()
 renew_in_child(sys.modules[__name__], "_lock")
 _counts: dict[tuple[str, str, str], int] = defaultdict(int)
 TOTALS = ("traces", "compiles", "cache_hits", "cache_misses", "kernel_launches", "eager_ops", "executions",
-          "clusters", "lazy_ops")
+          "clusters", "lazy_ops",
+          # the on-disk compile caches (axle.diskcache), every backend's together
+          "disk_cache_hits", "disk_cache_misses", "disk_cache_writes", "disk_cache_corrupt", "disk_cache_evictions")
 
 
 def record(what: str, n: int = 1, *, function: str = "", device: str = "") -> None:
@@ -53,7 +55,9 @@ def _tick_items() -> list[tuple[tuple[str, str, str], int]]:
     items = []
     for (fn, dev, kernels), count in _ticks.items():
         n = _ticked(count) - _tick_base.get((fn, dev, kernels), 0)
-        if n:
+        if n and kernels == EAGER:
+            items += [(("eager_ops", "", dev), n), (("kernel_launches", fn, dev), n)]
+        elif n:
             items += [(("cache_hits", fn, dev), n), (("executions", fn, dev), n),
                       (("kernel_launches", fn, dev), n * kernels)]
     return items
@@ -61,6 +65,15 @@ def _tick_items() -> list[tuple[tuple[str, str, str], int]]:
 
 _ticks: dict[tuple[str, str, int], itertools.count] = {}
 _tick_base: dict[tuple[str, str, int], int] = {}  # each counter's reading at the last reset
+#: what one tick of a counter counts, by its kernels field: a jit call (cache_hits, executions
+#: and ``kernels`` launches) or, for EAGER, one eager op and its one launch
+EAGER = -1
+
+
+def eager_counter(function: str, device: str) -> Callable[[], int]:
+    """Like :func:`run_counter`, for the eager hot path: each call counts one eager op
+    and one kernel launch of ``function`` on ``device``."""
+    return run_counter(function, device, EAGER)
 
 
 def snapshot() -> dict[str, Any]:

@@ -15,6 +15,7 @@ cost guard included).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,9 @@ class Kernel:
     is_output: bool = False
     #: the fusion pass's record of this fusion (None for a lone op, or a fusion it did not form)
     record: FusionRecord | None = None
+    #: a loop's or conditional's computations ("condition", "body", "branch 0"...) with the
+    #: kernels each launches (per trip of a loop, per call of a branch), fused like the entry's
+    calls: list[tuple[str, list[Kernel]]] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -144,8 +148,9 @@ class Explanation:
         return out
 
     def text(self, source: bool = True) -> str:
+        inner = " and the loop and branch kernels listed under them" if any(k.calls for k in self.kernels) else ""
         lines = [f"== explain {self.function} on {self.device.name} "
-                 f"({len(self.kernels)} kernel launch{'es' if len(self.kernels) != 1 else ''} per call) ==",
+                 f"({len(self.kernels)} kernel launch{'es' if len(self.kernels) != 1 else ''} per call{inner}) ==",
                  *[f"note: {n}" for n in self.notes],
                  "", "-- optimized module --", self.optimized.as_text().rstrip(), "",
                  f"-- kernels (why neighbours were not fused: {self.reasons_source}) --"]
@@ -159,6 +164,7 @@ class Explanation:
             for nb in k.neighbours:
                 code = f"[{nb.code}] " if nb.code else ""
                 lines.append(f"      not fused with {nb.direction} %{nb.name}: {code}{nb.reason}")
+            lines += _calls_text(k, "      ")
         lines += ["", "-- buffers --", *self.buffers_text(), "", "-- placement --", *self.placement_text()]
         if source:
             lines += ["", f"-- generated code ({self.device.backend}) --"]
@@ -205,6 +211,21 @@ def _bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def _calls_text(k: Kernel, indent: str) -> list[str]:
+    """The kernels a loop's or conditional's computations launch, nested loops included."""
+    lines = []
+    per = "trip" if k.op == Op.WHILE.value else "call"
+    for role, subs in k.calls:
+        lines.append(f"{indent}{role}: {len(subs)} kernel launch{'es' if len(subs) != 1 else ''} per {per}")
+        for s in subs:
+            lines.append(f"{indent}  {s.title}  -> {s.type}")
+            if s.record is not None:
+                lines.append(f"{indent}    fusion pass: {s.record.kind} fusion %{s.record.fusion} of "
+                             f"{', '.join(s.record.members)}")
+            lines += _calls_text(s, indent + "    ")
+    return lines
 
 
 # -- fusion reasons -------------------------------------------------------------------
@@ -258,6 +279,28 @@ def _through_plumbing_up(n: Node) -> list[Node]:
     if n.op in (Op.TUPLE, Op.GET_TUPLE_ELEMENT):
         return [k for o in n.operands for k in _through_plumbing_up(o)]
     return [n]
+
+
+#: the computations a control op calls, as explain names them
+_CALLEES: dict[Op, Callable[[Node], list[tuple[str, Computation]]]] = {
+    Op.WHILE: lambda n: [("condition", n.attr["condition"]), ("body", n.attr["body"])],
+    Op.CONDITIONAL: lambda n: [(f"branch {k}", c) for k, c in enumerate(n.attr["branches"])],
+}
+
+
+def _called_kernels(n: Node, module: Module, device: str) -> list[tuple[str, list[Kernel]]]:
+    """The kernels of each computation the control op ``n`` calls, on ``n``'s device (a
+    loop or conditional runs whole on one device), with the fusion pass's records."""
+    out = []
+    for role, comp in _CALLEES[n.op](n) if n.op in _CALLEES else ():
+        names = _node_names(comp)
+        results = {k.uid for k in _through_plumbing_up(comp.root)}
+        out.append((f"{role} %{comp.name}", [Kernel(
+            name=names[m.uid], op=m.op.value, kind=m.attr["kind"] if m.op is Op.FUSION else "op",
+            ops=_inner_ops(m), type=str(m.type), bytes_out=m.type.nbytes, device=device,
+            is_output=m.uid in results, record=module.fusion_record(m),
+            calls=_called_kernels(m, module, device)) for m in _launched(comp)]))
+    return out
 
 
 def placement(module: Module, device: Device, caps: Capabilities) -> tuple[dict[int, str], dict[int, str]]:
@@ -360,7 +403,7 @@ def explain(lowered: Lowered, *, source: bool = True) -> Explanation:
             name=names[n.uid], op=n.op.value, kind=n.attr["kind"] if n.op is Op.FUSION else "op",
             ops=_inner_ops(n), type=str(n.type), bytes_out=n.type.nbytes, device=where[n.uid],
             neighbours=neighbours, is_output=n.uid in outputs, record=optimized.fusion_record(n),
-            fallback_reason=off_device.get(n.uid, "")))
+            fallback_reason=off_device.get(n.uid, ""), calls=_called_kernels(n, optimized, where[n.uid])))
     return Explanation(
         function=lowered.module.name, device=device, traced=lowered.module, optimized=optimized,
         stages=_stages(lowered, optimized), kernels=kernels, report=report, kernel_sources=sources,

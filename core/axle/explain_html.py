@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .ir.dot import dot_available, render
 
 if TYPE_CHECKING:
-    from .explain import Explanation
+    from .explain import Explanation, Kernel
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -34,6 +34,21 @@ def _svg(dot_text: str) -> str:
     return svg[svg.find("<svg"):]  # drop the XML prolog and doctype to inline it
 
 
+def _called_rows(k: Kernel, depth: int) -> list[str]:
+    """Rows for the kernels a loop's or conditional's computations launch, indented."""
+    e = html.escape
+    pad = "&nbsp;" * 4 * depth
+    rows = []
+    for role, subs in k.calls:
+        rows.append(f"<tr><td colspan='5'>{pad}<span class='why'>{e(role)}: {len(subs)} kernel launch(es) per "
+                    f"{'trip' if k.op == 'while' else 'call'}</span></td></tr>")
+        for s in subs:
+            rows.append(f"<tr><td>{pad}<code>{e(s.title)}</code></td><td>{e(', '.join(s.ops))}</td>"
+                        f"<td><code>{e(s.type)}</code></td><td>{e(s.device)}</td><td>&mdash;</td></tr>")
+            rows += _called_rows(s, depth + 1)
+    return rows
+
+
 def explanation_html(expl: Explanation) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>axle explain {e(expl.function)}</title>"
@@ -54,6 +69,7 @@ def explanation_html(expl: Explanation) -> str:
                           for nb in k.neighbours) or "&mdash;"
         parts.append(f"<tr{cls}><td><code>{e(k.title)}</code></td><td>{e(', '.join(k.ops))}</td>"
                      f"<td><code>{e(k.type)}</code></td><td>{e(k.device)}</td><td>{why}</td></tr>")
+        parts += _called_rows(k, 1)
     parts.append("</table>")
     parts.append("<h2>Buffers</h2><pre>" + e("\n".join(expl.buffers_text())) + "</pre>")
     parts.append("<h2>Placement</h2><pre>" + e("\n".join(expl.placement_text())) + "</pre>")

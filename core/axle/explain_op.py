@@ -26,6 +26,8 @@ from typing import Any
 from . import source_refs as refs
 from .autodiff import batching as autodiff_batching
 from .autodiff import control as autodiff_control
+from .autodiff import control_batching as autodiff_control_batching
+from .autodiff import control_jvp as autodiff_control_jvp
 from .autodiff import jvp as autodiff_jvp
 from .autodiff import rules as autodiff_rules
 from .backend import Backend, LoweringEntry
@@ -36,6 +38,7 @@ from .ir.dtypes import ALL_DTYPES, DType
 from .ir.opcodes import PLUMBING, Op
 from .ir.ops import OPS, Traits
 from .passes import fusion, inline_cost
+from .passes.policy import FusionPolicy
 from .registry import REGISTRY
 
 #: Rule tables keyed by op, by title: None marks a table axle does not have yet. Adding the
@@ -44,6 +47,13 @@ RULE_TABLES: dict[str, tuple[types.ModuleType, str] | None] = {
     "VJP (reverse mode)": (autodiff_rules, "VJP"),
     "JVP (forward mode)": (autodiff_jvp, "JVP"),
     "batching": (autodiff_batching, "BATCH"),
+}
+
+#: The loops' and conditionals' rules, in tables of their own (the title's first word -> table)
+CONTROL_RULE_TABLES: dict[str, tuple[types.ModuleType, str]] = {
+    "VJP": (autodiff_control, "CONTROL_VJP"),
+    "JVP": (autodiff_control_jvp, "CONTROL_JVP"),
+    "batching": (autodiff_control_batching, "CONTROL_BATCH"),
 }
 
 #: Each rule table's reasons for the ops it has no rule for (title -> op -> why).
@@ -188,8 +198,9 @@ def _rules(doc: _Doc, op: Op) -> None:
             doc.add(f"- {title}: none (not defined: axle has no {title.split()[0]} rule table yet)")
             continue
         module, name = where
-        if title.startswith("VJP") and op in autodiff_control.CONTROL_VJP:  # loops and branches: their own table
-            module, name = autodiff_control, "CONTROL_VJP"
+        control = CONTROL_RULE_TABLES.get(title.split()[0])
+        if control is not None and op in getattr(*control):  # loops and branches: their own tables
+            module, name = control
         table: Mapping[Op, Any] = getattr(module, name)
         if op not in table:
             doc.add(f"- {title}: none ({op.value} has no rule in `{refs.relative_path(module)}` {name}: "
@@ -294,8 +305,14 @@ FUSION_ROLES: dict[str, str] = {
                  "inside a row fusion when it reduces trailing axes and its result is broadcast back",
     "contraction": "a contraction (`fusion.is_contraction`): a kernel of its own, or the head of an output "
                    "fusion when the backend's FusionPolicy has dot_epilogue",
+    "windowed contraction": "a convolution (`fusion.takes_epilogue`): a kernel of its own, or the head of an "
+                            "output fusion when the backend's FusionPolicy has conv_epilogue",
     "none": "never fused: structural, side-effecting or not fusible (it runs as its own step)",
 }
+
+
+#: a policy under which a convolution heads output fusions (to ask takes_epilogue)
+_CONV_EPILOGUE = FusionPolicy(conv_epilogue=True)
 
 
 def fusion_label(op: Op) -> str:
@@ -313,7 +330,8 @@ def fusion_class(op: Op) -> str:
     d = OPS[op]
     probe: Any = _Probe(op, d.traits, (None,) * (d.arity if d.arity is not None else max(d.min_arity, 1)))
     for name, test in (("loop", fusion.loop_fusible), ("reduction", fusion.is_reduction),
-                       ("contraction", fusion.is_contraction)):
+                       ("contraction", fusion.is_contraction),
+                       ("windowed contraction", lambda n: fusion.takes_epilogue(n, _CONV_EPILOGUE))):
         if test(probe):
             return name
     return "none"

@@ -28,6 +28,7 @@ def _un(op: Op) -> Callable[[Value], Value]:
         return bind(op, x)
 
     f.__name__ = op.name.lower()
+    f.primitive = op  # type: ignore[attr-defined]  # axle.numpy's eager hot path launches it directly
     return f
 
 
@@ -36,6 +37,7 @@ def _bin(op: Op) -> Callable[[Value, Value], Value]:
         return bind(op, x, y)
 
     f.__name__ = op.name.lower()
+    f.primitive = op  # type: ignore[attr-defined]  # axle.numpy's eager hot path launches it directly
     return f
 
 
@@ -169,6 +171,9 @@ def _wrap_negative(i: Value, n: int) -> Value:
     dt = _index_dtype_of(i)
     if dt.kind == "u":
         return i
+    if isinstance(i, (np.ndarray, np.generic)):  # known now: wrapped here, so it stays data (a cluster's parameter)
+        k = np.asarray(i)
+        return np.where(k < 0, k + np.asarray(n, dt), k).astype(dt)
     zero, size = np.asarray(0, dt), np.asarray(n, dt)
     return select(compare(i, zero, "lt"), add(i, size), i)
 

@@ -45,6 +45,12 @@ class LRU(Generic[V]):
                 self._data.move_to_end(key)
             return value
 
+    def peek(self, key: Hashable) -> V | None:
+        """The value of ``key`` without marking it used and without the lock (one dict
+        read, atomic under the GIL): for hot paths that can afford a hot entry being
+        evicted as if unused, which only costs its next caller the slow path."""
+        return self._data.get(key)
+
     def put(self, key: Hashable, value: V) -> V:
         """Stores ``value`` unless another thread stored one for ``key`` first; returns the
         one kept, so racing first calls all use the same executable."""

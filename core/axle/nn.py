@@ -328,7 +328,7 @@ def avg_pool(x: ArrayLike, window: int | Sequence[int] = 2, stride: int | Sequen
     includes the padded cells unless ``count_include_pad=False`` (PyTorch's option)."""
     x = _arr(x)
     layout, _ = _layout(layout, x, "avg_pool")
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float32)
     win, st = _pool_window(x, layout, window, stride, "avg_pool")
     pad = _full_padding(x, layout, padding, "avg_pool")
@@ -346,7 +346,7 @@ def adaptive_avg_pool(x: ArrayLike, output_size: int | Sequence[int], layout: st
     x = _arr(x)
     layout, ns = _layout(layout, x, "adaptive_avg_pool")
     outs = sizes_arg(output_size, ns, "adaptive_avg_pool", "output_size", 1)
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float32)
     for d, o in zip(_spatial(layout), outs):
         n = x.shape[d]
@@ -372,7 +372,7 @@ def batch_norm(x: ArrayLike, gamma: ArrayLike = None, beta: ArrayLike = None, ru
     batch statistics themselves when no running ones are given); in inference
     (``training=False``), y uses the running statistics, returned unchanged."""
     x = _arr(x)
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float32)
     c = _channel_axis(x, axis, "batch_norm")
     axes = tuple(i for i in range(x.ndim) if i != c)
@@ -407,7 +407,7 @@ def group_norm(x: ArrayLike, num_groups: int, gamma: ArrayLike = None, beta: Arr
     """Group normalization: the channels (``axis``) split into ``num_groups`` groups, each
     normalized over its channels and every dim after the batch (dim 0)."""
     x = _arr(x)
-    if x.dtype.kind != "f":
+    if not is_float_numpy(x.dtype):
         x = anp.astype(x, np.float32)
     c = _channel_axis(x, axis, "group_norm")
     g = size_arg(num_groups, "group_norm", "num_groups", 1)

@@ -76,3 +76,38 @@ def test_vmap_per_example_gradients_and_nesting_match_loops(backend: str) -> Non
     pair = axle.vmap(axle.vmap(lambda a, b: anp.dot(a, b), in_axes=(None, 0)), in_axes=(0, None))
     a, b = xs[0], xs[1]
     np.testing.assert_allclose(np.asarray(axle.jit(pair, device=dev)(a, b)), a @ b.T, rtol=1e-5, atol=1e-6)
+
+
+# loops and conditionals: forward mode and vmap through while and conditional
+
+_ROWS = RNG.standard_normal((4, 3))
+
+
+def _looped(x: Any) -> Any:
+    """R^3 -> R^3: a scan with a cond inside, then a while_loop whose trip count depends on x."""
+    def step(c: Any, r: Any) -> Any:
+        return axle.lax.cond(r.sum() > 0, lambda a: a * anp.sin(a + r), lambda a: a + anp.tanh(a * r), c), c.sum()
+
+    c, ys = axle.lax.scan(step, x, _ROWS)
+    c, _ = axle.lax.while_loop(lambda s: anp.sum(s[0] * s[0]) < 30.0, lambda s: (s[0] * 1.3 + 0.1, s[1] + 1.0),
+                               (c, 0.0))
+    return c * ys.sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_mode_and_vmap_through_loops_and_conditionals(backend: str) -> None:
+    require_backend(backend)
+    dev = f"{backend}:0"
+    x = np.array([0.4, -0.7, 0.9])
+    with axle.device("interpreter:0"):
+        want_j = _numeric_jacobian(_looped, x)
+    t = RNG.standard_normal(3)
+    _, tan = axle.jit(lambda x, t: axle.jvp(_looped, (x,), (t,)), device=dev)(x, t)
+    np.testing.assert_allclose(np.asarray(tan), want_j @ t, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(axle.jit(axle.jacfwd(_looped), device=dev)(x)), want_j, rtol=1e-6,
+                               atol=1e-8)
+    xs = np.stack([x, x * 2.0, -x, x * 0.1])  # different trip counts and branches per example
+    with axle.device("interpreter:0"):
+        want = np.stack([np.asarray(_looped(v)) for v in xs])
+    np.testing.assert_allclose(np.asarray(axle.jit(axle.vmap(_looped), device=dev)(xs)), want, rtol=1e-12,
+                               atol=1e-12)

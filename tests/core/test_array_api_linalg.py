@@ -188,5 +188,5 @@ def test_linalg_jvp_finite_differences(name):
 
 @pytest.mark.parametrize("fn", [la.svdvals, lambda x: la.qr(x).R, lambda x: la.svd(x).S])
 def test_grad_through_a_target_without_a_rule_raises(fn):
-    with pytest.raises(TracingError, match="has no VJP rule yet"):
+    with pytest.raises(TracingError, match="has no VJP rule"):
         axle.grad(lambda x: anp.sum(fn(x)))(A[0])

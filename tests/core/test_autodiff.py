@@ -317,3 +317,22 @@ def test_maximum_minimum_gradient_splits_a_signed_zero_tie(a: float, b: float) -
         v = np.array([a, b, other], np.float32)
         g = np.asarray(axle.grad(lambda u: fn(u) * 1.0)(v))
         np.testing.assert_array_equal(g, np.array([0.5, 0.5, 0.0], np.float32), err_msg=fn.__name__)
+
+
+def test_grad_through_a_custom_call_without_a_rule_raises_instead_of_a_zero_gradient():
+    """An opaque host function has no derivative: reverse mode used to give it a zero
+    cotangent, so grad(sum(f(x))) came back 0 for f(x) = 2x."""
+    from axle.errors import TracingError
+    from axle.ir import register_custom_call
+
+    register_custom_call("test.autodiff.twice", lambda x, config: (2 * x).astype(x.dtype))
+
+    def loss(x):
+        return anp.sum(lax.custom_call("test.autodiff.twice", [x], x.shape, x.dtype) * x)
+
+    with pytest.raises(TracingError, match=r"test\.autodiff\.twice.*no VJP rule.*f64\[3\]"):
+        axle.grad(loss)(np.ones(3))
+    # what does not depend on the differentiated input is no derivative's business
+    assert np.allclose(axle.grad(lambda x, c: anp.sum(x * lax.custom_call("test.autodiff.twice", [c], (3,),
+                                                                             np.float64)), argnums=0)(
+        np.ones(3), np.arange(3.0)), [0.0, 2.0, 4.0])

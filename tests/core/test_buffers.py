@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import axle
 import axle.numpy as anp
 from axle.interpreter import eval_node, evaluate_computation
+from axle.ir.dtypes import is_float_numpy
 from axle.ir import Builder, Module, Node, Op
 from axle.ir.types import TensorType, TupleType
 from axle.passes import optimize
@@ -158,13 +159,13 @@ def check_in_place_semantics(a: BufferAssignment, inputs: list[np.ndarray], env:
             pert = [np.array(x, copy=True) for x in args]
             for pos in positions:
                 flat = pert[pos].reshape(-1)
-                if flat.dtype.kind == "f":
+                if is_float_numpy(flat.dtype):  # bfloat16 included (kind V)
                     flat[j] = 0.5 if flat[j] != 0.5 else 0.25
                 else:
                     flat[j] = ~flat[j] if flat.dtype.kind == "b" else flat[j] ^ 1
             after, before = np.asarray(eval_node(n, pert)).reshape(-1), base.reshape(-1)
             changed = after != before
-            if before.dtype.kind == "f":
+            if is_float_numpy(before.dtype):
                 changed &= ~(np.isnan(after) & np.isnan(before))
             others = np.delete(changed, j)
             assert not others.any(), f"{n.op.value} in place of {donor}: element {j} of the operand changes other elements"
@@ -200,12 +201,13 @@ def test_standard_programs(index, opt):
 
 
 @settings(max_examples=30, deadline=None, derandomize=IN_CI, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), opt=st.booleans(), donate=st.booleans())
-def test_random_modules_never_share_live_memory(seed, n, opt, donate):
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), opt=st.booleans(), donate=st.booleans(),
+       carry=st.booleans())
+def test_random_modules_never_share_live_memory(seed, n, opt, donate, carry):
     module, inputs = random_module(seed, n)
     if opt:
         module = optimize(module)
-    run_check(module, inputs, donated=range(len(inputs)) if donate else ())
+    run_check(module, inputs, donated=range(len(inputs)) if donate else (), carry=carry)
 
 
 def chain(n_ops: int = 4) -> Module:
@@ -344,3 +346,31 @@ def test_updates_never_overwrite_a_parameter_or_a_live_operand():
     a = run_check(m, [np.ones(8, np.float32), np.zeros(2, np.float32), np.array(3, np.int32)])
     dus = next(n for n in m.entry.nodes if n.op is Op.DYNAMIC_UPDATE_SLICE)
     assert a.allocation(dus).in_place_of is None
+
+
+# loop bodies: the new carry written over the old (assign(..., carry=True))
+
+
+def test_a_loop_body_writes_each_new_carry_value_over_its_parameter():
+    b = Builder("body")
+    i, x, y = b.parameter("s32[]"), b.parameter("f32[8]"), b.parameter("f32[8]")
+    new_i, new_x = b.add(i, b.constant(np.int32(1))), b.neg(x)
+    m = b.build(new_i, new_x, b.exp(y))
+    inputs = [np.int32(3), np.linspace(-1, 1, 8, dtype=np.float32), np.linspace(0, 2, 8, dtype=np.float32)]
+    a = run_check(m, inputs, donated=range(3), carry=True)
+    for k, v in enumerate(a.values_of(m.entry.root)):
+        assert (a.allocations[v].region, a.allocations[v].offset) == ("parameter", k)
+    plain = run_check(m, inputs, donated=range(3))  # not a loop body: results get their own buffers
+    assert all(plain.allocations[v].region == "output" for v in plain.values_of(m.entry.root))
+
+
+def test_a_new_carry_value_takes_only_its_own_positions_parameter():
+    """A value moving to another position or returned twice keeps a buffer of its own
+    (the loop copies it back)."""
+    b = Builder("body")
+    p = [b.parameter("f32[8]") for _ in range(4)]
+    twice = b.exp(p[2])
+    m = b.build(b.neg(p[1]), b.exp(p[0]), twice, twice)
+    inputs = [np.linspace(-1, 1, 8, dtype=np.float32) * k for k in (1, 2, 3, 4)]
+    a = run_check(m, inputs, donated=range(4), carry=True)
+    assert all(a.allocations[v].region == "output" for v in a.values_of(m.entry.root))

@@ -20,6 +20,7 @@ from axle.ir.verifier import verify
 from axle.partition import placement_of
 from axle.passes import CSE, AlgebraicSimplifier, ControlFlowSimplifier, LoopInvariantCodeMotion, optimize
 from axle.testing.cases import check_case, control_cases
+from axle.ir.dtypes import is_float_numpy
 
 
 def sub(name: str, types: list[str], build) -> Computation:
@@ -245,16 +246,29 @@ def test_control_kit_cases_run_on_every_device(device):
         check_case(case, dev, optimize=False)
 
 
+def host_call_loop_module() -> Module:
+    """A loop whose body calls a custom call: the cpu runs custom calls as Python host
+    steps, which its native loop runner cannot call, so it refuses the loop."""
+    from axle.ir.ops import register_custom_call
+
+    register_custom_call("test.control.halve", lambda x, config: x * np.float32(0.5))
+    b = Builder("host_loop")
+    x = b.parameter("f32[4]", name="x")
+    n = b.parameter("s32[]", name="n")
+    halve = lambda c, i, v: c.custom_call(v, target="test.control.halve", shape=(4,), dtype="f32")  # noqa: E731
+    return b.build(counted(b, n, x, halve))
+
+
 def test_a_loop_runs_whole_on_the_host_and_the_summary_says_so():
     cpu = next(d for d in axle.devices() if d.name == "cpu:0")
-    exe, _ = compile_optimized(loop_module(), cpu)
+    exe, _ = compile_optimized(host_call_loop_module(), cpu)
     text = str(placement_of(exe))
     assert "on interpreter:0" in text and "host fallback: while" in text
     old = config.strict_placement
     config.strict_placement = True
     try:
         with pytest.raises(PlacementError, match="while"):
-            compile_optimized(loop_module(), cpu)
+            compile_optimized(host_call_loop_module(), cpu)
     finally:
         config.strict_placement = old
 
@@ -465,7 +479,7 @@ def test_random_control_modules_optimize_to_the_same_values(seed):
     got = evaluate(optimize(m), *inputs)
     for a, e in zip(got, want):
         np.testing.assert_array_equal(a, e)
-        if e.dtype.kind == "f":
+        if is_float_numpy(e.dtype):
             np.testing.assert_array_equal(np.signbit(a), np.signbit(e))
 
 
@@ -526,18 +540,17 @@ def test_check_indices_reaches_inside_loops_branches_and_scans():
         config.check_indices = old
 
 
-def test_forward_mode_and_vmap_through_loops_refuse_rather_than_guess():
-    """No JVP or batching rule yet: a loop reading a tangent or a batched value raises (a zero
-    tangent or an unbatched loop would be silently wrong); one that reads neither replays."""
+def test_forward_mode_and_vmap_through_loops_read_the_loop():
+    """jvp and vmap through a loop (they refused before their rules existed): the tangent and
+    the batch go through the loop, not around it; a loop that reads neither replays."""
     def f(w, a):
         return w * lax.fori_loop(0, 3, lambda i, c: c * 2.0, a)
 
-    with pytest.raises(TracingError, match="forward-mode differentiation through while is not supported"):
-        axle.jvp(lambda a: f(2.0, a), (np.float64(1.0),), (np.float64(1.0),))
+    out, tangent = axle.jvp(lambda a: f(2.0, a), (np.float64(1.0),), (np.float64(1.0),))
+    assert (float(np.asarray(out)), float(np.asarray(tangent))) == (16.0, 16.0)
     out, tangent = axle.jvp(lambda w: f(w, 1.0), (np.float64(2.0),), (np.float64(1.0),))
     assert (float(np.asarray(out)), float(np.asarray(tangent))) == (16.0, 8.0)
-    with pytest.raises(TracingError, match="vmap: while has no batching rule"):
-        axle.vmap(lambda a: f(2.0, a))(np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(axle.vmap(lambda a: f(2.0, a))(np.arange(3.0))), [0.0, 16.0, 32.0])
     np.testing.assert_array_equal(np.asarray(axle.vmap(lambda w: f(w, 1.0))(np.arange(3.0))), [0.0, 8.0, 16.0])
 
 

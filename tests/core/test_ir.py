@@ -43,6 +43,33 @@ def test_round_trip_constants_with_special_values():
     assert np.signbit(got[3])
 
 
+@pytest.mark.parametrize("dt, bits", [
+    (np.float32, [0x7FC00123, 0xFFC00000, 0x7FC00000, 0x7F800001]),
+    (np.float64, [0x7FF8000000000001, 0xFFF8000000000000]),
+    (np.float16, [0x7E01, 0xFE00]),
+    ("bfloat16", [0x7FC1, 0xFFC0]),
+], ids=["f32", "f64", "f16", "bf16"])
+def test_round_trip_keeps_every_bit_of_a_nan(dt, bits):
+    """A NaN's sign and payload survive printing and parsing (they printed as plain `nan`)."""
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16 if dt == "bfloat16" else dt)
+    raw = np.array(bits, dtype=f"u{dt.itemsize}")
+    b = Builder("c")
+    m = b.build(b.constant(raw.view(dt)))
+    text = m.as_text()
+    assert "nan(0x" in text
+    got = parse_module(text).entry.root.attr["value"].array
+    np.testing.assert_array_equal(np.asarray(got).view(raw.dtype), raw)
+    assert parse_module(text).as_text() == text
+
+
+@pytest.mark.parametrize("literal, why", [("nan(0x1ffffffff)", "more than the 32 bits"),
+                                          ("nan(0x3f800000)", "not a NaN of f32")])
+def test_nan_bits_are_checked(literal, why):
+    with pytest.raises(ParseError, match=why):
+        parse_module(f"module @m\nentry %m () -> f32[] {{ ROOT %c = f32[] constant({literal}) }}")
+
+
 def test_round_trip_fusion_and_tuple():
     inner = Builder("fused")
     a, c = inner.parameter("f32[4]"), inner.parameter("f32[4]")

@@ -21,6 +21,7 @@ from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering.c import C99, CKernel, CRenderer, OpenCLC, literal
 from axle.testing import require_backend
+from axle.ir.dtypes import is_float_numpy
 
 CC = ("cc", "-std=c99", "-O2", "-ffp-contract=off", "-fPIC", "-shared")
 I32, I64 = np.iinfo(np.int32), np.iinfo(np.int64)
@@ -57,7 +58,7 @@ def assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
         np.testing.assert_array_equal(g, w)
-        if g.dtype.kind == "f":
+        if is_float_numpy(g.dtype):
             np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
 
 

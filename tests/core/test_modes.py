@@ -11,7 +11,9 @@ import pytest
 
 import axle
 import axle.numpy as anp
-from axle.frontend import lazy
+from axle import lax
+from axle.frontend import eager, lazy
+from axle.ir.ops import Op
 
 DEV = "interpreter:0"
 
@@ -195,3 +197,83 @@ def test_jit_inside_jit_is_inlined():
     outer = axle.jit(lambda a: inner(a) + 1, device=DEV)
     np.testing.assert_allclose(np.asarray(outer(np.arange(3.0))), [1.0, 3.0, 5.0])
     assert inner.trace_count == 0  # traced as part of outer, never compiled on its own
+
+
+# ---- integer indices and Python loops in the lazy modes (issue 16, item 6)
+
+
+def _fresh_caches() -> None:
+    """Empty executable caches (eager and lazy), so the compile counters count from zero."""
+    lazy._exe_cache.clear()
+    eager._cache.clear()
+    axle.reset_stats()
+
+
+def test_auto_mode_integer_indices_keep_the_cluster_structure(auto_mode):
+    """x[t] in a Python loop records the same cluster for every t (the starts are data, not
+    attributes): one compile for the loop, not one per value of t."""
+    host = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with axle.device(DEV):
+        x = axle.device_put(host)
+        _fresh_caches()
+        got = [float(anp.sum(x[t] * 2.0) + x[t - 3, 1]) for t in range(6)]  # float(): one flush per t
+    assert axle.stats()["compiles"] == 1 and axle.stats()["clusters"] == 6
+    np.testing.assert_allclose(got, [2 * host[t].sum() + host[t - 3, 1] for t in range(6)])
+
+
+def test_auto_mode_python_starts_of_dynamic_slices_are_data(auto_mode):
+    """lax.dynamic_slice with Python int starts, negative ones included (wrapped on the
+    host, not by recorded ops over a literal): one compile for every start."""
+    host = np.arange(10, dtype=np.float32)
+    with axle.device(DEV):
+        x = axle.device_put(host)
+        _fresh_caches()
+        got = [np.asarray(lax.dynamic_slice_in_dim(x, t, 3) + 0.0) for t in (-4, -1, 0, 2, 9)]
+    assert axle.stats()["compiles"] == 1
+    want = [host[6:9], host[7:10], host[0:3], host[2:5], host[7:10]]  # -1 is 9, clamped so 3 fit: 7
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_eager_integer_indices_share_one_executable():
+    host = np.arange(30, dtype=np.float32).reshape(5, 6)
+    x = axle.device_put(host, DEV)
+    _fresh_caches()
+    for t in range(-5, 5):
+        np.testing.assert_array_equal(np.asarray(x[t, 1:4]), host[t, 1:4])
+    compiled = {k: v["compiles"] for k, v in axle.stats()["per_function"].items() if v.get("compiles")}
+    assert compiled == {"eager:dynamic-slice": 1, "eager:reshape": 1}
+
+
+def test_traced_integer_indices_stay_static_slices():
+    """Inside jit an integer index is a static slice (the optimizer folds it), as before."""
+    lowered = axle.jit(lambda v: v[2, 1:3], device=DEV).lower(np.ones((4, 5), np.float32))
+    ops = {n.op for n in lowered.module.entry.nodes}
+    assert Op.SLICE in ops and Op.DYNAMIC_SLICE not in ops
+
+
+def test_auto_mode_integer_index_updates_keep_the_cluster_structure(auto_mode):
+    """out = out.at[t].set(row) (and x[t] = v) in a Python loop: a dynamic update slice
+    with the starts as data, the same cluster for every t."""
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with axle.device(DEV):
+        out = axle.device_put(np.zeros((4, 3), np.float32))
+        _fresh_caches()
+        for t in range(4):
+            out = out.at[t].set(rows[t] * 2.0)
+            out = out.at[t - 4, 1].add(1.0)
+            float(anp.sum(out))  # one flush per iteration
+    assert axle.stats()["compiles"] == 1 and axle.stats()["clusters"] == 4
+    want = rows * 2
+    want[:, 1] += 1
+    np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_eager_integer_index_updates_share_one_executable():
+    x = axle.device_put(np.zeros((5, 2), np.float32), DEV)
+    _fresh_caches()
+    for t in range(5):
+        x = x.at[t].set(np.float32(t))
+    np.testing.assert_array_equal(np.asarray(x), np.repeat(np.arange(5, dtype=np.float32)[:, None], 2, 1))
+    compiled = {k: v["compiles"] for k, v in axle.stats()["per_function"].items() if v.get("compiles")}
+    assert compiled.get("eager:dynamic-update-slice") == 1 and not any("pad" in k for k in compiled)

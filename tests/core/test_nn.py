@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 import pytest
 from modes_util import DEVICE, MODES, check_all_modes, run_mode
@@ -185,3 +186,16 @@ def test_sgd_momentum_matches_formula():
     # v1 = 2, x1 = 1 - 0.2 = 0.8; v2 = 0.5*2 + 2 = 3, x2 = 0.8 - 0.3 = 0.5
     np.testing.assert_allclose(np.asarray(p1["x"]), [0.8])
     np.testing.assert_allclose(np.asarray(p2["x"]), [0.5])
+
+
+@pytest.mark.parametrize("layer", [
+    lambda x: nn.avg_pool(x, 2, layout="NCW"),
+    lambda x: nn.adaptive_avg_pool(x, 2, layout="NCW"),
+    lambda x: nn.batch_norm(x, training=True)[0],
+    lambda x: nn.group_norm(x, 1),
+], ids=["avg_pool", "adaptive_avg_pool", "batch_norm", "group_norm"])
+def test_bfloat16_layers_keep_bfloat16(layer):
+    """bfloat16's NumPy kind is 'V', not 'f': these layers took it for an integer input
+    and silently returned float32."""
+    x = np.arange(8, dtype=np.float32).reshape(1, 2, 4).astype(ml_dtypes.bfloat16)
+    assert np.asarray(layer(x)).dtype == ml_dtypes.bfloat16

@@ -155,3 +155,21 @@ def test_lax_reduce_takes_axes_in_any_order(dev):
             jitted = axle.jit(lambda v, k=kind, a=axes: axle.lax.reduce(v, k, a), device=dev)(placed)
             for how, got in (("eager", eager), ("jit", jitted)):
                 np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=f"{kind} {axes} {how} on {dev}")
+
+
+@pytest.mark.parametrize("dev", NON_DEFAULT)
+def test_like_functions_make_their_array_on_xs_device(dev):
+    """zeros_like/ones_like/full_like/empty_like without device=: x's device (the array API
+    standard infers it from x), committed when x is; they were made on the default device."""
+    x = axle.device_put(BASE, dev)
+    for fn, want in ((anp.zeros_like, 0.0), (anp.ones_like, 1.0), (lambda v: anp.full_like(v, 7.0), 7.0),
+                     (anp.empty_like, 0.0)):
+        out = fn(x)
+        assert out.device.name == dev and out.committed
+        np.testing.assert_array_equal(np.asarray(out), np.full_like(BASE, want))
+    with axle.device(dev):
+        loose = anp.asarray(BASE)  # made there as the default device of the block: uncommitted
+    out = anp.zeros_like(loose)
+    assert out.device.name == dev and not out.committed
+    named = anp.zeros_like(x, device="interpreter:0")
+    assert named.device.name == "interpreter:0" and named.committed

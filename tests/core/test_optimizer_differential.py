@@ -20,6 +20,7 @@ from axle.interpreter import evaluate
 from axle.ir.verifier import verify
 from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, TransposeFolding, optimize
 from axle.ir import Builder, DType, Op
+from axle.ir.dtypes import is_float_numpy
 from axle.passes.policy import FusionPolicy
 from axle.testing.random_modules import GENERATED_OPS, random_module
 from axle.testing.cases import assert_close, tolerance
@@ -34,7 +35,7 @@ def assert_same(actual: list[np.ndarray], expected: list[np.ndarray], what: str)
     for i, (a, e) in enumerate(zip(actual, expected)):
         a, e = np.asarray(a), np.asarray(e)
         assert a.dtype == e.dtype and a.shape == e.shape, f"{what}: result {i} is {a.dtype}{a.shape}, expected {e.dtype}{e.shape}"
-        if e.dtype.kind == "f":
+        if is_float_numpy(e.dtype):  # bfloat16 included (kind V)
             assert np.array_equal(a, e, equal_nan=True), f"{what}: result {i} differs:\n{a}\nexpected\n{e}"
             both = ~np.isnan(e)
             assert np.array_equal(np.signbit(a[both]), np.signbit(e[both])), f"{what}: result {i} signs of zero differ"

@@ -19,6 +19,7 @@ from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, FixedPo
                          Pipeline, TransposeFolding, default_pipeline, optimize, pipeline_for)
 from axle.passes.fusion import fusion_size
 from axle.passes.policy import FusionPolicy
+from axle.ir.dtypes import is_float_numpy
 
 F32 = "f32[4]"
 
@@ -43,7 +44,7 @@ def same_values(a: Module, b: Module, *inputs: np.ndarray) -> None:
     """Bit-exact up to NaN payloads: -0.0 and +0.0 differ."""
     for x, y in zip(evaluate(a, *inputs), evaluate(b, *inputs)):
         np.testing.assert_array_equal(x, y)
-        if x.dtype.kind == "f":
+        if is_float_numpy(x.dtype):
             np.testing.assert_array_equal(np.signbit(x[~np.isnan(x)]), np.signbit(y[~np.isnan(y)]))
 
 

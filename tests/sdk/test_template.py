@@ -308,3 +308,87 @@ def test_kernel_binaries_come_back_from_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(codegen, "COMPILER", (*codegen.COMPILER, "-O1"))
     with pytest.raises(AssertionError, match="compiled again"):
         codegen.compile_program(source)
+
+
+# ------------------------------------------------------------------ loops and conditionals
+
+
+def _template_runs(monkeypatch):
+    """The plans the template's executable runs (by result count of each call): the entry's,
+    then each loop body's, condition's or branch's."""
+    from axle_template.executable import TemplateExecutable
+
+    runs: list = []
+    run = TemplateExecutable._run
+
+    def counted(self, plan, launches, args):
+        runs.append(plan)
+        return run(self, plan, launches, args)
+
+    monkeypatch.setattr(TemplateExecutable, "_run", counted)
+    return runs
+
+
+def _scan_program(xs, h, n):
+    import axle.numpy as anp
+    from axle import lax
+
+    def step(c, x):
+        inner = lax.fori_loop(0, 2, lambda j, v: v * 0.5 + x, c)
+        picked = lax.cond(anp.sum(x) > 0, lambda v: v + 1.0, lambda v: v - 1.0, inner)
+        return picked, lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 1.5), (np.int32(0), picked))[1]
+
+    return lax.scan(step, h, xs)
+
+
+def test_template_runs_loops_and_conditionals_over_its_own_kernels(monkeypatch):
+    dev = require_backend("template")
+    rng = np.random.default_rng(0)
+    xs, h = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    f = axle.jit(_scan_program, device=dev)
+    compiled = f.lower(xs, h, np.int32(2)).compile()
+    assert not compiled.placement().fallback, compiled.placement()  # no host fallback, default claims
+    runs = _template_runs(monkeypatch)
+    got_h, got_ys = f(xs, h, np.int32(2))
+    c, ys = h, []
+    for x in xs:
+        c = (c * np.float32(0.5) + x) * np.float32(0.5) + x
+        c = c + 1 if x.sum() > 0 else c - 1
+        ys.append(c * np.float32(1.5) ** 2)
+    np.testing.assert_allclose(got_h.numpy(), c, rtol=1e-5)
+    np.testing.assert_allclose(got_ys.numpy(), np.stack(ys), rtol=1e-5)
+    # per scan trip: its body, the inner fori_loop's 2 bodies (its condition never runs: the
+    # count is known), one branch, the while's 3 conditions and 2 bodies; the scan's own
+    # condition never runs either
+    assert len(runs) == 1 + len(xs) * (1 + 2 + 1 + 3 + 2), len(runs)
+
+
+def test_template_loop_with_a_data_dependent_count_tests_its_condition_each_trip(monkeypatch):
+    from axle import lax
+
+    dev = require_backend("template")
+    f = axle.jit(lambda x, n: lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] + s[1]),
+                                             (np.int32(0), x))[1], device=dev)
+    x = np.arange(4, dtype=np.float32)
+    for n in (0, 3):
+        f(x, np.int32(n))  # compiled outside the count
+        runs = _template_runs(monkeypatch)
+        np.testing.assert_array_equal(f(x, np.int32(n)).numpy(), x * 2.0 ** n)
+        assert len(runs) == 1 + (n + 1) + n  # the entry, each condition, each body
+        monkeypatch.undo()
+
+
+def test_template_runs_a_loop_with_an_unclaimed_op_inside_whole_on_the_host():
+    from axle import lax
+
+    dev = require_backend("template")
+    w = np.eye(3, dtype=np.float32) * 0.5
+    f = axle.jit(lambda x: lax.fori_loop(0, 3, lambda i, v: v @ w + 1.0, x), device=dev)
+    x = np.ones((2, 3), np.float32)
+    summary = f.lower(x).compile().placement()
+    (host,) = [c for c in summary.clusters if c.fallback]
+    assert "while" in host.ops and "while runs op 'dot'" in host.reason, summary
+    want = x
+    for _ in range(3):
+        want = want @ w + 1
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)

@@ -23,9 +23,10 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.config import config
-from axle.ir.dtypes import ALL_DTYPES
+from axle.ir.computation import called_computations
+from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.module import Module
+from axle.ir.module import Module, Node
 from axle.ir.opcodes import Op
 from axle.ir.ops import BASE_PRIMITIVES
 from axle.ir.types import TensorType
@@ -40,7 +41,32 @@ __all__ = ["CpuBackend", "CpuExecutable"]
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
+    # windowed: the implicit GEMM (conv.py), for the convolutions it computes
+    Op.CONVOLUTION})
+
+#: the dtypes of the claimed convolutions: those the GEMM kernel computes (gemm.GEMM_DTYPES,
+#: named here so that asking for capabilities does not load llvmlite)
+CONV_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64})
+
+# control flow: loops and conditionals run inside the native step runner (runner.py)
+#: ops the cpu runs as Python host steps, which the native runner cannot call from a loop
+HOST_STEP_OPS: frozenset[Op] = frozenset({Op.CUSTOM_CALL, Op.SORT})
+CLAIMED_CONTROL: frozenset[Op] = frozenset({Op.WHILE, Op.CONDITIONAL})
+
+
+def _host_step_inside(node: Node) -> str | None:
+    """Refuses a loop or conditional that runs a custom call or a sort anywhere inside
+    (nested computations included): those are host steps, so it runs whole on the host."""
+    todo = list(called_computations(node))
+    while todo:
+        comp = todo.pop()
+        for n in comp.nodes:
+            if n.op in HOST_STEP_OPS:
+                return (f"{node.op.value} runs {n.op.value} ({n.name or n.op.value}), a host step on the cpu; "
+                        f"the native loop runner cannot call Python")
+            todo += called_computations(n)
+    return None
 
 #: kernels kept per cached plan (a plan usually holds a few kernels; distinct plans share some)
 _KERNELS_PER_PLAN = 2
@@ -72,7 +98,27 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: the operand copied unless its buffer was handed over, then the "
                                "window", ".emitter:build_update"),
                               ("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index")),
+    # windowed
+    Op.CONVOLUTION: (("an implicit GEMM on the GEMM kernel (its epilogue too), no im2col in memory", ".conv:ConvSpec"),
+                     ("the GEMM view: groups and pixels, K, the output as C in place", ".conv:conv_layout"),
+                     ("what it refuses (the core's im2col decomposition runs instead)", ".conv:conv_refusal"),
+                     ("patches read in place through row pointers or packed with masks", ".gemm:Window")),
+    # control flow
+    Op.WHILE: (("condition and body flattened into the steps between control records", ".plan:_while"),
+               ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
+               ("the loop in an AOT object: the same records as LLVM branches", ".aot:build_entry"),
+               ("refused when a custom call or sort runs inside (a host step)", "axle_cpu:_host_step_inside")),
+    Op.CONDITIONAL: (("a switch on the index to one jump per branch", ".plan:_conditional"),
+                     ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
+                     ("refused when a custom call or sort runs inside (a host step)", "axle_cpu:_host_step_inside")),
 }
+
+
+def _conv_refusal(node: Node) -> str | None:
+    """The claim on a convolution (conv.py imports llvmlite: loaded when first asked)."""
+    from .conv import conv_refusal
+
+    return conv_refusal(node)
 
 
 class CpuBackend(Backend):
@@ -103,12 +149,17 @@ class CpuBackend(Backend):
         return [self._device]
 
     def capabilities(self, device: Device) -> Capabilities:
-        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=frozenset(ALL_DTYPES))
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=frozenset(ALL_DTYPES),
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES},
+                            predicates={Op.CONVOLUTION: _conv_refusal,
+                                        **{op: _host_step_inside for op in CLAIMED_CONTROL}})
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
-        # its elementwise consumers into the GEMM, which finishes each tile with them.
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
+        # its elementwise consumers into the GEMM, which finishes each tile with them; a
+        # convolution too (its implicit GEMM is the same kernel).
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
+                            conv_epilogue=True)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler
@@ -146,9 +197,9 @@ class CpuBackend(Backend):
             else:
                 out[spec.name] = got
         if missing:
-            jit, text = compile_kernels([s for _, s in missing], name)
+            jit = compile_kernels([s for _, s in missing], name)
             for k, spec in missing:
-                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name, text))
+                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
         return out
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:

@@ -2,9 +2,10 @@
 
 The object holds the same kernels the JIT would run, plus one exported entry point
 ``int NAME_run(const T0* arg0, ..., T* out0, ...)`` that calls them in order over
-statically allocated temporaries. No Python, NumPy or axle is needed at run time: link
-the object into any C program (``cc main.c NAME.o -lm``). Like tfcompile's output, the
-entry point is not reentrant (temporaries are static); call it from one thread at a time.
+statically allocated temporaries (loops and conditionals as branches between them). No
+Python, NumPy or axle is needed at run time: link the object into any C program
+(``cc main.c NAME.o -lm``). Like tfcompile's output, the entry point is not reentrant
+(temporaries are static); call it from one thread at a time.
 Kernels run single-threaded; dots use the GEMM kernel (gemm.py), never BLAS.
 
     from axle_cpu.aot import compile_aot
@@ -12,6 +13,7 @@ Kernels run single-threaded; dots use the GEMM kernel (gemm.py), never BLAS.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from .emitter import INT64_MAX
 from .executable import llvm_module
 from .gemm import vector_bits_for
 from .lltypes import C_TYPES, I32, I64, PTR, STORAGE, storage_consts
-from .plan import HostStep, KernelStep, Plan, build_plan
+from .plan import ControlStep, HostStep, KernelStep, Plan, build_plan
 from .target import emit_object, host
 
 
@@ -88,7 +90,8 @@ def _const_init(arr: np.ndarray, dt: DType) -> tuple[ir.Type, ir.Constant]:
 
 
 def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
-    """The LLVM module: every kernel (internal) plus the exported ``NAME_run``."""
+    """The LLVM module: every kernel (internal) plus the exported ``NAME_run``. A loop or
+    conditional (control steps, plan.py) becomes branches between the steps' blocks."""
     for step in plan.steps:
         if isinstance(step, HostStep):
             raise BackendError(f"aot: {step.label} runs Python on the host and cannot be compiled ahead of time")
@@ -101,9 +104,6 @@ def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
     fnty = ir.FunctionType(I32, [PTR] * (plan.n_params + nres))
     run = ir.Function(mod, fnty, name=f"{name}_run")
     b = ir.IRBuilder(run.append_basic_block("entry"))
-
-    def c(v: int) -> ir.Constant:
-        return ir.Constant(I64, v)
 
     slot_ptr: dict[int, ir.Value] = {k: run.args[k] for k in range(plan.n_params)}
     for s, arr in plan.constants.items():
@@ -119,31 +119,85 @@ def build_entry(plan: Plan, name: str) -> tuple[ir.Module, int]:
     scratch = 0
     for step in plan.steps:
         for s, t in zip(step.outs, step.out_types):
+            if s in slot_ptr:  # a loop's carry is written by several steps: one buffer
+                continue
             if s in direct:
                 slot_ptr[s] = run.args[plan.n_params + direct[s]]
             else:
                 slot_ptr[s] = _global(mod, f"{name}.tmp{s}", ir.ArrayType(STORAGE[t.dtype], max(t.size, 1)), None,
                                       False)
                 scratch += t.nbytes
-    for step in plan.steps:
+    # The kernels' pointer arrays are filled once, in the entry block (a loop reuses them).
+    arrays = {}
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, KernelStep):
+            ptrs = [slot_ptr[s] for s in step.ins + step.outs]
+            arr = arrays[i] = b.alloca(PTR, size=ir.Constant(I32, len(ptrs)))
+            for k, p in enumerate(ptrs):
+                b.store(b.bitcast(p, PTR), b.gep(arr, [ir.Constant(I32, k)], source_etype=PTR))
+    blocks = [run.append_basic_block(f"step{i}") for i in range(len(plan.steps))] + [run.append_basic_block("exit")]
+    b.branch(blocks[0])
+    for i, step in enumerate(plan.steps):
+        b.position_at_end(blocks[i])
+        if isinstance(step, ControlStep):
+            _CONTROL_IR[step.kind](b, step, [b.bitcast(slot_ptr[s], PTR) for s in step.ins + step.outs],
+                                   functools.partial(_block_from, blocks, i))
+            continue
         assert isinstance(step, KernelStep)
-        ptrs = [slot_ptr[s] for s in step.ins + step.outs]
-        arr = b.alloca(PTR, size=ir.Constant(I32, len(ptrs)))
-        for i, p in enumerate(ptrs):
-            b.store(b.bitcast(p, PTR), b.gep(arr, [ir.Constant(I32, i)], source_etype=PTR))
         outer, inner = step.spec.loop_sizes
-        b.call(mod.globals[step.spec.name], [arr, c(0), c(outer), c(0), c(inner), c(0), c(INT64_MAX)])
+        b.call(mod.globals[step.spec.name], [arrays[i], _c(0), _c(outer), _c(0), _c(inner), _c(0), _c(INT64_MAX)])
+        b.branch(blocks[i + 1])
+    b.position_at_end(blocks[-1])
     # Results that are inputs, constants or repeated outputs are copied.
-    memcpy = None
     for k, (s, t) in enumerate(zip(plan.results, plan.result_types)):
         if direct.get(s) == k or t.nbytes == 0:
             continue
-        if memcpy is None:
-            memcpy = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]),
-                                 name="llvm.memcpy.p0.p0.i64")
-        b.call(memcpy, [run.args[plan.n_params + k], slot_ptr[s], c(t.nbytes), ir.Constant(ir.IntType(1), 0)])
+        _memmove(b, run.args[plan.n_params + k], slot_ptr[s], _c(t.nbytes))
     b.ret(ir.Constant(I32, 0))
     return mod, scratch
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def _memmove(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, size: ir.Value) -> None:
+    memmove = b.module.declare_intrinsic("llvm.memmove", [PTR, PTR, I64])
+    b.call(memmove, [b.bitcast(dst, PTR), b.bitcast(src, PTR), size, ir.Constant(ir.IntType(1), 0)])
+
+
+# control steps as LLVM branches: ``ptrs`` the step's buffers (ins then outs), ``to(k)`` the
+# block of the step ``k`` steps from this one, as the runner's records move by (runner.py)
+Blocks = Callable[[int], ir.Block]
+
+
+def _block_from(blocks: list[ir.Block], i: int, k: int) -> ir.Block:
+    return blocks[i + k]
+
+
+def _copy_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blocks) -> None:
+    _memmove(b, ptrs[1], ptrs[0], _c(step.arg))
+    b.branch(to(1))
+
+
+def _jump_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blocks) -> None:
+    b.branch(to(step.arg))
+
+
+def _branch_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blocks) -> None:
+    pred = b.load(ptrs[0], typ=ir.IntType(8))
+    b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(ir.IntType(8), 0)), to(1), to(step.arg))
+
+
+def _switch_ir(b: ir.IRBuilder, step: ControlStep, ptrs: list[ir.Value], to: Blocks) -> None:
+    t = ir.IntType(8 * step.width)
+    sw = b.switch(b.load(ptrs[0], typ=t), to(step.arg))  # out of range (negative too): the last branch
+    for k in range(step.arg - 1):
+        sw.add_case(ir.Constant(t, k), to(1 + k))
+
+
+_CONTROL_IR: dict[str, Callable[[ir.IRBuilder, ControlStep, list[ir.Value], Blocks], None]] = {
+    "copy": _copy_ir, "jump": _jump_ir, "branch": _branch_ir, "switch": _switch_ir}
 
 
 def _dtype_of(arr: np.ndarray) -> DType:

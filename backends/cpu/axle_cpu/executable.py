@@ -9,7 +9,9 @@ come from the reusing pool (memory.py); temporaries go back to it when the call 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,7 +21,10 @@ from llvmlite import ir
 
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
+from axle.config import config
 from axle.errors import BackendError
+from axle.ir.computation import Computation, called_computations
+from axle.ir.printer import print_computation
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
@@ -27,9 +32,9 @@ from . import threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
 from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
-from .plan import HostStep, KernelStep, Plan
-from .runner import STEP, run_steps
-from .target import JitModule, host
+from .plan import ControlStep, HostStep, KernelStep, Plan, Step
+from .runner import CONTROL, STEP, run_steps
+from .target import JitModule, host, object_key
 
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                          ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -72,24 +77,75 @@ def interleave_ok(specs: Sequence[KernelSpec]) -> bool:
     return True
 
 
-def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> tuple[JitModule, str]:
-    with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
-        text = str(llvm_module(specs, name))
+def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> JitModule:
+    """One module holding ``specs``' kernels. Its object code is looked up on disk by a key
+    made from the kernels' descriptions (``specs_key``) before any LLVM IR is emitted:
+    emitting and printing the IR was most of a cached first call (docs/backend-cpu.md)."""
+    interleave = interleave_ok(specs)
+
+    def ir_text() -> str:
+        with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
+            return str(llvm_module(specs, name))
+
     with profiler.span(f"llvm {name}", "compile", kernels=len(specs)):
         try:
-            return JitModule(text, interleave_ok(specs)), text
+            return JitModule(ir_text, interleave, specs_key(specs, name, interleave))
         except RuntimeError as e:
             raise BackendError(f"cpu: LLVM rejected the generated code for {name}: {e}") from e
+
+
+#: spec fields whose values are described by ``repr`` exactly (no truncation, no address)
+_EXACT_REPR = (str, int, bool)
+
+
+def specs_key(specs: Sequence[KernelSpec], name: str, interleave: bool) -> bytes | None:
+    """The disk cache key of the module emitted from ``specs`` (None: a spec holds a value
+    this cannot describe exactly, and the key is then the emitted IR's digest). A spec is
+    its class, its fields, and its computations in the IR's text form, which prints every
+    constant in full (it parses back to the same computation); the emitters' code and the
+    settings are in the key through ``object_key``."""
+    h = hashlib.sha256(f"{name}\0".encode())
+    for spec in specs:
+        h.update(f"{type(spec).__module__}.{type(spec).__qualname__}\0".encode())
+        for f in dataclasses.fields(spec):
+            value = getattr(spec, f.name)
+            if isinstance(value, Computation):
+                text = _computation_text(value)
+            elif type(value) in _EXACT_REPR:
+                text = repr(value)
+            else:
+                return None
+            h.update(f"{f.name}={text}\0".encode())
+    settings = repr(sorted((k, v) for k, v in vars(config).items() if not k.startswith("compile_cache")))
+    h.update(settings.encode())
+    return object_key("kernels:" + h.hexdigest(), interleave)
+
+
+def _computation_text(comp: Computation) -> str:
+    """``comp`` and every computation it calls, in the IR's text form."""
+    comps: list[Computation] = []
+    todo = [comp]
+    while todo:
+        c = todo.pop()
+        if any(c is seen for seen in comps):
+            continue
+        comps.append(c)
+        todo += [sub for n in c.nodes for sub in called_computations(n)]
+    names = {id(c): f"c{i}" for i, c in enumerate(comps)}
+    return "\n".join(print_computation(c, names, entry=c is comp) for c in comps)
 
 
 class CompiledKernel:
     """A kernel's entry point in a compiled module (which it keeps alive)."""
 
-    def __init__(self, jit: JitModule, name: str, ir_text: str) -> None:
+    def __init__(self, jit: JitModule, name: str) -> None:
         self.jit = jit
         self.name = name
-        self.ir_text = ir_text
         self.address = jit.address(name)
+
+    @property
+    def ir_text(self) -> str:
+        return self.jit.ir_text
 
 
 class _Launch:
@@ -214,6 +270,21 @@ class _ReductionSplit:
             o[...] = functools.reduce(ufunc, p.astype(np.float32) if p.dtype == np.float16 else p)
 
 
+def _control(step: ControlStep, addrs: np.ndarray) -> int:
+    """A control step run from Python (as the native runner would, runner.py): the
+    number of steps to move by."""
+    at = [int(addrs[s]) for s in step.ins]
+    if step.kind == "copy":
+        ctypes.memmove(int(addrs[step.outs[0]]), at[0], step.arg)
+        return 1
+    if step.kind == "jump":
+        return step.arg
+    if step.kind == "branch":
+        return 1 if ctypes.c_int8.from_address(at[0]).value else step.arg
+    k = (ctypes.c_uint8 if step.width == 1 else ctypes.c_int32).from_address(at[0]).value
+    return 1 + (k if 0 <= k < step.arg else step.arg - 1)
+
+
 def _address(buf: Buffer) -> int:
     return buf.addr if type(buf) is CpuBuffer else address(buf.handle)
 
@@ -225,26 +296,38 @@ class CpuExecutable(Executable):
     temporaries at their arena offsets), gathers them into the pointer table (each kernel
     step reads its buffers from its own region), then runs the steps: consecutive kernels
     that stay on one thread go to the native step runner in one call (runner.py), kernels
-    split across threads and host steps run one by one."""
+    split across threads and host steps run one by one. A loop or conditional (a region of
+    the plan) runs whole inside one runner call, its kernels on one thread; only one that
+    holds a host step (a shape the kernels cannot compute) is walked step by step here."""
 
     def __init__(self, plan: Plan, kernels: dict[str, CompiledKernel], device: Device, compile_ms: float) -> None:
         self.plan = plan
         self.device = device
         self._kernels = kernels
         self.compile_ms = compile_ms
-        self._steps: list[tuple[_Launch | None, KernelStep | HostStep]] = []
+        self._steps: list[tuple[_Launch | None, Step]] = []
         src: list[int] = []
         records: list[tuple[int, int, int, int]] = []
         self._record: dict[int, int] = {}  # step index -> its record in the step table
+        in_region = {i for a, b in plan.regions for i in range(a, b)}
         for i, step in enumerate(plan.steps):
             if isinstance(step, KernelStep):
                 launch = _Launch(step, kernels[step.spec.name].address, len(src))
+                if i in in_region:
+                    launch.parallel = False  # the native runner cannot call the thread pool
                 src += step.ins + step.outs
                 self._record[i] = len(records)
                 records.append((launch.addr, launch.region, launch.outer, launch.inner))
                 self._steps.append((launch, step))
             else:
+                if isinstance(step, ControlStep):
+                    self._record[i] = len(records)
+                    records.append((CONTROL[step.kind], len(src), step.arg, step.width))
+                    src += step.ins + step.outs
                 self._steps.append((None, step))
+        # regions holding a host step are walked step by step (jumps taken in Python)
+        self._walked = {i for a, b in plan.regions if any(isinstance(s, HostStep) for s in plan.steps[a:b])
+                        for i in range(a, b)}
         self._src = np.array(src, np.intp)
         self._table = np.array(records, STEP)
         self._table_addr = self._table.ctypes.data if len(records) else 0
@@ -257,10 +340,12 @@ class CpuExecutable(Executable):
         self._big_outs: list[tuple[int, TensorType]] = []
         small: list[tuple[int, TensorType, int]] = []
         block = 0
+        defined: set[int] = set()  # a loop's carry slot is written by several steps: one buffer
         for step in plan.steps:
             for s, t in zip(step.outs, step.out_types):
-                if s in plan.temp_offsets:
+                if s in plan.temp_offsets or s in defined or s < plan.n_params:
                     continue
+                defined.add(s)
                 if t.nbytes >= MMAP_MIN:
                     self._big_outs.append((s, t))
                 else:
@@ -289,7 +374,8 @@ class CpuExecutable(Executable):
             return None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):
-            if launch is not None and not (launch.parallel and nthreads > 1):
+            native = (launch is not None and not (launch.parallel and nthreads > 1)) or isinstance(step, ControlStep)
+            if native and i not in self._walked:
                 if segs and segs[-1][0] == "run":
                     segs[-1] = ("run", segs[-1][1], segs[-1][2] + 1)
                 else:
@@ -370,13 +456,19 @@ class CpuExecutable(Executable):
                                      else self._schedule(pool.n))
         if segs is None:  # step by step: measuring, or recording a timeline
             segs = [("step", launch, step) for launch, step in self._steps]
-        for seg in segs:
+        k = 0
+        while k < len(segs):
+            seg = segs[k]
+            k += 1
             if seg[0] == "run":
                 # a "run" segment exists only when there are records, so _run_steps is set
                 self._run_steps(self._table_addr + STEP.itemsize * seg[1], seg[2],  # type: ignore[misc]  # see above
                                 ptrs_addr)
                 continue
             _, launch, step = seg
+            if isinstance(step, ControlStep):  # walked step by step: one segment per step
+                k += _control(step, addrs) - 1
+                continue
             t0 = profiler.now_us() if tracing else 0.0
             if launch is not None:
                 pool = pool or threads.pool()
@@ -404,7 +496,8 @@ class CpuExecutable(Executable):
         kernels = sum(1 for launch, _ in self._steps if launch is not None)
         return {
             "kernels": kernels,
-            "host_steps": len(self._steps) - kernels,
+            "host_steps": sum(1 for _, step in self._steps if isinstance(step, HostStep)),
+            "control_steps": sum(1 for _, step in self._steps if isinstance(step, ControlStep)),
             "steps": [s.label for _, s in self._steps],
             "compile_ms": round(self.compile_ms, 3),
             "threads": threads.thread_count(),

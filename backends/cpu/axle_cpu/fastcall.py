@@ -3,7 +3,8 @@
 A call of a small program used to spend ten times its kernel's time in Python: a slot
 array per call, a NumPy gather into the pointer table, a fresh output block, its address,
 an array view and a buffer object per result. Once an executable's schedule is fixed and
-every step is a single-threaded kernel (runner.py's ``axle_run_steps``), its calls go
+every step is a single-threaded kernel or a control record of a loop or conditional (runner.py's
+``axle_run_steps``), its calls go
 through a :class:`FastCall` instead:
 
 - each *frame* (one per concurrent call, pooled) holds the slot addresses with the
@@ -135,13 +136,13 @@ class FastCall:
     @staticmethod
     def build(exe: CpuExecutable, segments: list[tuple]) -> FastCall | None:
         plan = exe.plan
-        kernels = sum(1 for launch, _ in exe._steps if launch is not None)
-        one_run = len(segments) == 1 and segments[0][0] == "run" and segments[0][2] == len(exe._steps) == kernels
+        records = len(exe._table)  # kernels and the control records of loops and conditionals
+        one_run = len(segments) == 1 and segments[0][0] == "run" and segments[0][2] == len(exe._steps) == records
         small = {s for s, _, _, _ in exe._small_outs}
         if (not one_run or exe._big_outs or plan.temp_bytes >= MMAP_MIN or not plan.results
                 or any(s not in small for s in plan.results)):
             return None
-        return FastCall(exe, kernels)
+        return FastCall(exe, records)
 
     def run(self, args: Sequence[Buffer]) -> list[Buffer]:
         if len(args) != self.n_params:

@@ -14,6 +14,19 @@ is the per-call pointer table: every kernel step owns a contiguous region of it 
 input then output buffer addresses (``bufs`` is the region's first index), filled by one
 NumPy gather from the slot addresses of the call.
 
+Loops and conditionals run inside the same call: a record whose ``fn`` is a small
+:data:`CONTROL` code (no kernel lives at such an address) is a control record, and the
+runner walks the table with a program counter instead of in order:
+
+    COPY    memmove(ptrs[bufs + 1], ptrs[bufs], outer)          then the next record
+    JUMP    pc += outer                                         (relative)
+    BRANCH  pc += *(i8*)ptrs[bufs] ? 1 : outer                  (leave a loop whose pred is false)
+    SWITCH  k = *ptrs[bufs] (inner bytes: a pred or an s32), out of [0, outer) -> outer - 1;
+            pc += 1 + k                                         (onto one of the JUMPs after it)
+
+so a loop's condition is computed by its kernels and tested natively: no Python runs
+per iteration (plan.py flattens the loops into these records).
+
 A cached call whose every step is such a kernel goes through ``axle_call`` instead, which
 also fills the pointer table, so Python hands over one frame address and nothing else:
 
@@ -38,7 +51,7 @@ from axle.forksafe import renew_in_child
 
 from .emitter import INT64_MAX, SIG
 from .lltypes import I64, PTR, VOID
-from .target import JitModule, host
+from .target import JitModule, host, object_key
 
 #: one table record: kernel address, first index of its pointer region, loop sizes
 STEP = np.dtype([("fn", np.uint64), ("bufs", np.int64), ("outer", np.int64), ("inner", np.int64)])
@@ -46,11 +59,14 @@ RUNNER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p
 CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 #: the fields of a Frame, in order (each 8 bytes)
 FRAME_FIELDS = ("table", "nsteps", "ptrs", "nptrs", "src", "base", "slots")
+#: the ``fn`` codes of control records (see the module docstring)
+CONTROL = {"copy": 1, "jump": 2, "branch": 3, "switch": 4}
 
 
-def _counted_loop(b: ir.IRBuilder, n: ir.Value, body: Callable[[ir.Value], None]) -> None:
-    """``for (k = 0; k < n; k++) body(k)`` at the builder's position, which it leaves
-    after the loop."""
+def _loop_head(b: ir.IRBuilder, n: ir.Value) -> tuple[ir.PhiInstr, ir.Block, ir.Block]:
+    """``for (k = 0; k < n; )``: the counter ``k`` (each back edge adds its incoming value
+    and branches to the test block), the test block and the block after the loop; leaves
+    the builder in the loop's body."""
     fn = b.function
     head, cond, loop, done = b.block, fn.append_basic_block("cond"), fn.append_basic_block("body"), \
         fn.append_basic_block("done")
@@ -60,6 +76,13 @@ def _counted_loop(b: ir.IRBuilder, n: ir.Value, body: Callable[[ir.Value], None]
     k.add_incoming(ir.Constant(I64, 0), head)
     b.cbranch(b.icmp_signed("<", k, n), loop, done)
     b.position_at_end(loop)
+    return k, cond, done
+
+
+def _counted_loop(b: ir.IRBuilder, n: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``for (k = 0; k < n; k++) body(k)`` at the builder's position, which it leaves
+    after the loop."""
+    k, cond, done = _loop_head(b, n)
     body(k)
     k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
     b.branch(cond)
@@ -71,23 +94,69 @@ def _module() -> str:
     mod.triple = host().triple
     fn = ir.Function(mod, ir.FunctionType(VOID, [PTR, I64, PTR]), name="axle_run_steps")
     fn.attributes.add("nounwind")
-    table, n, ptrs = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    rec = ir.LiteralStructType([PTR, I64, I64, I64])
-
-    def step(k: ir.Value) -> None:
-        def field(i: int, typ: ir.Type) -> ir.Value:
-            return b.load(b.gep(table, [k, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=typ)
-
-        kernel = field(0, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
-        bufs = b.gep(ptrs, [field(1, I64)], source_etype=PTR)
-        zero = ir.Constant(I64, 0)
-        b.call(kernel, [bufs, zero, field(2, I64), zero, field(3, I64), zero, ir.Constant(I64, INT64_MAX)])
-
-    _counted_loop(b, n, step)
-    b.ret_void()
+    _run_steps_body(mod, fn)
     _call_function(mod, fn)
     return str(mod)
+
+
+def _run_steps_body(mod: ir.Module, fn: ir.Function) -> None:
+    """``axle_run_steps``: the records from pc 0 to ``n``, kernels and control records."""
+    table, n, ptrs = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    rec = ir.LiteralStructType([I64, I64, I64, I64])
+    pc, test, done = _loop_head(b, n)  # pc moves by each record's own step
+
+    def field(i: int) -> ir.Value:
+        return b.load(b.gep(table, [pc, ir.Constant(ir.IntType(32), i)], source_etype=rec), typ=I64)
+
+    code, bufs, outer, inner = field(0), field(1), field(2), field(3)
+    one = ir.Constant(I64, 1)
+
+    def pointer(k: ir.Value) -> ir.Value:  # ptrs[bufs + k]
+        return b.load(b.gep(ptrs, [b.add(bufs, k)], source_etype=PTR), typ=PTR)
+
+    def next_pc(step: ir.Value) -> None:  # pc += step, back to the test
+        pc.add_incoming(b.add(pc, step), b.block)
+        b.branch(test)
+
+    kernel = fn.append_basic_block("kernel")
+    sw = b.switch(code, kernel)
+    blocks = {name: fn.append_basic_block(name) for name in CONTROL}
+    for name, block in blocks.items():
+        sw.add_case(ir.Constant(I64, CONTROL[name]), block)
+    b.position_at_end(kernel)
+    zero = ir.Constant(I64, 0)
+    target = b.inttoptr(code, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
+    b.call(target, [b.gep(ptrs, [bufs], source_etype=PTR), zero, outer, zero, inner, zero,
+                    ir.Constant(I64, INT64_MAX)])
+    next_pc(one)
+    b.position_at_end(blocks["copy"])
+    memmove = mod.declare_intrinsic("llvm.memmove", [PTR, PTR, I64])
+    b.call(memmove, [pointer(one), pointer(zero), outer, ir.Constant(ir.IntType(1), 0)])
+    next_pc(one)
+    b.position_at_end(blocks["jump"])
+    next_pc(outer)
+    b.position_at_end(blocks["branch"])
+    holds = b.icmp_unsigned("!=", b.load(pointer(zero), typ=ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
+    next_pc(b.select(holds, one, outer))
+    b.position_at_end(blocks["switch"])
+    at = pointer(zero)
+    narrow, wide, pick = (fn.append_basic_block(name) for name in ("switch.pred", "switch.s32", "switch.pick"))
+    b.cbranch(b.icmp_signed("==", inner, one), narrow, wide)  # never load 4 bytes of a 1-byte pred
+    b.position_at_end(narrow)
+    k8 = b.zext(b.load(at, typ=ir.IntType(8)), I64)
+    b.branch(pick)
+    b.position_at_end(wide)
+    k32 = b.sext(b.load(at, typ=ir.IntType(32)), I64)
+    b.branch(pick)
+    b.position_at_end(pick)
+    k = b.phi(I64)
+    k.add_incoming(k8, narrow)
+    k.add_incoming(k32, wide)
+    inside = b.and_(b.icmp_signed(">=", k, zero), b.icmp_signed("<", k, outer))
+    next_pc(b.add(one, b.select(inside, k, b.sub(outer, one))))
+    b.position_at_end(done)
+    b.ret_void()
 
 
 def _call_function(mod: ir.Module, run: ir.Function) -> None:
@@ -131,7 +200,9 @@ def run_steps() -> ctypes._CFunctionType:
     if found is None:
         with _LOCK:
             if _RUNNER is None:
-                jit = JitModule(_module())
+                # the same module in every process (code and host are in the key): from the
+                # disk cache, its IR is never emitted
+                jit = JitModule(_module, True, object_key("runtime module", True))
                 _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")), CALL(jit.address("axle_call")))
             found = _RUNNER
     return found[1]

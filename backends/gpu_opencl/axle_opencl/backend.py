@@ -32,6 +32,9 @@ from .forking import check_not_forked, keep_forever, note_initialized
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in map kernels (values.py), update kernels (kernels.py)
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+#: control flow: host loops and branches over the sub-computations' kernels (executable.py),
+#: claimed only with every op inside (Capabilities._body_refusal)
+CLAIMED_CONTROL: frozenset[Op] = frozenset({Op.WHILE, Op.CONDITIONAL})
 _PLUMBING = (Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION)
 GPU_PRIORITY = 300  # above the cpu backend: a GPU is the better default
 CPU_PRIORITY = 50  # below the cpu (LLVM) backend: PoCL runs on the same cores, slower
@@ -65,6 +68,13 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_UPDATE_SLICE: (("the operand's buffer handed over when it dies here, else a copy kernel",
                                ".plan:_update_steps"),
                               ("work-items over the window", ".kernels:update_kernel")),
+    # control flow
+    Op.WHILE: (("the condition's and body's plans, built at compile time", ".plan:_sub_plans"),
+               ("a host loop over the body's kernels: no read-back for a known trip count, else the pred "
+                "(one byte) per trip", ".executable:OpenCLExecutable._run_loop"),
+               ("the trip count the program fixes", "axle.lowering.loops:known_trip_count")),
+    Op.CONDITIONAL: (("each branch's plan, built at compile time", ".plan:_sub_plans"),
+                     ("the index read back, then that branch's kernels", ".executable:OpenCLExecutable._run_branch")),
 }
 
 
@@ -173,7 +183,7 @@ class OpenCLBackend(Backend):
     def capabilities(self, device: Device) -> Capabilities:
         fp64 = bool(device.properties.get("fp64"))
         dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
-        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=dts,
+        return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=dts,
                             limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
 
     def fusion_policy(self) -> FusionPolicy:

@@ -1,10 +1,14 @@
-"""A compiled module: kernel launches, buffer re-typings and host steps over slots.
+"""A compiled module: kernel launches, buffer re-typings, host steps, loops and branches
+over slots.
 
 Launches are enqueued on the device's in-order queue without waiting in between; the
-host waits only when it reads a result (``to_host``) or runs a custom-call."""
+host waits only when it reads a result (``to_host``), runs a custom-call, tests a loop's
+condition (one byte per trip; none when the trip count is known at compile time) or picks
+a conditional's branch (its index). Loops and branches run the plans of their
+sub-computations, built with the rest, over the carry's device buffers."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,10 +16,10 @@ import pyopencl as cl
 
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
-from axle.ir.ops import OPS
+from axle.ir.ops import OPS, branch_index
 
 from .forking import check_not_forked
-from .plan import AliasStep, HostStep, KernelStep, Plan
+from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
 from .runtime import DeviceRuntime
 
 
@@ -24,7 +28,8 @@ class OpenCLExecutable(Executable):
         self.plan = plan
         self.device = device
         self.rt = rt
-        self.kernel_steps = [s for s in plan.steps if isinstance(s, KernelStep)]
+        plans = list(_plans(plan))  # the entry's, then those of loop bodies and branches
+        self.kernel_steps = [s for p in plans for s in p.steps if isinstance(s, KernelStep)]
         # Build every program now (one compiler call), so errors surface at compile time.
         rt.build_many([s.kernel for s in self.kernel_steps])
         # The executable holds its kernels: the runtime's cache may evict them meanwhile.
@@ -34,26 +39,76 @@ class OpenCLExecutable(Executable):
             # constants are uploaded once; their buffers live as long as the executable
             s.inputs = [("constbuf", rt.upload(v[1])) if isinstance(v, tuple) and v[0] == "const" else v
                         for v in s.inputs]
-        self.constants = {slot: rt.upload(a) for slot, a in plan.constants.items()}
+        self._constants = {id(p): {slot: rt.upload(a) for slot, a in p.constants.items()} for p in plans}
+        self.constants = self._constants[id(plan)]
+        # a loop or branch never writes into these (a body may hand one on as a carry)
+        self._constant_buffers = [b for c in self._constants.values() for b in c.values() if b is not None]
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         check_not_forked()
-        env: dict[Any, Any] = dict(self.constants)
-        for slot, a in zip(self.plan.params, args, strict=True):
-            env[slot] = a.handle
         events: list[tuple[str, str, Any]] = []
-        for step in self.plan.steps:
+        outs = self._run(self.plan, [a.handle for a in args], events)
+        if events:
+            self._record(events)
+        return [Buffer(self.device, t, h) for (_, t), h in zip(self.plan.results, outs, strict=True)]
+
+    def _run(self, plan: Plan, args: Sequence[Any], events: list[tuple[str, str, Any]]) -> list[Any]:
+        """Enqueues ``plan``'s steps on buffers ``args`` (one per parameter); returns its
+        results' buffers."""
+        env: dict[Any, Any] = dict(self._constants[id(plan)])
+        for slot, a in zip(plan.params, args, strict=True):
+            env[slot] = a
+        for step in plan.steps:
             if isinstance(step, KernelStep):
                 ev = self._run_kernel(step, env)
                 if ev is not None and profiler.enabled():
                     events.append((step.label or step.kernel.name, step.kernel.what, ev))
             elif isinstance(step, AliasStep):
                 env[step.dst] = env.get(step.src)
+            elif isinstance(step, (LoopStep, BranchStep)):
+                run = self._run_loop if isinstance(step, LoopStep) else self._run_branch
+                env.update(zip(step.outputs, run(step, env, events), strict=True))  # type: ignore[arg-type]  # the step's own runner
             else:
                 env[step.dst] = self._run_host(step, env)
-        if events:
-            self._record(events)
-        return [Buffer(self.device, t, env.get(slot)) for slot, t in self.plan.results]
+        return [env.get(slot) for slot, _ in plan.results]
+
+    def _run_loop(self, step: LoopStep, env: dict[Any, Any], events: list[tuple[str, str, Any]]) -> list[Any]:
+        """The body's plan run over the carry's buffers, its results the next trip's carry,
+        until the count known at compile time is reached or the condition's pred, read back,
+        is false."""
+        carry = [env.get(s) for s in step.inputs]
+        foreign = [h for h, own in zip(carry, step.owned) if not own and h is not None]
+        trips = 0
+        while (trips < step.trips) if step.trips is not None else self._holds(step.cond, carry, events):
+            carry = self._run(step.body, self._owned(step.body, carry, foreign), events)
+            trips += 1
+        return carry
+
+    def _holds(self, cond: Plan, carry: list[Any], events: list[tuple[str, str, Any]]) -> bool:
+        (pred,) = self._run(cond, carry, events)
+        return bool(self.rt.download(pred, np.dtype(np.bool_), ()))  # one byte; waits for the queue
+
+    def _run_branch(self, step: BranchStep, env: dict[Any, Any], events: list[tuple[str, str, Any]]) -> list[Any]:
+        """The branch the index (read back) picks, run on the operands' buffers."""
+        t = step.index_type
+        plan = step.branches[branch_index(self.rt.download(env.get(step.index), t.dtype.np, t.shape),
+                                          len(step.branches))]
+        operands = [env.get(s) for s in step.inputs]
+        foreign = [h for h, own in zip(operands, step.owned) if not own and h is not None]
+        return self._run(plan, self._owned(plan, operands, foreign), events)
+
+    def _owned(self, plan: Plan, args: list[Any], foreign: list[Any]) -> list[Any]:
+        """``args`` with a device copy of each buffer ``plan`` writes into (Plan.consumed) that
+        is not this loop's or branch's alone: one it was not handed (``foreign``: the caller
+        still reads it), a constant, or a buffer at another argument too. A carry updated in
+        place is copied at most once per loop, then it is the loop's own."""
+        out = list(args)
+        for j in plan.consumed:
+            h = out[j]
+            if h is not None and (any(h is f for f in foreign) or any(h is c for c in self._constant_buffers)
+                                  or any(o is h for i, o in enumerate(out) if i != j)):
+                out[j] = self.rt.copy(h, plan.param_types[j].nbytes)
+        return out
 
     def _run_kernel(self, step: KernelStep, env: dict[Any, Any]) -> Any:
         rt = self.rt
@@ -96,3 +151,14 @@ class OpenCLExecutable(Executable):
     def kernel_sources(self) -> dict[str, str]:
         return {s.kernel.name: s.kernel.source for s in self.kernel_steps}
 
+
+def _plans(plan: Plan) -> Iterator[Plan]:
+    """``plan`` and the plans of every loop and branch in it, nested ones too."""
+    yield plan
+    for step in plan.steps:
+        if isinstance(step, LoopStep):
+            yield from _plans(step.cond)
+            yield from _plans(step.body)
+        elif isinstance(step, BranchStep):
+            for b in step.branches:
+                yield from _plans(b)

@@ -3,11 +3,14 @@ shared kernel plan (axle.lowering.plan).
 
 A fusion or an unfused op is one kernel (a reduction split by the plan is two launches), a
 reshape outside a fusion is a free re-typing of its operand's buffer, a sort the shared
-merge sort kernel (sort.py), a custom-call is a host step."""
+merge sort kernel (sort.py), a custom-call is a host step, a ``while`` or ``conditional``
+a host loop or branch over the plans of its sub-computations, planned and built once, at
+compile time (:class:`LoopStep`, :class:`BranchStep`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,8 @@ import numpy as np
 from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
-from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan
+from axle.lowering.loops import known_trip_count
+from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan, sub_plan
 from axle.lowering.schedule import schedule
 
 from .dots import DOT_DTYPES, Epilogue, dot_kernel, dot_kernel_cpu
@@ -58,6 +62,43 @@ class Plan:
     params: list[Slot]
     constants: dict[Slot, np.ndarray]
     results: list[tuple[Slot, TensorType]]
+    #: parameters (by position) whose buffers the steps may write into: an update in place,
+    #: or a nested loop or branch handed the buffer. Only a sub-computation's plan (a loop
+    #: body, a branch) writes into its parameters; whoever runs it must hand it buffers
+    #: nothing else reads (:meth:`OpenCLExecutable._owned`)
+    consumed: frozenset[int] = frozenset()
+    param_types: list[TensorType] = field(default_factory=list)
+
+
+@dataclass
+class LoopStep:
+    """A ``while``: ``body`` run ``trips`` times when the program fixes the count
+    (:func:`axle.lowering.loops.known_trip_count`: nothing is read back), else while ``cond``
+    holds (its pred read back, one byte per trip). The carry stays on the device: each
+    trip's results become the next trip's buffers (no copies)."""
+
+    cond: Plan
+    body: Plan
+    trips: int | None
+    inputs: list[Slot]  # the initial carry
+    outputs: list[Slot]  # the final carry
+    #: per carry: its initial buffer dies here, so the loop may write into it
+    owned: list[bool]
+    label: str = ""
+
+
+@dataclass
+class BranchStep:
+    """A ``conditional``: its index read back (4 bytes, or 1 for a pred), then that branch's
+    plan run on the operands' buffers."""
+
+    branches: list[Plan]
+    index: Slot
+    index_type: TensorType
+    inputs: list[Slot]  # the operands
+    outputs: list[Slot]
+    owned: list[bool]  # per operand, as LoopStep.owned
+    label: str = ""
 
 
 def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
@@ -100,12 +141,31 @@ def _use_group_reduce(kept: int, red: int, dev: DeviceInfo) -> bool:
 
 def plan_module(module: Module, dev: DeviceInfo) -> Plan:
     """The steps of ``module``'s shared kernel plan (:mod:`axle.lowering.plan`)."""
-    kp = kernel_plan(module, assign_buffers=False, split_reductions=dev.split_reductions)
+    return _plan(kernel_plan(module, assign_buffers=False, split_reductions=dev.split_reductions), dev)
+
+
+def _plan(kp: KernelPlan, dev: DeviceInfo, donated: bool = False) -> Plan:
+    """The steps of one kernel plan. ``donated``: the plan of a loop body or a branch, whose
+    parameters' buffers it may write into (:attr:`Plan.consumed`)."""
+    subs = {k: _sub_plans(launch, dev) for k, launch in enumerate(kp.launches)
+            if launch.kind in ("while", "conditional")}
+    wants = {k: _WANTED_WRITES[launch.kind](subs.get(k, [])) if launch.kind in _WANTED_WRITES else set()
+             for k, launch in enumerate(kp.launches)}
+    writes, consumed = _writable_inputs(kp, wants, donated)
     steps: list[Any] = []
-    dying = _dying_operands(kp)
     for k, launch in enumerate(kp.launches):
         if launch.kind == "update":
-            steps += _update_steps(launch, dev, k in dying)
+            steps += _update_steps(launch, dev, 0 in writes[k])
+        elif launch.kind == "while":
+            cond, body = subs[k]
+            steps.append(LoopStep(cond, body, known_trip_count(launch.node), list(launch.inputs),
+                                  list(launch.outputs), [i in writes[k] for i in range(len(launch.inputs))],
+                                  launch.label))
+        elif launch.kind == "conditional":
+            index, *operands = launch.inputs
+            steps.append(BranchStep(subs[k], index, launch.node.operands[0].tensor_type, operands,
+                                    list(launch.outputs), [i + 1 in writes[k] for i in range(len(operands))],
+                                    launch.label))
         elif launch.is_bitcast:
             steps.append(AliasStep(launch.inputs[0], launch.outputs[0], launch.output_types[0]))
         elif launch.kind == "sort":
@@ -119,7 +179,82 @@ def plan_module(module: Module, dev: DeviceInfo) -> Plan:
                 inputs = [launch.inputs[v] if kind == "param" else ("const", v) for kind, v in kernel.inputs]
                 outputs = [launch.outputs[j] for _, j, _ in kernel.outputs]
                 steps.append(KernelStep(kernel, inputs, outputs, launch.label))
-    return Plan(steps, list(range(kp.n_params)), kp.constants, list(zip(kp.results, kp.result_types)))
+    return Plan(steps, list(range(kp.n_params)), kp.constants, list(zip(kp.results, kp.result_types)),
+                consumed, list(kp.param_types))
+
+
+#: the sub-computations a control launch runs, in the order its step keeps their plans
+_SUB_COMPUTATIONS = {"while": lambda n: [n.attr["condition"], n.attr["body"]],
+                     "conditional": lambda n: list(n.attr["branches"])}
+#: which sub-plans may write into their parameters (a branch: every one); a loop's
+#: condition only reads the carry
+_DONATED = {"while": (False, True)}
+
+
+def _sub_plans(launch: KernelLaunch, dev: DeviceInfo) -> list[Plan]:
+    """The plans of a control launch's sub-computations (its node's, already optimized)."""
+    comps = _SUB_COMPUTATIONS[launch.kind](launch.node)
+    donated = _DONATED.get(launch.kind, (True,) * len(comps))
+    return [_plan(sub_plan(c, assign_buffers=False, split_reductions=dev.split_reductions), dev, d)
+            for c, d in zip(comps, donated)]
+
+
+#: the inputs (by position) a launch would write into if their buffers were its own, by its
+#: kind (from its sub-plans): an update's operand; the carries its body writes into; the
+#: operands (after the index) some branch writes into
+_WANTED_WRITES: dict[str, Callable[[list[Plan]], set[int]]] = {
+    "update": lambda subs: {0},
+    "while": lambda subs: set(subs[1].consumed),
+    "conditional": lambda subs: {i + 1 for b in subs for i in b.consumed},
+}
+
+
+def _writable_inputs(kp: KernelPlan, wants: dict[int, set[int]], donated: bool
+                     ) -> tuple[dict[int, set[int]], frozenset[int]]:
+    """Of the inputs each launch wants to write into, those it may: every buffer the input's
+    slot may share (its bases) is read by no later launch, is no result, is no constant, is no
+    parameter (unless ``donated``) and is no other input of the launch. Also the parameters
+    some launch writes into.
+
+    A slot's bases are the buffers it may be: its own; its operand's for an unfused reshape
+    (a re-typing) and an update in place; for a loop's or branch's results one buffer of the
+    launch's own (the buffers it was handed, and its fresh ones: they may come back at any
+    result) and the buffers it was not handed (they may pass through unchanged)."""
+    last: dict[int, int] = {}
+    for k, launch in enumerate(kp.launches):
+        for s in launch.inputs:
+            last[s] = k
+    for s in kp.results:
+        last[s] = len(kp.launches)
+    fixed = set(kp.constants) | (set() if donated else set(range(kp.n_params)))
+    bases: dict[int, frozenset[int]] = {}
+    holders: dict[int, set[int]] = {}  # base -> slots that may be it
+
+    def base_of(s: int) -> frozenset[int]:
+        return bases.get(s, frozenset({s}))
+
+    def set_bases(s: int, b: frozenset[int]) -> None:
+        bases[s] = b
+        for x in b:
+            holders.setdefault(x, {x}).add(s)
+
+    writes: dict[int, set[int]] = {}
+    consumed: set[int] = set()
+    for k, launch in enumerate(kp.launches):
+        ins = launch.inputs
+        mine = writes[k] = {i for i in wants[k] if all(
+            b not in fixed and all(last.get(t, -1) <= k for t in holders.get(b, {b}))
+            and not any(b in base_of(ins[j]) for j in range(len(ins)) if j != i)
+            for b in base_of(ins[i]))}
+        consumed |= {b for i in mine for b in base_of(ins[i]) if b < kp.n_params}
+        if launch.is_bitcast or (launch.kind == "update" and mine):
+            set_bases(launch.outputs[0], base_of(ins[0]))
+        elif launch.kind in ("while", "conditional"):
+            first = 1 if launch.kind == "conditional" else 0
+            passed = frozenset().union(*(base_of(ins[i]) for i in range(first, len(ins)) if i not in mine))
+            for o in launch.outputs:
+                set_bases(o, passed | {launch.outputs[0]})
+    return writes, frozenset(consumed)
 
 
 def _update_steps(launch: KernelLaunch, dev: DeviceInfo, in_place: bool) -> list[Any]:
@@ -139,26 +274,3 @@ def _update_steps(launch: KernelLaunch, dev: DeviceInfo, in_place: bool) -> list
         return [first]
     inputs = [launch.inputs[v] if kind == "param" else ("const", v) for kind, v in k.inputs]
     return [first, KernelStep(k, inputs, [dst], launch.label, in_place=True)]
-
-
-def _dying_operands(kp: KernelPlan) -> set[int]:
-    """Launches (by position) of kind ``update`` whose operand buffer nobody reads later:
-    not a parameter (the caller's), a constant or a result, and no slot sharing its buffer
-    (an unfused reshape aliases it) read by a later launch."""
-    root: dict[int, int] = {}
-    for launch in kp.launches:
-        if launch.is_bitcast:
-            root[launch.outputs[0]] = root.get(launch.inputs[0], launch.inputs[0])
-    last: dict[int, int] = {}
-    for k, launch in enumerate(kp.launches):
-        for s in launch.inputs:
-            last[root.get(s, s)] = k
-    kept = {root.get(s, s) for s in kp.results} | set(kp.constants) | set(range(kp.n_params))
-    out = set()
-    for k, launch in enumerate(kp.launches):
-        if launch.kind == "update":
-            b = root.get(launch.inputs[0], launch.inputs[0])
-            if b not in kept and last.get(b) == k and launch.inputs.count(launch.inputs[0]) == 1 and \
-                    all(root.get(s, s) != b for s in launch.inputs[1:]):
-                out.add(k)
-    return out

@@ -33,8 +33,11 @@ from .executable import TemplateExecutable
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads and update kernels
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+#: loops and conditionals: host loops over their sub-computations' kernels (executable.py),
+#: claimed only with every op inside them (Capabilities._body_refusal)
+CLAIMED_CONTROL: frozenset[Op] = frozenset({Op.WHILE, Op.CONDITIONAL})
 CLAIMED: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.elementwise) | {
-    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED
+    Op.REDUCE, Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.IOTA, Op.CONSTANT, Op.SORT} | CLAIMED_EXTENDED | CLAIMED_CONTROL
 #: The dtypes this device runs: all of the IR's (the shared C renderer computes float16 and
 #: bfloat16 in float and rounds once per op).
 DTYPES: frozenset[DType] = frozenset(ALL_DTYPES)
@@ -49,6 +52,7 @@ LOWERING: tuple[tuple[str, str], ...] = (
     *((f"C expression ({t.lower().replace('_', ' ')})", f"axle.lowering.c:{t}")
       for t in ("FLOAT_UNARY", "FLOAT_BINARY", "INT_UNARY", "INT_BINARY", "BOOL_UNARY", "BOOL_BINARY")),
 )
+_HOST_LOOP = ("a host loop or branch over the sub-computations' kernels", ".executable:TemplateExecutable._control")
 #: code some ops use beyond those tables
 LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONVERT: (("the conversion expression", "axle.lowering.c:convert"),),
@@ -62,6 +66,8 @@ LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                   "axle.lowering.c:_KernelBuilder.update"),),
     Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: a copy stage, then the window",
                                "axle.lowering.c:_KernelBuilder.update"),),
+    # control flow: a loop's pred (unless its trip count is known) or a branch index read back each time
+    Op.WHILE: (_HOST_LOOP,), Op.CONDITIONAL: (_HOST_LOOP,),
 }
 
 
@@ -97,7 +103,7 @@ class TemplateBackend(Backend):
     def capabilities(self, device: Device) -> Capabilities:
         # HARDWARE: list the dtypes your device computes; the others run on the host.
         if self._claims_all():
-            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED, dtypes=DTYPES)
+            return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=DTYPES)
         return Capabilities(ops=CLAIMED, dtypes=DTYPES, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:

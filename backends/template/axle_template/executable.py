@@ -1,4 +1,5 @@
-"""The executable: an ordered list of kernel launches over the entry computation."""
+"""The executable: an ordered list of kernel launches over the entry computation; a loop or
+conditional is a host loop or branch over the launches of its sub-computations."""
 from __future__ import annotations
 
 import ctypes
@@ -11,14 +12,17 @@ import numpy as np
 from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
 from axle.ir.module import Module
-from axle.ir.ops import OPS, Op
+from axle.ir.ops import OPS, Op, branch_index
 from axle.lowering.c import CKernel
-from axle.lowering.plan import KernelLaunch, kernel_plan
+from axle.lowering.loops import known_trip_count
+from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan, sub_plan
 
 from .codegen import RENDERER, compile_program, render_kernel
 
 #: launch kinds run on the host by the op table's reference: user code
 _HOST_KINDS = ("custom-call",)
+#: launch kinds that run sub-computations (docs/writing-a-backend.md, "Loops and conditionals")
+_CONTROL = {"while": lambda n: [n.attr["condition"], n.attr["body"]], "conditional": lambda n: n.attr["branches"]}
 
 
 @dataclass
@@ -26,6 +30,9 @@ class Launch:
     plan: KernelLaunch
     kernel: CKernel | None  # None: a custom-call, a registered Python function run on the host
     stages: list[Any] = field(default_factory=list)
+    #: a loop's condition and body, or a conditional's branches: their plans and launches
+    subs: list[tuple[KernelPlan, list[Launch]]] = field(default_factory=list)
+    trips: int | None = None  # a loop's trip count, when the program fixes it
 
 
 class TemplateExecutable(Executable):
@@ -35,17 +42,12 @@ class TemplateExecutable(Executable):
         # The core's kernel plan: launches in order, over numbered buffer slots
         # (parameters first, then constants, then each launch's outputs).
         self.plan = kernel_plan(module, assign_buffers=False)
-        # HARDWARE: upload constants once, at compile time, into device memory.
-        self.constants = dict(self.plan.constants)
-        # HARDWARE: the launch's kind says how to generate it (docs/ir.md, "Fusions"): an
-        # "output" fusion is a dot whose epilogue finishes each element before its store.
-        self.launches = [Launch(k, None if k.kind in _HOST_KINDS else
-                                render_kernel(_name(i, k), k.computation, k.kind))
-                         for i, k in enumerate(self.plan.launches)]
-        kernels = [launch.kernel for launch in self.launches if launch.kernel is not None]
-        if kernels:
+        self.every: list[Launch] = []  # the entry's launches and those of every loop body and branch
+        self.launches = _launches(self.plan, "", self.every)
+        kernels = [launch.kernel for launch in self.every if launch.kernel is not None]
+        if kernels:  # one program for them all
             lib = compile_program(RENDERER.program(kernels))
-            for launch in self.launches:
+            for launch in self.every:
                 launch.stages = [lib.function(name) for name in launch.kernel.stages] if launch.kernel else []
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
@@ -53,23 +55,47 @@ class TemplateExecutable(Executable):
         if len(args) != plan.n_params:
             raise BackendError(f"{self.module.name}: {len(args)} arguments given, {plan.n_params} expected "
                                f"({self.module.entry.parameter_types})")
-        values: list[Any] = [None] * plan.n_slots
         for i, (t, a) in enumerate(zip(plan.param_types, args)):
             if a.type != t:
                 raise BackendError(f"{self.module.name}: parameter {i} expects {t}, got {a.type}")
-            values[i] = a.handle
-        for slot, array in self.constants.items():
+        outs = self._run(plan, self.launches, [a.handle for a in args])
+        return [Buffer(self.device, t, out) for out, t in zip(outs, plan.result_types)]
+
+    def _run(self, plan: KernelPlan, launches: list[Launch], args: list[Any]) -> list[Any]:
+        """Runs one plan's launches in order on its parameters' buffers; returns its results."""
+        values: list[Any] = [None] * plan.n_slots
+        values[:len(args)] = args
+        # HARDWARE: upload constants once, at compile time, into device memory (each plan's:
+        # the entry's, a loop body's...), and bind those buffers here.
+        for slot, array in plan.constants.items():
             values[slot] = array
-        for launch in self.launches:
+        for launch in launches:
             inputs = [values[s] for s in launch.plan.inputs]
-            if launch.kernel is None:  # user Python code: it runs on the host
+            if launch.subs:
+                outputs = self._control(launch, inputs)
+            elif launch.kernel is None:  # user Python code: it runs on the host
                 with np.errstate(all="ignore"):
                     outputs = [OPS[launch.plan.node.op].reference(*inputs, **launch.plan.node.attr)]
             else:
                 outputs = self._launch(launch, inputs)
             for s, out in zip(launch.plan.outputs, outputs):
                 values[s] = out
-        return [Buffer(self.device, t, values[s]) for s, t in zip(plan.results, plan.result_types)]
+        return [values[s] for s in plan.results]
+
+    def _control(self, launch: Launch, inputs: list[Any]) -> list[Any]:
+        """A loop or conditional, driven from the host over its sub-computations' kernels. The
+        carry stays in device memory: the host reads back only a loop's pred (one byte per
+        trip, none when the trip count is known at compile time) or a conditional's index."""
+        if launch.plan.kind == "conditional":
+            # HARDWARE: copy out. Read the index back (wait for the kernel computing it).
+            plan, launches = launch.subs[branch_index(inputs[0], len(launch.subs))]
+            return self._run(plan, launches, inputs[1:])
+        (cond, cond_launches), (body, body_launches) = launch.subs
+        trips, carry = 0, inputs
+        # HARDWARE: copy out. The pred, read back each trip, unless the trip count is known.
+        while (trips < launch.trips) if launch.trips is not None else self._run(cond, cond_launches, carry)[0]:
+            carry, trips = self._run(body, body_launches, carry), trips + 1
+        return carry
 
     def _launch(self, launch: Launch, inputs: list[np.ndarray]) -> list[np.ndarray]:
         # HARDWARE: launch. Allocate the outputs and scratch buffers in device memory and
@@ -85,10 +111,30 @@ class TemplateExecutable(Executable):
         return outs
 
     def report(self) -> dict[str, Any]:
-        return {"kernels": sum(launch.kernel is not None for launch in self.launches)}
+        return {"kernels": sum(launch.kernel is not None for launch in self.every)}
 
     def kernel_sources(self) -> dict[str, str]:
-        return {k.kernel.name: k.kernel.source for k in self.launches if k.kernel is not None}
+        return {k.kernel.name: k.kernel.source for k in self.every if k.kernel is not None}
+
+
+def _launches(plan: KernelPlan, prefix: str, every: list[Launch]) -> list[Launch]:
+    """A plan's launches, each with its kernel rendered (not yet compiled); a loop or
+    conditional with the launches of its sub-computations' plans (kernel names prefixed
+    with the launch's: one program holds them all). ``every`` collects them, nested ones too."""
+    out = []
+    for i, k in enumerate(plan.launches):
+        if k.kind in _CONTROL:
+            plans = [sub_plan(c, assign_buffers=False) for c in _CONTROL[k.kind](k.node)]
+            out.append(Launch(k, None, subs=[(p, _launches(p, f"{prefix}k{i}s{j}_", every))
+                                             for j, p in enumerate(plans)],
+                              trips=known_trip_count(k.node) if k.kind == "while" else None))
+        else:
+            # HARDWARE: the launch's kind says how to generate it (docs/ir.md, "Fusions"): an
+            # "output" fusion is a dot whose epilogue finishes each element before its store.
+            out.append(Launch(k, None if k.kind in _HOST_KINDS else render_kernel(prefix + _name(i, k),
+                                                                                  k.computation, k.kind)))
+    every += out
+    return out
 
 
 def _name(i: int, launch: KernelLaunch) -> str:

@@ -31,6 +31,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import OPS, Op
 from ..ir.types import TensorType
+from .control_batching import CONTROL_BATCH
 
 Value = Any
 BatchRule = Callable[[Node, Sequence[Value], Sequence[bool], int], Value]
@@ -304,6 +305,9 @@ BATCH: dict[Op, BatchRule] = {
     Op.CUSTOM_CALL: _per_example,
     # indexing: once per example (a batched gather/scatter would add the batch to the
     # dimension numbers: not yet)
+    # control flow: rules over their sub-computations (control_batching.py); each returns
+    # one (value, batched) pair per result of the loop or conditional
+    **CONTROL_BATCH,
 }
 
 #: The op table's ops without a batching rule, and why none is needed.
@@ -314,7 +318,4 @@ NOT_BATCHED: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
-    # control flow
-    Op.WHILE: "no batching rule yet: vmap over a loop that reads a batched value raises",
-    Op.CONDITIONAL: "no batching rule yet: vmap over a conditional that reads a batched value raises",
 }

@@ -14,15 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import numpy as anp
-from ..errors import ArgumentError, ShapeError, TracingError
+from ..errors import ArgumentError, ShapeError
 from ..frontend.array import Array
 from ..frontend.pytree import flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, leaf_aval
 from ..ir.module import Node
 from ..ir.ops import Op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from .capture import Graph, replay, trace_graph
+from .control import result_types
+from .control_jvp import JVP_FN
 from .jvp import JVP, Tangent
 from .rules import full
 
@@ -75,12 +77,16 @@ class Forward:
     def push(self, tangents: Sequence[Tangent]) -> list[Any]:
         """The output tangents (zeros materialized) for the argument leaves' tangents."""
         tan: dict[int, Any] = {p.uid: t for p, t in zip(self.graph.params, tangents) if t is not None}
+        parts: dict[int, list[Tangent]] = {}  # a loop's or conditional's tangents, one per result
         for n in self.order:
-            if n.traits.control and any(o.uid in tan for o in n.operands):
-                # no JVP rule yet (NO_JVP): a zero tangent would be silently wrong
-                raise TracingError(f"{self.what}: forward-mode differentiation through {n.op.value} is not supported "
-                                   f"yet: it reads a value with a tangent (operands "
-                                   f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+            if n.traits.control:
+                self._control(n, tan, parts)
+                continue
+            if n.op is Op.GET_TUPLE_ELEMENT and n.operands[0].uid in parts:
+                t = parts[n.operands[0].uid][n.attr["index"]]
+                if t is not None:
+                    tan[n.uid] = t
+                continue
             if n.op in (Op.PARAMETER, Op.CONSTANT) or not _is_float(n):
                 continue
             ts = [tan.get(o.uid) for o in n.operands]
@@ -91,6 +97,19 @@ class Forward:
             assert aval_of(t) == n.tensor_type, f"JVP rule of {n.op.value} gave {aval_of(t)}, not {n.tensor_type}"
             tan[n.uid] = t
         return [tan[n.uid] if n.uid in tan else full(0, n) for n in self.graph.out_nodes]
+
+    def _control(self, n: Node, tan: dict[int, Any], parts: dict[int, list[Tangent]]) -> None:
+        """A loop's or conditional's rule (control_jvp.py), when an operand has a tangent."""
+        ts = [tan.get(o.uid) for o in n.operands]
+        if all(t is None for t in ts):
+            return
+        found = JVP[n.op](n, [self.env[o.uid] for o in n.operands], ts, self.env[n.uid])
+        for t, rt in zip(found, result_types(n), strict=True):
+            assert t is None or aval_of(t) == rt, f"JVP rule of {n.op.value} gave {aval_of(t)}, not {rt}"
+        if isinstance(n.type, TupleType):
+            parts[n.uid] = found
+        elif found[0] is not None:
+            tan[n.uid] = found[0]
 
     def tangent_out(self, tangents: Sequence[Any]) -> Any:
         return unflatten(self.graph.out_tree, self.push(self.tangent_leaves(tangents)))
@@ -126,3 +145,4 @@ def linearize(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> A
     return (fw.outputs(), f_jvp, fw.aux()) if has_aux else (fw.outputs(), f_jvp)
 
 
+JVP_FN[:] = [jvp]  # the control-flow rules differentiate sub-computations with it

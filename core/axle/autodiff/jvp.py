@@ -26,6 +26,7 @@ from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
+from .control_jvp import CONTROL_JVP
 from .linalg_rules import custom_call_jvp
 from .rules import _kept_windows, _pad_any, _read_windows, _scatter_to, _trunc, _window_view, full
 
@@ -285,6 +286,9 @@ JVP: dict[Op, JvpRule] = {
     Op.ERF: _unary(lambda n, x, out: lax.mul(full(2 / np.sqrt(np.pi), n), lax.exp(lax.neg(lax.mul(x, x))))),
     Op.ATAN2: _atan2,
     Op.NEXT_AFTER: _next_after,
+    # control flow: rules over their sub-computations (control_jvp.py); each returns one
+    # tangent per result of the loop or conditional
+    **CONTROL_JVP,
 }
 
 #: The op table's ops without a JVP rule, and why their output tangent is zero (or never asked).
@@ -313,12 +317,9 @@ NO_JVP: dict[Op, str] = {
     Op.POPCNT: "integer output: not differentiable",
     Op.CLZ: "integer output: not differentiable",
     Op.BITCAST_CONVERT: "reinterprets bits (an integer operand or result): not differentiable",
-    # control flow
-    Op.WHILE: "no JVP rule yet: forward mode through a loop that reads a tangent raises, never a zero tangent",
-    Op.CONDITIONAL: "no JVP rule yet: forward mode through a conditional that reads a tangent raises, "
-                    "never a zero tangent",
 }
 
-#: Ops whose tangent may be non-zero (checked against finite differences).
-DIFFERENTIABLE: frozenset[Op] = frozenset(JVP)  # custom-call: the linalg targets (linalg_rules.py)
+#: Ops whose tangent may be non-zero (checked against finite differences; the control ops
+#: in tests/core/test_control_transforms.py, through the constructs that stage them).
+DIFFERENTIABLE: frozenset[Op] = frozenset(JVP) - set(CONTROL_JVP)  # custom-call: the linalg targets (linalg_rules.py)
 

@@ -88,15 +88,15 @@ TARGET_VJP: dict[str, TargetRule] = {
 
 
 def custom_call_vjp(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list[Value | None]:
-    """The rule of Op.CUSTOM_CALL: the target's rule on the unpacked results; a linalg
-    target without one raises, other targets get a zero cotangent (None), as before."""
+    """The rule of Op.CUSTOM_CALL: the target's rule on the unpacked results. A target
+    without one raises (qr, svd, a user's host function): the call reads a differentiated
+    input and its float output reaches the loss, so a zero cotangent would be a silently
+    wrong gradient (the forward-mode rule raises alike)."""
     rule = TARGET_VJP.get(n.attr["target"])
-    if rule is None and n.attr["target"].startswith(la.PREFIX):
-        # qr, svd, svdvals: a silent zero would be a wrong gradient
-        raise TracingError(f"grad: {n.attr['target']} has no VJP rule yet (operands: "
-                           f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
     if rule is None:
-        return [None] * len(xs)
+        raise TracingError(f"grad: custom-call target {n.attr['target']!r} has no VJP rule; its float output "
+                           f"depends on a differentiated input (operands: "
+                           f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
     shapes = la.result_shapes(n.attr["target"][len(la.PREFIX):], [x.shape for x in xs], n.attr["config"])
     return rule(n, xs, la.unpack(out, shapes), la.unpack(ct, shapes))
 

@@ -29,9 +29,10 @@ from ..frontend.pytree import TreeDef, broadcast_prefix, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, leaf_aval
 from ..ir.ops import Op
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from .batching import BATCH, batched_like, move_axis
 from .capture import Graph, apply, constant_of, trace_graph
+from .control_batching import VMAP_FN
 
 __all__ = ["vmap"]
 
@@ -107,9 +108,13 @@ class _Batched:
         self.size = found.pop()
 
 
-def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, bool]]:
+#: whether a value is batched; for a loop's or conditional's tuple of results, one flag each
+Flag = bool | tuple[bool, ...]
+
+
+def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, Flag]]:
     """Every node's (value, batched), the batch at dimension 0 of batched values."""
-    env: dict[int, tuple[Any, bool]] = {p.uid: (v, s) for p, v, s in zip(graph.params, b.values, b.batched)}
+    env: dict[int, tuple[Any, Flag]] = {p.uid: (v, s) for p, v, s in zip(graph.params, b.values, b.batched)}
     env.update({uid: (v, False) for uid, v in graph.captured.items()})
     for n in graph.order:
         if n.op is Op.PARAMETER:
@@ -117,8 +122,13 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, bool]]:
         if n.op is Op.CONSTANT:
             env[n.uid] = (constant_of(n), False)
             continue
+        if n.op is Op.GET_TUPLE_ELEMENT:
+            values, batched = env[n.operands[0].uid]
+            if isinstance(batched, tuple):  # a batched loop's or conditional's results
+                env[n.uid] = (values[n.attr["index"]], batched[n.attr["index"]])
+                continue
         vals = [env[o.uid][0] for o in n.operands]
-        flags = [env[o.uid][1] for o in n.operands]
+        flags = [bool(env[o.uid][1]) for o in n.operands]  # array operands: one flag each
         if not any(flags):
             env[n.uid] = (apply(n, vals), False)
             continue
@@ -126,6 +136,11 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, bool]]:
         if rule is None:  # an op merged without its rule: refuse rather than guess
             raise TracingError(f"vmap: {n.op.value} has no batching rule (operands: "
                                f"{', '.join(str(o.type) for o in n.operands)})", where=n.loc or user_location())
+        if n.traits.control:  # one (value, batched) pair per result
+            pairs = rule(n, vals, flags, b.size)
+            env[n.uid] = ((tuple(v for v, _ in pairs), tuple(f for _, f in pairs)) if isinstance(n.type, TupleType)
+                          else pairs[0])
+            continue
         out = rule(n, vals, flags, b.size)
         assert aval_of(out) == TensorType(n.tensor_type.dtype, (b.size,) + n.tensor_type.shape), \
             f"batching rule of {n.op.value} gave {aval_of(out)} for {n.tensor_type} with batch {b.size}"
@@ -133,14 +148,14 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, bool]]:
     return env
 
 
-def _check_indices(graph: Graph, env: dict[int, tuple[Any, bool]]) -> None:
+def _check_indices(graph: Graph, env: dict[int, tuple[Any, Flag]]) -> None:
     """--check_indices flags of the traced function: a batched flag fails if any example's does."""
     for node, message, where in graph.index_checks:
         flag, batched = env[node.uid]
         checks.replayed(lax.reduce(flag, "or", (0,)) if batched else flag, message, where)
 
 
-def _output(value: Any, batched: bool, t: TensorType, axis: Axis, size: int, i: int) -> Any:
+def _output(value: Any, batched: Flag, t: TensorType, axis: Axis, size: int, i: int) -> Any:
     if axis is None:
         if batched:
             raise ArgumentError(f"vmap: output {i} ({t}) depends on the batched inputs, but its out_axes is None",
@@ -187,3 +202,6 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         return unflatten(graph.out_tree, outs)
 
     return batched
+
+
+VMAP_FN[:] = [vmap]  # the control-flow rules batch sub-computations with it

@@ -2,11 +2,11 @@
 executable on the operands' device, compiled once per signature and cached."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import counters as stats
-from ..backend import Device, Executable
+from ..backend import Buffer, Device, Executable
 from ..compiler import compile_module, flags_key
 from ..errors import DeviceError
 from ..ir.builder import Builder, make_node
@@ -24,6 +24,49 @@ from .tracing import Tracer, aval_of, current_trace, is_weak
 #: one-op executables by (op, attributes, operand types, device, flags), bounded
 #: (--jit_cache_size): the least recently used are dropped and their code freed
 _cache: LRU[Executable] = LRU()
+
+#: The hot path of eager ops: by :func:`_signature` (op, each operand's type, device and
+#: committed flag, the flags), what :func:`apply_eager` found for an attribute-free op on
+#: concrete, non-weak arrays of one device: the executable's ``execute``, whether the result
+#: is committed, and its launch counter. Such a call places, types and compiles the same way
+#: every time, so a hit skips all of that (bounded like the executables).
+_launchers: LRU[tuple[Callable[[list[Buffer]], list[Buffer]], bool, Callable[[], int]]] = LRU()
+
+
+def _signature(op: Op, operands: Sequence[Any]) -> tuple | None:
+    """The hot-path key of ``op`` on ``operands``, or None when they are not all concrete
+    non-weak arrays on one device (placement, promotion or a pending value to force)."""
+    key: list[Any] = [op, flags_key()]
+    device = None
+    for x in operands:
+        if type(x) is not Array or x.weak:
+            return None
+        buf = x._buffer
+        if buf is None:
+            return None
+        if device is None:
+            device = buf.device
+            key.append(device)
+        elif buf.device is not device and buf.device != device:
+            return None
+        key += (buf.type, x.committed)
+    return tuple(key)
+
+
+def launch_cached(op: Op, *operands: Any) -> Array | None:
+    """``op`` (no attributes) on ``operands`` through the hot path when this signature ran
+    eagerly before; None otherwise (the caller takes the full path, which fills it). Never
+    while tracing or recording a lazy cluster."""
+    key = _signature(op, operands)
+    if key is None or current_trace() is not None or lazy_active():
+        return None
+    hit = _launchers.peek(key)
+    if hit is None:
+        return None
+    run, committed, tick = hit
+    (out,) = run([x._buffer for x in operands])
+    tick()
+    return Array(out, committed=committed)
 
 
 def _placement(operands: Sequence[Any]) -> tuple[Device, bool]:
@@ -84,6 +127,10 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
 
 
 def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
+    if not attrs:
+        fast = launch_cached(op, *operands)
+        if fast is not None:
+            return fast
     device, committed = _placement(operands)
     weak = bool(operands) and all(is_weak(x) for x in operands)
     if lazy_active():
@@ -91,6 +138,9 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     types = tuple(aval_of(x) for x in operands)
     exe = executable_for(op, types, attrs, device)
     (out,) = exe.execute([to_buffer(x, device) for x in operands])
-    stats.record("eager_ops", device=device.name)
-    stats.record("kernel_launches", function=f"eager:{op.value}", device=device.name)
+    tick = stats.eager_counter(f"eager:{op.value}", device.name)
+    tick()
+    key = None if attrs or not operands else _signature(op, operands)
+    if key is not None:
+        _launchers.put(key, (exe.execute, committed, tick))
     return Array(out, weak=weak, committed=committed)

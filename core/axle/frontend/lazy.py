@@ -47,6 +47,13 @@ from .validate import host_array
 #: A cluster is flushed once it holds this many ops.
 MAX_CLUSTER_OPS = 1000
 
+#: Operands that say where to read or write, not what to compute: the start indices of the
+#: dynamic slices, from this position on. A host scalar there becomes a parameter of the
+#: cluster, not a literal: ``x[t]`` in a Python loop (a dynamic slice, see numpy/_index.py)
+#: then records the same cluster for every ``t`` and hits the compile cache, where a
+#: literal would put ``t`` in the cluster's key (one compile per value of ``t``).
+INDEX_OPERANDS_FROM = {Op.DYNAMIC_SLICE: 1, Op.DYNAMIC_UPDATE_SLICE: 2}
+
 _state = threading.local()
 #: cluster executables by structure, bounded (--jit_cache_size) like every executable cache
 _exe_cache: LRU[Executable] = LRU()
@@ -97,19 +104,20 @@ class Cluster:
             self._param_of[id(buf)] = node
         return node
 
-    def node_for(self, x: Any) -> Node:
+    def node_for(self, x: Any, literal: bool = True) -> Node:
         if isinstance(x, Array):
             if x._buffer is None and x._lazy[0] is self:
                 return x._lazy[1]
             return self._param(to_buffer(x, self.device))  # forces another cluster's value
         arr = host_array(x, "axle")
-        if arr.ndim == 0:  # scalars become literals: cheap, and they let the optimizer fold
+        if arr.ndim == 0 and literal:  # scalars become literals: cheap, and they let the optimizer fold
             return make_node(Op.CONSTANT, (), {"value": Literal(arr)})
         return self._param(to_buffer(arr, self.device))
 
     def record(self, op: Op, operands: Sequence[Any], attrs: dict[str, Any], weak: bool, loc: str | None,
                committed: bool = False) -> Array:
-        nodes = [self.node_for(x) for x in operands]
+        first_index = INDEX_OPERANDS_FROM.get(op, len(operands))
+        nodes = [self.node_for(x, literal=k < first_index) for k, x in enumerate(operands)]
         node = make_node(op, nodes, attrs, loc=loc)
         out = Array(None, weak=weak, lazy=(self, node), committed=committed)
         self.pending.append(weakref.ref(out))

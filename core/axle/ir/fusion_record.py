@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from .computation import called_computations
 from .opcodes import Op
 
 if TYPE_CHECKING:
-    from .module import Computation
+    from .module import Computation, Node
 
 #: reason code -> what it means (the text of each NotFused says it for the case at hand)
 REASON_CODES: dict[str, str] = {
@@ -96,6 +97,20 @@ def members_of(comp: Computation) -> tuple[str, ...]:
     return tuple(n.op.value for n in comp.nodes if n.op not in (Op.PARAMETER, Op.TUPLE))
 
 
+def fusion_nodes(comp: Computation) -> list[Node]:
+    """The fusion nodes of ``comp`` and of the computations its loops and conditionals call
+    (bodies, conditions, branches, nested to any depth): the fusion pass fuses each of
+    those computations, and its records name fusions in all of them."""
+    out: list[Node] = []
+    for n in comp.nodes:
+        if n.op is Op.FUSION:
+            out.append(n)
+        elif n.traits.control:
+            for sub in called_computations(n):
+                out += fusion_nodes(sub)
+    return out
+
+
 def carry_records(records: tuple[FusionRecord, ...], entry: Computation) -> tuple[FusionRecord, ...]:
     """The records that still describe fusions of ``entry``, brought up to date: a record
     whose fusion is gone is dropped, one whose computation was rewritten gets its members
@@ -103,7 +118,7 @@ def carry_records(records: tuple[FusionRecord, ...], entry: Computation) -> tupl
     consumer entries only when the outputs are unchanged in number)."""
     if not records:
         return ()
-    fusions = {n.attr["computation"].name: n for n in entry.nodes if n.op is Op.FUSION}
+    fusions = {n.attr["computation"].name: n for n in fusion_nodes(entry)}
     out = []
     for r in records:
         node = fusions.get(r.fusion)

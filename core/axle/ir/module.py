@@ -138,7 +138,8 @@ class Module:
         return Module(self.name, entry, carry_records(self.fusion_records, entry))
 
     def fusion_record(self, fusion: Node) -> FusionRecord | None:
-        """The fusion pass's record of an entry fusion node (None: not formed by the pass)."""
+        """The fusion pass's record of a fusion node, of the entry or of a computation a loop or
+        conditional calls (None: not formed by the pass)."""
         name = fusion.attr["computation"].name if fusion.op is Op.FUSION else None
         return next((r for r in self.fusion_records if r.fusion == name), None)
 

@@ -28,7 +28,8 @@ _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+|//[^\n]*)
   | (?P<str>"(?:[^"\\\n]|\\.)*")
   | (?P<name>[%@][A-Za-z0-9_.\-]+)
-  | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?:inf|nan)(?![A-Za-z0-9_\-])))
+  | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?
+                   |(?:inf|nan(?:\(0x[0-9a-fA-F]+\))?)(?![A-Za-z0-9_\-])))
   | (?P<word>[A-Za-z_][A-Za-z0-9_\-]*)
   | (?P<arrow>->)
   | (?P<punct>[(){}\[\],=:])
@@ -192,12 +193,27 @@ def _scalar(t: _Tokens, dt: DType) -> object:
         if not info.min <= v <= info.max:
             raise t.error(tok, f"{tok.text} is out of range for {dt.value} [{info.min}, {info.max}]")
         return v
+    if tok.text.startswith("nan("):
+        return _nan_with_bits(t, tok, dt)
     f = float(tok.text)
     with np.errstate(over="ignore"):
         rounded = dt.np.type(f)
     if math.isfinite(f) != bool(np.isfinite(rounded)) or (math.isinf(f) and "inf" not in tok.text):
         raise t.error(tok, f"{tok.text} is out of range for {dt.value}")
     return f
+
+
+def _nan_with_bits(t: _Tokens, tok: Any, dt: DType) -> object:
+    """``nan(0x...)``: a NaN given by its bits (sign and payload), as the printer writes a
+    NaN other than the dtype's canonical one."""
+    bits = int(tok.text[len("nan(0x"):-1], 16)
+    width = dt.itemsize * 8
+    if bits >> width:
+        raise t.error(tok, f"{tok.text} has more than the {width} bits of a {dt.value} element")
+    v = np.array(bits, dtype=f"u{dt.itemsize}").view(dt.np)[()]
+    if not np.isnan(v):
+        raise t.error(tok, f"{tok.text} is not a NaN of {dt.value} (these bits are {float(v)!r})")
+    return v
 
 
 def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:

@@ -36,11 +36,24 @@ def format_scalar(v: Any, dt: np.dtype) -> str:
     if is_float_numpy(dt):  # bfloat16's NumPy kind is 'V'
         f = float(v)
         if math.isnan(f):
-            return "nan"
+            return format_nan(v, dt)
         if math.isinf(f):
             return "inf" if f > 0 else "-inf"
         return repr(f)
     return str(int(v))
+
+
+def nan_bits(v: Any, dt: np.dtype) -> tuple[int, int]:
+    """A float element's bit pattern and the pattern of its dtype's canonical NaN."""
+    ut = np.dtype(f"u{dt.itemsize}")
+    return int(np.asarray(v, dtype=dt).view(ut)), int(np.asarray(np.nan, dtype=dt).view(ut))
+
+
+def format_nan(v: Any, dt: np.dtype) -> str:
+    """``nan`` for the dtype's canonical quiet NaN, else ``nan(0x...)`` with the element's
+    bits (sign and payload), so printing and parsing keep every bit of a constant."""
+    bits, canonical = nan_bits(v, dt)
+    return "nan" if bits == canonical else f"nan(0x{bits:0{2 * dt.itemsize}x})"
 
 
 def format_literal(lit: Literal) -> str:

@@ -34,7 +34,9 @@ from .split import split_reduction
 #: ``while``/``conditional``: a control op whose sub-computations the backend runs itself
 _SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort",
                    Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update",
-                   Op.WHILE: "while", Op.CONDITIONAL: "conditional"}
+                   Op.WHILE: "while", Op.CONDITIONAL: "conditional",
+                   # a claimed convolution is a contraction launch like a dot (its own kernel)
+                   Op.CONVOLUTION: "dot"}
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,9 @@ def single_op(node: Node, name: str | None = None) -> Computation:
 def sub_plan(comp: Computation, **kwargs: object) -> KernelPlan:
     """The plan of a control op's sub-computation (a loop's condition or body, a branch),
     as if it were the entry of a module of its own: its parameters are the carry or the
-    branch operands, its results the new carry or the branch's value."""
+    branch operands, its results the new carry or the branch's value. A loop body planned
+    with ``donate_carry=True`` may write a result into its parameter's slot (the carry
+    updated in place: its launch's output slot is that parameter's slot)."""
     return kernel_plan(Module(comp.name, comp), **kwargs)  # type: ignore[arg-type]  # kernel_plan's keywords
 
 
@@ -105,16 +109,20 @@ def _types(t: object) -> list[TensorType]:
 
 def kernel_plan(module: Module, *, assign_buffers: bool = True,
                 max_inline_cost: int = DEFAULT_POLICY.max_inline_cost,
-                split_reductions: tuple[int, int] | None = None) -> KernelPlan:
+                split_reductions: tuple[int, int] | None = None, donate_carry: bool = False) -> KernelPlan:
     """The plan of ``module``'s entry computation (see the module docstring). Parameters
     are arrays and tuples do not nest (the IR's rules), so every slot holds one array.
     A fusion over ``max_inline_cost`` (written by hand: the fusion pass forms none) is
     launched as producer kernels of kind ``loop`` (label ``...(part)``) and the rest.
     ``split_reductions=(workers, min_part)``: a reduction into fewer than ``workers``
-    outputs is launched in two (:mod:`axle.lowering.split`; label ``...(partials)``)."""
+    outputs is launched in two (:mod:`axle.lowering.split`; label ``...(partials)``).
+    ``donate_carry``: the entry is a loop body whose parameters the plan may overwrite,
+    result ``i`` in parameter ``i``'s slot where buffer assignment finds it in place
+    (``assign(..., carry=True)``); a value placed in a parameter's buffer gets its slot."""
     entry = module.entry
     labels = profiler.kernel_names(module)
-    ba = assign(module) if assign_buffers else None
+    donated = range(len(entry.parameters)) if donate_carry else ()
+    ba = assign(module, donated=donated, carry=donate_carry) if assign_buffers or donate_carry else None
     slots: dict[int, list[int]] = {}
     constants: dict[int, np.ndarray] = {}
     launches: list[KernelLaunch] = []
@@ -161,9 +169,12 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
             if ba is not None:
                 for i, s in enumerate(outs):
                     a = ba.allocations.get((n.uid, i))
-                    if a is not None and a.region == "temp":
+                    if a is not None and a.region == "temp" and assign_buffers:
                         temp_offsets[s] = a.offset
+                    elif a is not None and a.region == "parameter":  # in place of a donated parameter
+                        outs[i] = a.offset
             launches.append(KernelLaunch(n, comp, kind, ins, tuple(outs), tuple(types), label))
     root = entry.root
     return KernelPlan(list(entry.parameter_types), constants, launches, list(slots[root.uid]),  # type: ignore[arg-type]  # parameter types are arrays
-                      _types(root.type), n_slots, ba.temp_bytes if ba is not None else 0, temp_offsets)
+                      _types(root.type), n_slots, ba.temp_bytes if ba is not None and assign_buffers else 0,
+                      temp_offsets)

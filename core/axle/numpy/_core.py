@@ -17,7 +17,7 @@ from .. import lax
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.array import Array
 from ..frontend.device_put import device_put as _device_put
-from ..frontend.eager import colocate
+from ..frontend.eager import colocate, launch_cached
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
 from ..frontend.validate import (
@@ -235,7 +235,16 @@ def _finish(x: Any, *args: Any) -> Any:
 
 
 def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, ArrayLike], Any]:
+    # Without a dtype rule of its own, the function on two concrete non-weak arrays of one
+    # type is exactly its primitive (promotion and broadcasting change nothing), and a
+    # primitive's hot path only knows signatures its shape and dtype rules accepted.
+    primitive = None if dtype_fn else getattr(op, "primitive", None)
+
     def f(x: ArrayLike, y: ArrayLike) -> Any:
+        if primitive is not None and type(x) is Array and type(y) is Array:
+            out = launch_cached(primitive, x, y)
+            if out is not None:
+                return out
         dt = dtype_fn(x, y) if dtype_fn else None
         a, b = _prepare(name, x, y, dtype=dt)
         return _finish(op(a, b), x, y)
@@ -657,14 +666,25 @@ def ones(shape: Any, dtype: Any = None, device: Any = None) -> Any:
         return _placed(_full("ones", shape, 1, float if dtype is None else dtype), device)
 
 
-def zeros_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+def _like_placed(x: Any, device: Any, make: Callable[[], Any]) -> Any:
+    """``make()`` placed for a ``*_like(x)`` function: on ``device`` when one is named, else
+    on x's device (the array API standard infers it from x; jax keeps x's placement),
+    committed when x is. Not on the default device, which in a loop over arrays of another
+    device made one more transfer and cut auto-mode clusters per iteration."""
+    if device is None and isinstance(x, Array):
+        with _on_device(x.device):
+            out = make()
+        return _placed(out, x.device) if x.committed else out
     with _on_device(device):
-        return _placed(_full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np), device)
+        return _placed(make(), device)
+
+
+def zeros_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
+    return _like_placed(x, device, lambda: _full("zeros_like", aval_of(x).shape, 0, dtype or aval_of(x).dtype.np))
 
 
 def ones_like(x: ArrayLike, dtype: Any = None, device: Any = None) -> Any:
-    with _on_device(device):
-        return _placed(_full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np), device)
+    return _like_placed(x, device, lambda: _full("ones_like", aval_of(x).shape, 1, dtype or aval_of(x).dtype.np))
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Any:

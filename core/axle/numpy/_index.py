@@ -1,7 +1,9 @@
 """Advanced indexing and functional updates (``x.at[idx].set(v)``) on the ``gather`` and
 ``scatter`` primitives.
 
-Basic indices (ints, slices of any step, None, Ellipsis) become slice / reverse / reshape.
+Basic indices (ints, slices of any step, None, Ellipsis) become slice / reverse / reshape;
+outside a trace, one holding an int is a dynamic slice (an update: a dynamic update slice)
+with its starts as data (see :func:`_starts_in_data`).
 Integer arrays (NumPy data or traced), traced integer scalars and boolean masks (NumPy
 data only: the result's shape depends on their values) follow NumPy's advanced indexing:
 the index arrays broadcast together and their dims replace the indexed dims, in place when
@@ -30,7 +32,7 @@ from .. import lax
 from ..errors import ArgumentError
 from ..frontend import checks
 from ..frontend.source import user_location
-from ..frontend.tracing import Tracer, aval_of, constant_value
+from ..frontend.tracing import Tracer, aval_of, constant_value, current_trace
 from ._core import (
     _basic_plan,
     _fail,
@@ -65,12 +67,26 @@ def getitem(x: ArrayLike, idx: Any) -> Any:
 
 def _basic_getitem(x: Any, idx: tuple) -> Any:
     start, limit, stride, flips, out_shape = _basic_plan(x, idx)
+    if _starts_in_data(x, idx, stride, flips):
+        sizes = [hi - lo for lo, hi in zip(start, limit)]
+        return reshape(lax.dynamic_slice(x, [_np.int64(k) for k in start], sizes), out_shape)
     out = x
     if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
         out = lax.slice(out, start, limit, stride)
     if flips:
         out = lax.reverse(out, flips)
     return reshape(out, out_shape)
+
+
+def _starts_in_data(x: Any, idx: tuple, stride: list[int], flips: list[int]) -> bool:
+    """Whether ``x[idx]`` takes its starts as operands (a dynamic slice) rather than as
+    attributes: outside a trace, for an index holding an integer, as jax does. ``x[t]`` in
+    a Python loop then runs one compiled slice for every ``t``, eagerly and in a lazy
+    cluster (whose key would otherwise hold ``t``: one compile per value, see
+    frontend/lazy.py). Traced code keeps static slices, which the optimizer folds."""
+    return (current_trace() is None and not isinstance(x, Tracer) and x.size > 0 and not flips
+            and builtins.all(s == 1 for s in stride)
+            and builtins.any(isinstance(i, (int, _np.integer)) for i in idx))
 
 
 def _static(i: Any) -> Any:
@@ -417,6 +433,8 @@ def _update_basic(x: Any, idx: tuple, v: ArrayLike, mode: str) -> Any:
     if 0 in sliced:
         return x
     vv = reshape(broadcast_to(_to_value(v, x.dtype), tuple(out_shape)), sliced)
+    if _starts_in_data(x, idx, stride, flips):  # x[t] = v in a Python loop: one compile for every t
+        return _update_in_data(x, vv, start, mode)
     if flips:
         vv = lax.reverse(vv, flips)
     high = [n - (s + (c - 1) * st + 1) for n, s, c, st in zip(x.shape, start, sliced, stride)]
@@ -428,6 +446,17 @@ def _update_basic(x: Any, idx: tuple, v: ArrayLike, mode: str) -> Any:
     placed = lax.pad(vv, _np.asarray(0, x.dtype), start, high, interior)
     mask = lax.pad(broadcast_to(_np.asarray(True), sliced), _np.asarray(False), start, high, interior)
     return lax.select(mask, placed, x)
+
+
+def _update_in_data(x: Any, vv: Any, start: list[int], mode: str) -> Any:
+    """A basic-index update as a dynamic update slice whose starts are data (O(slice)
+    work, where the pad and select of :func:`_update_basic` are O(x)); ``add`` reads the
+    slice first (no duplicates in a basic index)."""
+    starts = [_np.int64(k) for k in start]
+    if mode == "add":
+        old = lax.dynamic_slice(x, starts, vv.shape)
+        vv = lax.or_(old, vv) if x.dtype == _np.bool_ else lax.add(old, vv)
+    return lax.dynamic_update_slice(x, vv, starts)
 
 
 class _AtIndexer:

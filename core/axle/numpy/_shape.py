@@ -19,6 +19,7 @@ from ._core import (
     _fail,
     _full,
     _is_array,
+    _like_placed,
     _norm_axes,
     _norm_axis,
     _on_device,
@@ -44,8 +45,7 @@ ArrayLike = Any
 
 def full_like(x: ArrayLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Any:
     x = asarray(x) if not _is_array(x) else x
-    with _on_device(device):
-        return _placed(_full("full_like", x.shape, fill_value, dtype or x.dtype), device)
+    return _like_placed(x, device, lambda: _full("full_like", x.shape, fill_value, dtype or x.dtype))
 
 
 def empty(shape: Any, dtype: Any = None, device: Any = None) -> Any:

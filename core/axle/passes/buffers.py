@@ -8,7 +8,9 @@ result *in place* over an operand that dies at that very kernel (every element i
 before the same element is written), and so does a scatter or dynamic-update-slice over
 its first operand (it rewrites windows of it: the kernel then never copies the operand).
 Parameters belong to the caller and are never overwritten unless donated; constants belong
-to the executable; entry outputs get their own buffers, handed back to the caller.
+to the executable; entry outputs get their own buffers, handed back to the caller. A loop
+body assigned with ``carry=True`` (its parameters donated) may write result ``i`` over
+parameter ``i`` by the same in-place rule: the new carry then needs no copy back.
 
 Backends use it as an API::
 
@@ -221,15 +223,22 @@ def live_ranges(order: list[Node], root: Node) -> dict[ValueId, tuple[int, int]]
     return ranges
 
 
-def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterable[int] = ()) -> BufferAssignment:
+def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterable[int] = (),
+           carry: bool = False) -> BufferAssignment:
     """Schedules the entry computation (unless ``order`` is given) and assigns buffers.
 
-    ``donated``: parameter indices whose buffers the executable may overwrite."""
+    ``donated``: parameter indices whose buffers the executable may overwrite.
+    ``carry``: the entry is a loop body whose result ``i`` replaces parameter ``i``: a
+    result may take a donated parameter's buffer at its own position (region
+    ``parameter``), so the loop need not copy it back."""
     comp = module.entry
     order = list(order) if order is not None else schedule(comp)
     donated_set = frozenset(donated)
     ranges = live_ranges(order, comp.root)
-    outputs = set(resolve(comp.root))
+    root_values = resolve(comp.root)
+    outputs = set(root_values)
+    # a result at one position only may replace the parameter at that position
+    carry_pos = {v: i for i, v in enumerate(root_values) if carry and root_values.count(v) == 1}
     nodes = {n.uid: n for n in order}
     arena = _Arena()
     allocs: dict[ValueId, Allocation] = {}
@@ -253,6 +262,14 @@ def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterabl
             for v in _own_values(n):
                 t = _value_type(n, v[1])
                 start, end = ranges[v]
+                if v in carry_pos and carry_pos[v] in donated_set:
+                    donor = _in_place_donor(n, positions, t, allocs, step, handed_over, outputs,
+                                            frozenset({carry_pos[v]}), temps=False)
+                    if donor is not None:
+                        d = allocs[donor]
+                        handed_over.add(donor)
+                        allocs[v] = Allocation(v, d.region, d.offset, t.nbytes, start, end, in_place_of=donor)
+                        continue
                 if v in outputs:
                     allocs[v] = Allocation(v, "output", out_off, t.nbytes, start, end)
                     out_off += _align(t.nbytes)
@@ -280,9 +297,11 @@ def assign(module: Module, order: Iterable[Node] | None = None, donated: Iterabl
 
 
 def _in_place_donor(n: Node, positions: set[int], t: TensorType, allocs: dict[ValueId, Allocation], step: int,
-                    handed_over: set[ValueId], outputs: set[ValueId], donated: frozenset[int]) -> ValueId | None:
+                    handed_over: set[ValueId], outputs: set[ValueId], donated: frozenset[int],
+                    temps: bool = True) -> ValueId | None:
     """An operand value ``n`` may overwrite: it dies here, has the result's size and
-    is read only elementwise (at every position it is passed in)."""
+    is read only elementwise (at every position it is passed in). ``temps=False``: only
+    a value living in a donated parameter's buffer (a loop body's new carry)."""
     by_value: dict[ValueId, list[int]] = {}
     for pos, o in enumerate(n.operands):
         for v in resolve(o):
@@ -293,6 +312,6 @@ def _in_place_donor(n: Node, positions: set[int], t: TensorType, allocs: dict[Va
             continue
         if not all(p in positions for p in poss):
             continue
-        if a.region == "temp" or (a.region == "parameter" and a.offset in donated):
+        if (temps and a.region == "temp") or (a.region == "parameter" and a.offset in donated):
             return v
     return None

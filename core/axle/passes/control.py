@@ -197,12 +197,24 @@ def _constant_int(n: Node) -> int | None:
     return None
 
 
+def _unfused(n: Node) -> Node:
+    """The value of ``n`` in plain ops when the fusion pass put it in a fusion (or read it
+    from a multi-output one): trip counts are read before fusion and after it."""
+    if n.op is Op.GET_TUPLE_ELEMENT and n.operands[0].op is Op.FUSION:
+        root = _unfused(n.operands[0])
+        return root.operands[n.attr["index"]] if root.op is Op.TUPLE else n
+    if n.op is Op.FUSION:
+        return inline(n.attr["computation"], list(n.operands))
+    return n
+
+
 def static_trip_count(loop: Node) -> int | None:
     """The number of trips of a counted loop (a carry that starts at a constant, grows by a
     positive constant per trip and is compared ``lt`` with a constant or a constant carry
-    the body passes through), else None: the trip count depends on data."""
+    the body passes through), else None: the trip count depends on data. The condition
+    and the step may sit in fusions (an optimized loop)."""
     cond, body = loop.attr["condition"], loop.attr["body"]
-    test, root = cond.root, body.root
+    test, root = _unfused(cond.root), body.root
     if test.op is not Op.COMPARE or test.attr["direction"] != "lt" or root.op is not Op.TUPLE:
         return None
     counter, limit = test.operands
@@ -215,11 +227,16 @@ def static_trip_count(loop: Node) -> int | None:
         if root.operands[j] is body.parameters[j]:  # passed through unchanged
             bound = _constant_int(loop.operands[j])
     start = _constant_int(loop.operands[k])
-    step_node = root.operands[k]
+    step_node = _unfused(root.operands[k])
     if bound is None or start is None or step_node.op is not Op.ADD:
         return None
     a, b = step_node.operands
     step = _constant_int(b) if a is body.parameters[k] else _constant_int(a) if b is body.parameters[k] else None
     if step is None or step <= 0:
         return None
-    return max(0, -(-(bound - start) // step))
+    trips = max(0, -(-(bound - start) // step))
+    # a counter that would wrap past its dtype's largest value comes back below the bound
+    # and the loop goes on: the count is not the formula's then
+    if trips and start + trips * step > int(np.iinfo(counter.dtype.np).max):
+        return None
+    return trips

@@ -12,7 +12,7 @@ from ..ir.module import Computation, Module, Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TupleType
 from .pipeline import Pass
-from .rewrite import rebuild_module
+from .rewrite import map_called, rebuild_module
 
 
 def _forward_gte(n: Node) -> Node | None:
@@ -68,6 +68,35 @@ def _used_outputs(comp: Computation) -> dict[int, set[int]]:
     return used
 
 
+def _prune(comp: Computation) -> Computation:
+    """``comp`` without dead fusion outputs and parameters, in it and in the computations
+    its loops and conditionals call (a body's fusions are pruned like the entry's)."""
+    used = _used_outputs(comp)
+    env: dict[int, Node] = {}
+    index_maps: dict[int, dict[int, int]] = {}
+    for n in comp.nodes:
+        if n.op is Op.PARAMETER:
+            env[n.uid] = n
+            continue
+        if n.op is Op.GET_TUPLE_ELEMENT and n.operands[0].uid in index_maps:
+            f = env[n.operands[0].uid]
+            new_index = index_maps[n.operands[0].uid][n.attr["index"]]
+            env[n.uid] = (make_node(Op.GET_TUPLE_ELEMENT, [f], {"index": new_index}, loc=n.loc, name=n.name)
+                          if isinstance(f.type, TupleType) else f)
+            continue
+        ops = tuple(env[o.uid] for o in n.operands)
+        m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
+        if m.traits.control:
+            m = map_called(m, _prune)
+        if m.op is Op.FUSION:
+            pruned = prune_fusion(m, used.get(n.uid) if isinstance(m.type, TupleType) else None)
+            if pruned is not None:
+                m, index_maps[n.uid] = pruned
+        env[n.uid] = m
+    root = env[comp.root.uid]
+    return comp if root is comp.root else comp.with_root(root)
+
+
 class DCE(Pass):
     """Removes dead tuple plumbing and dead fusion outputs and parameters."""
 
@@ -75,27 +104,6 @@ class DCE(Pass):
 
     def run(self, module: Module) -> tuple[Module, bool]:
         fwd = rebuild_module(module, _forward_gte)
-        entry = fwd.entry
-        used = _used_outputs(entry)
-        env: dict[int, Node] = {}
-        index_maps: dict[int, dict[int, int]] = {}
-        for n in entry.nodes:
-            if n.op is Op.PARAMETER:
-                env[n.uid] = n
-                continue
-            if n.op is Op.GET_TUPLE_ELEMENT and n.operands[0].uid in index_maps:
-                f = env[n.operands[0].uid]
-                new_index = index_maps[n.operands[0].uid][n.attr["index"]]
-                env[n.uid] = (make_node(Op.GET_TUPLE_ELEMENT, [f], {"index": new_index}, loc=n.loc, name=n.name)
-                              if isinstance(f.type, TupleType) else f)
-                continue
-            ops = tuple(env[o.uid] for o in n.operands)
-            m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
-            if m.op is Op.FUSION:
-                pruned = prune_fusion(m, used.get(n.uid) if isinstance(m.type, TupleType) else None)
-                if pruned is not None:
-                    m, index_maps[n.uid] = pruned
-            env[n.uid] = m
-        root = env[entry.root.uid]
-        out = fwd if root is entry.root else fwd.with_entry(entry.with_root(root))
+        entry = _prune(fwd.entry)
+        out = fwd if entry is fwd.entry else fwd.with_entry(entry)
         return out, out is not module

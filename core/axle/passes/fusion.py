@@ -12,7 +12,9 @@ Two phases, then materialization:
    ``contraction``) takes no producer; when the policy has ``dot_epilogue`` on it joins
    its consumers' group as an ``output`` fusion if that group is an epilogue: ops
    elementwise over the dot's output (bias add, activation, residual add, scaling,
-   convert), reading other operands at the same index or through broadcasts.
+   convert), reading other operands at the same index or through broadcasts. A
+   convolution (an extended contraction, not otherwise fusible) does the same when the
+   policy has ``conv_epilogue`` on (:func:`takes_epilogue`).
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
@@ -34,13 +36,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.builder import make_node
-from ..ir.fusion_record import FusionRecord, NotFused, members_of
+from ..ir.computation import called_computations
+from ..ir.fusion_record import FusionRecord, NotFused, fusion_nodes, members_of
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, squeeze
 from .inline_cost import inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
+from .rewrite import map_called, rebuild
 
 # --------------------------------------------------------------------- node classes
 
@@ -64,6 +68,15 @@ def is_contraction(n: Node) -> bool:
     just because it is none of the other kinds)."""
     t = n.traits
     return t.contraction and t.fusible and not t.side_effect
+
+
+def takes_epilogue(n: Node, policy: FusionPolicy) -> bool:
+    """Whether ``n`` may head an ``output`` fusion under ``policy``: a dot with
+    ``dot_epilogue``, a convolution (extended, else never fused) with ``conv_epilogue``."""
+    t = n.traits
+    if not t.contraction or t.side_effect:
+        return False
+    return policy.conv_epilogue if t.extended else t.fusible and policy.dot_epilogue
 
 
 def is_kernel(n: Node) -> bool:
@@ -151,8 +164,8 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
-    dots = [m for m in members if is_contraction(m)]
-    if dots and policy.dot_epilogue:
+    dots = [m for m in members if takes_epilogue(m, policy)]
+    if dots:
         return _output_kind(members, roots, dots)
     for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
         if (alone := why_alone(m)) is not None:
@@ -352,7 +365,7 @@ class _Fuser:
             if n.op is Op.PARAMETER or n.traits.structural:
                 continue  # not a kernel: explain looks through plumbing to its source
             alone = why_alone(n)
-            if alone is not None and is_contraction(n) and self.policy.dot_epilogue:
+            if alone is not None and takes_epilogue(n, self.policy):
                 self._epilogue(n)
                 continue
             if alone is not None:
@@ -608,13 +621,34 @@ def _source(n: Node) -> Node:
     return n
 
 
-def fuse(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> tuple[Computation, tuple[FusionRecord, ...]]:
+def fuse(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY,
+         names: set[str] | None = None) -> tuple[Computation, tuple[FusionRecord, ...]]:
     """The computation with its kernels grouped into fusion nodes, and the pass's record
-    of each fusion (kind, members, why each neighbour stayed out)."""
+    of each fusion (kind, members, why each neighbour stayed out). ``names``: fused
+    computation names already taken in the module (the new ones are added to it)."""
     f = _Fuser(comp, policy)
+    if names is not None:
+        f.names = names
     f.grow()
     f.merge_siblings()
     return f.materialize(), tuple(f.records)
+
+
+def fuse_nested(comp: Computation, policy: FusionPolicy, names: set[str],
+                records: list[FusionRecord]) -> Computation:
+    """:func:`fuse` of ``comp`` and of every computation its loops and conditionals call
+    (conditions, bodies, branches, nested to any depth), innermost first. Each is fused as
+    an entry of its own under the same policy: a body's results (its root tuple's elements,
+    the next carry) are its outputs, its parameters (the carry) its inputs; no fusion
+    crosses a loop's or a branch's boundary. Names stay unique in the module and the
+    records of all of them go to ``records``."""
+    def callee(c: Computation) -> Computation:
+        return fuse_nested(c, policy, names, records)
+
+    inner = rebuild(comp, lambda n: map_called(n, callee) if n.traits.control else None, recurse=False)
+    out, recs = fuse(inner, policy, names)
+    records.extend(recs)
+    return out
 
 
 def fuse_computation(comp: Computation, policy: FusionPolicy = DEFAULT_POLICY) -> Computation:
@@ -631,11 +665,22 @@ class Fusion(Pass):
         self.policy = policy or DEFAULT_POLICY
 
     def run(self, module: Module) -> tuple[Module, bool]:
-        if any(n.op is Op.FUSION for n in module.entry.nodes):
+        if fusion_nodes(module.entry):
             return module, False  # already fused: fusing again would nest kernels
-        if not any(is_kernel(n) for n in module.entry.nodes):
+        if not any(is_kernel(n) for c in _control_scopes(module.entry) for n in c.nodes):
             return module, False
-        entry, records = fuse(module.entry, self.policy)
+        records: list[FusionRecord] = []
+        entry = fuse_nested(module.entry, self.policy, set(), records)
         if entry is module.entry:
             return module, False
-        return Module(module.name, entry, records), True
+        return Module(module.name, entry, tuple(records)), True
+
+
+def _control_scopes(comp: Computation) -> list[Computation]:
+    """``comp`` and the computations its loops and conditionals call, nested to any depth."""
+    out = [comp]
+    for n in comp.nodes:
+        if n.traits.control:
+            for sub in called_computations(n):
+                out += _control_scopes(sub)
+    return out

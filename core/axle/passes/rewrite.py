@@ -15,11 +15,12 @@ from ..ir.types import TensorType
 Rewrite = Callable[[Node], "Node | None"]
 
 
-def rebuild(comp: Computation, fn: Rewrite) -> Computation:
+def rebuild(comp: Computation, fn: Rewrite, recurse: bool = True) -> Computation:
     """Rebuilds ``comp`` operands-first, offering each node to ``fn``.
 
     Returns ``comp`` itself when nothing changed (passes use identity to report
-    'changed'). Parameters are kept as they are."""
+    'changed'). Parameters are kept as they are. ``recurse=False``: ``fn`` sees a control
+    op as it is (it handles the sub-computations itself)."""
     env: dict[int, Node] = {}
     for n in comp.nodes:
         if n.op is Op.PARAMETER:
@@ -27,7 +28,7 @@ def rebuild(comp: Computation, fn: Rewrite) -> Computation:
             continue
         ops = tuple(env[o.uid] for o in n.operands)
         m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
-        if m.traits.control:
+        if m.traits.control and recurse:
             m = rebuild_called(m, fn)
         r = fn(m)
         if r is not None and r is not m:
@@ -41,15 +42,22 @@ def rebuild(comp: Computation, fn: Rewrite) -> Computation:
 def rebuild_called(n: Node, fn: Rewrite) -> Node:
     """``n`` with the computations it calls (a loop's condition and body, a conditional's
     branches) rebuilt by ``fn`` too: every rewrite works inside sub-computations."""
-    attrs = tuple((k, _rebuild_attr(v, fn)) for k, v in n.attrs)
+    return map_called(n, lambda c: rebuild(c, fn))
+
+
+def map_called(n: Node, fn: Callable[[Computation], Computation]) -> Node:
+    """``n`` with each computation it calls replaced by ``fn`` of it (``n`` itself when
+    ``fn`` changes none): a pass over whole computations (fusion) reaches loop bodies,
+    conditions and branches through it."""
+    attrs = tuple((k, _map_attr(v, fn)) for k, v in n.attrs)
     return n if all(a[1] is b[1] for a, b in zip(attrs, n.attrs)) else n.replace(attrs=attrs)
 
 
-def _rebuild_attr(v: object, fn: Rewrite) -> object:
+def _map_attr(v: object, fn: Callable[[Computation], Computation]) -> object:
     if isinstance(v, Computation):
-        return rebuild(v, fn)
+        return fn(v)
     if isinstance(v, tuple) and v and all(isinstance(c, Computation) for c in v):
-        out = tuple(rebuild(c, fn) for c in v)
+        out = tuple(fn(c) for c in v)
         return v if all(a is b for a, b in zip(out, v)) else out
     return v
 

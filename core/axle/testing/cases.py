@@ -765,9 +765,10 @@ def fused_cases(rng: np.random.Generator | None = None) -> list[OpCase]:
     return out
 
 
-# control flow: loops and conditionals run whole on one device (the host fallback until a
-# backend claims them); each case's bounds and indices are inputs or constants, so the
-# optimizer's trip-count and branch simplifications are checked against the loop itself.
+# control flow: loops and conditionals run whole on one device (natively on one that claims
+# them, as cpu, opencl and the template do, else the host fallback); each case's bounds and
+# indices are inputs or constants, so the optimizer's trip-count and branch simplifications
+# are checked against the loop itself.
 
 
 def _sub(name: str, types: Sequence[TensorType], build: Callable[..., Any]) -> Computation:

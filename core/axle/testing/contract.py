@@ -26,6 +26,7 @@ from ..backend import Device, Executable
 from ..frontend.device_put import to_buffer
 from ..interpreter import evaluate
 from ..ir.builder import Builder
+from ..ir.dtypes import is_float_numpy
 from ..ir.module import Module
 from ..ir.ops import CORE_PRIMITIVES, Op
 from ..ir.types import TensorType
@@ -61,7 +62,7 @@ def _compare(case: OpCase, inputs: Sequence[np.ndarray], actual: list[np.ndarray
 def _fresh_inputs(case: OpCase, seed: int) -> list[np.ndarray]:
     """Other inputs of the case's types (specials only where the case had them)."""
     rng = np.random.default_rng(seed)
-    special = any(x.dtype.kind == "f" and not np.isfinite(x).all() for x in case.inputs)
+    special = any(is_float_numpy(x.dtype) and not np.isfinite(x).all() for x in case.inputs)
     out = []
     for p, x in zip(case.module.entry.parameters, case.inputs):
         assert isinstance(p.type, TensorType)
@@ -136,7 +137,7 @@ def _inputs_check(case: OpCase) -> Check:
             if back.tobytes() == np.ascontiguousarray(x).tobytes():
                 continue
             with np.errstate(invalid="ignore"):
-                differ = ~((back == x) | (np.isnan(back) & np.isnan(x))) if x.dtype.kind == "f" else back != x
+                differ = ~((back == x) | (np.isnan(back) & np.isnan(x))) if is_float_numpy(x.dtype) else back != x
             bad = np.flatnonzero(differ)
             first = tuple(int(j) for j in np.unravel_index(int(bad[0]), x.shape)) if bad.size else ()
             raise AssertionError(

@@ -552,8 +552,8 @@ _CONTROL_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
 
 def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:
     """A random well-typed module with about ``n_nodes`` ops, and inputs for it; with
-    ``control``, loops and conditionals too (no backend claims them yet, so the default
-    keeps the stream every backend's differential test runs)."""
+    ``control``, loops and conditionals too (a separate stream: the default keeps the one
+    every backend's differential test runs; the cpu's and opencl's run both)."""
     g = _Gen(seed)
     while len(g.pool) < n_nodes:
         r = g.rng.random()

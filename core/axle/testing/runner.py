@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import devices
 from ..backend import Device
+from ..ir.dtypes import is_float_numpy
 from ..registry import REGISTRY
 from . import workers
 from .check import Check, run_check
@@ -86,8 +87,10 @@ def _inputs_text(check: Check) -> str:
             if x.size <= PRINTED_ELEMENTS:
                 lines.append(f"{head} = {np.array2string(x, separator=', ')}")
             else:
-                finite = x[np.isfinite(x)] if x.dtype.kind == "f" else x
-                span = f", {finite.min()!r} .. {finite.max()!r}" if finite.size and x.dtype.kind in "iuf" else ""
+                floating = is_float_numpy(x.dtype)
+                finite = x[np.isfinite(x)] if floating else x
+                numeric = floating or x.dtype.kind in "iu"
+                span = f", {finite.min()!r} .. {finite.max()!r}" if finite.size and numeric else ""
                 lines.append(f"{head}{span} ({x.size} elements, not printed)")
     lines.append(f"  repeat with: axle.testing.kit.check_named({check.id!r}).case (module and inputs)")
     return "\n".join(lines) if check.case.inputs else "  (none)"

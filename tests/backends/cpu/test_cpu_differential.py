@@ -19,3 +19,16 @@ def test_random_programs_match_interpreter(seed: int, n: int, cpu) -> None:  # n
     expected = evaluate(m, *inputs)
     got = run_case(OpCase(f"random({seed},{n})", m, inputs), cpu, optimize=True)
     assert_program_close(m, got, expected, f"random_module({seed}, {n})")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30))
+def test_random_programs_with_loops_and_conditionals_match_interpreter(seed: int, n: int, cpu) -> None:  # noqa: ANN001
+    """The same with loops and conditionals among the ops (run natively on cpu:0: their
+    bodies hold elementwise ops only), optimized and op by op."""
+    m, inputs = random_module(seed, n, control=True)
+    expected = evaluate(m, *inputs)
+    for optimize in (True, False):
+        got = run_case(OpCase(f"random({seed},{n},control)", m, inputs), cpu, optimize=optimize)
+        assert_program_close(m, got, expected, f"random_module({seed}, {n}, control=True)")

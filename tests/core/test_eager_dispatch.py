@@ -1,0 +1,111 @@
+"""The hot path of eager ops (frontend/eager.py ``launch_cached``): an attribute-free op on
+concrete, non-weak arrays of one device whose signature ran before skips placement,
+promotion and the executable lookup. It must give exactly what the full path gives, and
+never run where the full path would not run an op eagerly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle.frontend import eager
+from axle.frontend.lazy import jit_scope
+from axle.ir.ops import Op
+
+DEVICES = ["cpu:0", "interpreter:0"]
+
+
+def _fresh() -> None:
+    eager._launchers.clear()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hot_path_results_equal_the_full_path(device: str) -> None:
+    _fresh()
+    x = axle.device_put(np.array([1.5, -2.0, np.nan, np.inf], np.float32), device)
+    y = axle.device_put(np.array([0.5, 4.0, 1.0, -np.inf], np.float32), device)
+    first = [np.asarray(f(x, y)) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
+    assert eager.launch_cached(Op.ADD, x, y) is not None  # the full path filled the hot path
+    again = [f(x, y) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, np.asarray(b))
+        assert b.committed and not b.weak and b.device.name == device
+
+
+def test_signatures_differ_by_type_committed_and_weak() -> None:
+    _fresh()
+    x32 = axle.device_put(np.ones(3, np.float32), "cpu:0")
+    x64 = axle.device_put(np.ones(3, np.float64), "cpu:0")
+    assert np.asarray(x32 + x32).dtype == np.float32
+    out = x64 + x32  # promotion: the full path (a convert, then an add of two f64)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(np.asarray(x64 + x32), [2, 2, 2])
+    uncommitted = axle.Array(x32.buffer)
+    assert not (uncommitted + uncommitted).committed and (x32 + uncommitted).committed
+    weak = axle.Array(x32.buffer, weak=True)
+    assert eager._signature(Op.ADD, [weak, weak]) is None
+    assert (weak + weak).weak  # all-weak operands keep a weak result (the full path's rule)
+
+
+def test_true_divide_of_integers_never_takes_an_integer_division() -> None:
+    """true_divide has a dtype rule of its own: ints divide as float64, whatever lax.div
+    on the same ints (an integer division) left in the hot path."""
+    _fresh()
+    i = axle.device_put(np.array([7, -7], np.int32), "cpu:0")
+    from axle import lax
+    np.testing.assert_array_equal(np.asarray(lax.div(i, axle.device_put(np.array([2, 2], np.int32), "cpu:0"))),
+                                  [3, -3])
+    two = axle.device_put(np.array([2, 2], np.int32), "cpu:0")
+    np.testing.assert_allclose(np.asarray(i / two), [3.5, -3.5])
+    np.testing.assert_allclose(np.asarray(anp.true_divide(i, two)), [3.5, -3.5])
+
+
+def test_not_taken_while_tracing_or_recording() -> None:
+    _fresh()
+    x = axle.device_put(np.arange(3, dtype=np.float32), "cpu:0")
+    x + x  # the hot path knows this signature now
+    f = axle.jit(lambda: x + x)  # concrete arrays closed over: staged into the trace
+    np.testing.assert_array_equal(np.asarray(f()), [0, 2, 4])
+    assert f.trace_count == 1 and "add" in f.lower().as_text()
+    before = axle.stats()["eager_ops"]
+    with jit_scope():
+        out = x + x
+        assert out.is_pending  # recorded into the lazy cluster, not launched
+    assert axle.stats()["eager_ops"] == before
+    np.testing.assert_array_equal(np.asarray(out), [0, 2, 4])
+
+
+def test_hot_path_counts_eager_ops_and_launches() -> None:
+    _fresh()
+    x = axle.device_put(np.ones(4, np.float32), "cpu:0")
+    x * x
+    axle.reset_stats()
+    for _ in range(5):
+        x * x
+    s = axle.stats()
+    assert s["eager_ops"] == 5 and s["kernel_launches"] == 5
+    assert s["per_function"]["eager:multiply"]["kernel_launches"] == 5
+
+
+def test_flag_changes_take_the_full_path() -> None:
+    _fresh()
+    x = axle.device_put(np.ones(2, np.float32), "cpu:0")
+    x - x
+    key = eager._signature(Op.SUB, [x, x])
+    try:
+        axle.config.update(check_indices=True)
+        assert eager._signature(Op.SUB, [x, x]) != key
+        np.testing.assert_array_equal(np.asarray(x - x), [0, 0])
+    finally:
+        axle.config.update(check_indices=False)
+
+
+def test_committed_arrays_on_two_devices_still_raise() -> None:
+    _fresh()
+    a = axle.device_put(np.ones(2, np.float32), "cpu:0")
+    b = axle.device_put(np.ones(2, np.float32), "interpreter:0")
+    a + a
+    b + b
+    with pytest.raises(axle.errors.DeviceError, match="committed to different devices"):
+        a + b
