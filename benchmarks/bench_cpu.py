@@ -6,6 +6,7 @@ within one run. ``quick`` shrinks repeats (and the biggest sizes) for a smoke ru
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import shutil
 import subprocess
@@ -244,6 +245,8 @@ def run(quick: bool) -> list[Row]:
               (rng.standard_normal((512, 10)) * 0.05).astype(np.float32), np.zeros(10, np.float32)]
     rows.append(_row("MLP 784-512-10 SGD step, batch 128", impls(sgd_mlp, [*params, x, y]), reps * 2))
 
+    rows.append(_mnist_from_scratch_row(axle, anp, dev, jax, rng, reps * 2))
+    rows += _gemm_class_rows(axle, anp, dev, rng, quick, reps)
     rows += _embedding_rows(axle, dev, jax, rng, reps * 4)
     rows += _rnn_rows(axle, dev, jax, reps * 4)
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
@@ -270,6 +273,97 @@ def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Cal
     row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
     row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
     return row
+
+
+# mnist-from-scratch and GEMM shape classes
+
+
+def mnist_from_scratch(np_: Any, grad: Any, logsumexp: Any) -> Callable[..., Any]:
+    """jax's examples/mnist_classifier_fromscratch.py training step: tanh MLP,
+    log-softmax cross-entropy, gradients by autodiff, SGD."""
+
+    def loss(params: Any, x: Any, y: Any) -> Any:
+        a = x
+        for w, b in params[:-1]:
+            a = np_.tanh(np_.matmul(a, w) + b)
+        w, b = params[-1]
+        logits = np_.matmul(a, w) + b
+        return -np_.mean(np_.sum((logits - logsumexp(logits, axis=1, keepdims=True)) * y, axis=1))
+
+    def update(params: Any, x: Any, y: Any) -> Any:
+        grads = grad(loss)(params, x, y)
+        return [(w - 0.001 * dw, b - 0.001 * db) for (w, b), (dw, db) in zip(params, grads)]
+
+    return update
+
+
+def _mnist_from_scratch_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, reps: int) -> Row:
+    """784-1024-1024-10, batch 128, float32: axle.jit on cpu:0 against jax.jit."""
+    from axle import nn
+
+    sizes = [784, 1024, 1024, 10]
+    params = [((rng.standard_normal((m, n)) * 0.05).astype(np.float32), np.zeros(n, np.float32))
+              for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    step = axle.jit(mnist_from_scratch(anp, axle.grad, nn.logsumexp), device=dev)
+    dargs = axle.device_put((params, x, y), dev)
+    flat = lambda r: np.concatenate([np.asarray(a).ravel() for wb in r for a in wb])  # noqa: E731
+    fns: dict[str, Callable[[], Any]] = {"axle-cpu": lambda: flat(step(*dargs))}
+    if jax is not None:
+        import jax.numpy as jnp
+        from jax.scipy.special import logsumexp
+
+        jstep = jax.jit(mnist_from_scratch(jnp, jax.grad, logsumexp))
+        jargs = jax.device_put((params, x, y))
+        fns["jax.jit"] = lambda: flat(jstep(*jargs))
+        _checked(fns, fns["jax.jit"](), lambda r: r, "mnist step")
+    times = measure(fns, repeats=reps, warmup=2)
+    return Row(SUITE, "MNIST-from-scratch step 784-1024-1024-10, batch 128, tanh", times,
+               baseline="jax.jit" if jax is not None else "axle-cpu")
+
+
+#: the GEMM shape classes of a training step: (label, lhs shape, rhs shape, dot_general dims)
+GEMM_CLASSES = (
+    ("large square", (1024, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("small M (forward, batch 128)", (128, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("transposed B (dx = dz w^T)", (128, 1024), (1024, 1024), ((1,), (1,), (), ())),
+    ("transposed A (dw = x^T dz)", (128, 784), (128, 1024), ((0,), (0,), (), ())),
+    ("tall-skinny (N=10 logits)", (128, 1024), (1024, 10), ((1,), (0,), (), ())),
+    ("tall-skinny (M=4096, K=N=64)", (4096, 64), (64, 64), ((1,), (0,), (), ())),
+    ("batched [16,128,64]x[16,64,128]", (16, 128, 64), (16, 64, 128), ((2,), (1,), (0,), (0,))),
+    ("matrix-vector [1024,1024]x[1024]", (1024, 1024), (1024,), ((1,), (0,), (), ())),
+    ("vector-matrix [1024]x[1024,1024]", (1024,), (1024, 1024), ((0,), (0,), (), ())),
+)
+
+
+def _gemm_class_rows(axle: Any, anp: Any, dev: Any, rng: np.random.Generator, quick: bool, reps: int) -> list[Row]:
+    """One float32 dot_general per shape class, axle-cpu against NumPy's BLAS (np.matmul
+    on transposed views, which BLAS reads with its transpose flags), in GFLOP/s."""
+    rows = []
+    for label, ls, rs, (lc, rc, lb, rb) in GEMM_CLASSES[:3] if quick else GEMM_CLASSES:
+        a, b = rng.standard_normal(ls).astype(np.float32), rng.standard_normal(rs).astype(np.float32)
+        fn = axle.jit(lambda x, w, d=(lc, rc, lb, rb): axle.lax.dot_general(x, w, *d), device=dev)
+        da, db = axle.device_put(a, dev), axle.device_put(b, dev)
+        av, bv = _as_matmul(a, lb, lc, True), _as_matmul(b, rb, rc, False)
+        fns = {"numpy": lambda av=av, bv=bv: np.matmul(av, bv), "axle-cpu": lambda f=fn, da=da, db=db: f(da, db)}
+        _close(np.asarray(fns["axle-cpu"]()), fns["numpy"](), label)
+        row = _row(f"GEMM class: {label} f32", fns, reps)
+        flops = 2 * a.size * b.size / math.prod(ls[d] for d in lc + lb)
+        row.extra["GFLOP/s"] = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+        rows.append(row)
+    return rows
+
+
+def _as_matmul(x: np.ndarray, batch: tuple, contracting: tuple, lhs: bool) -> np.ndarray:
+    """A view of a one-dim-per-group operand as [batch..., M, K] (lhs) or [batch..., K, N]."""
+    free = [d for d in range(x.ndim) if d not in batch + contracting]
+    return np.transpose(x, list(batch) + (free + list(contracting) if lhs else list(contracting) + free))
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+        raise AssertionError(f"{what}: axle-cpu differs from numpy")
 
 
 def fma_peak_gflops(seconds: float = 0.3) -> float:

@@ -86,6 +86,9 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
+    # layout
+    Op.TRANSPOSE: (("a big lone transpose whose input rows alias in L1: the cache-blocked tile kernel",
+                    ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
                 ("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index")),
@@ -136,17 +139,21 @@ class CpuBackend(Backend):
             self._host = host()
         except Exception as e:  # no usable LLVM: report it, do not break axle
             raise BackendUnavailable(f"llvmlite cannot target this host: {type(e).__name__}: {e}") from e
-        from .threads import thread_count
+        from .threads import device_count, device_threads
 
-        self._device = Device("cpu", 0, f"{self._host.cpu} via LLVM ({thread_count()} threads)", kind="cpu",
-                              properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
+        # --cpu_device_count=N splits the host into cpu:0..N-1, each with its share of the
+        # threads (threads.py), so that multi-device programs run on any machine
+        self._devices = [Device("cpu", i, f"{self._host.cpu} via LLVM ({device_threads()} threads)", kind="cpu",
+                                properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
+                         for i in range(device_count())]
+        self._device = self._devices[0]
         # Both bounded by --jit_cache_size: an evicted plan's or kernel's LLVM engine is
         # freed once no executable uses it (the caches hold the only other reference).
         self._cache: LRU[tuple] = LRU()  # module fingerprint -> (plan, kernels)
         self._kernel_cache: LRU[object] = LRU(lambda: _KERNELS_PER_PLAN * config.jit_cache_size)
 
     def devices(self) -> Sequence[Device]:
-        return [self._device]
+        return list(self._devices)
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=frozenset(ALL_DTYPES),

@@ -56,6 +56,11 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
 
                 emit(mod, spec)  # type: ignore[arg-type]  # the "gemm" kind is a GemmSpec
                 continue
+            if spec.kind == "transpose":
+                from . import transpose
+
+                transpose.emit(mod, spec)  # type: ignore[arg-type]  # the "transpose" kind is a TransposeSpec
+                continue
             KernelEmitter(mod, spec).build()
         except BackendError:
             raise
@@ -450,7 +455,7 @@ class CpuExecutable(Executable):
         tracing = profiler.enabled()
         # The schedule is fixed by the thread count when it was made (AXLE_CPU_THREADS is
         # read then, not on every call).
-        pool = None if self._segments is not None else threads.pool()
+        pool = None if self._segments is not None else threads.pool(self.device.index)
         # pool is None exactly when the segments are set
         segs = None if tracing else (self._segments[1] if pool is None  # type: ignore[index]  # see above
                                      else self._schedule(pool.n))
@@ -471,7 +476,7 @@ class CpuExecutable(Executable):
                 continue
             t0 = profiler.now_us() if tracing else 0.0
             if launch is not None:
-                pool = pool or threads.pool()
+                pool = pool or threads.pool(self.device.index)
                 launch.run(ptrs_addr, pool, lambda step=step: arrays(step.outs))
             else:
                 step.fn(arrays(step.ins), arrays(step.outs))
@@ -500,7 +505,7 @@ class CpuExecutable(Executable):
             "control_steps": sum(1 for _, step in self._steps if isinstance(step, ControlStep)),
             "steps": [s.label for _, s in self._steps],
             "compile_ms": round(self.compile_ms, 3),
-            "threads": threads.thread_count(),
+            "threads": threads.device_threads(),
             "target": f"{host().triple} {host().cpu}",
         }
 

@@ -81,6 +81,9 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
+#: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
+PACK_KB = 64
 
 
 # ============================================================== layout of one dot
@@ -807,6 +810,8 @@ class _Emitter:
             return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
         nr, v = t.nr, t.v
         contiguous = lay.b_n.table is None and lay.b_n.stride == 1
+        if not contiguous and lay.b_k.table is None and lay.b_k.stride == 1:
+            return self._pack_b_by_columns(b_base, pc, kc, jc, nc)
         valign = min(64, v * _bytes(self.ct))
 
         def panel(jp: ir.Value) -> None:
@@ -837,6 +842,41 @@ class _Emitter:
                 g.loop(_c(0), _c(nr), 1, col, "pbj")
 
             g.loop(_c(0), kc, 1, krow, "pbk")
+
+        g.loop(_c(0), nc, nr, panel, "pbp")
+        return self.bp
+
+    def _pack_b_by_columns(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value,
+                           nc: ir.Value) -> ir.Value:
+        """``_pack_b`` for a B whose K is contiguous (a transposed B, ``dz @ w.T``): each
+        column's K run is read in order, in chunks of ``PACK_KB`` rows. Reading a K row
+        across NR columns instead touches NR lines ``ldb`` apart, which for a power-of-two
+        ``ldb`` all fall in one L1 set and evict each other on every row."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        nr = t.nr
+
+        def panel(jp: ir.Value) -> None:
+            dst = g.gep(self.bp, self.ct, b.mul(jp, kc))
+            w = g.min(_c(nr), b.sub(nc, jp))
+            col0 = b.add(jc, jp)
+
+            def kblock(kb: ir.Value) -> None:
+                kend = g.min(_c(PACK_KB), b.sub(kc, kb))
+
+                def col(j: ir.Value) -> None:
+                    src = b.add(g.offset(lay.b_n, b.add(col0, j), "bn"), b.add(pc, kb))
+                    g.loop(_c(0), kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
+                        dst, self.ct, b.add(b.mul(b.add(kb, k), _c(nr)), j))), "pbck")
+
+                g.loop(_c(0), w, 1, col, "pbcj")
+
+            g.loop(_c(0), kc, PACK_KB, kblock, "pbkb")
+
+            def zero_col(j: ir.Value) -> None:  # columns beyond nc: the micro-kernel reads NR
+                g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), g.gep(
+                    dst, self.ct, b.add(b.mul(k, _c(nr)), j))), "pbcz")
+
+            g.loop(w, _c(nr), 1, zero_col, "pbcz")
 
         g.loop(_c(0), nc, nr, panel, "pbp")
         return self.bp

@@ -25,6 +25,7 @@ from axle.ir.types import TensorType
 from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan, sub_plan
 from axle.lowering.schedule import schedule
 
+from . import transpose
 from .conv import ConvSpec
 from .emitter import KernelSpec
 from .gemm import GEMM_DTYPES, GemmSpec
@@ -207,6 +208,8 @@ class _Lowering:
             spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits)
             return KernelStep(spec, ins, outs, types, label)
         comp = launch.computation
+        if launch.kind == "loop" and transpose.blocked(comp):  # a big x.T: cache-blocked tiles
+            return KernelStep(_spec(self.kernels, comp, "transpose", label), ins, outs, types, label)
         spec = _spec(self.kernels, comp, launch.kind, label)
         outer, _ = spec.loop_sizes
         if outer == 0 and any(t.size for t in types):
@@ -347,7 +350,8 @@ def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label:
     spec = kernels.get(key)
     if spec is None:
         name = f"k{len(kernels)}_{_ident(label)}"
-        spec = gemm(name, comp, kind, vector_bits) if kind == "gemm" else KernelSpec(name, comp, kind)
+        spec = gemm(name, comp, kind, vector_bits) if kind == "gemm" else \
+            transpose.TransposeSpec(name, comp, kind) if kind == "transpose" else KernelSpec(name, comp, kind)
         kernels[key] = spec
     return spec
 

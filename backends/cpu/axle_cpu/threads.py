@@ -34,6 +34,29 @@ def thread_count() -> int:
     return _cores()
 
 
+def device_count() -> int:
+    """How many cpu devices the host is split into (``AXLE_FLAGS=--cpu_device_count=N``, 1
+    by default): each gets its share of the threads, so that N replicas running side by
+    side (``axle.pmap``) do not oversubscribe the cores."""
+    from axle.config import config  # here, as thread_count imports axle.errors: this module stays light
+
+    raw = config.backend_flags.get("cpu_device_count", "1")
+    try:
+        n = int(raw)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        from axle.errors import AxleError
+
+        raise AxleError(f"--cpu_device_count must be a positive integer, got {raw!r}") from None
+    return n
+
+
+def device_threads() -> int:
+    """The threads of one cpu device: its share of ``thread_count()`` (at least 1)."""
+    return max(1, thread_count() // device_count())
+
+
 @functools.cache
 def _cores() -> int:
     """The cores this process may run on (read once: a system call)."""
@@ -121,19 +144,30 @@ _LOCK = threading.Lock()
 _POOL_ENV: str | None = None
 
 
-def pool() -> WorkerPool:
-    """The process-wide pool, sized by AXLE_CPU_THREADS (re-created when it changes)."""
+def pool(device: int = 0) -> WorkerPool:
+    """Device ``device``'s pool (the process-wide one when the host is one device), sized
+    by AXLE_CPU_THREADS split between the --cpu_device_count devices (re-created when
+    that changes)."""
     global _POOL, _POOL_ENV
     env = os.environ.get("AXLE_CPU_THREADS")
-    current = _POOL
-    if current is not None and env == _POOL_ENV:  # every kernel launch: one lookup
+    current = _POOL if device == 0 else _DEVICE_POOLS.get(device)
+    if current is not None and env == _POOL_ENV and current.n == device_threads():  # one lookup per launch
         return current
-    n = thread_count()
+    n = device_threads()
     with _LOCK:
+        if device:
+            if device not in _DEVICE_POOLS or _DEVICE_POOLS[device].n != n:
+                _DEVICE_POOLS[device] = WorkerPool(n)
+            _POOL_ENV = env
+            return _DEVICE_POOLS[device]
         if _POOL is None or _POOL.n != n:
             _POOL = WorkerPool(n)
         _POOL_ENV = env
         return _POOL
+
+
+#: the pools of cpu devices 1..N-1 (--cpu_device_count); device 0 has _POOL
+_DEVICE_POOLS: dict[int, WorkerPool] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -141,6 +175,7 @@ def _after_fork_in_child() -> None:
     split creates one) and re-create its lock, which a parent thread may have held."""
     global _POOL, _POOL_ENV, _LOCK
     _POOL, _POOL_ENV, _LOCK = None, None, threading.Lock()
+    _DEVICE_POOLS.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

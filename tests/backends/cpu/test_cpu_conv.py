@@ -176,7 +176,7 @@ def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
     plan = build_plan(m, arena=False, vector_bits=vector_bits)
     (spec,) = plan.kernels.values()
     assert isinstance(spec, ConvSpec)
-    jit, _ = compile_kernels([spec], f"conv{vector_bits}")
+    jit = compile_kernels([spec], f"conv{vector_bits}")
     return jit, KFUNC(jit.address(spec.name)), spec.loop_sizes
 
 
