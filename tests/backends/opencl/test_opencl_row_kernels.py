@@ -141,3 +141,42 @@ def test_spill_plan_picks_the_shared_costly_value() -> None:
     comp = b.build(b.convert(y, dtype=DType.FLOAT64)).entry
     reduces = [n for n in comp.nodes if n.op is Op.REDUCE]
     assert spill_plan(comp.nodes, reduces, [(comp.root, "out0")], (4, 64)) == {}
+
+
+def _signed_zero_rows(cols: int, dt: str) -> np.ndarray:
+    """Rows where fmax/fmin alone go wrong: -0.0 and +0.0 mixed with every extremum a
+    zero, NaN in the vector part and in the scalar tail, and plain rows beside them."""
+    x = -np.abs(np.random.default_rng(cols).standard_normal((8, cols))) - 1
+    x[0, :] = -0.0
+    x[0, cols // 2] = 0.0  # max = +0.0 (min = -0.0)
+    x[1, :] = 0.0
+    x[1, cols - 1] = -0.0  # in the tail where cols leaves one
+    x[2, ::3] = -0.0  # max = -0.0 only if no +0.0: there is none
+    x[3, 1] = np.nan  # in the vector part
+    x[4, cols - 1] = np.nan  # in the tail
+    x[5, :] = -np.inf
+    x[6, 0] = 0.0  # a +0.0 first, -0.0 later: the max keeps +0.0
+    x[6, cols - 2] = -0.0
+    x[7] = -x[7]  # positive row: the min is the value, the max too
+    return x.astype(DT[dt])
+
+
+@pytest.mark.parametrize("cols", [33, 64, 1027])
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_vector_extrema_keep_nan_and_signed_zeros(cols: int, dt: str, kind: str, ocl, strategy) -> None:  # noqa: ANN001
+    """Row max/min run their vector loops with fmax/fmin (which drop NaN and may pick
+    either zero): the results, and x minus them, must equal the interpreter's bit for bit,
+    the sign of a zero included."""
+    b = Builder("extrema")
+    x = b.parameter(f"{dt}[8,{cols}]")
+    r = b.reduce(x, kind=kind, axes=(1,))
+    y = b.sub(x, b.broadcast_in_dim(r, shape=(8, cols), broadcast_dimensions=(0,)))
+    m = fuse_whole(b.build(r, y), wrap=False, kind="row")
+    data = [_signed_zero_rows(cols, dt), _signed_zero_rows(cols, dt)[:, ::-1].copy()]
+    for d in data:
+        got = run_case(OpCase("t", m, [d]), ocl, optimize=False)
+        for a, e in zip(got, evaluate(m, d)):
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
+            np.testing.assert_array_equal(np.where(np.isnan(e), 0, a), np.where(np.isnan(e), 0, e))
+            np.testing.assert_array_equal(np.signbit(a) | np.isnan(a), np.signbit(e) | np.isnan(e))
