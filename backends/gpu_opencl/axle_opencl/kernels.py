@@ -130,6 +130,8 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     tails = {n.shape[len(outer):] for n, _ in outputs if n.shape != outer}
     assert len(tails) <= 1, f"outputs {[n.shape for n, _ in outputs]} do not share a row shape"
     tail = tails.pop() if tails else ()
+    if pre and dev.is_gpu and math.prod(pre[0].operands[0].shape[len(outer):]) >= GROUP_ROW_MIN:
+        return group_row_kernel(comp, outputs, outer, dev, pre)
     out_dt = {n.dtype for n, _ in outputs}
     lanes = 0
     if not dev.is_gpu and not pre and not tail and len(out_dt) == 1:
@@ -245,6 +247,84 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     ins += [("const", a) for _, a in r.consts]
     return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,
                    scalars=[n_outer, chunk], global_size=gsize, local_size=lsize)
+
+
+# ------------------------------------------------------------------------ group row
+
+#: on GPUs, rows at least this long get a work-group each (one work-item per row would
+#: walk the row alone, its neighbours' loads never coalesced)
+GROUP_ROW_MIN = 64
+
+
+def group_row_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[int, ...], dev: DeviceInfo,
+                     pre: Sequence[Node]) -> Kernel:
+    """A row kernel for GPUs: one work-group per row. Each per-row reduction is strided
+    over the group's work-items (consecutive items, consecutive elements), combined by a
+    tree in local memory and read back by every item; then the items write the row's
+    full-shape outputs, strided the same way. Per-row values are computed by every item
+    (no second barrier round), per-row outputs stored by item 0."""
+    red_shape = pre[0].operands[0].shape[len(outer):]
+    T = math.prod(red_shape)
+    L = max(1, min(256, 1 << int(math.log2(max(1, dev.max_work_group))), 1 << max(0, (T - 1).bit_length())))
+    params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
+    em = Emitter(1)
+    r = Renderer(em, params)
+    em.line("const int i = (int)get_group_id(0);")
+    em.line("const int lid = (int)get_local_id(0);")
+    idx = Idx(outer, "i")
+    oc = list(em.coords(idx)) if outer else []
+    base = f"i * {T}" if outer else "0"
+    reduces = [n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"] and n.shape == outer]
+    for k, n in enumerate(reduces):
+        (x,) = n.operands
+        kind, dt = n.attr["kind"], n.dtype
+        adt = acc_dtype(dt)
+        acc = em.tmp(reg_type(adt), identity(kind, dt), "acc")
+        em.open(f"for (int rr = lid; rr < {T}; rr += {L})")
+        xi = Idx(x.shape, em.tmp("int", f"{base} + rr", "f"), oc + list(em.coords(Idx(tuple(red_shape), "rr"))))
+        v = r.value(x, xi)  # (coordinates: a broadcast of an earlier reduction finds it by them)
+        em.line(f"{acc} = {combine(kind, dt, acc, v)};")
+        em.close()
+        em.line(f"__local {reg_type(adt)} sh{k}[{L}];")
+        em.line(f"sh{k}[lid] = {acc};")
+        em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
+        em.open("if (lid < st)")
+        em.line(f"sh{k}[lid] = {combine(kind, dt, f'sh{k}[lid]', f'sh{k}[lid + st]')};")
+        em.close()
+        em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        em.close()
+        red = f"sh{k}[0]"
+        res = em.tmp(reg_type(adt), round_16(dt, red) if kind in ("sum", "prod") else red, "row")
+        # every later use of the reduction at this row (its broadcasts) finds it here
+        em.remember((n.uid, 1, idx.key), res)
+        em.remember((n.uid, 1, ("f", "i")), res)
+    per_row = [(k, n) for k, (n, _) in enumerate(outputs) if n.shape == outer]
+    if per_row:
+        em.open("if (lid == 0)")
+        for k, n in per_row:
+            em.line(store(f"out{k}", n.dtype, "i" if outer else "0", r.value(n, idx)))
+        em.close()
+    if any(n.shape != outer for n, _ in outputs):
+        em.open(f"for (int j = lid; j < {T}; j += {L})")
+        flat = em.tmp("int", f"{base} + j", "f")
+        fidx = Idx(outer + tuple(red_shape), flat, oc + list(em.coords(Idx(tuple(red_shape), "j"))))
+        for k, (n, _) in enumerate(outputs):
+            if n.shape != outer:
+                em.line(store(f"out{k}", n.dtype, flat, r.value(n, fidx)))
+        em.close()
+    outs = [(f"out{k}", n.tensor_type) for k, (n, _) in enumerate(outputs)]
+    pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
+    sig = _signature(outs, pars, r.consts, "")
+    attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
+
+    def text(name: str) -> str:
+        return f"__kernel {attr}void {name}({sig}) {{\n" + "\n".join(em.lines) + "\n}"
+
+    ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
+    ins += [("const", a) for _, a in r.consts]
+    return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,
+                   global_size=(max(1, math.prod(outer)) * L,), local_size=(L,))
 
 
 # ----------------------------------------------------------------------------- update
