@@ -285,15 +285,7 @@ def group_row_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: 
         v = r.value(x, xi)  # (coordinates: a broadcast of an earlier reduction finds it by them)
         em.line(f"{acc} = {combine(kind, dt, acc, v)};")
         em.close()
-        em.line(f"__local {reg_type(adt)} sh{k}[{L}];")
-        em.line(f"sh{k}[lid] = {acc};")
-        em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-        em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
-        em.open("if (lid < st)")
-        em.line(f"sh{k}[lid] = {combine(kind, dt, f'sh{k}[lid]', f'sh{k}[lid + st]')};")
-        em.close()
-        em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-        em.close()
+        local_tree(em, [(f"sh{k}", n, acc)], L)
         red = f"sh{k}[0]"
         res = em.tmp(reg_type(adt), round_16(dt, red) if kind in ("sum", "prod") else red, "row")
         # every later use of the reduction at this row (its broadcasts) finds it here
@@ -314,17 +306,7 @@ def group_row_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: 
                 em.line(store(f"out{k}", n.dtype, flat, r.value(n, fidx)))
         em.close()
     outs = [(f"out{k}", n.tensor_type) for k, (n, _) in enumerate(outputs)]
-    pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
-    sig = _signature(outs, pars, r.consts, "")
-    attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
-
-    def text(name: str) -> str:
-        return f"__kernel {attr}void {name}({sig}) {{\n" + "\n".join(em.lines) + "\n}"
-
-    ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
-    ins += [("const", a) for _, a in r.consts]
-    return _finish(text, describe(comp), r, [("out", k, n.tensor_type) for (n, k) in outputs], ins,
-                   global_size=(max(1, math.prod(outer)) * L,), local_size=(L,))
+    return _group_kernel(comp, em, r, outs, [("out", k, n.tensor_type) for (n, k) in outputs], L, math.prod(outer))
 
 
 # ----------------------------------------------------------------------------- update
@@ -455,18 +437,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         em.open("for (; rr < re; rr++)")
         accumulate("rr", 1, accs)
         em.close()
-    # tree in local memory
-    for k, ((n, _), a) in enumerate(zip(reduces, accs)):
-        em.line(f"__local {reg_type(acc_dtype(n.dtype))} sh{k}[{L}];")
-        em.line(f"sh{k}[lid] = {a};")
-    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-    em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
-    em.open("if (lid < st)")
-    for k, (n, _) in enumerate(reduces):
-        em.line(f"sh{k}[lid] = {combine(n.attr['kind'], n.dtype, f'sh{k}[lid]', f'sh{k}[lid + st]')};")
-    em.close()
-    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-    em.close()
+    local_tree(em, [(f"sh{k}", n, a) for k, ((n, _), a) in enumerate(zip(reduces, accs))], L)
     em.open("if (lid == 0)")
     outs: list[tuple[str, TensorType]] = []
     for k, (n, _) in enumerate(reduces):
@@ -476,6 +447,29 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
             v = round_16(n.dtype, v)
         em.line(store(f"out{k}", n.dtype, "o", v))
     em.close()
+    kouts = [("out", j, n.tensor_type) for n, j in reduces]
+    return _group_kernel(comp, em, r, outs, kouts, L, math.prod(kept))
+
+
+def local_tree(em: Emitter, parts: list[tuple[str, Node, str]], L: int) -> None:
+    """Combines each work-item's partial ``acc`` of reduce ``n`` into ``name[0]`` (a
+    ``__local`` array of ``L``, a power of two): a tree of halves, one barrier a level."""
+    for name, n, acc in parts:
+        em.line(f"__local {reg_type(acc_dtype(n.dtype))} {name}[{L}];")
+        em.line(f"{name}[lid] = {acc};")
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
+    em.open("if (lid < st)")
+    for name, n, _ in parts:
+        em.line(f"{name}[lid] = {combine(n.attr['kind'], n.dtype, f'{name}[lid]', f'{name}[lid + st]')};")
+    em.close()
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.close()
+
+
+def _group_kernel(comp: Computation, em: Emitter, r: Renderer, outs: list[tuple[str, TensorType]],
+                  kouts: list[tuple[str, int, TensorType]], L: int, groups: int) -> Kernel:
+    """A kernel of ``groups`` work-groups of ``L`` items whose body ``em`` holds."""
     pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
     sig = _signature(outs, pars, r.consts, "")
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
@@ -485,8 +479,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
 
     ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
     ins += [("const", a) for _, a in r.consts]
-    kouts = [("out", j, n.tensor_type) for n, j in reduces]
-    return _finish(text, describe(comp), r, kouts, ins, global_size=(math.prod(kept) * L,), local_size=(L,))
+    return _finish(text, describe(comp), r, kouts, ins, global_size=(max(1, groups) * L,), local_size=(L,))
 
 
 def check_size(n: Node) -> None:
