@@ -34,7 +34,8 @@ from axle.lowering import index as ix
 from . import render
 from .emitter import Emitter, Idx
 from .render import STORAGE, identity, program_source, round_16
-from .values import Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan, store, vector_ok
+from .values import (FAST_EXTREMA, MASK, Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan,
+                     store, vector_ok)
 
 INT_MAX = 2**31 - 1
 
@@ -400,11 +401,17 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         it_k, it_r = iter(kc), iter(rc)
         return Idx(x_shape, None, [next(it_r) if i in axes else next(it_k) for i in range(len(x_shape))])
 
+    masks: list[str] = []  # per reduce: the isnan mask of an fmax/fmin vector loop, or ""
+
     def accumulate(rv: str, w: int, targets: list[str]) -> None:
         idx = index(rv)
-        for (n, _), a in zip(reduces, targets):
+        for k, ((n, _), a) in enumerate(zip(reduces, targets)):
             v = r.value(n.operands[0], idx, w)
-            em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v)};")
+            if w > 1 and masks[k]:  # (the IEEE combine is restored below: values.FAST_EXTREMA)
+                em.line(f"{a} = {FAST_EXTREMA[n.attr['kind']]}({a}, {v});")
+                em.line(f"{masks[k]} |= isnan({v});")
+            else:
+                em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v)};")
 
     dts = {n.dtype for n, _ in reduces}
     w = 0
@@ -425,15 +432,19 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         if w:
             vaccs = [em.tmp(reg_type(n.dtype, w), f"(({reg_type(n.dtype, w)})({identity(n.attr['kind'], n.dtype)}))",
                             "vacc") for n, _ in reduces]
+            masks += [em.tmp(f"{MASK[n.dtype]}{w}", f"(({MASK[n.dtype]}{w})(0))", "nan")
+                      if n.attr["kind"] in FAST_EXTREMA else "" for n, _ in reduces]
             if kept:
                 r.row = (kept, em.coords(kidx))
             em.open(f"for (; rr + {w} <= re; rr += {w})")
             accumulate("rr", w, vaccs)
             em.close()
             r.row = None
-            for (n, _), a, va in zip(reduces, accs, vaccs):
+            for (n, _), a, va, mask in zip(reduces, accs, vaccs, masks):
                 h = horizontal(em, n.attr["kind"], n.dtype, va, w)
                 em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, h)};")
+                if mask:
+                    _exact_extremum(em, r, n, a, mask, index)
         em.open("for (; rr < re; rr++)")
         accumulate("rr", 1, accs)
         em.close()
@@ -449,6 +460,20 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
     em.close()
     kouts = [("out", j, n.tensor_type) for n, j in reduces]
     return _group_kernel(comp, em, r, outs, kouts, L, math.prod(kept))
+
+
+def _exact_extremum(em: Emitter, r: Renderer, n: Node, acc: str, mask: str, index: Callable[[str], Idx]) -> None:
+    """After an fmax/fmin vector loop over ``[lid * sub, rr)``: NaN if one was seen, and a
+    zero result found again by the exact combine (values.Renderer._exact_extremum)."""
+    em.open(f"if (any({mask}))")
+    em.line(f"{acc} = NAN;")
+    em.close()
+    em.open(f"else if ({acc} == 0)")
+    em.line(f"{acc} = {identity(n.attr['kind'], n.dtype)};")
+    em.open("for (int q = lid * sub; q < rr; q++)")
+    em.line(f"{acc} = {combine(n.attr['kind'], n.dtype, acc, r.value(n.operands[0], index('q')))};")
+    em.close()
+    em.close()
 
 
 def local_tree(em: Emitter, parts: list[tuple[str, Node, str]], L: int) -> None:

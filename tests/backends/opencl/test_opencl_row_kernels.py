@@ -235,3 +235,20 @@ def test_short_gpu_rows_stay_one_work_item_per_row(ocl, gpu_rows) -> None:  # no
     m = fuse_whole(b.build(_softmax(b, x, 63)[1]), wrap=False, kind="row")
     assert "get_group_id" not in _sources(m, ocl)
     _check(m, [_rows(9, 63, "f32", special=True)], ocl, 63)
+
+
+@pytest.mark.parametrize("cols", [1030, 5000])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_group_reduce_extrema_keep_nan_and_signed_zeros(cols: int, kind: str, ocl, strategy) -> None:  # noqa: ANN001
+    """Long reductions into few outputs (group reduce kernels: fmax/fmin vector loops per
+    work-item on CPU devices): NaN and the sign of a zero result as the interpreter."""
+    b = Builder("extrema")
+    x = b.parameter(f"f32[8,{cols}]")
+    m = b.build(b.reduce(x, kind=kind, axes=(1,)))
+    assert "get_group_id" in _sources(m, ocl)
+    for d in (_signed_zero_rows(cols, "f32"), -_signed_zero_rows(cols, "f32")[:, ::-1].copy()):
+        (a,) = run_case(OpCase("t", m, [d]), ocl, optimize=False)
+        (e,) = evaluate(m, d)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
+        np.testing.assert_array_equal(np.where(np.isnan(e), 0, a), np.where(np.isnan(e), 0, e))
+        np.testing.assert_array_equal(np.signbit(a) | np.isnan(a), np.signbit(e) | np.isnan(e))
