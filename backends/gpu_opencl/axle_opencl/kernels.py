@@ -34,8 +34,19 @@ from axle.lowering import index as ix
 from . import render
 from .emitter import Emitter, Idx
 from .render import STORAGE, identity, program_source, round_16
-from .values import (FAST_EXTREMA, MASK, Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan,
-                     store, vector_ok)
+from .values import (
+    FAST_EXTREMA,
+    MASK,
+    Renderer,
+    acc_dtype,
+    combine,
+    horizontal,
+    load,
+    reg_type,
+    spill_plan,
+    store,
+    vector_ok,
+)
 
 INT_MAX = 2**31 - 1
 
