@@ -4,11 +4,20 @@
   and jit (optimized), against NumPy;
 - per-op dispatch cost of eager execution on tiny arrays, against NumPy's own dispatch;
 - the latency of turning a function into an executable (trace, optimize, backend compile)
-  for the seed example and an MLP step, relative to tracing alone.
+  for the seed example and an MLP step, relative to tracing alone;
+- a new process's first call (the MNIST MLP training step, a row softmax) without the
+  persistent compile cache and with it, against a warm call plus the trace
+  (``first_call.py`` in subprocesses).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from statistics import median
 
 import numpy as np
 from common import Row, measure
@@ -103,8 +112,6 @@ def jit_call_rows(quick: bool) -> list[Row]:
 
 def _latency(fn, args, dev, repeats: int) -> dict[str, float]:
     """Median ms of: trace; trace + optimize; trace + optimize + backend compile."""
-    from statistics import median
-
     samples: dict[str, list[float]] = {"trace": [], "trace+optimize": [], "trace+compile": []}
     for _ in range(repeats):
         jf = axle.jit(fn, device=dev)
@@ -135,5 +142,36 @@ def latency_rows(quick: bool) -> list[Row]:
     return rows
 
 
+def _first_call(workload: str, device: str, cache: str) -> dict[str, float]:
+    """``first_call.py`` in a new process with ``--compile_cache=cache``."""
+    env = {**os.environ, "AXLE_FLAGS": f"{os.environ.get('AXLE_FLAGS', '')} --compile_cache={cache}"}
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_call.py"),
+                          workload, device], env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode:
+        raise RuntimeError(f"first_call.py {workload} {device} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_process_rows(quick: bool) -> list[Row]:
+    """A new process's first call (trace + optimize + compile + run) with the compile cache
+    off, and with a cache an earlier process filled (median of several processes), against
+    the same process's warm call plus its trace (the goal: within 1.2x of that)."""
+    rows = []
+    names = {d.name for d in axle.devices()}
+    for device in [d for d in ("cpu:0", "opencl:0") if d in names]:
+        for workload, label in (("mnist_mlp", "MNIST MLP 784-1024-1024-10 SGD step, batch 128"),
+                                ("softmax", "row softmax [4096, 1024] f32")):
+            off = _first_call(workload, device, "off")
+            with tempfile.TemporaryDirectory(prefix="axle-bench-cache-") as cache:
+                _first_call(workload, device, cache)  # fills it
+                hits = [_first_call(workload, device, cache) for _ in range(2 if quick else 5)]
+            times = {"no disk cache": off["first_ms"], "disk cache": median(h["first_ms"] for h in hits),
+                     "warm call + trace": median(h["warm_ms"] + h["trace_ms"] for h in hits)}
+            rows.append(Row("core", f"first call in a new process: {label} on {device}", times,
+                            {"disk cache hits": hits[0]["disk_cache_hits"]}, baseline="warm call + trace"))
+    return rows
+
+
 def run(quick: bool) -> list[Row]:
-    return seed_rows(quick) + dispatch_rows(quick) + jit_call_rows(quick) + latency_rows(quick)
+    return (seed_rows(quick) + dispatch_rows(quick) + jit_call_rows(quick) + latency_rows(quick)
+            + fresh_process_rows(quick))

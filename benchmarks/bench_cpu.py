@@ -6,6 +6,7 @@ within one run. ``quick`` shrinks repeats (and the biggest sizes) for a smoke ru
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import shutil
 import subprocess
@@ -230,6 +231,7 @@ def run(quick: bool) -> list[Row]:
     rows.append(row)
 
     rows.append(_dense_row(axle, anp, dev, impls, rng, quick, reps))
+    rows.append(_conv_row(axle, anp, dev, jax, rng, quick, max(reps // 3, 3)))
 
     x = rng.standard_normal((100, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 100)]
@@ -243,6 +245,8 @@ def run(quick: bool) -> list[Row]:
               (rng.standard_normal((512, 10)) * 0.05).astype(np.float32), np.zeros(10, np.float32)]
     rows.append(_row("MLP 784-512-10 SGD step, batch 128", impls(sgd_mlp, [*params, x, y]), reps * 2))
 
+    rows.append(_mnist_from_scratch_row(axle, anp, dev, jax, rng, reps * 2))
+    rows += _gemm_class_rows(axle, anp, dev, rng, quick, reps)
     rows += _embedding_rows(axle, dev, jax, rng, reps * 4)
     rows += _rnn_rows(axle, dev, jax, reps * 4)
     rows.append(_first_call(axle, anp, dev, jax, 3 if quick else 7))
@@ -269,6 +273,201 @@ def _dense_row(axle: Any, anp: Any, dev: Any, impls: Callable[..., dict[str, Cal
     row = _row(f"dense relu(x @ w + b) [{m},{k}]x[{k},{n}] f32", fns, reps)
     row.extra["GFLOP/s"] = {k_: round(2 * m * k * n / (t * 1e-3) / 1e9, 1) for k_, t in row.times_ms.items()}
     return row
+
+
+# mnist-from-scratch and GEMM shape classes
+
+
+def mnist_from_scratch(np_: Any, grad: Any, logsumexp: Any) -> Callable[..., Any]:
+    """jax's examples/mnist_classifier_fromscratch.py training step: tanh MLP,
+    log-softmax cross-entropy, gradients by autodiff, SGD."""
+
+    def loss(params: Any, x: Any, y: Any) -> Any:
+        a = x
+        for w, b in params[:-1]:
+            a = np_.tanh(np_.matmul(a, w) + b)
+        w, b = params[-1]
+        logits = np_.matmul(a, w) + b
+        return -np_.mean(np_.sum((logits - logsumexp(logits, axis=1, keepdims=True)) * y, axis=1))
+
+    def update(params: Any, x: Any, y: Any) -> Any:
+        grads = grad(loss)(params, x, y)
+        return [(w - 0.001 * dw, b - 0.001 * db) for (w, b), (dw, db) in zip(params, grads)]
+
+    return update
+
+
+def _mnist_from_scratch_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, reps: int) -> Row:
+    """784-1024-1024-10, batch 128, float32: axle.jit on cpu:0 against jax.jit."""
+    from axle import nn
+
+    sizes = [784, 1024, 1024, 10]
+    params = [((rng.standard_normal((m, n)) * 0.05).astype(np.float32), np.zeros(n, np.float32))
+              for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    step = axle.jit(mnist_from_scratch(anp, axle.grad, nn.logsumexp), device=dev)
+    dargs = axle.device_put((params, x, y), dev)
+    flat = lambda r: np.concatenate([np.asarray(a).ravel() for wb in r for a in wb])  # noqa: E731
+    fns: dict[str, Callable[[], Any]] = {"axle-cpu": lambda: flat(step(*dargs))}
+    if jax is not None:
+        import jax.numpy as jnp
+        from jax.scipy.special import logsumexp
+
+        jstep = jax.jit(mnist_from_scratch(jnp, jax.grad, logsumexp))
+        jargs = jax.device_put((params, x, y))
+        fns["jax.jit"] = lambda: flat(jstep(*jargs))
+        _checked(fns, fns["jax.jit"](), lambda r: r, "mnist step")
+    times = measure(fns, repeats=reps, warmup=2)
+    return Row(SUITE, "MNIST-from-scratch step 784-1024-1024-10, batch 128, tanh", times,
+               baseline="jax.jit" if jax is not None else "axle-cpu")
+
+
+#: the GEMM shape classes of a training step: (label, lhs shape, rhs shape, dot_general dims)
+GEMM_CLASSES = (
+    ("large square", (1024, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("small M (forward, batch 128)", (128, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("transposed B (dx = dz w^T)", (128, 1024), (1024, 1024), ((1,), (1,), (), ())),
+    ("transposed A (dw = x^T dz)", (128, 784), (128, 1024), ((0,), (0,), (), ())),
+    ("tall-skinny (N=10 logits)", (128, 1024), (1024, 10), ((1,), (0,), (), ())),
+    ("tall-skinny (M=4096, K=N=64)", (4096, 64), (64, 64), ((1,), (0,), (), ())),
+    ("batched [16,128,64]x[16,64,128]", (16, 128, 64), (16, 64, 128), ((2,), (1,), (0,), (0,))),
+    ("matrix-vector [1024,1024]x[1024]", (1024, 1024), (1024,), ((1,), (0,), (), ())),
+    ("vector-matrix [1024]x[1024,1024]", (1024,), (1024, 1024), ((0,), (0,), (), ())),
+)
+
+
+def _gemm_class_rows(axle: Any, anp: Any, dev: Any, rng: np.random.Generator, quick: bool, reps: int) -> list[Row]:
+    """One float32 dot_general per shape class, axle-cpu against NumPy's BLAS (np.matmul
+    on transposed views, which BLAS reads with its transpose flags), in GFLOP/s."""
+    rows = []
+    for label, ls, rs, (lc, rc, lb, rb) in GEMM_CLASSES[:3] if quick else GEMM_CLASSES:
+        a, b = rng.standard_normal(ls).astype(np.float32), rng.standard_normal(rs).astype(np.float32)
+        fn = axle.jit(lambda x, w, d=(lc, rc, lb, rb): axle.lax.dot_general(x, w, *d), device=dev)
+        da, db = axle.device_put(a, dev), axle.device_put(b, dev)
+        av, bv = _as_matmul(a, lb, lc, True), _as_matmul(b, rb, rc, False)
+        fns = {"numpy": lambda av=av, bv=bv: np.matmul(av, bv), "axle-cpu": lambda f=fn, da=da, db=db: f(da, db)}
+        _close(np.asarray(fns["axle-cpu"]()), fns["numpy"](), label)
+        row = _row(f"GEMM class: {label} f32", fns, reps)
+        flops = 2 * a.size * b.size / math.prod(ls[d] for d in lc + lb)
+        row.extra["GFLOP/s"] = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+        rows.append(row)
+    return rows
+
+
+def _as_matmul(x: np.ndarray, batch: tuple, contracting: tuple, lhs: bool) -> np.ndarray:
+    """A view of a one-dim-per-group operand as [batch..., M, K] (lhs) or [batch..., K, N]."""
+    free = [d for d in range(x.ndim) if d not in batch + contracting]
+    return np.transpose(x, list(batch) + (free + list(contracting) if lhs else list(contracting) + free))
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+        raise AssertionError(f"{what}: axle-cpu differs from numpy")
+
+
+def fma_peak_gflops(seconds: float = 0.3) -> float:
+    """The machine's measured float32 FMA peak: a JIT-compiled loop of independent vector
+    fused multiply-adds (the host's widest vectors, more accumulators than the FMA latency
+    needs) run on every thread of axle's pool at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llvmlite import binding as llvm
+    from llvmlite import ir
+
+    from axle_cpu.target import host
+    from axle_cpu.threads import thread_count
+
+    lanes, accs = host().vector_bits // 32, 16
+    vt = ir.VectorType(ir.FloatType(), lanes)
+    mod = ir.Module("peak")
+    fn = ir.Function(mod, ir.FunctionType(ir.FloatType(), [ir.IntType(64)]), "peak")
+    fma = ir.Function(mod, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fma.v{lanes}f32")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(ir.IntType(64))
+    i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+    phis = [b.phi(vt) for _ in range(accs)]
+    x, y = (ir.Constant(vt, [ir.Constant(ir.FloatType(), v)] * lanes) for v in (0.999999, 1e-7))
+    new = [b.call(fma, [p, x, y]) for p in phis]
+    for k, (p, v) in enumerate(zip(phis, new)):
+        p.add_incoming(ir.Constant(vt, [ir.Constant(ir.FloatType(), float(k))] * lanes), entry)
+        p.add_incoming(v, loop)
+    nxt = b.add(i, ir.Constant(ir.IntType(64), 1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = new[0]
+    for v in new[1:]:
+        total = b.fadd(total, v)
+    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    tm = llvm.Target.from_triple(host().triple).create_target_machine(cpu=host().cpu, features=host().features,
+                                                                        opt=3)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(mod)), tm)
+    engine.finalize_object()
+    call = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
+    n, threads = 1 << 16, thread_count()
+
+    def timed(n: int) -> float:  # ctypes releases the GIL: the threads run the loop at once
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(call, [n] * threads))
+        return time.perf_counter() - t0
+
+    while timed(n) < seconds:
+        n *= 4
+    # the best of a few runs: other processes on the machine only ever slow it down
+    return max(2 * lanes * accs * n * threads / timed(n) / 1e9 for _ in range(3))
+
+
+def _conv_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.random.Generator, quick: bool, reps: int) -> Row:
+    """A 3x3 convolution layer (stride 1, SAME padding, NHWC/HWIO float32): the native
+    implicit GEMM against the core's im2col decomposition (slices, a concatenation and a
+    dot: what the cpu ran before it claimed convolution) and jax.jit's
+    conv_general_dilated, in GFLOP/s and as a share of the machine's measured FMA peak."""
+    from axle import lax
+
+    n, hw, c, o = (4, 28, 32, 32) if quick else (32, 56, 64, 64)
+    x = rng.standard_normal((n, hw, hw, c)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, c, o)) * 0.05).astype(np.float32)
+    native = axle.jit(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                            dimension_numbers=("NHWC", "HWIO", "NHWC")), device=dev)
+    dx, dw = axle.device_put(x, dev), axle.device_put(w, dev)
+    fns: dict[str, Callable[[], Any]] = {"axle-cpu": lambda: native(dx, dw),
+                                         "axle-cpu (im2col decomposition)": _decomposed_conv(axle, dev, dx, dw)}
+    if jax is not None:
+        jf = jax.jit(lambda a, k: jax.lax.conv_general_dilated(a, k, (1, 1), "SAME",
+                                                               dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        jx, jw = jax.device_put(x), jax.device_put(w)
+        fns["jax.jit"] = lambda: jf(jx, jw)
+    row = _row(f"conv 3x3 NHWC x[{n},{hw},{hw},{c}] w[3,3,{c},{o}] f32", fns, reps)
+    row.baseline = "axle-cpu (im2col decomposition)"
+    flops = 2 * n * hw * hw * c * o * 9
+    gflops = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+    peak = fma_peak_gflops()
+    row.extra["GFLOP/s"] = gflops
+    row.extra["FMA peak GFLOP/s (measured)"] = round(peak, 1)
+    row.extra["share of peak"] = {k: f"{100 * v / peak:.0f}%" for k, v in gflops.items()}
+    return row
+
+
+def _decomposed_conv(axle: Any, dev: Any, dx: Any, dw: Any) -> Callable[[], Any]:
+    """The same convolution as the core's im2col decomposition, compiled for ``dev``."""
+    from axle.compiler import compile_module
+    from axle.ir import Builder
+    from axle.ir.conv import conv_dimension_numbers
+    from axle.passes.expand import expand_extended
+
+    b = Builder("conv_im2col")
+    x, w = b.parameter(dx.buffer.type), b.parameter(dw.buffer.type)
+    y = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"), window_strides=(1, 1),
+                      padding_low=(1, 1), padding_high=(1, 1), lhs_dilation=(1, 1), rhs_dilation=(1, 1))
+    module, _ = expand_extended(b.build(y), lambda _node: False)
+    exe = compile_module(module, dx.buffer.device)
+    backend = axle.REGISTRY.backend_for(dx.buffer.device)
+    return lambda: backend.to_host(exe.execute([dx.buffer, dw.buffer])[0])
 
 
 def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> list[Row]:

@@ -15,12 +15,17 @@ The tiers (``make test`` / ``make test-full``; README.md, "Two commands"):
 """
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import tempfile
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from axle.config import config as axle_config
 from axle.ir.dtypes import DType, supported_numpy_dtype
 from axle.ir.module import Module
 from axle.ir.ops import Op
@@ -59,6 +64,36 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "full_only: left out of the fast tier (tests/conftest.py)")
     if config.getoption("--fast") and IN_CI:
         raise pytest.UsageError("--fast deselects tests; CI (CI=true) runs the full sweep")
+    _private_compile_cache()
+
+
+#: the session's own compile cache (None: the user chose one with AXLE_FLAGS)
+_SESSION_CACHE: list[str] = []
+
+
+def _private_compile_cache() -> None:
+    """Tests compile into a cache of their own, shared by this session's subprocesses and
+    workers (through AXLE_FLAGS) and removed at its end: a test never loads an object that
+    an earlier run (of other code) left in the user's cache, nor fills that cache."""
+    if "--compile_cache=" in os.environ.get("AXLE_FLAGS", ""):
+        return
+    path = tempfile.mkdtemp(prefix="axle-test-cache-")
+    _SESSION_CACHE.append(path)
+    os.environ["AXLE_FLAGS"] = f"{os.environ.get('AXLE_FLAGS', '')} --compile_cache={shlex.quote(path)}".strip()
+    axle_config.update(compile_cache=path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _SESSION_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def compile_cache(tmp_path, monkeypatch):  # noqa: ANN001, ANN201
+    """A --compile_cache directory of the test's own (not yet created)."""
+    path = tmp_path / "compile-cache"
+    monkeypatch.setattr(axle_config, "compile_cache", str(path))
+    return path
 
 
 def _module_dtypes(module: Module) -> set[DType]:

@@ -39,6 +39,11 @@ class Config:
     #: cluster cache, and each backend's compile caches): least recently used beyond this
     #: are dropped and their native code freed
     jit_cache_size: int = 256
+    #: the directory of every backend's on-disk compile cache (cpu object code, OpenCL
+    #: program binaries, ...); "" is the user cache directory (~/.cache/axle), "off" disables it
+    compile_cache: str = ""
+    #: size bound of the compile cache directory: beyond it the entries used longest ago go
+    compile_cache_max_mb: float = 1024.0
     #: seconds a backend plugin may take to load and list its devices before it is
     #: recorded as unavailable ("timed out after N s in devices()")
     backend_timeout: float = 30.0
@@ -84,7 +89,7 @@ def _coerce(typ: Any, v: Any, name: str) -> Any:
 
 _NUMBERS: dict[str, type] = {"int": int, "float": float}
 #: settings that must be positive (a cache of 0 entries or a zero time bound makes no sense)
-_POSITIVE = ("jit_cache_size", "backend_timeout")
+_POSITIVE = ("jit_cache_size", "backend_timeout", "compile_cache_max_mb")
 
 
 def _number(kind: type, v: Any, name: str) -> Any:

@@ -15,7 +15,9 @@ _lock = threading.Lock()
 renew_in_child(sys.modules[__name__], "_lock")
 _counts: dict[tuple[str, str, str], int] = defaultdict(int)
 TOTALS = ("traces", "compiles", "cache_hits", "cache_misses", "kernel_launches", "eager_ops", "executions",
-          "clusters", "lazy_ops")
+          "clusters", "lazy_ops",
+          # the on-disk compile caches (axle.diskcache), every backend's together
+          "disk_cache_hits", "disk_cache_misses", "disk_cache_writes", "disk_cache_corrupt", "disk_cache_evictions")
 
 
 def record(what: str, n: int = 1, *, function: str = "", device: str = "") -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from . import passes, profiler
 from .backend import CompileOptions, Device, Executable
 from .config import config
-from .ir.module import Module
+from .ir.module import Module, Node
 from .passes.buffers import assign
 from .passes.expand import expand_extended
 from .registry import REGISTRY
@@ -33,11 +33,19 @@ def optimize_for(module: Module, device: Device) -> Module:
         return passes.optimize(module, backend=backend, device=device)
 
 
-def expand_for(module: Module, device: Device) -> tuple[Module, Counter[str]]:
+def expand_for(module: Module, device: Device, reasons: dict[str, str] | None = None) -> tuple[Module, Counter[str]]:
     """``module`` with the extended primitives ``device`` does not claim expanded into their
-    decompositions (passes/expand.py), and how many of each op were expanded."""
+    decompositions (passes/expand.py), and how many of each op were expanded. ``reasons``,
+    when given, gets the device's refusal per expanded op (the first one met)."""
     caps = REGISTRY.backend_for(device).capabilities(device)
-    return expand_extended(module, lambda n: caps.refusal(n) is None)
+
+    def claimed(n: Node) -> bool:
+        why = caps.refusal(n)
+        if why is not None and reasons is not None:
+            reasons.setdefault(n.op.value, why)
+        return why is None
+
+    return expand_extended(module, claimed)
 
 
 def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:

@@ -1,4 +1,9 @@
-"""A private on-disk cache of compiled bytes (OpenCL program binaries, ...).
+"""A private on-disk cache of compiled bytes (cpu object code, OpenCL program binaries, ...).
+
+Every backend's cache lives in one directory, ``--compile_cache`` (default
+``~/.cache/axle``; ``off`` disables them all), one subdirectory per backend, and the whole
+directory is bounded by ``--compile_cache_max_mb``: beyond it the entries used longest ago
+are removed (an entry's modification time is its last use: a hit touches it).
 
 What is loaded from disk runs as native code, so the cache trusts only what its own user
 wrote where nobody else could write:
@@ -8,22 +13,30 @@ wrote where nobody else could write:
   warning (the program still runs, compiling from source);
 - entries are plain bytes behind a small header (magic, format version, the SHA-256 of
   the key, the payload's length and SHA-256): nothing is unpickled or evaluated on load,
-  and a truncated, corrupt or mismatched entry is a miss;
+  and a truncated, corrupt or mismatched entry is a miss (counted as corrupt);
 - writes are atomic: a ``0600`` temporary file in the same directory, renamed over the
-  entry, so a reader never sees half a file.
+  entry, so a reader never sees half a file, and two processes writing one key leave one
+  whole entry (either one: they are equal).
 
 Keys are versioned by the caller (compiler, driver and format versions belong in them).
+``axle.stats()`` counts ``disk_cache_hits``, ``disk_cache_misses``, ``disk_cache_writes``,
+``disk_cache_corrupt`` and ``disk_cache_evictions`` (all caches together).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import struct
 import tempfile
 import threading
+import time
 import warnings
 import weakref
+
+from . import counters
+from .config import config
 
 MAGIC = b"AXLECACH"
 FORMAT = 1
@@ -31,10 +44,30 @@ FORMAT = 1
 _HEADER = struct.Struct("<8sI32sQ32s")
 #: every cache alive, so a forked child can re-create their locks
 _ALL: weakref.WeakSet[DiskCache] = weakref.WeakSet()
+#: an entry's file name (the key's SHA-256) and a writer's temporary file
+_ENTRY = re.compile(r"[0-9a-f]{64}\.bin")
+_TEMP = re.compile(r"\.tmp-.*\.bin")
+#: a temporary file older than this was left by a writer that died: eviction removes it
+_STALE_TEMP_S = 3600.0
+#: eviction goes down to this fraction of the bound, so the next writes do not each evict
+_EVICT_TO = 0.9
 
 
 class CacheWarning(UserWarning):
     """An on-disk cache was disabled (unsafe directory) or could not be written."""
+
+
+def default_root() -> str:
+    """The user cache directory every backend's compile cache lives under by default."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "axle")
+
+
+def cache_root() -> str | None:
+    """The ``--compile_cache`` directory (None: ``--compile_cache=off``)."""
+    value = config.compile_cache
+    if value == "off":
+        return None
+    return os.path.abspath(os.path.expanduser(value or default_root()))
 
 
 def _problem(path: str) -> str | None:
@@ -65,29 +98,58 @@ def safe_dir(path: str) -> str | None:
 
 
 class DiskCache:
-    """Bytes by key in one private directory; disabled (every lookup a miss) when unsafe."""
+    """Bytes by key in one private directory; disabled (every lookup a miss) when unsafe
+    or when ``--compile_cache=off``.
 
-    def __init__(self, path: str, what: str) -> None:
-        self.path = path
+    ``path`` fixes the directory (bounded on its own); None puts the cache in ``sub``
+    under the ``--compile_cache`` directory, read again at each use (so the flag can be
+    changed with ``axle.config.update``), bounded together with the other backends'."""
+
+    def __init__(self, path: str | None, what: str, sub: str = "") -> None:
+        assert path is not None or sub, "a cache under the --compile_cache directory needs a subdirectory"
+        self.fixed = path
+        self.sub = sub
         self.what = what
-        self._checked: bool | None = None
+        self._checked: dict[str, bool] = {}
         self._lock = threading.Lock()
         _ALL.add(self)
 
+    @property
+    def path(self) -> str | None:
+        """The directory now (None: the compile cache is off)."""
+        if self.fixed is not None:
+            return self.fixed
+        root = cache_root()
+        return None if root is None else os.path.join(root, self.sub)
+
+    def _bounded(self) -> str:
+        """The directory the size bound applies to (the --compile_cache root for a
+        subdirectory cache: every backend's entries together)."""
+        path = self.path
+        assert path is not None
+        return path if self.fixed is not None else os.path.dirname(path)
+
     def enabled(self) -> bool:
+        path = self.path
+        if path is None:
+            return False
         with self._lock:
-            if self._checked is None:
-                why = safe_dir(self.path)
-                self._checked = why is None
+            ok = self._checked.get(path)
+            if ok is None:
+                why = safe_dir(path)
+                ok = self._checked[path] = why is None
                 if why:
-                    warnings.warn(f"axle: the {self.what} cache directory {self.path!r} {why}; the cache is "
+                    warnings.warn(f"axle: the {self.what} cache directory {path!r} {why}; the cache is "
                                   f"disabled (programs are compiled from source). Use a private directory "
-                                  f"(chmod 700, owned by you).", CacheWarning, stacklevel=3)
-            return self._checked
+                                  f"(chmod 700, owned by you), or AXLE_FLAGS=--compile_cache=DIR|off.",
+                                  CacheWarning, stacklevel=3)
+            return ok
 
     def _file(self, key: bytes) -> tuple[str, bytes]:
         digest = hashlib.sha256(key).digest()
-        return os.path.join(self.path, digest.hex() + ".bin"), digest
+        path = self.path
+        assert path is not None
+        return os.path.join(path, digest.hex() + ".bin"), digest
 
     def get(self, key: bytes) -> bytes | None:
         if not self.enabled():
@@ -97,15 +159,18 @@ class DiskCache:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
+            counters.record("disk_cache_misses")
             return None
-        if len(data) < _HEADER.size:
+        payload = _payload(data, digest)
+        if payload is None:
+            counters.record("disk_cache_misses")
+            counters.record("disk_cache_corrupt")
             return None
-        magic, version, kdigest, length, pdigest = _HEADER.unpack_from(data)
-        payload = data[_HEADER.size:]
-        if (magic, version, kdigest, length) != (MAGIC, FORMAT, digest, len(payload)):
-            return None
-        if hashlib.sha256(payload).digest() != pdigest:
-            return None
+        counters.record("disk_cache_hits")
+        try:
+            os.utime(path)  # its last use, which eviction orders by (atime is often not kept)
+        except OSError:
+            pass  # evicted meanwhile: the bytes read are whole all the same
         return payload
 
     def put(self, key: bytes, payload: bytes) -> None:
@@ -114,10 +179,10 @@ class DiskCache:
         path, digest = self._file(key)
         header = _HEADER.pack(MAGIC, FORMAT, digest, len(payload), hashlib.sha256(payload).digest())
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-", suffix=".bin")  # created 0600
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".bin")  # created 0600
         except OSError as e:
-            warnings.warn(f"axle: cannot write to the {self.what} cache {self.path!r}: {e}", CacheWarning,
-                          stacklevel=3)
+            warnings.warn(f"axle: cannot write to the {self.what} cache {os.path.dirname(path)!r}: {e}",
+                          CacheWarning, stacklevel=3)
             return
         try:
             with os.fdopen(fd, "wb") as f:
@@ -128,11 +193,113 @@ class DiskCache:
                 os.unlink(tmp)
             except OSError:
                 pass
+            return
+        counters.record("disk_cache_writes")
+        evicted = _BOUNDS.wrote(self._bounded(), len(header) + len(payload))
+        if evicted:
+            counters.record("disk_cache_evictions", evicted)
+
+
+def _payload(data: bytes, digest: bytes) -> bytes | None:
+    """The payload of an entry's bytes, or None when they are not a whole entry for
+    ``digest`` (truncated, corrupt, another key's, another format)."""
+    if len(data) < _HEADER.size:
+        return None
+    magic, version, kdigest, length, pdigest = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size:]
+    if (magic, version, kdigest, length) != (MAGIC, FORMAT, digest, len(payload)):
+        return None
+    if hashlib.sha256(payload).digest() != pdigest:
+        return None
+    return payload
+
+
+class _Bounds:
+    """The size bound of each cache directory. Each process keeps an estimate of a
+    directory's size (scanned at its first write there, plus what it wrote since); when
+    the estimate passes ``--compile_cache_max_mb`` the directory is scanned again (what
+    other processes wrote included) and the entries used longest ago are removed. Removing
+    is safe beside other processes: a reader holding an entry open still reads it whole,
+    and an entry removed before it is opened is a miss."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._estimate: dict[str, int] = {}
+
+    def wrote(self, root: str, size: int) -> int:
+        """Accounts ``size`` bytes written under ``root``; returns the entries evicted."""
+        bound = int(config.compile_cache_max_mb * (1 << 20))
+        with self._lock:
+            estimate = self._estimate.get(root)
+            if estimate is not None and estimate + size <= bound:
+                self._estimate[root] = estimate + size
+                return 0
+            evicted, self._estimate[root] = evict(root, bound)
+            return evicted
+
+
+def _entries(root: str) -> list[tuple[float, int, str]]:
+    """(last use, size, path) of the entries in ``root`` and its subdirectories (one
+    level: one per backend); temporary files of writers that died are removed."""
+    out: list[tuple[float, int, str]] = []
+    now = time.time()
+    dirs = [root]
+    try:
+        with os.scandir(root) as it:
+            dirs += [e.path for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return out
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                files = [e for e in it if e.is_file(follow_symlinks=False)]
+        except OSError:
+            continue
+        for e in files:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue  # removed meanwhile
+            if _ENTRY.fullmatch(e.name):
+                out.append((st.st_mtime, st.st_size, e.path))
+            elif _TEMP.fullmatch(e.name) and now - st.st_mtime > _STALE_TEMP_S:
+                _unlink(e.path)
+    return out
+
+
+def evict(root: str, bound: int) -> tuple[int, int]:
+    """Removes the entries under ``root`` used longest ago until they take at most
+    ``bound`` bytes (down to 90% of it when it is passed, so the next writes need not
+    evict again); returns (entries removed, bytes left)."""
+    entries = _entries(root)
+    total = sum(size for _, size, _ in entries)
+    if total <= bound:
+        return 0, total
+    target = int(bound * _EVICT_TO)
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total <= target:
+            break
+        _unlink(path)
+        total -= size
+        removed += 1
+    return removed, total
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # another process removed it first
+
+
+_BOUNDS = _Bounds()
 
 
 def _reset_in_child() -> None:
     for cache in list(_ALL):
         cache._lock = threading.Lock()  # another thread may have held it at the fork
+    _BOUNDS._lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_in_child)

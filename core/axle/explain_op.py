@@ -38,6 +38,7 @@ from .ir.dtypes import ALL_DTYPES, DType
 from .ir.opcodes import PLUMBING, Op
 from .ir.ops import OPS, Traits
 from .passes import fusion, inline_cost
+from .passes.policy import FusionPolicy
 from .registry import REGISTRY
 
 #: Rule tables keyed by op, by title: None marks a table axle does not have yet. Adding the
@@ -304,8 +305,14 @@ FUSION_ROLES: dict[str, str] = {
                  "inside a row fusion when it reduces trailing axes and its result is broadcast back",
     "contraction": "a contraction (`fusion.is_contraction`): a kernel of its own, or the head of an output "
                    "fusion when the backend's FusionPolicy has dot_epilogue",
+    "windowed contraction": "a convolution (`fusion.takes_epilogue`): a kernel of its own, or the head of an "
+                            "output fusion when the backend's FusionPolicy has conv_epilogue",
     "none": "never fused: structural, side-effecting or not fusible (it runs as its own step)",
 }
+
+
+#: a policy under which a convolution heads output fusions (to ask takes_epilogue)
+_CONV_EPILOGUE = FusionPolicy(conv_epilogue=True)
 
 
 def fusion_label(op: Op) -> str:
@@ -323,7 +330,8 @@ def fusion_class(op: Op) -> str:
     d = OPS[op]
     probe: Any = _Probe(op, d.traits, (None,) * (d.arity if d.arity is not None else max(d.min_arity, 1)))
     for name, test in (("loop", fusion.loop_fusible), ("reduction", fusion.is_reduction),
-                       ("contraction", fusion.is_contraction)):
+                       ("contraction", fusion.is_contraction),
+                       ("windowed contraction", lambda n: fusion.takes_epilogue(n, _CONV_EPILOGUE))):
         if test(probe):
             return name
     return "none"

@@ -131,6 +131,8 @@ class PlacementSummary:
     transfers: list[Transfer] = field(default_factory=list)
     #: extended ops the device does not claim, expanded into their decompositions (op -> count)
     decomposed: dict[str, int] = field(default_factory=dict)
+    #: why the device refused each decomposed op (its capability's reason, op -> reason)
+    decomposed_why: dict[str, str] = field(default_factory=dict)
 
     @property
     def bytes_crossed(self) -> int:
@@ -153,7 +155,7 @@ class PlacementSummary:
                              for c in self.clusters],
                 "transfers": [dict(value=t.value, source=t.source, target=t.target, nbytes=t.nbytes)
                               for t in self.transfers],
-                "decomposed": dict(self.decomposed)}
+                "decomposed": dict(self.decomposed), "decomposed_why": dict(self.decomposed_why)}
 
     def __str__(self) -> str:
         lines = [f"placement for {self.device}: {len(self.clusters)} cluster(s), "
@@ -167,6 +169,7 @@ class PlacementSummary:
         if self.decomposed:
             ops = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(self.decomposed.items()))
             lines.append(f"  decomposed for {self.device} (not claimed): {ops}")
+            lines.extend(f"    {op}: {why}" for op, why in sorted(self.decomposed_why.items()))
         return "\n".join(lines)
 
 
@@ -558,11 +561,13 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
     (falling back to the host if compilation fails), otherwise a partitioned executable.
     Returns the executable and the module compiled (for a partitioned or fallen-back
     executable: the module given, after expansion)."""
-    module, decomposed = expand_for(module, device)
+    reasons: dict[str, str] = {}
+    module, decomposed = expand_for(module, device, reasons)
     exe, compiled = _compile_expanded(module, device, optimize)
     summary = placement_of(exe)
     if summary is not None and decomposed:
         summary.decomposed = dict(decomposed)
+        summary.decomposed_why = reasons
     return exe, compiled
 
 

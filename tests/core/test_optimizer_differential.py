@@ -1,11 +1,11 @@
 """Differential tests: random well-typed modules (1-40 nodes, every primitive) compute the
 same values before and after the full pipeline and after every single pass.
 
-Every pass but transpose-fold promises bit-exact results (NaN-aware; -0.0 and +0.0 are
+Every pass but transpose-fold and layout promises bit-exact results (NaN-aware; -0.0 and +0.0 are
 told apart), so the comparison is exact rather than within a tolerance; one ULP could
-otherwise flip a later compare and make a tolerance meaningless. transpose-fold changes
-a dot's operand layout, which may change the reference's summation order: it is checked
-on its own, within the dot tolerance."""
+otherwise flip a later compare and make a tolerance meaningless. transpose-fold and layout
+change a dot's operand layout, which may change the reference's summation order: they are
+checked on their own, within the dot tolerance."""
 from __future__ import annotations
 
 import os
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from axle.config import config
 from axle.interpreter import evaluate
 from axle.ir.verifier import verify
-from axle.passes import CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, TransposeFolding, optimize
+from axle.passes import (CSE, DCE, AlgebraicSimplifier, ConstantFolding, Fusion, LayoutAssignment, TransposeFolding,
+                         optimize)
 from axle.ir import Builder, DType, Op
 from axle.ir.dtypes import is_float_numpy
 from axle.passes.policy import FusionPolicy
@@ -88,7 +89,7 @@ def test_full_pipeline_preserves_values(seed, n, policy):
     m, inputs = random_module(seed, n)
     expected = evaluate(m, *inputs)
     saved = config.disable_passes
-    config.update(disable_passes="transpose-fold")  # the one pass that is exact only within tolerance
+    config.update(disable_passes="transpose-fold,layout")  # the passes exact only within tolerance
     try:
         out = optimize(m, backend=_Backend(policy))
     finally:
@@ -109,16 +110,18 @@ def test_each_pass_preserves_values(name, seed, n):
     assert_same(evaluate(out, *inputs), expected, f"{name}(random_module({seed}, {n}))")
 
 
+#: a random (batched) product with each operand stored transposed or not
+dot_cases = given(m=st.integers(1, 9), k=st.integers(0, 9), n=st.integers(1, 9), batch=st.integers(0, 3),
+                  tl=st.booleans(), tr=st.booleans(),
+                  dt=st.sampled_from([DType.FLOAT32, DType.FLOAT64, DType.INT32]), seed=st.integers(0, 2**16))
+
+
 @settings(max_examples=30, deadline=None, derandomize=IN_CI)
-@given(m=st.integers(1, 9), k=st.integers(0, 9), n=st.integers(1, 9), batch=st.integers(0, 3),
-       tl=st.booleans(), tr=st.booleans(), dt=st.sampled_from([DType.FLOAT32, DType.FLOAT64, DType.INT32]),
-       seed=st.integers(0, 2**16))
+@dot_cases
 def test_transpose_folding_matches_within_dot_tolerance(m, k, n, batch, tl, tr, dt, seed):
     b = Builder("dot")
-    bs = (batch,) if batch else ()
-    nb = len(bs)
-    lhs_shape, rhs_shape = bs + ((k, m) if tl else (m, k)), bs + ((n, k) if tr else (k, n))
-    lhs, rhs = b.parameter((lhs_shape, dt)), b.parameter((rhs_shape, dt))
+    shapes, nb = _dot_shapes(m, k, n, batch, tl, tr)
+    lhs, rhs = (b.parameter((s, dt)) for s in shapes)
     perm = tuple(range(nb)) + (nb + 1, nb)
     lt = b.transpose(lhs, permutation=perm) if tl else lhs
     rt = b.transpose(rhs, permutation=perm) if tr else rhs
@@ -127,7 +130,32 @@ def test_transpose_folding_matches_within_dot_tolerance(m, k, n, batch, tl, tr, 
     out, changed = TransposeFolding().run(mod)
     assert changed == (tl or tr)
     assert Op.TRANSPOSE not in {x.op for x in out.entry.nodes}
+    _assert_dot_close(out, mod, shapes, dt, k, seed, "transpose-fold")
+
+
+def _dot_shapes(m: int, k: int, n: int, batch: int, tl: bool, tr: bool) -> tuple[list[tuple[int, ...]], int]:
+    """Operand shapes of a (batched) [m,k] x [k,n] product, each stored transposed or not."""
+    bs = (batch,) if batch else ()
+    return [bs + ((k, m) if tl else (m, k)), bs + ((n, k) if tr else (k, n))], len(bs)
+
+
+def _assert_dot_close(out, mod, shapes, dt, k, seed, what):
     rng = np.random.default_rng(seed)
-    args = [(rng.standard_normal(s) * 4).astype(dt.np) for s in (lhs_shape, rhs_shape)]
+    args = [(rng.standard_normal(s) * 4).astype(dt.np) for s in shapes]
     rtol, atol = tolerance(dt, Op.DOT_GENERAL, max(k, 1))
-    assert_close(evaluate(out, *args)[0], evaluate(mod, *args)[0], rtol, atol, "transpose-fold")
+    assert_close(evaluate(out, *args)[0], evaluate(mod, *args)[0], rtol, atol, what)
+
+
+@settings(max_examples=30, deadline=None, derandomize=IN_CI)
+@dot_cases
+def test_layout_assignment_matches_within_dot_tolerance(m, k, n, batch, tl, tr, dt, seed):
+    """transpose(dot(a, b)) -> dot(b, a) with swapped dims, for every operand layout."""
+    b = Builder("dot")
+    shapes, nb = _dot_shapes(m, k, n, batch, tl, tr)
+    lhs, rhs = (b.parameter((s, dt)) for s in shapes)
+    d = b.dot_general(lhs, rhs, lhs_batch=tuple(range(nb)), rhs_batch=tuple(range(nb)),
+                      lhs_contracting=(nb if tl else nb + 1,), rhs_contracting=(nb + 1 if tr else nb,))
+    mod = b.build(b.transpose(d, permutation=tuple(range(nb)) + (nb + 1, nb)))
+    out, changed = LayoutAssignment().run(mod)
+    assert changed and Op.TRANSPOSE not in {x.op for x in out.entry.nodes}
+    _assert_dot_close(out, mod, shapes, dt, k, seed, "layout")

@@ -24,7 +24,7 @@ from axle.backend import (
 )
 from axle.config import config
 from axle.ir.computation import called_computations
-from axle.ir.dtypes import ALL_DTYPES
+from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
 from axle.ir.module import Module, Node
 from axle.ir.opcodes import Op
@@ -41,7 +41,13 @@ __all__ = ["CpuBackend", "CpuExecutable"]
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
+    # windowed: the implicit GEMM (conv.py), for the convolutions it computes
+    Op.CONVOLUTION})
+
+#: the dtypes of the claimed convolutions: those the GEMM kernel computes (gemm.GEMM_DTYPES,
+#: named here so that asking for capabilities does not load llvmlite)
+CONV_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64})
 
 # control flow: loops and conditionals run inside the native step runner (runner.py)
 #: ops the cpu runs as Python host steps, which the native runner cannot call from a loop
@@ -80,6 +86,9 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CUSTOM_CALL: (("a host step calling the registered Python reference", ".plan:_custom_host"),),
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
+    # layout
+    Op.TRANSPOSE: (("a big lone transpose whose input rows alias in L1: the cache-blocked tile kernel",
+                    ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
                 ("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index")),
@@ -92,6 +101,11 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.DYNAMIC_UPDATE_SLICE: (("an update kernel: the operand copied unless its buffer was handed over, then the "
                                "window", ".emitter:build_update"),
                               ("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index")),
+    # windowed
+    Op.CONVOLUTION: (("an implicit GEMM on the GEMM kernel (its epilogue too), no im2col in memory", ".conv:ConvSpec"),
+                     ("the GEMM view: groups and pixels, K, the output as C in place", ".conv:conv_layout"),
+                     ("what it refuses (the core's im2col decomposition runs instead)", ".conv:conv_refusal"),
+                     ("patches read in place through row pointers or packed with masks", ".gemm:Window")),
     # control flow
     Op.WHILE: (("condition and body flattened into the steps between control records", ".plan:_while"),
                ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
@@ -101,6 +115,13 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                      ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
                      ("refused when a custom call or sort runs inside (a host step)", "axle_cpu:_host_step_inside")),
 }
+
+
+def _conv_refusal(node: Node) -> str | None:
+    """The claim on a convolution (conv.py imports llvmlite: loaded when first asked)."""
+    from .conv import conv_refusal
+
+    return conv_refusal(node)
 
 
 class CpuBackend(Backend):
@@ -132,12 +153,16 @@ class CpuBackend(Backend):
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=frozenset(ALL_DTYPES),
-                            predicates={op: _host_step_inside for op in CLAIMED_CONTROL})
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES},
+                            predicates={Op.CONVOLUTION: _conv_refusal,
+                                        **{op: _host_step_inside for op in CLAIMED_CONTROL}})
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
-        # its elementwise consumers into the GEMM, which finishes each tile with them.
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
+        # its elementwise consumers into the GEMM, which finishes each tile with them; a
+        # convolution too (its implicit GEMM is the same kernel).
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
+                            conv_epilogue=True)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler
@@ -175,9 +200,9 @@ class CpuBackend(Backend):
             else:
                 out[spec.name] = got
         if missing:
-            jit, text = compile_kernels([s for _, s in missing], name)
+            jit = compile_kernels([s for _, s in missing], name)
             for k, spec in missing:
-                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name, text))
+                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
         return out
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:

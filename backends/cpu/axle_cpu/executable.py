@@ -9,7 +9,9 @@ come from the reusing pool (memory.py); temporaries go back to it when the call 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,7 +21,10 @@ from llvmlite import ir
 
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
+from axle.config import config
 from axle.errors import BackendError
+from axle.ir.computation import Computation, called_computations
+from axle.ir.printer import print_computation
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
@@ -29,7 +34,7 @@ from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
 from .plan import ControlStep, HostStep, KernelStep, Plan, Step
 from .runner import CONTROL, STEP, run_steps
-from .target import JitModule, host
+from .target import JitModule, host, object_key
 
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                          ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -50,6 +55,11 @@ def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
                 from .gemm import emit
 
                 emit(mod, spec)  # type: ignore[arg-type]  # the "gemm" kind is a GemmSpec
+                continue
+            if spec.kind == "transpose":
+                from . import transpose
+
+                transpose.emit(mod, spec)  # type: ignore[arg-type]  # the "transpose" kind is a TransposeSpec
                 continue
             KernelEmitter(mod, spec).build()
         except BackendError:
@@ -72,24 +82,75 @@ def interleave_ok(specs: Sequence[KernelSpec]) -> bool:
     return True
 
 
-def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> tuple[JitModule, str]:
-    with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
-        text = str(llvm_module(specs, name))
+def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> JitModule:
+    """One module holding ``specs``' kernels. Its object code is looked up on disk by a key
+    made from the kernels' descriptions (``specs_key``) before any LLVM IR is emitted:
+    emitting and printing the IR was most of a cached first call (docs/backend-cpu.md)."""
+    interleave = interleave_ok(specs)
+
+    def ir_text() -> str:
+        with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
+            return str(llvm_module(specs, name))
+
     with profiler.span(f"llvm {name}", "compile", kernels=len(specs)):
         try:
-            return JitModule(text, interleave_ok(specs)), text
+            return JitModule(ir_text, interleave, specs_key(specs, name, interleave))
         except RuntimeError as e:
             raise BackendError(f"cpu: LLVM rejected the generated code for {name}: {e}") from e
+
+
+#: spec fields whose values are described by ``repr`` exactly (no truncation, no address)
+_EXACT_REPR = (str, int, bool)
+
+
+def specs_key(specs: Sequence[KernelSpec], name: str, interleave: bool) -> bytes | None:
+    """The disk cache key of the module emitted from ``specs`` (None: a spec holds a value
+    this cannot describe exactly, and the key is then the emitted IR's digest). A spec is
+    its class, its fields, and its computations in the IR's text form, which prints every
+    constant in full (it parses back to the same computation); the emitters' code and the
+    settings are in the key through ``object_key``."""
+    h = hashlib.sha256(f"{name}\0".encode())
+    for spec in specs:
+        h.update(f"{type(spec).__module__}.{type(spec).__qualname__}\0".encode())
+        for f in dataclasses.fields(spec):
+            value = getattr(spec, f.name)
+            if isinstance(value, Computation):
+                text = _computation_text(value)
+            elif type(value) in _EXACT_REPR:
+                text = repr(value)
+            else:
+                return None
+            h.update(f"{f.name}={text}\0".encode())
+    settings = repr(sorted((k, v) for k, v in vars(config).items() if not k.startswith("compile_cache")))
+    h.update(settings.encode())
+    return object_key("kernels:" + h.hexdigest(), interleave)
+
+
+def _computation_text(comp: Computation) -> str:
+    """``comp`` and every computation it calls, in the IR's text form."""
+    comps: list[Computation] = []
+    todo = [comp]
+    while todo:
+        c = todo.pop()
+        if any(c is seen for seen in comps):
+            continue
+        comps.append(c)
+        todo += [sub for n in c.nodes for sub in called_computations(n)]
+    names = {id(c): f"c{i}" for i, c in enumerate(comps)}
+    return "\n".join(print_computation(c, names, entry=c is comp) for c in comps)
 
 
 class CompiledKernel:
     """A kernel's entry point in a compiled module (which it keeps alive)."""
 
-    def __init__(self, jit: JitModule, name: str, ir_text: str) -> None:
+    def __init__(self, jit: JitModule, name: str) -> None:
         self.jit = jit
         self.name = name
-        self.ir_text = ir_text
         self.address = jit.address(name)
+
+    @property
+    def ir_text(self) -> str:
+        return self.jit.ir_text
 
 
 class _Launch:

@@ -47,6 +47,11 @@ whose output dtype differs from the dot's, which cannot keep partial sums in the
 calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
 empty contraction on zeros.
 
+A convolution (conv.py) is the same kernel: its Layout maps C onto the output in place
+(row stride ``ldc``, batch offsets ``c_b``) and its patch operand is a ``Window``, read
+through an indirection table of row pointers by the micro-kernel (``ind_seg``) or packed
+with masks (``_pack_win``).
+
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
 kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
 running the kernel at once each have their own, and AOT code needs no allocator.
@@ -56,7 +61,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from llvmlite import ir
@@ -76,6 +81,9 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
+#: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
+PACK_KB = 64
 
 
 # ============================================================== layout of one dot
@@ -102,6 +110,53 @@ class Offsets:
         table = sum(idx[j] * strides[d] for j, d in enumerate(dims))
         return Offsets(size, 0, tuple(int(v) for v in np.asarray(table).reshape(-1)))
 
+    @staticmethod
+    def strided(sizes: Sequence[int], strides: Sequence[int]) -> Offsets:
+        """The offsets of dims of ``sizes`` (flattened row-major) at element ``strides``:
+        one stride when they merge (size-1 dims aside), else a table."""
+        size = math.prod(sizes)
+        real = [(n, s) for n, s in zip(sizes, strides) if n > 1]
+        if all(sa == sb * nb for (_, sa), (nb, sb) in zip(real, real[1:])):
+            return Offsets(size, real[-1][1] if real else 0)
+        idx = np.indices(tuple(sizes)).reshape(len(sizes), -1)
+        table = sum(idx[j] * s for j, s in enumerate(strides))
+        return Offsets(size, 0, tuple(int(v) for v in np.asarray(table).reshape(-1)))
+
+
+@dataclass(frozen=True)
+class Window:
+    """A convolution's input seen as its patch matrix (im2col, never materialized): rows
+    are output pixels (the flattened dims ``pix_sizes``), columns window positions ``k``
+    (input feature and kernel position, K's order). Along spatial dim ``d`` the element
+    (p, k) sits at ``q = o_d * stride_d - low_d + k_pos[d][k]`` of the lhs-dilated input
+    (``extent_d`` long, an element every ``ldil_d``); it reads the input at offset
+    ``base(p) + k_off[k] + sum_d q // ldil_d * in_stride_d``, or 0 when ``q`` is outside
+    [0, extent_d) (padding) or falls in a hole: packing masks it, nothing is padded."""
+
+    pix_sizes: tuple[int, ...]
+    #: per pixel dim: its spatial dim, or -1 for the batch dim (offset ``i * pix_strides``)
+    pix_spatial: tuple[int, ...]
+    pix_strides: tuple[int, ...]
+    #: per spatial dim: window stride, low padding, lhs dilation, dilated extent, input stride
+    stride: tuple[int, ...]
+    low: tuple[int, ...]
+    ldil: tuple[int, ...]
+    extent: tuple[int, ...]
+    in_stride: tuple[int, ...]
+    #: per window position: the input feature's offset, and per spatial dim its position
+    k_off: Offsets
+    k_pos: tuple[Offsets, ...]
+    #: with no lhs dilation: k_off plus every k_pos times its input stride (one table)
+    k_lin: Offsets
+    #: when K's innermost dim is the input feature (NHWC with HWIO): runs of ``run``
+    #: window positions share their validity and lie ``run_stride`` apart in the input
+    run: int = 1
+    run_stride: int = 0
+
+    @property
+    def dilated(self) -> bool:
+        return any(d > 1 for d in self.ldil)
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -117,6 +172,30 @@ class Layout:
     b_b: Offsets
     b_k: Offsets
     b_n: Offsets
+    #: a convolution's C, when not the dense [Bt, M, N]: its batch offsets and row stride
+    c_b: Offsets | None = None
+    ldc: int = 0
+    #: a convolution's patch operand (Window): A's rows or B's columns are output pixels
+    a_win: Window | None = None
+    b_win: Window | None = None
+    #: which operand of the node is A (a convolution may put its kernel there)
+    a_operand: int = 0
+
+    @property
+    def c_ld(self) -> int:
+        """C's row stride."""
+        return self.ldc or self.n
+
+    @property
+    def dense(self) -> bool:
+        """C is the dense [Bt, M, N] and both operands are read through offset maps."""
+        return self.c_b is None and self.ldc in (0, self.n) and self.a_win is None and self.b_win is None
+
+    def rows_of(self, width: int) -> bool:
+        """Whether every row of C starts a row of ``width`` elements of the output (a
+        convolution's C rows may be spaced apart or offset by group)."""
+        starts = (0, self.m * self.n) if self.c_b is None else (self.c_b.stride,) + (self.c_b.table or ())
+        return self.c_ld % width == 0 and all(s % width == 0 for s in starts)
 
     @staticmethod
     def of(node: Node) -> Layout:
@@ -136,7 +215,7 @@ class Layout:
     def rowdot(self) -> bool:
         """A matrix-vector product whose K is contiguous in both operands: computed as
         one vectorized dot product per output row."""
-        return (self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
+        return (self.dense and self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
                 and self.b_k.table is None and self.b_k.stride == 1)
 
 
@@ -205,11 +284,12 @@ class GemmSpec(KernelSpec):
     def schedule(self) -> Schedule:
         """The shared schedule of the launch (form ``dot``): a lone dot, or an ``output``
         fusion (the plan's launch kind; this spec's ``kind`` is the emitter's, "gemm")."""
-        return schedule(self.comp, "dot" if self.comp.root.op is Op.DOT_GENERAL else "output")
+        return schedule(self.comp, "dot" if self.comp.root.traits.contraction else "output")
 
     @property
     def dot(self) -> Node:
-        """The dot_general: the root, or the producer of an ``output`` fusion's epilogue."""
+        """The dot_general (or convolution: ConvSpec): the root, or the producer of an
+        ``output`` fusion's epilogue."""
         d = self.schedule.dot
         assert d is not None, f"gemm kernel {self.name} has no dot"
         return d
@@ -229,7 +309,7 @@ class GemmSpec(KernelSpec):
         threads then share no packing work (split by rows, each would pack all of B)."""
         lay = self.layout
         return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
-                and lay.a_m.table is None and lay.a_k.table is None)
+                and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None)
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
@@ -412,7 +492,7 @@ class _Gen:
 class _Emitter:
     def __init__(self, mod: ir.Module, spec: GemmSpec, vector_bits: int) -> None:
         root = spec.dot
-        assert root.op is Op.DOT_GENERAL, f"gemm kernel for {root.op}"
+        assert root.op in (Op.DOT_GENERAL, Op.CONVOLUTION), f"gemm kernel for {root.op}"
         assert all(o.op is Op.PARAMETER for o in root.operands), "gemm operands must be parameters"
         self.mod = mod
         self.spec = spec
@@ -421,11 +501,12 @@ class _Emitter:
         if spec.epilogue:
             espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
             self.epi = _EpilogueEmitter(mod, espec, root).build()
-        self.in_idx = [o.attr["index"] for o in root.operands]
         lay = spec.layout
+        a_op = root.operands[lay.a_operand]
+        self.in_idx = [a_op.attr["index"], root.operands[1 - lay.a_operand].attr["index"]]
         # A matrix-vector product with a strided K runs as a vector-matrix product
         # (C^T = B^T A^T, the same memory), whose N is the long dim.
-        self.swap = lay.n == 1 and lay.m > 1 and not lay.rowdot
+        self.swap = lay.dense and lay.n == 1 and lay.m > 1 and not lay.rowdot
         if self.swap:
             lay = lay.swapped()
             self.in_idx.reverse()
@@ -446,11 +527,30 @@ class _Emitter:
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
-                         if plain and lay.a_m.table is None and lay.a_k.table is None else None)
+                         if plain and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None
+                         else None)
         # B read in place (row stride) when its rows are contiguous and no B micro-panel
         # is reused (a single row tile): packing would only add a pass over B.
         self.direct_b = (lay.b_k.stride if plain and lay.m <= self.t.mr and lay.b_k.table is None
-                         and lay.b_n.table is None and lay.b_n.stride == 1 else None)
+                         and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
+        # Patches read in place through row pointers (an indirection table, XNNPACK's
+        # indirect convolution): K segments of ``ind_seg`` contiguous input features.
+        self.ind_seg = self._indirect_segment(lay.a_win, plain)
+        if self.ind_seg:
+            self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
+
+    #: shortest run of input features read through row pointers (shorter runs are packed)
+    IND_MIN_RUN = 16
+
+    def _indirect_segment(self, w: Window | None, plain: bool) -> int | None:
+        """The K segment of the indirect path: the run of input features (Window.run) or a
+        divisor of it that fits a K block; None where patches are packed instead."""
+        if w is None or not plain or w.run < self.IND_MIN_RUN or w.run_stride != 1:
+            return None
+        if w.run <= self.t.kc:
+            return w.run
+        seg = max(d for d in range(1, self.t.kc + 1) if w.run % d == 0)
+        return seg if seg >= 64 else None
 
     # -- arithmetic of the compute type
     @property
@@ -510,7 +610,12 @@ class _Emitter:
             b.ret_void()
             return self.fn
         if not lay.rowdot:
-            if not self.direct_a:
+            if self.ind_seg:  # row pointers per tile and K segment, and the zeros of padding
+                self.ind = b.alloca(PTR, size=_c(_round_up(t.mc, t.mr) * (t.kc // self.ind_seg)))
+                self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
+                g.loop(_c(0), _c(self.ind_seg), 1,
+                       lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+            elif not self.direct_a:
                 self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
                 self.ap.align = 64
             if self.direct_b is None:
@@ -531,7 +636,8 @@ class _Emitter:
             hi = g.min(b.sub(self.r1, row0), _c(rows))
             a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
             b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
-            self.c_off = b.mul(bi, _c(lay.m * lay.n))  # flat index of the batch's C
+            # flat index of the batch's C
+            self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
             c_base = g.gep(c_ptr, self.st, self.c_off)
             if lay.rowdot:
                 self._rowdot(a_base, b_base, c_base, lo, hi)
@@ -637,7 +743,7 @@ class _Emitter:
                 n_lo: ir.Value, n_hi: ir.Value) -> None:
         """Rows [m_lo, m_hi) and columns [n_lo, n_hi) of one batch's C."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        ldc = _c(lay.n)
+        ldc = _c(lay.c_ld)
 
         def jc_body(jc: ir.Value) -> None:
             nc = g.min(_c(t.nc), b.sub(n_hi, jc))
@@ -700,8 +806,12 @@ class _Emitter:
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         if self.direct_b is not None:
             return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
+        if lay.b_win is not None:
+            return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
         nr, v = t.nr, t.v
         contiguous = lay.b_n.table is None and lay.b_n.stride == 1
+        if not contiguous and lay.b_k.table is None and lay.b_k.stride == 1:
+            return self._pack_b_by_columns(b_base, pc, kc, jc, nc)
         valign = min(64, v * _bytes(self.ct))
 
         def panel(jp: ir.Value) -> None:
@@ -736,6 +846,41 @@ class _Emitter:
         g.loop(_c(0), nc, nr, panel, "pbp")
         return self.bp
 
+    def _pack_b_by_columns(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value,
+                           nc: ir.Value) -> ir.Value:
+        """``_pack_b`` for a B whose K is contiguous (a transposed B, ``dz @ w.T``): each
+        column's K run is read in order, in chunks of ``PACK_KB`` rows. Reading a K row
+        across NR columns instead touches NR lines ``ldb`` apart, which for a power-of-two
+        ``ldb`` all fall in one L1 set and evict each other on every row."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        nr = t.nr
+
+        def panel(jp: ir.Value) -> None:
+            dst = g.gep(self.bp, self.ct, b.mul(jp, kc))
+            w = g.min(_c(nr), b.sub(nc, jp))
+            col0 = b.add(jc, jp)
+
+            def kblock(kb: ir.Value) -> None:
+                kend = g.min(_c(PACK_KB), b.sub(kc, kb))
+
+                def col(j: ir.Value) -> None:
+                    src = b.add(g.offset(lay.b_n, b.add(col0, j), "bn"), b.add(pc, kb))
+                    g.loop(_c(0), kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
+                        dst, self.ct, b.add(b.mul(b.add(kb, k), _c(nr)), j))), "pbck")
+
+                g.loop(_c(0), w, 1, col, "pbcj")
+
+            g.loop(_c(0), kc, PACK_KB, kblock, "pbkb")
+
+            def zero_col(j: ir.Value) -> None:  # columns beyond nc: the micro-kernel reads NR
+                g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), g.gep(
+                    dst, self.ct, b.add(b.mul(k, _c(nr)), j))), "pbcz")
+
+            g.loop(w, _c(nr), 1, zero_col, "pbcz")
+
+        g.loop(_c(0), nc, nr, panel, "pbp")
+        return self.bp
+
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
         """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. A
         direct A is not packed. Returns A's block base (row ic, column pc)."""
@@ -743,6 +888,10 @@ class _Emitter:
         if self.direct_a:
             sm, sk = self.direct_a
             return g.gep(a_base, self.st, b.add(b.mul(ic, _c(sm)), b.mul(pc, _c(sk))))
+        if self.ind_seg and lay.a_win is not None:
+            return self._pack_ind(lay.a_win, a_base, ic, mc, pc, kc)
+        if lay.a_win is not None:
+            return self._pack_win(lay.a_win, a_base, self.ap, ic, mc, self.t.mr, pc, kc)
         mr = t.mr
 
         def panel(ip: ir.Value) -> None:
@@ -771,6 +920,220 @@ class _Emitter:
         g.loop(_c(0), mc, mr, panel, "pap")
         return self.ap
 
+    # -- packing a convolution's patches (Window): masked reads, nothing materialized
+    def _win_pixel(self, w: Window, p: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
+        """Pixel ``p``'s input offset (its batch dims; with no lhs dilation its spatial
+        origins too) and, per spatial dim, its window origin ``o * stride - low``."""
+        b = self.g.b
+        base: ir.Value = _c(0)
+        origin: list[ir.Value] = [_c(0)] * len(w.stride)
+        rest = p
+        for size, d, st in reversed(list(zip(w.pix_sizes, w.pix_spatial, w.pix_strides))):
+            i = b.urem(rest, _c(size))
+            rest = b.udiv(rest, _c(size))
+            if d < 0:
+                base = b.add(base, b.mul(i, _c(st)))
+            else:
+                origin[d] = b.sub(b.mul(i, _c(w.stride[d])), _c(w.low[d]))
+        if not w.dilated:
+            for d, o in enumerate(origin):
+                base = b.add(base, b.mul(o, _c(w.in_stride[d])))
+        return base, origin
+
+    def _win_load(self, w: Window, ptr: ir.Value, pix: tuple[ir.Value, list[ir.Value]], k: ir.Value) -> ir.Value:
+        """Patch element (pixel, ``k``) as the compute type: 0 in padding and holes (the
+        read itself is then of offset 0, always inside the input)."""
+        valid, off = self._win_addr(w, pix, k)
+        b = self.g.b
+        x = self.load_elem(ptr, b.select(valid, off, _c(0)))
+        return b.select(valid, x, ir.Constant(self.ct, None))
+
+    def _win_addr(self, w: Window, pix: tuple[ir.Value, list[ir.Value]], k: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Whether patch element (pixel, ``k``) is inside the input, and its offset."""
+        g, b = self.g, self.g.b
+        base, origin = pix
+        valid: ir.Value = ir.Constant(I1, 1)
+        off = b.add(base, g.offset(w.k_lin if not w.dilated else w.k_off, k, "wk"))
+        for d, o in enumerate(origin):
+            q = b.add(o, g.offset(w.k_pos[d], k, "wp"))
+            inside = b.and_(b.icmp_signed(">=", q, _c(0)), b.icmp_signed("<", q, _c(w.extent[d])))
+            if w.ldil[d] > 1:
+                inside = b.and_(inside, b.icmp_signed("==", b.srem(q, _c(w.ldil[d])), _c(0)))
+                q = b.sdiv(q, _c(w.ldil[d]))
+            if w.dilated:  # the spatial offsets are not in base and k_lin then
+                off = b.add(off, b.mul(q, _c(w.in_stride[d])))
+            valid = b.and_(valid, inside)
+        return valid, off
+
+    def _pack_win(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value, height: int,
+                  pc: ir.Value, kc: ir.Value) -> ir.Value:
+        """Packs patches (Window) for pixels [p0, p0+count) and K [pc, pc+kc) into
+        ``height``-wide panels ``dst[ip*kc + k*height + r]`` (pixel p0+ip+r), zero beyond
+        ``count``: A's MR-high row panels (_pack_a) or B's NR-wide column panels (_pack_b)."""
+        if w.run == 1:
+            return self._pack_win_lines(w, base, dst0, p0, count, height, pc, kc)
+        g, b = self.g, self.g.b
+
+        def panel(ip: ir.Value) -> None:
+            dst = g.gep(dst0, self.ct, b.mul(ip, kc))
+            h = g.min(_c(height), b.sub(count, ip))
+
+            def line(r: ir.Value) -> None:
+                def at(k: ir.Value) -> ir.Value:
+                    return g.gep(dst, self.ct, b.add(b.mul(k, _c(height)), r))
+
+                def val() -> None:
+                    self._pack_runs(w, base, self._win_pixel(w, b.add(b.add(p0, ip), r)), pc, kc, at)
+
+                g.if_(b.icmp_signed("<", r, h), val,
+                      lambda: g.loop(_c(0), kc, 1, lambda k: b.store(ir.Constant(self.ct, None), at(k)), "pwz"))
+
+            g.loop(_c(0), _c(height), 1, line, "pwr")
+
+        g.loop(_c(0), count, height, panel, "pwp")
+        return dst0
+
+    def _pack_ind(self, w: Window, base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value,
+                  kc: ir.Value) -> ir.Value:
+        """The indirection table of the A block (rows [ic, ic+mc), K [pc, pc+kc)): per
+        MR-row tile and K segment, MR pointers to the segment's input features of each
+        row's pixel, or to zeros (padding, holes, rows beyond mc)."""
+        g, b, t, seg = self.g, self.g.b, self.t, self.ind_seg
+        assert seg is not None
+        per_tile = t.mr * (t.kc // seg)
+
+        def tile(ip: ir.Value) -> None:
+            h = g.min(_c(t.mr), b.sub(mc, ip))
+            slots = g.gep(self.ind, PTR, b.mul(b.udiv(ip, _c(t.mr)), _c(per_tile)))
+
+            def row(r: ir.Value) -> None:
+                inside = b.icmp_signed("<", r, h)
+                pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
+
+                def segment(sx: ir.Value) -> None:
+                    valid, off = self._win_addr(w, pix, b.add(pc, b.mul(sx, _c(seg))))
+                    valid = b.and_(valid, inside)
+                    ptr = b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros)
+                    b.store(ptr, g.gep(slots, PTR, b.add(b.mul(sx, _c(t.mr)), r)))
+
+                g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
+
+            g.loop(_c(0), _c(t.mr), 1, row, "ixr")
+
+        g.loop(_c(0), mc, t.mr, tile, "ixt")
+        return self.ind
+
+    def _pack_win_lines(self, w: Window, base: ir.Value, dst0: ir.Value, p0: ir.Value, count: ir.Value,
+                        height: int, pc: ir.Value, kc: ir.Value) -> ir.Value:
+        """_pack_win by panel lines: the panel's ``height`` pixels (base offset, window
+        origins, whether inside ``count``) go to small stack arrays once, then each k's
+        line of the panel is written contiguously by a vectorized loop over the pixels
+        (masked gathers of the input)."""
+        g, b = self.g, self.g.b
+        ns = len(w.stride)
+        with b.goto_entry_block():
+            arrs = [b.alloca(I64, size=_c(height)) for _ in range(ns + 2)]  # base, inside, origins
+        zero = ir.Constant(self.ct, None)
+
+        def panel(ip: ir.Value) -> None:
+            dst = g.gep(dst0, self.ct, b.mul(ip, kc))
+            h = g.min(_c(height), b.sub(count, ip))
+
+            def pixel(r: ir.Value) -> None:
+                inside = b.icmp_signed("<", r, h)
+                pbase, origin = self._win_pixel(w, b.select(inside, b.add(b.add(p0, ip), r), p0))
+                for arr, v in zip(arrs, [pbase, b.zext(inside, I64), *origin]):
+                    b.store(v, g.gep(arr, I64, r))
+
+            g.loop(_c(0), _c(height), 1, pixel, "pwr")
+
+            def kline(k: ir.Value) -> None:
+                line = g.gep(dst, self.ct, b.mul(k, _c(height)))
+                if not w.dilated and height % self.t.v == 0:
+                    v = self.t.v
+                    for q in range(height // v):
+                        self._win_chunk(w, base, arrs, b.add(pc, k), q * v, g.gep(line, self.ct, _c(q * v)))
+                    return
+
+                def elem(r: ir.Value) -> None:
+                    pbase, inside, *origin = (b.load(g.gep(arr, I64, r), typ=I64) for arr in arrs)
+                    valid, off = self._win_addr(w, (pbase, origin), b.add(pc, k))
+                    valid = b.and_(valid, b.icmp_signed("!=", inside, _c(0)))
+                    x = self.load_elem(base, b.select(valid, off, _c(0)))
+                    b.store(b.select(valid, x, zero), g.gep(line, self.ct, r))
+
+                g.loop(_c(0), _c(height), 1, elem, "pwe", vectorize=True)
+
+            g.loop(_c(0), kc, 1, kline, "pwk")
+
+        g.loop(_c(0), count, height, panel, "pwp")
+        return dst0
+
+    def _win_chunk(self, w: Window, base: ir.Value, arrs: list[ir.Value], k: ir.Value, r0: int,
+                   dst: ir.Value) -> None:
+        """V pixels (r0...) of a panel line at window position ``k``, as one vector: when
+        their offsets are consecutive (one image row, stride 1: the usual case) a masked
+        vector load (the mask is the padding), else lane by lane."""
+        g, b, v = self.g, self.g.b, self.t.v
+        vt64 = ir.VectorType(I64, v)
+
+        def vec(x: ir.Value) -> ir.Value:
+            return b.shuffle_vector(b.insert_element(ir.Constant(vt64, None), x, ir.Constant(I32, 0)),
+                                    ir.Constant(vt64, None), ir.Constant(ir.VectorType(I32, v), None))
+
+        def load(arr: ir.Value) -> ir.Value:
+            ld = b.load(g.gep(arr, I64, _c(r0)), typ=vt64)
+            ld.align = 8
+            return ld
+
+        pbase, inside, *origin = (load(arr) for arr in arrs)
+        off = b.add(pbase, vec(g.offset(w.k_lin, k, "wk")))
+        valid = b.icmp_signed("!=", inside, ir.Constant(vt64, None))
+        for d, o in enumerate(origin):
+            q = b.add(o, vec(g.offset(w.k_pos[d], k, "wp")))
+            valid = b.and_(valid, b.and_(b.icmp_signed(">=", q, ir.Constant(vt64, None)),
+                                         b.icmp_signed("<", q, vec(_c(w.extent[d])))))
+        off0 = b.extract_element(off, ir.Constant(I32, 0))
+        iota = ir.Constant(vt64, list(range(v)))
+        same = b.icmp_signed("==", off, b.add(vec(off0), iota))
+        consecutive = intrinsic(b, f"llvm.vector.reduce.and.v{v}i1", I1, [same])
+        vt = ir.VectorType(self.ct, v)
+
+        def fast() -> None:
+            # not inbounds: masked-off lanes may lie before the input (left padding)
+            x = self.masked_load(b, b.gep(base, [off0], source_etype=self.st), self.st, valid)
+            _store(b, b.fpext(x, vt) if self.f16 else x, dst, _bytes(self.ct))
+
+        def slow() -> None:
+            x = ir.Constant(vt, None)
+            for lane in range(v):
+                ok = b.extract_element(valid, ir.Constant(I32, lane))
+                e = self.load_elem(base, b.select(ok, b.extract_element(off, ir.Constant(I32, lane)), _c(0)))
+                x = b.insert_element(x, b.select(ok, e, ir.Constant(self.ct, None)), ir.Constant(I32, lane))
+            _store(b, x, dst, _bytes(self.ct))
+
+        g.if_(consecutive, fast, slow)
+
+    def _pack_runs(self, w: Window, base: ir.Value, pix: tuple[ir.Value, list[ir.Value]], pc: ir.Value,
+                   kc: ir.Value, at: Callable[[ir.Value], ir.Value]) -> None:
+        """One pixel's K [pc, pc+kc) by runs of input features (Window.run): the window
+        position's validity and offset once per run, then a plain copy (or zeros)."""
+        g, b, run = self.g, self.g.b, w.run
+
+        def segment(t: ir.Value) -> None:
+            s0 = g.max(b.mul(t, _c(run)), pc)
+            s1 = g.min(b.mul(b.add(t, _c(1)), _c(run)), b.add(pc, kc))
+            valid, off = self._win_addr(w, pix, s0)
+
+            def copy() -> None:
+                g.loop(s0, s1, 1, lambda k: b.store(self.load_elem(base, b.add(off, b.mul(b.sub(k, s0), _c(
+                    w.run_stride)))), at(b.sub(k, pc))), "pwc")
+
+            g.if_(valid, copy, lambda: g.loop(s0, s1, 1, lambda k: b.store(ir.Constant(self.ct, None),
+                                                                           at(b.sub(k, pc))), "pwz"))
+
+        g.loop(b.udiv(pc, _c(run)), b.udiv(b.add(b.add(pc, kc), _c(run - 1)), _c(run)), 1, segment, "pws")
+
     # -- macro kernel and micro-kernel
     def _macro(self, a_blk: ir.Value, b_blk: ir.Value, ic: ir.Value, kc: ir.Value, mc: ir.Value, nc: ir.Value,
                cblk: ir.Value, ldc: ir.Value, first: ir.Value, c_t: ir.Type, last: ir.Value | None = None) -> None:
@@ -793,6 +1156,9 @@ class _Emitter:
                     shift = b.sub(start, ic)  # tile start relative to the block
                     skip = b.sub(row, start)
                     ap = g.gep(a_blk, self.st, b.mul(shift, _c(self.direct_a[0])))
+                elif self.ind_seg:
+                    shift, skip = i, _c(0)
+                    ap = g.gep(a_blk, PTR, b.mul(b.udiv(i, _c(t.mr)), _c(t.mr * (t.kc // self.ind_seg))))
                 else:
                     shift, skip = i, _c(0)
                     ap = g.gep(a_blk, self.ct, b.mul(i, kc))
@@ -814,6 +1180,8 @@ class _Emitter:
         beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
         block the tile is finished by the epilogue (``finish``) instead of stored."""
         name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+        # indirect (``ind_seg``): ``a`` is the tile's indirection table, MR row pointers per
+        # K segment; element (r, k) of segment s is at ``a[s*MR + r][k - s*seg]``
         fn = self.mod.globals.get(name)
         if fn is not None:
             return fn
@@ -821,7 +1189,7 @@ class _Emitter:
         a_direct = self.direct_a is not None
         rs, ks = self.direct_a if self.direct_a else (1, t.mr)
         b_direct = self.direct_b is not None
-        a_t = self.st if a_direct else self.ct
+        a_t = self.st if a_direct or self.ind_seg else self.ct
         extra = [I1, PTR] if epilogue else []
         fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I64, I1, *extra]),
                          name=name)
@@ -846,18 +1214,39 @@ class _Emitter:
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
         pre = b.block
+        seg = self.ind_seg
+        k_lo: ir.Value = _c(0)
+        k_hi: ir.Value = kc
+        init: list[list[ir.Value]] = [[ir.Constant(self.vt, None)] * nv for _ in range(t.mr)]
+        if seg:  # the outer loop over K segments: the tile's row pointers for each
+            scond, sbody, sdone = (fn.append_basic_block(f"s.{x}") for x in ("cond", "body", "done"))
+            b.branch(scond)
+            b.position_at_end(scond)
+            sx = b.phi(I64, name="s")
+            sx.add_incoming(_c(0), pre)
+            outer = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
+            for row in outer:
+                for acc in row:
+                    acc.add_incoming(ir.Constant(self.vt, None), pre)
+            b.cbranch(b.icmp_signed("<", b.mul(sx, _c(seg)), kc), sbody, sdone)
+            b.position_at_end(sbody)
+            rowptr = [b.load(g.gep(a, PTR, b.add(b.mul(sx, _c(t.mr)), _c(r))), typ=PTR) for r in range(t.mr)]
+            k_lo = b.mul(sx, _c(seg))
+            k_hi = b.add(k_lo, _c(seg))
+            init = [list(row) for row in outer]
+            pre = b.block
         cond = fn.append_basic_block("k.cond")
         body = fn.append_basic_block("k.body")
         done = fn.append_basic_block("k.done")
         b.branch(cond)
         b.position_at_end(cond)
         k = b.phi(I64, name="k")
-        k.add_incoming(_c(0), pre)
+        k.add_incoming(k_lo, pre)
         accs = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
-        for row in accs:
-            for acc in row:
-                acc.add_incoming(ir.Constant(self.vt, None), pre)
-        b.cbranch(b.icmp_signed("<", k, kc), body, done)
+        for row, row0 in zip(accs, init):
+            for acc, v0 in zip(row, row0):
+                acc.add_incoming(v0, pre)
+        b.cbranch(b.icmp_signed("<", k, k_hi), body, done)
         b.position_at_end(body)
         brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
         bvec = []
@@ -874,7 +1263,10 @@ class _Emitter:
         undef = ir.Constant(self.vt, None)
         new = []
         for r in range(t.mr):
-            x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
+            if seg:
+                x = b.load(g.gep(rowptr[r], a_t, b.sub(k, k_lo)), typ=a_t)
+            else:
+                x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
             splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
             new.append([self.fma(b, splat, bvec[q], accs[r][q]) for q in range(nv)])
         k.add_incoming(b.add(k, _c(1)), b.block)
@@ -883,6 +1275,14 @@ class _Emitter:
                 accs[r][q].add_incoming(new[r][q], b.block)
         no_unroll(b.branch(cond))
         b.position_at_end(done)
+        if seg:  # the segment's sums carry into the next segment
+            for row, row_out in zip(accs, outer):
+                for acc, acc_out in zip(row, row_out):
+                    acc_out.add_incoming(acc, done)
+            sx.add_incoming(b.add(sx, _c(1)), done)
+            no_unroll(b.branch(scond))
+            b.position_at_end(sdone)
+            accs = outer
         cvt = ir.VectorType(c_t, t.v)
 
         def full() -> None:
@@ -954,7 +1354,7 @@ class _Emitter:
         lin0 = b.sdiv(b.sub(b.ptrtoint(cp, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.ct)))
         L = self.last_dim
         # a tile row is a run of one output row when C's rows are the output's rows
-        by_rows = not self.swap and self.lay.n == L
+        by_rows = not self.swap and self.lay.n == L and self.lay.rows_of(L)
 
         def erow(r: ir.Value) -> None:
             rlin = b.add(lin0, b.mul(r, ldc))
@@ -967,7 +1367,7 @@ class _Emitter:
                 else:
                     self.finish(b, b.add(rlin, j), v, bufs)
 
-            g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
+            g.loop(_c(0), nr, 1, elem, "ej", vectorize=by_rows or self.lay.dense)  # flat: udiv per element
 
         g.loop(skip, end, 1, erow, "ei")
 

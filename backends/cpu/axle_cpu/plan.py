@@ -23,7 +23,10 @@ from axle.ir.module import Computation, Module, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan, sub_plan
+from axle.lowering.schedule import schedule
 
+from . import transpose
+from .conv import ConvSpec
 from .emitter import KernelSpec
 from .gemm import GEMM_DTYPES, GemmSpec
 from .sort import host_sort
@@ -187,6 +190,12 @@ class _Lowering:
             return HostStep(_custom_host(launch.node), ins, outs, types, f"custom-call:{launch.node.attr['target']}")
         if launch.kind == "sort":
             return HostStep(sort_host(launch.node), ins, outs, types, label)
+        contraction = schedule(launch.computation, launch.kind).dot if launch.kind in ("dot", "output") else None
+        if contraction is not None and contraction.op is Op.CONVOLUTION:
+            # a convolution (and its epilogue): the implicit GEMM (conv.py); the backend
+            # claims only the convolutions it computes (conv_refusal)
+            spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits, ConvSpec)
+            return KernelStep(spec, ins, outs, types, label)
         if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
             widened = launch.node.operands[0].dtype is not launch.node.dtype
             if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
@@ -199,6 +208,8 @@ class _Lowering:
             spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits)
             return KernelStep(spec, ins, outs, types, label)
         comp = launch.computation
+        if launch.kind == "loop" and transpose.blocked(comp):  # a big x.T: cache-blocked tiles
+            return KernelStep(_spec(self.kernels, comp, "transpose", label), ins, outs, types, label)
         spec = _spec(self.kernels, comp, launch.kind, label)
         outer, _ = spec.loop_sizes
         if outer == 0 and any(t.size for t in types):
@@ -334,12 +345,13 @@ _CONTROL: dict[str, Callable[[_Lowering, KernelLaunch, list[int], list[int], lis
 
 
 def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str,
-          vector_bits: int = 0) -> KernelSpec:
+          vector_bits: int = 0, gemm: type[GemmSpec] = GemmSpec) -> KernelSpec:
     key = (comp.structural_key, kind)
     spec = kernels.get(key)
     if spec is None:
         name = f"k{len(kernels)}_{_ident(label)}"
-        spec = GemmSpec(name, comp, kind, vector_bits) if kind == "gemm" else KernelSpec(name, comp, kind)
+        spec = gemm(name, comp, kind, vector_bits) if kind == "gemm" else \
+            transpose.TransposeSpec(name, comp, kind) if kind == "transpose" else KernelSpec(name, comp, kind)
         kernels[key] = spec
     return spec
 

@@ -51,7 +51,7 @@ from axle.forksafe import renew_in_child
 
 from .emitter import INT64_MAX, SIG
 from .lltypes import I64, PTR, VOID
-from .target import JitModule, host
+from .target import JitModule, host, object_key
 
 #: one table record: kernel address, first index of its pointer region, loop sizes
 STEP = np.dtype([("fn", np.uint64), ("bufs", np.int64), ("outer", np.int64), ("inner", np.int64)])
@@ -200,7 +200,9 @@ def run_steps() -> ctypes._CFunctionType:
     if found is None:
         with _LOCK:
             if _RUNNER is None:
-                jit = JitModule(_module())
+                # the same module in every process (code and host are in the key): from the
+                # disk cache, its IR is never emitted
+                jit = JitModule(_module, True, object_key("runtime module", True))
                 _RUNNER = (jit, RUNNER(jit.address("axle_run_steps")), CALL(jit.address("axle_call")))
             found = _RUNNER
     return found[1]

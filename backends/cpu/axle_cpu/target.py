@@ -1,5 +1,6 @@
 """The host target: triple, CPU name and features from llvmlite; the O3 new-pass-manager
-pipeline; JIT (MCJIT) and object-file emission.
+pipeline; JIT (MCJIT) and object-file emission; each module's object code cached on disk
+(axle.diskcache, under --compile_cache) and loaded from there by a later process.
 
 LLVM state is process-wide and not thread-safe while compiling, so every compile holds
 ``LOCK``, and so does every disposal of compiled code: a JitModule that dies (evicted from
@@ -9,13 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import llvmlite
 import llvmlite.binding as llvm
+
+import axle
+from axle.config import config
+from axle.diskcache import DiskCache
 
 LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
@@ -151,32 +158,106 @@ def parse(ir_text: str, context: llvm.ContextRef | None = None) -> llvm.ModuleRe
     return mod
 
 
+#: object code of compiled modules across processes, under --compile_cache
+DISK = DiskCache(None, "cpu object code", sub="cpu")
+#: bumped when the cached payload's format changes (today: the bare ELF object)
+OBJECT_FORMAT = "axle-cpu-object-1"
+
+
+#: the packages whose code decides what a cached object holds: axle (the optimizer, the
+#: lowering layer) and this backend (emitters, this file's O3 pipeline)
+_CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+
+
+@functools.cache
+def _code_version() -> str:
+    """A digest of the path, size and modification time of every source file of axle and
+    this backend: an edited emitter or pass is a new key (in a source checkout as in an
+    installed wheel) without a version bump. Stats only (about 150 files, about 1 ms):
+    reading them all cost 30 ms of a cached first call."""
+    h = hashlib.sha256()
+    for top in _CODE_DIRS:
+        for folder, dirs, files in sorted(os.walk(top)):
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    st = os.stat(os.path.join(folder, f))
+                    h.update(f"{os.path.relpath(os.path.join(folder, f), top)}\0{st.st_size}\0{st.st_mtime_ns}\n"
+                             .encode())
+    return h.hexdigest()
+
+
+def object_key(what: str, interleave: bool) -> bytes:
+    """Everything a module's object code depends on: ``what`` it compiles (its LLVM IR's
+    digest, or a digest of the kernel descriptions it is emitted from), the code of axle and
+    this backend and their versions, llvmlite's and LLVM's, the host triple, CPU name and
+    features, the pipeline's setting and the ``--cpu_*`` flags."""
+    with LOCK:
+        h = host()
+    flags = sorted(f"{k}={v}" for k, v in config.backend_flags.items() if k.startswith("cpu_"))
+    parts = [OBJECT_FORMAT, _code_version(), axle.__version__, llvmlite.__version__,
+             ".".join(map(str, llvm.llvm_version_info)), h.triple, h.cpu, h.features,
+             f"interleave={interleave}", *flags, what]
+    return "\0".join(parts).encode()
+
+
+def ir_key(ir_text: str, interleave: bool) -> bytes:
+    """The key of a module given by its LLVM IR text."""
+    return object_key("llvm-ir:" + hashlib.sha256(ir_text.encode()).hexdigest(), interleave)
+
+
 class JitModule:
     """One compiled LLVM module: optimized and turned into an object by the shared
-    ``_codegen_tm()``, then loaded into its own MCJIT engine (kept alive with it).
+    ``_codegen_tm()`` (or that object read back from the disk cache), then loaded into its
+    own MCJIT engine (kept alive with it).
 
     Each module gets its own LLVM context: types and constants are uniqued per context and
     live as long as it does, so in the process-wide context every shape ever compiled
     (array types, loop bounds) would stay resident. The IR module is freed once its object
     is emitted; freeing the JitModule frees the engine (its code pages, its empty module
-    and its target machine) and then the context."""
+    and its target machine) and then the context. The optimized IR is made again when
+    asked for (``optimized_ir``: tests and ``explain``), not kept."""
 
-    def __init__(self, ir_text: str, interleave: bool = True) -> None:
+    def __init__(self, ir_text: str | Callable[[], str], interleave: bool = True, key: bytes | None = None) -> None:
+        """``ir_text``: the module's LLVM IR, or a function making it (called only when the
+        object is not on disk, or when the IR is asked for); ``key``: its disk cache key
+        when the caller knows it without the IR (else the IR's digest: ``ir_key``)."""
+        self._source = ir_text
+        self.interleave = interleave
+        if key is None:
+            key = ir_key(self.ir_text, interleave)
+        obj = DISK.get(key)  # read outside LOCK: other threads may compile meanwhile
+        from_disk = obj is not None
+        if obj is None:
+            text = self.ir_text  # made outside LOCK too (Python only)
         with _llvm():
-            host()
             self._context = llvm.create_context()
-            tm = _codegen_tm()
-            mod = parse(ir_text, self._context)
-            try:
-                optimize(mod, tm, interleave)
-                self.optimized_ir = str(mod)
-                obj = tm.emit_object(mod)
-            finally:
-                mod.close()
+            if obj is None:
+                obj = _compile(text, self._context, interleave)
             # the engine's own module is empty: the code is the object emitted above
             self._engine = llvm.create_mcjit_compiler(parse("", self._context), target_machine(True))
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self._engine.finalize_object()
+        if not from_disk:
+            DISK.put(key, obj)
+
+    @property
+    def ir_text(self) -> str:
+        """The module's LLVM IR (made when first asked for, when it was given as a function)."""
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
+
+    @property
+    def optimized_ir(self) -> str:
+        """The module's IR after the O3 pipeline (optimized again: only the object is kept)."""
+        with _llvm(), _scratch_context() as ctx:
+            mod = parse(self.ir_text, ctx)
+            try:
+                optimize(mod, _codegen_tm(), self.interleave)
+                return str(mod)
+            finally:
+                mod.close()
 
     # _finalizing is bound now: at exit sys may be gone
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
@@ -204,11 +285,26 @@ class JitModule:
 
     def assembly(self) -> str:
         with _llvm(), _scratch_context() as ctx:
-            mod = parse(self.optimized_ir, ctx)
+            mod = parse(self.ir_text, ctx)
             try:
-                return _codegen_tm().emit_assembly(mod)
+                tm = _codegen_tm()
+                optimize(mod, tm, self.interleave)
+                return tm.emit_assembly(mod)
             finally:
                 mod.close()
+
+
+def _compile(ir_text: str, context: llvm.ContextRef, interleave: bool, tm: llvm.TargetMachine | None = None) -> bytes:
+    """The object code of one module, by ``tm`` or the shared JIT code generator (the
+    caller holds LOCK)."""
+    host()
+    tm = _codegen_tm() if tm is None else tm
+    mod = parse(ir_text, context)
+    try:
+        optimize(mod, tm, interleave)
+        return tm.emit_object(mod)
+    finally:
+        mod.close()
 
 
 def emit_object(ir_text: str, cpu: str | None = None, features: str | None = None,
@@ -216,13 +312,7 @@ def emit_object(ir_text: str, cpu: str | None = None, features: str | None = Non
     """A relocatable ELF object (PIC) for the host, or for ``cpu``/``features``."""
     with _llvm(), _scratch_context() as ctx:
         host()
-        tm = target_machine(False, cpu, features)
-        mod = parse(ir_text, ctx)
-        try:
-            optimize(mod, tm, interleave)
-            return tm.emit_object(mod)
-        finally:
-            mod.close()
+        return _compile(ir_text, ctx, interleave, target_machine(False, cpu, features))
 
 
 @contextlib.contextmanager

@@ -25,22 +25,15 @@ from axle.lru import LRU
 from .forking import in_forked_child
 from .kernels import DeviceInfo, Kernel, program_source
 
-#: program binaries on disk (private directory, no pickle: axle.diskcache)
-CACHE_DIR = os.environ.get("AXLE_OPENCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle", "opencl"))
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
 BUILD_OPTIONS = ["-cl-std=CL1.2"]
-
-_disk: DiskCache | None = None
-_disk_lock = threading.Lock()
+#: program binaries on disk, under --compile_cache (private directory, no pickle: axle.diskcache)
+DISK = DiskCache(None, "OpenCL program", sub="opencl")
 
 
 def disk_cache() -> DiskCache:
-    global _disk
-    with _disk_lock:
-        if _disk is None or _disk.path != CACHE_DIR:
-            _disk = DiskCache(CACHE_DIR, "OpenCL program")
-        return _disk
+    return DISK
 
 
 def _binary_key(dev: cl.Device, source: str) -> bytes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import hashlib
-import os
 import subprocess
 import tempfile
 import weakref
@@ -70,11 +69,10 @@ class Library:
 #: loaded programs by source hash, bounded like every compile cache (--jit_cache_size): a
 #: program fed ever new shapes must not keep every binary it ever built
 _BINARIES: LRU[Library] = LRU(lambda: 2 * config.jit_cache_size)
-#: binaries across processes and runs, by the same key, in a private directory (axle's
-#: DiskCache trusts only what this user wrote; AXLE_TEMPLATE_CACHE moves it): with a
-#: toolchain that takes seconds, a second kit run compiles nothing
-DISK = DiskCache(os.environ.get("AXLE_TEMPLATE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "axle",
-                                                                     Dialect.name)), "kernel binary")
+#: binaries across processes and runs, by the same key, under --compile_cache (axle's
+#: DiskCache trusts only what this user wrote): with a toolchain that takes seconds, a
+#: second kit run compiles nothing
+DISK = DiskCache(None, "kernel binary", sub=Dialect.name)
 
 
 def compile_program(source: str) -> Library:

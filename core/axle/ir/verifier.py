@@ -90,7 +90,9 @@ def verify_computation(comp: Computation, *, fused: bool = False) -> None:
                 raise VerifierError(f"{ctx}: parameter index {idx} appears twice")
             seen_params.add(idx)
             continue
-        if fused and not OPS[n.op].traits.fusible and n.op is not Op.TUPLE:
+        # a convolution (a contraction, else never fused) heads an ``output`` fusion under
+        # the policy's conv_epilogue
+        if fused and not (OPS[n.op].traits.fusible or OPS[n.op].traits.contraction) and n.op is not Op.TUPLE:
             raise VerifierError(f"{ctx}: {n.op.value} cannot sit inside a fusion")
         if n.op is Op.FUSION:
             verify_computation(n.attr["computation"], fused=True)

@@ -34,7 +34,9 @@ from .split import split_reduction
 #: ``while``/``conditional``: a control op whose sub-computations the backend runs itself
 _SINGLE_OP_KIND = {Op.REDUCE: "input", Op.DOT_GENERAL: "dot", Op.CUSTOM_CALL: "custom-call", Op.SORT: "sort",
                    Op.SCATTER: "update", Op.DYNAMIC_UPDATE_SLICE: "update",
-                   Op.WHILE: "while", Op.CONDITIONAL: "conditional"}
+                   Op.WHILE: "while", Op.CONDITIONAL: "conditional",
+                   # a claimed convolution is a contraction launch like a dot (its own kernel)
+                   Op.CONVOLUTION: "dot"}
 
 
 @dataclass(frozen=True)

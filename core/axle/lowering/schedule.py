@@ -15,7 +15,8 @@ Forms, decided in this order:
 
 ``dot``
     a lone dot_general over parameters (an unfused dot): a GEMM kernel or library call;
-    or an ``output`` fusion: that dot (``dot``) and its epilogue, elementwise ops over the
+    or an ``output`` fusion: that dot (``dot``) and its epilogue (a claimed convolution,
+    the other ``contraction``, takes the same two forms), elementwise ops over the
     dot's output (reading other parameters at the same index or through broadcasts) that
     finish each output tile in registers before it is stored (``epilogue`` is true). The
     fusion's one output has the dot's shape; its dtype may differ (a convert).
@@ -151,10 +152,10 @@ def schedule(comp: Computation, kind: str) -> Schedule:
     """The schedule of a launch computing ``comp`` as fusion kind ``kind`` (a launch's
     ``kind`` in the kernel plan: ``loop``, ``input``, ``row``, ``dot``...)."""
     outs = outputs_of(comp)
-    if len(outs) == 1 and outs[0].op is Op.DOT_GENERAL and all(o.op is Op.PARAMETER for o in outs[0].operands):
+    if len(outs) == 1 and outs[0].traits.contraction and all(o.op is Op.PARAMETER for o in outs[0].operands):
         return Schedule(comp, "dot", outs, outs[0].shape, dot=outs[0])
     if kind == "output":
-        (d,) = (n for n in comp.nodes if n.op is Op.DOT_GENERAL)
+        (d,) = (n for n in comp.nodes if n.traits.contraction)
         assert len(outs) == 1 and outs[0].shape == d.shape, "an output fusion has one output of its dot's shape"
         return Schedule(comp, "dot", outs, d.shape, dot=d)
     reduces = tuple(n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"])

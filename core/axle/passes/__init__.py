@@ -13,6 +13,7 @@ from .control import ControlFlowSimplifier, LoopInvariantCodeMotion
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
+from .layout import LayoutAssignment
 from .pipeline import Entry, FixedPoint, FunctionPass, Pass, Pipeline
 from .policy import DEFAULT_POLICY, FusionPolicy
 from .schedule import schedule
@@ -31,6 +32,7 @@ def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
             (ControlFlowSimplifier(), "loops run 0 or 1 times and known branches become plain code"),
             (LoopInvariantCodeMotion(), "work on loop-invariant carries runs once, before the loop"),
         ]), "repeat until nothing changes: each rewrite can enable the others"),
+        (LayoutAssignment(), "a dot read only through a transpose computes that layout (C^T = B^T A^T)"),
         (TransposeFolding(), "after transpose chains are composed; a dot reads the untransposed operand"),
         (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
         (CSE(), "identical fusions (same computation, same operands) become one kernel"),
@@ -70,5 +72,6 @@ def optimize(module: Module, backend: Any = None, device: Any = None) -> Module:
 __all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass", "FunctionPass", "Pipeline",
            "FixedPoint",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
-           "Fusion", "TransposeFolding", "ControlFlowSimplifier", "LoopInvariantCodeMotion", "assign",
+           "Fusion", "LayoutAssignment", "TransposeFolding", "ControlFlowSimplifier", "LoopInvariantCodeMotion",
+           "assign",
            "BufferAssignment", "schedule"]

@@ -12,7 +12,9 @@ Two phases, then materialization:
    ``contraction``) takes no producer; when the policy has ``dot_epilogue`` on it joins
    its consumers' group as an ``output`` fusion if that group is an epilogue: ops
    elementwise over the dot's output (bias add, activation, residual add, scaling,
-   convert), reading other operands at the same index or through broadcasts.
+   convert), reading other operands at the same index or through broadcasts. A
+   convolution (an extended contraction, not otherwise fusible) does the same when the
+   policy has ``conv_epilogue`` on (:func:`takes_epilogue`).
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
@@ -66,6 +68,15 @@ def is_contraction(n: Node) -> bool:
     just because it is none of the other kinds)."""
     t = n.traits
     return t.contraction and t.fusible and not t.side_effect
+
+
+def takes_epilogue(n: Node, policy: FusionPolicy) -> bool:
+    """Whether ``n`` may head an ``output`` fusion under ``policy``: a dot with
+    ``dot_epilogue``, a convolution (extended, else never fused) with ``conv_epilogue``."""
+    t = n.traits
+    if not t.contraction or t.side_effect:
+        return False
+    return policy.conv_epilogue if t.extended else t.fusible and policy.dot_epilogue
 
 
 def is_kernel(n: Node) -> bool:
@@ -153,8 +164,8 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
-    dots = [m for m in members if is_contraction(m)]
-    if dots and policy.dot_epilogue:
+    dots = [m for m in members if takes_epilogue(m, policy)]
+    if dots:
         return _output_kind(members, roots, dots)
     for m in members:  # a dot, or an op of no kind, is a kernel of its own: "loop" is not a default
         if (alone := why_alone(m)) is not None:
@@ -354,7 +365,7 @@ class _Fuser:
             if n.op is Op.PARAMETER or n.traits.structural:
                 continue  # not a kernel: explain looks through plumbing to its source
             alone = why_alone(n)
-            if alone is not None and is_contraction(n) and self.policy.dot_epilogue:
+            if alone is not None and takes_epilogue(n, self.policy):
                 self._epilogue(n)
                 continue
             if alone is not None:

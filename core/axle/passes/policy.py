@@ -22,6 +22,10 @@ class FusionPolicy:
     #: it into its kernel (an ``output`` fusion); off by default, on where the backend's dot
     #: kernels finish each result with the epilogue before storing it
     dot_epilogue: bool = False
+    #: the same for a convolution (an extended contraction, claimed by the device): it takes
+    #: its elementwise consumers into its kernel; on where the device's convolution kernel
+    #: finishes each result with the epilogue
+    conv_epilogue: bool = False
     #: recompute cheap producers (broadcast, iota, constant, convert...) in every consumer
     duplicate_cheap: bool = True
     #: constants with at most this many elements are inlined into fused computations;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -195,7 +196,9 @@ class Pool(workers.Pool):
 
     def __init__(self, workers_: int, timeout: float) -> None:
         self.cache = tempfile.TemporaryDirectory(prefix="axle-fuzz-")
-        env = {} if "AXLE_OPENCL_CACHE" in os.environ else {"AXLE_OPENCL_CACHE": self.cache.name}
+        flags = os.environ.get("AXLE_FLAGS", "")
+        env = {} if "--compile_cache=" in flags else {
+            "AXLE_FLAGS": f"{flags} --compile_cache={shlex.quote(self.cache.name)}".strip()}
         super().__init__(workers_, timeout, setup="axle.testing.fuzz:_setup_worker", env=env,
                          max_tasks=self.TASKS_PER_WORKER)
 

@@ -147,7 +147,7 @@ def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
     plan = build_plan(m, arena=False, vector_bits=vector_bits)
     (spec,) = plan.kernels.values()
     assert spec.kind == "gemm"
-    jit, _ = compile_kernels([spec], f"gemm{vector_bits}")
+    jit = compile_kernels([spec], f"gemm{vector_bits}")
     return jit, KFUNC(jit.address(spec.name)), spec.loop_sizes
 
 
@@ -225,6 +225,28 @@ def test_gemm_narrow_vector_tiles(vector_bits, dt) -> None:  # noqa: ANN001
         out = np.zeros(m.entry.root.shape, xs[0].dtype)
         _call(fn, xs, out, [(0, outer, 0, inner)])
         check_dot(m, xs, out)
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256, 128])
+@pytest.mark.parametrize("dt", ["f32", "f16", "f64", "s32"])
+def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: ANN001
+    """A B stored with K contiguous (``dz @ w.T``, a backward pass's data gradient) is
+    packed one column's K run at a time (a K row across NR columns ``ldb`` apart thrashes
+    one L1 set when ldb is a power of two), on the host's width and AVX2's and SSE's:
+    odd sizes, several K blocks and K chunks, a ragged last column panel."""
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.gemm import PACK_KB
+    from axle_cpu.plan import build_plan
+
+    for ls, rs in (((37, 700), (70, 700)), ((9, 2 * PACK_KB + 3), (129, 2 * PACK_KB + 3)), ((64, 1024), (33, 1024))):
+        m = dot_module(dt, ls, rs, lhs_contracting=(1,), rhs_contracting=(1,))
+        xs = inputs(m)
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.zeros(m.entry.root.shape, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+    (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+    assert '"pbck.body"' in str(llvm_module([spec], "t"))  # the column-wise packing loop
 
 
 def test_gemm_stack_frame_is_bounded() -> None:

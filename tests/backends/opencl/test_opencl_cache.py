@@ -19,9 +19,8 @@ from axle_opencl import runtime
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    path = tmp_path / "ocl-cache"
-    monkeypatch.setattr(runtime, "CACHE_DIR", str(path))
-    return path
+    monkeypatch.setattr(axle.config, "compile_cache", str(tmp_path / "compile-cache"))
+    return tmp_path / "compile-cache" / "opencl"
 
 
 def _fresh_runtime(dev):  # noqa: ANN001, ANN202
@@ -67,11 +66,38 @@ def test_binaries_written_private_with_header_and_reloaded(ocl, cache_dir) -> No
 
 
 def test_unsafe_directory_disables_the_cache_but_programs_still_run(ocl, cache_dir) -> None:
-    cache_dir.mkdir()
+    cache_dir.mkdir(parents=True)
     os.chmod(cache_dir, 0o777)
     with pytest.warns(CacheWarning, match="writable by group or others"):
         _fresh_runtime(ocl).kernel(_kernel(ocl, "mul"))
     assert os.listdir(cache_dir) == []
+
+
+def test_compile_cache_off_stores_and_loads_nothing(ocl, cache_dir, monkeypatch) -> None:
+    monkeypatch.setattr(axle.config, "compile_cache", "off")
+    axle.reset_stats()
+    k = _kernel(ocl, "sub")
+    _fresh_runtime(ocl).kernel(k)
+    _fresh_runtime(ocl).kernel(k)
+    assert not cache_dir.exists()
+    s = axle.stats()
+    assert (s["disk_cache_hits"], s["disk_cache_misses"], s["disk_cache_writes"]) == (0, 0, 0)
+
+
+def test_a_corrupt_binary_is_built_again_from_source(ocl, cache_dir) -> None:
+    k = _kernel(ocl, "max")
+    _fresh_runtime(ocl).kernel(k)
+    (entry,) = os.listdir(cache_dir)
+    data = bytearray((cache_dir / entry).read_bytes())
+    data[-1] ^= 0xFF
+    (cache_dir / entry).write_bytes(bytes(data))
+    axle.reset_stats()
+    _fresh_runtime(ocl).kernel(k)
+    s = axle.stats()
+    assert (s["disk_cache_corrupt"], s["disk_cache_writes"]) == (1, 1)
+    axle.reset_stats()
+    _fresh_runtime(ocl).kernel(k)
+    assert axle.stats()["disk_cache_hits"] == 1
 
 
 def test_pyopencl_pickle_cache_is_not_used(ocl, cache_dir, monkeypatch) -> None:

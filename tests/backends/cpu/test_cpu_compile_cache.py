@@ -1,0 +1,194 @@
+"""The cpu backend's object code on disk (axle.diskcache under --compile_cache): a new
+process loads it instead of compiling, a corrupt or truncated entry is compiled again,
+two processes compiling at once both run right, ``off`` stores nothing, and the key
+changes with what the object depends on (flags, CPU, LLVM IR)."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import axle
+from axle.config import config
+from axle_cpu import target
+from axle_cpu.target import HostTarget, JitModule, ir_key
+
+IR = """
+define float @k(float %x) {
+  %y = fmul float %x, 3.0
+  ret float %y
+}
+"""
+
+
+def _counts() -> dict[str, int]:
+    s = axle.stats()
+    return {k[len("disk_cache_"):]: s[k] for k in s if k.startswith("disk_cache_")}
+
+
+def _triple(jm: JitModule) -> float:
+    """The module's @k at 7: 21 when its code is right."""
+    return ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float)(jm.address("k"))(7.0)
+
+
+def _entries(root) -> list[str]:  # noqa: ANN001
+    return [os.path.join(root, "cpu", f) for f in os.listdir(root / "cpu") if f.endswith(".bin")]
+
+
+def test_object_code_is_stored_and_loaded_back(compile_cache) -> None:
+    axle.reset_stats()
+    first = JitModule(IR)
+    assert _counts()["misses"] == 1 and _counts()["writes"] == 1
+    (entry,) = _entries(compile_cache)
+    assert b"\x7fELF" in open(entry, "rb").read()  # the object itself, behind the header
+    axle.reset_stats()
+    second = JitModule(IR)
+    assert _counts()["hits"] == 1 and _counts()["writes"] == 0
+    assert _triple(second) == 21.0
+    assert "fmul" in second.optimized_ir and "define" in first.optimized_ir  # made again when asked
+    assert "ret" in second.assembly()
+
+
+@pytest.mark.parametrize("damage", ["flip a byte of the object", "truncate"])
+def test_a_corrupt_or_truncated_object_is_compiled_again(compile_cache, damage: str) -> None:
+    JitModule(IR)
+    (entry,) = _entries(compile_cache)
+    data = bytearray(open(entry, "rb").read())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[-40] ^= 0xFF  # inside the object's bytes: only the payload digest can tell
+    open(entry, "wb").write(bytes(data))
+    axle.reset_stats()
+    jm = JitModule(IR)
+    assert _counts()["corrupt"] == 1 and _counts()["writes"] == 1  # compiled and stored again
+    assert _triple(jm) == 21.0
+    axle.reset_stats()
+    JitModule(IR)
+    assert _counts()["hits"] == 1
+
+
+def test_off_stores_nothing(compile_cache, monkeypatch) -> None:
+    monkeypatch.setattr(config, "compile_cache", "off")
+    axle.reset_stats()
+    jm = JitModule(IR)
+    assert _triple(jm) == 21.0
+    assert not compile_cache.exists() and not any(_counts().values())
+
+
+def test_the_key_changes_with_what_the_object_depends_on(monkeypatch) -> None:
+    base = ir_key(IR, True)
+    assert ir_key(IR, True) == base
+    assert ir_key(IR.replace("3.0", "4.0"), True) != base
+    assert ir_key(IR, False) != base  # the vectorizer's interleaving
+    monkeypatch.setitem(config.backend_flags, "cpu_threads", "1")
+    with_flag = ir_key(IR, True)
+    assert with_flag != base
+    monkeypatch.setitem(config.backend_flags, "opencl_float_lanes", "4")  # another backend's flag
+    assert ir_key(IR, True) == with_flag
+    monkeypatch.delitem(config.backend_flags, "cpu_threads")
+    monkeypatch.delitem(config.backend_flags, "opencl_float_lanes")
+    h = target.host()
+    for other in (HostTarget(h.triple, h.cpu + "-other", h.features),
+                  HostTarget(h.triple, h.cpu, h.features.replace("+avx512f", "-avx512f").replace("+avx2", "-avx2")
+                             + ",+other")):
+        monkeypatch.setattr(target, "host", lambda other=other: other)
+        assert ir_key(IR, True) != base
+
+
+PROGRAM = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import axle, axle.numpy as anp
+
+    @axle.jit
+    def step(x, w):
+        h = anp.tanh(x @ w)
+        return (h - h.max(axis=1, keepdims=True)).sum(axis=0), anp.exp(x).mean()
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    with axle.device("cpu:0"):
+        got = step(x, w)
+    h = np.tanh(x @ w)
+    want = ((h - h.max(axis=1, keepdims=True)).sum(axis=0), np.exp(x).mean())
+    ok = all(np.allclose(np.asarray(g), e, rtol=1e-5, atol=1e-5) for g, e in zip(got, want))
+    s = axle.stats()
+    print(json.dumps({"ok": ok, **{k: s[k] for k in s if k.startswith("disk_cache_")}}))
+""")
+
+
+def _start(cache) -> subprocess.Popen:  # noqa: ANN001
+    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "cpu"}
+    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _answer(p: subprocess.Popen) -> dict[str, int]:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    answer = json.loads(out.strip().splitlines()[-1])
+    assert answer.pop("ok"), "wrong results"
+    return {k[len("disk_cache_"):]: v for k, v in answer.items()}
+
+
+def test_a_second_process_loads_every_object_and_two_at_once_both_run_right(tmp_path) -> None:
+    """Two processes compile one program into an empty cache at the same time (both write
+    every key), then a third compiles nothing: every module comes from the disk."""
+    cache = tmp_path / "shared"
+    first = [_answer(p) for p in [_start(cache), _start(cache)]]
+    for counts in first:
+        assert counts["writes"] >= 1 and counts["corrupt"] == 0
+    third = _answer(_start(cache))
+    assert third["hits"] >= 1 and third["misses"] == 0 and third["writes"] == 0, third
+
+
+def _specs(fn, *args):  # noqa: ANN001, ANN002, ANN202
+    """The kernel specs the cpu backend plans for ``fn`` on ``args``."""
+    from axle_cpu.plan import build_plan
+
+    module = axle.jit(fn, device="cpu:0").lower(*args).optimize()
+    return list(build_plan(module, blas=False).kernels.values())
+
+
+def test_a_cached_module_is_loaded_without_emitting_its_llvm_ir(compile_cache, monkeypatch) -> None:
+    from axle_cpu import executable
+
+    x = np.linspace(-1, 1, 300, dtype=np.float32)
+    specs = _specs(lambda x: np.float32(2.5) * x + 1, x)
+    executable.compile_kernels(specs, "k")
+
+    def no_emission(*a):  # noqa: ANN002, ANN202
+        raise AssertionError("LLVM IR emitted again")
+
+    monkeypatch.setattr(executable, "llvm_module", no_emission)
+    axle.reset_stats()
+    jm = executable.compile_kernels(specs, "k")
+    assert _counts()["hits"] == 1
+    out = np.empty_like(x)
+    fn = executable.KFUNC(jm.address(specs[0].name))
+    ptrs = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
+    fn(ctypes.addressof(ptrs), 0, specs[0].loop_sizes[0], 0, specs[0].loop_sizes[1], 0, 0)
+    np.testing.assert_allclose(out, 2.5 * x + 1, rtol=1e-6)
+    with pytest.raises(AssertionError, match="emitted again"):
+        jm.ir_text  # noqa: B018 - made only when asked for
+
+
+def test_the_kernels_key_tells_constants_and_shapes_apart() -> None:
+    """Scalar constants (in the kernel's code) one ulp apart, and another shape, are
+    other keys; array constants are kernel inputs (buffers), not part of the code."""
+    from axle_cpu.executable import specs_key
+
+    def key(c: float, n: int = 300) -> bytes | None:
+        return specs_key(_specs(lambda x: x * np.float32(c) + 1, np.ones(n, np.float32)), "k", True)
+
+    keys = {key(2.5), key(float(np.nextafter(np.float32(2.5), np.float32(3)))), key(2.5, 301)}
+    assert len(keys) == 3 and None not in keys
+    assert key(2.5) in keys  # and the same computation is the same key

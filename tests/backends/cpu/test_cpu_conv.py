@@ -1,0 +1,412 @@
+"""Native convolution on cpu (axle_cpu/conv.py: an implicit GEMM on the GEMM kernel)
+against the interpreter: every configuration class (1-D/2-D/3-D, both layouts and mixed
+ones, strides, padding low/high/negative, lhs and rhs dilation, feature groups, depthwise,
+batch groups, size-1 and odd sizes, several K and M blocks), every dtype the GEMM
+computes, thread splits, the narrower vector units' tiles; the epilogue in the same kernel;
+gradients of nn.conv through the native path against finite differences; and what it
+refuses going to the core's decomposition, said in the placement summary."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_cpu_gemm import _call  # the kernel called over thread ranges, as the pool does
+
+import axle
+import axle.numpy as anp
+from axle import lax, nn
+from axle.backend import CompileOptions
+from axle.interpreter import evaluate
+from axle.ir import Builder, DType, Module
+from axle.ir.conv import conv_dimension_numbers
+from axle.ir.module import Computation
+from axle.ir.opcodes import Op
+from axle.ir.types import TensorType
+from axle.testing.cases import assert_close, compile_case, random_input
+
+RNG = np.random.default_rng(17)
+
+
+def _window(n: int, strides=None, low=None, high=None, lhs=None, rhs=None, **groups: int) -> dict:  # noqa: ANN001
+    return {"window_strides": tuple(strides or (1,) * n), "padding_low": tuple(low or (0,) * n),
+            "padding_high": tuple(high or (0,) * n), "lhs_dilation": tuple(lhs or (1,) * n),
+            "rhs_dilation": tuple(rhs or (1,) * n), **groups}
+
+
+# name: input shape, kernel shape, (input, kernel, output) layouts, window attributes
+CONFIGS = [
+    ("1d-ncw", (2, 3, 11), (4, 3, 3), ("NCH", "OIH", "NCH"), _window(1, low=(1,), high=(1,))),
+    ("1d-nwc-strided", (3, 13, 5), (3, 5, 6), ("NHC", "HIO", "NHC"), _window(1, strides=(2,), low=(2,))),
+    ("2d-nchw-same", (2, 5, 9, 7), (6, 5, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1))),
+    ("2d-nhwc-same", (2, 9, 7, 5), (3, 3, 5, 6), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1))),
+    ("2d-nhwc-stride2", (2, 11, 10, 4), (3, 3, 4, 7), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 2), low=(1, 0), high=(1, 1))),
+    ("2d-nchw-stride-asym", (1, 3, 10, 9), (5, 3, 2, 4), ("NCHW", "OIHW", "NCHW"),
+     _window(2, strides=(3, 2), low=(0, 2), high=(2, 0))),
+    ("2d-negative-pad", (2, 2, 8, 7), (3, 2, 3, 2), ("NCHW", "OIHW", "NCHW"), _window(2, low=(-1, 1), high=(0, -2))),
+    ("2d-rhs-dilation", (1, 9, 9, 3), (3, 3, 3, 4), ("NHWC", "HWIO", "NHWC"), _window(2, rhs=(2, 3), low=(2, 1))),
+    ("2d-lhs-dilation", (2, 3, 5, 4), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW"),
+     _window(2, lhs=(2, 3), low=(2, 2), high=(2, 1))),
+    ("2d-both-dilations-nhwc", (1, 6, 5, 2), (2, 3, 2, 5), ("NHWC", "HWIO", "NHWC"),
+     _window(2, lhs=(2, 1), rhs=(1, 2), strides=(1, 2), low=(1, 0), high=(0, 3))),
+    ("grouped-nchw", (2, 6, 7, 6), (9, 2, 3, 3), ("NCHW", "OIHW", "NCHW"),
+     _window(2, low=(1, 1), high=(1, 1), feature_group_count=3)),
+    ("grouped-nhwc", (2, 7, 6, 6), (3, 3, 2, 9), ("NHWC", "HWIO", "NHWC"), _window(2, feature_group_count=3)),
+    ("depthwise-nchw", (2, 5, 8, 7), (5, 1, 3, 3), ("NCHW", "OIHW", "NCHW"),
+     _window(2, low=(1, 1), high=(1, 1), feature_group_count=5)),
+    ("depthwise-nhwc", (2, 8, 7, 5), (3, 3, 1, 5), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 1), low=(1, 1), high=(1, 1), feature_group_count=5)),
+    ("depthwise-multiplier", (1, 4, 6, 6), (8, 1, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, feature_group_count=4)),
+    ("batch-groups-nchw", (4, 3, 6, 5), (6, 3, 2, 2), ("NCHW", "OIHW", "NCHW"), _window(2, batch_group_count=2)),
+    ("batch-groups-nhwc", (6, 5, 6, 3), (2, 2, 3, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 0), batch_group_count=3)),
+    ("3d-ncdhw", (1, 2, 5, 4, 6), (3, 2, 2, 3, 2), ("NCDHW", "OIDHW", "NCDHW"), _window(3, low=(1, 0, 1))),
+    ("3d-ndhwc", (2, 4, 5, 3, 3), (3, 2, 2, 3, 4), ("NDHWC", "DHWIO", "NDHWC"),
+     _window(3, strides=(2, 1, 1), high=(0, 1, 1))),
+    ("mixed-layouts", (2, 3, 7, 6), (3, 2, 4, 3), ("NCHW", "HWOI", "NHWC"), _window(2, low=(1, 1))),
+    ("channels-first-out", (2, 7, 6, 3), (4, 3, 3, 3), ("NHWC", "OIHW", "NCHW"), _window(2, high=(1, 1))),
+    ("batch-last", (3, 7, 6, 2), (4, 3, 3, 3), ("CHWN", "OIHW", "CHWN"), _window(2, low=(1, 1), high=(1, 1))),
+    # output rows of 40 pixels: panel lines read as masked vector loads (the padding masked)
+    ("nchw-wide-rows", (2, 3, 5, 40), (4, 3, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 2), high=(1, 0))),
+    ("kernel-1x1", (3, 8, 5, 5), (5, 8, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("spatial-1x1", (4, 1, 1, 8), (1, 1, 8, 5), ("NHWC", "HWIO", "NHWC"), _window(2)),
+    ("batch-1-out-1", (1, 3, 5, 5), (1, 3, 5, 5), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    ("window-larger-than-input", (1, 2, 2, 3), (2, 2, 4, 4), ("NCHW", "OIHW", "NCHW"), _window(2, low=(2, 1),
+                                                                                              high=(1, 2))),
+    # K = 64 * 9 = 576: two K blocks; 2 * 13 * 14 = 364 pixels: several M blocks and edge tiles
+    ("several-k-blocks-nhwc", (2, 13, 14, 64), (3, 3, 64, 19), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1),
+                                                                                                high=(1, 1))),
+    ("several-k-blocks-nchw", (2, 64, 13, 14), (19, 64, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)),
+    # runs of >= 16 input features are read in place through row pointers (indirect)
+    ("indirect-grouped-strided", (2, 9, 8, 48), (3, 3, 16, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 1), low=(1, 1), high=(0, 1), rhs=(1, 2), feature_group_count=3)),
+    ("indirect-lhs-dilation", (1, 5, 4, 16), (3, 2, 16, 3), ("NHWC", "HWIO", "NHWC"),
+     _window(2, lhs=(2, 2), low=(2, 1), high=(1, 1))),
+    ("indirect-batch-groups", (4, 6, 5, 16), (2, 2, 16, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 0), batch_group_count=2)),
+    # 600 features: K segments of 300 (a divisor that fits a K block)
+    ("indirect-split-run", (1, 4, 3, 600), (3, 2, 600, 5), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1))),
+    # K = 9 * 100: the second K block starts inside a run of input features
+    ("k-block-inside-a-feature-run", (1, 6, 5, 100), (3, 3, 100, 7), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 1), high=(1, 1))),
+]
+DTYPES = [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64]
+
+
+def conv_module(cfg: tuple, dt: DType) -> Module:
+    name, xs, ws, layouts, window = cfg
+    b = Builder(name.replace("-", "_"))
+    x, w = b.parameter(TensorType(dt, xs)), b.parameter(TensorType(dt, ws))
+    return b.build(b.convolution(x, w, **conv_dimension_numbers(*layouts), **window))
+
+
+def conv_inputs(m: Module) -> list[np.ndarray]:
+    out = []
+    for p in m.entry.parameters:
+        t = p.type
+        if t.dtype.is_int:
+            out.append(RNG.integers(-9, 10, size=t.shape).astype(t.dtype.np))
+        else:
+            out.append(random_input(RNG, t, special=False, small=t.dtype is DType.FLOAT16))
+    return out
+
+
+def check_conv(m: Module, xs: list[np.ndarray], got: np.ndarray) -> None:
+    """Integers exactly; floats within K*eps*(|x| conv |w|) of the interpreter (any
+    summation order), float16 plus its one rounding."""
+    (want,) = evaluate(m, *xs)
+    assert got.shape == want.shape and got.dtype == want.dtype, m.name
+    dt = m.entry.root.dtype
+    if not dt.is_float:
+        assert_close(got, want, 0, 0, m.name)
+        return
+    conv = m.entry.root
+    k = conv.operands[1].tensor_type.size // conv.operands[1].shape[conv.attr["kernel_output_feature_dimension"]]
+    b = Builder("mag")
+    x, w = (b.parameter(TensorType(DType.FLOAT64, o.shape)) for o in conv.operands)
+    (mag,) = evaluate(b.build(b.convolution(x, w, **conv.attr)), *(np.abs(a.astype(np.float64)) for a in xs))
+    eps = 2.0**-24 if dt in (DType.FLOAT16, DType.FLOAT32) else 2.0**-53
+    tol = 2 * max(k, 1) * eps * mag + (np.abs(want.astype(np.float64)) * 2**-10 if dt is DType.FLOAT16 else 0)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert (err <= tol).all(), f"{m.name} {dt.value}: max excess {(err - tol).max()}"
+
+
+def native_convs(module: Module) -> int:
+    """Convolution nodes left in an optimized module (the entry and its fusions): the ones
+    the device runs natively (a refused one is expanded into its decomposition)."""
+
+    def count(comp: Computation) -> int:
+        return sum(1 if n.op is Op.CONVOLUTION else count(n.attr["computation"]) if n.op is Op.FUSION else 0
+                   for n in comp.nodes)
+
+    return count(module.entry)
+
+
+def _backend():  # noqa: ANN202
+    return axle.REGISTRY.backend("cpu")
+
+
+def run(m: Module, xs: list[np.ndarray], cpu) -> np.ndarray:  # noqa: ANN001
+    from axle_cpu.conv import ConvSpec
+
+    be = _backend()
+    exe = be.compile(m, cpu, CompileOptions(optimized=False))
+    assert any(isinstance(s, ConvSpec) for s in exe.plan.kernels.values()), f"{m.name}: not the native kernel"
+    return be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c[0])
+def test_native_convolution_matches_interpreter(cfg, dt, cpu) -> None:  # noqa: ANN001
+    from axle_cpu.conv import conv_refusal
+
+    m = conv_module(cfg, dt)
+    assert conv_refusal(m.entry.root) is None
+    xs = conv_inputs(m)
+    check_conv(m, xs, run(m, xs, cpu))
+
+
+def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
+    """The conv kernel of a module compiled alone (tiles for ``vector_bits``)."""
+    from axle_cpu.conv import ConvSpec
+    from axle_cpu.executable import KFUNC, compile_kernels
+    from axle_cpu.plan import build_plan
+
+    plan = build_plan(m, arena=False, vector_bits=vector_bits)
+    (spec,) = plan.kernels.values()
+    assert isinstance(spec, ConvSpec)
+    jit = compile_kernels([spec], f"conv{vector_bits}")
+    return jit, KFUNC(jit.address(spec.name)), spec.loop_sizes
+
+
+@pytest.mark.parametrize("name", ["2d-nhwc-same", "2d-nchw-same", "grouped-nchw", "batch-groups-nhwc",
+                                  "several-k-blocks-nchw", "several-k-blocks-nhwc", "indirect-batch-groups"])
+def test_conv_disjoint_ranges(name: str) -> None:
+    """Thread splits: disjoint pieces of the outer range (pixels or output features,
+    across images and groups) and of the inner one give exactly the single-call result."""
+    m = conv_module(next(c for c in CONFIGS if c[0] == name), DType.FLOAT32)
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    shape = m.entry.root.shape
+    whole = np.zeros(shape, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    cuts = sorted({0, 5, outer // 3, outer // 3 + 1, max(outer - 7, 0), outer})
+    pieces = np.full(shape, 99, np.float32)
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+    cuts = sorted({0, min(3, inner), inner // 2, inner})
+    pieces = np.full(shape, 99, np.float32)
+    _call(fn, xs, pieces, [(0, outer, a, b) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+
+
+@pytest.mark.parametrize("vector_bits", [256, 128])
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16])
+def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
+    """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
+    (run here on the host)."""
+    for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
+                 "several-k-blocks-nhwc", "nchw-wide-rows"):
+        m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
+        xs = conv_inputs(m)
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.zeros(m.entry.root.shape, dt.np)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_conv(m, xs, out)
+
+
+# ------------------------------------------------------------------------ epilogue
+
+
+def _conv_bias_relu(x, w, b, layout: str):  # noqa: ANN001, ANN202
+    return anp.maximum(nn.conv(x, w, b, padding="SAME", layout=layout), 0.0)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_conv_bias_relu_is_one_kernel(layout: str) -> None:
+    """relu(conv(x, w) + b) is one output fusion, one kernel, the convolution native in
+    it; explain and the report say so; the values are the interpreter's."""
+    nhwc = layout == "NHWC"
+    x = RNG.standard_normal((2, 9, 8, 5) if nhwc else (2, 5, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 5, 7) if nhwc else (7, 5, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(7).astype(np.float32)
+    lowered = axle.jit(lambda *a: _conv_bias_relu(*a, layout), device="cpu:0").lower(x, w, b)
+    compiled = lowered.compile()
+    fusions = [n for n in compiled.module.entry.nodes if n.op is Op.FUSION]
+    assert [f.attr["kind"] for f in fusions] == ["output"]
+    assert native_convs(compiled.module) == 1
+    assert compiled.report()["kernels"] == 1
+    text = lowered.explain().text(source=False)
+    assert "output" in text and "convolution" in text
+    got = np.asarray(compiled(x, w, b))
+    with axle.device("interpreter:0"):
+        want = np.asarray(_conv_bias_relu(x, w, b, layout))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_residual_scale_convert_epilogue(cpu) -> None:  # noqa: ANN001
+    """A scaled residual add and a convert to float16 finish the convolution's tiles too
+    (the convert: an output that cannot hold partial sums)."""
+    b = Builder("residual")
+    dt = DType.FLOAT32
+    x, w = b.parameter(TensorType(dt, (2, 7, 6, 33))), b.parameter(TensorType(dt, (3, 3, 33, 10)))
+    c = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"), **_window(2, low=(1, 1), high=(1, 1)))
+    r = b.parameter(TensorType(dt, c.shape))
+    half = b.broadcast_in_dim(b.constant(0.5, dt), shape=c.shape, broadcast_dimensions=())
+    m = b.build(b.convert(b.add(b.mul(c, half), r), dtype=DType.FLOAT16))
+    xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    exe, optimized = compile_case(m, cpu)
+    assert [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
+    assert native_convs(optimized) == 1 and exe.report()["kernels"] == 1
+    be = _backend()
+    got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+    (want,) = evaluate(m, *xs)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+# ------------------------------------------------------------------------ gradients
+
+
+def directional_fd(f, args: list[np.ndarray], i: int, v: np.ndarray, eps: float = 1e-6) -> float:  # noqa: ANN001
+    """(f(args with args[i] + eps v) - f(... - eps v)) / 2 eps: the derivative along v."""
+    hi, lo = list(args), list(args)
+    hi[i], lo[i] = args[i] + eps * v, args[i] - eps * v
+    return (f(*hi) - f(*lo)) / (2 * eps)
+
+
+@pytest.mark.parametrize(("layout", "stride", "padding", "dilation", "groups"), [
+    ("NCHW", 1, "SAME", 1, 1),
+    ("NHWC", 2, "SAME", 1, 1),
+    ("NCHW", 2, "VALID", 2, 2),
+    ("NHWC", 1, ((1, 0), (2, 1)), 1, 3),
+    ("NCW", 2, "SAME", 1, 1),
+    ("NDHWC", 1, "SAME", 1, 1),
+], ids=str)
+def test_nn_conv_gradients_native_finite_differences(layout: str, stride: int, padding, dilation: int,  # noqa: ANN001
+                                                     groups: int) -> None:
+    """Gradients of nn.conv in float64 on cpu, every convolution of the forward and
+    backward passes run natively, against central finite differences along random
+    directions."""
+    ns = len(layout) - 2
+    c, o = 6, 6
+    sp = {1: (7,), 2: (6, 5), 3: (4, 3, 4)}[ns]
+    first = layout.index("C") == 1
+    x = RNG.standard_normal((2, c, *sp) if first else (2, *sp, c))
+    ks = (3,) * ns if ns < 3 else (2, 2, 2)
+    w = RNG.standard_normal((o, c // groups, *ks) if first else (*ks, c // groups, o))
+    b = RNG.standard_normal(o)
+    y_shape = np.asarray(nn.conv(x, w, b, stride, padding, dilation, groups, layout)).shape
+    cw = RNG.standard_normal(y_shape)
+
+    def loss(xa, wa, ba):  # noqa: ANN001, ANN202
+        return anp.sum(anp.tanh(nn.conv(xa, wa, ba, stride, padding, dilation, groups, layout)) * cw)
+
+    grad = axle.jit(axle.grad(loss, argnums=(0, 1, 2)), device="cpu:0")
+    compiled = grad.lower(x, w, b).compile()
+    assert native_convs(compiled.module) >= 3, "forward, input and kernel gradients all native"
+    gx, gw, gb = (np.asarray(g) for g in compiled(x, w, b))
+
+    def f_np(xa: np.ndarray, wa: np.ndarray, ba: np.ndarray) -> float:
+        with axle.device("interpreter:0"):
+            return float(np.asarray(loss(xa, wa, ba)))
+
+    for i, got in enumerate((gx, gw, gb)):  # along random directions, as jax's check_grads does
+        for _ in range(3):
+            v = RNG.standard_normal(got.shape)
+            want = directional_fd(f_np, [x, w, b], i, v)
+            np.testing.assert_allclose(float(np.sum(got * v)), want, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------ refusals
+
+
+def test_unclaimed_convolution_runs_the_decomposition_and_says_why() -> None:
+    """A bfloat16 convolution (no GEMM kernel for it) is refused by the claim: the core
+    expands it into im2col before partitioning, the placement summary names the reason,
+    and the values are the interpreter's."""
+    from axle_cpu import CONV_DTYPES
+    from axle_cpu.conv import conv_refusal
+    from axle_cpu.gemm import GEMM_DTYPES
+
+    assert CONV_DTYPES == GEMM_DTYPES  # the claim's dtypes are the ones the kernel computes
+    b = Builder("bf16")
+    x, w = b.parameter(TensorType(DType.BFLOAT16, (1, 2, 5, 5))), b.parameter(TensorType(DType.BFLOAT16, (3, 2, 3, 3)))
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"), **_window(2))
+    why = conv_refusal(c)
+    assert why is not None and "bf16" in why and "decomposition" in why
+    xs = [a.astype(np.float32).astype(DType.BFLOAT16.np) for a in (RNG.standard_normal((1, 2, 5, 5)),
+                                                                   RNG.standard_normal((3, 2, 3, 3)))]
+    compiled = axle.jit(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "VALID"), device="cpu:0")
+    comp = compiled.lower(*xs).compile()
+    assert native_convs(comp.module) == 0
+    summary = comp.placement()
+    assert summary.decomposed == {"convolution": 1}
+    assert "not claimed for dtype bf16" in summary.decomposed_why["convolution"]
+    assert "convolution: op 'convolution' is not claimed for dtype bf16" in str(summary)
+    got = np.asarray(comp(*xs)).astype(np.float64)
+    with axle.device("interpreter:0"):
+        want = np.asarray(lax.conv_general_dilated(*xs, (1, 1), "VALID")).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_empty_convolution_is_refused_and_gives_zeros() -> None:
+    from axle_cpu.conv import conv_refusal
+
+    m = conv_module(("empty", (1, 0, 4, 4), (2, 0, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2)), DType.FLOAT32)
+    assert "empty" in (conv_refusal(m.entry.root) or "")
+    xs = conv_inputs(m)
+    got = np.asarray(axle.jit(lambda a, k: lax.conv_general_dilated(a, k, (1, 1), "VALID"),
+                              device="cpu:0")(*xs))
+    np.testing.assert_array_equal(got, np.zeros((1, 2, 2, 2), np.float32))
+    assert math.prod(got.shape) == 8
+
+
+@pytest.mark.parametrize("target", ["host", "generic"])
+def test_conv_aot(target: str, tmp_path) -> None:  # noqa: ANN001
+    """AOT: an NHWC convolution with its bias-relu epilogue and an NCHW grouped one in an
+    object file for this host or for generic x86-64 (SSE tiles), run from C."""
+    from test_cpu_aot import build_and_run
+
+    from axle.device_compile import optimize_for
+    from axle_cpu.aot import compile_aot
+
+    nhwc = next(c for c in CONFIGS if c[0] == "2d-nhwc-stride2")
+    nchw = next(c for c in CONFIGS if c[0] == "grouped-nchw")
+    b = Builder("convs")
+    x1, w1 = b.parameter(TensorType(DType.FLOAT32, nhwc[1])), b.parameter(TensorType(DType.FLOAT32, nhwc[2]))
+    x2, w2 = b.parameter(TensorType(DType.FLOAT64, nchw[1])), b.parameter(TensorType(DType.FLOAT64, nchw[2]))
+    c1 = b.convolution(x1, w1, **conv_dimension_numbers(*nhwc[3]), **nhwc[4])
+    bias = b.parameter(TensorType(DType.FLOAT32, (c1.shape[-1],)))
+    zero = b.broadcast_in_dim(b.constant(0.0, DType.FLOAT32), shape=c1.shape, broadcast_dimensions=())
+    y1 = b.max(b.add(c1, b.broadcast_in_dim(bias, shape=c1.shape, broadcast_dimensions=(3,))), zero)
+    m = b.build(y1, b.convolution(x2, w2, **conv_dimension_numbers(*nchw[3]), **nchw[4]))
+    assert native_convs(optimize_for(m, _backend().devices()[0])) == 2  # what compile_aot compiles
+    types = [p.type for p in m.entry.parameters]
+    res = compile_aot(m, types, str(tmp_path), name="convs", cpu="generic" if target == "generic" else None)
+    xs = [random_input(RNG, t, special=False) for t in types]
+    got = build_and_run(res, xs, tmp_path)
+    want = evaluate(m, *xs)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_inside_a_native_loop() -> None:
+    """A convolution with its epilogue in a fori_loop body: the loop runs natively on cpu
+    (no host fallback), the convolution stays native inside it, the values are the
+    interpreter's."""
+    x = RNG.standard_normal((2, 6, 5, 16)).astype(np.float32)
+    w = (RNG.standard_normal((3, 3, 16, 16)) * 0.1).astype(np.float32)
+
+    def f(a, k):  # noqa: ANN001, ANN202
+        return lax.fori_loop(0, 3, lambda i, v: anp.tanh(nn.conv(v, k, padding="SAME", layout="NHWC")), a)
+
+    compiled = axle.jit(f, device="cpu:0").lower(x, w).compile()
+    summary = compiled.placement()
+    assert summary is None or not summary.fallback
+    assert not (summary.decomposed if summary is not None else {})
+    got = np.asarray(compiled(x, w))
+    with axle.device("interpreter:0"):
+        want = np.asarray(f(x, w))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
