@@ -303,6 +303,9 @@ def group_row_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: 
         # every later use of the reduction at this row (its broadcasts) finds it here
         em.remember((n.uid, 1, idx.key), res)
         em.remember((n.uid, 1, ("f", "i")), res)
+    for n in comp.nodes:  # every per-row value once, before the loop (as map_kernel's ``pre``)
+        if isinstance(n.type, TensorType) and n.shape == outer and n.op not in (Op.PARAMETER, Op.CONSTANT):
+            r.value(n, idx)
     per_row = [(k, n) for k, (n, _) in enumerate(outputs) if n.shape == outer]
     if per_row:
         em.open("if (lid == 0)")
