@@ -333,6 +333,42 @@ def _eager_add(repeats: int) -> Row:
                baseline="pyopencl call")
 
 
+def _conv3x3(batch: int, ch: int, hw: int, repeats: int, layout: str = "NCHW") -> Row:
+    """A 3x3 convolution layer (stride 1, SAME padding, ``ch`` -> ``ch`` features): the
+    native kernel (convs.py) against the core's im2col decomposition on the same device."""
+    import axle
+    from axle.compiler import compile_module
+    from axle.frontend.device_put import to_buffer
+    from axle.ir.builder import Builder
+    from axle.ir.conv import conv_dimension_numbers
+    from axle.passes.expand import expand_extended
+
+    rng = np.random.default_rng(5)
+    kl = "OIHW" if layout == "NCHW" else "HWIO"
+    xs = (batch, ch, hw, hw) if layout == "NCHW" else (batch, hw, hw, ch)
+    ws = (ch, ch, 3, 3) if kl == "OIHW" else (3, 3, ch, ch)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    b = Builder("conv3x3")
+    p, q = b.parameter(f"f32[{','.join(map(str, xs))}]"), b.parameter(f"f32[{','.join(map(str, ws))}]")
+    module = b.build(b.convolution(p, q, **conv_dimension_numbers(layout, kl, layout), window_strides=(1, 1),
+                                   padding_low=(1, 1), padding_high=(1, 1), lhs_dilation=(1, 1),
+                                   rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1))
+    dev = axle.device("opencl:0")
+    backend = axle.REGISTRY.backend_for(dev)
+    native = compile_module(module, dev)
+    decomposed = compile_module(expand_extended(module, lambda n: False)[0], dev)
+    bufs = [to_buffer(a, dev) for a in (x, w)]
+    got, want = (backend.to_host(e.execute(bufs)[0]) for e in (native, decomposed))
+    err = float(np.max(np.abs(got - want)))
+    assert err < 1e-3 * (9 * ch) ** 0.5, f"conv3x3: the native kernel is off the decomposition by {err}"
+    fns = {"decomposition": lambda: (decomposed.execute(bufs), axle_sync()),
+           "axle-opencl": lambda: (native.execute(bufs), axle_sync())}
+    t = measure(fns, repeats=repeats)
+    flops = 2 * batch * ch * ch * 9 * hw * hw
+    return Row(SUITE, f"conv 3x3 {layout} {batch}x{ch}x{hw}x{hw}", t,
+               {"GFLOP/s": {k: round(flops / (v * 1e6), 1) for k, v in t.items()}}, baseline="decomposition")
+
+
 def run(quick: bool, only: str = "") -> list[Row]:
     """Every workload of the suite (those whose name contains ``only``); ``quick``
     shrinks sizes and repeats."""
@@ -354,6 +390,8 @@ def run(quick: bool, only: str = "") -> list[Row]:
         "matmul 1024": lambda: _matmul(256 if quick else 1024, max(3, reps // 3)),
         "matmul 1024 @ w.T": lambda: _matmul(256 if quick else 1024, max(3, reps // 3), rhs_transposed=True),
         "eager add": lambda: _eager_add(200 if quick else 2000),
+        "conv 3x3 NCHW": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3)),
+        "conv 3x3 NHWC": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3), "NHWC"),
     }
     return [fn() for name, fn in work.items() if only in name]
 

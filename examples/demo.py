@@ -1,14 +1,21 @@
-"""axle's front door: the devices, and the seed example ``sum(x + y*z)`` on each of them,
-compiled (fused) versus op by op."""
+"""axle's front door: the devices, the seed example ``sum(x + y*z)`` on each of them,
+compiled (fused) versus op by op, fused kernels, and real programs: the stacked LSTM of
+examples/lstm.py (a loop in the IR) and a convolution layer with its epilogue."""
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import axle
 import axle.numpy as anp
+from axle import nn
 from axle.cli import cmd_devices
+
+sys.path.insert(0, str(Path(__file__).parent))
+import lstm  # noqa: E402 - examples/lstm.py, beside this file
 
 N = 1 << 20
 
@@ -55,6 +62,7 @@ def main() -> None:
         print(f"{dev.name:<16}{out:>14.3f}{kernels(report):>13}{jit_ms:>9.2f}{eager_kernels:>15}{eager_ms:>10.2f}  {ok}")
     print(f"\nNumPy reference: {want:.3f}")
     fused_kernels(rng)
+    real_programs(rng)
 
 
 def softmax(x):
@@ -84,6 +92,45 @@ def fused_kernels(rng: np.random.Generator) -> None:
         k = kernels(f.lower(xs).compile().report())
         print(f"{dev.name:<16}{k:>16}{soft_ms:>8.2f}{np_soft / soft_ms:>9.1f}x"
               f"{2 * 512**3 / mm_ms / 1e6:>16.0f}{np_mm / mm_ms:>9.1f}x")
+
+
+def conv_layer(x, w, b):
+    return anp.maximum(nn.conv(x, w, padding="SAME", layout="NHWC") + b, 0.0)
+
+
+def placed(compiled) -> str:
+    """Where a compiled function ran: its device, or the host fallback's."""
+    summary = compiled.placement()
+    return "host fallback" if summary is not None and summary.fallback else "native"
+
+
+def real_programs(rng: np.random.Generator) -> None:
+    """The stacked LSTM (3 x 60, 10 steps: one scan per layer, a while loop in the IR) and a
+    3x3 convolution layer relu(conv(x, w) + b) (one kernel where the device claims
+    convolution), on every device, against NumPy."""
+    params, xs = lstm.init_params(rng), lstm.sample_inputs(rng)
+    want = lstm.lstm_numpy(params, xs)
+    np_ms = best_ms(lambda: lstm.lstm_numpy(params, xs), repeats=20)
+    print(f"\n== real programs: stacked LSTM with scan ({lstm.LAYERS} x {lstm.UNITS}, {lstm.STEPS} steps), "
+          f"relu(conv3x3 + b) NHWC [8,32,32,64] ==")
+    print(f"{'device':<16}{'lstm loop':>14}{'max err':>10}{'ms':>8}{'vs NumPy':>10}{'conv kernels':>14}{'conv ms':>9}")
+    x = rng.standard_normal((8, 32, 32, 64)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    for dev in axle.devices():
+        f = lstm.compiled(dev)
+        p_dev, x_dev = axle.device_put((params, xs), dev)
+        err = float(np.max(np.abs(np.asarray(f(p_dev, x_dev)) - want)))
+        ms = best_ms(lambda: f(p_dev, x_dev), repeats=20)
+        where = placed(f.lower(p_dev, x_dev).compile())
+        g = axle.jit(conv_layer, device=dev)
+        args = axle.device_put((x, w, b), dev)
+        g(*args)
+        conv_ms = best_ms(lambda: g(*args), repeats=3)
+        k = kernels(g.lower(*args).compile().report())
+        ok = "ok" if err <= 1e-4 else "WRONG"
+        print(f"{dev.name:<16}{where:>14}{err:>10.1e}{ms:>8.3f}{np_ms / ms:>9.1f}x{k:>14}{conv_ms:>9.2f}  {ok}")
+    print(f"{'numpy':<16}{'':>14}{'':>10}{np_ms:>8.3f}{'1.00x':>10}")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 #   pocl-opencl-icd  an OpenCL CPU device (the OpenCL backend runs on it here and in CI)
 #   graphviz         renders the DOT graph dumps to SVG/PNG
 #   gcc              compiles ahead-of-time (AOT) outputs and their C harness
+#   openmpi-bin, libopenmpi-dev  Open MPI: mpirun and what the `mpi` extra (mpi4py) builds on
 set -euo pipefail
 
 missing=()
 compgen -G "/etc/OpenCL/vendors/*.icd" > /dev/null || missing+=(pocl-opencl-icd)
 command -v dot > /dev/null || missing+=(graphviz)
 command -v cc > /dev/null || missing+=(gcc)
+command -v mpirun > /dev/null || missing+=(openmpi-bin libopenmpi-dev)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

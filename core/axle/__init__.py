@@ -27,6 +27,7 @@ from .frontend.device_put import device_put
 from .frontend.jit import compile, jit
 from .frontend.lazy import jit_scope
 from .frontend.pytree import tree_map
+from .frontend.spmd import pmap, shard_map
 from .ir.dtypes import (
     DType,
     bfloat16,
@@ -61,6 +62,7 @@ __all__ = [
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
     "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap",
     "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bfloat16",
+    "pmap", "shard_map", "sharding", "distributed",
 ]
 
 
@@ -76,6 +78,6 @@ def reset_stats() -> None:
 
 def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import axle` light
     if name in ("lax", "interpreter", "passes", "testing", "profiler", "nn", "random", "optimizers",
-                "tree_util"):
+                "tree_util", "sharding", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")

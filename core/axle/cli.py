@@ -109,6 +109,28 @@ def _new_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", nargs="?", default=None, help="target folder (default ./axle-NAME)")
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Loads an ONNX model, compiles and runs it on a device, and reports (axle.onnx.run)."""
+    try:
+        from .onnx import run as onnx_run  # the onnx extra: imported only by this command
+    except ImportError as e:
+        print(f"axle run: needs the onnx package (pip install 'axle[onnx]'): {e}", file=sys.stderr)
+        return 2
+    return onnx_run.run(args)
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="an ONNX model file")
+    p.add_argument("--device", default=None, help="device to run on (default: the default device)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input's value (default: seeded random values of the declared shape)")
+    p.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs after the first")
+    p.add_argument("--compare", choices=["onnxruntime"], default=None,
+                   help="run the model with onnxruntime too and compare the outputs")
+    p.add_argument("--check", action="store_true", help="only list every node the importer cannot run")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "devices": (cmd_devices, "list backends and devices"),
     "doctor": (cmd_doctor, "check every installed backend and say why one does not work"),
@@ -116,6 +138,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "explain": (cmd_explain, "show the optimized module, fusions, buffers, placement and kernel code of a function"),
     "explain-op": (cmd_explain_op, "show an op's rules, tables and each backend's claim and lowering: NAME"),
     "trace": (cmd_trace, "validate a timeline file and summarize it"),
+    "run": (cmd_run, "load an ONNX model, run it on a device and report: MODEL.onnx (--check, --bench, --compare)"),
 }
 #: subcommands that take arguments: name -> function adding them to its parser
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
@@ -124,6 +147,7 @@ ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "explain": _explain_args,
     "explain-op": _explain_op_args,
     "trace": _trace_args,
+    "run": _run_args,
 }
 
 

@@ -78,3 +78,8 @@ class CustomCallError(AxleError, RuntimeError):
 # The names of 0.1, kept for code that catches them; removed in the next minor version.
 AttributeError_ = OpAttributeError
 IndexError_ = OutOfBoundsError
+
+
+class CollectiveError(AxleError, RuntimeError):
+    """A collective run over replicas it does not fit (replica groups naming more replicas
+    than the run has, a replica that failed or never reached the collective)."""

@@ -108,7 +108,7 @@ def load_function(target: str) -> Any:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", help="FILE.py:function or package.module:function")
+    p.add_argument("target", help="FILE.py:function, package.module:function or MODEL.onnx")
     p.add_argument("--arg", action="append", default=[], metavar="TYPE",
                    help="one per positional argument, e.g. f32[100,784] (or a literal such as 0.5)")
     p.add_argument("--device", default=None, help="device to compile for (default: the default device)")
@@ -118,17 +118,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-source", action="store_true", help="leave out the generated kernel code")
 
 
+def _lower_onnx(path: str, device: str | None) -> Any:
+    try:
+        from .onnx.run import lower_model  # the onnx extra, only for an ONNX model
+    except ImportError as e:
+        raise AxleError(f"explain: an ONNX model needs the onnx package (pip install 'axle[onnx]'): {e}") from None
+    return lower_model(path, device)
+
+
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        fn = load_function(args.target)
-        call_args = [parse_arg(a) for a in args.arg]
-        if isinstance(fn, JitFunction):
-            jf = fn if args.device is None else jit(fn.fn, device=args.device, static_argnums=fn.static_argnums)
-        elif callable(fn):
-            jf = jit(fn, device=args.device)
+        if args.target.endswith(".onnx"):
+            lowered = _lower_onnx(args.target, args.device)
         else:
-            raise AxleError(f"explain: {args.target} is a {type(fn).__name__}, not a function")
-        expl = jf.lower(*call_args).explain(source=not args.no_source)
+            fn = load_function(args.target)
+            call_args = [parse_arg(a) for a in args.arg]
+            if isinstance(fn, JitFunction):
+                jf = fn if args.device is None else jit(fn.fn, device=args.device, static_argnums=fn.static_argnums)
+            elif callable(fn):
+                jf = jit(fn, device=args.device)
+            else:
+                raise AxleError(f"explain: {args.target} is a {type(fn).__name__}, not a function")
+            lowered = jf.lower(*call_args)
+        expl = lowered.explain(source=not args.no_source)
     except AxleError as e:
         print(f"axle explain: {e}", file=sys.stderr)
         return 2

@@ -401,7 +401,10 @@ def claim(backend: Backend, op: Op) -> tuple[bool, list[str]]:
     lines = [f"claims {op.value} on {device.name} for operand dtypes {_dtypes(dts)}"]
     refused = [d for d in allowed if d not in dts]
     if refused:
-        lines.append(f"not for {_dtypes(refused)} (the device's dtypes or op_dtypes): those run on the host")
+        # an extended op the device refuses is expanded into its decomposition, not sent to the host
+        where = ("the core expands those into its decomposition" if OPS[op].traits.extended
+                 and OPS[op].decomposition is not None else "those run on the host")
+        lines.append(f"not for {_dtypes(refused)} (the device's dtypes or op_dtypes): {where}")
     if limits:
         lines.append(f"limits: {limits}")
     return bool(dts), lines

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .ir.collectives import run_replicas
 from .ir.module import Computation, Module, Node
 from .ir.ops import OPS, Op
 from .ir.types import TensorType
@@ -86,3 +87,12 @@ def evaluate(module: Module, *args: Any) -> list[np.ndarray]:
     """Runs the module's entry on NumPy arrays; returns its results as a list."""
     out = evaluate_computation(module.entry, [np.asarray(a) for a in args])
     return list(out) if isinstance(out, tuple) else [out]
+
+
+def evaluate_spmd(module: Module, replica_args: Sequence[Sequence[Any]]) -> list[list[np.ndarray]]:
+    """Runs the module as an SPMD program: replica r on ``replica_args[r]``, each replica in a
+    thread of its own, its collectives exchanging values with the others through one
+    rendezvous (ir/collectives.py). Threads, not a lock-step walk over the nodes, so that
+    collectives inside loops and conditionals meet like any others. Returns each replica's
+    results. A replica that raises stops the others and its error is raised here."""
+    return run_replicas(len(replica_args), lambda r: evaluate(module, *replica_args[r]))

@@ -12,6 +12,17 @@ import numpy as np
 
 from .errors import ArgumentError, ShapeError
 from .frontend.bind import bind
+from .frontend.collectives import (  # noqa: F401 - collectives over the axes of pmap/shard_map
+    all_gather,
+    all_to_all,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from .frontend.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401, A004 - control flow
 from .frontend.source import user_location
 from .ir.builder import sorted_dims

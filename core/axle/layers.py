@@ -31,17 +31,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("partition", ("axle.partition",)),
     ("compiler", ("axle.compiler", "axle.placement")),
     ("frontend", ("axle.frontend", "axle.numpy", "axle.lax", "axle.nn", "axle.random", "axle.autodiff",
-                  "axle.optimizers", "axle.recompile", "axle.tree_util")),
+                  "axle.optimizers", "axle.recompile", "axle.tree_util", "axle.sharding", "axle.distributed")),
     ("tools", ("axle", "axle.__main__", "axle.explain", "axle.explain_cli", "axle.explain_html", "axle.explain_op",
-               "axle.source_refs", "axle.doctor", "axle.cli", "axle.scaffold", "axle.testing", "axle.layers")),
+               "axle.source_refs", "axle.doctor", "axle.cli", "axle.scaffold", "axle.testing", "axle.layers",
+               "axle.onnx")),
 )
 
 #: Imports allowed inside a function: (importing module, imported module, why it is lazy).
 #: Only heavy or optional dependencies, and what must not load before it is asked for.
 LAZY_IMPORTS: tuple[tuple[str, str, str], ...] = (
+    ("axle.distributed", "mpi4py",
+     "mpi4py is the optional `mpi` extra and starts MPI when imported: only a multi-process run's "
+     "initialize() loads it"),
     ("axle.testing.environment", "pytest",
      "pytest is the `kit` extra, not a dependency of axle: kit_unavailable() asks whether it imports, "
      "require_backend() runs only inside a pytest run"),
+    ("axle.cli", "axle.onnx.run", "the onnx extra: `axle run` imports the importer (and onnx) only when it runs"),
+    ("axle.onnx.run", "onnxruntime", "optional: only `axle run --compare onnxruntime` needs it, says so without"),
+    ("axle.explain_cli", "axle.onnx.run",
+     "the onnx extra: `axle explain MODEL.onnx` imports the importer (and onnx) only for an ONNX model"),
     ("axle.testing.__main__", "pytest",
      "pytest is the `kit` extra: `python -m axle.testing` says how to install it instead of failing to import"),
 )

@@ -131,7 +131,7 @@ def test_unknown_name_is_an_axle_error_with_close_matches(capsys: pytest.Capture
     rc, out, err = run(["explain-op", "reduse"], capsys)
     assert rc == 2 and out == "" and "unknown op 'reduse'; did you mean reduce" in err
     rc, _, err = run(["explain-op", "zzz"], capsys)
-    assert rc == 2 and "ops: abs, add, and," in err  # nothing close: every name
+    assert rc == 2 and "ops: abs, add, " in err and ", and, " in err  # nothing close: every name
     rc, _, err = run(["explain-op"], capsys)
     assert rc == 2 and "name an op" in err
 

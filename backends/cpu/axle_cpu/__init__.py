@@ -109,6 +109,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     # control flow
     Op.WHILE: (("condition and body flattened into the steps between control records", ".plan:_while"),
                ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
+               ("big body kernels split by the native worker pool, without Python", ".pool_ir:pool_ir"),
                ("the loop in an AOT object: the same records as LLVM branches", ".aot:build_entry"),
                ("refused when a custom call or sort runs inside (a host step)", "axle_cpu:_host_step_inside")),
     Op.CONDITIONAL: (("a switch on the index to one jump per branch", ".plan:_conditional"),
@@ -139,17 +140,21 @@ class CpuBackend(Backend):
             self._host = host()
         except Exception as e:  # no usable LLVM: report it, do not break axle
             raise BackendUnavailable(f"llvmlite cannot target this host: {type(e).__name__}: {e}") from e
-        from .threads import thread_count
+        from .threads import device_count, device_threads
 
-        self._device = Device("cpu", 0, f"{self._host.cpu} via LLVM ({thread_count()} threads)", kind="cpu",
-                              properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
+        # --cpu_device_count=N splits the host into cpu:0..N-1, each with its share of the
+        # threads (threads.py), so that multi-device programs run on any machine
+        self._devices = [Device("cpu", i, f"{self._host.cpu} via LLVM ({device_threads()} threads)", kind="cpu",
+                                properties={"triple": self._host.triple, "vector_bits": self._host.vector_bits})
+                         for i in range(device_count())]
+        self._device = self._devices[0]
         # Both bounded by --jit_cache_size: an evicted plan's or kernel's LLVM engine is
         # freed once no executable uses it (the caches hold the only other reference).
         self._cache: LRU[tuple] = LRU()  # module fingerprint -> (plan, kernels)
         self._kernel_cache: LRU[object] = LRU(lambda: _KERNELS_PER_PLAN * config.jit_cache_size)
 
     def devices(self) -> Sequence[Device]:
-        return [self._device]
+        return list(self._devices)
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=frozenset(ALL_DTYPES),

@@ -26,12 +26,15 @@ from axle.ir.ops import BASE_PRIMITIVES, Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
+from .convs import CONV_DTYPES
 from .forking import check_not_forked, keep_forever, note_initialized
 
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in map kernels (values.py), update kernels (kernels.py)
-    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE})
+    Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
+    # windowed: an implicit-GEMM convolution kernel (convs.py), with its epilogue
+    Op.CONVOLUTION})
 #: control flow: host loops and branches over the sub-computations' kernels (executable.py),
 #: claimed only with every op inside (Capabilities._body_refusal)
 CLAIMED_CONTROL: frozenset[Op] = frozenset({Op.WHILE, Op.CONDITIONAL})
@@ -59,6 +62,13 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     # sorting
     Op.SORT: (("the shared stable merge sort kernel, one work-item per row", ".sort:sort_launch"),
               ("the C-family merge sort it renders in OpenCL C", "axle.lowering.sort:sort_kernel")),
+    # windowed
+    Op.CONVOLUTION: (("a convolution (and its epilogue), GPU strategy: implicit GEMM over local-memory tiles",
+                      ".convs:conv_kernel"),
+                     ("a convolution (and its epilogue), CPU strategy: register blocks over vector types",
+                      ".convs:conv_kernel_cpu"),
+                     ("the dtypes it computes (Capabilities.op_dtypes; others get the decomposition)",
+                      ".convs:CONV_DTYPES")),
     # indexing
     Op.GATHER: (("the shared index map (clamped starts plus the window offset)", "axle.lowering.index:gather_index"),),
     Op.DYNAMIC_SLICE: (("the shared index map (clamped starts)", "axle.lowering.index:dynamic_slice_index"),),
@@ -184,11 +194,15 @@ class OpenCLBackend(Backend):
         fp64 = bool(device.properties.get("fp64"))
         dts = frozenset(d for d in ALL_DTYPES if fp64 or d is not DType.FLOAT64)
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=dts,
-                            limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1})
+                            limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1},
+                            # the convolution kernels' dtypes; the others get the decomposition
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts})
 
     def fusion_policy(self) -> FusionPolicy:
-        # dot_epilogue: the dot kernels finish each accumulator with its epilogue (dots.py)
-        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True)
+        # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each
+        # accumulator with its epilogue (dots.py, convs.py)
+        return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
+                            conv_epilogue=True)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)

@@ -29,7 +29,7 @@ dot's value itself is never stored."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from axle.ir.dotdims import DotDims
@@ -367,6 +367,16 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
                               for j, c in enumerate(cols))
             L.append(f"{indent}{cond}{{ {stores} }}")
 
+    column_panels(L, V, w, nv, block)
+    gs = (-(-R // mr), -(-V // nr), d.batch)
+    return _cpu_kernel(n, "\n".join(L), gs, epi)
+
+
+def column_panels(L: list[str], V: int, w: int, nv: int, block: Callable[[list[str], bool, str], None]) -> None:
+    """The column walk of a CPU micro-kernel over ``V`` columns from ``c0``: a full panel
+    of ``nv`` vectors of ``w`` lanes (``block(cols, vector, indent)`` renders MR rows x
+    ``cols``), then the columns past the last full panel in single vectors, then scalars."""
+    nr = nv * w if nv else V
     rest = V % nr if nv else V
     if nv:
         L.append(f"  if (c0 + {nr} <= {V}) {{")
@@ -383,8 +393,6 @@ def _rows_times_vectors(n: Node, d: DotDims, x: _Side, y: _Side, w: int, transpo
             L.append(f"  for (; cc < {V}; cc++) {{")
             block(["cc"], False, "    ")
             L.append("  }")
-    gs = (-(-R // mr), -(-V // nr), d.batch)
-    return _cpu_kernel(n, "\n".join(L), gs, epi)
 
 
 def _dot_products(n: Node, d: DotDims, x: _Side, y: _Side, w: int, epi: Epilogue | None = None) -> Kernel:
@@ -436,7 +444,8 @@ def _lane_sum(L: list[str], acc: str, v: str, w: int) -> str:
     return cur
 
 
-def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | None = None) -> Kernel:
+def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | None = None,
+                what: str | None = None) -> Kernel:
     r = Renderer(Emitter(1), {0: "in0", 1: "in1"})
     r.uses_fp64 = n.dtype is DType.FLOAT64 or (epi is not None and epi.renderer.uses_fp64)
     sig, pre, out_t, inputs = _kernel_parts(n, epi)
@@ -445,7 +454,7 @@ def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | No
         return pre.replace("KERNEL", name) + f"__kernel void {name}({sig}) {{\n{body}\n}}"
 
     # local size 1: PoCL runs a work-group on one core, so every block is its own group
-    return _finish(text, _what(n), r, [("out", 0, out_t)], inputs, global_size=gs, local_size=(1, 1, 1))
+    return _finish(text, what or _what(n), r, [("out", 0, out_t)], inputs, global_size=gs, local_size=(1, 1, 1))
 
 
 __all__ = ["DotDims", "Epilogue", "dot_kernel", "dot_kernel_cpu"]

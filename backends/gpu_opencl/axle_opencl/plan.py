@@ -22,6 +22,7 @@ from axle.lowering.loops import known_trip_count
 from axle.lowering.plan import KernelLaunch, KernelPlan, kernel_plan, sub_plan
 from axle.lowering.schedule import schedule
 
+from .convs import conv_kernel, conv_kernel_cpu
 from .dots import DOT_DTYPES, Epilogue, dot_kernel, dot_kernel_cpu
 from .kernels import DeviceInfo, Kernel, check_size, group_reduce_kernel, map_kernel, update_kernel
 from .sort import sort_launch
@@ -115,6 +116,13 @@ def plan_unit(comp: Computation, kind: str, dev: DeviceInfo) -> list[Kernel]:
     nodes = [n for n, _ in outs]
     # (a dot that widens its operands, preferred_element_type, or of a dtype the tiled
     # kernels do not take is a map kernel: a loop dot per output element)
+    if s.form == "dot" and s.dot is not None and s.dot.op is Op.CONVOLUTION:
+        c = s.dot  # a convolution, or a convolution and its epilogue (an output fusion)
+        epi = Epilogue(comp, c) if s.epilogue else None
+        k = (conv_kernel if dev.is_gpu else conv_kernel_cpu)(c, dev, epi)
+        k.inputs = [("param", o.attr["index"]) for o in c.operands] + k.inputs[2:]
+        k.outputs = [("out", outs[0][1], nodes[0].tensor_type)]
+        return [k]
     if s.form == "dot" and s.dot is not None and s.dot.dtype in DOT_DTYPES and s.dot.operands[0].dtype is s.dot.dtype:
         d = s.dot  # a dot, or a dot and its epilogue (an output fusion)
         epi = Epilogue(comp, d) if s.epilogue else None

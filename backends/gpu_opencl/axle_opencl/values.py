@@ -477,6 +477,10 @@ _RULES: dict[Op, Rule] = {
     # indexing: scatter and dynamic-update-slice are update kernels of their own (kernels.py)
     Op.GATHER: Renderer._gather, Op.DYNAMIC_SLICE: Renderer._dynamic_slice,
     Op.SCATTER: Renderer._unsupported, Op.DYNAMIC_UPDATE_SLICE: Renderer._unsupported,
+    # collectives: not claimed (Capabilities.ops), so the core's host communicator runs them
+    # between the replicas' kernels (partition.py cuts the program there)
+    **{op: Renderer._unsupported for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL,
+                                            Op.COLLECTIVE_PERMUTE, Op.REPLICA_ID)},
 }
 for _op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.FLOOR,
             Op.CEIL, Op.SIGN, Op.NOT, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.POW, Op.MAX, Op.MIN, Op.AND, Op.OR):

@@ -31,6 +31,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import OPS, Op
 from ..ir.types import TensorType
+from .collective_rules import COLLECTIVE_BATCH
 from .control_batching import CONTROL_BATCH
 
 Value = Any
@@ -308,6 +309,8 @@ BATCH: dict[Op, BatchRule] = {
     # control flow: rules over their sub-computations (control_batching.py); each returns
     # one (value, batched) pair per result of the loop or conditional
     **CONTROL_BATCH,
+    # collectives (collective_rules.py)
+    **COLLECTIVE_BATCH,
 }
 
 #: The op table's ops without a batching rule, and why none is needed.
@@ -318,4 +321,6 @@ NOT_BATCHED: dict[Op, str] = {
     Op.TUPLE: "plumbing made by the core after tracing; never in a traced graph",
     Op.GET_TUPLE_ELEMENT: "plumbing made by the core after tracing; never in a traced graph",
     Op.FUSION: "made by the optimizer's fusion pass; never in a traced graph",
+    # collectives
+    Op.REPLICA_ID: "no operands: never depends on a batched value",
 }

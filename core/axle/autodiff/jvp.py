@@ -26,6 +26,7 @@ from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
+from .collective_rules import COLLECTIVE_JVP
 from .control_jvp import CONTROL_JVP
 from .linalg_rules import custom_call_jvp
 from .rules import _kept_windows, _pad_any, _read_windows, _scatter_to, _trunc, _window_view, full
@@ -289,6 +290,8 @@ JVP: dict[Op, JvpRule] = {
     # control flow: rules over their sub-computations (control_jvp.py); each returns one
     # tangent per result of the loop or conditional
     **CONTROL_JVP,
+    # collectives (collective_rules.py)
+    **COLLECTIVE_JVP,
 }
 
 #: The op table's ops without a JVP rule, and why their output tangent is zero (or never asked).
@@ -317,9 +320,13 @@ NO_JVP: dict[Op, str] = {
     Op.POPCNT: "integer output: not differentiable",
     Op.CLZ: "integer output: not differentiable",
     Op.BITCAST_CONVERT: "reinterprets bits (an integer operand or result): not differentiable",
+    # collectives
+    Op.REPLICA_ID: "no operands: an integer fixed by the replica running it",
 }
 
 #: Ops whose tangent may be non-zero (checked against finite differences; the control ops
 #: in tests/core/test_control_transforms.py, through the constructs that stage them).
 DIFFERENTIABLE: frozenset[Op] = frozenset(JVP) - set(CONTROL_JVP)  # custom-call: the linalg targets (linalg_rules.py)
+# (the collectives are checked over several replicas by tests/core/test_collectives.py)
+DIFFERENTIABLE -= frozenset(COLLECTIVE_JVP)
 

@@ -23,6 +23,7 @@ from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
+from .collective_rules import COLLECTIVE_VJP
 from .linalg_rules import custom_call_vjp
 
 Value = Any
@@ -614,7 +615,11 @@ VJP: dict[Op, Rule] = {
     # sorting
     Op.SORT: _sort,
     Op.CUSTOM_CALL: custom_call_vjp,
+    # collectives (collective_rules.py)
+    **COLLECTIVE_VJP,
 }
 
 #: Primitives with a rule whose cotangent can be non-zero (checked by finite differences).
 DIFFERENTIABLE: frozenset[Op] = frozenset(VJP) - {Op.FLOOR, Op.CEIL, Op.SIGN, Op.ROUND_NEAREST_EVEN}
+# (the collectives are checked over several replicas by tests/core/test_collectives.py)
+DIFFERENTIABLE -= frozenset(COLLECTIVE_VJP)

@@ -27,6 +27,7 @@ from . import checks as checks_mod
 from . import control_flow
 from .array import Array
 from .device_put import to_buffer
+from .gcpause import gc_paused
 from .pytree import TreeDef, flat_list_treedef, flatten, unflatten
 from .source import user_location
 from .tracing import Trace, Tracer, current_trace, leaf_aval, trace_context
@@ -286,9 +287,10 @@ class JitFunction:
              leaves: list[Any]) -> Any:
         entry = self._lookup(key)
         if entry is None:
-            entry = self._compile(args, kwargs, device, key)
-            bufs = [_buffer_on(x, device) for x in leaves]
-            outs = self._execute(entry, bufs)
+            with gc_paused():  # a first call's burst of allocations must not set off full collections
+                entry = self._compile(args, kwargs, device, key)
+                bufs = [_buffer_on(x, device) for x in leaves]
+                outs = self._execute(entry, bufs)
             stats.record_run(entry.kernels, function=self.name, device=device.name)
             return self._results(entry, outs)
         return self._launch(entry, [_buffer_on(x, device) for x in leaves])

@@ -176,26 +176,34 @@ def lazy_active() -> bool:
     return getattr(_state, "depth", 0) > 0 or config.jit_level == "auto"
 
 
-def _site(op: Op, operands: Sequence[Any]) -> tuple[tuple, str | None]:
+def _where(op: Op) -> tuple[tuple, str | None]:
     """(where in the user's code this op comes from + what it is, 'file:line (fn)')."""
     f = user_frame()
     if f is None:
         return (None, op), None
-    where = (f.f_code, f.f_lasti)
     loc = f"{f.f_code.co_filename}:{f.f_lineno} ({f.f_code.co_name})"
-    return (where, op, tuple(aval_of(x) for x in operands)), loc
+    return (f.f_code, f.f_lasti, op), loc
+
+
+def _site(where: tuple, operands: Sequence[Any]) -> tuple:
+    """``where`` + the operands' types: the same op of the same line on the same types is
+    the program coming round a loop. Built only when ``where`` already matches, as the
+    operands' types cost more to read than the frame."""
+    return where if where[0] is None else (*where, tuple(aval_of(x) for x in operands))
 
 
 def record(op: Op, operands: Sequence[Any], attrs: dict[str, Any], device: Device, weak: bool,
            committed: bool = False) -> Array:
-    site, loc = _site(op, operands)
+    where, loc = _where(op)
     cluster: Cluster | None = getattr(_state, "cluster", None)
-    if cluster is not None and (cluster.device != device or (cluster.ops and site == cluster.first_site)):
+    if cluster is not None and (cluster.device != device or (
+            cluster.ops and cluster.first_site is not None and cluster.first_site[:len(where)] == where
+            and _site(where, operands) == cluster.first_site)):
         cluster.flush()  # another device, or the program came round a loop
         cluster = None
     if cluster is None:
         cluster = Cluster(device)
-        cluster.first_site = site
+        cluster.first_site = _site(where, operands)
         _state.cluster = cluster
     out = cluster.record(op, operands, attrs, weak, loc, committed)
     if cluster.ops >= MAX_CLUSTER_OPS:

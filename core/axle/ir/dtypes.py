@@ -15,6 +15,9 @@ class DType(enum.Enum):
 
     The value is the short name used in the IR text (HLO spelling)."""
 
+    # singletons compared by identity: an identity hash keeps dtype table lookups cheap
+    __hash__ = object.__hash__
+
     BOOL = "pred"
     INT32 = "s32"
     INT64 = "s64"

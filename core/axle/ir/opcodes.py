@@ -6,6 +6,10 @@ import enum
 
 
 class Op(enum.Enum):
+    # Members are singletons compared by identity: hashing by identity too keeps every
+    # op-table lookup (node.traits, in every pass) off Enum's Python-level __hash__.
+    __hash__ = object.__hash__
+
     # structure
     PARAMETER = "parameter"
     CONSTANT = "constant"
@@ -87,6 +91,13 @@ class Op(enum.Enum):
     CONDITIONAL = "conditional"
     # sorting
     SORT = "sort"
+    # collectives (SPMD: values exchanged between replicas; ir/collectives.py)
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    COLLECTIVE_PERMUTE = "collective-permute"
+    REPLICA_ID = "replica-id"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

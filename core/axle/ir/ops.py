@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AxleError, CustomCallError, DTypeError, OpAttributeError, ShapeError
-from . import bitwise, decompositions
+from . import bitwise, collectives, decompositions
 from .computation import Computation
 from .conv import (
     CONV_DIM_ATTRS,
@@ -161,6 +161,9 @@ class Traits:
     #: runs sub-computations (while, conditional): passes recurse into them, the partitioner
     #: places the node whole, and its reference takes a ``call`` that evaluates one
     control: bool = False
+    #: exchanges values between the replicas of an SPMD run (ir/collectives.py): never
+    #: constant-folded, merged or hoisted (side_effect), and its reference reads the replica
+    collective: bool = False
 
 
 ShapeRule = Callable[["Op", Sequence[TensorType], dict[str, Any]], Shape]
@@ -1007,6 +1010,34 @@ _def(Op.CONDITIONAL, None, None, None, _conditional_ref,
      doc="Operand 0 (s32[] index, out of range -> the last branch; or pred[]: false -> branch 0, "
          "true -> branch 1) picks the branch run on the other operands.")
 
+# collectives (semantics and references: ir/collectives.py)
+_COLLECTIVE = Traits(collective=True, side_effect=True, fusible=False, extended=True)
+_GROUPS = (AttrSpec("replica_groups", AttrKind.INTS), AttrSpec("group_size", AttrKind.INT))
+_COLL_KIND = AttrSpec("kind", AttrKind.ENUM, choices=collectives.COLLECTIVE_KINDS)
+_def(Op.ALL_REDUCE, 1, collectives.all_reduce_shape, _same_dtype, collectives.all_reduce,
+     attrs=(_COLL_KIND, *_GROUPS), traits=_COLLECTIVE, operand_dtypes=NUMERIC,
+     doc="Each replica gets the sum/prod/max/min over its replica group of the operand, combined in "
+         "group order. `replica_groups`: the replica ids, `group_size` at a time.")
+_def(Op.ALL_GATHER, 1, collectives.all_gather_shape, _same_dtype, collectives.all_gather,
+     attrs=(AttrSpec("dimension", AttrKind.INT), *_GROUPS), traits=_COLLECTIVE,
+     doc="The operands of the replica group concatenated along `dimension`, in group order.")
+_def(Op.REDUCE_SCATTER, 1, collectives.reduce_scatter_shape, _same_dtype, collectives.reduce_scatter,
+     attrs=(_COLL_KIND, AttrSpec("dimension", AttrKind.INT), *_GROUPS), traits=_COLLECTIVE,
+     operand_dtypes=NUMERIC,
+     doc="The group's all-reduce split into `group_size` blocks along `dimension`; the i-th member "
+         "of the group gets block i.")
+_def(Op.ALL_TO_ALL, 1, collectives.all_to_all_shape, _same_dtype, collectives.all_to_all,
+     attrs=(AttrSpec("split_dimension", AttrKind.INT), AttrSpec("concat_dimension", AttrKind.INT), *_GROUPS),
+     traits=_COLLECTIVE,
+     doc="Each member splits its operand into `group_size` blocks along `split_dimension` and sends "
+         "block j to member j; it concatenates what it receives along `concat_dimension`.")
+_def(Op.COLLECTIVE_PERMUTE, 1, collectives.collective_permute_shape, _same_dtype, collectives.collective_permute,
+     attrs=(AttrSpec("source_target_pairs", AttrKind.INTS),), traits=_COLLECTIVE,
+     doc="Each target replica gets its source's operand (`source_target_pairs`: source, target, ...); "
+         "a replica no pair targets gets zeros.")
+_def(Op.REPLICA_ID, 0, lambda op, ts, attrs: (), lambda op, ts, attrs: DType.INT32, collectives.replica_id,
+     traits=_COLLECTIVE, doc="-> s32[]: the id of the replica running the program (0 outside an SPMD run).")
+
 #: ops that run sub-computations: placed whole on one device, never claimed by default
 CONTROL_OPS: frozenset[Op] = frozenset(op for op, d in OPS.items() if d.traits.control)
 
@@ -1020,8 +1051,31 @@ BASE_PRIMITIVES: frozenset[Op] = CORE_PRIMITIVES - EXTENDED_PRIMITIVES
 BY_NAME: dict[str, Op] = {op.value: op for op in Op}
 
 
+#: Result types already inferred, by (op, operand types, attributes): the rules are pure, and
+#: a trace, every rewrite pass and auto-mode recording build nodes whose types repeat, so
+#: a hit skips the rules and the result type's validation. Bounded: cleared when full.
+_TYPE_MEMO: dict[tuple, Type] = {}
+_TYPE_MEMO_MAX = 8192
+
+
 def infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
     """Checks operands and attributes against the op's rules and returns the result type."""
+    if op in _UNMEMOIZED:
+        return _infer_type(op, operand_types, attrs)
+    try:
+        key = (op, tuple(operand_types), tuple(attrs.items()))
+        t = _TYPE_MEMO.get(key)
+    except TypeError:  # an unhashable attribute value: no memo for it
+        return _infer_type(op, operand_types, attrs)
+    if t is None:
+        t = _infer_type(op, operand_types, attrs)  # raises for bad input: never memoized
+        if len(_TYPE_MEMO) >= _TYPE_MEMO_MAX:
+            _TYPE_MEMO.clear()
+        _TYPE_MEMO[key] = t
+    return t
+
+
+def _infer_type(op: Op, operand_types: Sequence[Type], attrs: dict[str, Any]) -> Type:
     d = OPS[op]
     if op is Op.TUPLE:
         if any(isinstance(t, TupleType) for t in operand_types):
@@ -1098,10 +1152,39 @@ _CONTROL_TYPE_RULES: dict[Op, Callable[[Sequence[Type], dict[str, Any]], Type]] 
     Op.WHILE: _while_type,
     Op.CONDITIONAL: _conditional_type,
 }
+#: Ops whose types come from the computations they call or from tuple plumbing: cheap to
+#: derive, and a computation is no key worth hashing.
+_UNMEMOIZED: frozenset[Op] = frozenset({Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.FUSION, *_CONTROL_TYPE_RULES})
+
+
+#: canonical_attrs results for attributes made only of plain values (exact types: a bool is
+#: not taken for the int it equals, nor a float for an int), bounded as _TYPE_MEMO is.
+_ATTRS_MEMO: dict[tuple, tuple[tuple[str, Any], ...]] = {}
+_PLAIN_ATTR_TYPES: frozenset[type] = frozenset({int, str, type(None), DType})
+
+
+def _plain(v: object) -> bool:
+    if isinstance(v, tuple):  # a tuple exactly (no subclass), of ints exactly
+        return type(v) is tuple and all(type(e) is int for e in v)
+    return type(v) in _PLAIN_ATTR_TYPES
 
 
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Validates attribute names/values against the schema and returns them sorted by name."""
+    items = tuple(attrs.items())
+    if not all(_plain(v) for _, v in items):
+        return _canonical_attrs(op, attrs)
+    key = (op, items)
+    out = _ATTRS_MEMO.get(key)
+    if out is None:
+        out = _canonical_attrs(op, attrs)  # raises for bad attributes: never memoized
+        if len(_ATTRS_MEMO) >= _TYPE_MEMO_MAX:
+            _ATTRS_MEMO.clear()
+        _ATTRS_MEMO[key] = out
+    return out
+
+
+def _canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     d = OPS[op]
     names = {a.name for a in d.attrs}
     unknown = set(attrs) - names

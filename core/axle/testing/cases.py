@@ -19,8 +19,9 @@ from ..backend import Device
 from ..config import config
 from ..device_compile import expand_for
 from ..frontend.device_put import to_buffer
-from ..interpreter import evaluate
+from ..interpreter import evaluate, evaluate_spmd
 from ..ir.builder import Builder
+from ..ir.collectives import run_replicas
 from ..ir.conv import conv_dimension_numbers
 from ..ir.dotdims import DotDims
 from ..ir.dtypes import DType, dtype, finfo, is_float_numpy
@@ -51,6 +52,9 @@ class OpCase:
     module: Module
     inputs: list[np.ndarray]
     ops: frozenset[Op] = field(default_factory=frozenset)
+    #: an SPMD case (collectives): each replica's inputs, run a thread per replica; ``inputs``
+    #: is then replica 0's. Empty: one replica, on ``inputs``.
+    replica_inputs: list[list[np.ndarray]] = field(default_factory=list)
 
     @property
     def dtypes(self) -> frozenset[DType]:
@@ -652,6 +656,60 @@ _EW = OpCaseRow(_elementwise(), EW_SHAPES)
 _NEW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
 _INT_FLOAT = (DType.INT32, DType.INT64, DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, *_NEW_DTYPES)
 
+# collectives: a case runs its module once per replica, a thread per replica (the host
+# communicator exchanges the values: ir/collectives.py). An op's first case runs over one
+# replica, as contract.py runs every op's first case alone.
+#: (operand shape, replicas, group size)
+_COLLECTIVE_SPECS: tuple[tuple[tuple[int, ...], int, int], ...] = (
+    ((3, 4), 1, 1), ((6,), 2, 2), ((4, 6), 4, 2), ((2, 0, 4), 4, 4), ((8, 3), 4, 4), ((1029,), 3, 3))
+
+
+def strided_groups(replicas: int, group_size: int) -> tuple[int, ...]:
+    """Flat replica groups that interleave (4 replicas in 2s: {0,2},{1,3}), so that a
+    backend that assumes contiguous groups fails."""
+    n = replicas // group_size
+    return tuple(g + k * n for g in range(n) for k in range(group_size))
+
+
+def _spmd_case(name: str, build: Callable[..., Any], t: TensorType | None, replicas: int,
+               rng: np.random.Generator) -> OpCase:
+    case = _case(name, build, [t] if t is not None else [], rng)
+    per = [[random_input(rng, t)] if t is not None else [] for _ in range(replicas)]
+    return OpCase(case.id, case.module, per[0], case.ops, per if replicas > 1 else [])
+
+
+def _first_divisible(shape: tuple[int, ...], n: int) -> int | None:
+    return next((d for d, s in enumerate(shape) if s % n == 0), None)
+
+
+def _collective(op: Op, rng: np.random.Generator, kind: Any, dt: DType, spec: Any) -> OpCase | None:
+    shape, replicas, size = spec
+    groups = {"replica_groups": strided_groups(replicas, size), "group_size": size}
+    dim = _first_divisible(shape, size)
+    attrs: dict[str, Any] | None = {
+        Op.ALL_REDUCE: lambda: {"kind": kind, **groups},
+        Op.ALL_GATHER: lambda: {"dimension": len(shape) - 1, **groups},
+        Op.REDUCE_SCATTER: lambda: None if dim is None else {"kind": kind, "dimension": dim, **groups},
+        Op.ALL_TO_ALL: lambda: None if dim is None else {"split_dimension": dim,
+                                                          "concat_dimension": len(shape) - 1, **groups},
+        # a ring with one link cut: the replica after the cut receives zeros
+        Op.COLLECTIVE_PERMUTE: lambda: {"source_target_pairs": tuple(
+            v for i in range(max(replicas - 1, 1)) for v in (i, (i + 1) % replicas))},
+    }[op]()
+    if attrs is None:
+        return None
+    tag = f"-{kind}" if kind else ""
+    return _spmd_case(f"{op.value}{tag}-{dt.value}{list(shape)}x{replicas}/{size}",
+                      lambda b, p: b.op(op, *p, **attrs), _t(dt, shape), replicas, rng)
+
+
+def _replica_id(op: Op, rng: np.random.Generator, _: Any, dt: DType, replicas: int) -> OpCase:
+    return _spmd_case(f"replica-id-x{replicas}", lambda b, p: b.op(Op.REPLICA_ID), None, replicas, rng)
+
+
+_COLLECTIVE_KINDS = ("sum", "prod", "max", "min")
+
+
 #: Every op a backend can claim, with the row that makes its cases: adding a primitive to
 #: the op table means adding its row here (tests/core/test_reference.py checks it).
 OP_CASES: dict[Op, OpCaseRow] = {
@@ -703,6 +761,13 @@ OP_CASES: dict[Op, OpCaseRow] = {
     Op.NEXT_AFTER: OpCaseRow(_elementwise(), EW_SHAPES, extra=_special_pairs),
     # sorting
     Op.SORT: OpCaseRow(_sort, _SORT_SPECS, ALL),
+    # collectives
+    Op.ALL_REDUCE: OpCaseRow(_collective, _COLLECTIVE_SPECS, variants=_COLLECTIVE_KINDS),
+    Op.ALL_GATHER: OpCaseRow(_collective, _COLLECTIVE_SPECS),
+    Op.REDUCE_SCATTER: OpCaseRow(_collective, _COLLECTIVE_SPECS, variants=_COLLECTIVE_KINDS),
+    Op.ALL_TO_ALL: OpCaseRow(_collective, _COLLECTIVE_SPECS),
+    Op.COLLECTIVE_PERMUTE: OpCaseRow(_collective, _COLLECTIVE_SPECS),
+    Op.REPLICA_ID: OpCaseRow(_replica_id, (1, 2, 4), (DType.INT32,)),
 }
 
 #: The op table's ops that have no row, and why: no backend claims them, they are made by
@@ -877,8 +942,36 @@ def run_case(case: OpCase, device: Device, *, optimize: bool = True) -> list[np.
     return [np.asarray(backend.to_host(o)) for o in outs]
 
 
+def reference_results(case: OpCase) -> list[list[np.ndarray]]:
+    """The interpreter's results of a case, one list per replica (one replica but for SPMD cases)."""
+    if case.replica_inputs:
+        return evaluate_spmd(case.module, case.replica_inputs)
+    return [evaluate(case.module, *case.inputs)]
+
+
+def run_case_spmd(case: OpCase, device: Device, *, optimize: bool = True) -> list[list[np.ndarray]]:
+    """An SPMD case compiled once and run by a thread per replica on ``device``, each
+    replica's collectives exchanging through one rendezvous; each replica's results."""
+    claimed = device_claims(case.module, device)
+    with strict_placement(claimed or config.strict_placement):
+        exe, _ = compile_case(case.module, device, optimize=optimize)
+    backend = REGISTRY.backend_for(device)
+
+    def run(r: int) -> list[np.ndarray]:
+        outs = exe.execute([to_buffer(x, device) for x in case.replica_inputs[r]])
+        return [np.asarray(backend.to_host(o)) for o in outs]
+
+    return run_replicas(len(case.replica_inputs), run)
+
+
 def check_case(case: OpCase, device: Device, *, optimize: bool = True) -> None:
-    """Asserts the device's results equal the interpreter's within the op's tolerance."""
+    """Asserts the device's results equal the interpreter's within the op's tolerance
+    (every replica's, for an SPMD case)."""
+    if case.replica_inputs:
+        expected_all = reference_results(case)
+        for r, actual in enumerate(run_case_spmd(case, device, optimize=optimize)):
+            assert_case_close(case, actual, expected_all[r], device)
+        return
     expected = evaluate(case.module, *case.inputs)
     actual = run_case(case, device, optimize=optimize)
     assert_case_close(case, actual, expected, device)

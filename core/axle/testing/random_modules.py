@@ -458,6 +458,8 @@ class _Gen:
             return self.sort()
         if op in _INDEXING:
             return _INDEXING[op](self)
+        if op in _COLLECTIVES:
+            return _COLLECTIVES[op](self)
         raise AssertionError(f"no generator for {op}")
 
     def sort(self) -> Node:
@@ -523,6 +525,33 @@ class _Gen:
 _INDEXING: dict[Op, Callable[[_Gen], Node]] = {
     Op.GATHER: _Gen.gather, Op.SCATTER: _Gen.scatter, Op.DYNAMIC_SLICE: _Gen.dynamic_slice,
     Op.DYNAMIC_UPDATE_SLICE: _Gen.dynamic_update_slice,
+}
+
+
+# collectives: a random module runs as one replica (the differential tests evaluate it
+# alone), so each is over the one group {0}; the kit's cases run several replicas
+_ONE = {"replica_groups": (0,), "group_size": 1}
+
+
+def _numeric(g: _Gen) -> Node:
+    return g.operand(frozenset(DTYPES) - {DType.BOOL})
+
+
+def _dim_of(g: _Gen, x: Node) -> Node:
+    return x if x.shape else g.b.reshape(x, shape=(1,))
+
+
+_COLLECTIVES: dict[Op, Callable[[_Gen], Node]] = {
+    Op.ALL_REDUCE: lambda g: g.b.op(Op.ALL_REDUCE, _numeric(g), kind=g.choice(("sum", "prod", "max", "min")), **_ONE),
+    Op.ALL_GATHER: lambda g: g.b.op(Op.ALL_GATHER, x := _dim_of(g, g.operand(DTYPES)),
+                                    dimension=int(g.rng.integers(len(x.shape))), **_ONE),
+    Op.REDUCE_SCATTER: lambda g: g.b.op(Op.REDUCE_SCATTER, x := _dim_of(g, _numeric(g)),
+                                        kind=g.choice(("sum", "max")), dimension=len(x.shape) - 1, **_ONE),
+    Op.ALL_TO_ALL: lambda g: g.b.op(Op.ALL_TO_ALL, x := _dim_of(g, g.operand(DTYPES)), split_dimension=0,
+                                    concat_dimension=len(x.shape) - 1, **_ONE),
+    Op.COLLECTIVE_PERMUTE: lambda g: g.b.op(Op.COLLECTIVE_PERMUTE, g.operand(DTYPES),
+                                            source_target_pairs=g.choice(((0, 0), ()))),
+    Op.REPLICA_ID: lambda g: g.b.op(Op.REPLICA_ID),
 }
 
 

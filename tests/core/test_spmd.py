@@ -1,0 +1,107 @@
+"""The SPMD frontend (frontend/spmd.py, frontend/collectives.py): pmap and shard_map with
+the axle.lax collectives inside, against NumPy written out by hand; jit, grad and vmap
+inside; sharded arrays; the errors."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import axle
+from axle.errors import ArgumentError, TracingError
+from axle.sharding import Mesh, NamedSharding
+from axle.sharding import PartitionSpec as P
+
+lax = axle.lax
+X = np.arange(12, dtype=np.float32).reshape(4, 3) - 5.0
+
+
+def _pmap(fn: Any) -> Any:
+    return axle.pmap(fn, axis_name="i")
+
+
+def test_reductions_and_axis_index() -> None:
+    got = np.asarray(_pmap(lambda v: (lax.psum(v, "i"), lax.pmean(v, "i"), lax.pmax(v, "i"), lax.pmin(v, "i"),
+                                      lax.axis_index("i")))(X)[0])
+    np.testing.assert_array_equal(got, np.stack([X.sum(0)] * 4))
+    outs = _pmap(lambda v: (lax.pmean(v, "i"), lax.pmax(v, "i"), lax.pmin(v, "i"), lax.axis_index("i")))(X)
+    np.testing.assert_allclose(np.asarray(outs[0]), np.stack([X.mean(0)] * 4), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(outs[1]), np.stack([X.max(0)] * 4))
+    np.testing.assert_array_equal(np.asarray(outs[2]), np.stack([X.min(0)] * 4))
+    np.testing.assert_array_equal(np.asarray(outs[3]), np.arange(4, dtype=np.int32))
+
+
+def test_gather_scatter_permute_all_to_all() -> None:
+    gathered = np.asarray(_pmap(lambda v: lax.all_gather(v, "i"))(X))
+    np.testing.assert_array_equal(gathered, np.stack([X] * 4))
+    tiled = np.asarray(_pmap(lambda v: lax.all_gather(v, "i", tiled=True))(X))
+    np.testing.assert_array_equal(tiled[2], X.reshape(-1))
+    y = np.arange(16, dtype=np.float32).reshape(4, 4)
+    scattered = np.asarray(_pmap(lambda v: lax.psum_scatter(v, "i"))(y))
+    np.testing.assert_array_equal(scattered, y.sum(0))  # replica i gets element i of the sum
+    shifted = np.asarray(_pmap(lambda v: lax.ppermute(v, "i", [(0, 1), (1, 2), (2, 3)]))(X))
+    np.testing.assert_array_equal(shifted, np.concatenate([np.zeros((1, 3), np.float32), X[:3]]))
+    a2a = np.asarray(_pmap(lambda v: lax.all_to_all(v, "i", 0, 0))(y))
+    np.testing.assert_array_equal(a2a, y.T)
+
+
+def test_grad_jit_and_vmap_inside() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 2)).astype(np.float32)
+    xs = rng.standard_normal((4, 5, 3)).astype(np.float32)
+
+    def loss(w: Any, xb: Any) -> Any:
+        return axle.numpy.sum((xb @ w) ** 2)
+
+    @axle.jit
+    def step(w: Any, xb: Any) -> Any:
+        return lax.pmean(axle.grad(loss)(w, xb), "d")
+
+    got = np.asarray(axle.pmap(step, axis_name="d")(np.stack([w] * 4), xs))
+    flat = xs.reshape(20, 3)
+    want = 2 * flat.T @ (flat @ w) / 4
+    for r in range(4):
+        np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-5)
+    rows = np.asarray(axle.pmap(lambda v: axle.vmap(lambda e: lax.psum(e, "i"))(v), axis_name="i")(xs))
+    np.testing.assert_allclose(rows[1], xs.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_shard_map_over_a_2d_mesh() -> None:
+    mesh = Mesh(np.array([axle.default_device()] * 4).reshape(2, 2), ("x", "y"))
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 4)).astype(np.float32)
+    out = axle.shard_map(lambda ab, bb: lax.psum(ab @ bb, "y"), mesh, in_specs=(P("x", "y"), P("y", None)),
+                         out_specs=P("x", None))(a, b)
+    np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-5, atol=1e-5)
+    # axis_index along each axis, and a psum over both
+    idx = axle.shard_map(lambda v: (v * 0 + lax.axis_index("x") * 10 + lax.axis_index("y")).astype(np.int32),
+                         mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))(np.zeros((2, 2), np.float32))
+    np.testing.assert_array_equal(np.asarray(idx), [[0, 1], [10, 11]])
+    total = axle.shard_map(lambda v: lax.psum(v, ("x", "y")), mesh, in_specs=P("x", "y"), out_specs=P())(a)
+    np.testing.assert_allclose(np.asarray(total), a.reshape(2, 4, 2, 3).sum(axis=(0, 2)), rtol=1e-5)
+
+
+def test_device_put_to_a_sharding_gathers_back() -> None:
+    mesh = Mesh(np.array([axle.default_device()] * 4).reshape(2, 2), ("x", "y"))
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    s = axle.device_put(a, NamedSharding(mesh, P("x", "y")))
+    assert s.shape == (4, 6) and len(s.blocks) == 4
+    np.testing.assert_array_equal(np.asarray(s.blocks[1]), a[:2, 3:])
+    np.testing.assert_array_equal(np.asarray(s), a)
+    with pytest.raises(ArgumentError, match=r"dimension 1 \(size 5\).*does not split into 2"):
+        axle.device_put(np.zeros((4, 5), np.float32), NamedSharding(mesh, P("x", "y")))
+
+
+def test_errors_name_the_problem() -> None:
+    with pytest.raises(TracingError, match=r"psum: axis name\(s\) 'j' are not distinct names of the bound"):
+        _pmap(lambda v: lax.psum(v, "j"))(X)
+    with pytest.raises(TracingError, match="not bound: call it inside axle.pmap"):
+        axle.jit(lambda v: lax.psum(v, "i"))(X)
+    with pytest.raises(ArgumentError, match="same leading"):
+        _pmap(lambda a, b: a + b)(X, np.zeros((3, 3), np.float32))
+    with pytest.raises(ArgumentError, match="size 4 but 2 devices"):
+        axle.pmap(lambda v: v, axis_name="i", devices=[axle.default_device()] * 2)(X)
+    with pytest.raises(ArgumentError, match="must be the group size 4"):
+        _pmap(lambda v: lax.psum_scatter(v, "i"))(X)
