@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 try:  # first: it sets the thread-waiting policy of the libraries NumPy loads
-    from benchmarks.common import Row, measure
+    from benchmarks.common import Row, load_example, measure
 except ImportError:  # run as a script from benchmarks/
-    from common import Row, measure  # type: ignore[no-redef]
+    from common import Row, load_example, measure  # type: ignore[no-redef]
 
 import numpy as np
 
@@ -506,16 +506,7 @@ def _embedding_rows(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, rep
 
 def _example(name: str) -> Any:
     """examples/<name>.py, loaded by path (examples are scripts, not a package)."""
-    import importlib.util
-    import sys
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_axle_example_{name}", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example(name)
 
 
 def _iofc(m: np.ndarray, h: int) -> np.ndarray:

@@ -294,6 +294,45 @@ def _matmul(n: int, repeats: int, rhs_transposed: bool = False) -> Row:
                {"GFLOP/s": {k: round(flops / (v * 1e6), 1) for k, v in t.items()}})
 
 
+HAND_ADD = """
+__kernel void add(__global const float* x, __global const float* y, __global float* o) {
+  const int i = get_global_id(0); o[i] = x[i] + y[i];
+}
+__kernel void empty(__global float* o) {}"""
+
+
+def _eager_add(repeats: int) -> Row:
+    """Dispatch cost of one eager ``add`` on f32[8] (the result left on the device, as
+    eager ops leave it) against pyopencl's own launch of the same kernel (a fresh output,
+    set_args and enqueue) and the floor: enqueueing an empty kernel whose argument is
+    already bound (what PoCL's clEnqueueNDRangeKernel itself costs)."""
+    import pyopencl as cl
+
+    import axle
+
+    ctx, q = _ctx()
+    dev = axle.device("opencl:0")
+    a = axle.device_put(np.arange(8, dtype=np.float32), dev)
+    b = axle.device_put(np.ones(8, np.float32), dev)
+    prog = cl.Program(ctx, HAND_ADD).build()
+    add, empty = cl.Kernel(prog, "add"), cl.Kernel(prog, "empty")
+    da, db = (cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=v)
+              for v in (np.arange(8, dtype=np.float32), np.ones(8, np.float32)))
+    scratch = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 32)
+    empty.set_args(scratch)
+    assert np.array_equal(np.asarray(a + b), np.arange(8, dtype=np.float32) + 1)
+
+    def hand() -> Any:
+        add(q, (8,), None, da, db, cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 32))
+
+    fns = {"pyopencl call": hand, "empty enqueue": lambda: cl.enqueue_nd_range_kernel(q, empty, (1,), None),
+           "axle-opencl": lambda: a + b}
+    t = measure(fns, repeats=repeats, warmup=20)
+    q.finish()
+    return Row(SUITE, "eager add f32[8] dispatch", t, {"us": {k: round(v * 1e3, 2) for k, v in t.items()}},
+               baseline="pyopencl call")
+
+
 def _conv3x3(batch: int, ch: int, hw: int, repeats: int, layout: str = "NCHW") -> Row:
     """A 3x3 convolution layer (stride 1, SAME padding, ``ch`` -> ``ch`` features): the
     native kernel (convs.py) against the core's im2col decomposition on the same device."""
@@ -350,6 +389,7 @@ def run(quick: bool, only: str = "") -> list[Row]:
         "matmul": lambda: _matmul(128 if quick else 512, reps),
         "matmul 1024": lambda: _matmul(256 if quick else 1024, max(3, reps // 3)),
         "matmul 1024 @ w.T": lambda: _matmul(256 if quick else 1024, max(3, reps // 3), rhs_transposed=True),
+        "eager add": lambda: _eager_add(200 if quick else 2000),
         "conv 3x3 NCHW": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3)),
         "conv 3x3 NHWC": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3), "NHWC"),
     }

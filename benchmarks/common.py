@@ -6,9 +6,11 @@ Figures are always compared within one run (ratios), never against stored absolu
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import statistics
+import sys
 import time
 
 # Libraries that keep their threads spinning for milliseconds after a call (OpenBLAS under
@@ -19,6 +21,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 
@@ -85,3 +88,17 @@ def machine() -> str:
             pass
     parts = [cpu, simd, f"{os.cpu_count()} cores", mem, f"Python {platform.python_version()}", *versions]
     return ", ".join(p for p in parts if p)
+
+
+def load_example(name: str) -> ModuleType:
+    """examples/<name>.py, loaded by path once (examples are scripts, not a package)."""
+    key = f"_axle_example_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(key, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[key] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,6 +1,7 @@
 """axle's front door: the devices, the seed example ``sum(x + y*z)`` on each of them,
 compiled (fused) versus op by op, fused kernels, and real programs: the stacked LSTM of
-examples/lstm.py (a loop in the IR) and a convolution layer with its epilogue."""
+examples/lstm.py (a loop in the IR), a convolution layer with its epilogue, and the small
+CNN of examples/digits_cnn.py trained on the digits."""
 from __future__ import annotations
 
 import sys
@@ -15,6 +16,7 @@ from axle import nn
 from axle.cli import cmd_devices
 
 sys.path.insert(0, str(Path(__file__).parent))
+import digits_cnn as cnn  # noqa: E402 - examples/digits_cnn.py, beside this file
 import lstm  # noqa: E402 - examples/lstm.py, beside this file
 
 N = 1 << 20
@@ -63,6 +65,7 @@ def main() -> None:
     print(f"\nNumPy reference: {want:.3f}")
     fused_kernels(rng)
     real_programs(rng)
+    digits_cnn()
 
 
 def softmax(x):
@@ -131,6 +134,21 @@ def real_programs(rng: np.random.Generator) -> None:
         ok = "ok" if err <= 1e-4 else "WRONG"
         print(f"{dev.name:<16}{where:>14}{err:>10.1e}{ms:>8.3f}{np_ms / ms:>9.1f}x{k:>14}{conv_ms:>9.2f}  {ok}")
     print(f"{'numpy':<16}{'':>14}{'':>10}{np_ms:>8.3f}{'1.00x':>10}")
+
+
+def digits_cnn() -> None:
+    """examples/digits_cnn.py, trained once on the first compiling device (every device
+    reaches the same accuracy: tests/examples/test_digits_cnn.py)."""
+    dev = next((d for d in axle.devices() if d.backend not in ("interpreter", "template")), axle.default_device())
+    print(f"\n== a small CNN on scikit-learn's digits (examples/digits_cnn.py), on {dev.name} ==")
+    try:
+        data = cnn.load_digits()
+    except cnn.DataError as e:
+        print(f"not run: {e}")
+        return
+    res = cnn.train(data, device=dev.name)
+    print(f"{len(res.losses)} training steps in {res.seconds:.1f} s (the first compiles), "
+          f"loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}, test accuracy {res.accuracy:.4f}")
 
 
 if __name__ == "__main__":

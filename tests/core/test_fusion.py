@@ -278,6 +278,41 @@ def test_sibling_merge_refuses_connected_groups():
         np.testing.assert_array_equal(a, e)
 
 
+def test_sibling_merge_does_not_retry_refused_pairs(monkeypatch):
+    # a chain of connected column sums of x (never merged) and 20 independent column sums
+    # of z (merged into one kernel): each merge used to start over and retry every refused
+    # pair of x's readers (1119 tries here; a ResNet-18 training step took over 10 minutes
+    # in this pass), a refusal is now remembered
+    from axle.passes import fusion as fusion_mod
+
+    tries = [0]
+    real = fusion_mod._Fuser._try_merge
+
+    def counting(self, a, b):
+        tries[0] += 1
+        return real(self, a, b)
+
+    monkeypatch.setattr(fusion_mod._Fuser, "_try_merge", counting)
+    b = Builder("t")
+    x, z = b.parameter("f32[8,4]"), b.parameter("f32[8,4]")
+    r = b.reduce(x, kind="sum", axes=(0,))
+    outs = [r]
+    for _ in range(10):
+        r = b.reduce(b.mul(x, b.broadcast_in_dim(r, shape=(8, 4), broadcast_dimensions=(1,))), kind="sum", axes=(0,))
+        outs.append(r)
+    for _ in range(20):
+        outs.append(b.reduce(b.mul(z, b.parameter("f32[8,4]")), kind="sum", axes=(0,)))
+    m = b.build(*outs)
+    out, _ = Fusion(FusionPolicy(row_fusion=False)).run(m)
+    verify(out)
+    assert len(fusions(out)) == 12  # the chain's 11 kernels and one for z's 20 sums
+    assert tries[0] <= 100
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((8, 4)).astype(f32) * 0.1 for _ in range(22)]
+    for a, e in zip(evaluate(out, *args), evaluate(m, *args)):
+        np.testing.assert_allclose(a, e, rtol=1e-6)
+
+
 def test_policy_limits_fusion_size_and_multi_output():
     b = Builder("t")
     x = b.parameter("f32[16]")

@@ -30,3 +30,5 @@ def test_demo_runs_and_every_device_is_right() -> None:
     for dev in axle.devices():
         assert by_dev[dev.name][-1] == "ok", by_dev[dev.name]
     assert by_dev["cpu:0"][1] == "native" and by_dev["cpu:0"][-3] == "1"
+    cnn = out.split("== a small CNN")[1].splitlines()[1]
+    assert float(cnn.rsplit("test accuracy", 1)[1]) >= 0.97, cnn

@@ -115,6 +115,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     # control flow
     Op.WHILE: (("condition and body flattened into the steps between control records", ".plan:_while"),
                ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),
+               ("big body kernels split by the native worker pool, without Python", ".pool_ir:pool_ir"),
                ("the loop in an AOT object: the same records as LLVM branches", ".aot:build_entry"),
                ("refused when a custom call or sort runs inside (a host step)", "axle_cpu:_host_step_inside")),
     Op.CONDITIONAL: (("a switch on the index to one jump per branch", ".plan:_conditional"),

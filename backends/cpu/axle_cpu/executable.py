@@ -33,7 +33,7 @@ from .emitter import INT64_MAX, KernelEmitter, KernelSpec
 from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
 from .plan import ControlStep, HostStep, KernelStep, Plan, Step
-from .runner import CONTROL, STEP, run_steps
+from .runner import CONTROL, SPLIT, SPLIT_SHIFT, STEP, run_steps
 from .target import JitModule, host, object_key
 
 KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -177,7 +177,7 @@ class _Launch:
         self._timed = 0
         self._split: list[_ReductionSplit] = []  # reusable, one per concurrent call
 
-    def run(self, ptrs: int, pool: threads.WorkerPool, outs: Callable[[], list[np.ndarray]]) -> None:
+    def run(self, ptrs: int, pool: threads.NativePool, outs: Callable[[], list[np.ndarray]]) -> None:
         """Launches over the pointer table at address ``ptrs``; ``outs`` gives the output
         arrays (needed only to combine per-thread partial reductions)."""
         bufs = ptrs + 8 * self.region
@@ -215,15 +215,11 @@ class _Launch:
             return "columns"
         return None
 
-    def _run_parallel(self, pool: threads.WorkerPool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
+    def _run_parallel(self, pool: threads.NativePool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
         # CHUNKS per thread, claimed dynamically (threads.py): a late worker costs nothing.
         n = pool.n
-        fn = self.fn
         mode = self._split_mode(n)
-        if mode == "rows":
-            parts = threads.chunks(0, self.outer, CHUNKS * n)
-            pool.run(lambda k: fn(bufs, *parts[k], 0, self.inner, 0, INT64_MAX), len(parts))
-        elif mode == "reduction":
+        if mode == "reduction":
             # A big reduction into few outputs: each chunk reduces a slice of the first
             # reduced axis into its own partial outputs, combined here. The partials and
             # the chunks' pointer arrays are made once (Python work is what a 1M-element
@@ -237,11 +233,25 @@ class _Launch:
                 split.run(pool, bufs, outputs)
             finally:
                 self._split.append(split)
-        elif mode == "columns":
-            parts = threads.chunks(0, self.inner, CHUNKS * n)
-            pool.run(lambda k: fn(bufs, 0, self.outer, *parts[k], 0, INT64_MAX), len(parts))
+        elif mode is not None:  # rows or columns, cut as threads.chunks cuts them
+            extent = self.outer if mode == "rows" else self.inner
+            pool.run(self.addr, bufs, self.outer, self.inner, mode, min(CHUNKS * n, extent))
         else:
-            fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
+            self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
+
+    def native_split(self, n: int) -> str | None:
+        """The split mode the step runner may use for this kernel over ``n`` threads (it
+        splits rows and columns natively; a reduction's partial results are combined in
+        Python)."""
+        mode = self._split_mode(n)
+        return mode if mode in SPLIT else None
+
+    def loop_split(self) -> str | None:
+        """The split mode of this kernel inside a loop (never timed): rows or columns
+        when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
+        comp = self.step.spec.comp
+        work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
+        return self.native_split(max(2, threads.thread_count())) if work >= threads.LOOP_SPLIT_ELEMENTS else None
 
 
 class _ReductionSplit:
@@ -264,12 +274,12 @@ class _ReductionSplit:
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)
 
-    def run(self, pool: threads.WorkerPool, bufs: int, outputs: list[np.ndarray]) -> None:
+    def run(self, pool: threads.NativePool, bufs: int, outputs: list[np.ndarray]) -> None:
         la = self.launch
         table = (ctypes.c_uint64 * la.nin).from_address(bufs)
         self.ptrs[:, :la.nin] = np.frombuffer(table, np.uint64)  # type: ignore[call-overload]  # a ctypes array is a buffer
-        fn, parts, base, row = la.fn, self.parts, self.base, 8 * la.nbuf
-        pool.run(lambda k: fn(base + k * row, 0, la.outer, 0, la.inner, *parts[k]), len(parts))
+        # chunk k reduces parts[k] (the pool cuts [0, rsize) as threads.chunks does)
+        pool.run(la.addr, self.base, la.outer, la.inner, "reduction", len(self.parts), 8 * la.nbuf, la.rsize)
         for o, p, ufunc in zip(outputs, self.partial, self.combine):
             # row by row (few rows: one per chunk), as ufunc.reduce(axis=0) would
             o[...] = functools.reduce(ufunc, p.astype(np.float32) if p.dtype == np.float16 else p)
@@ -314,15 +324,19 @@ class CpuExecutable(Executable):
         src: list[int] = []
         records: list[tuple[int, int, int, int]] = []
         self._record: dict[int, int] = {}  # step index -> its record in the step table
-        in_region = {i for a, b in plan.regions for i in range(a, b)}
+        in_region = self._in_region = {i for a, b in plan.regions for i in range(a, b)}
         for i, step in enumerate(plan.steps):
             if isinstance(step, KernelStep):
                 launch = _Launch(step, kernels[step.spec.name].address, len(src))
+                code = launch.addr
                 if i in in_region:
-                    launch.parallel = False  # the native runner cannot call the thread pool
+                    # never timed: the native runner splits it when it is big enough
+                    launch.parallel = False
+                    mode = launch.loop_split()
+                    code |= SPLIT[mode] << SPLIT_SHIFT if mode else 0
                 src += step.ins + step.outs
                 self._record[i] = len(records)
-                records.append((launch.addr, launch.region, launch.outer, launch.inner))
+                records.append((code, launch.region, launch.outer, launch.inner))
                 self._steps.append((launch, step))
             else:
                 if isinstance(step, ControlStep):
@@ -379,7 +393,13 @@ class CpuExecutable(Executable):
             return None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):
-            native = (launch is not None and not (launch.parallel and nthreads > 1)) or isinstance(step, ControlStep)
+            split = None
+            if launch is not None and i not in self._in_region:  # (a loop's kernels are marked once, in __init__)
+                split = launch.native_split(nthreads) if launch.parallel else None
+                # a split by rows or columns: the runner calls the native pool
+                self._table["fn"][self._record[i]] = launch.addr | (SPLIT[split] << SPLIT_SHIFT if split else 0)
+            native = (launch is not None and (split is not None or not (launch.parallel and nthreads > 1))) \
+                or isinstance(step, ControlStep)
             if native and i not in self._walked:
                 if segs and segs[-1][0] == "run":
                     segs[-1] = ("run", segs[-1][1], segs[-1][2] + 1)

@@ -3,8 +3,8 @@
 A call of a small program used to spend ten times its kernel's time in Python: a slot
 array per call, a NumPy gather into the pointer table, a fresh output block, its address,
 an array view and a buffer object per result. Once an executable's schedule is fixed and
-every step is a single-threaded kernel or a control record of a loop or conditional (runner.py's
-``axle_run_steps``), its calls go
+every step is a kernel of the runner (on one thread, or split natively) or a control record
+of a loop or conditional (runner.py's ``axle_run_steps``), its calls go
 through a :class:`FastCall` instead:
 
 - each *frame* (one per concurrent call, pooled) holds the slot addresses with the

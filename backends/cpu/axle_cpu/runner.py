@@ -27,6 +27,11 @@ runner walks the table with a program counter instead of in order:
 so a loop's condition is computed by its kernels and tested natively: no Python runs
 per iteration (plan.py flattens the loops into these records).
 
+A kernel record whose ``fn`` carries ``SPLIT[mode] << SPLIT_SHIFT`` is split by rows or
+columns across the native worker pool compiled into the same module (pool_ir.py):
+``axle_pool_run(fn, ptrs + bufs, 0, outer, inner, outer or inner, mode, 0)``, so split
+kernels run inside loops and between single-threaded ones without returning to Python.
+
 A cached call whose every step is such a kernel goes through ``axle_call`` instead, which
 also fills the pointer table, so Python hands over one frame address and nothing else:
 
@@ -51,6 +56,7 @@ from axle.forksafe import renew_in_child
 
 from .emitter import INT64_MAX, SIG
 from .lltypes import I64, PTR, VOID
+from .pool_ir import pool_ir
 from .target import JitModule, host, object_key
 
 #: one table record: kernel address, first index of its pointer region, loop sizes
@@ -61,6 +67,10 @@ CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 FRAME_FIELDS = ("table", "nsteps", "ptrs", "nptrs", "src", "base", "slots")
 #: the ``fn`` codes of control records (see the module docstring)
 CONTROL = {"copy": 1, "jump": 2, "branch": 3, "switch": 4}
+#: a kernel record's ``fn`` with ``SPLIT[mode] << SPLIT_SHIFT`` added runs split across the
+#: native worker pool (pool_ir.py) by rows or columns (user-space addresses stay below 2^57)
+SPLIT_SHIFT = 60
+SPLIT = {"rows": 1, "columns": 2}
 
 
 def _loop_head(b: ir.IRBuilder, n: ir.Value) -> tuple[ir.PhiInstr, ir.Block, ir.Block]:
@@ -96,7 +106,10 @@ def _module() -> str:
     fn.attributes.add("nounwind")
     _run_steps_body(mod, fn)
     _call_function(mod, fn)
-    return str(mod)
+    # the worker pool is hand-written IR: its declaration here gives way to its definition
+    text = "\n".join(line for line in str(mod).splitlines()
+                     if not (line.startswith("declare") and '@"axle_pool_run"' in line))
+    return text + pool_ir(host().triple.split("-")[0])
 
 
 def _run_steps_body(mod: ir.Module, fn: ir.Function) -> None:
@@ -126,9 +139,21 @@ def _run_steps_body(mod: ir.Module, fn: ir.Function) -> None:
         sw.add_case(ir.Constant(I64, CONTROL[name]), block)
     b.position_at_end(kernel)
     zero = ir.Constant(I64, 0)
+    split, single = fn.append_basic_block("kernel.split"), fn.append_basic_block("kernel.one")
+    mode = b.lshr(code, ir.Constant(I64, SPLIT_SHIFT))
+    b.cbranch(b.icmp_unsigned("!=", mode, zero), split, single)
+    b.position_at_end(single)
     target = b.inttoptr(code, SIG.as_pointer())  # a typed pointer gives llvmlite the callee's type
     b.call(target, [b.gep(ptrs, [bufs], source_etype=PTR), zero, outer, zero, inner, zero,
                     ir.Constant(I64, INT64_MAX)])
+    next_pc(one)
+    b.position_at_end(split)  # a kernel split across the native pool (pool_ir.py)
+    pool_mode = b.sub(mode, one)  # SPLIT codes are the pool's modes plus one
+    kernel_at = b.inttoptr(b.and_(code, ir.Constant(I64, (1 << SPLIT_SHIFT) - 1)), PTR)
+    over = b.select(b.icmp_unsigned("==", pool_mode, zero), outer, inner)
+    pool_run = ir.Function(mod, ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, I64, I64, I64]), name="axle_pool_run")
+    b.call(pool_run, [kernel_at, b.ptrtoint(b.gep(ptrs, [bufs], source_etype=PTR), I64), zero, outer, inner,
+                      over, pool_mode, zero])
     next_pc(one)
     b.position_at_end(blocks["copy"])
     memmove = mod.declare_intrinsic("llvm.memmove", [PTR, PTR, I64])
@@ -213,3 +238,28 @@ def call() -> ctypes._CFunctionType:
     run_steps()
     assert _RUNNER is not None, "run_steps() compiles the runtime module"
     return _RUNNER[2]
+
+
+#: the worker pool's entry points (pool_ir.py) and their ctypes signatures
+_I64 = ctypes.c_int64
+POOL_SIGNATURES: dict[str, type[ctypes._CFunctionType]] = {
+    "axle_pool_run": ctypes.CFUNCTYPE(None, ctypes.c_void_p, _I64, _I64, _I64, _I64, _I64, _I64, _I64),
+    "axle_pool_start": ctypes.CFUNCTYPE(_I64, _I64),
+    "axle_pool_stop": ctypes.CFUNCTYPE(_I64, _I64),
+    "axle_pool_forget": ctypes.CFUNCTYPE(None),
+    "axle_pool_alive": ctypes.CFUNCTYPE(_I64),
+    "axle_pool_workers": ctypes.CFUNCTYPE(_I64),
+    "axle_pool_probe": ctypes.CFUNCTYPE(_I64),
+}
+
+
+def compiled() -> bool:
+    """Whether this process has compiled the runtime module yet."""
+    return _RUNNER is not None
+
+
+def pool_function(name: str) -> ctypes._CFunctionType:
+    """One of the native worker pool's functions (compiled with ``axle_run_steps``)."""
+    run_steps()
+    assert _RUNNER is not None, "run_steps() compiles the runtime module"
+    return POOL_SIGNATURES[name](_RUNNER[0].address(name))

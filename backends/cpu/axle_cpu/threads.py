@@ -1,36 +1,53 @@
-"""Splitting a kernel's iteration space across cores.
+"""Splitting a kernel's iteration space across cores: the native worker pool.
 
-Compiled kernels are called through ctypes, which releases the GIL, so plain Python
-threads run them truly in parallel. Waking a worker costs tens of microseconds, so a
-kernel is split only when measured to be worth it (executable._Launch): one-thread
-launches first; a kernel slower than ``SPLIT_FACTOR`` times the pool's measured wake-up
-cost gets split trials, and the split stays only if it was faster. A split job's chunks
-are claimed dynamically (``_Job``). ``AXLE_CPU_THREADS`` sets the number of threads (1
-disables splitting).
+The workers are native threads started once per process by the step runner's module
+(pool_ir.py, compiled with runner.py): parked on a futex after a short spin, woken in
+microseconds, they claim chunks of a kernel's range with an atomic counter beside the
+calling thread (a worker that wakes late finds nothing left, so the caller never waits for
+a thread the OS has not scheduled). Python calls the pool for split kernels through
+ctypes (:meth:`NativePool.run`, GIL released); the step runner calls it directly for split
+kernels in its runs, loops included. Whether a kernel is split is measured
+(executable._Launch): one-thread launches first; a kernel slower than ``SPLIT_FACTOR``
+times the pool's measured wake-up cost gets split trials, and the split stays only if it
+was faster. Kernels inside loops cannot be timed from Python: they split when their work
+reaches ``LOOP_SPLIT_ELEMENTS``. ``AXLE_CPU_THREADS`` (or ``AXLE_FLAGS=--cpu_threads=N``)
+sets the number of threads (1 disables splitting).
 """
 from __future__ import annotations
 
+import atexit
 import functools
-import itertools
 import os
-import queue
+import sys
 import threading
 import time
-from collections.abc import Callable
+
+from axle.config import config
+from axle.errors import AxleError
+from axle.forksafe import renew_in_child
+
+from . import runner
+from .pool_ir import ARCHES
 
 #: try a split when the single-thread time exceeds this many times the pool's wake-up cost
 SPLIT_FACTOR = 4.0
+#: a kernel inside a loop (never timed) is split when its largest array has this many elements
+LOOP_SPLIT_ELEMENTS = 1 << 16
+#: the pool's chunk modes (pool_ir.py)
+MODES = {"rows": 0, "columns": 1, "reduction": 2}
 
 
 def thread_count() -> int:
+    """``AXLE_CPU_THREADS``, else the ``--cpu_threads`` flag, else the cores this process may use."""
     env = os.environ.get("AXLE_CPU_THREADS", "").strip()
+    name = "AXLE_CPU_THREADS"
+    if not env:
+        env, name = config.backend_flags.get("cpu_threads", "").strip(), "--cpu_threads"
     if env:
         try:
             return max(1, int(env))
         except ValueError:
-            from axle.errors import AxleError
-
-            raise AxleError(f"AXLE_CPU_THREADS must be a positive integer, got {env!r}") from None
+            raise AxleError(f"{name} must be a positive integer, got {env!r}") from None
     return _cores()
 
 
@@ -38,16 +55,12 @@ def device_count() -> int:
     """How many cpu devices the host is split into (``AXLE_FLAGS=--cpu_device_count=N``, 1
     by default): each gets its share of the threads, so that N replicas running side by
     side (``axle.pmap``) do not oversubscribe the cores."""
-    from axle.config import config  # here, as thread_count imports axle.errors: this module stays light
-
     raw = config.backend_flags.get("cpu_device_count", "1")
     try:
         n = int(raw)
         if n < 1:
             raise ValueError
     except ValueError:
-        from axle.errors import AxleError
-
         raise AxleError(f"--cpu_device_count must be a positive integer, got {raw!r}") from None
     return n
 
@@ -66,116 +79,95 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Job:
-    """``nchunks`` calls ``fn(k)``, claimed one by one by whoever is free: the caller and
-    any worker that wakes in time. A worker that wakes late finds nothing left and leaves,
-    so the caller never waits for a thread the OS has not scheduled (another process's
-    spinning threads can hold a core for a whole time slice); it waits only for chunks
-    already running."""
-
-    def __init__(self, fn: Callable[[int], None], nchunks: int) -> None:
-        self.fn = fn
-        self.nchunks = nchunks
-        self._claim = itertools.count()  # next() is atomic under the GIL
-        self._done = itertools.count(1)
-        self.finished = threading.Event()
-        self.error: BaseException | None = None
-
-    def work(self) -> None:
-        while (k := next(self._claim)) < self.nchunks:
-            try:
-                self.fn(k)
-            except BaseException as e:  # noqa: BLE001 - re-raised by the caller
-                self.error = e
-            if next(self._done) == self.nchunks:
-                self.finished.set()
-
-
-class WorkerPool:
-    """Persistent workers that help the calling thread through a job's chunks."""
+class NativePool:
+    """The process's native workers (``n - 1`` of them: the caller is the n-th thread)."""
 
     def __init__(self, n: int) -> None:
-        self.n = n
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"axle-cpu-{i}")
-                         for i in range(n - 1)]
-        for t in self._threads:
-            t.start()
+        self._run = runner.pool_function("axle_pool_run")
+        self._alive = runner.pool_function("axle_pool_alive")
+        arch = runner.host().triple.split("-")[0]
+        started = runner.pool_function("axle_pool_start")(n - 1) if n > 1 and arch in ARCHES else 0
+        self.n = started + 1
         self.wake_us = self._measure_wake()
 
-    def _work(self) -> None:
-        while True:
-            self._q.get().work()
+    def run(self, fn: int, bufs: int, outer: int, inner: int, mode: str, nchunks: int,
+            stride: int = 0, extent: int = 0) -> None:
+        """Calls kernel ``fn`` over ``nchunks`` chunks of its rows, columns or (``extent``
+        long) first reduced axis, chunk k's pointer array at ``bufs + k * stride``."""
+        extent = extent or (outer if mode == "rows" else inner)
+        self._run(fn, bufs, stride, outer, inner, extent, MODES[mode], nchunks)
 
-    def run(self, fn: Callable[[int], None], nchunks: int) -> None:
-        """Calls ``fn(k)`` for every k in range(nchunks), spread over the pool; returns when
-        all are done (re-raising the first error)."""
-        if nchunks <= 1 or self.n == 1:
-            for k in range(nchunks):
-                fn(k)
-            return
-        job = _Job(fn, nchunks)
-        for _ in range(min(self.n - 1, nchunks - 1)):
-            self._q.put(job)
-        job.work()
-        job.finished.wait()
-        if job.error is not None:
-            raise job.error
+    def alive(self) -> int:
+        """Workers running now (each counts itself in when it starts, out when it stops)."""
+        return int(self._alive())
 
     def _measure_wake(self) -> float:
-        """Median time for a worker to pick up a job (the cost a split must repay)."""
+        """Median time for every worker to pick up a job (the cost a split must repay)."""
         if self.n == 1:
             return float("inf")
+        probe = runner.pool_function("axle_pool_probe")
         samples = []
         for _ in range(20):
-            started = threading.Event()
             t0 = time.perf_counter()
-            self._q.put(_Job(lambda k: started.set(), 1))  # noqa: B023 - run and awaited in this iteration
-            started.wait()
+            probe()
             samples.append((time.perf_counter() - t0) * 1e6)
         samples.sort()
+        # at least 5 us: a single timed launch is noisy by microseconds on a busy machine, and
+        # kernels of a few microseconds gain nothing from a split
         return max(samples[len(samples) // 2], 5.0)
 
 
-_POOL: WorkerPool | None = None
+_POOL: NativePool | None = None
+_POOL_KEY: tuple[str | None, ...] | None = None
 _LOCK = threading.Lock()
+renew_in_child(sys.modules[__name__], "_LOCK")
 
 
-_POOL_ENV: str | None = None
-
-
-def pool(device: int = 0) -> WorkerPool:
-    """Device ``device``'s pool (the process-wide one when the host is one device), sized
-    by AXLE_CPU_THREADS split between the --cpu_device_count devices (re-created when
-    that changes)."""
-    global _POOL, _POOL_ENV
-    env = os.environ.get("AXLE_CPU_THREADS")
-    current = _POOL if device == 0 else _DEVICE_POOLS.get(device)
-    if current is not None and env == _POOL_ENV and current.n == device_threads():  # one lookup per launch
+def pool(device: int = 0) -> NativePool:
+    """The process-wide native pool, sized by :func:`device_threads` (re-created when that
+    changes). Every cpu device (--cpu_device_count) shares it: a replica that finds it
+    taken runs its chunks on its own thread, so N replicas side by side never run more
+    than N callers plus the pool's workers."""
+    global _POOL, _POOL_KEY
+    key = (os.environ.get("AXLE_CPU_THREADS"), config.backend_flags.get("cpu_threads"),
+           config.backend_flags.get("cpu_device_count"))
+    current = _POOL
+    if current is not None and key == _POOL_KEY:  # every kernel launch: three lookups
         return current
     n = device_threads()
     with _LOCK:
-        if device:
-            if device not in _DEVICE_POOLS or _DEVICE_POOLS[device].n != n:
-                _DEVICE_POOLS[device] = WorkerPool(n)
-            _POOL_ENV = env
-            return _DEVICE_POOLS[device]
         if _POOL is None or _POOL.n != n:
-            _POOL = WorkerPool(n)
-        _POOL_ENV = env
+            _stop()
+            _POOL = NativePool(n)
+        _POOL_KEY = key
         return _POOL
 
 
-#: the pools of cpu devices 1..N-1 (--cpu_device_count); device 0 has _POOL
-_DEVICE_POOLS: dict[int, WorkerPool] = {}
+def _stop(tries: int = 1 << 30) -> None:
+    """Joins the workers of the pool (waiting for a job in flight to finish)."""
+    global _POOL
+    if _POOL is not None and _POOL.n > 1:
+        runner.pool_function("axle_pool_stop")(tries)
+    _POOL = None
+
+
+@atexit.register
+def _shutdown() -> None:
+    """Clean exit: the workers leave their futex and are joined (unless a thread is still
+    inside a split kernel after a thousand yields: then the OS ends them)."""
+    _stop(1000)
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's worker threads: forget the pool (the next
-    split creates one) and re-create its lock, which a parent thread may have held."""
-    global _POOL, _POOL_ENV, _LOCK
-    _POOL, _POOL_ENV, _LOCK = None, None, threading.Lock()
-    _DEVICE_POOLS.clear()
+    """A forked child has none of the parent's worker threads: the native pool is marked
+    empty and free, and as many workers as the parent had are started now (an executable
+    whose schedule is fixed runs natively, without asking :func:`pool` again)."""
+    global _POOL, _POOL_KEY
+    if runner.compiled():
+        runner.pool_function("axle_pool_forget")()
+        if _POOL is not None and _POOL.n > 1 and runner.pool_function("axle_pool_start")(_POOL.n - 1) == _POOL.n - 1:
+            return  # the same pool object: its thread count and wake-up cost hold
+    _POOL, _POOL_KEY = None, None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

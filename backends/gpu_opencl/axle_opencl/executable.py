@@ -8,7 +8,7 @@ a conditional's branch (its index). Loops and branches run the plans of their
 sub-computations, built with the rest, over the carry's device buffers."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,16 @@ class OpenCLExecutable(Executable):
         rt.build_many([s.kernel for s in self.kernel_steps])
         # The executable holds its kernels: the runtime's cache may evict them meanwhile.
         self._kernels: dict[str, Any] = {}
+        #: per step its own kernel object with the size arguments (``Kernel.scalars``) bound
+        #: once: kernels are shared by source across shapes, and setting a scalar argument
+        #: costs PoCL tens of microseconds a call where a buffer argument costs 0.1
+        self._launch: dict[int, Any] = {}
         for s in self.kernel_steps:
-            self._kernels[s.kernel.name] = rt.kernel(s.kernel)
+            self._kernels[s.kernel.name] = shared = rt.kernel(s.kernel)
+            self._launch[id(s)] = own = cl.Kernel(shared.program, s.kernel.name)
+            base = len(s.kernel.outputs) + len(s.inputs)
+            for j, v in enumerate(s.kernel.scalars):
+                own.set_arg(base + j, np.int32(v))
             # constants are uploaded once; their buffers live as long as the executable
             s.inputs = [("constbuf", rt.upload(v[1])) if isinstance(v, tuple) and v[0] == "const" else v
                         for v in s.inputs]
@@ -43,9 +51,44 @@ class OpenCLExecutable(Executable):
         self.constants = self._constants[id(plan)]
         # a loop or branch never writes into these (a body may hand one on as a carry)
         self._constant_buffers = [b for c in self._constants.values() for b in c.values() if b is not None]
+        self._single = self._single_launch()
+
+    def _single_launch(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """The launch of a plan that is one kernel from its parameters to its results (every
+        eager op): the buffers its arguments are bound to, in order, known now, so a call
+        allocates the outputs, binds the buffers and enqueues, nothing else (eager dispatch).
+        None where the plan has anything more (constants, several steps, empty arrays)."""
+        plan = self.plan
+        if len(plan.steps) != 1 or not isinstance(plan.steps[0], KernelStep) or plan.constants:
+            return None
+        step = plan.steps[0]
+        slots = [slot for slot, _ in plan.results]
+        if step.in_place or step.outputs != slots or any(t.nbytes == 0 for t in plan.param_types) \
+                or not all(isinstance(src, int) and src in plan.params for src in step.inputs):
+            return None
+        where = [plan.params.index(src) for src in step.inputs]
+        nbytes = [t.nbytes for _, t in plan.results]
+        results = [(self.device, t) for _, t in plan.results]
+        kern, k, rt = self._launch[id(step)], step.kernel, self.rt
+        queue, gsize, lsize, lock, alloc = rt.queue, k.global_size, k.local_size, rt.launch_lock, rt.alloc
+        n_out = len(nbytes)
+
+        def launch(args: Sequence[Buffer]) -> list[Buffer]:
+            outs = [alloc(n) for n in nbytes]
+            with lock:  # another thread's set_arg must not land between these and the enqueue
+                for j, buf in enumerate(outs):
+                    kern.set_arg(j, buf)
+                for j, w in enumerate(where, n_out):
+                    kern.set_arg(j, args[w].handle)
+                cl.enqueue_nd_range_kernel(queue, kern, gsize, lsize)
+            return [Buffer(d, t, h) for (d, t), h in zip(results, outs)]
+
+        return launch
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         check_not_forked()
+        if self._single is not None and not profiler.enabled():
+            return self._single(args)
         events: list[tuple[str, str, Any]] = []
         outs = self._run(self.plan, [a.handle for a in args], events)
         if events:
@@ -124,10 +167,10 @@ class OpenCLExecutable(Executable):
         for src in step.inputs:
             buf = src[1] if isinstance(src, tuple) and src[0] == "constbuf" else env.get(src)
             args.append(buf if buf is not None else rt.dummy)
-        args += [np.int32(v) for v in k.scalars]
-        kern = self._kernels[k.name]
-        with rt.launch_lock:  # another thread's set_args must not land between these two
-            kern.set_args(*args)
+        kern = self._launch[id(step)]
+        with rt.launch_lock:  # another thread's set_arg must not land between these and the enqueue
+            for j, buf in enumerate(args):
+                kern.set_arg(j, buf)
             return cl.enqueue_nd_range_kernel(rt.queue, kern, k.global_size, k.local_size)
 
     def _run_host(self, step: HostStep, env: dict[Any, Any]) -> Any:

@@ -34,7 +34,19 @@ from axle.lowering import index as ix
 from . import render
 from .emitter import Emitter, Idx
 from .render import STORAGE, identity, program_source, round_16
-from .values import Renderer, acc_dtype, combine, horizontal, load, reg_type, spill_plan, store, vector_ok
+from .values import (
+    FAST_EXTREMA,
+    MASK,
+    Renderer,
+    acc_dtype,
+    combine,
+    horizontal,
+    load,
+    reg_type,
+    spill_plan,
+    store,
+    vector_ok,
+)
 
 INT_MAX = 2**31 - 1
 
@@ -130,6 +142,8 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     tails = {n.shape[len(outer):] for n, _ in outputs if n.shape != outer}
     assert len(tails) <= 1, f"outputs {[n.shape for n, _ in outputs]} do not share a row shape"
     tail = tails.pop() if tails else ()
+    if pre and dev.is_gpu and math.prod(pre[0].operands[0].shape[len(outer):]) >= GROUP_ROW_MIN:
+        return group_row_kernel(comp, outputs, outer, dev, pre)
     out_dt = {n.dtype for n, _ in outputs}
     lanes = 0
     if not dev.is_gpu and not pre and not tail and len(out_dt) == 1:
@@ -247,6 +261,69 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
                    scalars=[n_outer, chunk], global_size=gsize, local_size=lsize)
 
 
+# ------------------------------------------------------------------------ group row
+
+#: on GPUs, rows at least this long get a work-group each (one work-item per row would
+#: walk the row alone, its neighbours' loads never coalesced)
+GROUP_ROW_MIN = 64
+
+
+def group_row_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[int, ...], dev: DeviceInfo,
+                     pre: Sequence[Node]) -> Kernel:
+    """A row kernel for GPUs: one work-group per row. Each per-row reduction is strided
+    over the group's work-items (consecutive items, consecutive elements), combined by a
+    tree in local memory and read back by every item; then the items write the row's
+    full-shape outputs, strided the same way. Per-row values are computed by every item
+    (no second barrier round), per-row outputs stored by item 0."""
+    red_shape = pre[0].operands[0].shape[len(outer):]
+    T = math.prod(red_shape)
+    L = max(1, min(256, 1 << int(math.log2(max(1, dev.max_work_group))), 1 << max(0, (T - 1).bit_length())))
+    params = {p.attr["index"]: f"in{p.attr['index']}" for p in comp.parameters}
+    em = Emitter(1)
+    r = Renderer(em, params)
+    em.line("const int i = (int)get_group_id(0);")
+    em.line("const int lid = (int)get_local_id(0);")
+    idx = Idx(outer, "i")
+    oc = list(em.coords(idx)) if outer else []
+    base = f"i * {T}" if outer else "0"
+    reduces = [n for n in comp.nodes if n.op is Op.REDUCE and n.attr["axes"] and n.shape == outer]
+    for k, n in enumerate(reduces):
+        (x,) = n.operands
+        kind, dt = n.attr["kind"], n.dtype
+        adt = acc_dtype(dt)
+        acc = em.tmp(reg_type(adt), identity(kind, dt), "acc")
+        em.open(f"for (int rr = lid; rr < {T}; rr += {L})")
+        xi = Idx(x.shape, em.tmp("int", f"{base} + rr", "f"), oc + list(em.coords(Idx(tuple(red_shape), "rr"))))
+        v = r.value(x, xi)  # (coordinates: a broadcast of an earlier reduction finds it by them)
+        em.line(f"{acc} = {combine(kind, dt, acc, v)};")
+        em.close()
+        local_tree(em, [(f"sh{k}", n, acc)], L)
+        red = f"sh{k}[0]"
+        res = em.tmp(reg_type(adt), round_16(dt, red) if kind in ("sum", "prod") else red, "row")
+        # every later use of the reduction at this row (its broadcasts) finds it here
+        em.remember((n.uid, 1, idx.key), res)
+        em.remember((n.uid, 1, ("f", "i")), res)
+    for n in comp.nodes:  # every per-row value once, before the loop (as map_kernel's ``pre``)
+        if isinstance(n.type, TensorType) and n.shape == outer and n.op not in (Op.PARAMETER, Op.CONSTANT):
+            r.value(n, idx)
+    per_row = [(k, n) for k, (n, _) in enumerate(outputs) if n.shape == outer]
+    if per_row:
+        em.open("if (lid == 0)")
+        for k, n in per_row:
+            em.line(store(f"out{k}", n.dtype, "i" if outer else "0", r.value(n, idx)))
+        em.close()
+    if any(n.shape != outer for n, _ in outputs):
+        em.open(f"for (int j = lid; j < {T}; j += {L})")
+        flat = em.tmp("int", f"{base} + j", "f")
+        fidx = Idx(outer + tuple(red_shape), flat, oc + list(em.coords(Idx(tuple(red_shape), "j"))))
+        for k, (n, _) in enumerate(outputs):
+            if n.shape != outer:
+                em.line(store(f"out{k}", n.dtype, flat, r.value(n, fidx)))
+        em.close()
+    outs = [(f"out{k}", n.tensor_type) for k, (n, _) in enumerate(outputs)]
+    return _group_kernel(comp, em, r, outs, [("out", k, n.tensor_type) for (n, k) in outputs], L, math.prod(outer))
+
+
 # ----------------------------------------------------------------------------- update
 
 
@@ -338,11 +415,17 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         it_k, it_r = iter(kc), iter(rc)
         return Idx(x_shape, None, [next(it_r) if i in axes else next(it_k) for i in range(len(x_shape))])
 
+    masks: list[str] = []  # per reduce: the isnan mask of an fmax/fmin vector loop, or ""
+
     def accumulate(rv: str, w: int, targets: list[str]) -> None:
         idx = index(rv)
-        for (n, _), a in zip(reduces, targets):
+        for k, ((n, _), a) in enumerate(zip(reduces, targets)):
             v = r.value(n.operands[0], idx, w)
-            em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v)};")
+            if w > 1 and masks[k]:  # (the IEEE combine is restored below: values.FAST_EXTREMA)
+                em.line(f"{a} = {FAST_EXTREMA[n.attr['kind']]}({a}, {v});")
+                em.line(f"{masks[k]} |= isnan({v});")
+            else:
+                em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, v)};")
 
     dts = {n.dtype for n, _ in reduces}
     w = 0
@@ -363,30 +446,23 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
         if w:
             vaccs = [em.tmp(reg_type(n.dtype, w), f"(({reg_type(n.dtype, w)})({identity(n.attr['kind'], n.dtype)}))",
                             "vacc") for n, _ in reduces]
+            masks += [em.tmp(f"{MASK[n.dtype]}{w}", f"(({MASK[n.dtype]}{w})(0))", "nan")
+                      if n.attr["kind"] in FAST_EXTREMA else "" for n, _ in reduces]
             if kept:
                 r.row = (kept, em.coords(kidx))
             em.open(f"for (; rr + {w} <= re; rr += {w})")
             accumulate("rr", w, vaccs)
             em.close()
             r.row = None
-            for (n, _), a, va in zip(reduces, accs, vaccs):
+            for (n, _), a, va, mask in zip(reduces, accs, vaccs, masks):
                 h = horizontal(em, n.attr["kind"], n.dtype, va, w)
                 em.line(f"{a} = {combine(n.attr['kind'], n.dtype, a, h)};")
+                if mask:
+                    _exact_extremum(em, r, n, a, mask, index)
         em.open("for (; rr < re; rr++)")
         accumulate("rr", 1, accs)
         em.close()
-    # tree in local memory
-    for k, ((n, _), a) in enumerate(zip(reduces, accs)):
-        em.line(f"__local {reg_type(acc_dtype(n.dtype))} sh{k}[{L}];")
-        em.line(f"sh{k}[lid] = {a};")
-    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-    em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
-    em.open("if (lid < st)")
-    for k, (n, _) in enumerate(reduces):
-        em.line(f"sh{k}[lid] = {combine(n.attr['kind'], n.dtype, f'sh{k}[lid]', f'sh{k}[lid + st]')};")
-    em.close()
-    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-    em.close()
+    local_tree(em, [(f"sh{k}", n, a) for k, ((n, _), a) in enumerate(zip(reduces, accs))], L)
     em.open("if (lid == 0)")
     outs: list[tuple[str, TensorType]] = []
     for k, (n, _) in enumerate(reduces):
@@ -396,6 +472,43 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
             v = round_16(n.dtype, v)
         em.line(store(f"out{k}", n.dtype, "o", v))
     em.close()
+    kouts = [("out", j, n.tensor_type) for n, j in reduces]
+    return _group_kernel(comp, em, r, outs, kouts, L, math.prod(kept))
+
+
+def _exact_extremum(em: Emitter, r: Renderer, n: Node, acc: str, mask: str, index: Callable[[str], Idx]) -> None:
+    """After an fmax/fmin vector loop over ``[lid * sub, rr)``: NaN if one was seen, and a
+    zero result found again by the exact combine (values.Renderer._exact_extremum)."""
+    em.open(f"if (any({mask}))")
+    em.line(f"{acc} = NAN;")
+    em.close()
+    em.open(f"else if ({acc} == 0)")
+    em.line(f"{acc} = {identity(n.attr['kind'], n.dtype)};")
+    em.open("for (int q = lid * sub; q < rr; q++)")
+    em.line(f"{acc} = {combine(n.attr['kind'], n.dtype, acc, r.value(n.operands[0], index('q')))};")
+    em.close()
+    em.close()
+
+
+def local_tree(em: Emitter, parts: list[tuple[str, Node, str]], L: int) -> None:
+    """Combines each work-item's partial ``acc`` of reduce ``n`` into ``name[0]`` (a
+    ``__local`` array of ``L``, a power of two): a tree of halves, one barrier a level."""
+    for name, n, acc in parts:
+        em.line(f"__local {reg_type(acc_dtype(n.dtype))} {name}[{L}];")
+        em.line(f"{name}[lid] = {acc};")
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.open(f"for (int st = {L // 2}; st > 0; st >>= 1)")
+    em.open("if (lid < st)")
+    for name, n, _ in parts:
+        em.line(f"{name}[lid] = {combine(n.attr['kind'], n.dtype, f'{name}[lid]', f'{name}[lid + st]')};")
+    em.close()
+    em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    em.close()
+
+
+def _group_kernel(comp: Computation, em: Emitter, r: Renderer, outs: list[tuple[str, TensorType]],
+                  kouts: list[tuple[str, int, TensorType]], L: int, groups: int) -> Kernel:
+    """A kernel of ``groups`` work-groups of ``L`` items whose body ``em`` holds."""
     pars = [(f"in{p.attr['index']}", p.dtype) for p in comp.parameters]
     sig = _signature(outs, pars, r.consts, "")
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
@@ -405,8 +518,7 @@ def group_reduce_kernel(comp: Computation, reduces: list[tuple[Node, int]], dev:
 
     ins: list[tuple[str, object]] = [("param", p.attr["index"]) for p in comp.parameters]
     ins += [("const", a) for _, a in r.consts]
-    kouts = [("out", j, n.tensor_type) for n, j in reduces]
-    return _finish(text, describe(comp), r, kouts, ins, global_size=(math.prod(kept) * L,), local_size=(L,))
+    return _finish(text, describe(comp), r, kouts, ins, global_size=(max(1, groups) * L,), local_size=(L,))
 
 
 def check_size(n: Node) -> None:

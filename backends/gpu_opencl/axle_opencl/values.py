@@ -32,6 +32,13 @@ from .emitter import Emitter, Idx
 from .render import REG, identity, literal
 
 LANE_NAMES = "0123456789abcdef"
+#: float max/min reductions whose vector loops use the one-instruction fmax/fmin
+#: (Renderer._exact_extremum restores the IEEE maximum/minimum's NaN and signed zeros)
+FAST_EXTREMA = {"max": "fmax", "min": "fmin"}
+#: the integer lanes of isnan's result on a float vector
+MASK = {DType.FLOAT32: "int", DType.FLOAT64: "long"}
+
+
 def reg_type(dt: DType, lanes: int = 1) -> str:
     return REG[dt] + (str(lanes) if lanes > 1 else "")
 
@@ -316,6 +323,8 @@ class Renderer:
         base = em.flat(Idx(kshape, None, list(kept)))
         base = "0" if not kept else f"({base}) * {red}"
         vacc = em.tmp(reg_type(dt, w), f"(({reg_type(dt, w)})({identity(kind, dt)}))", "vacc")
+        fast = FAST_EXTREMA.get(kind)
+        mask = em.tmp(f"{MASK[dt]}{w}", f"(({MASK[dt]}{w})(0))", "nan") if fast else ""
         r = em.fresh("r")
         saved = self.row, self.home
         self.row = (kshape, list(kept))
@@ -323,10 +332,17 @@ class Renderer:
         xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
         self.home = xi if at_home else saved[1]
         v = self.value(x, xi, w)
-        em.line(f"{vacc} = {combine(kind, dt, vacc, v)};")
+        if fast:
+            em.line(f"{vacc} = {fast}({vacc}, {v});")
+            em.line(f"{mask} |= isnan({v});")
+        else:
+            em.line(f"{vacc} = {combine(kind, dt, vacc, v)};")
         em.close()
         em.line(f"{acc} = {combine(kind, dt, acc, horizontal(em, kind, dt, vacc, w))};")
         tail = red - red % w
+        if fast:
+            self.row, self.home = saved
+            self._exact_extremum(x, kind, dt, acc, base, tail, mask)
         if tail < red:
             em.open(f"for (int {r} = {tail}; {r} < {red}; {r}++)")
             xi = Idx(x.shape, em.tmp("int", f"{base} + {r}", "f"))
@@ -335,6 +351,28 @@ class Renderer:
             em.line(f"{acc} = {combine(kind, dt, acc, v)};")
             em.close()
         self.row, self.home = saved
+
+    def _exact_extremum(self, x: Node, kind: str, dt: DType, acc: str, base: str, end: int, mask: str) -> None:
+        """After a max/min vector loop run with fmax/fmin (one instruction a vector, where the
+        IEEE maximum/minimum combine costs several): fmax/fmin drop NaNs and may return
+        either zero for -0.0 and +0.0, so a NaN seen makes the result NaN, and a zero result
+        (the only value whose sign they may get wrong) is found again by the exact combine
+        over the same elements, a rare scalar pass."""
+        em = self.em
+        em.open(f"if (any({mask}))")
+        em.line(f"{acc} = NAN;")
+        em.close()
+        em.open(f"else if ({acc} == 0)")
+        em.line(f"{acc} = {identity(kind, dt)};")
+        r = em.fresh("r")
+        em.open(f"for (int {r} = 0; {r} < {end}; {r}++)")
+        saved = self._storing
+        self._storing = False  # the vector loop stored every spilled value already
+        v = self.value(x, Idx(x.shape, em.tmp("int", f"{base} + {r}", "f")))
+        self._storing = saved
+        em.line(f"{acc} = {combine(kind, dt, acc, v)};")
+        em.close()
+        em.close()
 
     def _dot(self, n: Node, idx: Idx, lanes: int) -> str:
         lhs, rhs = n.operands

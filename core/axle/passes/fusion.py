@@ -318,6 +318,8 @@ class _Fuser:
         self.policy = policy
         self.index = {n.uid: i for i, n in enumerate(comp.nodes)}
         self.users = comp.users
+        #: producer -> consumer edges between units while merging siblings (None: stale)
+        self._edges: dict[Group | int, set[Group | int]] | None = None
         root = comp.root
         # values the caller reads: the root, or the elements of a root tuple
         self.outputs = {o.uid for o in root.operands} if root.op is Op.TUPLE else {root.uid}
@@ -489,6 +491,11 @@ class _Fuser:
     def merge_siblings(self) -> None:
         if not self.policy.multi_output:
             return
+        # A pair that cannot merge never can later: members only grow, and merging other
+        # groups only adds paths between units. Remembering the refusals (and the edges
+        # until the next merge) keeps this linear in the merges, not merges x pairs.
+        refused: set[tuple[Group, int, Group, int]] = set()
+        self._edges = None
         merged = True
         while merged:
             merged = False
@@ -503,9 +510,13 @@ class _Fuser:
                 if len(gs) < 2 or not isinstance(node.type, TensorType) or node.type.size <= 1:
                     continue
                 for a, b in itertools.combinations(gs, 2):
+                    key = (a, len(a.members), b, len(b.members))
+                    if key in refused:
+                        continue
                     if self._try_merge(a, b):
                         merged = True
                         break
+                    refused.add(key)
                 if merged:
                     break
 
@@ -515,9 +526,11 @@ class _Fuser:
         roots = sorted(a.roots + b.roots, key=lambda n: self.index[n.uid])
         if classify(ordered, roots, self.policy) is None:
             return False
-        edges = self._unit_edges()
-        if self._reaches(edges, a, b) or self._reaches(edges, b, a):
+        if self._edges is None:
+            self._edges = self._unit_edges()
+        if self._reaches(self._edges, a, b) or self._reaches(self._edges, b, a):
             return False
+        self._edges = None  # the merge changes them
         for uid in b.members:
             gs = self.groups_of[uid]
             gs.remove(b)

@@ -88,34 +88,27 @@ def test_concurrent_calls_of_one_executable(cpu) -> None:  # noqa: ANN001
     assert not errors
 
 
-def test_split_kernels_never_wait_for_a_busy_worker() -> None:
-    """Chunks are claimed dynamically: with the worker held up (as by another library's
-    spinning threads), the caller runs every chunk itself instead of waiting for it."""
-    from axle_cpu import threads
+def test_split_kernels_never_wait_for_a_busy_worker(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Chunks are claimed dynamically: with the pool's workers gone (as in a forked child
+    before it restarts them, or when another library's spinning threads hold the cores),
+    the caller runs every chunk itself instead of waiting for them."""
+    from axle_cpu import runner, threads
 
-    pool = threads.WorkerPool(2)
-    release = threading.Event()
-    pool._q.put(threads._Job(lambda k: release.wait(), 1))  # occupy the one worker
-    try:
-        ran: list[int] = []
-        pool.run(ran.append, 8)
-        assert sorted(ran) == list(range(8))
-    finally:
-        release.set()
-    ran2: list[int] = []
-    pool.run(ran2.append, 5)  # the worker is back and may help
-    assert sorted(ran2) == list(range(5))
-
-    def boom(k: int) -> None:
-        if k == 3:
-            raise ValueError("chunk 3")
-
-    try:
-        pool.run(boom, 6)
-    except ValueError as e:
-        assert "chunk 3" in str(e)
-    else:
-        raise AssertionError("the chunk's error was lost")
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    pool = threads.pool()
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+    for _ in range(2 * 2 + 1):
+        f(x)
+    (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
+    out = np.empty_like(x)
+    table = np.array([x.ctypes.data, out.ctypes.data], np.uint64)
+    threads._stop()  # no worker left: a job is run whole by its caller
+    assert pool.alive() == 0
+    pool.run(launch.addr, table.ctypes.data, launch.outer, launch.inner, "rows", 16)
+    np.testing.assert_array_equal(out, x * 2.0 + 1.0)
+    assert runner.pool_function("axle_pool_workers")() == 0
+    assert threads.pool().alive() == 1  # started again on the next use
 
 
 def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None:  # noqa: ANN001

@@ -4,6 +4,7 @@ the vector width, NaN/inf in rows, and values that the reduction loop stores int
 output buffer for the output loop (softmax's exp) instead of recomputing them."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -141,3 +142,113 @@ def test_spill_plan_picks_the_shared_costly_value() -> None:
     comp = b.build(b.convert(y, dtype=DType.FLOAT64)).entry
     reduces = [n for n in comp.nodes if n.op is Op.REDUCE]
     assert spill_plan(comp.nodes, reduces, [(comp.root, "out0")], (4, 64)) == {}
+
+
+def _signed_zero_rows(cols: int, dt: str) -> np.ndarray:
+    """Rows where fmax/fmin alone go wrong: -0.0 and +0.0 mixed with every extremum a
+    zero, NaN in the vector part and in the scalar tail, and plain rows beside them."""
+    x = -np.abs(np.random.default_rng(cols).standard_normal((8, cols))) - 1
+    x[0, :] = -0.0
+    x[0, cols // 2] = 0.0  # max = +0.0 (min = -0.0)
+    x[1, :] = 0.0
+    x[1, cols - 1] = -0.0  # in the tail where cols leaves one
+    x[2, ::3] = -0.0  # max = -0.0 only if no +0.0: there is none
+    x[3, 1] = np.nan  # in the vector part
+    x[4, cols - 1] = np.nan  # in the tail
+    x[5, :] = -np.inf
+    x[6, 0] = 0.0  # a +0.0 first, -0.0 later: the max keeps +0.0
+    x[6, cols - 2] = -0.0
+    x[7] = -x[7]  # positive row: the min is the value, the max too
+    return x.astype(DT[dt])
+
+
+@pytest.mark.parametrize("cols", [33, 64, 1027])
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_vector_extrema_keep_nan_and_signed_zeros(cols: int, dt: str, kind: str, ocl, strategy) -> None:  # noqa: ANN001
+    """Row max/min run their vector loops with fmax/fmin (which drop NaN and may pick
+    either zero): the results, and x minus them, must equal the interpreter's bit for bit,
+    the sign of a zero included."""
+    b = Builder("extrema")
+    x = b.parameter(f"{dt}[8,{cols}]")
+    r = b.reduce(x, kind=kind, axes=(1,))
+    y = b.sub(x, b.broadcast_in_dim(r, shape=(8, cols), broadcast_dimensions=(0,)))
+    m = fuse_whole(b.build(r, y), wrap=False, kind="row")
+    data = [_signed_zero_rows(cols, dt), _signed_zero_rows(cols, dt)[:, ::-1].copy()]
+    for d in data:
+        got = run_case(OpCase("t", m, [d]), ocl, optimize=False)
+        for a, e in zip(got, evaluate(m, d)):
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
+            np.testing.assert_array_equal(np.where(np.isnan(e), 0, a), np.where(np.isnan(e), 0, e))
+            np.testing.assert_array_equal(np.signbit(a) | np.isnan(a), np.signbit(e) | np.isnan(e))
+
+
+@pytest.fixture
+def gpu_rows():  # noqa: ANN201
+    config.backend_flags["opencl_strategy"] = "gpu"
+    yield
+    config.backend_flags.pop("opencl_strategy", None)
+
+
+@pytest.mark.parametrize("shape", [(3, 64), (2, 65), (4, 300), (1, 1027), (2, 3, 5, 40), (7, 4096)])
+@pytest.mark.parametrize("dt", ["f32", "f16", "s32"])
+def test_gpu_rows_get_a_work_group_each(shape: tuple[int, ...], dt: str, ocl, gpu_rows) -> None:  # noqa: ANN001
+    """GPU strategy, rows of at least GROUP_ROW_MIN elements: a work-group per row, each
+    reduction strided over its items and combined in local memory, then the outputs. A
+    layer-norm-like row (two reductions, the second of a value of the first, a per-row
+    output beside the full-shape one) over odd lengths, several trailing axes, NaN/inf."""
+    axes = (2, 3) if len(shape) == 4 else (1,)
+    b = Builder("rows")
+    x = b.parameter(f"{dt}[{','.join(map(str, shape))}]")
+    keep = tuple(d for d in range(len(shape)) if d not in axes)
+    mx = b.reduce(x, kind="max", axes=axes)
+    d = b.sub(x, b.broadcast_in_dim(mx, shape=shape, broadcast_dimensions=keep))
+    s = b.reduce(b.mul(d, d), kind="sum", axes=axes)
+    y = b.add(d, b.broadcast_in_dim(s, shape=shape, broadcast_dimensions=keep))
+    m = fuse_whole(b.build(y, s), wrap=False, kind="row")
+    src = _sources(m, ocl)
+    assert "get_group_id" in src and "__local" in src
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    if dt == "s32":
+        data = rng.integers(-9, 9, size=shape).astype(np.int32)
+    else:
+        data = (rng.standard_normal(shape) * (1 if dt == "f16" else 3)).astype(DT[dt])
+        flat = data.reshape(-1, math.prod(shape[len(keep):]))
+        if flat.shape[0] >= 3:
+            flat[0, 5] = np.nan
+            flat[1, -1] = np.inf
+            flat[2, :] = -np.inf
+    red = math.prod(shape[a] for a in axes)
+    expected = evaluate(m, data)
+    actual = run_case(OpCase("t", m, [data]), ocl, optimize=False)
+    for a, e in zip(actual, expected):
+        if dt == "s32":
+            np.testing.assert_array_equal(a, e)
+        else:
+            rtol, atol = tolerance(DType(axle.ir.dtypes.dtype(e.dtype).value), Op.ADD, red)
+            assert_close(a, e, rtol, atol)
+
+
+def test_short_gpu_rows_stay_one_work_item_per_row(ocl, gpu_rows) -> None:  # noqa: ANN001
+    b = Builder("short")
+    x = b.parameter("f32[9,63]")
+    m = fuse_whole(b.build(_softmax(b, x, 63)[1]), wrap=False, kind="row")
+    assert "get_group_id" not in _sources(m, ocl)
+    _check(m, [_rows(9, 63, "f32", special=True)], ocl, 63)
+
+
+@pytest.mark.parametrize("cols", [1030, 5000])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_group_reduce_extrema_keep_nan_and_signed_zeros(cols: int, kind: str, ocl, strategy) -> None:  # noqa: ANN001
+    """Long reductions into few outputs (group reduce kernels: fmax/fmin vector loops per
+    work-item on CPU devices): NaN and the sign of a zero result as the interpreter."""
+    b = Builder("extrema")
+    x = b.parameter(f"f32[8,{cols}]")
+    m = b.build(b.reduce(x, kind=kind, axes=(1,)))
+    assert "get_group_id" in _sources(m, ocl)
+    for d in (_signed_zero_rows(cols, "f32"), -_signed_zero_rows(cols, "f32")[:, ::-1].copy()):
+        (a,) = run_case(OpCase("t", m, [d]), ocl, optimize=False)
+        (e,) = evaluate(m, d)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
+        np.testing.assert_array_equal(np.where(np.isnan(e), 0, a), np.where(np.isnan(e), 0, e))
+        np.testing.assert_array_equal(np.signbit(a) | np.isnan(a), np.signbit(e) | np.isnan(e))

@@ -1,0 +1,268 @@
+"""The native worker pool (pool_ir.py, threads.py): split kernels give the one-thread
+answers, kernels inside native loops are split too, a forked child and many Python threads
+use it safely, the thread count follows AXLE_CPU_THREADS and --cpu_threads."""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle import lax
+from axle.config import config
+from axle.errors import AxleError
+
+WARM = 6  # calls after which every kernel's threading is measured and the schedule fixed
+RNG = np.random.default_rng(7)
+
+
+def _exe(f):  # noqa: ANN001, ANN202
+    (entry,) = f._cache.values()
+    return entry.executable
+
+
+def _forced_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel is tried split, and the split is kept whatever the timing says."""
+    from axle_cpu import executable, threads
+
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)
+    monkeypatch.setattr(executable, "SPLIT_GAIN", 1e9)
+
+
+@functools.cache
+def _programs() -> list[tuple]:
+    """The same arrays on every call."""
+    x = RNG.standard_normal((1 << 18,)).astype(np.float32)
+    m = RNG.standard_normal((1024, 257)).astype(np.float32)
+    thin = RNG.standard_normal((60001, 3))
+    return [
+        (lambda a: anp.sum(a * a + 1.0), (x,)),  # a full reduction: partials combined in Python
+        (lambda a: anp.tanh(a) * 2.0, (x,)),  # elementwise: split by rows
+        (lambda a: anp.exp(a - anp.max(a, axis=1, keepdims=True)), (m,)),  # row reductions
+        (lambda a: anp.sum(a, axis=0), (thin,)),  # few columns: along the reduced axis
+        (lambda a: anp.sum(a, axis=0), (m,)),  # column sums: split by columns
+    ]
+
+
+def _run_all(monkeypatch: pytest.MonkeyPatch, nt: str, calls: int) -> list[list[np.ndarray]]:
+    monkeypatch.setenv("AXLE_CPU_THREADS", nt)
+    out = []
+    for fn, args in _programs():
+        f = axle.jit(fn, device="cpu:0")
+        out.append([np.asarray(f(*args)) for _ in range(calls)])
+    return out
+
+
+def test_split_kernels_match_one_thread_and_repeat_exactly(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Split by rows or columns, every element is computed as on one thread (bitwise);
+    split along a reduced axis the partial results are combined in chunk order, so every
+    call gives the same bits whichever thread ran which chunk."""
+    from axle_cpu import threads
+
+    _forced_split(monkeypatch)
+    one = _run_all(monkeypatch, "1", 2)
+    two = _run_all(monkeypatch, "2", WARM + 10)
+    assert threads.pool().n == 2 and threads.pool().alive() == 1
+    for k, (a, b) in enumerate(zip(one, two)):
+        for r in b[WARM:]:  # the first calls run on one thread, timed: split from then on
+            np.testing.assert_array_equal(r, b[-1], err_msg=f"program {k}: split calls differ")
+        if k in (1, 2, 4):
+            np.testing.assert_array_equal(b[-1], a[-1], err_msg=f"program {k}")
+        else:
+            np.testing.assert_allclose(b[-1], a[-1], rtol=1e-5, err_msg=f"program {k}")
+
+
+def test_kernels_inside_native_loops_are_split(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A big kernel in a loop body is split by the native runner (its record carries the
+    split mode), still in one native call, with the one-thread answers."""
+    from axle_cpu.runner import SPLIT_SHIFT
+
+    x = RNG.standard_normal((1 << 17,)).astype(np.float32)
+
+    def fn(v, n):  # noqa: ANN001, ANN202
+        return lax.fori_loop(0, n, lambda i, c: anp.tanh(c * 0.9 + 0.1) + i.astype(anp.float32) * 1e-3, v)
+
+    results = {}
+    for nt in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", nt)
+        f = axle.jit(fn, device=cpu)
+        for _ in range(WARM):
+            got = np.asarray(f(x, np.int32(25)))
+        results[nt] = got
+        exe = _exe(f)
+        assert any(int(code) >> SPLIT_SHIFT for code in exe._table["fn"]), "no kernel in the loop is split"
+        assert [seg[0] for seg in exe._segments[1]] == ["run"], "the loop and its split kernel: one native call"
+    np.testing.assert_array_equal(results["2"], results["1"])
+    want = x
+    for i in range(25):
+        want = np.tanh(want * np.float32(0.9) + np.float32(0.1)) + np.float32(i) * np.float32(1e-3)
+    np.testing.assert_allclose(results["2"], want, rtol=2e-5, atol=2e-6)
+
+
+def test_many_python_threads_share_the_pool(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Callers that find the pool taken run their chunks themselves: never a wait on
+    another caller's job, never a wrong answer."""
+    _forced_split(monkeypatch)
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    x = RNG.standard_normal((1 << 17,)).astype(np.float32)
+    f = axle.jit(lambda a: anp.sum(anp.tanh(a)), device=cpu)
+    g = axle.jit(lambda a: anp.tanh(a) * 3.0, device=cpu)
+    for _ in range(WARM):  # timed on one thread first, then split
+        want_f = np.asarray(f(x))
+        g(x)
+    want_g = np.tanh(x) * np.float32(3.0)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(30):
+                np.testing.assert_array_equal(np.asarray(f(x)), want_f)
+                np.testing.assert_allclose(np.asarray(g(x)), want_g, rtol=2e-6, atol=1e-6)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    workers = [threading.Thread(target=work) for _ in range(6)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    assert not any(t.is_alive() for t in workers), "a caller hung"
+    assert not errors, errors[0]
+
+
+def test_forked_child_restarts_the_pool(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The child has none of the parent's workers: it starts as many at once (a child
+    waiting on the parent's workers would hang; one left without workers would run a
+    fixed schedule's split kernels on one thread for good)."""
+    from axle_cpu import runner, threads
+
+    _forced_split(monkeypatch)
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    x = RNG.standard_normal((1 << 17,)).astype(np.float32)
+    f = axle.jit(lambda a: anp.tanh(a) * 2.0, device=cpu)
+    for _ in range(WARM):
+        want = np.asarray(f(x))
+    assert threads.pool().alive() == 1
+    pid = os.fork()
+    if pid == 0:  # the child: any failure is its exit status
+        code = 1
+        try:
+            workers = runner.pool_function("axle_pool_workers")()  # before any Python asks for the pool
+            got = np.asarray(f(x))
+            fresh = axle.jit(lambda a: anp.sum(a * 2.0), device=cpu)
+            s = [np.asarray(fresh(x)) for _ in range(WARM)]
+            total = 2 * x.sum(dtype=np.float64)
+            ok = np.array_equal(got, want) and threads.pool().alive() == 1 and np.isclose(s[-1], total, rtol=1e-4)
+            code = 0 if ok and workers == 1 else 2 + (workers != 1)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    np.testing.assert_array_equal(np.asarray(f(x)), want)  # the parent's pool still works
+
+
+def test_cpu_threads_flag_and_environment(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """AXLE_CPU_THREADS wins, else --cpu_threads; 1 thread starts no worker."""
+    from axle_cpu import threads
+
+    monkeypatch.delenv("AXLE_CPU_THREADS", raising=False)
+    monkeypatch.setitem(config.backend_flags, "cpu_threads", "1")
+    assert threads.thread_count() == 1 and threads.pool().n == 1 and threads.pool().alive() == 0
+    x = RNG.standard_normal((1 << 16,)).astype(np.float32)
+    f = axle.jit(lambda a: anp.sum(anp.exp(a)), device=cpu)
+    for _ in range(WARM):
+        np.testing.assert_allclose(np.asarray(f(x)), np.exp(x).sum(dtype=np.float64), rtol=1e-4)
+    monkeypatch.setitem(config.backend_flags, "cpu_threads", "2")
+    assert threads.pool().n == 2 and threads.pool().alive() == 1
+    monkeypatch.setenv("AXLE_CPU_THREADS", "1")
+    assert threads.pool().n == 1 and threads.pool().alive() == 0
+    monkeypatch.delenv("AXLE_CPU_THREADS")
+    monkeypatch.setitem(config.backend_flags, "cpu_threads", "two")
+    with pytest.raises(AxleError, match="--cpu_threads must be a positive integer"):
+        threads.thread_count()
+
+
+def test_process_exits_cleanly_with_the_pool_running() -> None:
+    """At exit the workers leave their futex and are joined."""
+    script = ("import numpy as np, axle, axle.numpy as anp\n"
+              "from axle_cpu import threads\n"
+              "f = axle.jit(lambda a: anp.tanh(a), device='cpu:0')\n"
+              "x = np.ones(1 << 16, np.float32)\n"
+              "[f(x) for _ in range(8)]\n"
+              "p = threads.pool(); assert p.alive() == 1, p.alive()\n"
+              "threads._shutdown(); assert p.alive() == 0, p.alive()\n"
+              "threads.pool(); print('ok')\n")
+    env = {**os.environ, "AXLE_CPU_THREADS": "2", "AXLE_BACKENDS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_split_reduction_partials_are_the_chunks_of_threads_chunks(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The native pool cuts a reduction as the Python pool did (threads.chunks): each
+    partial result is bitwise the kernel run alone over that chunk, so a split sum keeps
+    the answers it had."""
+    from axle_cpu import threads
+    from axle_cpu.executable import _ReductionSplit
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    xs = [RNG.standard_normal(100_003).astype(np.float32) for _ in range(3)]
+    f = axle.jit(lambda a, b, c: anp.sum(a + b * c), device=cpu)
+    f(*xs)
+    (launch,) = [la for la, _ in _exe(f)._steps if la is not None]
+    out = np.zeros((), np.float32)
+    split = _ReductionSplit(launch, [out], 8)
+    split.ptrs[:, :3] = [a.ctypes.data for a in xs]
+    row = 8 * launch.nbuf
+    threads.pool().run(launch.addr, split.base, launch.outer, launch.inner, "reduction", 8, row, launch.rsize)
+    pooled = split.partial[0].copy()
+    split.partial[0][...] = np.nan
+    for k, (lo, hi) in enumerate(threads.chunks(0, launch.rsize, 8)):  # one chunk at a time, on this thread
+        launch.fn(split.base + k * row, 0, launch.outer, 0, launch.inner, lo, hi)
+    np.testing.assert_array_equal(pooled, split.partial[0])
+    want = (xs[0].astype(np.float64) + xs[1].astype(np.float64) * xs[2]).sum()
+    np.testing.assert_allclose(pooled.sum(dtype=np.float64), want, rtol=1e-5)
+
+
+
+def test_restarted_pool_never_runs_the_job_before_the_stop(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Stopping publishes a new generation for the workers to leave by; a worker started
+    later must find no chunk under it, never the last job's fields (a re-run of that
+    kernel on pointers its caller may have freed, or on fields a new job is rewriting:
+    test_cpu_runtime's stop-and-restart segfaulted about one run in eight). Here the last
+    job's arrays stay alive and change, so a re-run would show in the output; the worker
+    is started directly, with no probe job rewriting the fields first."""
+    import time
+
+    from axle_cpu import runner, threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    pool = threads.pool()
+    if pool.n < 2:
+        pytest.skip("the native pool starts no worker on this architecture")  # x86_64/aarch64 hosts have one
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    want = x * 2.0 + 1.0
+    f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+    f(x)
+    (launch,) = [launch for launch, _ in _exe(f)._steps if launch is not None]
+    out = np.empty_like(x)
+    table = np.array([x.ctypes.data, out.ctypes.data], np.uint64)
+    pool.run(launch.addr, table.ctypes.data, launch.outer, launch.inner, "rows", 16)  # a job through the pool
+    np.testing.assert_array_equal(out, want)
+    threads._stop()
+    x[:] = 7.0  # a re-run of that job would now write 15 into out
+    try:
+        assert runner.pool_function("axle_pool_start")(1) == 1
+        for _ in range(1000):
+            if pool.alive() == 1:
+                break
+            time.sleep(0.001)
+        time.sleep(0.05)  # the new worker has looked at the claim word
+        np.testing.assert_array_equal(out, want)
+    finally:
+        runner.pool_function("axle_pool_stop")(1 << 30)
