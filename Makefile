@@ -16,12 +16,19 @@ demo: setup
 # tests/conftest.py), except in CI (CI=true, as .ci/run sets it): the full sweep.
 # `make test-full`: the full sweep (every dtype, the campaigns, the end-to-end installs).
 TEST_TIER := $(if $(filter true TRUE True,$(CI)),,--fast)
+# Two passes: every test but those marked `serial` on one pytest-xdist worker per core (a
+# file stays on one worker, in order), then the `serial` ones alone (they pip-install a
+# backend into this environment, which the others would see). Exit status 5 is "no test
+# selected" (PYTEST_ARGS naming files without serial tests). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= auto
+PYTEST_PASSES = $(PY) -m pytest $(1) -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
+	&& { $(PY) -m pytest $(1) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
 
 test: setup
-	$(PY) -m pytest $(TEST_TIER) $(PYTEST_ARGS)
+	$(call PYTEST_PASSES,$(TEST_TIER))
 
 test-full: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(call PYTEST_PASSES,)
 
 # ruff and mypy over the core and the in-tree backends (configured in pyproject.toml), and
 # a reason after every noqa and type: ignore. Any finding fails; in CI (CI=true, as .ci/run

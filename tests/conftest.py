@@ -62,6 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "full_only: left out of the fast tier (tests/conftest.py)")
+    config.addinivalue_line("markers", "serial: installs into this environment; run alone after the parallel "
+                                       "pass (Makefile, `make test`)")
     if config.getoption("--fast") and IN_CI:
         raise pytest.UsageError("--fast deselects tests; CI (CI=true) runs the full sweep")
     _private_compile_cache()

@@ -14,7 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from axle.testing.kit import kit_checks
+
+#: pip-installs a backend into this environment: run alone, never beside other tests
+pytestmark = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "writing-a-backend.md"

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+#: pip-installs a backend into this environment: run alone, never beside other tests
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "writing-a-backend.md"
 
