@@ -122,6 +122,9 @@ def conv_layout(node: Node) -> Layout:
     if any(d.spatial >= 0 and d.size > 1 for d in outer):
         raise ConvRefused("the output layout splits the spatial dims (one of them merges with neither the "
                           "features nor the other pixels)")
+    # a size-1 spatial dim outside the tail still has a window position (its pixel 0) that
+    # low padding can put outside the input: the Window masks only its pixel dims' positions
+    inner = [d for d in outer if d.spatial >= 0] + inner
     outer = [d for d in outer if d.size > 1]
     window = Window(
         pix_sizes=tuple(d.size for d in inner), pix_spatial=tuple(d.spatial for d in inner),

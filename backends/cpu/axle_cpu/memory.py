@@ -54,9 +54,11 @@ class _Owner:
     """The ``base`` of a pooled array: exposes the mapping as an array and, when the
     last array using it is gone, returns the mapping to the pool."""
 
-    def __init__(self, m: _Mapping, shape: tuple[int, ...], dt: np.dtype) -> None:
+    def __init__(self, m: _Mapping, nbytes: int) -> None:
         self.mapping = m
-        self.__array_interface__ = {"shape": shape, "typestr": dt.str, "data": (m.addr, False), "version": 3}
+        # bytes, viewed as the dtype by the caller: the interface's typestr cannot name
+        # bfloat16 (its ``str`` is '<V2', which made a void array)
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (m.addr, False), "version": 3}
 
 
 class Pool:
@@ -87,9 +89,9 @@ class Pool:
         if m is None:
             m = _Mapping(size)
             self.stats["mapped"] += 1
-        owner = _Owner(m, shape, dt)
+        owner = _Owner(m, nbytes)
         weakref.finalize(owner, self._give_back, m)
-        return np.asarray(owner), m.addr
+        return np.asarray(owner).view(dt).reshape(shape), m.addr
 
     def _give_back(self, m: _Mapping) -> None:
         with self._lock:

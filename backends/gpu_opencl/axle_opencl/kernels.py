@@ -250,7 +250,7 @@ def map_kernel(comp: Computation, outputs: list[tuple[Node, int]], outer: tuple[
     else:
         per_item = max(1, math.prod(tail))
         items = max(1, min(dev.compute_units * 8, -(-n_outer * per_item // 4096), n_outer))
-        chunk = -(-n_outer // items)
+        chunk = max(1, -(-n_outer // items))  # an empty launch (n_outer 0) still divides by it
         if lanes:
             chunk = -(-chunk // lanes) * lanes
         # local size 1: PoCL runs a work-group on one core, so every chunk is its own group

@@ -90,6 +90,12 @@ CONFIGS = [
     # K = 9 * 100: the second K block starts inside a run of input features
     ("k-block-inside-a-feature-run", (1, 6, 5, 100), (3, 3, 100, 7), ("NHWC", "HWIO", "NHWC"),
      _window(2, low=(1, 1), high=(1, 1))),
+    # the output's W (size 1) lies outside the pixels that merge (N splits them from H): its
+    # one position reads the low padding, masked (it read the input's element before x)
+    ("size-1-spatial-outside-the-pixels", (3, 5, 2, 2), (2, 3, 1, 3), ("NHWC", "IWHO", "WNCH"),
+     _window(2, strides=(3, 1), low=(1, 0), high=(1, 0))),
+    ("size-1-spatial-outside-the-pixels-runs", (3, 5, 2, 16), (16, 3, 1, 3), ("NHWC", "IWHO", "WNCH"),
+     _window(2, strides=(3, 3), low=(1, 0), high=(1, 0))),
 ]
 DTYPES = [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64]
 

@@ -54,6 +54,23 @@ def test_repeated_calls_reuse_output_mappings(cpu) -> None:  # noqa: ANN001
     assert POOL.stats["mapped"] == mapped  # no fresh (page-faulting) mapping per call
 
 
+def test_pooled_bfloat16_buffers_keep_their_dtype(cpu) -> None:  # noqa: ANN001
+    """Buffers of 256 KB and more come from the mapping pool, whose array interface cannot
+    name bfloat16: they were void arrays ('V2'), so a transfer raised a raw TypeError and a
+    kernel's output came back untyped."""
+    from axle.ir.types import DType
+
+    bf16 = DType.BFLOAT16.np
+    host = (np.arange(512 * 512) % 251).astype(np.float32).astype(bf16).reshape(512, 512)
+    x = axle.device_put(host, cpu)
+    assert np.asarray(x).dtype == bf16
+    np.testing.assert_array_equal(np.asarray(x).astype(np.float32), host.astype(np.float32))
+    f = axle.jit(lambda a: (a.astype(np.float32) * 2.0).astype(bf16).T, device=cpu)
+    out = np.asarray(f(x))
+    assert out.dtype == bf16 and out.shape == (512, 512)
+    np.testing.assert_array_equal(out.astype(np.float32), host.astype(np.float32).T * 2.0)
+
+
 def test_small_outputs_share_one_block_and_stay_valid(cpu) -> None:  # noqa: ANN001
     f = axle.jit(lambda x: (x + 1.0, x * 3.0, anp.sum(x)), device=cpu)
     a, b, s = f(np.arange(5, dtype=np.float32))

@@ -157,3 +157,17 @@ def test_rint_and_expm1_of_a_folded_nan_or_inf(dt: str, optimize: bool, ocl) -> 
     got = run_case(OpCase("r", m, [x]), ocl, optimize=optimize)
     for g, w in zip(got, evaluate(m, x), strict=True):
         np.testing.assert_array_equal(g, w)  # NaN, NaN, inf, the input
+
+
+def test_update_of_an_empty_operand_that_stays_live(ocl, strategy) -> None:  # noqa: ANN001
+    """random_module(60038, 9, control=True): a dynamic-update-slice of an empty s32[0,3]
+    whose operand is still read (so the update copies it first) made a copy kernel of 0
+    elements, whose launch shape divided by a chunk of 0 (a raw ZeroDivisionError)."""
+    b = Builder("empty_update")
+    x = b.parameter("s32[0,3]")
+    upd = b.dynamic_update_slice(x, b.parameter("s32[0,2]"), b.parameter("s32[]"), b.parameter("s32[]"))
+    m = b.build(upd, b.abs(x))
+    xs = [np.zeros((0, 3), np.int32), np.zeros((0, 2), np.int32), np.int32(0), np.int32(1)]
+    got = run_case(OpCase("empty_update", m, xs), ocl, optimize=False)
+    for g, w in zip(got, evaluate(m, *xs)):
+        assert g.shape == w.shape == (0, 3) and g.dtype == w.dtype
