@@ -43,7 +43,9 @@ CLAIMED_EXTENDED: frozenset[Op] = frozenset({
     # indexing: indexed loads in loop kernels, update kernels in place (emitter.py)
     Op.GATHER, Op.DYNAMIC_SLICE, Op.SCATTER, Op.DYNAMIC_UPDATE_SLICE,
     # windowed: the implicit GEMM (conv.py), for the convolutions it computes
-    Op.CONVOLUTION})
+    Op.CONVOLUTION,
+    # windowed reductions: one output element per iteration, a loop over the window (emitter.py)
+    Op.REDUCE_WINDOW})
 
 #: the dtypes of the claimed convolutions: those the GEMM kernel computes (gemm.GEMM_DTYPES,
 #: named here so that asking for capabilities does not load llvmlite)
@@ -106,6 +108,10 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                      ("the GEMM view: groups and pixels, K, the output as C in place", ".conv:conv_layout"),
                      ("what it refuses (the core's im2col decomposition runs instead)", ".conv:conv_refusal"),
                      ("patches read in place through row pointers or packed with masks", ".gemm:Window")),
+    Op.REDUCE_WINDOW: (("a loop kernel, one output element per iteration: the window positions in row-major "
+                        "order, padding and dilation holes giving the kind's identity", ".emitter:_reduce_window"),
+                       ("the operand coordinates a window position reads, and whether it is real",
+                        "axle.lowering.index:reduce_window_index")),
     # control flow
     Op.WHILE: (("condition and body flattened into the steps between control records", ".plan:_while"),
                ("the native step runner: kernels, copies, jumps, branches, switches", ".runner:_run_steps_body"),

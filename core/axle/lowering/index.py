@@ -456,3 +456,29 @@ def update_target(n: Any, batch: Sequence[Ix], window: Sequence[Ix],
         pos, inside = scatter_index(window, n, starts)
         return pos, inside, 2, scatter_update_coords(batch, window, n)
     return dynamic_slice_index(window, n.operands[0].shape, n.operands[1].shape, starts), const(1), 1, list(window)
+
+
+# windowed
+
+
+def reduce_window_index(out: Sequence[Ix], window: Sequence[Ix], operand_shape: Shape,
+                        attrs: Mapping[str, Any]) -> tuple[list[Ix], Ix]:
+    """(operand coordinates, clamped into bounds; the predicate "a real operand element")
+    that window position ``window`` of output element ``out`` of a reduce_window reads:
+    the operand dilated by ``base_dilations`` and padded as the reference does, so a hole
+    or padding cell (predicate false) contributes the reduction's identity."""
+    return pad_index(_window_padded(out, window, attrs), operand_shape, attrs["padding_low"],
+                     attrs["padding_high"], [d - 1 for d in attrs["base_dilations"]])
+
+
+def reduce_window_source(out: Sequence[Ix], window: Sequence[Ix], attrs: Mapping[str, Any]) -> list[Ix]:
+    """The operand coordinates reduce_window_index gives, unclamped: right only where its
+    predicate holds (for a load under that predicate, whose addresses stay contiguous)."""
+    return [div(add(c, -lo), d) for c, lo, d in zip(_window_padded(out, window, attrs), attrs["padding_low"],
+                                                       attrs["base_dilations"])]
+
+
+def _window_padded(out: Sequence[Ix], window: Sequence[Ix], attrs: Mapping[str, Any]) -> list[Ix]:
+    """Window position ``window`` of output element ``out`` in the padded, dilated operand."""
+    return [add(mul(o, s), mul(w, d)) for o, w, s, d in zip(out, window, attrs["window_strides"],
+                                                           attrs["window_dilations"])]
