@@ -596,6 +596,41 @@ def _jax_char_rnn_step(jax: Any, lr: float) -> Callable[..., Any]:
     return jax.jit(train_step)
 
 
+def _aot_lstm(lstm: Any, params: list[dict[str, np.ndarray]], xs: np.ndarray) -> Callable[[], np.ndarray] | None:
+    """examples/lstm.py's forward pass (the same math as the jitted column, the input
+    projection hoisted before each layer's scan) compiled ahead of time by axle-cpu's AOT
+    path, linked into a shared library with cc and called through ctypes: each call is
+    the native ``lstm_run`` on the preallocated buffers, plus the ctypes call itself (about
+    a microsecond). The per-layer params are stacked as the entry takes flat arrays.
+    None without cc."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    from axle_cpu.aot import compile_aot
+
+    def flat(xs_: Any, w: Any, u: Any, b: Any) -> Any:
+        return lstm.lstm([{"W": w[k], "U": u[k], "b": b[k]} for k in range(len(params))], xs_)
+
+    args = [np.ascontiguousarray(xs)] + [np.ascontiguousarray(np.stack([p[k] for p in params])) for k in "WUb"]
+    d = tempfile.mkdtemp(prefix="axle_bench_aot_")
+    res = compile_aot(flat, [f"f32{list(a.shape)}".replace(" ", "") for a in args], d, name="lstm")
+    lib = os.path.join(d, "liblstm.so")
+    subprocess.run([cc, "-shared", "-o", lib, res.object_path, "-lm"], check=True, capture_output=True)
+    run = ctypes.CDLL(lib).lstm_run
+    (out_type,) = res.result_types
+    # call() reads its result from bufs, which keeps alive the arrays the bare addresses point into
+    bufs = [*args, np.empty(out_type.shape, np.float32)]
+    ptrs = [ctypes.c_void_p(a.ctypes.data) for a in bufs]
+    run.restype, run.argtypes = ctypes.c_int, [ctypes.c_void_p] * len(ptrs)
+
+    def call() -> np.ndarray:
+        if run(*ptrs) != 0:
+            raise RuntimeError("lstm_run returned an error")
+        return bufs[-1]
+
+    return call
+
+
 def _checked(fns: dict[str, Callable[[], Any]], want: Any, pick: Callable[[Any], Any], what: str) -> None:
     """Every implementation computes the same numbers before it is timed (float32 tolerance)."""
     for name, fn in fns.items():
@@ -604,13 +639,10 @@ def _checked(fns: dict[str, Callable[[], Any]], want: Any, pick: Callable[[Any],
             raise AssertionError(f"{what}: {name} differs from numpy by {np.max(np.abs(got - want)):.3g}")
 
 
-def _rnn_rows(axle: Any, dev: Any, jax: Any, repeats: int) -> list[Row]:
-    """The seeds' stacked LSTM forward (3 x 60 units, 10 steps, batch 1) and one min-char-rnn
-    training step (hidden 100, 25 steps), each as examples/ writes it with lax.scan: axle
-    jit on cpu:0 against NumPy's Python loop, jax.jit and (the LSTM) onnxruntime. They time
-    whatever runs the loops on main (a native loop, or the host fallback)."""
-    lstm, cr = _example("lstm"), _example("char_rnn")
-    rng = np.random.default_rng(0)
+def _lstm_row(axle: Any, dev: Any, jax: Any, rng: np.random.Generator, repeats: int) -> Row:
+    """The stacked LSTM forward of examples/lstm.py: NumPy, axle jit, jax.jit, the same
+    program compiled ahead of time (``axle-aot``) and onnxruntime."""
+    lstm = _example("lstm")
     params, xs = lstm.init_params(rng), lstm.sample_inputs(rng)
     fwd = lstm.compiled(dev)
     dparams, dxs = axle.device_put(params, dev), axle.device_put(xs, dev)
@@ -620,12 +652,26 @@ def _rnn_rows(axle: Any, dev: Any, jax: Any, repeats: int) -> list[Row]:
         jf = _jax_lstm(jax)
         jparams, jxs = jax.device_put(params), jax.device_put(xs)
         fns["jax.jit"] = lambda: jf(jparams, jxs)
+    aot = _aot_lstm(lstm, params, xs)
+    if aot is not None:
+        fns["axle-aot"] = aot
     session = _onnx_lstm(params, *xs.shape)
     if session is not None:
         fns["onnxruntime"] = lambda: session.run(None, {"X": xs})[0]
     _checked(fns, lstm.lstm_numpy(params, xs), lambda r: r, "stacked LSTM")
-    rows = [_row(f"stacked LSTM forward {lstm.LAYERS}x{lstm.UNITS} units, {lstm.STEPS} steps, batch {lstm.BATCH} "
-                 f"(scan)", fns, repeats)]
+    return _row(f"stacked LSTM forward {lstm.LAYERS}x{lstm.UNITS} units, {lstm.STEPS} steps, batch {lstm.BATCH} "
+                f"(scan)", fns, repeats)
+
+
+def _rnn_rows(axle: Any, dev: Any, jax: Any, repeats: int) -> list[Row]:
+    """The seeds' stacked LSTM forward (3 x 60 units, 10 steps, batch 1) and one min-char-rnn
+    training step (hidden 100, 25 steps), each as examples/ writes it with lax.scan: axle
+    jit on cpu:0 against NumPy's Python loop, jax.jit and (the LSTM) onnxruntime and the
+    same LSTM compiled ahead of time (``axle-aot``). They time whatever runs the loops on
+    main (a native loop, or the host fallback)."""
+    cr = _example("char_rnn")
+    rng = np.random.default_rng(0)
+    rows = [_lstm_row(axle, dev, jax, rng, repeats)]
 
     corpus, cfg = cr.Corpus.of(), cr.Config()
     inputs, targets, _ = cr.batches(corpus, cfg, 1)[0]

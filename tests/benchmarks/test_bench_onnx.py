@@ -3,25 +3,16 @@ against onnxruntime before it was timed (no timing assertions)."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    path = os.path.join(ROOT, "benchmarks", "bench_onnx.py")
-    spec = importlib.util.spec_from_file_location("_bench_onnx_under_test", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_bench: Callable[[str], ModuleType]) -> ModuleType:
+    return load_bench("bench_onnx.py")
 
 
 def test_quick_rows_check_every_implementation_against_onnxruntime(bench: ModuleType) -> None:
