@@ -79,25 +79,32 @@ def test_derived_c_device_passes_the_kit_from_a_wheel(tmp_path: Path) -> None:
     build, install, kit = rest
     run(build, tmp_path)
     run(install, tmp_path)
-    # kernel binaries cached in the temporary folder: this run compiles with the device's own
-    # toolchain, never loading a binary an earlier run left in the user's cache
-    cache = {f"AXLE_{name.upper()}_CACHE": str(tmp_path / "kernel-cache")}
+    # kernel binaries cached in the temporary folder (--compile_cache): this run compiles with
+    # the device's own toolchain, never loading a binary an earlier run left in the user's cache
+    cache = {"AXLE_FLAGS": f"--compile_cache={tmp_path / 'kernel-cache'}"}
     site = tmp_path / "site"
     assert (site / f"axle_{name}" / "codegen.py").read_text() == text, "the kit must run the installed wheel"
     assert not list(site.glob("__editable__*")) and not list(site.glob("*.pth")), "installed editable"
-    # the kit's quick set (591 checks, every op, the control checks whole): the C renderer
+    # the kit's quick set (620 checks, every op, the control checks whole): the C renderer
     # passes the full kit as the template in tests/conformance; this run checks the wheel,
     # the dialect and the toolchain, without compiling 6,000 kernels with the device's cc
     out = run(kit + " --quick", tmp_path, cache).stdout
     claimed = re.search(r"claimed by the device:\s+(\d+) passed, (\d+) failed", out)
     fallback = re.search(r"not claimed \(host fallback\):\s+(\d+) passed, (\d+) failed", out)
     assert claimed and fallback, out[-3000:]
-    # every check, the loops and conditionals too (the template runs them over its own kernels)
-    assert (int(claimed.group(1)), int(claimed.group(2))) == (len(kit_checks(quick=True)), 0), out[-3000:]
-    assert (int(fallback.group(1)), int(fallback.group(2))) == (0, 0), out[-3000:]
+    # every check, the loops and conditionals too (the template runs them over its own kernels),
+    # but the collectives: no backend claims them, the core's host communicator runs them
+    quick = kit_checks(quick=True)
+    n_collective = sum(1 for c in quick if c.module is not None
+                       and any(n.traits.collective for n in c.module.entry.nodes))
+    assert n_collective > 0
+    assert (int(claimed.group(1)), int(claimed.group(2))) == (len(quick) - n_collective, 0), out[-3000:]
+    assert (int(fallback.group(1)), int(fallback.group(2))) == (n_collective, 0), out[-3000:]
     # the device compiled its own dialect
     probe = (f"import numpy as np, axle; f = axle.jit(lambda x: x * 2 + 1, device='{name}:0'); "
              "x = np.ones(3, np.float32); print(f(x)); print(*f.lower(x).compile().executable.kernel_sources().values())")
     src = run(f"PYTHONPATH=./site python -c {shlex.quote(probe)}", tmp_path, cache).stdout
     assert "[3. 3. 3.]" in src and "for (long long" in src and "__restrict__" in src, src
-    assert len(list((tmp_path / "kernel-cache").glob("*.bin"))) > 300, "the kit compiled in the test's cache"
+    # the probe's kernel was compiled into the test's cache (the kit's worker processes
+    # compile into private caches of their own: axle.testing's worker pool)
+    assert list((tmp_path / "kernel-cache").rglob("*.bin")), "the probe compiled in the test's cache"
