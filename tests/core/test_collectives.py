@@ -14,6 +14,7 @@ from axle.errors import CollectiveError, OpAttributeError, ParseError, ShapeErro
 from axle.frontend.bind import bind
 from axle.frontend.jit import trace_function
 from axle.interpreter import evaluate, evaluate_spmd
+from axle.ir import collectives as c
 from axle.ir.builder import Builder
 from axle.ir.module import Module
 from axle.ir.ops import Op
@@ -241,3 +242,42 @@ def test_vmap_inside_a_replica_shifts_dimensions() -> None:
     xs = _inputs((3, 2))
     outs = _run(module, xs)
     np.testing.assert_array_equal(outs[0], np.concatenate([xs[0], xs[2]], axis=1))
+
+
+class _CountingProcesses:
+    """Stands in for axle.distributed.World in one process: records the cross-process
+    calls a rendezvous makes, and reduces only float32 (as MPI lacks float16)."""
+
+    def __init__(self) -> None:
+        self.gathers: list[int] = []
+        self.reduces: list[tuple[str, str]] = []
+
+    def allgather(self, local: list[Any]) -> list[Any]:
+        self.gathers.append(len(local))
+        return local
+
+    def can_reduce(self, dtype: np.dtype, kind: str) -> bool:
+        return dtype == np.float32
+
+    def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray:
+        self.reduces.append((local.dtype.name, kind))
+        return local
+
+
+def test_one_cross_process_call_per_collective() -> None:
+    """The exchange with the other processes (an MPI call) runs once per collective, and an
+    all-reduce over every replica is one reduction, not a gather."""
+    procs = _CountingProcesses()
+
+    def replica(r: int) -> list[np.ndarray]:
+        x = np.full(2, r + 1, np.float32)
+        return [c.all_gather(x, dimension=0, replica_groups=(0, 1), group_size=2),
+                c.all_reduce(x, kind="sum", replica_groups=(0, 1), group_size=2),
+                c.all_reduce(x.astype(np.float16), kind="max", replica_groups=(0, 1), group_size=2)]
+
+    outs = c.run_replicas(2, replica, outer=procs.allgather, outer_reduce=procs)
+    assert procs.gathers == [2, 2] and procs.reduces == [("float32", "sum")]
+    for got in outs:
+        np.testing.assert_array_equal(got[0], [1, 1, 2, 2])
+        np.testing.assert_array_equal(got[1], [3, 3])
+        np.testing.assert_array_equal(got[2], np.array([2, 2], np.float16))

@@ -12,6 +12,7 @@ through the partitioner's host clusters.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +108,16 @@ def _nested_check() -> None:
                            "axes at once with axle.shard_map on a 2-d Mesh", where=user_location())
 
 
+def _summary(axis_name: str, n: int, per_leaf: Sequence[Sequence[np.ndarray]]) -> str:
+    shapes = ", ".join(f"{p[0].dtype}{list(p[0].shape)}" for p in per_leaf)
+    return f"{n} replicas of axis {axis_name!r} on ({shapes})"
+
+
+def _digest(compiled: Compiled) -> str:
+    """The traced module's text, hashed: processes whose programs differ disagree on it."""
+    return hashlib.sha256(compiled.lowered.module.as_text().encode()).hexdigest()
+
+
 class PmapFunction:
     """``fn`` mapped over an axis of its arguments (``in_axes``), one replica per slice."""
 
@@ -169,10 +180,14 @@ class PmapFunction:
             example = unflatten(tree, [p[0] for p in per_leaf])
             self._cache[key] = _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)), example,
                                              devices)
+            if world is not None:  # once per program: every process must run this one
+                world.agree("a pmap's program", _summary(self.axis_name, n, per_leaf),
+                            _digest(self._cache[key][0][0]))
         compiled, out_tree = self._cache[key]
         per = [unflatten(tree, [p[r] for p in per_leaf]) for r in range(n)]
         outs = run_replicas(n, lambda r: compiled[r](*per[r]), total=total,
-                            first=world.process_index * n if world else 0, outer=world.allgather if world else None)
+                            first=world.process_index * n if world else 0, outer=world.allgather if world else None,
+                            outer_reduce=world)
         return _outputs(outs, out_tree, self.out_axes)
 
     def _in_trace(self, fn: Callable[..., Any], dyn: Sequence[Any], in_axes: Any, n: int) -> Any:

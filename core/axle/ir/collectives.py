@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -134,6 +134,15 @@ class ReplicaAborted(CollectiveError):
 OuterExchange = Callable[[list[Any]], list[Any]]
 
 
+class OuterReduce(Protocol):
+    """Combines one process's value with the other processes' (axle.distributed.World:
+    MPI ``Allreduce``), for the dtypes and kinds it says it can."""
+
+    def can_reduce(self, dtype: np.dtype, kind: str) -> bool: ...
+
+    def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray: ...
+
+
 class Rendezvous:
     """Where the replicas of one SPMD run meet at each collective: every replica posts its
     operand and gets every replica's, in replica order. All replicas reach the same
@@ -142,27 +151,47 @@ class Rendezvous:
 
     This process's threads run the replicas ``first .. first + local - 1`` of ``count``;
     with several processes, ``outer`` (run by one thread once all local replicas arrived)
-    exchanges the local values with the other processes'."""
+    exchanges the local values with the other processes'; ``outer_reduce`` lets an
+    all-reduce over every replica cross processes as one reduction (:meth:`reduce`)."""
 
     def __init__(self, count: int, timeout: float = RENDEZVOUS_TIMEOUT_S, *, local: int | None = None,
-                 first: int = 0, outer: OuterExchange | None = None) -> None:
+                 first: int = 0, outer: OuterExchange | None = None, outer_reduce: OuterReduce | None = None) -> None:
         self.count = count
         self.local = count if local is None else local
         self.first = first
         self._outer = outer
+        self._reducer = outer_reduce
+        self._kind: str | None = None  # set while the replicas meet at a reduce()
         self._slots: list[Any] = [None] * self.local
-        self._all: list[Any] = []
+        self._all: Any = []
         self._barrier = threading.Barrier(self.local, action=self._gather, timeout=timeout)
+        # a second barrier without the action: the exchange (an MPI call) runs once per collective
+        self._read = threading.Barrier(self.local, timeout=timeout)
 
     def _gather(self) -> None:
+        if self._kind is not None and self._reducer is not None:
+            # the local replicas combined in replica order, then across processes
+            self._all = self._reducer.allreduce(_combine(self._kind, self._slots), self._kind)
+            self._kind = None
+            return
         self._all = self._outer(list(self._slots)) if self._outer is not None else list(self._slots)
+
+    def reduces(self, dtype: np.dtype, kind: str) -> bool:
+        """Whether :meth:`reduce` crosses processes as one reduction for this dtype and kind."""
+        return self._reducer is not None and self._reducer.can_reduce(dtype, kind)
+
+    def reduce(self, replica: int, value: np.ndarray, kind: str) -> np.ndarray:
+        """``kind`` over every replica's ``value`` (all replicas, one group)."""
+        self._kind = kind  # every replica sets the same kind before the barrier reads it
+        out: np.ndarray = self.exchange(replica, value)
+        return out
 
     def exchange(self, replica: int, value: Any) -> list[Any]:
         self._slots[replica - self.first] = value
         try:
             self._barrier.wait()
             out = self._all
-            self._barrier.wait()  # nobody posts the next collective's value before all have read this one
+            self._read.wait()  # nobody posts the next collective's value before all have read this one
         except threading.BrokenBarrierError:
             raise ReplicaAborted(f"replica {replica} of {self.count}: another replica failed or never "
                                  "reached this collective") from None
@@ -170,6 +199,7 @@ class Rendezvous:
 
     def abort(self) -> None:
         self._barrier.abort()
+        self._read.abort()
 
 
 @dataclass(frozen=True)
@@ -207,7 +237,7 @@ def replica_context(replica: int, rendezvous: Rendezvous) -> Iterator[None]:
 
 
 def run_replicas(count: int, run: Callable[[int], T], *, total: int | None = None, first: int = 0,
-                 outer: OuterExchange | None = None) -> list[T]:
+                 outer: OuterExchange | None = None, outer_reduce: OuterReduce | None = None) -> list[T]:
     """``run(r)`` for each local replica r (0 .. count-1) of a run, a thread per replica,
     each in a ``replica_context`` of one rendezvous as replica ``first + r`` of ``total``
     (default: ``count``, this process alone; ``outer`` exchanges with the other processes).
@@ -216,7 +246,7 @@ def run_replicas(count: int, run: Callable[[int], T], *, total: int | None = Non
     ReplicaAborted of the others)."""
     if count < 1:
         raise CollectiveError("an SPMD run needs at least one replica")
-    rendezvous = Rendezvous(total or count, local=count, first=first, outer=outer)
+    rendezvous = Rendezvous(total or count, local=count, first=first, outer=outer, outer_reduce=outer_reduce)
 
     def one(r: int) -> T:
         with replica_context(first + r, rendezvous):
@@ -263,6 +293,10 @@ def _combine(kind: str, xs: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def all_reduce(x: np.ndarray, *, kind: str, replica_groups: tuple[int, ...], group_size: int) -> np.ndarray:
+    ctx = current_replica()
+    rv = ctx.rendezvous
+    if rv is not None and group_size == len(replica_groups) == rv.count and rv.reduces(x.dtype, kind):
+        return np.array(rv.reduce(ctx.replica, x, kind), copy=True)  # one group of all: MPI Allreduce
     _, xs = _my_group(Op.ALL_REDUCE, x, replica_groups, group_size)
     return _combine(kind, xs)
 
