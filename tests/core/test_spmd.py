@@ -3,6 +3,7 @@ the axle.lax collectives inside, against NumPy written out by hand; jit, grad an
 inside; sharded arrays; the errors."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -196,3 +197,23 @@ def test_pmap_axes_errors_name_the_argument() -> None:
         axle.jit(axle.pmap(lambda v: v, axis_name="i", devices=[axle.default_device()] * 2))(X)
     with pytest.raises(TracingError, match="pmap inside the function of another pmap"):
         _pmap(lambda v: axle.pmap(lambda w: w, axis_name="j")(v.reshape(3, 1)))(X)
+
+
+def test_explain_lists_collectives_and_bytes_per_step() -> None:
+    def step(w: Any, x: Any) -> Any:
+        g = lax.pmean(axle.grad(lambda w: ((x @ w) ** 2).sum())(w), "d")
+        looped = lax.fori_loop(0, 2, lambda i, c: lax.psum(c, "d"), x[0])
+        return w - 0.1 * g, lax.all_gather(looped.astype(np.float16), "d")
+
+    ex = axle.pmap(step, axis_name="d").lower(np.ones((4, 3, 2), np.float32), np.ones((4, 8, 3), np.float32)).explain()
+    text = ex.text(source=False)
+    assert "collectives: 3, each a host step" in text
+    assert ("all-reduce(sum) f32[3,2] over 4 replicas, groups {0,1,2,3}: 24 B per replica, 96 B per step in all; "
+            "local (one process: host memory)") in text
+    assert "all-reduce(sum) f32[3] over 4 replicas, groups {0,1,2,3}: 12 B per replica, 48 B per trip of its loop" in text
+    assert "per step: 2 collectives, 30 B per replica, 120 B over all replicas (plus those in loops, per trip)" in text
+    # over 2 processes of 2 replicas: the all-reduce is one MPI Allreduce, the float16 gather an Allgather
+    by_op = {t.node.op.value: replace(t, processes=2) for t in ex.communication if not t.in_loop}
+    assert by_op["all-reduce"].cross_process() == "cross-process: MPI Allreduce of 24 B per process"
+    assert by_op["all-gather"].cross_process() == ("cross-process: MPI Allgather, 12 B sent and 12 B received per "
+                                                   "process")

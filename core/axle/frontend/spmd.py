@@ -29,7 +29,7 @@ from ..placement import resolve
 from ..sharding import Mesh, NamedSharding, PartitionSpec
 from .collectives import AxisEnv, axis_env, current_axis_env
 from .device_put import ShardedArray, device_put
-from .jit import Compiled, jit
+from .jit import Compiled, Lowered, jit
 from .pytree import flatten, unflatten
 from .source import user_location
 from .tracing import Tracer, current_trace
@@ -189,6 +189,18 @@ class PmapFunction:
                             first=world.process_index * n if world else 0, outer=world.allgather if world else None,
                             outer_reduce=world)
         return _outputs(outs, out_tree, self.out_axes)
+
+    def lower(self, *args: Any) -> Lowered:
+        """Replica 0's program for these arguments, on the first replica's device: its
+        ``.explain()`` lists the collectives and the bytes each moves per step."""
+        dyn, in_axes, fn, _ = self._split_static(args)
+        leaves, tree = flatten(tuple(dyn))
+        axes = _in_axes(in_axes, tree, "pmap")
+        n = _mapped_size(leaves, axes, _leaf_names(tree, len(dyn)))
+        example = [_host(x) if a is None else np.take(_host(x), 0, axis=a) for x, a in zip(leaves, axes)]
+        device = resolve(self.devices[0]) if self.devices else resolve(None)
+        with axis_env(AxisEnv((self.axis_name,), (n * distributed.process_count(),))):
+            return jit(fn, device=device).lower(*unflatten(tree, example))
 
     def _in_trace(self, fn: Callable[..., Any], dyn: Sequence[Any], in_axes: Any, n: int) -> Any:
         """Inside jit, grad, vmap or a loop body: the replicas are one batch of the enclosing

@@ -183,10 +183,15 @@ class Rendezvous:
     def reduce(self, replica: int, value: np.ndarray, kind: str) -> np.ndarray:
         """``kind`` over every replica's ``value`` (all replicas, one group)."""
         self._kind = kind  # every replica sets the same kind before the barrier reads it
-        out: np.ndarray = self.exchange(replica, value)
+        out: np.ndarray = self._meet(replica, value)
         return out
 
     def exchange(self, replica: int, value: Any) -> list[Any]:
+        out: list[Any] = self._meet(replica, value)
+        return out
+
+    def _meet(self, replica: int, value: Any) -> Any:
+        """Posts ``value`` and returns what the barrier's action made of all of them."""
         self._slots[replica - self.first] = value
         try:
             self._barrier.wait()
@@ -338,3 +343,4 @@ def replica_id() -> np.ndarray:
 def inverse_pairs(flat: Sequence[int]) -> tuple[int, ...]:
     """``source_target_pairs`` sending every value back where it came from (the transpose)."""
     return tuple(v for i in range(0, len(flat), 2) for v in (flat[i + 1], flat[i]))
+

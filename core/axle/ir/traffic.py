@@ -1,0 +1,87 @@
+"""What each collective of a module moves per step (``explain``'s communication section):
+kind, replica groups, bytes per replica and in all, and whether it crosses processes (and
+how: axle.distributed's MPI ``Allreduce`` or ``Allgather``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .collectives import COLLECTIVE_KINDS, groups_of, permute_pairs
+from .module import Module, Node
+from .opcodes import Op
+
+#: the collective ops (replica-id reads no other replica)
+COLLECTIVE_OPS = (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL, Op.COLLECTIVE_PERMUTE)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What one collective of a module moves each time it runs (``axle explain``)."""
+
+    node: Node
+    in_loop: bool  # inside a loop body or branch: per trip, not per step
+    processes: int  # the processes the run spans (axle.distributed), replicas split evenly
+
+    @property
+    def kind(self) -> str:
+        k = self.node.attr.get("kind")
+        return f"{self.node.op.value}({k})" if k else self.node.op.value
+
+    @property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        if self.node.op is Op.COLLECTIVE_PERMUTE:
+            pairs = permute_pairs(self.node.op, self.node.attr["source_target_pairs"])
+            return tuple(pairs)
+        return groups_of(self.node.op, self.node.attr["replica_groups"], self.node.attr["group_size"])
+
+    @property
+    def replicas(self) -> int:
+        if self.node.op is Op.COLLECTIVE_PERMUTE:
+            return max((r for g in self.groups for r in g), default=0) + 1
+        return sum(len(g) for g in self.groups)
+
+    @property
+    def bytes_per_replica(self) -> int:
+        """The operand each replica posts to the exchange."""
+        return self.node.operands[0].tensor_type.nbytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Every replica's operand: what the communicator moves through host memory."""
+        return self.bytes_per_replica * self.replicas
+
+    def cross_process(self) -> str:
+        """How the collective crosses processes (MPI), or that it stays in this process."""
+        if self.processes <= 1:
+            return "local (one process: host memory)"
+        local = max(1, self.replicas // self.processes)
+        spans = any(len({r // local for r in g}) > 1 for g in self.groups)
+        if not spans:
+            return "local (each group within one process)"
+        dtype = self.node.operands[0].tensor_type.dtype.np
+        one_group = len(self.groups) == 1 and self.node.op is Op.ALL_REDUCE
+        if one_group and dtype.name in _MPI_REDUCED and self.node.attr["kind"] in COLLECTIVE_KINDS:
+            return f"cross-process: MPI Allreduce of {self.bytes_per_replica} B per process"
+        got = (self.processes - 1) * local * self.bytes_per_replica
+        return (f"cross-process: MPI Allgather, {local * self.bytes_per_replica} B sent and {got} B received per "
+                "process")
+
+    def describe(self) -> str:
+        groups = self.groups
+        shown = ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups[:4]) + (", ..." if len(groups) > 4 else "")
+        what = "pairs" if self.node.op is Op.COLLECTIVE_PERMUTE else "groups"
+        return (f"{self.kind} {self.node.operands[0].type} over {self.replicas} replicas, {what} {shown}: "
+                f"{self.bytes_per_replica} B per replica, {self.total_bytes} B per "
+                f"{'trip of its loop' if self.in_loop else 'step'} in all; {self.cross_process()}")
+
+
+#: the dtypes axle.distributed reduces with MPI itself (the others: gathered bit patterns)
+_MPI_REDUCED = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def traffic(module: Module, processes: int = 1) -> list[Traffic]:
+    """Every collective of ``module`` (entry first, then those in loop bodies and branches)."""
+    out = [Traffic(n, False, processes) for n in module.entry.nodes if n.op in COLLECTIVE_OPS]
+    for comp in module.computations():
+        if comp is not module.entry:
+            out += [Traffic(n, True, processes) for n in comp.nodes if n.op in COLLECTIVE_OPS]
+    return out
