@@ -24,16 +24,12 @@ from typing import Any
 import numpy as np
 
 from .errors import CollectiveError
+from .ir.traffic import MPI_TYPES
 
 #: environment variables an MPI launcher sets (Open MPI, MPICH/PMI, Slurm)
 _LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_NTASKS")
 
 
-#: the MPI datatype (mpi4py's MPI attribute) of each NumPy dtype MPI reduces natively;
-#: float16 and bfloat16 travel as their uint16 bit patterns and are reduced by NumPy
-_MPI_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "int8": "INT8_T", "int16": "INT16_T", "int32": "INT32_T",
-              "int64": "INT64_T", "uint8": "UINT8_T", "uint16": "UINT16_T", "uint32": "UINT32_T",
-              "uint64": "UINT64_T"}
 #: the dtypes without an MPI type, moved as bits of the same width (no reduction needed)
 _BIT_PATTERNS = {1: "UINT8_T", 2: "UINT16_T", 4: "UINT32_T", 8: "UINT64_T"}
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
@@ -50,7 +46,7 @@ class World:
 
     def _typed(self, a: np.ndarray) -> list[Any]:
         """``a`` as an MPI buffer: [array, datatype], a dtype MPI lacks as its bit pattern."""
-        name = _MPI_TYPES.get(a.dtype.name)
+        name = MPI_TYPES.get(a.dtype.name)
         if name is None:
             name = _BIT_PATTERNS[a.dtype.itemsize]
             a = a.view(np.dtype(f"u{a.dtype.itemsize}"))
@@ -67,7 +63,7 @@ class World:
 
     def can_reduce(self, dtype: np.dtype, kind: str) -> bool:
         """Whether MPI reduces ``dtype`` with ``kind`` itself (``Allreduce``)."""
-        return dtype.name in _MPI_TYPES and kind in _MPI_OPS
+        return dtype.name in MPI_TYPES and kind in _MPI_OPS
 
     def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray:
         """``local`` (this process's replicas already combined) combined over the processes."""

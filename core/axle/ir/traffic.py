@@ -59,7 +59,7 @@ class Traffic:
             return "local (each group within one process)"
         dtype = self.node.operands[0].tensor_type.dtype.np
         one_group = len(self.groups) == 1 and self.node.op is Op.ALL_REDUCE
-        if one_group and dtype.name in _MPI_REDUCED and self.node.attr["kind"] in COLLECTIVE_KINDS:
+        if one_group and dtype.name in MPI_TYPES and self.node.attr["kind"] in COLLECTIVE_KINDS:
             return f"cross-process: MPI Allreduce of {self.bytes_per_replica} B per process"
         got = (self.processes - 1) * local * self.bytes_per_replica
         return (f"cross-process: MPI Allgather, {local * self.bytes_per_replica} B sent and {got} B received per "
@@ -74,8 +74,12 @@ class Traffic:
                 f"{'trip of its loop' if self.in_loop else 'step'} in all; {self.cross_process()}")
 
 
-#: the dtypes axle.distributed reduces with MPI itself (the others: gathered bit patterns)
-_MPI_REDUCED = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: the MPI datatype (mpi4py's ``MPI`` attribute) of each NumPy dtype MPI reduces natively:
+#: axle.distributed reduces these with ``Allreduce``; float16, bfloat16 and bool travel as
+#: their bit patterns and are reduced by NumPy
+MPI_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "int8": "INT8_T", "int16": "INT16_T", "int32": "INT32_T",
+             "int64": "INT64_T", "uint8": "UINT8_T", "uint16": "UINT16_T", "uint32": "UINT32_T",
+             "uint64": "UINT64_T"}
 
 
 def traffic(module: Module, processes: int = 1) -> list[Traffic]:
