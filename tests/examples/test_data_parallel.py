@@ -53,8 +53,12 @@ def test_two_mpi_processes_of_two_devices_train_like_one_device() -> None:
 
 
 ACROSS = """
+import sys
 import numpy as np, axle
 from axle.errors import CollectiveError
+def say(line):  # one write per line: the two processes share mpirun's output
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
 lax = axle.lax
 w = axle.distributed.initialize()
 p = w.process_index
@@ -71,13 +75,13 @@ for g, want in zip(got[:6], wants):
     assert np.array_equal(g[0].astype(want.dtype), want) and np.array_equal(g[1].astype(want.dtype), want), (g, want)
 assert np.array_equal(got[6], whole.T[2 * p:2 * p + 2]), got[6]
 assert np.array_equal(got[7], [np.zeros(4), whole[0]] if p == 1 else [np.zeros(4), whole[3]]), got[7]
-print("collectives agree")
+say("collectives agree")
 for label, f, arg in (("shapes", lambda v: lax.psum(v, "i"), np.ones((2, 3 + p), np.float32)),
                       ("program", lambda v: lax.psum(v * (1 + p), "i"), np.ones((2, 3), np.float32))):
     try:
         axle.pmap(f, axis_name="i")(arg)
     except CollectiveError as e:
-        print("refused", label + ":", e)
+        say(f"refused {label}: {e}")
 """
 
 
