@@ -72,6 +72,26 @@ class World:
         self.comm.Allreduce(self._typed(a), self._typed(out), op=getattr(self.mpi, _MPI_OPS[kind]))
         return out
 
+    def reduce_scatter(self, send: np.ndarray, kind: str) -> np.ndarray:
+        """``send`` ([process, ...], this process's combined blocks for each process)
+        combined over the processes; this process gets its own part (``Reduce_scatter_block``)."""
+        out = np.empty(send.shape[1:], send.dtype)
+        self.comm.Reduce_scatter_block(self._typed(send), self._typed(out), op=getattr(self.mpi, _MPI_OPS[kind]))
+        return out
+
+    def alltoall(self, send: np.ndarray) -> np.ndarray:
+        """Part q of ``send`` ([process, ...]) goes to process q; part p of the result came from p."""
+        out = np.empty_like(send)
+        self.comm.Alltoall(self._typed(send), self._typed(out))
+        return out
+
+    def permute(self, sends: list[tuple[int, int, np.ndarray]], receives: list[tuple[int, int, np.ndarray]]) -> None:
+        """Point-to-point: each (process, tag, array) of ``sends`` goes to that process, each
+        of ``receives`` is filled from it (nonblocking sends and receives, then one wait)."""
+        requests = [self.comm.Isend(self._typed(a), dest=p, tag=t) for p, t, a in sends]
+        requests += [self.comm.Irecv(self._typed(a), source=p, tag=t) for p, t, a in receives]
+        self.mpi.Request.Waitall(requests)
+
     def agree(self, what: str, summary: str, digest: str) -> None:
         """Raises CollectiveError on every process unless all run the same program: one
         small pickled allgather of (summary, digest) per program, not per step."""

@@ -245,39 +245,60 @@ def test_vmap_inside_a_replica_shifts_dimensions() -> None:
 
 
 class _CountingProcesses:
-    """Stands in for axle.distributed.World in one process: records the cross-process
-    calls a rendezvous makes, and reduces only float32 (as MPI lacks float16)."""
+    """Stands in for axle.distributed.World as the only process: records the
+    cross-process calls a rendezvous makes; reduces only float32 (MPI lacks float16)."""
 
     def __init__(self) -> None:
-        self.gathers: list[int] = []
-        self.reduces: list[tuple[str, str]] = []
+        self.calls: list[str] = []
 
     def allgather(self, local: list[Any]) -> list[Any]:
-        self.gathers.append(len(local))
+        self.calls.append(f"allgather of {len(local)}")
         return local
 
     def can_reduce(self, dtype: np.dtype, kind: str) -> bool:
         return dtype == np.float32
 
     def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray:
-        self.reduces.append((local.dtype.name, kind))
+        self.calls.append(f"allreduce {local.dtype.name} {kind}")
         return local
+
+    def reduce_scatter(self, send: np.ndarray, kind: str) -> np.ndarray:
+        self.calls.append(f"reduce_scatter {send.shape}")
+        return send[0]
+
+    def alltoall(self, send: np.ndarray) -> np.ndarray:
+        self.calls.append(f"alltoall {send.shape}")
+        return send
+
+    def permute(self, sends: list[Any], receives: list[Any]) -> None:
+        self.calls.append(f"permute {len(sends)} {len(receives)}")
 
 
 def test_one_cross_process_call_per_collective() -> None:
-    """The exchange with the other processes (an MPI call) runs once per collective, and an
-    all-reduce over every replica is one reduction, not a gather."""
+    """The exchange with the other processes (an MPI call) runs once per collective, and a
+    collective over every replica makes its own call (Allreduce, Reduce_scatter, Alltoall,
+    point-to-point) instead of a gather, with the single-process results."""
     procs = _CountingProcesses()
+    groups = {"replica_groups": (0, 1), "group_size": 2}
 
     def replica(r: int) -> list[np.ndarray]:
-        x = np.full(2, r + 1, np.float32)
-        return [c.all_gather(x, dimension=0, replica_groups=(0, 1), group_size=2),
-                c.all_reduce(x, kind="sum", replica_groups=(0, 1), group_size=2),
-                c.all_reduce(x.astype(np.float16), kind="max", replica_groups=(0, 1), group_size=2)]
+        x = np.arange(4, dtype=np.float32) + 10 * r
+        return [c.all_gather(x, dimension=0, **groups), c.all_reduce(x, kind="sum", **groups),
+                c.all_reduce(x.astype(np.float16), kind="max", **groups),
+                c.reduce_scatter(x, kind="sum", dimension=0, **groups),
+                c.all_to_all(x.reshape(2, 2), split_dimension=0, concat_dimension=1, **groups),
+                c.collective_permute(x, source_target_pairs=(0, 1))]
 
-    outs = c.run_replicas(2, replica, outer=procs.allgather, outer_reduce=procs)
-    assert procs.gathers == [2, 2] and procs.reduces == [("float32", "sum")]
-    for got in outs:
-        np.testing.assert_array_equal(got[0], [1, 1, 2, 2])
-        np.testing.assert_array_equal(got[1], [3, 3])
-        np.testing.assert_array_equal(got[2], np.array([2, 2], np.float16))
+    outs = c.run_replicas(2, replica, outer=procs.allgather, processes=procs)
+    assert procs.calls == ["allgather of 2", "allreduce float32 sum", "allgather of 2", "reduce_scatter (1, 2, 2)",
+                           "alltoall (1, 2, 2, 1, 2)"]  # the permute's one pair is within the process
+    x = [np.arange(4, dtype=np.float32) + 10 * r for r in range(2)]
+    whole = [c.run_replicas(2, replica)[r] for r in range(2)]  # one process: every value gathered
+    for r in range(2):
+        np.testing.assert_array_equal(outs[r][0], np.concatenate(x))
+        np.testing.assert_array_equal(outs[r][2], np.maximum(x[0], x[1]).astype(np.float16))
+        np.testing.assert_array_equal(outs[r][3], (x[0] + x[1])[2 * r:2 * r + 2])
+        np.testing.assert_array_equal(outs[r][4], np.concatenate([v.reshape(2, 2)[r:r + 1] for v in x], axis=1))
+        np.testing.assert_array_equal(outs[r][5], x[0] if r == 1 else np.zeros(4, np.float32))
+        for got, want in zip(outs[r], whole[r]):
+            np.testing.assert_array_equal(got, want)

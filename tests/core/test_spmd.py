@@ -11,6 +11,7 @@ import pytest
 
 import axle
 from axle.errors import ArgumentError, TracingError
+from axle.ir.traffic import traffic
 from axle.sharding import Mesh, NamedSharding
 from axle.sharding import PartitionSpec as P
 
@@ -217,3 +218,17 @@ def test_explain_lists_collectives_and_bytes_per_step() -> None:
     assert by_op["all-reduce"].cross_process() == "cross-process: MPI Allreduce of 24 B per process"
     assert by_op["all-gather"].cross_process() == ("cross-process: MPI Allgather, 12 B sent and 12 B received per "
                                                    "process")
+
+
+def test_traffic_names_the_mpi_call_of_each_collective() -> None:
+    """How each collective would cross 2 processes of 2 replicas (axle.distributed's paths)."""
+    def f(v: Any) -> Any:
+        return (lax.psum_scatter(v, "i", tiled=True), lax.all_to_all(v, "i", 0, 0),
+                lax.ppermute(v, "i", [(0, 1), (1, 2)]), lax.psum(v.astype(np.float16), "i"))
+
+    module = axle.pmap(f, axis_name="i").lower(np.ones((4, 8), np.float32)).module
+    got = [t.cross_process() for t in traffic(module, processes=2)]
+    assert got == ["cross-process: MPI Reduce_scatter_block of 32 B per process, 16 B back",
+                   "cross-process: MPI Alltoall, 32 B sent and received per process",
+                   "cross-process: MPI point-to-point, 1 of 2 pairs cross processes, 32 B in all",
+                   "cross-process: MPI Allgather, 32 B sent and 32 B received per process"]

@@ -66,7 +66,9 @@ x = np.arange(8, dtype=np.float32).reshape(2, 4) + 10 * p        # replicas 2p, 
 whole = np.concatenate([np.arange(8, dtype=np.float32).reshape(2, 4) + 10 * q for q in range(2)])
 outs = axle.pmap(lambda v: (lax.psum(v, "i"), lax.psum(v.sum(), "i"), lax.pmin(v.astype(np.int32), "i"), lax.all_gather(v, "i"),
                             lax.psum(v.astype(np.float16), "i"), lax.pmax(v.astype(axle.numpy.bfloat16), "i"),
-                            lax.all_to_all(v, "i", 0, 0), lax.ppermute(v, "i", [(0, 3), (3, 1)])), axis_name="i")(x)
+                            lax.all_to_all(v, "i", 0, 0), lax.ppermute(v, "i", [(0, 3), (3, 1)]),
+                            lax.psum_scatter(v, "i"), lax.psum_scatter(v.reshape(4, 1), "i", tiled=True),
+                            lax.ppermute(v, "i", [(0, 1), (2, 3)])), axis_name="i")(x)
 got = [np.asarray(o) for o in outs]
 h = whole.astype(np.float16)
 wants = [whole.sum(0), whole.sum(), whole.astype(np.int32).min(0), whole, ((h[0] + h[1]) + h[2]) + h[3],
@@ -75,6 +77,9 @@ for g, want in zip(got[:6], wants):
     assert np.array_equal(g[0].astype(want.dtype), want) and np.array_equal(g[1].astype(want.dtype), want), (g, want)
 assert np.array_equal(got[6], whole.T[2 * p:2 * p + 2]), got[6]
 assert np.array_equal(got[7], [np.zeros(4), whole[0]] if p == 1 else [np.zeros(4), whole[3]]), got[7]
+assert np.array_equal(got[8], whole.sum(0)[2 * p:2 * p + 2]), got[8]
+assert np.array_equal(got[9][:, 0, 0], whole.sum(0)[2 * p:2 * p + 2]), got[9]
+assert np.array_equal(got[10], [np.zeros(4), whole[2 * p]]), got[10]
 say("collectives agree")
 for label, f, arg in (("shapes", lambda v: lax.psum(v, "i"), np.ones((2, 3 + p), np.float32)),
                       ("program", lambda v: lax.psum(v * (1 + p), "i"), np.ones((2, 3), np.float32))):

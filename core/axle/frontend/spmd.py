@@ -187,7 +187,7 @@ class PmapFunction:
         per = [unflatten(tree, [p[r] for p in per_leaf]) for r in range(n)]
         outs = run_replicas(n, lambda r: compiled[r](*per[r]), total=total,
                             first=world.process_index * n if world else 0, outer=world.allgather if world else None,
-                            outer_reduce=world)
+                            processes=world)
         return _outputs(outs, out_tree, self.out_axes)
 
     def lower(self, *args: Any) -> Lowered:

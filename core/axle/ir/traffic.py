@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .collectives import COLLECTIVE_KINDS, groups_of, permute_pairs
+from .collectives import groups_of, permute_pairs
 from .module import Module, Node
 from .opcodes import Op
 
@@ -20,6 +20,7 @@ class Traffic:
     node: Node
     in_loop: bool  # inside a loop body or branch: per trip, not per step
     processes: int  # the processes the run spans (axle.distributed), replicas split evenly
+    run_replicas: int  # the replicas of the run (every process's)
 
     @property
     def kind(self) -> str:
@@ -35,9 +36,7 @@ class Traffic:
 
     @property
     def replicas(self) -> int:
-        if self.node.op is Op.COLLECTIVE_PERMUTE:
-            return max((r for g in self.groups for r in g), default=0) + 1
-        return sum(len(g) for g in self.groups)
+        return self.run_replicas
 
     @property
     def bytes_per_replica(self) -> int:
@@ -50,20 +49,29 @@ class Traffic:
         return self.bytes_per_replica * self.replicas
 
     def cross_process(self) -> str:
-        """How the collective crosses processes (MPI), or that it stays in this process."""
+        """How the collective crosses processes (axle.distributed's MPI call and the bytes
+        it moves), or that it stays in this process."""
         if self.processes <= 1:
             return "local (one process: host memory)"
-        local = max(1, self.replicas // self.processes)
-        spans = any(len({r // local for r in g}) > 1 for g in self.groups)
-        if not spans:
+        n, b = self.run_replicas, self.bytes_per_replica
+        local = max(1, n // self.processes)
+        if not any(len({r // local for r in g}) > 1 for g in self.groups):
             return "local (each group within one process)"
-        dtype = self.node.operands[0].tensor_type.dtype.np
-        one_group = len(self.groups) == 1 and self.node.op is Op.ALL_REDUCE
-        if one_group and dtype.name in MPI_TYPES and self.node.attr["kind"] in COLLECTIVE_KINDS:
-            return f"cross-process: MPI Allreduce of {self.bytes_per_replica} B per process"
-        got = (self.processes - 1) * local * self.bytes_per_replica
-        return (f"cross-process: MPI Allgather, {local * self.bytes_per_replica} B sent and {got} B received per "
-                "process")
+        op = self.node.op
+        if op is Op.COLLECTIVE_PERMUTE:
+            crossing = sum(1 for s, t in self.groups if s // local != t // local)
+            return (f"cross-process: MPI point-to-point, {crossing} of {len(self.groups)} pairs cross processes, "
+                    f"{crossing * b} B in all")
+        whole = self.groups == (tuple(range(n)),)  # the cases axle.distributed runs as one call of their own
+        reduced = self.node.operands[0].tensor_type.dtype.np.name in MPI_TYPES
+        if whole and op is Op.ALL_REDUCE and reduced:
+            return f"cross-process: MPI Allreduce of {b} B per process"
+        if whole and op is Op.REDUCE_SCATTER and reduced:
+            return f"cross-process: MPI Reduce_scatter_block of {b} B per process, {local * b // n} B back"
+        if whole and op is Op.ALL_TO_ALL:
+            return f"cross-process: MPI Alltoall, {local * b * (n - local) // n} B sent and received per process"
+        got = (self.processes - 1) * local * b
+        return f"cross-process: MPI Allgather, {local * b} B sent and {got} B received per process"
 
     def describe(self) -> str:
         groups = self.groups
@@ -84,8 +92,10 @@ MPI_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "int8": "INT8_T", "int16":
 
 def traffic(module: Module, processes: int = 1) -> list[Traffic]:
     """Every collective of ``module`` (entry first, then those in loop bodies and branches)."""
-    out = [Traffic(n, False, processes) for n in module.entry.nodes if n.op in COLLECTIVE_OPS]
-    for comp in module.computations():
-        if comp is not module.entry:
-            out += [Traffic(n, True, processes) for n in comp.nodes if n.op in COLLECTIVE_OPS]
-    return out
+    found = [(n, comp is not module.entry) for comp in [module.entry, *module.computations()[:-1]]
+             for n in comp.nodes if n.op in COLLECTIVE_OPS]
+    # the run's replica count: what the replica groups cover (a permute names only its pairs)
+    count = max((len(n.attr["replica_groups"]) if "replica_groups" in n.attr else max(n.attr["source_target_pairs"],
+                                                                                         default=0) + 1
+                 for n, _ in found), default=1)
+    return [Traffic(n, in_loop, processes, count) for n, in_loop in found]
