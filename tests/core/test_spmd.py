@@ -131,6 +131,13 @@ def test_pmap_inside_jit_vmap_and_a_loop_matches_the_replicas() -> None:
     zs = np.stack([X, 2 * X])
     batched = np.asarray(axle.vmap(_pmap(lambda v: lax.psum(v, "i")))(zs))
     np.testing.assert_allclose(batched, np.broadcast_to(zs.sum(1, keepdims=True), zs.shape), rtol=1e-6)
+    # a loop inside the pmap whose carry starts the same on every replica and reads a
+    # collective and axis_index: it differs between replicas after the first trip
+    def trip(i: Any, c: Any) -> Any:
+        return lax.psum(c, "i") + lax.axis_index("i").astype(np.float32)
+
+    inner = _pmap(lambda v: lax.fori_loop(0, 2, trip, np.float32(1)) + v)
+    np.testing.assert_array_equal(np.asarray(axle.jit(inner)(X[:, 0])), np.asarray(inner(X[:, 0])))
     looped = np.asarray(lax.fori_loop(0, 3, lambda i, c: _pmap(lambda v: lax.pmean(v, "i") + v)(c), X))
     want = X.copy()
     for _ in range(3):

@@ -22,6 +22,7 @@ from ..errors import CollectiveError
 from ..frontend.bind import bind
 from ..frontend.tracing import aval_of
 from ..ir.collectives import inverse_pairs
+from ..ir.computation import called_computations
 from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import Op
@@ -189,6 +190,12 @@ def replicas_as_batch(count: int) -> Iterator[None]:
 def replica_batch_rules() -> dict[Op, BatchRule] | None:
     """The rules for collectives over the batch, while a replicas-as-batch replay runs."""
     return REPLICA_BATCH if getattr(_REPLICAS, "count", None) is not None else None
+
+
+def reads_replicas(n: Node) -> bool:
+    """Whether a loop or conditional runs a collective or replica-id somewhere inside: its
+    results then differ between replicas whatever its operands (the replay batches them all)."""
+    return any(m.op in REPLICA_BATCH or reads_replicas(m) for c in called_computations(n) for m in c.nodes)
 
 
 def _rows(x: Value, idx: Sequence[int]) -> Value:

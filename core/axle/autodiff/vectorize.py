@@ -32,7 +32,7 @@ from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
 from .batching import BATCH, batched_like, move_axis
 from .capture import Graph, apply, constant_of, trace_graph
-from .collective_rules import replica_batch_rules, replicas_as_batch
+from .collective_rules import reads_replicas, replica_batch_rules, replicas_as_batch
 from .control_batching import VMAP_FN
 
 __all__ = ["vmap", "vmap_replicas"]
@@ -134,6 +134,10 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, Flag]]:
         if replicas is not None and n.op in replicas:  # batched or not: it exchanges between replicas
             env[n.uid] = (replicas[n.op](n, vals, flags, b.size), True)
             continue
+        if replicas is not None and n.traits.control and not all(flags) and reads_replicas(n):
+            # a loop whose body exchanges between replicas: every carry may differ between them
+            vals = [v if f else batched_like(v, o.tensor_type, b.size) for v, f, o in zip(vals, flags, n.operands)]
+            flags = [True] * len(flags)
         if not any(flags):
             env[n.uid] = (apply(n, vals), False)
             continue
