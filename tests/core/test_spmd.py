@@ -220,6 +220,7 @@ def test_explain_lists_collectives_and_bytes_per_step() -> None:
             "local (one process: host memory)") in text
     assert "all-reduce(sum) f32[3] over 4 replicas, groups {0,1,2,3}: 12 B per replica, 48 B per trip of its loop" in text
     assert "per step: 2 collectives, 30 B per replica, 120 B over all replicas (plus those in loops, per trip)" in text
+    assert "<h2>Communication</h2>" in ex.to_html() and "96 B per step in all" in ex.to_html()
     # over 2 processes of 2 replicas: the all-reduce is one MPI Allreduce, the float16 gather an Allgather
     by_op = {t.node.op.value: replace(t, processes=2) for t in ex.communication if not t.in_loop}
     assert by_op["all-reduce"].cross_process() == "cross-process: MPI Allreduce of 24 B per process"
