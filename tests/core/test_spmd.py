@@ -103,7 +103,7 @@ def test_errors_name_the_problem() -> None:
         axle.jit(lambda v: lax.psum(v, "i"))(X)
     with pytest.raises(ArgumentError, match="mapped axes differ in size: argument 0 has 4, argument 1 has 3"):
         _pmap(lambda a, b: a + b)(X, np.zeros((3, 3), np.float32))
-    with pytest.raises(ArgumentError, match="size 4 but 2 devices"):
+    with pytest.raises(ArgumentError, match=r"size 4 \(argument 0\) but 2 devices"):
         axle.pmap(lambda v: v, axis_name="i", devices=[axle.default_device()] * 2)(X)
     with pytest.raises(ArgumentError, match="must be the group size 4"):
         _pmap(lambda v: lax.psum_scatter(v, "i"))(X)
@@ -201,7 +201,7 @@ def test_pmap_axes_errors_name_the_argument() -> None:
         _pmap_axes(lambda a: a, in_axes=None)(X)
     with pytest.raises(ArgumentError, match="in_axes has 1 entries for 2 positional"):
         _pmap_axes(lambda a, b: a, in_axes=(0,))(X, X)
-    with pytest.raises(ArgumentError, match="size 4 but 2 devices"):
+    with pytest.raises(ArgumentError, match=r"size 4 \(argument 0\) but 2 devices"):
         axle.jit(axle.pmap(lambda v: v, axis_name="i", devices=[axle.default_device()] * 2))(X)
     with pytest.raises(TracingError, match="pmap inside the function of another pmap"):
         _pmap(lambda v: axle.pmap(lambda w: w, axis_name="j")(v.reshape(3, 1)))(X)

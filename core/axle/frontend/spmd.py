@@ -164,8 +164,9 @@ class PmapFunction:
         names = _leaf_names(tree, len(dyn))
         n = _mapped_size(leaves, axes, names)
         if self.devices is not None and len(self.devices) != n:
-            raise ArgumentError(f"pmap: the mapped axis has size {n} but {len(self.devices)} devices were given",
-                                where=user_location())
+            mapped = ", ".join(name for name, a in zip(names, axes) if a is not None)
+            raise ArgumentError(f"pmap: the mapped axis has size {n} ({mapped}) but {len(self.devices)} devices were "
+                                "given: one replica per device", where=user_location())
         if current_trace() is not None or any(isinstance(x, Tracer) for x in leaves):
             return self._in_trace(fn, dyn, in_axes, n)
         devices = [resolve(d) for d in self.devices] if self.devices is not None else [resolve(None)] * n
