@@ -7,10 +7,12 @@ program on its local devices, and the collectives span every process's replicas.
 afterwards ``axle.pmap`` over a process's local devices runs replicas
 ``process_index * local .. + local - 1`` of ``local * process_count`` (every process must
 map the same number of devices). Each collective meets the local replicas first, then
-crosses processes on their host-staged NumPy buffers with MPI datatypes: an all-reduce
-over every replica combines the local replicas and calls ``Allreduce``; the others (and
-float16/bfloat16 reductions, which MPI lacks: their bit patterns travel, NumPy reduces)
-gather the operands with one ``Allgather``. Before a program's first run the processes
+crosses processes on their host-staged NumPy buffers with MPI datatypes (ir/collectives.py
+decides which call): an all-reduce over every replica combines the local replicas and
+calls ``Allreduce``, a reduce-scatter ``Reduce_scatter_block``, an all-to-all
+``Alltoall``, a collective-permute point-to-point sends; an all-gather (and float16 /
+bfloat16 reductions, which MPI lacks: their bit patterns travel, NumPy reduces) gathers
+the operands with one ``Allgather``. Before a program's first run the processes
 compare its fingerprint (shapes, dtypes, device count, the traced module's digest) with
 one small allgather; processes that disagree get a ``CollectiveError`` naming each
 process's shapes, on every process, rather than wrong numbers or a hung MPI call.
