@@ -13,9 +13,10 @@ calls ``Allreduce``, a reduce-scatter ``Reduce_scatter_block``, an all-to-all
 ``Alltoall``, a collective-permute point-to-point sends; an all-gather (and float16 /
 bfloat16 reductions, which MPI lacks: their bit patterns travel, NumPy reduces) gathers
 the operands with one ``Allgather``. Before a program's first run the processes
-compare its fingerprint (shapes, dtypes, device count, the traced module's digest) with
-one small allgather; processes that disagree get a ``CollectiveError`` naming each
-process's shapes, on every process, rather than wrong numbers or a hung MPI call.
+compare a digest of its collectives (kind, replica groups, operand shape and dtype, in
+program order) with one small allgather; processes that disagree get a
+``CollectiveError`` naming each process's argument shapes, on every process, rather than
+wrong numbers or a hung MPI call.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ class World:
     def allgather(self, local: list[Any]) -> list[Any]:
         """Every process's replica values, process after process (replica order): one
         buffer ``Allgather`` of the local replicas' values stacked. Every process must post
-        the same shapes (the program fingerprint, :meth:`agree`, checked that once)."""
+        the same shapes (the program's collectives, :meth:`agree`, checked that once)."""
         send = np.ascontiguousarray(np.stack([np.asarray(v) for v in local]))
         recv = np.empty((self.process_count,) + send.shape, send.dtype)
         self.comm.Allgather(self._typed(send), self._typed(recv))
@@ -95,14 +96,16 @@ class World:
         self.mpi.Request.Waitall(requests)
 
     def agree(self, what: str, summary: str, digest: str) -> None:
-        """Raises CollectiveError on every process unless all run the same program: one
-        small pickled allgather of (summary, digest) per program, not per step."""
+        """Raises CollectiveError on every process unless all agree on ``digest`` (the
+        program's collectives: what their MPI calls must match), naming each process's
+        ``summary``: one small pickled allgather per program, not per step."""
         parts = self.comm.allgather((summary, digest))
         if len({d for _, d in parts}) > 1:
             listed = "; ".join(f"process {p}: {s}" for p, (s, _) in enumerate(parts))
             same = len({s for s, _ in parts}) == 1
             raise CollectiveError(f"the processes disagree on {what} ({listed}"
-                                  f"{': the same shapes, but the traced programs differ' if same else ''}): every "
+                                  f"{': the same shapes, but the programs differ in their collectives' if same else ''}"
+                                  "): every "
                                   "process must run the same program on the same shapes")
 
 

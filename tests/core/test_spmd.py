@@ -11,7 +11,7 @@ import pytest
 
 import axle
 from axle.errors import ArgumentError, TracingError
-from axle.ir.traffic import traffic
+from axle.ir.traffic import collective_signature, traffic
 from axle.sharding import Mesh, NamedSharding
 from axle.sharding import PartitionSpec as P
 
@@ -240,3 +240,14 @@ def test_traffic_names_the_mpi_call_of_each_collective() -> None:
                    "cross-process: MPI Alltoall, 32 B sent and received per process",
                    "cross-process: MPI point-to-point, 1 of 2 pairs cross processes, 32 B in all",
                    "cross-process: MPI Allgather, 32 B sent and 32 B received per process"]
+
+
+def test_collective_signature_ignores_all_but_the_collectives() -> None:
+    """What processes must agree on (axle.distributed checks it once per program)."""
+    def sig(fn: Any, x: np.ndarray = X) -> str:
+        return collective_signature(axle.pmap(fn, axis_name="i").lower(x).module)
+
+    same = sig(lambda v: lax.psum(v * 2, "i"))
+    assert same == sig(lambda v: lax.psum(v * 3 + 1, "i")) and "all-reduce" in same
+    assert same != sig(lambda v: lax.pmax(v * 2, "i"))
+    assert same != sig(lambda v: lax.psum(v * 2, "i"), X[:, :2])

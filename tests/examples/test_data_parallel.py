@@ -82,7 +82,8 @@ assert np.array_equal(got[9][:, 0, 0], whole.sum(0)[2 * p:2 * p + 2]), got[9]
 assert np.array_equal(got[10], [np.zeros(4), whole[2 * p]]), got[10]
 say("collectives agree")
 for label, f, arg in (("shapes", lambda v: lax.psum(v, "i"), np.ones((2, 3 + p), np.float32)),
-                      ("program", lambda v: lax.psum(v * (1 + p), "i"), np.ones((2, 3), np.float32))):
+                      ("program", lambda v: lax.psum(v, "i") if p == 0 else lax.pmax(v, "i"), np.ones((2, 3), np.float32)),
+                      ("nothing", lambda v: lax.psum(v * (1 + p), "i"), np.ones((2, 3), np.float32))):
     try:
         axle.pmap(f, axis_name="i")(arg)
     except CollectiveError as e:
@@ -101,4 +102,5 @@ def test_collectives_across_two_processes_and_disagreements() -> None:
         out.stdout
     assert out.stdout.count("refused program: the processes disagree on a pmap's program (process 0: 2 replicas of "
                             "axis 'i' on (float32[3]); process 1: 2 replicas of axis 'i' on (float32[3]): the same "
-                            "shapes, but the traced programs differ)") == 2, out.stdout
+                            "shapes, but the programs differ in their collectives)") == 2, out.stdout
+    assert "refused nothing" not in out.stdout  # a per-process constant is not a disagreement

@@ -25,6 +25,7 @@ from ..autodiff.vectorize import _axes_per_leaf, _in_axes, _leaf_names, vmap_rep
 from ..backend import Device
 from ..errors import ArgumentError, TracingError
 from ..ir.collectives import run_replicas
+from ..ir.traffic import collective_signature
 from ..placement import resolve
 from ..sharding import Mesh, NamedSharding, PartitionSpec
 from .collectives import AxisEnv, axis_env, current_axis_env
@@ -114,8 +115,9 @@ def _summary(axis_name: str, n: int, per_leaf: Sequence[Sequence[np.ndarray]]) -
 
 
 def _digest(compiled: Compiled) -> str:
-    """The traced module's text, hashed: processes whose programs differ disagree on it."""
-    return hashlib.sha256(compiled.lowered.module.as_text().encode()).hexdigest()
+    """The traced module's collectives, hashed: processes whose collectives differ would
+    make MPI calls that do not match."""
+    return hashlib.sha256(collective_signature(compiled.lowered.module).encode()).hexdigest()
 
 
 class PmapFunction:

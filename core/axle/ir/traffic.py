@@ -99,3 +99,11 @@ def traffic(module: Module, processes: int = 1) -> list[Traffic]:
                                                                                          default=0) + 1
                  for n, _ in found), default=1)
     return [Traffic(n, in_loop, processes, count) for n, in_loop in found]
+
+
+def collective_signature(module: Module) -> str:
+    """The collectives of ``module`` in program order (op, attributes, operand type): what
+    the processes of a multi-process run must agree on for their MPI calls to match. Not
+    the whole program: processes may differ in anything else (a per-process constant)."""
+    return "\n".join(f"{n.op.value} {sorted(n.attr.items())} {n.operands[0].type}"
+                     for comp in module.computations() for n in comp.nodes if n.op in COLLECTIVE_OPS)
