@@ -210,7 +210,7 @@ PANEL_BYTES = 256 * 1024
 PACKED_MIN_ROWS = 32
 #: register tiles (MR rows each) per work-group: a group packs its slab once for all of
 #: them, and at least GROUPS_PER_UNIT groups per compute unit keep the cores balanced
-MAX_TILES_PER_GROUP = 64
+MAX_TILES_PER_GROUP = 256
 GROUPS_PER_UNIT = 4
 
 
