@@ -306,7 +306,9 @@ def dot_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ker
     w = _lanes(n.dtype, dev)
     k_contig = x.trailing(x.contracting) and y.trailing(y.contracting)
     if d.n >= w and d.m >= PACKED_MIN_ROWS and d.k:
-        return _packed(n, d, x, y, w, dev, epi)
+        k = _packed(n, d, x, y, w, dev, epi)
+        if k is not None:
+            return k
     if y.trailing(y.free) and (d.n >= w or not k_contig or d.k < w):
         return _rows_times_vectors(n, d, x, y, w, transposed=False, epi=epi)
     if k_contig:
@@ -479,7 +481,7 @@ def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | No
 
 
 def _packed(n: Node, d: DotDims, x: _Side, y: _Side, w: int, dev: DeviceInfo,
-            epi: Epilogue | None = None) -> Kernel:
+            epi: Epilogue | None = None) -> Kernel | None:
     """Each work-group (one work-item: PoCL runs it as one loop on one core) owns NR =
     NV x W columns of y and up to MC rows of x. Per KC-deep slab of k it first packs y's
     slab into ``__local`` memory, contiguous in the order the micro-kernel reads it, zero
@@ -487,7 +489,8 @@ def _packed(n: Node, d: DotDims, x: _Side, y: _Side, w: int, dev: DeviceInfo,
     power-of-two row stride left to alias rows onto the same cache sets), then runs MR x
     NR register tiles down its rows over the packed slab: per k, NV aligned vector loads,
     MR lhs scalars splatted, MR x NV multiply-adds. Partial sums of a k deeper than one
-    slab wait in ``__local`` accumulators; the last slab stores (or runs the epilogue)."""
+    slab wait in ``__local`` accumulators; the last slab stores (or runs the epilogue).
+    None where the device's local memory holds too little for a slab and one tile's sums."""
     ops = _Ops(n.dtype, w)
     R, V, K = x.size, y.size, d.k
     wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
@@ -501,9 +504,13 @@ def _packed(n: Node, d: DotDims, x: _Side, y: _Side, w: int, dev: DeviceInfo,
     # row tiles per group: as many as keep GROUPS_PER_UNIT groups per compute unit (each
     # group packs its slab once for all its rows), at most MAX_TILES_PER_GROUP
     per = max(1, min(MAX_TILES_PER_GROUP, tiles * panels * d.batch // (GROUPS_PER_UNIT * dev.compute_units)))
+    slabs = -(-K // kc)
+    if slabs > 1:  # the partial sums of every row of the group share the local memory left
+        per = min(per, (dev.local_mem - kc * nr * esize) // (mr * nr * esize))
+    if per < 1 or kc * nr * esize > dev.local_mem:
+        return None  # a device with too little local memory: the unpacked micro-kernels
     per = -(-tiles // -(-tiles // per))  # the same number of tiles in every group of a panel
     mc = per * mr
-    slabs = -(-K // kc)
     vt, t = ops.vt(), ops.acc
     L = [f"  // cpu strategy: packed rhs panels of {kc} x {nr}, {mr} x {nr} register tiles, {mc} rows a group",
          *_common(n, d, x, y, epi)]

@@ -212,3 +212,23 @@ def test_packed_panels_run_the_epilogue(ocl, cpu_strategy, monkeypatch) -> None:
     assert "packed rhs panels" in src and "_epi(" in src
     (actual,) = run_case(OpCase("packed-epilogue", module, inputs), ocl)
     np.testing.assert_allclose(actual, evaluate(module, *inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_packed_panels_fit_the_device_local_memory() -> None:
+    """The slab and the partial sums of a group's rows (k deeper than one slab) fit the
+    device's local memory; a device with too little for one tile gets an unpacked kernel."""
+    import re
+
+    from axle_opencl.dots import dot_kernel_cpu
+    from axle_opencl.kernels import DeviceInfo
+
+    b = Builder("packed_local")
+    p, q = b.parameter("f32[600,3000]"), b.parameter("f32[3000,64]")
+    dot = b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(0,))).entry.root
+    for local in (1 << 20, 64 << 10, 8 << 10, 1 << 10):
+        dev = DeviceInfo(is_gpu=False, compute_units=2, max_work_group=4096, local_mem=local, fp64=True, float_lanes=16)
+        k = dot_kernel_cpu(dot, dev)
+        assert k is not None
+        arrays = re.findall(r"__local float(\d+) \w+\[(\d+)\];", k.source)
+        assert sum(4 * int(lanes) * int(count) for lanes, count in arrays) <= local
+        assert ("packed rhs panels" in k.source) == (local > 1 << 10), local
