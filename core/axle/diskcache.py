@@ -24,6 +24,7 @@ Keys are versioned by the caller (compiler, driver and format versions belong in
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -51,6 +52,25 @@ _TEMP = re.compile(r"\.tmp-.*\.bin")
 _STALE_TEMP_S = 3600.0
 #: eviction goes down to this fraction of the bound, so the next writes do not each evict
 _EVICT_TO = 0.9
+
+
+@functools.cache
+def code_version(*dirs: str) -> str:
+    """A digest of the path, size and modification time of every Python source file under
+    ``dirs``: for keys of entries that code produced, so an edited pass or emitter is a new
+    key (in a source checkout as in an installed wheel) without a version bump. Stats only
+    (about 200 files, about 1 ms, once per process): reading them all cost 30 ms of a
+    cached first call."""
+    h = hashlib.sha256()
+    for top in dirs:
+        for folder, subdirs, files in sorted(os.walk(top)):
+            subdirs.sort()
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(folder, f)
+                    st = os.stat(path)
+                    h.update(f"{os.path.relpath(path, top)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 class CacheWarning(UserWarning):
