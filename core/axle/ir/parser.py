@@ -34,11 +34,16 @@ _TOKEN = re.compile(_WS + r"""(?:
   | (?P<name>[%@][A-Za-z0-9_.\-]+)
   | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?
                    |(?:inf|nan(?:\(0x[0-9a-fA-F]+\))?)(?![A-Za-z0-9_\-])))
+  | (?P<type>(?:""" + "|".join(sorted((d.value for d in DType), key=len, reverse=True)) + r""")
+              \[(?:\d{1,18}(?:,\d{1,18})*)?\])
   | (?P<word>[A-Za-z_][A-Za-z0-9_\-]*)
   | (?P<arrow>->)
   | (?P<punct>[(){}\[\],=:])
 )""", re.VERBOSE)
 _SPACE = re.compile(_WS)
+#: array types by their text (a ``type`` token): each distinct one is made and checked once
+_TYPES: dict[str, TensorType] = {}
+_TYPES_MAX = 4096
 _INT = re.compile(r"[-+]?\d+")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _EXCERPT = 72  # characters of the offending line shown in an error
@@ -168,6 +173,18 @@ def _seq(t: _Tokens, close: str, item: Callable[[], T]) -> list[T]:
 
 def _parse_tensor_type(t: _Tokens) -> TensorType:
     tok = t.next()
+    if tok.kind == "type":  # a known dtype and dims of at most 18 digits, written without spaces
+        typ = _TYPES.get(tok.text)
+        if typ is None:
+            name, dims = tok.text[:-1].split("[")
+            try:
+                typ = TensorType(_DTYPES[name], tuple(int(d) for d in dims.split(",")) if dims else ())
+            except AxleError as e:
+                raise t.error(tok, e.message) from None
+            if len(_TYPES) >= _TYPES_MAX:
+                _TYPES.clear()
+            _TYPES[tok.text] = typ
+        return typ
     if tok.kind != "word" or tok.text not in _DTYPES:
         what = f"unknown element type {tok.text!r}" if tok.kind == "word" else f"found {tok.describe()}"
         raise t.error(tok, f"{what}; expected an element type ({', '.join(_DTYPES)})")
