@@ -25,9 +25,9 @@ from .ops import BY_NAME, OPS, AttrKind, AttrSpec, Op
 from .types import TensorType, TupleType, Type
 from .verifier import check_made_node, verify, verify_computation
 
-#: white space and comments: one character (or one whole comment) per repetition, so a
-#: failed match never backtracks through the ways of splitting a run of them
-_WS = r"(?:[ \t\r\n]|//[^\n]*(?![^\n]))*"
+#: white space and comments (each to the end of its line: a failed match never backtracks
+#: into one and finds a token there; a run of white space splits one way only)
+_WS = r"[ \t\r\n]*(?://[^\n]*(?![^\n])[ \t\r\n]*)*"
 #: one token with the white space before it (one match per token: half the matches)
 _TOKEN = re.compile(_WS + r"""(?:
     (?P<str>"(?:[^"\\\n]|\\.)*")
@@ -39,6 +39,7 @@ _TOKEN = re.compile(_WS + r"""(?:
   | (?P<word>[A-Za-z_][A-Za-z0-9_\-]*)
   | (?P<arrow>->)
   | (?P<punct>[(){}\[\],=:])
+  | (?P<bad>[^ \t\r\n])
 )""", re.VERBOSE)
 _SPACE = re.compile(_WS)
 #: array types by their text (a ``type`` token): each distinct one is made and checked once
@@ -85,16 +86,17 @@ class _Tokens:
             starts.append(starts[-1] + len(line) + 1)
         self.toks: list[_Tok] = []
         append = self.toks.append
-        pos = 0
+        m = None
+        # every character but trailing white space is in a match: one that no token starts
+        # with is a "bad" token
         for m in _TOKEN.finditer(text):
-            if m.start() != pos:  # finditer skipped a character no token starts with
-                break
-            pos = m.end()
             kind = m.lastgroup or ""
+            if kind == "bad":
+                pos = m.start(kind)
+                raise self.error(_Tok("char", text[pos], pos, starts), f"unexpected character {text[pos]!r}")
             append(_Tok(kind, m.group(kind), m.start(kind), starts))
-        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # _WS matches the empty string
-        if pos < len(text):
-            raise self.error(_Tok("char", text[pos], pos, starts), f"unexpected character {text[pos]!r}")
+        pos = _SPACE.match(text, m.end() if m else 0).end()  # type: ignore[union-attr]  # _WS matches ""
+        assert pos == len(text), "a character matched no token"
         self.eof = _Tok("eof", "", len(text), starts)
         #: the tokens then the end of input, which ``next`` never moves past
         self.toks.append(self.eof)
