@@ -1,8 +1,9 @@
 """The optimized module in the persistent compile cache (axle.module_cache): a later
 compile of the same traced module skips the optimizer and gets the same module (fusion
 records included) and the same results; a truncated, bit-flipped or unparsable entry is
-optimized again; a setting, the pipeline or the code changing is another key; and a new
-process keys the object code by the optimized module's digest (no kernel described)."""
+optimized again; a setting, the pipeline or the code changing is another key; two
+processes filling one cache at once leave whole entries; and a new process keys the object
+code by the optimized module's digest (no kernel described)."""
 from __future__ import annotations
 
 import json
@@ -152,21 +153,30 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _run_process(cache: str) -> dict:
+def _start(cache: str) -> subprocess.Popen:
     env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "cpu"}
-    p = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
-def test_a_new_process_hits_the_module_and_its_object_and_computes_the_same(tmp_path) -> None:
-    """With the cache off, then filling it, then from it: the same bits each time, and the
-    last process compiles nothing (the object code keyed by the module's digest)."""
-    off = _run_process("off")
-    fill = _run_process(str(tmp_path / "c"))
-    hit = _run_process(str(tmp_path / "c"))
-    assert off["out"] == fill["out"] == hit["out"]
+def _answer(p: subprocess.Popen) -> dict:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path) -> None:
+    """The cache off; two processes filling an empty cache at the same time (both write
+    every entry: one whole entry stays); then a new process: the same bits each time, and
+    the last one optimizes and compiles nothing (its object code keyed by the module's
+    digest)."""
+    cache = str(tmp_path / "c")
+    off = _answer(_start("off"))
+    fills = [_answer(p) for p in [_start(cache), _start(cache)]]
+    hit = _answer(_start(cache))
+    assert off["out"] == fills[0]["out"] == fills[1]["out"] == hit["out"]
+    entries = sum(len(files) for _, _, files in os.walk(cache))
     # the module, its object code and the native step runner's
-    assert fill["disk_cache_writes"] >= 2 and fill["disk_cache_hits"] == 0
-    assert hit["disk_cache_hits"] == fill["disk_cache_writes"] and hit["disk_cache_misses"] == 0
-    assert hit["disk_cache_writes"] == 0
+    assert entries >= 3 and all(f["disk_cache_writes"] >= 1 and f["disk_cache_corrupt"] == 0 for f in fills)
+    assert hit["disk_cache_hits"] == entries and hit["disk_cache_misses"] == 0
+    assert hit["disk_cache_writes"] == 0 and hit["disk_cache_corrupt"] == 0
