@@ -126,8 +126,8 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
 
 
 #: The implicit GEMM's fastest layout (docs/backend-cpu.md, "Convolution layout"): NHWC
-#: with HWIO kernels reads patches in place and runs 1.2-1.4x (batch 1, 56x56 to 14x14
-#: maps) to 2.6x (a batch-32 NCHW 3x3 layer, transposes included) faster than NCHW/OIHW;
+#: with HWIO kernels reads patches in place and runs 1.2-1.4x faster than NCHW/OIHW (batch
+#: 1, 56x56 to 14x14 maps; a batch-32 NCHW 3x3 layer 1.3x, its transposes included);
 #: NHWC with OIHW kernels is slower than both. Per-call weight transposes (parameters)
 #: are repaid only by convolutions with about 1024 output pixels or more (batch-1 stages
 #: 3-4 of a ResNet lose, 7x7 maps are faster in NCHW).
