@@ -330,7 +330,7 @@ def _eager_add(repeats: int) -> Row:
     t = measure(fns, repeats=repeats, warmup=20)
     q.finish()
     return Row(SUITE, "eager add f32[8] dispatch", t, {"us": {k: round(v * 1e3, 2) for k, v in t.items()}},
-               baseline="pyopencl call")
+               baseline="pyopencl call", kind="dispatch")
 
 
 def _conv3x3(batch: int, ch: int, hw: int, repeats: int, layout: str = "NCHW") -> Row:
