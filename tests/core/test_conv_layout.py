@@ -188,6 +188,26 @@ def test_weights_are_copied_per_call_only_for_convolutions_with_enough_pixels() 
     _close(const, out, args[:1])
 
 
+def test_a_layout_conflict_goes_the_way_of_the_values_next_reader() -> None:
+    # conv(x) + p with p a program-layout parameter costs one transpose either way: where
+    # the sum goes on to a convolution it is taken in the device layout, where it leaves
+    # the program (a weight update, a result) in the program's
+    x, p = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32), RNG.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    k1, k2 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    m = _lowered(lambda a, q: q - 0.5 * nn.conv(a, k1, padding=1), x, p)
+    out = _optimized(m, NHWC, fusion=False)
+    # x on the way in, the scaled convolution back: p and the output are not copied
+    assert [(t.operands[0].op, t.shape) for t in _transposes(out)] == [(Op.PARAMETER, (2, 6, 6, 3)),
+                                                                       (Op.MUL, (2, 4, 6, 6))]
+    _close(m, out, [x, p])
+    m = _lowered(lambda a, q: nn.conv(nn.relu(nn.conv(a, k1, padding=1) + q), k2, padding=1), x, p)
+    out = _optimized(m, NHWC, fusion=False)
+    # x and p on the way in, the result back: the sum feeds the second convolution as it is
+    assert sorted((t.operands[0].op.value, t.shape) for t in _transposes(out)) == [
+        ("convolution", (2, 4, 6, 6)), ("parameter", (2, 6, 6, 3)), ("parameter", (2, 6, 6, 4))]
+    _close(m, out, [x, p])
+
+
 def test_a_malformed_preference_is_a_backend_error() -> None:
     with pytest.raises(BackendError, match="ConvLayout.lhs='NHWC'"):
         ConvLayout(lhs="NHWC")

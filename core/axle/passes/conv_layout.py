@@ -166,34 +166,80 @@ class _Relayout:
             return src if src.shape == shape else like(x, Op.RESHAPE, [src], shape=shape)
         return like(x, Op.TRANSPOSE, [x], permutation=perm)
 
+    def copies(self, x: Node, perm: Perm, memo: dict[tuple[int, Perm], Node]) -> bool:
+        """Whether ``transposed(x, perm)`` would add a transpose that is not there yet."""
+        if perm == _identity(len(perm)) or (x.uid, perm) in memo:
+            return False
+        if x.op is Op.TRANSPOSE:
+            inner = x.attr["permutation"]
+            return self.copies(x.operands[0], tuple(inner[p] for p in perm), memo)
+        return x.op not in (Op.CONSTANT, Op.BROADCAST_IN_DIM) and not _moves_unit_dims_only(x.shape, perm)
+
     # -- the traversal -------------------------------------------------------------
     def computation(self, comp: Computation) -> Computation:
-        env: dict[int, tuple[Node, Perm]] = {}
-        memo: dict[tuple[int, Perm], Node] = {}
-
-        def get(o: Node, perm: Perm) -> Node:
-            node, have = env[o.uid]
-            return self.transposed(node, tuple(have.index(p) for p in perm), memo)
-
+        s = _Scope(self, comp)
         for n in comp.nodes:
             if n.op is Op.PARAMETER:
-                env[n.uid] = (n, _identity(len(n.shape)) if _is_tensor(n) else ())
+                s.env[n.uid] = (n, _identity(len(n.shape)) if _is_tensor(n) else ())
                 continue
             rule = _RULES.get(n.op) or (_elementwise if _is_elementwise(n) else None)
-            out = rule(self, n, env, get) if rule is not None else None
-            env[n.uid] = out if out is not None else (self._plain(n, env, get), _identity(_rank(n)))
-        root, _ = env[comp.root.uid]
+            out = rule(self, n, s) if rule is not None else None
+            s.env[n.uid] = out if out is not None else (self._plain(n, s), _identity(_rank(n)))
+        root, _ = s.env[comp.root.uid]
         if _is_tensor(comp.root):
-            root = get(comp.root, _identity(len(comp.root.shape)))
+            root = s.get(comp.root, _identity(len(comp.root.shape)))
         return comp if root is comp.root else comp.with_root(root)
 
-    def _plain(self, n: Node, env: dict[int, tuple[Node, Perm]], get: Callable[[Node, Perm], Node]) -> Node:
+    def _plain(self, n: Node, s: _Scope) -> Node:
         """``n`` reading its operands in the program's layout."""
-        ops = tuple(get(o, _identity(_rank(o))) if _is_tensor(o) else env[o.uid][0] for o in n.operands)
+        ops = tuple(s.get(o, _identity(_rank(o))) if _is_tensor(o) else s.env[o.uid][0] for o in n.operands)
         m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
         if m.traits.control:
             m = map_called(m, self.computation)
         return m
+
+
+#: ops a layout passes through (their operand's layout is theirs): a value read through
+#: them by a convolution is on its way to the device layout
+_TRANSPARENT = frozenset({Op.REDUCE_WINDOW, Op.TRANSPOSE})
+
+
+def _conv_bound(comp: Computation) -> set[int]:
+    """Uids of the values that reach a convolution operand through elementwise ops,
+    reduce-windows and transposes only: there, a layout conflict is settled in favour of
+    the device's layout (elsewhere, of the program's)."""
+    users = comp.users
+    bound: set[int] = set()
+    for n in reversed(comp.nodes):
+        if any(u.op is Op.CONVOLUTION or (u.uid in bound and (u.op in _TRANSPARENT or _is_elementwise(u)))
+               for u in users[n.uid]):
+            bound.add(n.uid)
+    return bound
+
+
+class _Scope:
+    """The state of one computation's traversal: each value's new node and layout, the
+    transposes made so far (shared by all readers) and the values bound for a convolution."""
+
+    def __init__(self, r: _Relayout, comp: Computation) -> None:
+        self.r = r
+        self.env: dict[int, tuple[Node, Perm]] = {}
+        self.memo: dict[tuple[int, Perm], Node] = {}
+        self.bound = _conv_bound(comp)
+
+    def get(self, o: Node, perm: Perm) -> Node:
+        """The program's value ``o`` laid out as ``perm``."""
+        node, have = self.env[o.uid]
+        return self.r.transposed(node, self._to(have, perm), self.memo)
+
+    def copies(self, o: Node, perm: Perm) -> bool:
+        """Whether reading ``o`` as ``perm`` adds a transpose."""
+        node, have = self.env[o.uid]
+        return self.r.copies(node, self._to(have, perm), self.memo)
+
+    @staticmethod
+    def _to(have: Perm, want: Perm) -> Perm:
+        return tuple(have.index(p) for p in want)
 
 
 def _is_tensor(n: Node) -> bool:
@@ -209,70 +255,77 @@ def _is_elementwise(n: Node) -> bool:
             and all(_is_tensor(o) and o.shape == n.shape for o in n.operands))
 
 
-Env = dict[int, tuple[Node, Perm]]
-Get = Callable[[Node, Perm], Node]
-
-
-def _operand_perm(n: Node, env: Env) -> Perm | None:
+def _operand_perm(n: Node, s: _Scope) -> Perm | None:
     """The first non-program layout among ``n``'s operands (None: all in the program's)."""
     for o in n.operands:
-        perm = env[o.uid][1]
+        perm = s.env[o.uid][1]
         if perm != _identity(len(perm)):
             return perm
     return None
 
 
-def _elementwise(r: _Relayout, n: Node, env: Env, get: Get) -> tuple[Node, Perm] | None:
-    """An elementwise op runs in its first relaid-out operand's layout."""
-    perm = _operand_perm(n, env)
-    if perm is None:
+def _elementwise(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """An elementwise op runs in the layout of its operands that adds the fewest transposes;
+    on a tie, the device's where the value goes on to a convolution, else the program's (a
+    weight update reads the weight gradient in the program's layout, and the weight and
+    its momentum are not copied into another)."""
+    ident = _identity(len(n.shape))
+    candidates = list(dict.fromkeys(s.env[o.uid][1] for o in n.operands))
+    if candidates == [ident]:
         return None
-    return like(n, n.op, [get(o, perm) for o in n.operands], **n.attr), perm
+    cost = {p: sum(s.copies(o, p) for o in n.operands) for p in candidates}
+    least = min(cost.values())
+    best = [p for p in candidates if cost[p] == least]
+    moved = [p for p in best if p != ident]
+    perm = moved[0] if moved and (n.uid in s.bound or ident not in best) else ident
+    if perm == ident:
+        return None
+    return like(n, n.op, [s.get(o, perm) for o in n.operands], **n.attr), perm
 
 
-def _reduce(r: _Relayout, n: Node, env: Env, get: Get) -> tuple[Node, Perm] | None:
+def _reduce(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
     """A reduction over the same program dims, renumbered; the kept dims keep their order."""
-    perm = _operand_perm(n, env)
+    perm = _operand_perm(n, s)
     if perm is None:
         return None
     axes = n.attr["axes"]
     where = inverse(perm)
     kept = [p for p in perm if p not in axes]
     out_perm = tuple(p - sum(a < p for a in axes) for p in kept)
-    m = like(n, Op.REDUCE, [get(n.operands[0], perm)], kind=n.attr["kind"],
+    m = like(n, Op.REDUCE, [s.get(n.operands[0], perm)], kind=n.attr["kind"],
              axes=tuple(sorted(where[a] for a in axes)))
     return m, out_perm
 
 
-def _reduce_window(r: _Relayout, n: Node, env: Env, get: Get) -> tuple[Node, Perm] | None:
+def _reduce_window(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
     """A window per program dim, its attributes permuted with the dims."""
-    perm = _operand_perm(n, env)
+    perm = _operand_perm(n, s)
     if perm is None:
         return None
     attrs = dict(n.attr)
     for name in REDUCE_WINDOW_ATTRS:
         attrs[name] = tuple(n.attr[name][p] for p in perm)
-    return like(n, Op.REDUCE_WINDOW, [get(n.operands[0], perm)], **attrs), perm
+    return like(n, Op.REDUCE_WINDOW, [s.get(n.operands[0], perm)], **attrs), perm
 
 
-def _transpose(r: _Relayout, n: Node, env: Env, get: Get) -> tuple[Node, Perm] | None:
+def _transpose(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
     """A transpose of a relaid-out value is no op: its operand, in a layout of its result."""
-    node, have = env[n.operands[0].uid]
+    node, have = s.env[n.operands[0].uid]
     if have == _identity(len(have)):
         return None
     pt = n.attr["permutation"]
     return node, tuple(pt.index(p) for p in have)
 
 
-def _convolution(r: _Relayout, n: Node, env: Env, get: Get) -> tuple[Node, Perm] | None:
+def _convolution(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
     """A convolution in the preferred layout, when the device claims it there."""
     perms = {side: preferred_perm(n, side, getattr(r.pref, side)) for side in _DIMS}
     if all(p == _identity(len(p)) for p in perms.values()):
         return None
-    kernel = get(n.operands[1], perms["rhs"])
+    kernel = s.get(n.operands[1], perms["rhs"])
     if kernel.op is Op.TRANSPOSE and _pixels(n) < r.pref.kernel_copy_min_pixels:
         return None  # the per-call copy of the weights would cost more than the layout gains
-    m = relaid_convolution(n, get(n.operands[0], perms["lhs"]), kernel, perms)
+    m = relaid_convolution(n, s.get(n.operands[0], perms["lhs"]), kernel, perms)
     if r.claims is not None and not r.claims(m):
         return None
     r.changed = True
@@ -284,7 +337,7 @@ def _pixels(conv: Node) -> int:
     return int(np.prod(conv.shape)) // max(conv.shape[conv.attr["output_feature_dimension"]], 1)
 
 
-_RULES: dict[Op, Callable[[_Relayout, Node, Env, Get], tuple[Node, Perm] | None]] = {
+_RULES: dict[Op, Callable[[_Relayout, Node, _Scope], tuple[Node, Perm] | None]] = {
     Op.CONVOLUTION: _convolution,
     Op.REDUCE: _reduce,
     Op.REDUCE_WINDOW: _reduce_window,
