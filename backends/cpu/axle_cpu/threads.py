@@ -26,7 +26,7 @@ from axle.config import config
 from axle.errors import AxleError
 from axle.forksafe import renew_in_child
 
-from . import runner
+from . import decisions, runner
 from .pool_ir import ARCHES
 
 #: try a split when the single-thread time exceeds this many times the pool's wake-up cost
@@ -88,7 +88,25 @@ class NativePool:
         arch = runner.host().triple.split("-")[0]
         started = runner.pool_function("axle_pool_start")(n - 1) if n > 1 and arch in ARCHES else 0
         self.n = started + 1
-        self.wake_us = self._measure_wake()
+        self._wake_us: float | None = None
+
+    @property
+    def wake_us(self) -> float:
+        """The pool's wake-up cost in microseconds: asked only while a kernel's split is
+        being measured (a cached first call whose decisions were stored never asks), read
+        from the compile cache when this machine measured it before, else measured now
+        and stored (decisions.py)."""
+        if self._wake_us is None:
+            if self.n == 1:
+                self._wake_us = float("inf")
+            else:
+                key = decisions.wake_key(self.n)
+                us = decisions.load_wake(key)
+                if us is None:
+                    us = self._measure_wake()
+                    decisions.store_wake(key, us)
+                self._wake_us = us
+        return self._wake_us
 
     def run(self, fn: int, bufs: int, outer: int, inner: int, mode: str, nchunks: int,
             stride: int = 0, extent: int = 0) -> None:
@@ -103,8 +121,6 @@ class NativePool:
 
     def _measure_wake(self) -> float:
         """Median time for every worker to pick up a job (the cost a split must repay)."""
-        if self.n == 1:
-            return float("inf")
         probe = runner.pool_function("axle_pool_probe")
         samples = []
         for _ in range(20):
