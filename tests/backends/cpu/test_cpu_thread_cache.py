@@ -118,3 +118,16 @@ def test_the_wake_up_cost_is_read_back_not_measured(compile_cache, two_threads, 
         target.DISK.put(key, bad)
         assert decisions.load_wake(key) is None
         assert axle.stats()["disk_cache_corrupt"] == 1
+
+
+def test_a_plan_without_timed_kernels_keeps_nothing(compile_cache, two_threads) -> None:
+    """Kernels inside a loop are never timed: no decisions, so no entry is written per process."""
+    def loop(x):  # noqa: ANN001, ANN202
+        return axle.lax.fori_loop(0, 3, lambda i, v: v * 0.5 + 1.0, x)
+
+    exe = compile_on_device(axle.jit(loop, device=DEV).lower(X).module, axle.device(DEV))[0]
+    assert not exe._timed_launches() and exe._splits_key is None
+    axle.reset_stats()
+    for _ in range(3):
+        _run(exe)
+    assert axle.stats()["disk_cache_writes"] == 0
