@@ -362,8 +362,8 @@ class CpuExecutable(Executable):
         # the split decisions an earlier process measured for this plan (decisions.py): a
         # cached first call runs with them at once, measuring nothing
         timed = self._timed_launches()
-        self._splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
-        splits = decisions.load_splits(splits_key, len(timed)) if self._splits_key is not None else None
+        self._splits_key = splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
+        splits = decisions.load_splits(splits_key, len(timed)) if splits_key is not None else None
         if splits is not None:
             for launch, parallel in zip(timed, splits):
                 launch.parallel = parallel
