@@ -34,7 +34,10 @@ scratch block (loop order jc, ic, pc), then rounded once, like the interpreter (
 float32, one rounding). Integers wrap (any summation order gives the same bits).
 
 A matrix-vector product with K contiguous in both operands is one vectorized dot product
-per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T.
+per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T
+(and a vector-matrix product whose B has K contiguous as such row dots). A vector-matrix
+product (one row of C) with B's rows contiguous streams B row by row, a few rows at a
+time, through a block of C in L1 (``_vecmat``): memory-bound, it is never packed.
 
 An ``output`` fusion (a dot and its epilogue: bias add, activation, residual add, scaling,
 convert; docs/ir.md "Fusions") runs the same kernel: the epilogue is a scalar function
@@ -81,6 +84,10 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: bytes of C's row block a vector-matrix product keeps in L1 while B's rows stream by
+VECMAT_BLOCK = 8 * 1024
+#: B rows added into that block per pass over it (one load and store of C per this many FMAs)
+VECMAT_ROWS = 4
 #: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
 #: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
 PACK_KB = 64
@@ -505,8 +512,10 @@ class _Emitter:
         a_op = root.operands[lay.a_operand]
         self.in_idx = [a_op.attr["index"], root.operands[1 - lay.a_operand].attr["index"]]
         # A matrix-vector product with a strided K runs as a vector-matrix product
-        # (C^T = B^T A^T, the same memory), whose N is the long dim.
-        self.swap = lay.dense and lay.n == 1 and lay.m > 1 and not lay.rowdot
+        # (C^T = B^T A^T, the same memory), whose N is the long dim; a vector-matrix
+        # product whose B has K contiguous (``x @ w.T``) as a matrix-vector row dot.
+        self.swap = lay.dense and ((lay.n == 1 and lay.m > 1 and not lay.rowdot)
+                                   or (lay.m == 1 and lay.n > 1 and lay.swapped().rowdot))
         if self.swap:
             lay = lay.swapped()
             self.in_idx.reverse()
@@ -516,6 +525,11 @@ class _Emitter:
         self.f16 = self.dt is DType.FLOAT16
         # all of K summed in a compute-type block, then finished once (float16 rounds it)
         self.accumulate = _accumulates(root, spec.comp.root)
+        # One row of C whose B rows are contiguous: B streamed row by row (no packing)
+        # through a block of C's row held in L1 (``_vecmat``).
+        self.vecmat = (not self.accumulate and lay.dense and lay.m == 1 and not lay.rowdot
+                       and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_k.table is None
+                       and lay.a_k.table is None)
         self.ct = F32 if self.f16 else self.st  # packed / compute type
         self.vt = ir.VectorType(self.ct, self.t.v)
         self.fn = ir.Function(mod, SIG, name=spec.name)
@@ -609,7 +623,10 @@ class _Emitter:
             self._zero_fill(c_ptr)
             b.ret_void()
             return self.fn
-        if not lay.rowdot:
+        if self.vecmat:
+            self.vm = b.alloca(self.ct, size=_c(self._vecmat_block()))
+            self.vm.align = 64
+        elif not lay.rowdot:
             if self.ind_seg:  # row pointers per tile and K segment, and the zeros of padding
                 self.ind = b.alloca(PTR, size=_c(_round_up(t.mc, t.mr) * (t.kc // self.ind_seg)))
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
@@ -639,12 +656,14 @@ class _Emitter:
             # flat index of the batch's C
             self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
             c_base = g.gep(c_ptr, self.st, self.c_off)
+            # this product's rows and columns: swapped, the spec's columns are its rows
+            m_lo, m_hi, n_lo, n_hi = (self.c0, self.c1, lo, hi) if self.swap else (lo, hi, self.c0, self.c1)
             if lay.rowdot:
-                self._rowdot(a_base, b_base, c_base, lo, hi)
-            elif self.swap:
-                self._gemm2d(a_base, b_base, c_base, _c(0), _c(1), lo, hi)
+                self._rowdot(a_base, b_base, c_base, m_lo, m_hi)
+            elif self.vecmat:  # its one row is in [m_lo, m_hi): the batches touched
+                self._vecmat(a_base, b_base, c_base, n_lo, n_hi)
             else:
-                self._gemm2d(a_base, b_base, c_base, lo, hi, self.c0, self.c1)
+                self._gemm2d(a_base, b_base, c_base, m_lo, m_hi, n_lo, n_hi)
 
         g.loop(b_lo, b_hi, 1, per_batch, "batch")
         b.ret_void()
@@ -737,6 +756,82 @@ class _Emitter:
             if self.f16:
                 res = b.fptrunc(res, F16)
             b.store(res, g.gep(c_base, self.st, b.add(i, _c(r))))
+
+    # -- vector-matrix: B's rows streamed through a block of C in L1
+    def _vecmat_block(self) -> int:
+        """Elements of C's block: ``VECMAT_BLOCK`` bytes (a multiple of the vector)."""
+        v = self.t.v
+        return min(_round_up(self.lay.n, v), max(VECMAT_BLOCK // _bytes(self.ct) // v, 1) * v)
+
+    def _vecmat(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, n_lo: ir.Value, n_hi: ir.Value) -> None:
+        """C[0, n_lo:n_hi] = A[0, :] @ B[:, n_lo:n_hi] for B rows with unit column stride:
+        per block of columns, ``VECMAT_ROWS`` rows of B at a time are added into the block
+        (in L1), each B element read once and in order (a memory-bound product gains
+        nothing from packing, and reading a B panel down its column would stride pages)."""
+        g, b, lay, v = self.g, self.g.b, self.lay, self.t.v
+        cb = self._vecmat_block()
+        st_v = ir.VectorType(self.st, v)
+
+        def vectors(w: ir.Value, body: Callable[[ir.Value, ir.Value | None], None], name: str) -> None:
+            """``body(j, mask)`` per vector of [0, w): whole vectors, then the masked tail."""
+            full = b.mul(b.udiv(w, _c(v)), _c(v))
+            g.loop(_c(0), full, v, lambda j: body(j, None), name)
+            g.if_(b.icmp_signed("<", full, w), lambda: body(full, self.lane_mask(b, b.sub(w, full))))
+
+        def load(p: ir.Value, mask: ir.Value | None) -> ir.Value:
+            if mask is not None:
+                return self.masked_load(b, p, self.st, mask)
+            x = b.load(p, typ=st_v)
+            x.align = _bytes(self.st)
+            return x
+
+        def block(j0: ir.Value) -> None:
+            w = g.min(_c(cb), b.sub(n_hi, j0))
+            zero = ir.Constant(self.vt, None)
+            g.loop(_c(0), b.mul(b.udiv(b.add(w, _c(v - 1)), _c(v)), _c(v)), v,
+                   lambda j: _store(b, zero, g.gep(self.vm, self.ct, j), 64), "vmz")
+
+            def rows(k: ir.Value, count: int) -> None:
+                xs, ptrs = [], []
+                for u in range(count):
+                    ku = b.add(k, _c(u))
+                    x = b.load(g.gep(a_base, self.st, g.offset(lay.a_k, ku, "ak")), typ=self.st)
+                    undef = ir.Constant(self.vt, None)
+                    xs.append(b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef,
+                                               ir.Constant(ir.VectorType(I32, v), None)))
+                    ptrs.append(g.gep(b_base, self.st, b.add(g.offset(lay.b_k, ku, "bk"), j0)))
+
+                def vec(j: ir.Value, mask: ir.Value | None) -> None:
+                    p = g.gep(self.vm, self.ct, j)
+                    acc = b.load(p, typ=self.vt)
+                    acc.align = 64
+                    for x, row in zip(xs, ptrs):
+                        acc = self.fma(b, x, load(g.gep(row, self.st, j), mask), acc)
+                    _store(b, acc, p, 64)
+
+                vectors(w, vec, "vmj")
+
+            kfull = lay.k // VECMAT_ROWS * VECMAT_ROWS
+            g.loop(_c(0), _c(kfull), VECMAT_ROWS, lambda k: rows(k, VECMAT_ROWS), "vmk")
+            g.loop(_c(kfull), _c(lay.k), 1, lambda k: rows(k, 1), "vmk1")
+
+            def out(j: ir.Value, mask: ir.Value | None) -> None:
+                acc = b.load(g.gep(self.vm, self.ct, j), typ=self.vt)
+                acc.align = 64
+                dst = g.gep(c_base, self.st, b.add(j0, j))
+                if mask is None:
+                    _store(b, acc, dst, _bytes(self.st))
+                else:
+                    intrinsic(b, f"llvm.masked.store.{_sfx(self.vt)}.p0", VOID,
+                              [acc, dst, ir.Constant(I32, _bytes(self.st)), mask])
+
+            if self.epi is None:
+                vectors(w, out, "vmo")
+                return
+            g.loop(_c(0), w, 1, lambda j: self.finish(b, b.add(self.c_off, b.add(j0, j)), b.load(
+                g.gep(self.vm, self.ct, j), typ=self.ct)), "vme")
+
+        g.loop(n_lo, n_hi, cb, block, "vmb")
 
     # -- matrix-matrix
     def _gemm2d(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, m_lo: ir.Value, m_hi: ir.Value,

@@ -320,3 +320,45 @@ def test_gemm_aot(target: str, tmp_path) -> None:  # noqa: ANN001
     got = build_and_run(res, xs, tmp_path)
     for i, (dt, ls, rs, a) in enumerate(specs):
         check_dot(dot_module(dt, ls, rs, **a), xs[2 * i:2 * i + 2], got[i])
+
+
+# ------------------------------------------------------------ the shape classes' own paths
+
+#: (name, lhs, rhs, attrs, the loop label its kernel must hold): vector-matrix products
+#: streaming B's rows (``vmj``: a K not a multiple of VECMAT_ROWS, N over several C
+#: blocks with a ragged tail, a strided-K matrix-vector product swapped into one, batches)
+#: and a vector-matrix product whose B has K contiguous, swapped into row dots (``rd``)
+VECTOR_PATHS = [
+    ("vecmat-blocks", (7,), (7, 4099), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "vmj"),
+    ("vecmat-row", (1, 67), (67, 129), MM, "vmj"),
+    ("matvec-t", (67, 129), (67,), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "vmj"),
+    ("vecmat-batch", (3, 45), (3, 45, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(1,),
+                                                rhs_contracting=(1,)), "vmj"),
+    ("vecmat-n1", (1, 33), (33, 1), MM, "rd"),
+    ("vecmat-k1", (1, 1), (1, 33), MM, "vmj"),
+    ("vecmat-t", (67,), (129, 67), dict(lhs_contracting=(0,), rhs_contracting=(1,)), "rd"),
+    ("vecmat-k0", (0,), (0, 33), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "zi"),
+]
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "s32"])
+def test_gemm_vector_matrix_paths(vector_bits, dt) -> None:  # noqa: ANN001
+    """The vector-matrix paths on the host's width (AVX-512 here) and AVX2's, whole and
+    split into column pieces as threads split them."""
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.plan import build_plan
+
+    for name, ls, rs, attrs, label in VECTOR_PATHS:
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+        assert f'"{label}.body"' in str(llvm_module([spec], "t")), name
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.full(m.entry.root.shape, 99, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+        cuts = sorted({0, min(5, outer), outer // 2, outer})
+        pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
+        _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+        np.testing.assert_array_equal(pieces, out, err_msg=name)
