@@ -207,6 +207,8 @@ class _Launch:
         (a big reduction into few outputs), by columns, or not at all."""
         if n == 1:
             return None
+        if self.rsize >= 2 * n and self.step.spec.reduce_split_first:
+            return "reduction"
         if self.outer >= n:
             return "rows"
         if self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
@@ -269,7 +271,7 @@ class _ReductionSplit:
         self.base = self.ptrs.ctypes.data
         self.combine = []
         for out_node in launch.step.spec.outputs:
-            kind = out_node.attr["kind"]
+            kind = "sum" if out_node.traits.contraction else out_node.attr["kind"]  # a split-K GEMM sums
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)

@@ -84,6 +84,12 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: the most rows of an A read in place by rows in one micro-tile (tiles)
+DIRECT_A_ROWS = 8
+#: split K across threads from this long a K, this many times the output's longer side
+#: (GemmSpec.split_reduce_size)
+SPLIT_K_MIN = 4096
+SPLIT_K_RATIO = 16
 #: bytes of C's row block a vector-matrix product keeps in L1 while B's rows stream by
 VECMAT_BLOCK = 8 * 1024
 #: B rows added into that block per pass over it (one load and store of C per this many FMAs)
@@ -259,6 +265,10 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     accs, max_nv = (24, 4) if vector_bits >= 512 else (12, 2)
     nv = max(1, min(max_nv, -(-layout.n // v)))
     mr = accs // nv
+    if layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None and layout.a_k.stride == 1:
+        # A read in place by rows: each row of the tile is a line of its own, and rows a
+        # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
+        mr = min(mr, DIRECT_A_ROWS)
     mr = -(-layout.m // -(-layout.m // mr)) if layout.m else mr  # balanced row tiles
     nr = nv * v
     size = bits // 8
@@ -326,7 +336,21 @@ class GemmSpec(KernelSpec):
 
     @property
     def split_reduce_size(self) -> int:
-        return 0
+        """K, where threads should split the contraction (each chunk a slice of K into
+        partial outputs the host sums, executable._ReductionSplit): a long K into an output
+        too small to share (a weight gradient over a long batch, [64, 65536] x [65536, 64]),
+        which split by rows would have every chunk pack all of B. Only a plain dot of two
+        matrices: an epilogue needs the whole sum, float16 rounds it once, and the
+        matrix-vector paths read all of K."""
+        lay = self.layout
+        wanted = (not self.epilogue and not _accumulates(self.dot, self.comp.root) and lay.dense
+                  and min(lay.m, lay.n) > 1 and lay.k >= SPLIT_K_MIN
+                  and lay.k >= SPLIT_K_RATIO * max(lay.batch * lay.m, lay.n))
+        return lay.k if wanted else 0
+
+    @property
+    def reduce_split_first(self) -> bool:
+        return self.split_reduce_size > 0
 
 
 def _accumulates(dot: Node, out: Node) -> bool:
@@ -535,7 +559,9 @@ class _Emitter:
         self.fn = ir.Function(mod, SIG, name=spec.name)
         self.fn.attributes.add("nounwind")
         self.g = _Gen(self.fn)
-        self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
+        self.bufs, o0, o1, i0, i1, r0, r1 = self.fn.args
+        # the slice of K this call sums (a split K: GemmSpec.split_reduce_size), else all
+        self.k_lo, self.k_hi = r0, self.g.min(r1, _c(lay.k))
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
         plain = not self.accumulate
@@ -844,10 +870,10 @@ class _Emitter:
             nc = g.min(_c(t.nc), b.sub(n_hi, jc))
             if not self.accumulate:
                 def pc_body(pc: ir.Value) -> None:
-                    kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+                    kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
-                    first = b.icmp_signed("==", pc, _c(0))
-                    last = b.icmp_signed("==", b.add(pc, kc), _c(lay.k))
+                    first = b.icmp_signed("==", pc, self.k_lo)
+                    last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
                     def ic_body(ic: ir.Value) -> None:
                         mc = g.min(_c(t.mc), b.sub(m_hi, ic))
@@ -857,7 +883,7 @@ class _Emitter:
 
                     g.loop(m_lo, m_hi, t.mc, ic_body, "ic")
 
-                g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
+                g.loop(self.k_lo, self.k_hi, t.kc, pc_body, "pc")
                 return
 
             # float16 (or an epilogue whose output cannot hold partial sums): accumulate all

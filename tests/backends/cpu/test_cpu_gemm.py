@@ -362,3 +362,59 @@ def test_gemm_vector_matrix_paths(vector_bits, dt) -> None:  # noqa: ANN001
         pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
         _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
         np.testing.assert_array_equal(pieces, out, err_msg=name)
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "s32"])
+def test_gemm_split_k_slices_sum_to_the_product(vector_bits, dt) -> None:  # noqa: ANN001
+    """A long K into a small output is split by K (GemmSpec.split_reduce_size): each call
+    given a slice [r0, r1) of K (the pool's reduction chunks, at odd cuts inside and across
+    K blocks) writes that slice's partial product, and the partials sum to the product."""
+    from axle_cpu.emitter import INT64_MAX
+    from axle_cpu.plan import build_plan
+
+    m = dot_module(dt, (33, 4100), (4100, 20), **MM)
+    xs = inputs(m)
+    (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+    assert spec.split_reduce_size == 4100 and spec.reduce_split_first
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+    ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
+    whole = np.full(m.entry.root.shape, 99, xs[0].dtype)
+    fn(ptrs(whole), 0, outer, 0, inner, 0, INT64_MAX)
+    check_dot(m, xs, whole)
+    cuts = [0, 1, 700, 2049, 4099, 4100]
+    parts = [np.full(m.entry.root.shape, 99, xs[0].dtype) for _ in cuts[1:]]
+    for (a, b), part in zip(zip(cuts, cuts[1:]), parts):
+        fn(ptrs(part), 0, outer, 0, inner, a, b)
+    check_dot(m, xs, np.sum(parts, axis=0, dtype=xs[0].dtype))
+
+
+def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The executable splits that dot by K on 2 threads (forced) and sums the partials."""
+    m = dot_module("f32", (33, 4100), (4100, 20), **MM)
+    xs = inputs(m)
+    be = _backend()
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    be._cache.clear()
+    exe = be.compile(m, cpu, CompileOptions(optimized=False))
+    (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+    launch.parallel = True
+    assert launch._split_mode(2) == "reduction"
+    for _ in range(2):  # the partials' buffers are reused
+        check_dot(m, xs, be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
+    be._cache.clear()
+
+
+def test_gemm_direct_a_tile_rows_fit_the_l1_ways() -> None:
+    """A narrow N (the logits' N=10) leaves registers for a tall tile, but an A read in
+    place by rows keeps one L1 line per tile row, all in one set when the row stride is a
+    power of two: such a tile has at most DIRECT_A_ROWS rows on every vector width (a
+    transposed A, read along its rows' contiguous dim, is not capped)."""
+    from axle_cpu.gemm import DIRECT_A_ROWS, Layout, tiles
+
+    for bits in (512, 256):
+        for dt in (DType.FLOAT32, DType.FLOAT64):
+            t = tiles(dt, bits, Layout.of(dot_module("f32", (128, 1024), (1024, 10), **MM).entry.root))
+            assert t.mr <= DIRECT_A_ROWS, (bits, dt, t)
+    lhs_t = dot_module("f32", (1024, 128), (1024, 10), lhs_contracting=(0,), rhs_contracting=(0,))
+    assert tiles(DType.FLOAT32, 512, Layout.of(lhs_t.entry.root)).mr > DIRECT_A_ROWS
