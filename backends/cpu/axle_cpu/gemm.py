@@ -984,12 +984,27 @@ class _Emitter:
             def kblock(kb: ir.Value) -> None:
                 kend = g.min(_c(PACK_KB), b.sub(kc, kb))
 
-                def col(j: ir.Value) -> None:
+                def col(j: ir.Value, k0: ir.Value) -> None:
                     src = b.add(g.offset(lay.b_n, b.add(col0, j), "bn"), b.add(pc, kb))
-                    g.loop(_c(0), kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
+                    g.loop(k0, kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
                         dst, self.ct, b.add(b.mul(b.add(kb, k), _c(nr)), j))), "pbck")
 
-                g.loop(_c(0), w, 1, col, "pbcj")
+                if self.f16 or lay.b_n.table is not None:
+                    g.loop(_c(0), w, 1, lambda j: col(j, _c(0)), "pbcj")
+                    return
+                # V x V blocks (V columns, V rows of K) moved by vector loads along K, an
+                # in-register transpose and vector stores along the panel's rows; the
+                # ragged columns and K rows element by element
+                v = t.v
+                wv, kv = (b.mul(b.udiv(x, _c(v)), _c(v)) for x in (w, kend))
+
+                def group(cg: ir.Value) -> None:
+                    g.loop(_c(0), kv, v, lambda kk: self._transpose_block(b_base, b.add(col0, cg), b.add(
+                        pc, b.add(kb, kk)), g.gep(dst, self.ct, b.add(b.mul(b.add(kb, kk), _c(nr)), cg))), "pbtk")
+                    g.loop(cg, b.add(cg, _c(v)), 1, lambda j: col(j, kv), "pbcr")
+
+                g.loop(_c(0), wv, v, group, "pbtj")
+                g.loop(wv, w, 1, lambda j: col(j, _c(0)), "pbcj")
 
             g.loop(_c(0), kc, PACK_KB, kblock, "pbkb")
 
@@ -1001,6 +1016,26 @@ class _Emitter:
 
         g.loop(_c(0), nc, nr, panel, "pbp")
         return self.bp
+
+    def _transpose_block(self, b_base: ir.Value, col: ir.Value, k: ir.Value, dst: ir.Value) -> None:
+        """dst[kk*NR + c] = B[k+kk, col+c] for c, kk < V: V vectors along the K runs of
+        V columns, transposed by log2(V) rounds of interleaving rows i and i + V/2 (each
+        round a perfect shuffle; after log2(V) of them row kk holds lane kk of every
+        input), stored as V vectors NR apart."""
+        g, b, lay, v, nr = self.g, self.g.b, self.lay, self.t.v, self.t.nr
+        rows = []
+        for c in range(v):
+            x = b.load(g.gep(b_base, self.st, b.add(g.offset(lay.b_n, b.add(col, _c(c)), "bn"), k)), typ=self.vt)
+            x.align = _bytes(self.st)
+            rows.append(x)
+        half = v // 2
+        lo = ir.Constant(ir.VectorType(I32, v), [x for i in range(half) for x in (i, v + i)])
+        hi = ir.Constant(ir.VectorType(I32, v), [x for i in range(half, v) for x in (i, v + i)])
+        for _ in range(v.bit_length() - 1):
+            rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
+                                                     b.shuffle_vector(rows[i], rows[i + half], hi))]
+        for kk, x in enumerate(rows):
+            _store(b, x, g.gep(dst, self.ct, _c(kk * nr)), _bytes(self.ct))
 
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
         """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. A

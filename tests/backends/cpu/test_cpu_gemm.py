@@ -233,7 +233,8 @@ def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: A
     """A B stored with K contiguous (``dz @ w.T``, a backward pass's data gradient) is
     packed one column's K run at a time (a K row across NR columns ``ldb`` apart thrashes
     one L1 set when ldb is a power of two), on the host's width and AVX2's and SSE's:
-    odd sizes, several K blocks and K chunks, a ragged last column panel."""
+    odd sizes, several K blocks and K chunks, a ragged last column panel; V x V blocks
+    through an in-register transpose, the ragged columns and K rows element by element."""
     from axle_cpu.executable import llvm_module
     from axle_cpu.gemm import PACK_KB
     from axle_cpu.plan import build_plan
@@ -246,7 +247,9 @@ def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: A
         _call(fn, xs, out, [(0, outer, 0, inner)])
         check_dot(m, xs, out)
     (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
-    assert '"pbck.body"' in str(llvm_module([spec], "t"))  # the column-wise packing loop
+    ir_text = str(llvm_module([spec], "t"))
+    assert '"pbck.body"' in ir_text  # the column-wise packing loop
+    assert ('"pbtk.body"' in ir_text) == (dt != "f16")  # its transposed V x V blocks
 
 
 def test_gemm_stack_frame_is_bounded() -> None:
