@@ -253,7 +253,12 @@ class _Launch:
         when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
         comp = self.step.spec.comp
         work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
-        return self.native_split(max(2, threads.thread_count())) if work >= threads.LOOP_SPLIT_ELEMENTS else None
+        if work < threads.LOOP_SPLIT_ELEMENTS:
+            return None
+        n = max(2, threads.thread_count())
+        if self.step.spec.reduce_split_first and self.outer >= n:
+            return "rows"  # the runner cannot sum a split K's partial outputs: the rows, as before
+        return self.native_split(n)
 
 
 class _ReductionSplit:

@@ -393,7 +393,8 @@ def test_gemm_split_k_slices_sum_to_the_product(vector_bits, dt) -> None:  # noq
 
 
 def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """The executable splits that dot by K on 2 threads (forced) and sums the partials."""
+    """The executable splits that dot by K on 2 threads (forced) and sums the partials
+    (inside a loop, where nothing sums partials, by rows)."""
     m = dot_module("f32", (33, 4100), (4100, 20), **MM)
     xs = inputs(m)
     be = _backend()
@@ -403,6 +404,7 @@ def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
     (launch,) = [launch for launch, _ in exe._steps if launch is not None]
     launch.parallel = True
     assert launch._split_mode(2) == "reduction"
+    assert launch.loop_split() == "rows"  # in a loop the native runner splits its rows instead
     for _ in range(2):  # the partials' buffers are reused
         check_dot(m, xs, be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
     be._cache.clear()
