@@ -70,7 +70,7 @@ def dispatch_rows(quick: bool) -> list[Row]:
         anp.add(xa, xa)  # compile the one-op executable outside the timing
         times = measure({"numpy": lambda: np.add(a, a), "axle eager": lambda xa=xa: anp.add(xa, xa)},
                         repeats=20 if quick else 200, sync=_sync)
-        rows.append(Row("core", f"eager dispatch add f32[8] on {dev.name}", times))
+        rows.append(Row("core", f"eager dispatch add f32[8] on {dev.name}", times, kind="dispatch"))
     return rows
 
 
