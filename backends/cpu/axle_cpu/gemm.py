@@ -231,6 +231,20 @@ class Layout:
         return (self.dense and self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
                 and self.b_k.table is None and self.b_k.stride == 1)
 
+    @property
+    def vecmat(self) -> bool:
+        """One row of C whose B rows are contiguous: B streamed row by row (``_vecmat``)."""
+        return (self.dense and self.m == 1 and not self.rowdot and self.b_n.table is None and self.b_n.stride == 1
+                and self.b_k.table is None and self.a_k.table is None)
+
+    @property
+    def swap(self) -> bool:
+        """Computed as C^T = B^T A^T (the same memory): a matrix-vector product with a
+        strided K (a vector-matrix product then), or a vector-matrix product whose B has K
+        contiguous (row dots then)."""
+        return self.dense and ((self.n == 1 and self.m > 1 and not self.rowdot)
+                               or (self.m == 1 and self.n > 1 and self.swapped().rowdot))
+
 
 # ================================================================ tile sizes
 
@@ -339,13 +353,14 @@ class GemmSpec(KernelSpec):
         """K, where threads should split the contraction (each chunk a slice of K into
         partial outputs the host sums, executable._ReductionSplit): a long K into an output
         too small to share (a weight gradient over a long batch, [64, 65536] x [65536, 64]),
-        which split by rows would have every chunk pack all of B. Only a plain dot of two
-        matrices: an epilogue needs the whole sum, float16 rounds it once, and the
-        matrix-vector paths read all of K."""
+        which split by rows would have every chunk pack all of B; or a vector-matrix
+        product with few columns (each chunk then a block of B's rows, its partial row
+        summed by the host). Only plain dots: an epilogue needs the whole sum, float16
+        rounds it once, and the row dots read all of K."""
         lay = self.layout
-        wanted = (not self.epilogue and not _accumulates(self.dot, self.comp.root) and lay.dense
-                  and min(lay.m, lay.n) > 1 and lay.k >= SPLIT_K_MIN
-                  and lay.k >= SPLIT_K_RATIO * max(lay.batch * lay.m, lay.n))
+        shape = min(lay.m, lay.n) > 1 or (lay.vecmat and not lay.swap)
+        wanted = (shape and not self.epilogue and not _accumulates(self.dot, self.comp.root) and lay.dense
+                  and lay.k >= SPLIT_K_MIN and lay.k >= SPLIT_K_RATIO * max(lay.batch * lay.m, lay.n))
         return lay.k if wanted else 0
 
     @property
@@ -538,8 +553,7 @@ class _Emitter:
         # A matrix-vector product with a strided K runs as a vector-matrix product
         # (C^T = B^T A^T, the same memory), whose N is the long dim; a vector-matrix
         # product whose B has K contiguous (``x @ w.T``) as a matrix-vector row dot.
-        self.swap = lay.dense and ((lay.n == 1 and lay.m > 1 and not lay.rowdot)
-                                   or (lay.m == 1 and lay.n > 1 and lay.swapped().rowdot))
+        self.swap = lay.swap
         if self.swap:
             lay = lay.swapped()
             self.in_idx.reverse()
@@ -551,9 +565,7 @@ class _Emitter:
         self.accumulate = _accumulates(root, spec.comp.root)
         # One row of C whose B rows are contiguous: B streamed row by row (no packing)
         # through a block of C's row held in L1 (``_vecmat``).
-        self.vecmat = (not self.accumulate and lay.dense and lay.m == 1 and not lay.rowdot
-                       and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_k.table is None
-                       and lay.a_k.table is None)
+        self.vecmat = not self.accumulate and lay.vecmat
         self.ct = F32 if self.f16 else self.st  # packed / compute type
         self.vt = ir.VectorType(self.ct, self.t.v)
         self.fn = ir.Function(mod, SIG, name=spec.name)
@@ -837,9 +849,10 @@ class _Emitter:
 
                 vectors(w, vec, "vmj")
 
-            kfull = lay.k // VECMAT_ROWS * VECMAT_ROWS
-            g.loop(_c(0), _c(kfull), VECMAT_ROWS, lambda k: rows(k, VECMAT_ROWS), "vmk")
-            g.loop(_c(kfull), _c(lay.k), 1, lambda k: rows(k, 1), "vmk1")
+            # this call's slice of K (all of it unless threads split K), by VECMAT_ROWS
+            kfull = b.add(self.k_lo, b.mul(b.udiv(b.sub(self.k_hi, self.k_lo), _c(VECMAT_ROWS)), _c(VECMAT_ROWS)))
+            g.loop(self.k_lo, kfull, VECMAT_ROWS, lambda k: rows(k, VECMAT_ROWS), "vmk")
+            g.loop(kfull, self.k_hi, 1, lambda k: rows(k, 1), "vmk1")
 
             def out(j: ir.Value, mask: ir.Value | None) -> None:
                 acc = b.load(g.gep(self.vm, self.ct, j), typ=self.vt)

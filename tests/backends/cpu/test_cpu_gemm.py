@@ -369,17 +369,21 @@ def test_gemm_vector_matrix_paths(vector_bits, dt) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("vector_bits", [0, 256])
 @pytest.mark.parametrize("dt", ["f32", "f64", "s32"])
-def test_gemm_split_k_slices_sum_to_the_product(vector_bits, dt) -> None:  # noqa: ANN001
-    """A long K into a small output is split by K (GemmSpec.split_reduce_size): each call
-    given a slice [r0, r1) of K (the pool's reduction chunks, at odd cuts inside and across
-    K blocks) writes that slice's partial product, and the partials sum to the product."""
+@pytest.mark.parametrize("lhs,label", [((33, 4100), "pc"), ((4100,), "vmk")], ids=["matrix", "vector"])
+def test_gemm_split_k_slices_sum_to_the_product(lhs, label, vector_bits, dt) -> None:  # noqa: ANN001
+    """A long K into a small output is split by K (GemmSpec.split_reduce_size), for two
+    matrices or a vector-matrix product (its B streamed): each call given a slice [r0, r1)
+    of K (the pool's reduction chunks, at odd cuts inside and across K blocks) writes that
+    slice's partial product, and the partials sum to the product."""
     from axle_cpu.emitter import INT64_MAX
+    from axle_cpu.executable import llvm_module
     from axle_cpu.plan import build_plan
 
-    m = dot_module(dt, (33, 4100), (4100, 20), **MM)
+    m = dot_module(dt, lhs, (4100, 20), lhs_contracting=(len(lhs) - 1,), rhs_contracting=(0,))
     xs = inputs(m)
     (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
     assert spec.split_reduce_size == 4100 and spec.reduce_split_first
+    assert f'"{label}.body"' in str(llvm_module([spec], "t"))
     _jit, fn, (outer, inner) = _kernel(m, vector_bits)
     ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
     whole = np.full(m.entry.root.shape, 99, xs[0].dtype)
