@@ -26,7 +26,7 @@ def test_hot_path_results_equal_the_full_path(device: str) -> None:
     x = axle.device_put(np.array([1.5, -2.0, np.nan, np.inf], np.float32), device)
     y = axle.device_put(np.array([0.5, 4.0, 1.0, -np.inf], np.float32), device)
     first = [np.asarray(f(x, y)) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
-    assert eager.launch_cached(Op.ADD, x, y) is not None  # the full path filled the hot path
+    assert eager.launch_cached(Op.ADD, (x, y)) is not None  # the full path filled the hot path
     again = [f(x, y) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, np.asarray(b))

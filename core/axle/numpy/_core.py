@@ -242,7 +242,7 @@ def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, Ar
 
     def f(x: ArrayLike, y: ArrayLike) -> Any:
         if primitive is not None and type(x) is Array and type(y) is Array:
-            out = launch_cached(primitive, x, y)
+            out = launch_cached(primitive, (x, y))
             if out is not None:
                 return out
         dt = dtype_fn(x, y) if dtype_fn else None
