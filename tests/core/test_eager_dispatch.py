@@ -1,5 +1,5 @@
-"""The hot path of eager ops (frontend/eager.py ``launch_cached``): an attribute-free op on
-concrete, non-weak arrays of one device whose signature ran before skips placement,
+"""The hot path of eager ops (frontend/eager.py ``launch_cached``): an op with plain
+attributes on concrete, non-weak arrays of one device whose signature ran before skips placement,
 promotion and the executable lookup. It must give exactly what the full path gives, and
 never run where the full path would not run an op eagerly."""
 from __future__ import annotations
