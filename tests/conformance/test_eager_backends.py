@@ -39,7 +39,7 @@ CASES: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...]]] = [
 
 def _check(got: Any, want: np.ndarray, what: str) -> None:
     got = np.asarray(got)
-    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{got.shape} vs {want.dtype}{want.shape}"
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), f"{what}: {got.dtype}{got.shape}"
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True, err_msg=what)
 
 
