@@ -125,3 +125,20 @@ def test_profiling_takes_execute() -> None:
     with axle.profiler.trace() as events:
         np.asarray(x - x)
     assert [e for e in axle.profiler.kernels(events) if e.get("args", {}).get("op") == "subtract"]
+
+
+def test_out_of_memory_on_the_hot_path_is_an_axle_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allocation failing in a launcher (axle.numpy calls the hot path outside bind)
+    gives the full path's BackendError naming the op and operands, not a raw MemoryError."""
+    dev = require_backend("interpreter")
+    x = axle.device_put(np.ones(3, np.float32), dev)
+    x + x
+    key = eager._signature(Op.ADD, (x, x))
+
+    def oom(args: Any) -> Any:
+        raise MemoryError("no room")
+
+    monkeypatch.setitem(eager._launchers._data, key, eager._launchers.peek(key)._replace(launch=oom, execute=oom))
+    monkeypatch.setattr(eager, "executable_for", lambda *a: type("Oom", (), {"execute": staticmethod(oom)})())
+    with pytest.raises(axle.errors.BackendError, match=r"add: out of memory: no room \(operands: f32\[3\], f32\[3\]\)"):
+        anp.add(x, x)

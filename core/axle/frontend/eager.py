@@ -79,7 +79,10 @@ def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any],
     if hit is None:
         return None
     run = hit.launch if hit.launch is not None and not profiler.enabled() else hit.execute
-    (out,) = run([x._buffer for x in operands])
+    try:
+        (out,) = run([x._buffer for x in operands])
+    except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
+        return None
     hit.tick()
     return Array(out, committed=hit.committed)
 
