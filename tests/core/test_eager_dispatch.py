@@ -109,3 +109,21 @@ def test_committed_arrays_on_two_devices_still_raise() -> None:
     b + b
     with pytest.raises(axle.errors.DeviceError, match="committed to different devices"):
         a + b
+
+
+def test_a_subclass_overriding_execute_gets_no_interpreter_launcher() -> None:
+    """The interpreter's launcher is its reference, which would skip the execute of a
+    subclass (a plugin or a test's asynchronous device built on it): those keep execute."""
+    from axle.backends.interpreter import InterpreterExecutable
+    from axle.ir.dtypes import DType
+    from axle.ir.types import TensorType
+
+    class Late(InterpreterExecutable):
+        def execute(self, args):  # noqa: ANN001, ANN202
+            return super().execute(args)
+
+    t = TensorType(DType.FLOAT32, (2,))
+    module = eager.one_op_module(Op.ADD, (t, t), {})
+    (dev,) = axle.devices("interpreter")
+    assert InterpreterExecutable(module, dev).launcher() is not None
+    assert Late(module, dev).launcher() is None
