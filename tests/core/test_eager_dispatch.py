@@ -127,3 +127,27 @@ def test_a_subclass_overriding_execute_gets_no_interpreter_launcher() -> None:
     (dev,) = axle.devices("interpreter")
     assert InterpreterExecutable(module, dev).launcher() is not None
     assert Late(module, dev).launcher() is None
+
+
+def test_same_type_operands_skip_promotion_in_every_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two non-weak arrays of one type and device need no promotion, broadcast or move:
+    axle.numpy applies the primitive directly, also to pending values (auto mode records
+    at half the cost), and mixed operands still take the full preparation."""
+    from axle.numpy import _core
+
+    x = axle.device_put(np.arange(3, dtype=np.float32), "cpu:0")
+    prepared = []
+    full = _core._prepare
+    monkeypatch.setattr(_core, "_prepare", lambda *a, **k: (prepared.append(a[0]), full(*a, **k))[1])
+    old = axle.config.jit_level
+    try:
+        axle.config.update(jit_level="auto")
+        y = x * x
+        z = y + x  # y is pending: recorded without _prepare
+        assert y.is_pending and z.is_pending
+        np.testing.assert_array_equal(np.asarray(z), [0, 2, 6])
+        assert prepared == []
+        np.testing.assert_array_equal(np.asarray(x + 1.0), [1, 2, 3])  # a scalar: prepared
+        assert prepared == ["add"]
+    finally:
+        axle.config.update(jit_level=old)

@@ -246,6 +246,8 @@ def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, Ar
             out = launch_cached(primitive, (x, y))
             if out is not None:
                 return out
+            if not (x.weak or y.weak) and x.aval == y.aval and x.device == y.device:
+                return op(x, y)  # nothing to promote, broadcast or move (a pending value too: auto mode)
         dt = dtype_fn(x, y) if dtype_fn else None
         a, b = _prepare(name, x, y, dtype=dt)
         return _finish(op(a, b), x, y)
