@@ -108,7 +108,7 @@ def dispatch_rows(quick: bool) -> list[Row]:
             us = {k: round(v / CALLS * 1e3, 2) for k, v in times.items()}
             rows.append(Row("core", f"eager dispatch {name} on {dev.name} (per call)",
                             {k: v / CALLS for k, v in times.items()}, extra={"us": us},
-                            baseline="jax eager" if jax is not None else "numpy"))
+                            baseline="jax eager" if jax is not None else "numpy", kind="dispatch"))
     return rows
 
 

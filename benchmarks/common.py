@@ -36,6 +36,9 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
     #: the implementation the others are compared with (ratios = baseline / impl)
     baseline: str = "numpy"
+    #: "speed" (plotted as ratios against the baseline) or "dispatch" (a per-call overhead,
+    #: plotted in microseconds on an axis of its own)
+    kind: str = "speed"
 
     def ratio(self, impl: str) -> float:
         return self.times_ms[self.baseline] / self.times_ms[impl]

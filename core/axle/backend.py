@@ -209,6 +209,10 @@ class CompileOptions:
     optimized: bool = True
     #: free-form backend flags from AXLE_FLAGS (``--<backend>_<flag>=...``)
     flags: Mapping[str, str] = field(default_factory=dict)
+    #: the SHA-256 (hex) of the module's text form when the persistent compile cache is on
+    #: (else None): a backend may key what it caches on disk for the whole module by it
+    #: (with its own code, flags and device) instead of describing the module again
+    module_digest: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

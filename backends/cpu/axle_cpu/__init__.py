@@ -191,14 +191,17 @@ class CpuBackend(Backend):
             # NumPy's BLAS for float dots only when asked (--cpu_blas=true): the GEMM
             # kernel was measured faster here at every shape (docs/backend-cpu.md).
             plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true")
-            kernels = self._kernels(plan, module.name)
+            kernels = self._kernels(plan, module.name, options.module_digest)
         ms = (time.perf_counter() - t0) * 1e3
         plan, kernels = self._cache.put(key, (plan, kernels))
         return CpuExecutable(plan, kernels, device, ms)
 
-    def _kernels(self, plan: Plan, name: str) -> dict[str, object]:
+    def _kernels(self, plan: Plan, name: str, module_digest: str | None = None) -> dict[str, object]:
         """Compiled kernels of a plan by name; each distinct kernel (same computation and
-        kind) is compiled once per process, the missing ones together in one LLVM module."""
+        kind) is compiled once per process, the missing ones together in one LLVM module.
+        When all are missing (a new process) and the core gave the module's digest, the
+        object code's disk key is made from it (``executable.module_key``), not from the
+        kernels' descriptions."""
         from .executable import CompiledKernel, compile_kernels
 
         out: dict[str, object] = {}
@@ -211,7 +214,8 @@ class CpuBackend(Backend):
             else:
                 out[spec.name] = got
         if missing:
-            jit = compile_kernels([s for _, s in missing], name)
+            whole = module_digest if len(missing) == len(plan.kernels) else None
+            jit = compile_kernels([s for _, s in missing], name, whole)
             for k, spec in missing:
                 out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
         return out
