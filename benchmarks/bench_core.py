@@ -66,7 +66,6 @@ def seed_rows(quick: bool) -> list[Row]:
 #: with NumPy, jax's eager mode and axle.numpy on every device
 DISPATCH_OPS = {
     "add f32[8]": lambda m, x, y: m.add(x, x),
-    "multiply f32[8]": lambda m, x, y: m.multiply(x, x),
     "exp f32[8]": lambda m, x, y: m.exp(x),
     "sum f32[8]": lambda m, x, y: m.sum(x),
     "matmul f32[4,4]": lambda m, x, y: m.matmul(y, y),
