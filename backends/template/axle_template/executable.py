@@ -49,6 +49,9 @@ class TemplateExecutable(Executable):
             lib = compile_program(RENDERER.program(kernels))
             for launch in self.every:
                 launch.stages = [lib.function(name) for name in launch.kernel.stages] if launch.kernel else []
+                for stage in launch.stages:  # each buffer's address, a Python int (see _launch)
+                    stage.argtypes = [ctypes.c_void_p] * sum(map(len, (launch.kernel.params, launch.kernel.constants,
+                                                                       launch.kernel.outputs, launch.kernel.scratch)))
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan
@@ -116,7 +119,7 @@ class TemplateExecutable(Executable):
         outs = [np.empty(t.shape, t.dtype.np) for t in k.outputs]
         scratch = [np.empty(t.shape, t.dtype.np) for t in k.scratch]
         arrays = [*map(np.ascontiguousarray, inputs), *k.constants, *outs, *scratch]
-        pointers = [ctypes.c_void_p(_address(a)) for a in arrays]
+        pointers = [*map(_address, arrays)]
         for stage in launch.stages:  # one after the other: a stage reads what the last wrote
             stage(*pointers)
         return outs
