@@ -48,10 +48,11 @@ class TemplateExecutable(Executable):
         if kernels:  # one program for them all
             lib = compile_program(RENDERER.program(kernels))
             for launch in self.every:
-                launch.stages = [lib.function(name) for name in launch.kernel.stages] if launch.kernel else []
+                k = launch.kernel
+                launch.stages = [lib.function(name) for name in k.stages] if k else []
+                n_args = len(k.params) + len(k.constants) + len(k.outputs) + len(k.scratch) if k else 0
                 for stage in launch.stages:  # each buffer's address, a Python int (see _launch)
-                    stage.argtypes = [ctypes.c_void_p] * sum(map(len, (launch.kernel.params, launch.kernel.constants,
-                                                                       launch.kernel.outputs, launch.kernel.scratch)))
+                    stage.argtypes = [ctypes.c_void_p] * n_args
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan
