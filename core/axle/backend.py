@@ -29,6 +29,7 @@ from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import BASE_PRIMITIVES, Op
 from .ir.types import TensorType
+from .passes.conv_layout import ConvLayout
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
 
@@ -105,6 +106,11 @@ class Capabilities:
     #: per-op predicates, e.g. {Op.REDUCE: lambda n: None if n.attr["axes"] == (len(n.operands[0].shape) - 1,)
     #: else "reduces the last axis only"}
     predicates: Mapping[Op, Predicate] = field(default_factory=dict)
+    #: the convolution layout the device's kernels run fastest in, e.g.
+    #: ``ConvLayout(lhs="NSC", rhs="SIO", out="NSC")`` (NHWC, HWIO): the layout pass
+    #: rewrites every claimed convolution into it, with as few transposes as it can
+    #: (passes/conv_layout.py). None (default): each convolution keeps the program's layout.
+    conv_layout: ConvLayout | None = None
 
     def supports(self, node: Node) -> bool:
         """True if the device runs this node (see the class docstring). Prefer
