@@ -243,6 +243,18 @@ class Executable(abc.ABC):
         """Runs the module on argument buffers (parameter order) and returns the result
         buffers (one per entry result; a tuple root gives several)."""
 
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """Optional: the eager hot path of this executable, or None (the default) to use
+        :meth:`execute`. Eager dispatch compiles each op signature (op, attributes, operand
+        types, device) once, runs it with ``execute``, then asks this once and calls what
+        it returns for every later call of that signature with buffers of exactly the
+        compiled parameter types on this device (the core checks that before the call). It
+        may therefore skip ``execute``'s argument checks and bookkeeping (a NumPy backend
+        returns the op's reference bound to its attributes; a kernel backend, the single
+        launch with its arguments prepared), and must return the same results as
+        ``execute``. The core calls ``execute`` instead while the profiler records."""
+        return None
+
     def report(self) -> dict[str, Any]:
         """Facts about the compiled code: at least ``kernels`` (launches per call)."""
         return {}

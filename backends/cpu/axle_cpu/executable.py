@@ -221,6 +221,8 @@ class _Launch:
         (a big reduction into few outputs), by columns, or not at all."""
         if n == 1:
             return None
+        if self.rsize >= 2 * n and self.step.spec.reduce_split_first:
+            return "reduction"
         if self.outer >= n:
             return "rows"
         if self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
@@ -265,7 +267,12 @@ class _Launch:
         when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
         comp = self.step.spec.comp
         work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
-        return self.native_split(max(2, threads.thread_count())) if work >= threads.LOOP_SPLIT_ELEMENTS else None
+        if work < threads.LOOP_SPLIT_ELEMENTS:
+            return None
+        n = max(2, threads.thread_count())
+        if self.step.spec.reduce_split_first and self.outer >= n:
+            return "rows"  # the runner cannot sum a split K's partial outputs: the rows, as before
+        return self.native_split(n)
 
 
 class _ReductionSplit:
@@ -283,7 +290,7 @@ class _ReductionSplit:
         self.base = self.ptrs.ctypes.data
         self.combine = []
         for out_node in launch.step.spec.outputs:
-            kind = out_node.attr["kind"]
+            kind = "sum" if out_node.traits.contraction else out_node.attr["kind"]  # a split-K GEMM sums
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)
