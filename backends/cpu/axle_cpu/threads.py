@@ -33,6 +33,8 @@ from .pool_ir import ARCHES
 SPLIT_FACTOR = 4.0
 #: a kernel inside a loop (never timed) is split when its largest array has this many elements
 LOOP_SPLIT_ELEMENTS = 1 << 16
+#: how long a new pool waits for its workers to run (NativePool._wait_started)
+_START_WAIT_S = 1.0
 #: the pool's chunk modes (pool_ir.py)
 MODES = {"rows": 0, "columns": 1, "reduction": 2}
 
@@ -88,7 +90,16 @@ class NativePool:
         arch = runner.host().triple.split("-")[0]
         started = runner.pool_function("axle_pool_start")(n - 1) if n > 1 and arch in ARCHES else 0
         self.n = started + 1
+        self._wait_started(started)
         self._wake_us: float | None = None
+
+    def _wait_started(self, workers: int) -> None:
+        """Returns once the workers run (tens of microseconds; the wake-up probe used to
+        wait for them), or after ``_START_WAIT_S``: a worker the OS has not scheduled yet
+        delays nothing (chunks are claimed), this only keeps ``alive`` exact after a start."""
+        deadline = time.monotonic() + _START_WAIT_S
+        while self.alive() < workers and time.monotonic() < deadline:
+            time.sleep(0)
 
     @property
     def wake_us(self) -> float:

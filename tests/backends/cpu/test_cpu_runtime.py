@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 
@@ -126,11 +125,7 @@ def test_split_kernels_never_wait_for_a_busy_worker(cpu, monkeypatch) -> None:  
     pool.run(launch.addr, table.ctypes.data, launch.outer, launch.inner, "rows", 16)
     np.testing.assert_array_equal(out, x * 2.0 + 1.0)
     assert runner.pool_function("axle_pool_workers")() == 0
-    restarted = threads.pool()  # started again on the next use (not waited for: the wake-up
-    deadline = time.monotonic() + 30  # cost is measured only when a split is being decided)
-    while restarted.alive() < 1 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert restarted.alive() == 1
+    assert threads.pool().alive() == 1  # started again on the next use
 
 
 def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None:  # noqa: ANN001
