@@ -193,10 +193,11 @@ class CpuBackend(Backend):
         from .plan import build_plan
 
         key = (module.entry.structural_key, tuple(sorted(options.flags.items())))
+        splits = _splits_key(module.name, options.module_digest)
         hit = self._cache.get(key)
         if hit is not None:
             plan, kernels = hit
-            return CpuExecutable(plan, kernels, device, 0.0)
+            return CpuExecutable(plan, kernels, device, 0.0, splits)
         t0 = time.perf_counter()
         with profiler.span(f"compile {module.name}", "compile", backend="cpu"):
             # NumPy's BLAS for float dots only when asked (--cpu_blas=true): the GEMM
@@ -205,7 +206,7 @@ class CpuBackend(Backend):
             kernels = self._kernels(plan, module.name, options.module_digest)
         ms = (time.perf_counter() - t0) * 1e3
         plan, kernels = self._cache.put(key, (plan, kernels))
-        return CpuExecutable(plan, kernels, device, ms)
+        return CpuExecutable(plan, kernels, device, ms, splits)
 
     def _kernels(self, plan: Plan, name: str, module_digest: str | None = None) -> dict[str, object]:
         """Compiled kernels of a plan by name; each distinct kernel (same computation and
@@ -252,6 +253,19 @@ class CpuBackend(Backend):
     def free(self, buffer: Buffer) -> None:
         # The pool recycles a mapping when its last array dies; nothing to do eagerly.
         return None
+
+
+def _splits_key(name: str, module_digest: str | None) -> bytes | None:
+    """Where the split decisions of the plan of the optimized module ``module_digest`` are
+    kept across processes (decisions.py; None: no digest, or the compile cache is off)."""
+    from . import decisions, target, threads
+    from .executable import SPLIT_GAIN, _Launch, _settings
+
+    if module_digest is None or not target.DISK.enabled():
+        return None
+    # the rule that made the decisions is part of them (its constants: a test changes them)
+    rule = f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED}"
+    return decisions.split_key(module_digest, name, f"{_settings()}\0{rule}", threads.device_threads())
 
 
 def __getattr__(name: str) -> object:

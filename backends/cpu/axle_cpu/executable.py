@@ -28,7 +28,7 @@ from axle.ir.printer import print_computation
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
-from . import threads
+from . import decisions, threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
 from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
@@ -336,7 +336,8 @@ class CpuExecutable(Executable):
     the plan) runs whole inside one runner call, its kernels on one thread; only one that
     holds a host step (a shape the kernels cannot compute) is walked step by step here."""
 
-    def __init__(self, plan: Plan, kernels: dict[str, CompiledKernel], device: Device, compile_ms: float) -> None:
+    def __init__(self, plan: Plan, kernels: dict[str, CompiledKernel], device: Device, compile_ms: float,
+                 splits_key: bytes | None = None) -> None:
         self.plan = plan
         self.device = device
         self._kernels = kernels
@@ -365,6 +366,15 @@ class CpuExecutable(Executable):
                     records.append((CONTROL[step.kind], len(src), step.arg, step.width))
                     src += step.ins + step.outs
                 self._steps.append((None, step))
+        # the split decisions an earlier process measured for this plan (decisions.py): a
+        # cached first call runs with them at once, measuring nothing
+        timed = self._timed_launches()
+        self._splits_key = splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
+        splits = decisions.load_splits(splits_key, len(timed)) if splits_key is not None else None
+        if splits is not None:
+            for launch, parallel in zip(timed, splits):
+                launch.parallel = parallel
+            self._splits_key = None  # stored already
         # regions holding a host step are walked step by step (jumps taken in Python)
         self._walked = {i for a, b in plan.regions if any(isinstance(s, HostStep) for s in plan.steps[a:b])
                         for i in range(a, b)}
@@ -405,6 +415,11 @@ class CpuExecutable(Executable):
         self._fast: FastCall | None = None
         self._fast_checked = False
 
+    def _timed_launches(self) -> list[_Launch]:
+        """The kernel steps whose split is measured (those outside loops and conditionals)."""
+        return [launch for i, (launch, _) in enumerate(self._steps)
+                if launch is not None and i not in self._in_region]
+
     def _schedule(self, nthreads: int) -> list[tuple] | None:
         """Consecutive single-threaded kernels merged into runner calls; None while some
         kernel's threading is still being measured."""
@@ -412,6 +427,9 @@ class CpuExecutable(Executable):
             return self._segments[1]
         if any(launch is not None and launch.parallel is None for launch, _ in self._steps):
             return None
+        if self._splits_key is not None:  # every decision measured: kept for the next process
+            decisions.store_splits(self._splits_key, [bool(launch.parallel) for launch in self._timed_launches()])
+            self._splits_key = None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):
             split = None

@@ -26,13 +26,15 @@ from axle.config import config
 from axle.errors import AxleError
 from axle.forksafe import renew_in_child
 
-from . import runner
+from . import decisions, runner
 from .pool_ir import ARCHES
 
 #: try a split when the single-thread time exceeds this many times the pool's wake-up cost
 SPLIT_FACTOR = 4.0
 #: a kernel inside a loop (never timed) is split when its largest array has this many elements
 LOOP_SPLIT_ELEMENTS = 1 << 16
+#: how long a new pool waits for its workers to run (NativePool._wait_started)
+_START_WAIT_S = 1.0
 #: the pool's chunk modes (pool_ir.py)
 MODES = {"rows": 0, "columns": 1, "reduction": 2}
 
@@ -88,7 +90,34 @@ class NativePool:
         arch = runner.host().triple.split("-")[0]
         started = runner.pool_function("axle_pool_start")(n - 1) if n > 1 and arch in ARCHES else 0
         self.n = started + 1
-        self.wake_us = self._measure_wake()
+        self._wait_started(started)
+        self._wake_us: float | None = None
+
+    def _wait_started(self, workers: int) -> None:
+        """Returns once the workers run (tens of microseconds; the wake-up probe used to
+        wait for them), or after ``_START_WAIT_S``: a worker the OS has not scheduled yet
+        delays nothing (chunks are claimed), this only keeps ``alive`` exact after a start."""
+        deadline = time.monotonic() + _START_WAIT_S
+        while self.alive() < workers and time.monotonic() < deadline:
+            time.sleep(0)
+
+    @property
+    def wake_us(self) -> float:
+        """The pool's wake-up cost in microseconds: asked only while a kernel's split is
+        being measured (a cached first call whose decisions were stored never asks), read
+        from the compile cache when this machine measured it before, else measured now
+        and stored (decisions.py)."""
+        if self._wake_us is None:
+            if self.n == 1:
+                self._wake_us = float("inf")
+            else:
+                key = decisions.wake_key(self.n)
+                us = decisions.load_wake(key)
+                if us is None:
+                    us = self._measure_wake()
+                    decisions.store_wake(key, us)
+                self._wake_us = us
+        return self._wake_us
 
     def run(self, fn: int, bufs: int, outer: int, inner: int, mode: str, nchunks: int,
             stride: int = 0, extent: int = 0) -> None:
@@ -103,8 +132,6 @@ class NativePool:
 
     def _measure_wake(self) -> float:
         """Median time for every worker to pick up a job (the cost a split must repay)."""
-        if self.n == 1:
-            return float("inf")
         probe = runner.pool_function("axle_pool_probe")
         samples = []
         for _ in range(20):

@@ -213,6 +213,7 @@ class OpenCLBackend(Backend):
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler
 
+        from . import plan_cache
         from .executable import OpenCLExecutable
         from .plan import plan_module
 
@@ -233,10 +234,22 @@ class OpenCLBackend(Backend):
         if strategy != "auto":
             # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
             info = replace(info, is_gpu=strategy == "gpu")
-        with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
-            plan = plan_module(module, info)
+        # the plan (rendered kernels included) from an earlier process when the compile
+        # cache has it for this optimized module (plan_cache.py): a hit renders nothing
+        key = payload = plan = None
+        if options.module_digest is not None and plan_cache.enabled():
+            key = plan_cache.plan_key(options.module_digest, rt.cl_device, info, options.flags)
+            plan = plan_cache.load(key)
+        if plan is None:
+            with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
+                plan = plan_module(module, info)
+            if key is not None:
+                payload = plan_cache.entry(plan)  # before the executable uploads its constants
         with profiler.span(f"compile {module.name}", "compile", device=device.name):
-            return OpenCLExecutable(plan, device, rt)
+            exe = OpenCLExecutable(plan, device, rt)
+        if key is not None and payload is not None:  # stored once its kernels built
+            plan_cache.store(key, payload)
+        return exe
 
     # -- buffers -----------------------------------------------------------------
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:

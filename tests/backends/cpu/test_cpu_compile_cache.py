@@ -116,7 +116,7 @@ PROGRAM = textwrap.dedent("""
     x = rng.standard_normal((16, 32)).astype(np.float32)
     w = rng.standard_normal((32, 8)).astype(np.float32)
     with axle.device("cpu:0"):
-        got = step(x, w)
+        got = [step(x, w) for _ in range(3)][0]  # three calls: the kernels' thread splits are decided
     h = np.tanh(x @ w)
     want = ((h - h.max(axis=1, keepdims=True)).sum(axis=0), np.exp(x).mean())
     ok = all(np.allclose(np.asarray(g), e, rtol=1e-5, atol=1e-5) for g, e in zip(got, want))

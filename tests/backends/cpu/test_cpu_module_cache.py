@@ -70,7 +70,8 @@ def test_a_second_compile_loads_the_optimized_module(compile_cache, monkeypatch)
     monkeypatch.setattr("axle.device_compile.optimize_for", no_passes)
     axle.reset_stats()
     exe2, loaded = _compile()
-    assert _counts()["hits"] >= 1 and _counts()["misses"] == 0
+    # (one miss: the thread splits, stored only once measured on later calls)
+    assert _counts()["hits"] >= 1 and _counts()["misses"] == 1
     assert loaded.as_text() == optimized.as_text()
     assert loaded.fusion_records == optimized.fusion_records and loaded.fusion_records
     for r in loaded.fusion_records:  # bound to the loaded module's fused computations
@@ -102,7 +103,8 @@ def test_a_damaged_entry_is_optimized_again(compile_cache, damage: str) -> None:
     np.testing.assert_array_equal(_run(exe2), want)
     axle.reset_stats()
     _compile()
-    assert _counts()["corrupt"] == 0 and _counts()["misses"] == 0
+    # (one miss: the thread splits, stored only once measured on later calls)
+    assert _counts()["corrupt"] == 0 and _counts()["misses"] == 1
 
 
 def test_the_key_changes_with_settings_pipeline_and_code(monkeypatch) -> None:
@@ -146,7 +148,8 @@ PROGRAM = textwrap.dedent("""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 16)).astype(np.float32)
     w = rng.standard_normal((16, 4)).astype(np.float32)
-    got = axle.jit(step, device="cpu:0")(x, w)
+    f = axle.jit(step, device="cpu:0")
+    got = [f(x, w) for _ in range(3)][0]  # three calls: the kernels' thread splits are decided
     s = axle.stats()
     print(json.dumps({"out": [np.asarray(g).tobytes().hex() for g in got],
                       **{k: s[k] for k in s if k.startswith("disk_cache_")}}))
@@ -176,7 +179,8 @@ def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tm
     hit = _answer(_start(cache))
     assert off["out"] == fills[0]["out"] == fills[1]["out"] == hit["out"]
     entries = sum(len(files) for _, _, files in os.walk(cache))
-    # the module, its object code and the native step runner's
-    assert entries >= 3 and all(f["disk_cache_writes"] >= 1 and f["disk_cache_corrupt"] == 0 for f in fills)
-    assert hit["disk_cache_hits"] == entries and hit["disk_cache_misses"] == 0
+    # the module, its object code, the native step runner's, the thread splits and the
+    # pool's wake-up cost (which the last process does not read: the splits are decided)
+    assert entries >= 5 and all(f["disk_cache_writes"] >= 1 and f["disk_cache_corrupt"] == 0 for f in fills)
+    assert hit["disk_cache_hits"] == entries - 1 and hit["disk_cache_misses"] == 0
     assert hit["disk_cache_writes"] == 0 and hit["disk_cache_corrupt"] == 0

@@ -1,0 +1,105 @@
+"""The OpenCL kernel plan in the persistent compile cache (axle_opencl/plan_cache.py): a
+later compile of the same optimized module plans and renders nothing and computes the
+same bits (constants and a loop's sub-plans included); a damaged entry is planned again;
+a plan with a host step is not stored."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle.device_compile import compile_on_device
+from axle.ir.dtypes import DType
+from axle.ir.types import TensorType
+from axle_opencl import kernels, plan, plan_cache
+from ocl_fusing import opencl_device
+
+X = np.random.default_rng(0).standard_normal((6, 33)).astype(np.float32)
+SCALE = np.linspace(0.5, 2.0, 33, dtype=np.float32)  # an array constant of the module
+
+
+def _program(x):  # noqa: ANN001, ANN202
+    e = anp.exp(x * SCALE - anp.max(x, axis=1, keepdims=True))
+    s = e / anp.sum(e, axis=1, keepdims=True)
+    return axle.lax.fori_loop(0, 3, lambda i, v: v * 0.5 + s, s)  # a loop step: sub-plans
+
+
+@pytest.fixture(scope="module")
+def ocl():  # noqa: ANN201
+    return opencl_device()
+
+
+def _compile(dev):  # noqa: ANN001, ANN202
+    return compile_on_device(axle.jit(_program, device=dev).lower(X).module, dev)[0]
+
+
+def _run(exe, dev) -> bytes:  # noqa: ANN001
+    backend = axle.REGISTRY.backend_for(dev)
+    return backend.to_host(exe.execute([backend.to_device(X, dev)])[0]).tobytes()
+
+
+def _no(what: str):  # noqa: ANN202
+    def fail(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError(f"{what} on a cached plan")
+
+    return fail
+
+
+def test_a_hit_plans_and_renders_nothing_and_computes_the_same(ocl, compile_cache, monkeypatch) -> None:
+    exe = _compile(ocl)
+    want = _run(exe, ocl)
+    assert any(isinstance(s, plan.LoopStep) for s in exe.plan.steps)
+    monkeypatch.setattr(plan, "plan_module", _no("planned"))
+    monkeypatch.setattr(kernels, "_finish", _no("rendered"))
+    axle.reset_stats()
+    exe2 = _compile(ocl)
+    assert axle.stats()["disk_cache_corrupt"] == 0
+    assert _run(exe2, ocl) == want
+
+
+def test_an_entry_reads_back_to_the_same_plan(ocl, compile_cache) -> None:
+    exe = _compile(ocl)
+    p = plan.plan_module(axle.jit(_program, device=ocl).lower(X).optimize(), exe.rt.info)
+    payload = plan_cache.entry(p)
+    assert payload is not None
+    back = plan_cache._plan(json.loads(payload))
+    assert plan_cache.entry(back) == payload
+    consts = [v for s in back.steps if isinstance(s, plan.KernelStep) for v in s.inputs if isinstance(v, tuple)]
+    consts += list(back.constants.values())
+    assert any(np.array_equal(c[1] if isinstance(c, tuple) else c, SCALE) for c in consts)
+
+
+@pytest.mark.parametrize("bad", [b"{not json", b'{"steps": [{"t": "mystery"}]}', b"[]",
+                                 b'{"steps": [], "params": [true], "constants": [], "results": [], '
+                                 b'"consumed": [], "param_types": []}'])
+def test_a_damaged_entry_is_planned_again(ocl, compile_cache, monkeypatch, bad: bytes) -> None:
+    want = _run(_compile(ocl), ocl)
+    key = None
+    real_key = plan_cache.plan_key
+
+    def remember(*a):  # noqa: ANN002, ANN202
+        nonlocal key
+        key = real_key(*a)
+        return key
+
+    monkeypatch.setattr(plan_cache, "plan_key", remember)
+    _compile(ocl)
+    assert key is not None
+    plan_cache.store(key, bad)
+    planned = []
+    real_plan = plan.plan_module
+    monkeypatch.setattr(plan, "plan_module", lambda *a: planned.append(1) or real_plan(*a))
+    axle.reset_stats()
+    exe = _compile(ocl)
+    assert planned and axle.stats()["disk_cache_corrupt"] == 1
+    assert _run(exe, ocl) == want
+    assert plan_cache.load(key) is not None  # rewritten
+
+
+def test_a_plan_with_a_host_step_is_not_stored() -> None:
+    t = TensorType(DType.FLOAT32, (2,))
+    p = plan.Plan([plan.HostStep(None, [0], 1)], [0], {}, [(1, t)], frozenset(), [t])  # type: ignore[arg-type]  # no node needed
+    assert plan_cache.entry(p) is None
