@@ -30,8 +30,8 @@ def test_fixed_slice_of_the_differential_campaign() -> None:
 
 
 #: the control slice: programs of at most CONTROL_NODES steps, seeds CONTROL_SEEDS, all with
-#: loops and conditionals (control=1); 4 of the 6 keep a loop, 2 a conditional (213 nodes
-#: in all their computations: the cheapest such run of 6 seeds below 60)
+#: loops and conditionals (control=1); 3 of the 6 keep a loop, 3 a conditional (267 nodes
+#: in all their computations: a cheap run of 6 seeds)
 CONTROL_SEEDS, CONTROL_NODES = range(1, 7), 12
 
 
@@ -40,7 +40,7 @@ def test_fixed_slice_of_control_programs() -> None:
     on every backend, optimized and not: a few seeds only, so that CI stays fast (the
     campaign runs a quarter of its programs with them, docs/reliability.md)."""
     held = [{n.op for n in program_for(s, CONTROL_NODES, 1.0).build()[0].entry.nodes} for s in CONTROL_SEEDS]
-    assert sum(Op.WHILE in ops for ops in held) >= 4 and sum(Op.CONDITIONAL in ops for ops in held) >= 2, held
+    assert sum(Op.WHILE in ops for ops in held) >= 3 and sum(Op.CONDITIONAL in ops for ops in held) >= 3, held
     configs = default_configs()
     summary = run_campaign(len(CONTROL_SEEDS), CONTROL_SEEDS.start, configs, max_nodes=CONTROL_NODES,
                            shrink_budget=100, control=1.0)

@@ -163,6 +163,8 @@ def _control_features(comp, inside: tuple[Op, ...] = ()) -> set[str]:  # noqa: A
             seen |= {"loop in a loop"} if in_loop else set()
             seen |= {"loop in a branch"} if Op.CONDITIONAL in inside else set()
             seen |= {"data-dependent exit"} if cond.root.op is Op.AND else set()
+            seen |= {"carries that swap"} if any(o.op is Op.PARAMETER and o.attr["index"] != k for k, o in
+                                                 enumerate(body.root.operands)) else set()
             for o in n.operands[2:]:
                 seen |= {"size-0 carry"} if 0 in o.shape else {"scalar carry"} if not o.shape else set()
                 seen.add(f"{o.dtype.value} carry")
@@ -195,7 +197,7 @@ def test_control_programs_hold_the_loops_the_fuzzer_needs():
         seen |= _control_features(m.entry)
     want = {"loop in a loop", "loop in a branch", "conditional in a loop", "conditional by a pred",
             "data-dependent exit", "size-0 carry", "scalar carry", "slice by the counter", "scan row update",
-            "dot in a body", "reduce in a body", "fusible chain in a body"}
+            "dot in a body", "reduce in a body", "fusible chain in a body", "carries that swap"}
     assert want <= seen, want - seen
     assert len({s for s in seen if s.endswith(" carry")} - {"size-0 carry", "scalar carry"}) >= 5, seen
 

@@ -365,12 +365,16 @@ class _Gen:
                 v = b.broadcast_in_dim(v, shape=t.shape, broadcast_dimensions=())
         return v if v.dtype is t.dtype else b.convert(v, dtype=t.dtype)
 
-    def update(self, x: Node, last: Node | None = None) -> Node:
+    def update(self, x: Node, last: Node | None = None, peers: Sequence[Node] = ()) -> Node:
         """A carry's next value: ``last`` or a recent value of the body fitted to x's type,
-        often combined with x itself (sometimes x unchanged: an invariant carry)."""
+        often combined with x itself; sometimes x unchanged (an invariant carry) or another
+        carry of its type (carries that swap: in-place carries must not overwrite each other)."""
         r = self.rng.random()
         if r < 0.1 and last is None:
             return x
+        swaps = [p for p in peers if p.type == x.type and p is not x]
+        if swaps and r < 0.25:
+            return self.choice(swaps)
         v = self.fit(last or self.other(x), x.tensor_type)
         if r < 0.3:
             return v
@@ -415,6 +419,8 @@ class _Gen:
         i32 = TensorType(DType.INT32, ())
         n = self.trip_bound(int(rng.integers(0, 5)))
         xs0 = [self.carry() for _ in range(int(rng.integers(1, 4)))]
+        if len(xs0) > 1 and rng.random() < 0.4:  # two carries of one type, that may swap
+            xs0[1] = self.like(xs0[0].tensor_type)
         extra: dict[str, Node] = {}
         if rng.random() < 0.35:  # a scan's stacked output: one row per trip
             row = TensorType(self.choice(DTYPES), self.choice(((), (3,), (2, 1), (0,))))
@@ -430,7 +436,8 @@ class _Gen:
         named = dict(zip(extra, ps[2 + len(xs0):]))
         last = sub.body_steps(1, 5)  # (the first carry takes the last step: it stays in the body)
         outs = [sub.b.add(ps[0], sub.b.constant(np.int32(1))), ps[1]]
-        outs += [sub.update(p, last if k == 0 else None) for k, p in enumerate(ps[2:2 + len(xs0)])]
+        carried = ps[2:2 + len(xs0)]
+        outs += [sub.update(p, last if k == 0 else None, carried) for k, p in enumerate(carried)]
         for key, p in named.items():
             if key == "ys":
                 row_t = TensorType(p.dtype, p.shape[1:])
