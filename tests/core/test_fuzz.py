@@ -81,10 +81,9 @@ def _shrunk_size(seed: int) -> int:
     return len(small.entry.nodes)
 
 
-def test_wrong_nan_is_a_mismatch_but_an_unstable_reference_is_not():
-    b = Builder("cos_of_exp")  # cos(exp(48)): one ulp of exp moves cos anywhere in [-1, 1]
-    x = b.parameter("f32[2]")
-    m = b.build(b.cos(b.exp(x)))
+def _assert_unstable_at_48_only(m) -> None:  # noqa: ANN001
+    """m (f32[2] -> f32[2], cos of exp) on [48, 0.5]: a moved result at 48 is unstable,
+    a wrong one at 0.5 a finding."""
     xs = [np.array([48.0, 0.5], np.float32)]
     expected = evaluate(m, *xs)
     moved = [expected[0].copy()]
@@ -93,6 +92,12 @@ def test_wrong_nan_is_a_mismatch_but_an_unstable_reference_is_not():
     garbage = [expected[0].copy()]
     garbage[0][1] = 7.0  # cos(exp(0.5)) is stable: a wrong value there is a finding
     assert _stable_mismatch(m, xs, garbage, expected)
+
+
+def test_wrong_nan_is_a_mismatch_but_an_unstable_reference_is_not():
+    b = Builder("cos_of_exp")  # cos(exp(48)): one ulp of exp moves cos anywhere in [-1, 1]
+    x = b.parameter("f32[2]")
+    _assert_unstable_at_48_only(b.build(b.cos(b.exp(x))))
 
     b = Builder("nan_in_exp")
     y = b.parameter("f32[3]")
@@ -143,3 +148,97 @@ def test_an_interrupted_campaign_reports_what_it_ran(monkeypatch):
     summary = fuzz.run_campaign(1000, 0, [INTERP], workers=1, log=log)
     assert summary.interrupted and 3 <= summary.run[INTERP.name] < 1000
     assert summary.table().endswith("(interrupted)")
+
+
+# ------------------------------------------------------------- control programs (issue 16)
+
+
+def _control_features(comp, inside: tuple[Op, ...] = ()) -> set[str]:  # noqa: ANN001
+    """What a control program's computation (and those it calls) holds, by where it is."""
+    seen: set[str] = set()
+    in_loop = Op.WHILE in inside
+    for n in comp.nodes:
+        if n.op is Op.WHILE:
+            body, cond = n.attr["body"], n.attr["condition"]
+            seen |= {"loop in a loop"} if in_loop else set()
+            seen |= {"loop in a branch"} if Op.CONDITIONAL in inside else set()
+            seen |= {"data-dependent exit"} if cond.root.op is Op.AND else set()
+            seen |= {"carries that swap"} if any(o.op is Op.PARAMETER and o.attr["index"] != k for k, o in
+                                                 enumerate(body.root.operands)) else set()
+            for o in n.operands[2:]:
+                seen |= {"size-0 carry"} if 0 in o.shape else {"scalar carry"} if not o.shape else set()
+                seen.add(f"{o.dtype.value} carry")
+            seen |= _control_features(body, inside + (Op.WHILE,))
+        elif n.op is Op.CONDITIONAL:
+            seen |= {"conditional in a loop"} if in_loop else set()
+            seen |= {"conditional by a pred"} if n.operands[0].dtype is DType.BOOL else set()
+            for branch in n.attr["branches"]:
+                seen |= _control_features(branch, inside + (Op.CONDITIONAL,))
+        elif in_loop and n.op in (Op.DYNAMIC_SLICE, Op.DYNAMIC_UPDATE_SLICE):
+            starts = n.operands[1 if n.op is Op.DYNAMIC_SLICE else 2:]
+            if starts and starts[0].op is Op.PARAMETER:  # the loop's counter
+                seen.add("slice by the counter" if n.op is Op.DYNAMIC_SLICE else "scan row update")
+        elif inside and n.op in (Op.DOT_GENERAL, Op.REDUCE):
+            seen.add(f"{n.op.value} in a body")
+        elif inside and n.traits.elementwise and any(o.traits.elementwise for o in n.operands):
+            seen.add("fusible chain in a body")
+    return seen
+
+
+def test_control_programs_hold_the_loops_the_fuzzer_needs():
+    """random_module(..., control=True): loops with data-dependent exits, nested loops and
+    conditionals, carries of several dtypes and shapes, bodies holding chains, reductions,
+    dots, slices by the counter and scans; the same program for the same seed."""
+    seen: set[str] = set()
+    for seed in range(60):
+        m, xs = random_module(seed, 10, control=True)
+        again, xs2 = random_module(seed, 10, control=True)
+        assert again.as_text() == m.as_text() and all(a.tobytes() == b.tobytes() for a, b in zip(xs, xs2))
+        seen |= _control_features(m.entry)
+    want = {"loop in a loop", "loop in a branch", "conditional in a loop", "conditional by a pred",
+            "data-dependent exit", "size-0 carry", "scalar carry", "slice by the counter", "scan row update",
+            "dot in a body", "reduce in a body", "fusible chain in a body", "carries that swap"}
+    assert want <= seen, want - seen
+    assert len({s for s in seen if s.endswith(" carry")} - {"size-0 carry", "scalar carry"}) >= 5, seen
+
+
+def test_program_for_mixes_control_programs_at_a_fixed_share():
+    """The campaign's programs: a quarter of the seeds (by default) are control programs;
+    a seed's size never depends on the share, and the other seeds keep their programs."""
+    from axle.testing.fuzz import CONTROL_SHARE, program_for
+
+    default = [program_for(s) for s in range(400)]
+    share = sum(p.control for p in default) / len(default)
+    assert CONTROL_SHARE == 0.25 and 0.18 < share < 0.32, share
+    assert not any(program_for(s, control=0.0).control for s in range(400))
+    assert all(program_for(s, control=1.0).control for s in range(400))
+    assert [program_for(s, control=1.0).n_nodes for s in range(400)] == [p.n_nodes for p in default]
+    p = next(p for p in default if p.control)
+    assert p.build()[0].as_text() == random_module(p.seed, p.n_nodes, control=True)[0].as_text()
+    assert p.name == f"random_module({p.seed}, {p.n_nodes}, control=True)"
+
+
+def test_an_unstable_reference_inside_a_loop_body_is_not_a_mismatch():
+    """The reference is perturbed inside loop bodies too: cos(exp(x)) on each trip of a loop
+    (exp(48): one ulp moves cos anywhere) is unstable, a wrong value where the body is stable
+    is a finding; the program's tolerance sees the transcendental in the body."""
+    from axle.testing.cases import program_tolerance, tolerance
+
+    b = Builder("loop")
+    x = b.parameter("f32[2]")
+    i32 = "s32[]"
+    body = Builder("body")
+    i, v = body.parameter(i32), body.parameter("f32[2]")
+    body_c = body.computation(body.add(i, body.constant(np.int32(1))), body.cos(body.exp(v)))
+    cond = Builder("cond")
+    ci, _ = cond.parameter(i32), cond.parameter("f32[2]")
+    loop = b.op(Op.WHILE, b.constant(np.int32(0)), x, body=body_c,
+                condition=cond.computation(cond.compare(ci, cond.constant(np.int32(1)), direction="lt")))
+    m = b.build(b.get_tuple_element(loop, index=1))
+    _assert_unstable_at_48_only(m)
+    assert program_tolerance(m, np.dtype(np.float32)) == tuple(8 * t for t in tolerance(DType.FLOAT32, Op.EXP))
+
+
+def test_campaign_runs_control_programs():
+    summary = run_campaign(3, 7, [INTERP], workers=1, control=1.0)
+    assert summary.run == {"interpreter:0 optimized": 3} and not summary.findings

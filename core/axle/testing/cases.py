@@ -145,8 +145,9 @@ def reduced_terms(node: Node) -> int:
 
 
 def n_reduced(module: Module) -> int:
-    """The most terms any one reduce or dot of ``module``'s entry sums (1 if none)."""
-    return max((reduced_terms(n) for n in module.entry.nodes), default=1)
+    """The most terms any one reduce or dot of ``module`` sums (1 if none), loop bodies
+    and branches included."""
+    return max((reduced_terms(n) for c in module.computations() for n in c.nodes), default=1)
 
 
 def assert_program_close(module: Module, actual: Sequence[np.ndarray], expected: Sequence[np.ndarray],
@@ -161,7 +162,7 @@ def assert_program_close(module: Module, actual: Sequence[np.ndarray], expected:
 
 def program_tolerance(module: Module, result_dtype: np.dtype) -> tuple[float, float]:
     """(rtol, atol) for a result of a whole program (see assert_program_close)."""
-    transcendental = any(node.traits.transcendental for node in module.entry.nodes)
+    transcendental = any(node.traits.transcendental for c in module.computations() for node in c.nodes)
     rtol, atol = tolerance(DType(_dtype_value(result_dtype)), Op.EXP if transcendental else None, n_reduced(module))
     return rtol * 8, atol * 8
 

@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from ..interpreter import eval_node, evaluate
 from ..ir.builder import make_node
 from ..ir.literal import Literal
 from ..ir.module import Computation, Module, Node, post_order
-from ..ir.ops import Op
+from ..ir.ops import OPS, Op
 from ..ir.parser import parse_module
 from ..ir.types import TensorType
 from ..passes.rewrite import full_like
@@ -47,6 +47,8 @@ FAILURES = (MISMATCH, ERROR, CRASH, HANG)
 UNSTABLE = "unstable"
 _LABELS = {MISMATCH: "mismatches", ERROR: "errors", CRASH: "crashes", HANG: "hangs", UNSTABLE: "unstable"}
 MAX_NODES = 40
+#: the share of programs with loops and conditionals (random_module(..., control=True))
+CONTROL_SHARE = 0.25
 PROGRESS_EVERY = 60.0  # seconds between progress lines
 
 
@@ -68,16 +70,26 @@ class Program:
     n_nodes: int
     text: str | None = None
     inputs: tuple[np.ndarray, ...] | None = None
+    control: bool = False  # random_module(..., control=True): loops and conditionals among the steps
 
     def build(self) -> tuple[Module, list[np.ndarray]]:
         if self.text is None:
-            return random_module(self.seed, self.n_nodes)
+            return random_module(self.seed, self.n_nodes, control=self.control)
         return parse_module(self.text), list(self.inputs or ())
 
+    @property
+    def name(self) -> str:
+        return f"random_module({self.seed}, {self.n_nodes}{', control=True' if self.control else ''})"
 
-def program_for(seed: int, max_nodes: int = MAX_NODES) -> Program:
-    """The campaign's program for a seed: its size (1..max_nodes) also follows the seed."""
-    return Program(seed, 1 + int(np.random.default_rng([seed, 12]).integers(max_nodes)))
+
+def program_for(seed: int, max_nodes: int = MAX_NODES, control: float = CONTROL_SHARE) -> Program:
+    """The campaign's program for a seed: its size (1..max_nodes) also follows the seed,
+    and so does whether it is a control program (with probability ``control``: 0 gives the
+    stream of campaigns before control programs, 1 only control programs). The other
+    seeds keep their programs whatever the share."""
+    rng = np.random.default_rng([seed, 12])
+    n = 1 + int(rng.integers(max_nodes))
+    return Program(seed, n, control=bool(rng.random() < control))
 
 
 @dataclass(frozen=True)
@@ -117,20 +129,34 @@ def _inexact(n: Node) -> bool:
 
 def perturbed(module: Module, inputs: list[np.ndarray], sign: int) -> list[np.ndarray]:
     """The interpreter's results with every inexact intermediate moved up (sign=1) or down
-    (-1) by part of its tolerance: what a backend a few ulps off at each op could give."""
-    env: dict[int, Any] = {p.uid: np.asarray(x) for p, x in zip(module.entry.parameters, inputs)}
-    for n in module.entry.nodes:
+    (-1) by part of its tolerance: what a backend a few ulps off at each op could give.
+    Inside loop bodies and branches too, on every trip (a loop may amplify an ulp, or an
+    exit test on a sum may flip)."""
+    root = _perturbed_run(module.entry, inputs, sign)
+    return list(root) if isinstance(root, tuple) else [root]
+
+
+def _perturbed_run(comp: Computation, args: Sequence[Any], sign: int) -> Any:
+    env: dict[int, Any] = {p.uid: np.asarray(x) for p, x in zip(comp.parameters, args)}
+
+    def call(sub: Computation, sub_args: Sequence[Any]) -> Any:
+        return _perturbed_run(sub, sub_args, sign)
+
+    for n in comp.nodes:
         if n.op is Op.PARAMETER:
             continue
-        v = eval_node(n, [env[o.uid] for o in n.operands])
+        operands = [env[o.uid] for o in n.operands]
+        if n.traits.control:  # the op's reference runs its computations through ``call``
+            v = OPS[n.op].reference(*operands, **dict(n.attrs), call=call)
+        else:
+            v = eval_node(n, operands)
         if _inexact(n):
             rtol, atol = tolerance(n.dtype, n.op if n.traits.transcendental else None, reduced_terms(n))
             # an eighth of the op's tolerance: programs are compared within 8 times it
             moved = (np.asarray(v, np.float64) * (1 + sign * rtol / 8) + sign * atol / 8).astype(n.dtype.np)
             v = np.where(moved == v, np.nextafter(v, np.asarray(sign * np.inf, n.dtype.np)), moved)  # >= 1 ulp
         env[n.uid] = v
-    root = env[module.entry.root.uid]
-    return list(root) if isinstance(root, tuple) else [root]
+    return env[comp.root.uid]
 
 
 def _stable_mismatch(module: Module, inputs: list[np.ndarray], actual: list[np.ndarray],
@@ -316,7 +342,7 @@ class Finding:
         with np.printoptions(threshold=10**6, floatmode="unique"):
             inputs = "\n".join(f"  %arg{i} = {x!r}" for i, x in enumerate(self.inputs)) or "  (none)"
         p = self.program
-        return (f"=== {self.outcome.kind} on {self.config.name}: random_module({p.seed}, {p.n_nodes}) ===\n"
+        return (f"=== {self.outcome.kind} on {self.config.name}: {p.name} ===\n"
                 f"{self.outcome.detail}\n--- minimized repro (compile on {self.config.device}, "
                 f"optimize={self.config.optimize}) ---\n{self.text}\ninputs:\n{inputs}\n")
 
@@ -360,7 +386,7 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
     module, inputs = finding.program.build()
 
     def still_fails(m: Module, xs: list[np.ndarray]) -> bool:
-        prog = Program(finding.program.seed, finding.program.n_nodes, m.as_text(), tuple(xs))
+        prog = replace(finding.program, text=m.as_text(), inputs=tuple(xs))
         return pool.run(prog, finding.config).kind == finding.outcome.kind
 
     # a crash costs a worker restart per try, a hang that persists a whole timeout
@@ -368,18 +394,18 @@ def _minimize(finding: Finding, pool: Pool, budget: int) -> None:
     if budget:
         module, inputs = shrink(module, inputs, still_fails, budget)
     finding.text, finding.inputs = module.as_text(), inputs
-    again = pool.run(Program(finding.program.seed, finding.program.n_nodes, finding.text, tuple(inputs)),
-                     finding.config)
+    again = pool.run(replace(finding.program, text=finding.text, inputs=tuple(inputs)), finding.config)
     if again.kind == finding.outcome.kind:  # the repro's own differing values
         finding.outcome = again
 
 
 def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | None = None, *,
                  workers: int | None = None, timeout: float = 60.0, time_limit: float | None = None,
-                 max_nodes: int = MAX_NODES, shrink_budget: int = 300,
+                 max_nodes: int = MAX_NODES, shrink_budget: int = 300, control: float = CONTROL_SHARE,
                  log: Callable[[str], None] | None = None) -> Summary:
-    """Runs ``programs`` random programs (seeds from ``seed_start``) on every config;
-    stops dispatching new programs after ``time_limit`` seconds. Failures are minimized."""
+    """Runs ``programs`` random programs (seeds from ``seed_start``; the share ``control``
+    of them with loops and conditionals, see program_for) on every config; stops
+    dispatching new programs after ``time_limit`` seconds. Failures are minimized."""
     configs = default_configs() if configs is None else configs
     summary = Summary(configs)
     start = time.monotonic()
@@ -389,7 +415,7 @@ def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | Non
         for seed in range(seed_start, seed_start + programs):
             if time.monotonic() > deadline:
                 return
-            prog = program_for(seed, max_nodes)
+            prog = program_for(seed, max_nodes, control)
             yield from ((check_program, (prog, c)) for c in configs)
 
     with Pool(workers or os.cpu_count() or 1, timeout) as pool:
@@ -405,7 +431,7 @@ def run_campaign(programs: int, seed_start: int = 0, configs: list[Config] | Non
                 if outcome.kind in FAILURES:
                     failed.append(Finding(prog, cfg, outcome))
                     if log:
-                        log(f"{outcome.kind} on {cfg.name}: random_module({prog.seed}, {prog.n_nodes})")
+                        log(f"{outcome.kind} on {cfg.name}: {prog.name}")
         except KeyboardInterrupt:  # a long campaign stopped by hand still reports what it ran
             summary.interrupted = True
         for f in failed:
@@ -429,7 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     ap.add_argument("--max-nodes", type=int, default=MAX_NODES, help="largest program size (40)")
     ap.add_argument("--shrink-budget", type=int, default=300, help="variants tried per failure (0: no shrinking)")
+    ap.add_argument("--control", type=float, default=CONTROL_SHARE, metavar="SHARE",
+                    help=f"share of programs with loops and conditionals ({CONTROL_SHARE}; 1: only those, 0: none)")
     args = ap.parse_args(argv)
+    if not 0 <= args.control <= 1:
+        ap.error(f"--control takes a share between 0 and 1, not {args.control}")
     words = {"optimized": True, "unoptimized": False}
     if not set(args.modes.split(",")) <= words.keys():
         ap.error(f"--modes takes optimized, unoptimized or both, not {args.modes!r}")
@@ -444,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(c.name for c in configs)}", flush=True)
     summary = run_campaign(args.programs, args.seed_start, configs, workers=args.workers, timeout=args.timeout,
                            time_limit=args.time_limit, max_nodes=args.max_nodes, shrink_budget=args.shrink_budget,
-                           log=lambda s: print(s, flush=True))
+                           control=args.control, log=lambda s: print(s, flush=True))
     print(summary.table())
     return 1 if summary.findings else 0
 

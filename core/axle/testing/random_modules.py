@@ -19,7 +19,7 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.conv import conv_dimension_numbers
 from ..ir.dtypes import DType
-from ..ir.module import Computation, Module, Node
+from ..ir.module import Module, Node
 from ..ir.ops import CORE_PRIMITIVES, CUSTOM_CALL_TARGETS, OPS, Op, register_custom_call
 from ..ir.types import TensorType
 
@@ -309,45 +309,195 @@ class _Gen:
         return self.b.op(Op.BITCAST_CONVERT, x, dtype=self.choice(widths[src]))
 
     # -- control flow (random_module(..., control=True)) ----------------------------
-    def _step_computation(self, name: str, types: Sequence[TensorType], counted: bool) -> Computation:
-        """A loop body or branch over (i, n,)? x, w: x becomes a random elementwise op of
-        x and a function of w (invariant in a loop: licm hoists it)."""
-        c = Builder(name)
-        ps = [c.parameter(t, name=f"q{k}") for k, t in enumerate(types)]
-        x, w = ps[-2], ps[-1]
-        dts = [op for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN) if x.dtype in OPS[op].operand_dtypes]
-        f_w = c.neg(w) if x.dtype in OPS[Op.NEG].operand_dtypes else c.not_(w)
-        x2 = c.op(self.choice(dts), x, f_w) if dts else c.op(Op.AND, x, f_w)
-        if not counted:
-            return c.computation(x2)
-        i2 = c.add(ps[0], c.constant(np.int32(1)))
-        return c.computation(c.op(Op.TUPLE, i2, ps[1], x2, w))
+    # Loops and conditionals whose bodies and branches are random programs themselves (a
+    # _BodyGen over the computation's parameters: every pattern and most primitives, and
+    # loops and conditionals again up to MAX_DEPTH), so that the passes and lowerings meet
+    # fusible chains, reductions, dots, counter-indexed slices and scans inside loops.
+    depth = 0  # how many loop bodies or branches this generator's builder is inside
+    counter: Node | None = None  # a loop counter (s32[]) this computation can read
 
-    def loop_pattern(self) -> Node:
-        """for i in range(n): x = step(x, w), n a constant (0, 1: simplified away) or input."""
+    def body_gen(self, name: str, types: Sequence[TensorType]) -> tuple[_BodyGen, list[Node]]:
+        """A generator for a sub-computation over parameters of ``types`` (in its pool)."""
+        sub = _BodyGen(self.rng, name, self.depth + 1)
+        params = [sub.b.parameter(t, name=f"q{k}") for k, t in enumerate(types)]
+        sub.pool.extend(params)
+        return sub, params
+
+    def body_steps(self, lo: int, hi: int) -> Node | None:
+        """lo..hi-1 random steps; the last one made (None if none)."""
+        last = None
+        for _ in range(int(self.rng.integers(lo, hi))):
+            last = self.body_step()
+            self.pool.append(last)
+        return last
+
+    def body_step(self) -> Node:
+        """One step of a body or branch: a nested loop or conditional, a slice by the loop
+        counter, or what a top-level step makes (a pattern or one op)."""
+        r = self.rng.random()
+        if r < 0.2 and self.depth < MAX_DEPTH:
+            return self.choice((_Gen.while_pattern, _Gen.conditional_pattern))(self)
+        if r < 0.35 and self.counter is not None:
+            x = self.pick(lambda n: len(n.shape) >= 1 and n.shape[0] >= 1)
+            if x is not None:
+                return self.counter_slice(x)
+        if r < 0.5:  # what fusion makes kernels of: a dot with an epilogue, a chain, a row
+            return self.choice((_Gen.dense_pattern, _Gen.chain_pattern, _Gen.row_pattern))(self)
+        r = self.rng.random()
+        pattern = next((p for bound, p in _PATTERNS if r < bound), None)
+        return pattern(self) if pattern else self.make(self.choice(_BODY_OPS))
+
+    def counter_slice(self, x: Node) -> Node:
+        """Row ``counter`` of x (clamped once the counter passes the last row)."""
+        assert self.counter is not None
+        b, zero = self.b, self.b.constant(np.int32(0))
+        row = b.dynamic_slice(x, self.counter, *(zero for _ in x.shape[1:]), slice_sizes=(1,) + x.shape[1:])
+        return b.reshape(row, shape=x.shape[1:])
+
+    def fit(self, v: Node, t: TensorType) -> Node:
+        """v made into a value of type t: reduced to a scalar and broadcast when the shapes
+        differ, converted when the dtypes do."""
         b = self.b
-        x = self.operand(DTYPES)
-        w = self.like(x.tensor_type)
+        if v.shape != t.shape:
+            if v.shape:
+                v = b.reduce(v, kind=self.choice(("max", "min")), axes=tuple(range(len(v.shape))))
+            if t.shape:
+                v = b.broadcast_in_dim(v, shape=t.shape, broadcast_dimensions=())
+        return v if v.dtype is t.dtype else b.convert(v, dtype=t.dtype)
+
+    def update(self, x: Node, last: Node | None = None, peers: Sequence[Node] = ()) -> Node:
+        """A carry's next value: ``last`` or a recent value of the body fitted to x's type,
+        often combined with x itself; sometimes x unchanged (an invariant carry) or another
+        carry of its type (carries that swap: in-place carries must not overwrite each other)."""
+        r = self.rng.random()
+        if r < 0.1 and last is None:
+            return x
+        swaps = [p for p in peers if p.type == x.type and p is not x]
+        if swaps and r < 0.25:
+            return self.choice(swaps)
+        v = self.fit(last or self.other(x), x.tensor_type)
+        if r < 0.3:
+            return v
+        ops = [op for op in _COMBINE if x.dtype in OPS[op].operand_dtypes]
+        return self.b.op(self.choice(ops), x, v)
+
+    def other(self, x: Node) -> Node:
+        """A recent value of the pool other than x (x if there is none)."""
+        return self.pick(lambda n: n is not x) or x
+
+    def predicate(self, b: Builder, v: Node) -> Node:
+        """A data-dependent pred[] of v (a compare of one of its reductions with a constant)."""
+        if v.shape:
+            v = b.reduce(v, kind=self.choice(("max", "min") if v.dtype.is_bool else ("max", "min", "sum")),
+                         axes=tuple(range(len(v.shape))))
+        if v.dtype.is_bool:
+            return v if self.rng.random() < 0.5 else b.not_(v)
+        threshold = b.constant(_cast(self.choice((0, 1, 2, -1) if not v.dtype.is_float else (0, 1, 2, -1, 0.5)),
+                                     v.dtype))
+        return b.compare(v, threshold, direction=self.choice(("lt", "le", "gt", "ge", "eq", "ne")))
+
+    def carry(self) -> Node:
+        """A loop's or branch's operand: a value of the pool or a fresh one of any shape
+        (scalars and size 0 included)."""
+        if self.rng.random() < 0.6:
+            x = self.pick()
+            if x is not None:
+                return x
+        return self.fresh(TensorType(self.choice(DTYPES), self.choice(SHAPES)))
+
+    def trip_bound(self, trips: int) -> Node:
         i32 = TensorType(DType.INT32, ())
-        trips = int(self.rng.integers(0, 4))
-        n = b.constant(np.int32(trips)) if self.rng.random() < 0.5 else self._param_value(i32, trips)
-        types = [i32, i32, x.tensor_type, x.tensor_type]
+        return self.b.constant(np.int32(trips)) if self.rng.random() < 0.5 else self._param_value(i32, trips)
+
+    def while_pattern(self) -> Node:
+        """i = 0; while i < n [and go]: carries = body(...); i += 1. n a constant or input in
+        0..4 (0 and 1 simplify away); an early exit that the body computes from the data
+        (``go``) or the condition reads from a carry; 1-3 carries of any type; at times an
+        input sliced by the counter (``xs``, invariant) and a scan's stacked output written
+        at the counter's row (``ys``, dynamic_update_slice)."""
+        b, rng = self.b, self.rng
+        i32 = TensorType(DType.INT32, ())
+        n = self.trip_bound(int(rng.integers(0, 5)))
+        xs0 = [self.carry() for _ in range(int(rng.integers(1, 4)))]
+        if len(xs0) > 1 and rng.random() < 0.4:  # two carries of one type, that may swap
+            xs0[1] = self.like(xs0[0].tensor_type)
+        extra: dict[str, Node] = {}
+        if rng.random() < 0.35:  # a scan's stacked output: one row per trip
+            row = TensorType(self.choice(DTYPES), self.choice(((), (3,), (2, 1), (0,))))
+            extra["ys"] = self.fresh(TensorType(row.dtype, (int(rng.integers(1, 5)),) + row.shape))
+        if rng.random() < 0.35:  # a scan's input, read a row per trip
+            extra["xs"] = self.fresh(TensorType(self.choice(DTYPES), (int(rng.integers(1, 5)),) +
+                                                self.choice(((), (3,), (2, 2)))))
+        if rng.random() < 0.4:  # an early exit the body decides
+            extra["go"] = b.constant(np.bool_(True))
+        types = [i32, i32] + [x.tensor_type for x in xs0] + [v.tensor_type for v in extra.values()]
+        sub, ps = self.body_gen("body", types)
+        sub.counter = ps[0]
+        named = dict(zip(extra, ps[2 + len(xs0):]))
+        last = sub.body_steps(1, 5)  # (the first carry takes the last step: it stays in the body)
+        outs = [sub.b.add(ps[0], sub.b.constant(np.int32(1))), ps[1]]
+        carried = ps[2:2 + len(xs0)]
+        outs += [sub.update(p, last if k == 0 else None, carried) for k, p in enumerate(carried)]
+        for key, p in named.items():
+            if key == "ys":
+                row_t = TensorType(p.dtype, p.shape[1:])
+                v = sub.fit(sub.other(p), row_t)
+                zero = sub.b.constant(np.int32(0))
+                outs.append(sub.b.dynamic_update_slice(p, sub.b.reshape(v, shape=(1,) + row_t.shape), ps[0],
+                                                       *(zero for _ in row_t.shape)))
+            elif key == "xs":
+                outs.append(p)
+            else:
+                outs.append(sub.b.and_(p, sub.predicate(sub.b, sub.other(p))))
         cond = Builder("cond")
-        cp = [cond.parameter(t) for t in types]
-        loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, x, w,
-                    condition=cond.computation(cond.compare(cp[0], cp[1], direction="lt")),
-                    body=self._step_computation("body", types, counted=True))
-        return b.get_tuple_element(loop, index=2)
+        cp = [cond.parameter(t, name=f"q{k}") for k, t in enumerate(types)]
+        go = cond.compare(cp[0], cp[1], direction="lt")
+        if "go" in named:
+            go = cond.and_(go, cp[-1])
+        elif rng.random() < 0.4:  # an exit the condition computes from a carry
+            go = cond.and_(go, self.predicate(cond, cp[2 + int(rng.integers(len(xs0)))]))
+        loop = b.op(Op.WHILE, b.constant(np.int32(0)), n, *xs0, *extra.values(),
+                    condition=cond.computation(go), body=sub.b.computation(*outs))
+        picks = list(range(2, len(types) - ("go" in named)))
+        results = [b.get_tuple_element(loop, index=int(k)) for k in dict.fromkeys(
+            self.choice(picks) for _ in range(int(rng.integers(1, 3))))]
+        self.pool.extend(results[:-1])
+        return results[-1]
 
     def conditional_pattern(self) -> Node:
-        b = self.b
-        x = self.operand(DTYPES)
-        w = self.like(x.tensor_type)
-        k = int(self.rng.integers(-1, 4))
-        i32 = TensorType(DType.INT32, ())
-        index = b.constant(np.int32(k)) if self.rng.random() < 0.5 else self._param_value(i32, k)
-        branches = tuple(self._step_computation(f"branch{j}", [x.tensor_type] * 2, counted=False) for j in range(3))
-        return b.op(Op.CONDITIONAL, index, x, w, branches=branches)
+        """A conditional over 1-3 operands with 1-3 branches (or two chosen by a pred[]),
+        each a random computation fitted to one result type; the index a constant or an
+        input (in range or not), or inside a loop the counter or a predicate of the data."""
+        b, rng = self.b, self.rng
+        ops = [self.carry() for _ in range(int(rng.integers(1, 4)))]
+        if self.counter is not None and rng.random() < 0.5:
+            ops.append(self.counter)  # the branches may slice by it too
+        out_t = self.choice(ops).tensor_type if rng.random() < 0.7 else TensorType(self.choice(DTYPES),
+                                                                                 self.choice(SHAPES))
+        by_pred = rng.random() < 0.3
+        nb = 2 if by_pred else int(rng.integers(1, 4))
+        r = rng.random()
+        if by_pred:
+            index = self.predicate(b, self.pick() or ops[0])
+        elif self.counter is not None and r < 0.5:
+            index = self.counter
+        else:
+            k = int(rng.integers(-1, nb + 1))
+            i32 = TensorType(DType.INT32, ())
+            index = b.constant(np.int32(k)) if r < 0.75 else self._param_value(i32, k)
+        branches = []
+        for j in range(nb):
+            sub, ps = self.body_gen(f"branch{j}", [o.tensor_type for o in ops])
+            if self.counter is not None and ops[-1] is self.counter:
+                sub.counter = ps[-1]
+            last = sub.body_steps(0, 4)
+            v = sub.fit(last if last is not None else sub.choice(ps), out_t)
+            same = [p for p in ps if p.type == out_t]
+            if same and rng.random() < 0.5:
+                cands = [op for op in _COMBINE if out_t.dtype in OPS[op].operand_dtypes]
+                v = sub.b.op(sub.choice(cands), sub.choice(same), v)
+            branches.append(sub.b.computation(v))
+        return b.op(Op.CONDITIONAL, index, *ops, branches=tuple(branches))
 
     def _param_value(self, t: TensorType, value: int) -> Node:
         self.inputs.append(np.asarray(value, t.dtype.np))
@@ -575,8 +725,33 @@ _PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
 
 #: with control=True, the share of steps that make a loop or a conditional
 _CONTROL_PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
-    (0.15, _Gen.loop_pattern), (0.25, _Gen.conditional_pattern),
+    (0.15, _Gen.while_pattern), (0.25, _Gen.conditional_pattern),
 )
+#: loops and conditionals nest this deep (a loop in a body or branch in a body or branch)
+MAX_DEPTH = 2
+#: how a body's value joins a carry (each op on the dtypes its table row allows)
+_COMBINE = (Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN, Op.XOR, Op.AND, Op.OR)
+#: the ops a body or branch makes: no collectives (a random module is one replica, and
+#: no backend claims them: a loop holding one would only ever run on the host) and no
+#: custom call (the same: cpu refuses a loop holding one)
+_BODY_OPS: tuple[Op, ...] = tuple(o for o in _WEIGHTED if o not in _COLLECTIVES and o is not Op.CUSTOM_CALL)
+
+
+class _BodyGen(_Gen):
+    """Makes a loop body, condition or branch: its fresh values are constants (a
+    computation's only parameters are its operands), its rng the module's (one stream per seed)."""
+
+    def __init__(self, rng: np.random.Generator, name: str, depth: int) -> None:
+        self.rng, self.depth = rng, depth
+        self.b = Builder(name)
+        self.pool = []
+        self.inputs = []  # the values of its constants' draws go nowhere
+
+    def param(self, t: TensorType) -> Node:
+        return self.const(t)
+
+    def _param_value(self, t: TensorType, value: int) -> Node:
+        return self.b.constant(np.asarray(value, t.dtype.np))
 
 
 def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:
