@@ -311,15 +311,50 @@ class GemmSpec(KernelSpec):
         return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
                 and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None)
 
+    @functools.cached_property
+    def batch_outer(self) -> bool:
+        """Whether A is packed once per K block for all the batches (``_shares_a``); the
+        kernel's rows are then whole batches, so a thread's range never splits one."""
+        return _shares_a(self.dot, self.comp.root, self.layout, self.vector_bits or _host_bits())
+
     @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
+        if self.batch_outer:
+            return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
         return (cols, rows) if self.columns_outer else (rows, cols)
 
     @property
     def split_reduce_size(self) -> int:
         return 0
+
+
+def _host_bits() -> int:
+    from .target import host
+
+    return host().vector_bits
+
+
+def _shares_a(dot: Node, out: Node, lay: Layout, vector_bits: int) -> bool:
+    """A is one matrix for every batch (batch offsets 0: a convolution's kernel under an
+    NCHW output's batch, or a weight gradient's output-gradient operand under its channel
+    batch) that has to be packed (its offsets are tables), so packing it per batch, as
+    the per-batch loop nest does, repeats the same work ``batch`` times: a weight gradient
+    ``dw[c, o, kh, kw]`` of a 64-channel layer packed its 2M-element output gradient 64
+    times for 9 columns each. Then the K blocks go outside the batches and each A block,
+    all M rows of it, is packed once (its bytes and a B panel within ``STACK_BUDGET``)."""
+    if lay.batch < 2 or 0 in (lay.m, lay.n, lay.k) or lay.a_win is not None:
+        return False
+    if lay.a_b.table is not None or lay.a_b.stride != 0:
+        return False  # a matrix per batch
+    if lay.rowdot or (lay.dense and lay.n == 1) or _accumulates(dot, out):
+        return False  # the matrix-vector paths; the float16 path's own loop order
+    if lay.a_m.table is None and lay.a_k.table is None:
+        return False  # read in place: nothing is packed
+    t = tiles(dot.dtype, vector_bits, lay)
+    size = compute_bits(dot.dtype) // 8
+    return (_round_up(lay.m, t.mr) + t.nc) * t.kc * size <= STACK_BUDGET
 
 
 def _accumulates(dot: Node, out: Node) -> bool:
@@ -524,6 +559,7 @@ class _Emitter:
         self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
+        self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
@@ -615,6 +651,9 @@ class _Emitter:
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
                 g.loop(_c(0), _c(self.ind_seg), 1,
                        lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+            elif self.batch_outer:  # all M rows of a K block
+                self.ap = b.alloca(self.ct, size=_c(_round_up(lay.m, t.mr) * t.kc))
+                self.ap.align = 64
             elif not self.direct_a:
                 self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
                 self.ap.align = 64
@@ -624,6 +663,10 @@ class _Emitter:
             if self.accumulate:
                 self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
+        if self.batch_outer:
+            self._batches_shared_a(a_ptr, b_ptr, c_ptr)
+            b.ret_void()
+            return self.fn
         # the batches that rows [o0, o1) of the output (as [Bt*M, N], in the spec's
         # orientation: swapped, those rows are this product's columns) touch
         rows = lay.n if self.swap else lay.m
@@ -649,6 +692,36 @@ class _Emitter:
         g.loop(b_lo, b_hi, 1, per_batch, "batch")
         b.ret_void()
         return self.fn
+
+    def _batches_shared_a(self, a_ptr: ir.Value, b_ptr: ir.Value, c_ptr: ir.Value) -> None:
+        """Batches [r0, r1) (whole batches: ``GemmSpec.batch_outer``), columns [c0, c1):
+        per K block, A (the same in every batch) is packed once, all M rows, then each
+        batch packs its B panels and adds its tiles, as ``_gemm2d`` does per batch."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        ldc = _c(lay.c_ld)
+
+        def pc_body(pc: ir.Value) -> None:
+            kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+            a_blk = self._pack_a(a_ptr, _c(0), _c(lay.m), pc, kc)
+            first = b.icmp_signed("==", pc, _c(0))
+            last = b.icmp_signed("==", b.add(pc, kc), _c(lay.k))
+
+            def per_batch(bi: ir.Value) -> None:
+                b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
+                self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
+                c_base = g.gep(c_ptr, self.st, self.c_off)
+
+                def jc_body(jc: ir.Value) -> None:
+                    nc = g.min(_c(t.nc), b.sub(self.c1, jc))
+                    b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    self._macro(a_blk, b_blk, _c(0), kc, _c(lay.m), nc, g.gep(c_base, self.st, jc), ldc, first,
+                                self.st, last)
+
+                g.loop(self.c0, self.c1, t.nc, jc_body, "jc")
+
+            g.loop(self.r0, self.r1, 1, per_batch, "batch")
+
+        g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
 
     def _zero_fill(self, c_ptr: ir.Value) -> None:
         """K = 0: the output is zeros (M or N = 0: nothing to write)."""
