@@ -516,7 +516,10 @@ class _Gen:
             g = ir.GlobalVariable(mod, at, name=mod.get_unique_name(f"{self.fn.name}.{name}"))
             g.global_constant = True
             g.linkage = "internal"
-            g.initializer = ir.Constant(at, [ir.Constant(I64, v) for v in o.table] or [ir.Constant(I64, 0)])
+            # formatted once: a convolution's tables run to tens of thousands of entries
+            # (K = N x H x W of a weight gradient), and a Constant per entry, formatted one
+            # by one, was most of such a kernel's code generation time
+            g.initializer = ir.FormattedConstant(at, "[" + ", ".join(f"i64 {v}" for v in o.table or (0,)) + "]")
             self._tables[o.table] = g
         return self.b.load(self.gep(g, I64, i), typ=I64)
 
