@@ -81,6 +81,9 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: the same for a convolution whose columns are pixels (NCHW): split by rows, every thread
+#: chunk packs all the patches (a 14x14 map's, for 196 columns), split by columns only its own
+CONV_COLUMNS_OUTER_MIN = 128
 #: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
 #: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
 PACK_KB = 64
@@ -308,7 +311,8 @@ class GemmSpec(KernelSpec):
         output's columns rather than its rows: for a wide C whose A is read in place,
         threads then share no packing work (split by rows, each would pack all of B)."""
         lay = self.layout
-        return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
+        wide = CONV_COLUMNS_OUTER_MIN if lay.b_win is not None else COLUMNS_OUTER_MIN
+        return (lay.n >= wide and not _accumulates(self.dot, self.comp.root)
                 and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None)
 
     @functools.cached_property

@@ -195,7 +195,7 @@ def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
 
 @pytest.mark.parametrize("name", ["2d-nhwc-same", "2d-nchw-same", "grouped-nchw", "batch-groups-nhwc",
                                   "several-k-blocks-nchw", "several-k-blocks-nhwc", "indirect-batch-groups",
-                                  "weight-gradient-nchw"])
+                                  "weight-gradient-nchw", "nchw-wide-rows"])
 def test_conv_disjoint_ranges(name: str) -> None:
     """Thread splits: disjoint pieces of the outer range (pixels or output features,
     across images and groups) and of the inner one give exactly the single-call result."""
@@ -231,6 +231,20 @@ def test_packed_kernel_shared_by_the_batches(name: str, shared: bool) -> None:
     assert spec.batch_outer is shared
     lay = spec.layout
     assert (outer, inner) == ((lay.batch, lay.n) if shared else spec.loop_sizes)
+
+
+def test_nchw_patch_columns_split_by_threads() -> None:
+    """From 128 pixel columns (a 14x14 map) with the kernel read in place, threads split an
+    NCHW convolution by columns, so each packs only its own patches (split by rows, every
+    thread would pack them all); fewer columns (a 7x7 map) stay split by rows."""
+    from axle_cpu.plan import build_plan
+
+    wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 5 x 40 pixels
+    narrow = conv_module(next(c for c in CONFIGS if c[0] == "2d-nchw-same"), DType.FLOAT32)  # 9 x 7
+    (w_spec,) = build_plan(wide, arena=False).kernels.values()
+    (n_spec,) = build_plan(narrow, arena=False).kernels.values()
+    assert w_spec.columns_outer and w_spec.loop_sizes == (200, 2 * 4)
+    assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
 
 
 @pytest.mark.parametrize("vector_bits", [256, 128])
