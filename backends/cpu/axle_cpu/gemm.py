@@ -9,7 +9,8 @@ constant table of offsets otherwise; packing reads through those maps.
 
 The loop nest, per batch, over a range of rows and of columns of C given by the common
 kernel signature (``[o0, o1)`` is the rows, or the columns for a wide C: ``GemmSpec.
-columns_outer``), so the thread pool splits it like any other kernel::
+columns_outer``, counted in NR-wide panels; whole batches for ``GemmSpec.batch_outer``),
+so the thread pool splits it like any other kernel::
 
     for jc in N step NC:                      B panel  KC x NC
       for pc in K step KC:
@@ -321,13 +322,23 @@ class GemmSpec(KernelSpec):
         kernel's rows are then whole batches, so a thread's range never splits one."""
         return _shares_a(self.dot, self.comp.root, self.layout, self.vector_bits or _host_bits())
 
+    @functools.cached_property
+    def column_unit(self) -> int:
+        """Output columns per unit of the kernel's column range: NR (a micro-tile's width)
+        when threads split the columns (``columns_outer``), so that a thread's share is
+        whole NR-wide panels; cut anywhere, a 196-column C in 8 shares of 24 columns ran
+        its 64-wide tiles with 24 of them used."""
+        if not self.columns_outer:
+            return 1
+        return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
+
     @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
         if self.batch_outer:
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
-        return (cols, rows) if self.columns_outer else (rows, cols)
+        return (-(-cols // self.column_unit), rows) if self.columns_outer else (rows, cols)
 
     @property
     def split_reduce_size(self) -> int:
@@ -566,6 +577,10 @@ class _Emitter:
         self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
+        if spec.columns_outer:  # the range counts NR-wide panels
+            unit = spec.column_unit
+            self.c0 = self.g.b.mul(o0, _c(unit))
+            self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(lay.n))
         self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)

@@ -235,15 +235,18 @@ def test_packed_kernel_shared_by_the_batches(name: str, shared: bool) -> None:
 
 def test_nchw_patch_columns_split_by_threads() -> None:
     """From 128 pixel columns (a 14x14 map) with the kernel read in place, threads split an
-    NCHW convolution by columns, so each packs only its own patches (split by rows, every
-    thread would pack them all); fewer columns (a 7x7 map) stay split by rows."""
+    NCHW convolution by columns, whole NR-wide panels each, so each packs only its own
+    patches (split by rows, every thread would pack them all); fewer columns (a 7x7 map)
+    stay split by rows."""
     from axle_cpu.plan import build_plan
 
     wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 5 x 40 pixels
     narrow = conv_module(next(c for c in CONFIGS if c[0] == "2d-nchw-same"), DType.FLOAT32)  # 9 x 7
     (w_spec,) = build_plan(wide, arena=False).kernels.values()
     (n_spec,) = build_plan(narrow, arena=False).kernels.values()
-    assert w_spec.columns_outer and w_spec.loop_sizes == (200, 2 * 4)
+    # the column range counts NR-wide panels: a thread's share is whole micro-tiles
+    assert w_spec.columns_outer and w_spec.column_unit > 1
+    assert w_spec.loop_sizes == (-(-200 // w_spec.column_unit), 2 * 4)
     assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
 
 
