@@ -62,15 +62,52 @@ def seed_rows(quick: bool) -> list[Row]:
     return rows
 
 
+#: the eager dispatch rows: (name, function of (module, a f32[8], a f32[4,4])), each run
+#: with NumPy, jax's eager mode and axle.numpy on every device
+DISPATCH_OPS = {
+    "add f32[8]": lambda m, x, y: m.add(x, x),
+    "exp f32[8]": lambda m, x, y: m.exp(x),
+    "sum f32[8]": lambda m, x, y: m.sum(x),
+    "matmul f32[4,4]": lambda m, x, y: m.matmul(y, y),
+}
+
+
 def dispatch_rows(quick: bool) -> list[Row]:
-    a = np.ones(8, np.float32)
+    """Per-op cost of eager dispatch on tiny arrays (a cached signature: the hot path)
+    on every device, against NumPy's own dispatch and jax's eager mode (jax.numpy on
+    jax arrays), in microseconds per call. Each sample is CALLS calls, the last result
+    waited for (read back, a device's queue drained); the ratios are jax's time over each
+    implementation's (at or above 1x: at or under jax's dispatch)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:  # jax is optional
+        jax = None
+    a, m = np.ones(8, np.float32), np.ones((4, 4), np.float32)
     rows = []
     for dev in axle.devices():
-        xa = axle.device_put(a, dev)
-        anp.add(xa, xa)  # compile the one-op executable outside the timing
-        times = measure({"numpy": lambda: np.add(a, a), "axle eager": lambda xa=xa: anp.add(xa, xa)},
-                        repeats=20 if quick else 200, sync=_sync)
-        rows.append(Row("core", f"eager dispatch add f32[8] on {dev.name}", times))
+        xa, xm = axle.device_put((a, m), dev)
+        for name, op in DISPATCH_OPS.items():
+            if name != "add f32[8]" and quick:
+                continue
+            fns = {"numpy": _per_call(lambda op=op: op(np, a, m)),
+                   "axle eager": _per_call(lambda op=op, xa=xa, xm=xm: op(anp, xa, xm), _sync)}
+            before = {}
+            if name == "add f32[8]":  # the calls alone, the device idle when they start: on an
+                # asynchronous device (opencl:0) what they cost the program apart from its time
+                # to run the kernels (PoCL's, tens of microseconds each on a busy 2-core host)
+                last: list = [xa]
+                fns["axle eager (enqueue)"] = _per_call(lambda xa=xa, last=last: last.__setitem__(0, anp.add(xa, xa)))
+                before["axle eager (enqueue)"] = lambda last=last: last[0].block_until_ready()
+            if jax is not None:
+                ja, jm = jax.device_put(a), jax.device_put(m)
+                fns["jax eager"] = _per_call(lambda op=op, ja=ja, jm=jm: op(jnp, ja, jm),
+                                             lambda r: r.block_until_ready())
+            times = measure(fns, repeats=5 if quick else 40, warmup=3, before=before)
+            us = {k: round(v / CALLS * 1e3, 2) for k, v in times.items()}
+            rows.append(Row("core", f"eager dispatch {name} on {dev.name} (per call)",
+                            {k: v / CALLS for k, v in times.items()}, extra={"us": us},
+                            baseline="jax eager" if jax is not None else "numpy", kind="dispatch"))
     return rows
 
 
@@ -79,11 +116,13 @@ def dispatch_rows(quick: bool) -> list[Row]:
 CALLS = 200
 
 
-def _per_call(fn):
+def _per_call(fn, sync=None):
+    """CALLS calls of ``fn``, then ``sync`` on the last result (waiting for a device's
+    queue: the calls before it stay queued, as eager ops in a program do)."""
     def run():
         for _ in range(CALLS):
             out = fn()
-        return out
+        return out if sync is None else sync(out)
     return run
 
 

@@ -323,35 +323,54 @@ def _mnist_from_scratch_row(axle: Any, anp: Any, dev: Any, jax: Any, rng: np.ran
                baseline="jax.jit" if jax is not None else "axle-cpu")
 
 
-#: the GEMM shape classes of a training step: (label, lhs shape, rhs shape, dot_general dims)
+#: the GEMM shape classes: (label, lhs shape, rhs shape, dot_general dims). Those of a
+#: training step, and one of each class at a size where the kernel, not the call, is timed.
 GEMM_CLASSES = (
-    ("large square", (1024, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("large square 1024^3", (1024, 1024), (1024, 1024), ((1,), (0,), (), ())),
+    ("small M [16,1024]x[1024,1024]", (16, 1024), (1024, 1024), ((1,), (0,), (), ())),
     ("small M (forward, batch 128)", (128, 1024), (1024, 1024), ((1,), (0,), (), ())),
     ("transposed B (dx = dz w^T)", (128, 1024), (1024, 1024), ((1,), (1,), (), ())),
     ("transposed A (dw = x^T dz)", (128, 784), (128, 1024), ((0,), (0,), (), ())),
     ("tall-skinny (N=10 logits)", (128, 1024), (1024, 10), ((1,), (0,), (), ())),
-    ("tall-skinny (M=4096, K=N=64)", (4096, 64), (64, 64), ((1,), (0,), (), ())),
+    ("tall-skinny (M=65536, K=N=64)", (65536, 64), (64, 64), ((1,), (0,), (), ())),
+    ("tall-skinny reduction [64,65536]x[65536,64]", (64, 65536), (65536, 64), ((1,), (0,), (), ())),
+    ("batched 64 x 128^3", (64, 128, 128), (64, 128, 128), ((2,), (1,), (0,), (0,))),
     ("batched [16,128,64]x[16,64,128]", (16, 128, 64), (16, 64, 128), ((2,), (1,), (0,), (0,))),
-    ("matrix-vector [1024,1024]x[1024]", (1024, 1024), (1024,), ((1,), (0,), (), ())),
-    ("vector-matrix [1024]x[1024,1024]", (1024,), (1024, 1024), ((0,), (0,), (), ())),
+    ("matrix-vector [4096,4096]x[4096]", (4096, 4096), (4096,), ((1,), (0,), (), ())),
+    ("matrix-vector transposed [4096,4096]^T x[4096]", (4096, 4096), (4096,), ((0,), (0,), (), ())),
+    ("vector-matrix [4096]x[4096,4096]", (4096,), (4096, 4096), ((0,), (0,), (), ())),
 )
+#: the dtypes each class is timed in (quick: the first three classes in float32)
+GEMM_DTYPES = (np.float32, np.float64)
 
 
 def _gemm_class_rows(axle: Any, anp: Any, dev: Any, rng: np.random.Generator, quick: bool, reps: int) -> list[Row]:
-    """One float32 dot_general per shape class, axle-cpu against NumPy's BLAS (np.matmul
+    """One dot_general per shape class and dtype, axle-cpu against NumPy's BLAS (np.matmul
     on transposed views, which BLAS reads with its transpose flags), in GFLOP/s."""
     rows = []
-    for label, ls, rs, (lc, rc, lb, rb) in GEMM_CLASSES[:3] if quick else GEMM_CLASSES:
-        a, b = rng.standard_normal(ls).astype(np.float32), rng.standard_normal(rs).astype(np.float32)
-        fn = axle.jit(lambda x, w, d=(lc, rc, lb, rb): axle.lax.dot_general(x, w, *d), device=dev)
-        da, db = axle.device_put(a, dev), axle.device_put(b, dev)
-        av, bv = _as_matmul(a, lb, lc, True), _as_matmul(b, rb, rc, False)
-        fns = {"numpy": lambda av=av, bv=bv: np.matmul(av, bv), "axle-cpu": lambda f=fn, da=da, db=db: f(da, db)}
-        _close(np.asarray(fns["axle-cpu"]()), fns["numpy"](), label)
-        row = _row(f"GEMM class: {label} f32", fns, reps)
-        flops = 2 * a.size * b.size / math.prod(ls[d] for d in lc + lb)
-        row.extra["GFLOP/s"] = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
-        rows.append(row)
+    for dt in GEMM_DTYPES[:1] if quick else GEMM_DTYPES:
+        for label, ls, rs, (lc, rc, lb, rb) in GEMM_CLASSES[:3] if quick else GEMM_CLASSES:
+            a, b = rng.standard_normal(ls).astype(dt), rng.standard_normal(rs).astype(dt)
+            fn = axle.jit(lambda x, w, d=(lc, rc, lb, rb): axle.lax.dot_general(x, w, *d), device=dev)
+            da, db = axle.device_put(a, dev), axle.device_put(b, dev)
+            av, bv = _as_matmul(a, lb, lc, True), _as_matmul(b, rb, rc, False)
+            fns = {"numpy": lambda av=av, bv=bv: np.matmul(av, bv), "axle-cpu": lambda f=fn, da=da, db=db: f(da, db)}
+            _close(np.asarray(fns["axle-cpu"]()), fns["numpy"](), label)
+            row = _row(f"GEMM class: {label} {np.dtype(dt).name}", fns, reps)
+            flops = 2 * a.size * b.size / math.prod(ls[d] for d in lc + lb)
+            row.extra["GFLOP/s"] = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in row.times_ms.items()}
+            rows.append(row)
+    return rows
+
+
+def gemm_rows(quick: bool = False) -> list[Row]:
+    """The GEMM shape classes alone (``python benchmarks/bench_cpu.py --gemm``), with the
+    large square float32 GEMM as a share of the measured FMA peak."""
+    axle, anp, dev = _axle()
+    rows = _gemm_class_rows(axle, anp, dev, np.random.default_rng(0), quick, 5 if quick else 21)
+    peak = fma_peak_gflops()
+    rows[0].extra["FMA peak GFLOP/s (measured)"] = round(peak, 1)
+    rows[0].extra["share of peak"] = {k: f"{100 * v / peak:.0f}%" for k, v in rows[0].extra["GFLOP/s"].items()}
     return rows
 
 
@@ -724,7 +743,7 @@ def _first_call(axle: Any, anp: Any, dev: Any, jax: Any, repeats: int) -> Row:
 if __name__ == "__main__":
     import sys
 
-    for r in run(quick="--quick" in sys.argv):
+    for r in (gemm_rows if "--gemm" in sys.argv else run)(quick="--quick" in sys.argv):
         base = r.times_ms.get(r.baseline)
         cells = ", ".join(f"{k}: {v:.3f} ms" + (f" ({base / v:.2f}x)" if base else "") for k, v in r.times_ms.items())
         print(f"{r.workload}: {cells} {r.extra or ''}")

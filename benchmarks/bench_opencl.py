@@ -274,24 +274,31 @@ def _np_layernorm(x: np.ndarray) -> np.ndarray:
     return (x - m) / np.sqrt(x.var(axis=1, keepdims=True) + np.float32(1e-5))
 
 
-def _matmul(n: int, repeats: int, rhs_transposed: bool = False) -> Row:
-    """a @ c, or a @ c.T (c stored [n, k]: the x @ w.T of dense layers)."""
+def _matmul(n: int, repeats: int, rhs_transposed: bool = False, batch: int = 0) -> Row:
+    """a @ c, or a @ c.T (c stored [n, k]: the x @ w.T of dense layers), square n; with
+    ``batch``, that many independent products (a leading batch dim on both operands)."""
     from axle.ir.builder import Builder
 
     rng = np.random.default_rng(3)
-    a, c = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    lead = (batch,) if batch else ()
+    a, c = (rng.standard_normal(lead + (n, n)).astype(np.float32) for _ in range(2))
     b = Builder("matmul")
-    p, q = b.parameter(f"f32[{n},{n}]"), b.parameter(f"f32[{n},{n}]")
-    module = b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(1 if rhs_transposed else 0,)))
+    spec = f"f32[{','.join(map(str, lead + (n, n)))}]"
+    p, q = b.parameter(spec), b.parameter(spec)
+    nb = len(lead)
+    dims = dict(lhs_batch=(0,), rhs_batch=(0,)) if batch else {}
+    k_rhs = nb + (1 if rhs_transposed else 0)
+    module = b.build(b.dot_general(p, q, lhs_contracting=(nb + 1,), rhs_contracting=(k_rhs,), **dims))
     run, host, kernels = _axle_fn(module, "loop", [a, c])  # one dot: one kernel, never fused
-    want = a @ (c.T if rhs_transposed else c)
+    ct = np.swapaxes(c, -1, -2) if rhs_transposed else c
+    want = a @ ct
     err = float(np.max(np.abs(host(run()) - want)))
     assert err < 1e-3 * n ** 0.5, f"matmul: axle-opencl is off by {err}"
-    fns = {"numpy": (lambda: a @ c.T) if rhs_transposed else (lambda: a @ c), "axle-opencl": lambda: (run(), axle_sync())}
+    fns = {"numpy": lambda: a @ ct, "axle-opencl": lambda: (run(), axle_sync())}
     t = measure(fns, repeats=repeats)
-    flops = 2 * n ** 3
-    return Row(SUITE, f"matmul {n}x{n}" + (" @ w.T" if rhs_transposed else ""), t,
-               {"GFLOP/s": {k: round(flops / (v * 1e6), 1) for k, v in t.items()}})
+    flops = 2 * n ** 3 * max(1, batch)
+    name = f"matmul {f'{batch}x' if batch else ''}{n}x{n}" + (" @ w.T" if rhs_transposed else "")
+    return Row(SUITE, name, t, {"GFLOP/s": {k: round(flops / (v * 1e6), 1) for k, v in t.items()}})
 
 
 HAND_ADD = """
@@ -330,7 +337,7 @@ def _eager_add(repeats: int) -> Row:
     t = measure(fns, repeats=repeats, warmup=20)
     q.finish()
     return Row(SUITE, "eager add f32[8] dispatch", t, {"us": {k: round(v * 1e3, 2) for k, v in t.items()}},
-               baseline="pyopencl call")
+               baseline="pyopencl call", kind="dispatch")
 
 
 def _conv3x3(batch: int, ch: int, hw: int, repeats: int, layout: str = "NCHW") -> Row:
@@ -389,6 +396,8 @@ def run(quick: bool, only: str = "") -> list[Row]:
         "matmul": lambda: _matmul(128 if quick else 512, reps),
         "matmul 1024": lambda: _matmul(256 if quick else 1024, max(3, reps // 3)),
         "matmul 1024 @ w.T": lambda: _matmul(256 if quick else 1024, max(3, reps // 3), rhs_transposed=True),
+        "matmul 2048": lambda: _matmul(512 if quick else 2048, 3),
+        "matmul batched": lambda: _matmul(64 if quick else 256, reps, batch=16),
         "eager add": lambda: _eager_add(200 if quick else 2000),
         "conv 3x3 NCHW": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3)),
         "conv 3x3 NHWC": lambda: _conv3x3(2 if quick else 8, 64, 16 if quick else 32, max(3, reps // 3), "NHWC"),

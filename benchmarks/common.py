@@ -36,17 +36,22 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
     #: the implementation the others are compared with (ratios = baseline / impl)
     baseline: str = "numpy"
+    #: "speed" (plotted as ratios against the baseline) or "dispatch" (a per-call overhead,
+    #: plotted in microseconds on an axis of its own)
+    kind: str = "speed"
 
     def ratio(self, impl: str) -> float:
         return self.times_ms[self.baseline] / self.times_ms[impl]
 
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2,
-            sync: Callable[[Any], Any] | None = None) -> dict[str, float]:
+            sync: Callable[[Any], Any] | None = None,
+            before: dict[str, Callable[[], Any]] | None = None) -> dict[str, float]:
     """Median milliseconds per call of each function, timed interleaved (round-robin, the
     order rotated every round) so that machine noise hits every implementation alike.
     ``sync`` waits for a result (e.g. np.asarray on a device array) and is included in
-    the time."""
+    the time; ``before[name]``, when given, runs untimed before each of that function's
+    samples (e.g. draining a device queue, to time only the enqueueing)."""
     done = sync or (lambda r: r)
     for fn in fns.values():
         for _ in range(warmup):
@@ -58,6 +63,8 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
         # often (caches, and any thread a library leaves busy, hit them all alike).
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
+            if before and name in before:
+                before[name]()
             t0 = time.perf_counter()
             done(fn())
             samples[name].append((time.perf_counter() - t0) * 1e3)

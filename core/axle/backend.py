@@ -29,6 +29,7 @@ from .ir.module import Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import BASE_PRIMITIVES, Op
 from .ir.types import TensorType
+from .passes.conv_layout import ConvLayout
 from .passes.fusion import fusion_size
 from .passes.policy import FusionPolicy
 
@@ -105,6 +106,11 @@ class Capabilities:
     #: per-op predicates, e.g. {Op.REDUCE: lambda n: None if n.attr["axes"] == (len(n.operands[0].shape) - 1,)
     #: else "reduces the last axis only"}
     predicates: Mapping[Op, Predicate] = field(default_factory=dict)
+    #: the convolution layout the device's kernels run fastest in, e.g.
+    #: ``ConvLayout(lhs="NSC", rhs="SIO", out="NSC")`` (NHWC, HWIO): the layout pass
+    #: rewrites every claimed convolution into it, with as few transposes as it can
+    #: (passes/conv_layout.py). None (default): each convolution keeps the program's layout.
+    conv_layout: ConvLayout | None = None
 
     def supports(self, node: Node) -> bool:
         """True if the device runs this node (see the class docstring). Prefer
@@ -209,6 +215,10 @@ class CompileOptions:
     optimized: bool = True
     #: free-form backend flags from AXLE_FLAGS (``--<backend>_<flag>=...``)
     flags: Mapping[str, str] = field(default_factory=dict)
+    #: the SHA-256 (hex) of the module's text form when the persistent compile cache is on
+    #: (else None): a backend may key what it caches on disk for the whole module by it
+    #: (with its own code, flags and device) instead of describing the module again
+    module_digest: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,6 +242,18 @@ class Executable(abc.ABC):
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         """Runs the module on argument buffers (parameter order) and returns the result
         buffers (one per entry result; a tuple root gives several)."""
+
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """Optional: the eager hot path of this executable, or None (the default) to use
+        :meth:`execute`. Eager dispatch compiles each op signature (op, attributes, operand
+        types, device) once, runs it with ``execute``, then asks this once and calls what
+        it returns for every later call of that signature with buffers of exactly the
+        compiled parameter types on this device (the core checks that before the call). It
+        may therefore skip ``execute``'s argument checks and bookkeeping (a NumPy backend
+        returns the op's reference bound to its attributes; a kernel backend, the single
+        launch with its arguments prepared), and must return the same results as
+        ``execute``. The core calls ``execute`` instead while the profiler records."""
+        return None
 
     def report(self) -> dict[str, Any]:
         """Facts about the compiled code: at least ``kernels`` (launches per call)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from . import passes, profiler
+from . import module_cache, passes, profiler
 from .backend import CompileOptions, Device, Executable
 from .config import config
 from .ir.module import Module, Node
@@ -55,10 +55,25 @@ def compile_on_device(module: Module, device: Device, *, optimize: bool = True) 
     backend = REGISTRY.backend_for(device)
     module, _ = expand_for(module, device)
     run_passes = optimize and config.optimize
+    key, payload, digest = None, None, None
     if run_passes:
-        module = optimize_for(module, device)
+        # the optimized module from an earlier process when the compile cache has it
+        # (module_cache.py): the passes were most of a cached first call
+        cached = module_cache.enabled()
+        if cached:
+            key = module_cache.module_key(module, device, backend)
+            hit = module_cache.load(key)
+            if hit is not None:
+                module, digest = hit
+        if digest is None:
+            module = optimize_for(module, device)
+            if cached:
+                payload, digest = module_cache.entry(module)
+    options = CompileOptions(optimized=run_passes, flags=config.backend_flags, module_digest=digest)
     with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
-        exe = backend.compile(module, device, CompileOptions(optimized=run_passes, flags=config.backend_flags))
+        exe = backend.compile(module, device, options)
+    if key is not None and payload is not None:  # written once the backend took it
+        module_cache.store(key, payload)
     return exe, module
 
 

@@ -24,6 +24,7 @@ Keys are versioned by the caller (compiler, driver and format versions belong in
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -51,6 +52,35 @@ _TEMP = re.compile(r"\.tmp-.*\.bin")
 _STALE_TEMP_S = 3600.0
 #: eviction goes down to this fraction of the bound, so the next writes do not each evict
 _EVICT_TO = 0.9
+
+
+@functools.cache
+def code_version(*dirs: str) -> str:
+    """A digest of the path, size and modification time of every Python source file under
+    ``dirs``: for keys of entries that code produced, so an edited pass or emitter is a new
+    key (in a source checkout as in an installed wheel) without a version bump. Stats only
+    (about 200 files, under 1 ms, once per process): reading them all cost 30 ms of a
+    cached first call."""
+    h = hashlib.sha256()
+    for top in dirs:
+        for rel, size, mtime in sorted(_sources(top, "")):
+            h.update(f"{rel}\0{size}\0{mtime}\n".encode())
+    return h.hexdigest()
+
+
+def _sources(folder: str, rel: str) -> list[tuple[str, int, int]]:
+    """(path relative to the top, size, mtime in ns) of the ``.py`` files under ``folder``
+    (``os.scandir``: the walk and path functions of ``os.walk`` cost more than the stats)."""
+    out: list[tuple[str, int, int]] = []
+    with os.scandir(folder) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__":
+                    out += _sources(e.path, rel + e.name + "/")
+            elif e.name.endswith(".py"):
+                st = e.stat()
+                out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+    return out
 
 
 class CacheWarning(UserWarning):

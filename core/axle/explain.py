@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import passes
+from . import distributed, passes
 from .backend import Capabilities, Device
 from .compiler import optimize_for
 from .config import config
@@ -32,6 +32,7 @@ from .ir.module import Computation, Module, Node
 from .ir.opcodes import PLUMBING
 from .ir.ops import Op
 from .ir.printer import _node_names
+from .ir.traffic import Traffic, traffic
 from .partition import host_devices, place_nodes, unsupported_reason
 from .passes import policy_for
 from .passes.fusion import why_alone
@@ -111,6 +112,8 @@ class Explanation:
     placement_summary: str | None = None
     #: caveats about what is shown (e.g. a partitioned executable)
     notes: list[str] = field(default_factory=list)
+    #: the collectives of an SPMD program (pmap, shard_map) and what each moves
+    communication: list[Traffic] = field(default_factory=list)
 
     # -- text ---------------------------------------------------------------------
     def buffers_text(self) -> list[str]:
@@ -145,6 +148,24 @@ class Explanation:
                            f"all do so)")
         if self.placement_summary:
             out += ["  as compiled (partitioner):"] + ["    " + ln for ln in self.placement_summary.splitlines()]
+        if self.communication:
+            out.append(f"  collectives: {len(self.communication)}, each a host step between the device's kernels "
+                       "(see -- communication --)")
+        return out
+
+    def communication_text(self) -> list[str]:
+        """Per collective: kind, replica groups, bytes per replica and in all, local or
+        cross-process; then the step's totals (collectives in loops count once per trip)."""
+        out = []
+        names = _node_names(self.optimized.entry)
+        for t in self.communication:
+            name = names.get(t.node.uid, t.node.op.value) if not t.in_loop else f"{t.node.op.value} (in a loop)"
+            out.append(f"  %{name}: {t.describe()}")
+        step = [t for t in self.communication if not t.in_loop]
+        out.append(f"  per step: {len(step)} collective{'s' if len(step) != 1 else ''}, "
+                   f"{_bytes(sum(t.bytes_per_replica for t in step))} per replica, "
+                   f"{_bytes(sum(t.total_bytes for t in step))} over all replicas"
+                   + (" (plus those in loops, per trip)" if len(step) < len(self.communication) else ""))
         return out
 
     def text(self, source: bool = True) -> str:
@@ -166,6 +187,8 @@ class Explanation:
                 lines.append(f"      not fused with {nb.direction} %{nb.name}: {code}{nb.reason}")
             lines += _calls_text(k, "      ")
         lines += ["", "-- buffers --", *self.buffers_text(), "", "-- placement --", *self.placement_text()]
+        if self.communication:
+            lines += ["", "-- communication (collectives, bytes moved) --", *self.communication_text()]
         if source:
             lines += ["", f"-- generated code ({self.device.backend}) --"]
             if not self.kernel_sources:
@@ -409,7 +432,7 @@ def explain(lowered: Lowered, *, source: bool = True) -> Explanation:
         stages=_stages(lowered, optimized), kernels=kernels, report=report, kernel_sources=sources,
         reasons_source="the fusion pass's records" if recorded else "none: the fusion pass made no records",
         policy=policy, placement=where, placement_summary=str(summary) if summary is not None else None,
-        notes=notes)
+        notes=notes, communication=traffic(optimized, distributed.process_count()))
 
 
 # ``Lowered.explain()``: the frontend's class gets its tools-layer method here, as axle.numpy

@@ -73,6 +73,8 @@ def explanation_html(expl: Explanation) -> str:
     parts.append("</table>")
     parts.append("<h2>Buffers</h2><pre>" + e("\n".join(expl.buffers_text())) + "</pre>")
     parts.append("<h2>Placement</h2><pre>" + e("\n".join(expl.placement_text())) + "</pre>")
+    if expl.communication:
+        parts.append("<h2>Communication</h2><pre>" + e("\n".join(expl.communication_text())) + "</pre>")
     parts.append("<h2>Optimized module</h2><pre>" + e(expl.optimized.as_text()) + "</pre>")
     parts.append("<h2>Traced module</h2><pre>" + e(expl.traced.as_text()) + "</pre>")
     parts.append(f"<h2>Generated code ({e(expl.device.backend)})</h2>")

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("passes", ("axle.passes",)),
     ("contract", ("axle.backend", "axle.registry", "axle.transfer")),
     ("lowering", ("axle.lowering",)),
-    ("device compilation", ("axle.device_compile", "axle.backends")),
+    ("device compilation", ("axle.device_compile", "axle.backends", "axle.module_cache")),
     ("partition", ("axle.partition",)),
     ("compiler", ("axle.compiler", "axle.placement")),
     ("frontend", ("axle.frontend", "axle.numpy", "axle.lax", "axle.nn", "axle.random", "axle.autodiff",

@@ -123,8 +123,8 @@ class NamedSharding:
                 raise ArgumentError(f"{what}: dimension {d} (size {shape[d]}) of shape {shape} does not split "
                                     f"into {count} blocks for {self.spec} on {self.mesh}")
 
-    def block(self, x: np.ndarray, replica: int) -> np.ndarray:
-        """Replica ``replica``'s block of the whole array ``x``."""
+    def block(self, x: Any, replica: int) -> Any:
+        """Replica ``replica``'s block of the whole array ``x`` (NumPy, or a tracer: shard_map in a trace)."""
         index = []
         for d in range(x.ndim):
             i, n = self.block_index(d, replica)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 import textwrap
@@ -33,6 +34,7 @@ FAKE = textwrap.dedent('''
             Row("fake", "matmul", {"numpy": 1.0, "axle cpu": 2.0, "axle opencl": 1.0},
                 extra={"GFLOP/s": {"numpy": 10.0, "axle cpu": 5.0}}),
             Row("fake", "compile latency", {"trace": 1.0, "trace+compile": 5.0}, baseline="trace"),
+            Row("fake", "eager add", {"numpy": 0.001, "axle cpu": 0.004}, kind="dispatch"),
         ]
 ''')
 
@@ -63,16 +65,45 @@ def test_run_writes_tables_report_and_plot(run_mod, tmp_path, capsys):
     if importlib.util.find_spec("matplotlib") is None:  # the `bench` extra is optional
         assert "No plot: matplotlib is not installed" in md and not png.exists()
     else:
-        assert "![speedup vs NumPy per workload and implementation](benchmarks.png)" in md
+        assert "![speedup per suite against each row's baseline" in md
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every row as data: the next run's "before"
+    saved = json.loads((tmp_path / "docs" / "benchmarks.json").read_text())
+    assert saved["quick"] is True and len(saved["rows"]) == 5
+    assert saved["rows"][0] == {"suite": "fake", "workload": "elementwise n=4", "baseline": "numpy",
+                                "times_ms": {"numpy": 2.0, "axle cpu": 1.0, "axle opencl": 4.0}}
+    assert "## Before and after" not in md  # no earlier run
 
 
-def test_speedups_only_from_numpy_baselines(run_mod):
+def test_a_second_run_reports_before_and_after(run_mod, tmp_path):
+    benches = tmp_path / "benches"
+    benches.mkdir()
+    (benches / "bench_fake.py").write_text(FAKE)
+    out = tmp_path / "benchmarks.md"
+    before = {"when": "then", "quick": True, "machine": "m", "rows": [
+        {"suite": "fake", "workload": "reduce n=4", "baseline": "numpy",
+         "times_ms": {"numpy": 3.0, "axle cpu": 3.0}},
+        {"suite": "fake", "workload": "gone", "baseline": "numpy", "times_ms": {"numpy": 1.0, "axle cpu": 1.0}}]}
+    (tmp_path / "benchmarks.json").write_text(json.dumps(before))
+    assert run_mod.main(["--quick", "--dir", str(benches), "--out", str(out)]) == 0
+    md = out.read_text()
+    assert "## Before and after" in md and "(then, quick mode, on: m)" in md
+    # the row in both runs, axle implementations only: ms and ratio then and now
+    assert "| fake | reduce n=4 | axle cpu | 3.000 | 1.500 | 1.00x | 2.00x |" in md
+    assert "gone" not in md and "| fake | reduce n=4 | axle opencl |" not in md
+    assert len(json.loads((tmp_path / "benchmarks.json").read_text())["rows"]) == 5  # replaced
+
+
+def test_panels_per_suite_and_dispatch_on_its_own_axis(run_mod):
     from common import Row
 
     res = run_mod.SuiteResult("bench_x", [Row("s", "w", {"numpy": 2.0, "a": 4.0}),
-                                          Row("s", "lat", {"trace": 1.0, "c": 2.0}, baseline="trace")])
-    assert run_mod.speedups([res]) == [("s: w", {"a": 0.5})]
+                                          Row("s", "lat", {"trace": 1.0, "c": 2.0}, baseline="trace"),
+                                          Row("s", "add", {"numpy": 0.001, "a": 0.004}, kind="dispatch")])
+    (title, _, bars), (dtitle, dlabel, dbars) = run_mod.panels([res])
+    assert title == "s" and bars == [("w", {"a": 0.5}), ("lat (vs trace)", {"c": 0.5})]
+    assert dtitle == "eager dispatch" and "microseconds" in dlabel
+    assert dbars == [("add", {"numpy": 1.0, "a": 4.0})]
 
 
 def test_only_filter_and_no_write(run_mod, tmp_path):

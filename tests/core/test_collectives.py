@@ -14,6 +14,7 @@ from axle.errors import CollectiveError, OpAttributeError, ParseError, ShapeErro
 from axle.frontend.bind import bind
 from axle.frontend.jit import trace_function
 from axle.interpreter import evaluate, evaluate_spmd
+from axle.ir import collectives as c
 from axle.ir.builder import Builder
 from axle.ir.module import Module
 from axle.ir.ops import Op
@@ -241,3 +242,63 @@ def test_vmap_inside_a_replica_shifts_dimensions() -> None:
     xs = _inputs((3, 2))
     outs = _run(module, xs)
     np.testing.assert_array_equal(outs[0], np.concatenate([xs[0], xs[2]], axis=1))
+
+
+class _CountingProcesses:
+    """Stands in for axle.distributed.World as the only process: records the
+    cross-process calls a rendezvous makes; reduces only float32 (MPI lacks float16)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def allgather(self, local: list[Any]) -> list[Any]:
+        self.calls.append(f"allgather of {len(local)}")
+        return local
+
+    def can_reduce(self, dtype: np.dtype, kind: str) -> bool:
+        return dtype == np.float32
+
+    def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray:
+        self.calls.append(f"allreduce {local.dtype.name} {kind}")
+        return local
+
+    def reduce_scatter(self, send: np.ndarray, kind: str) -> np.ndarray:
+        self.calls.append(f"reduce_scatter {send.shape}")
+        return send[0]
+
+    def alltoall(self, send: np.ndarray) -> np.ndarray:
+        self.calls.append(f"alltoall {send.shape}")
+        return send
+
+    def permute(self, sends: list[Any], receives: list[Any]) -> None:
+        self.calls.append(f"permute {len(sends)} {len(receives)}")
+
+
+def test_one_cross_process_call_per_collective() -> None:
+    """The exchange with the other processes (an MPI call) runs once per collective, and a
+    collective over every replica makes its own call (Allreduce, Reduce_scatter, Alltoall,
+    point-to-point) instead of a gather, with the single-process results."""
+    procs = _CountingProcesses()
+    groups = {"replica_groups": (0, 1), "group_size": 2}
+
+    def replica(r: int) -> list[np.ndarray]:
+        x = np.arange(4, dtype=np.float32) + 10 * r
+        return [c.all_gather(x, dimension=0, **groups), c.all_reduce(x, kind="sum", **groups),
+                c.all_reduce(x.astype(np.float16), kind="max", **groups),
+                c.reduce_scatter(x, kind="sum", dimension=0, **groups),
+                c.all_to_all(x.reshape(2, 2), split_dimension=0, concat_dimension=1, **groups),
+                c.collective_permute(x, source_target_pairs=(0, 1))]
+
+    outs = c.run_replicas(2, replica, outer=procs.allgather, processes=procs)
+    assert procs.calls == ["allgather of 2", "allreduce float32 sum", "allgather of 2", "reduce_scatter (1, 2, 2)",
+                           "alltoall (1, 2, 2, 1, 2)"]  # the permute's one pair is within the process
+    x = [np.arange(4, dtype=np.float32) + 10 * r for r in range(2)]
+    whole = [c.run_replicas(2, replica)[r] for r in range(2)]  # one process: every value gathered
+    for r in range(2):
+        np.testing.assert_array_equal(outs[r][0], np.concatenate(x))
+        np.testing.assert_array_equal(outs[r][2], np.maximum(x[0], x[1]).astype(np.float16))
+        np.testing.assert_array_equal(outs[r][3], (x[0] + x[1])[2 * r:2 * r + 2])
+        np.testing.assert_array_equal(outs[r][4], np.concatenate([v.reshape(2, 2)[r:r + 1] for v in x], axis=1))
+        np.testing.assert_array_equal(outs[r][5], x[0] if r == 1 else np.zeros(4, np.float32))
+        for got, want in zip(outs[r], whole[r]):
+            np.testing.assert_array_equal(got, want)

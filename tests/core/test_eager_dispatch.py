@@ -1,5 +1,5 @@
-"""The hot path of eager ops (frontend/eager.py ``launch_cached``): an attribute-free op on
-concrete, non-weak arrays of one device whose signature ran before skips placement,
+"""The hot path of eager ops (frontend/eager.py ``launch_cached``): an op with plain
+attributes on concrete, non-weak arrays of one device whose signature ran before skips placement,
 promotion and the executable lookup. It must give exactly what the full path gives, and
 never run where the full path would not run an op eagerly."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_hot_path_results_equal_the_full_path(device: str) -> None:
     x = axle.device_put(np.array([1.5, -2.0, np.nan, np.inf], np.float32), device)
     y = axle.device_put(np.array([0.5, 4.0, 1.0, -np.inf], np.float32), device)
     first = [np.asarray(f(x, y)) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
-    assert eager.launch_cached(Op.ADD, x, y) is not None  # the full path filled the hot path
+    assert eager.launch_cached(Op.ADD, (x, y)) is not None  # the full path filled the hot path
     again = [f(x, y) for f in (anp.add, anp.subtract, anp.multiply, anp.maximum, anp.minimum)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, np.asarray(b))
@@ -109,3 +109,45 @@ def test_committed_arrays_on_two_devices_still_raise() -> None:
     b + b
     with pytest.raises(axle.errors.DeviceError, match="committed to different devices"):
         a + b
+
+
+def test_a_subclass_overriding_execute_gets_no_interpreter_launcher() -> None:
+    """The interpreter's launcher is its reference, which would skip the execute of a
+    subclass (a plugin or a test's asynchronous device built on it): those keep execute."""
+    from axle.backends.interpreter import InterpreterExecutable
+    from axle.ir.dtypes import DType
+    from axle.ir.types import TensorType
+
+    class Late(InterpreterExecutable):
+        def execute(self, args):  # noqa: ANN001, ANN202
+            return super().execute(args)
+
+    t = TensorType(DType.FLOAT32, (2,))
+    module = eager.one_op_module(Op.ADD, (t, t), {})
+    (dev,) = axle.devices("interpreter")
+    assert InterpreterExecutable(module, dev).launcher() is not None
+    assert Late(module, dev).launcher() is None
+
+
+def test_same_type_operands_skip_promotion_in_every_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two non-weak arrays of one type and device need no promotion, broadcast or move:
+    axle.numpy applies the primitive directly, also to pending values (auto mode records
+    at half the cost), and mixed operands still take the full preparation."""
+    from axle.numpy import _core
+
+    x = axle.device_put(np.arange(3, dtype=np.float32), "cpu:0")
+    prepared = []
+    full = _core._prepare
+    monkeypatch.setattr(_core, "_prepare", lambda *a, **k: (prepared.append(a[0]), full(*a, **k))[1])
+    old = axle.config.jit_level
+    try:
+        axle.config.update(jit_level="auto")
+        y = x * x
+        z = y + x  # y is pending: recorded without _prepare
+        assert y.is_pending and z.is_pending
+        np.testing.assert_array_equal(np.asarray(z), [0, 2, 6])
+        assert prepared == []
+        np.testing.assert_array_equal(np.asarray(x + 1.0), [1, 2, 3])  # a scalar: prepared
+        assert prepared == ["add"]
+    finally:
+        axle.config.update(jit_level=old)

@@ -121,6 +121,12 @@ def _body(line: str) -> str:
      "rank 65 is above the limit", id='rank-65'),
     pytest.param(_body("%y = f64[4611686018427387904,4] negate(%x)"), 4, 13, "holds more than", id='too-many-bytes'),
     pytest.param(_body("%y = f32[2] negate(%x) @"), 4, 31, "unexpected character '@'", id='stray-character'),
+    # a comment's words never become tokens, even when what follows it does not parse
+    pytest.param(_body("%y = f32[2] negate(%x) // f32[2] %z\n  ~"), 5, 3, "unexpected character '~'",
+                 id='stray-character-after-comment'),
+    pytest.param(_body("%y = f33[2] negate(%x)"), 4, 13, "unknown element type 'f33'", id='unknown-dtype'),
+    pytest.param(_body("%y = f32[99999999999999999999] negate(%x)"), 4, 17, "does not fit in 64 bits",
+                 id='dim-over-64-bits'),
 ])
 def test_malformed_text_gives_parse_error_with_position(text, line, column, message):
     with pytest.raises(ParseError) as info:
@@ -131,6 +137,14 @@ def test_malformed_text_gives_parse_error_with_position(text, line, column, mess
     src, caret = str(e).split("\n")[1:3]
     # a short excerpt of the line, the caret under the token
     assert caret.strip() == "^" and src.strip() and len(src) <= 80
+
+
+def test_types_with_spaces_and_comments_parse_as_printed() -> None:
+    """Array types are one token when written as the printer writes them; spaces inside
+    (and comments between tokens) still parse, to the same module."""
+    text = _body("%y = f32[2] negate(%x)")
+    spaced = text.replace("f32[2]", "f32[ 2 ]").replace("negate(", "negate( // why\n  ")
+    assert spaced != text and parse_module(spaced).as_text() == parse_module(text).as_text()
 
 
 def test_parse_error_excerpt_points_at_the_token():

@@ -52,20 +52,55 @@ def test_two_mpi_processes_of_two_devices_train_like_one_device() -> None:
     assert "process 1 of 2: 2 replicas on cpu:0, cpu:1" in out.stdout
 
 
-DISAGREE = """
+ACROSS = """
+import sys
 import numpy as np, axle
 from axle.errors import CollectiveError
+def say(line):  # one write per line: the two processes share mpirun's output
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+lax = axle.lax
 w = axle.distributed.initialize()
-x = np.ones((2, 3 + w.process_index), np.float32)   # process 1 has other shapes
-try:
-    axle.pmap(lambda v: axle.lax.psum(v, "i"), axis_name="i")(x)
-except CollectiveError as e:
-    print("refused:", e)
+p = w.process_index
+x = np.arange(8, dtype=np.float32).reshape(2, 4) + 10 * p        # replicas 2p, 2p+1
+whole = np.concatenate([np.arange(8, dtype=np.float32).reshape(2, 4) + 10 * q for q in range(2)])
+outs = axle.pmap(lambda v: (lax.psum(v, "i"), lax.psum(v.sum(), "i"), lax.pmin(v.astype(np.int32), "i"), lax.all_gather(v, "i"),
+                            lax.psum(v.astype(np.float16), "i"), lax.pmax(v.astype(axle.numpy.bfloat16), "i"),
+                            lax.all_to_all(v, "i", 0, 0), lax.ppermute(v, "i", [(0, 3), (3, 1)]),
+                            lax.psum_scatter(v, "i"), lax.psum_scatter(v.reshape(4, 1), "i", tiled=True),
+                            lax.ppermute(v, "i", [(0, 1), (2, 3)])), axis_name="i")(x)
+got = [np.asarray(o) for o in outs]
+h = whole.astype(np.float16)
+wants = [whole.sum(0), whole.sum(), whole.astype(np.int32).min(0), whole, ((h[0] + h[1]) + h[2]) + h[3],
+         whole.astype(axle.numpy.bfloat16).max(0).astype(np.float32)]
+for g, want in zip(got[:6], wants):
+    assert np.array_equal(g[0].astype(want.dtype), want) and np.array_equal(g[1].astype(want.dtype), want), (g, want)
+assert np.array_equal(got[6], whole.T[2 * p:2 * p + 2]), got[6]
+assert np.array_equal(got[7], [np.zeros(4), whole[0]] if p == 1 else [np.zeros(4), whole[3]]), got[7]
+assert np.array_equal(got[8], whole.sum(0)[2 * p:2 * p + 2]), got[8]
+assert np.array_equal(got[9][:, 0, 0], whole.sum(0)[2 * p:2 * p + 2]), got[9]
+assert np.array_equal(got[10], [np.zeros(4), whole[2 * p]]), got[10]
+say("collectives agree")
+for label, f, arg in (("shapes", lambda v: lax.psum(v, "i"), np.ones((2, 3 + p), np.float32)),
+                      ("program", lambda v: lax.psum(v, "i") if p == 0 else lax.pmax(v, "i"), np.ones((2, 3), np.float32)),
+                      ("nothing", lambda v: lax.psum(v * (1 + p), "i"), np.ones((2, 3), np.float32))):
+    try:
+        axle.pmap(f, axis_name="i")(arg)
+    except CollectiveError as e:
+        say(f"refused {label}: {e}")
 """
 
 
-def test_processes_that_disagree_on_shapes_get_a_clear_error() -> None:
-    out = _mpirun(["-c", DISAGREE], "")
+def test_collectives_across_two_processes_and_disagreements() -> None:
+    """Every collective over MPI buffers (float16/bfloat16 as bit patterns), and processes
+    that disagree on a program's shapes or on the program get a clear error on both."""
+    out = _mpirun(["-c", ACROSS], "")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("refused: the processes disagree on a collective's operand (process 0: float32[3], "
-                            "process 1: float32[4])") == 2, out.stdout
+    assert out.stdout.count("collectives agree") == 2, out.stdout + out.stderr
+    assert out.stdout.count("refused shapes: the processes disagree on a pmap's program (process 0: 2 replicas of "
+                            "axis 'i' on (float32[3]); process 1: 2 replicas of axis 'i' on (float32[4]))") == 2, \
+        out.stdout
+    assert out.stdout.count("refused program: the processes disagree on a pmap's program (process 0: 2 replicas of "
+                            "axis 'i' on (float32[3]); process 1: 2 replicas of axis 'i' on (float32[3]): the same "
+                            "shapes, but the programs differ in their collectives)") == 2, out.stdout
+    assert "refused nothing" not in out.stdout  # a per-process constant is not a disagreement

@@ -45,7 +45,8 @@ def test_code_lines_ignores_comments_and_docstrings():
 
 def test_template_source_is_small():
     total = sum(code_lines(p.read_text()) for p in (TEMPLATE / "axle_template").glob("*.py"))
-    assert 50 < total < 250, f"the template has {total} lines of code; keep the contract visibly small"
+    # (265: 250 before the eager hot path's launcher, Executable.launcher, and its addresses)
+    assert 50 < total < 265, f"the template has {total} lines of code; keep the contract visibly small"
 
 
 def test_every_hardware_place_is_marked():

@@ -31,6 +31,7 @@ from axle.ir.opcodes import Op
 from axle.ir.ops import BASE_PRIMITIVES
 from axle.ir.types import TensorType
 from axle.lru import LRU
+from axle.passes.conv_layout import ConvLayout
 from axle.passes.policy import FusionPolicy
 
 if TYPE_CHECKING:  # imported where used: llvmlite loads only when compiling
@@ -124,6 +125,15 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
 }
 
 
+#: The implicit GEMM's fastest layout (docs/backend-cpu.md, "Convolution layout"): NHWC
+#: with HWIO kernels reads patches in place and runs 1.2-1.4x faster than NCHW/OIHW (batch
+#: 1, 56x56 to 14x14 maps; a batch-32 NCHW 3x3 layer 1.3x, its transposes included);
+#: NHWC with OIHW kernels is slower than both. Per-call weight transposes (parameters)
+#: are repaid only by convolutions with about 1024 output pixels or more (batch-1 stages
+#: 3-4 of a ResNet lose, 7x7 maps are faster in NCHW).
+CONV_LAYOUT = ConvLayout(lhs="NSC", rhs="SIO", out="NSC", kernel_copy_min_pixels=1024)
+
+
 def _conv_refusal(node: Node) -> str | None:
     """The claim on a convolution (conv.py imports llvmlite: loaded when first asked)."""
     from .conv import conv_refusal
@@ -166,7 +176,8 @@ class CpuBackend(Backend):
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=frozenset(ALL_DTYPES),
                             op_dtypes={Op.CONVOLUTION: CONV_DTYPES},
                             predicates={Op.CONVOLUTION: _conv_refusal,
-                                        **{op: _host_step_inside for op in CLAIMED_CONTROL}})
+                                        **{op: _host_step_inside for op in CLAIMED_CONTROL}},
+                            conv_layout=CONV_LAYOUT)
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
@@ -191,14 +202,17 @@ class CpuBackend(Backend):
             # NumPy's BLAS for float dots only when asked (--cpu_blas=true): the GEMM
             # kernel was measured faster here at every shape (docs/backend-cpu.md).
             plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true")
-            kernels = self._kernels(plan, module.name)
+            kernels = self._kernels(plan, module.name, options.module_digest)
         ms = (time.perf_counter() - t0) * 1e3
         plan, kernels = self._cache.put(key, (plan, kernels))
         return CpuExecutable(plan, kernels, device, ms)
 
-    def _kernels(self, plan: Plan, name: str) -> dict[str, object]:
+    def _kernels(self, plan: Plan, name: str, module_digest: str | None = None) -> dict[str, object]:
         """Compiled kernels of a plan by name; each distinct kernel (same computation and
-        kind) is compiled once per process, the missing ones together in one LLVM module."""
+        kind) is compiled once per process, the missing ones together in one LLVM module.
+        When all are missing (a new process) and the core gave the module's digest, the
+        object code's disk key is made from it (``executable.module_key``), not from the
+        kernels' descriptions."""
         from .executable import CompiledKernel, compile_kernels
 
         out: dict[str, object] = {}
@@ -211,7 +225,8 @@ class CpuBackend(Backend):
             else:
                 out[spec.name] = got
         if missing:
-            jit = compile_kernels([s for _, s in missing], name)
+            whole = module_digest if len(missing) == len(plan.kernels) else None
+            jit = compile_kernels([s for _, s in missing], name, whole)
             for k, spec in missing:
                 out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
         return out

@@ -115,6 +115,11 @@ class KernelSpec:
         """Extent of the axis a big reduction splits along across threads (0: none)."""
         return self.schedule.split_extent
 
+    @property
+    def reduce_split_first(self) -> bool:
+        """Split along the reduced axis even where the rows would do (a GEMM's long K)."""
+        return False
+
 
 class _Unsupported(BackendError):
     pass

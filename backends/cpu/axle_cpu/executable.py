@@ -82,11 +82,13 @@ def interleave_ok(specs: Sequence[KernelSpec]) -> bool:
     return True
 
 
-def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> JitModule:
+def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle", module_digest: str | None = None) -> JitModule:
     """One module holding ``specs``' kernels. Its object code is looked up on disk by a key
-    made from the kernels' descriptions (``specs_key``) before any LLVM IR is emitted:
+    made from the kernels' descriptions (``specs_key``), or from the digest of the optimized
+    module they are all the kernels of (``module_key``), before any LLVM IR is emitted:
     emitting and printing the IR was most of a cached first call (docs/backend-cpu.md)."""
     interleave = interleave_ok(specs)
+    key = module_key(module_digest, name, interleave) if module_digest else specs_key(specs, name, interleave)
 
     def ir_text() -> str:
         with profiler.span(f"codegen {name}", "codegen", kernels=len(specs)):
@@ -94,7 +96,7 @@ def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle") -> JitModul
 
     with profiler.span(f"llvm {name}", "compile", kernels=len(specs)):
         try:
-            return JitModule(ir_text, interleave, specs_key(specs, name, interleave))
+            return JitModule(ir_text, interleave, key)
         except RuntimeError as e:
             raise BackendError(f"cpu: LLVM rejected the generated code for {name}: {e}") from e
 
@@ -121,9 +123,21 @@ def specs_key(specs: Sequence[KernelSpec], name: str, interleave: bool) -> bytes
             else:
                 return None
             h.update(f"{f.name}={text}\0".encode())
-    settings = repr(sorted((k, v) for k, v in vars(config).items() if not k.startswith("compile_cache")))
-    h.update(settings.encode())
+    h.update(_settings().encode())
     return object_key("kernels:" + h.hexdigest(), interleave)
+
+
+def module_key(module_digest: str, name: str, interleave: bool) -> bytes:
+    """The disk cache key of the module holding every kernel of the plan of the optimized
+    module whose text has SHA-256 ``module_digest``: the plan is made from that module alone
+    (and the settings, in the key as in ``specs_key``), so the digest stands for the kernels'
+    descriptions without printing each of them again."""
+    return object_key(f"module:{module_digest}\0{name}\0{_settings()}", interleave)
+
+
+def _settings() -> str:
+    """Every setting but the compile cache's own (the plan and the kernels may read any)."""
+    return repr(sorted((k, v) for k, v in vars(config).items() if not k.startswith("compile_cache")))
 
 
 def _computation_text(comp: Computation) -> str:
@@ -207,6 +221,8 @@ class _Launch:
         (a big reduction into few outputs), by columns, or not at all."""
         if n == 1:
             return None
+        if self.rsize >= 2 * n and self.step.spec.reduce_split_first:
+            return "reduction"
         if self.outer >= n:
             return "rows"
         if self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
@@ -251,7 +267,12 @@ class _Launch:
         when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
         comp = self.step.spec.comp
         work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
-        return self.native_split(max(2, threads.thread_count())) if work >= threads.LOOP_SPLIT_ELEMENTS else None
+        if work < threads.LOOP_SPLIT_ELEMENTS:
+            return None
+        n = max(2, threads.thread_count())
+        if self.step.spec.reduce_split_first and self.outer >= n:
+            return "rows"  # the runner cannot sum a split K's partial outputs: the rows, as before
+        return self.native_split(n)
 
 
 class _ReductionSplit:
@@ -269,7 +290,7 @@ class _ReductionSplit:
         self.base = self.ptrs.ctypes.data
         self.combine = []
         for out_node in launch.step.spec.outputs:
-            kind = out_node.attr["kind"]
+            kind = "sum" if out_node.traits.contraction else out_node.attr["kind"]  # a split-K GEMM sums
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)

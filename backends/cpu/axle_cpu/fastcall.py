@@ -7,7 +7,7 @@ every step is a kernel of the runner (on one thread, or split natively) or a con
 of a loop or conditional (runner.py's ``axle_run_steps``), its calls go
 through a :class:`FastCall` instead:
 
-- each *frame* (one per concurrent call, pooled) holds the slot addresses with the
+- each *frame* (one per concurrent call, pooled in a ring, see :data:`MAX_FRAMES`) holds the slot addresses with the
   constants and the offsets of outputs and temporaries already in place, the pointer
   table, and the Frame record ``axle_call`` reads: a call writes its argument addresses
   and makes one native call, which fills the pointer table and runs the kernels;
@@ -24,6 +24,7 @@ general path in executable.py.
 from __future__ import annotations
 
 import sys
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
 
 #: the frame record's field indices
 _F = {name: i for i, name in enumerate(FRAME_FIELDS)}
+#: frames made per executable beyond the concurrent calls' needs: two let a loop that
+#: keeps each result until the next call reuse outputs alternately; a third covers a
+#: result kept one call longer (``a, b = f(a), a``)
+MAX_FRAMES = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,8 +135,14 @@ class FastCall:
         order = list(dict.fromkeys(plan.results))  # one array per result slot, shared by repeats
         self.result_views = [small[s] for s in order]
         self.result_bufs = [(t, order.index(s), small[s][2]) for s, t in zip(plan.results, plan.result_types)]
-        self.frames: list[_Frame] = []
+        #: a ring (the frame used longest ago first) of at most MAX_FRAMES frames
+        self.frames: deque[_Frame] = deque()
+        self.nframes = 0  # frames made (the ring holds those not in a call)
         self.call = call()
+
+    def new_frame(self) -> _Frame:
+        self.nframes += 1
+        return _Frame(self)
 
     @staticmethod
     def build(exe: CpuExecutable, segments: list[tuple]) -> FastCall | None:
@@ -149,9 +160,21 @@ class FastCall:
             raise BackendError(f"cpu: the module takes {self.n_params} argument(s), got {len(args)}")
         frames = self.frames
         try:
-            frame = frames.pop()  # atomic under the GIL: concurrent calls get distinct frames
+            frame = frames.popleft()  # atomic under the GIL: concurrent calls get distinct frames
         except IndexError:
-            frame = _Frame(self)
+            frame = self.new_frame()
+        reusable = frame.reusable()
+        if not reusable and frame.block is not None:
+            # its last results are still held (``y = f(x)`` in a loop holds the previous
+            # call's until this one returns): it waits at the end of the ring while the
+            # next frame, or a new one up to MAX_FRAMES, serves this call
+            if frames:
+                frames.append(frame)
+                frame = frames.popleft()
+                reusable = frame.reusable()
+            if not reusable and self.nframes < MAX_FRAMES:
+                frames.append(frame)
+                frame = self.new_frame()
         slots = frame.slots
         seen = self.seen
         for k, a in enumerate(args):
@@ -162,7 +185,7 @@ class FastCall:
                     raise BackendError(f"cpu: argument {k} is {typ}, the module expects {self.types[k]}")
                 seen[k] = typ
             slots[k] = a.addr if type(a) is CpuBuffer else address(a.handle)
-        if not frame.reusable():
+        if not reusable:
             frame.new_outputs(self)
         self.call(frame.addr)
         out = list(frame.bufs)

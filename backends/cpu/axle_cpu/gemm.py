@@ -35,7 +35,10 @@ scratch block (loop order jc, ic, pc), then rounded once, like the interpreter (
 float32, one rounding). Integers wrap (any summation order gives the same bits).
 
 A matrix-vector product with K contiguous in both operands is one vectorized dot product
-per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T.
+per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T
+(and a vector-matrix product whose B has K contiguous as such row dots). A vector-matrix
+product (one row of C) with B's rows contiguous streams B row by row, a few rows at a
+time, through a block of C in L1 (``_vecmat``): memory-bound, it is never packed.
 
 An ``output`` fusion (a dot and its epilogue: bias add, activation, residual add, scaling,
 convert; docs/ir.md "Fusions") runs the same kernel: the epilogue is a scalar function
@@ -85,6 +88,16 @@ COLUMNS_OUTER_MIN = 256
 #: the same for a convolution whose columns are pixels (NCHW): split by rows, every thread
 #: chunk packs all the patches (a 14x14 map's, for 196 columns), split by columns only its own
 CONV_COLUMNS_OUTER_MIN = 128
+#: the most rows of an A read in place by rows in one micro-tile (tiles)
+DIRECT_A_ROWS = 8
+#: split K across threads from this long a K, this many times the output's longer side
+#: (GemmSpec.split_reduce_size)
+SPLIT_K_MIN = 4096
+SPLIT_K_RATIO = 16
+#: bytes of C's row block a vector-matrix product keeps in L1 while B's rows stream by
+VECMAT_BLOCK = 8 * 1024
+#: B rows added into that block per pass over it (one load and store of C per this many FMAs)
+VECMAT_ROWS = 4
 #: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
 #: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
 PACK_KB = 64
@@ -222,6 +235,20 @@ class Layout:
         return (self.dense and self.n == 1 and self.k > 1 and self.a_k.table is None and self.a_k.stride == 1
                 and self.b_k.table is None and self.b_k.stride == 1)
 
+    @property
+    def vecmat(self) -> bool:
+        """One row of C whose B rows are contiguous: B streamed row by row (``_vecmat``)."""
+        return (self.dense and self.m == 1 and not self.rowdot and self.b_n.table is None and self.b_n.stride == 1
+                and self.b_k.table is None and self.a_k.table is None)
+
+    @property
+    def swap(self) -> bool:
+        """Computed as C^T = B^T A^T (the same memory): a matrix-vector product with a
+        strided K (a vector-matrix product then), or a vector-matrix product whose B has K
+        contiguous (row dots then)."""
+        return self.dense and ((self.n == 1 and self.m > 1 and not self.rowdot)
+                               or (self.m == 1 and self.n > 1 and self.swapped().rowdot))
+
 
 # ================================================================ tile sizes
 
@@ -256,6 +283,10 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     accs, max_nv = (24, 4) if vector_bits >= 512 else (12, 2)
     nv = max(1, min(max_nv, -(-layout.n // v)))
     mr = accs // nv
+    if layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None and layout.a_k.stride == 1:
+        # A read in place by rows: each row of the tile is a line of its own, and rows a
+        # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
+        mr = min(mr, DIRECT_A_ROWS)
     mr = -(-layout.m // -(-layout.m // mr)) if layout.m else mr  # balanced row tiles
     nr = nv * v
     size = bits // 8
@@ -342,7 +373,22 @@ class GemmSpec(KernelSpec):
 
     @property
     def split_reduce_size(self) -> int:
-        return 0
+        """K, where threads should split the contraction (each chunk a slice of K into
+        partial outputs the host sums, executable._ReductionSplit): a long K into an output
+        too small to share (a weight gradient over a long batch, [64, 65536] x [65536, 64]),
+        which split by rows would have every chunk pack all of B; or a vector-matrix
+        product with few columns (each chunk then a block of B's rows, its partial row
+        summed by the host). Only plain dots: an epilogue needs the whole sum, float16
+        rounds it once, and the row dots read all of K."""
+        lay = self.layout
+        shape = min(lay.m, lay.n) > 1 or (lay.vecmat and not lay.swap)
+        wanted = (shape and not self.epilogue and not _accumulates(self.dot, self.comp.root) and lay.dense
+                  and lay.k >= SPLIT_K_MIN and lay.k >= SPLIT_K_RATIO * max(lay.batch * lay.m, lay.n))
+        return lay.k if wanted else 0
+
+    @property
+    def reduce_split_first(self) -> bool:
+        return self.split_reduce_size > 0
 
 
 def _host_bits() -> int:
@@ -558,8 +604,9 @@ class _Emitter:
         a_op = root.operands[lay.a_operand]
         self.in_idx = [a_op.attr["index"], root.operands[1 - lay.a_operand].attr["index"]]
         # A matrix-vector product with a strided K runs as a vector-matrix product
-        # (C^T = B^T A^T, the same memory), whose N is the long dim.
-        self.swap = lay.dense and lay.n == 1 and lay.m > 1 and not lay.rowdot
+        # (C^T = B^T A^T, the same memory), whose N is the long dim; a vector-matrix
+        # product whose B has K contiguous (``x @ w.T``) as a matrix-vector row dot.
+        self.swap = lay.swap
         if self.swap:
             lay = lay.swapped()
             self.in_idx.reverse()
@@ -569,12 +616,17 @@ class _Emitter:
         self.f16 = self.dt is DType.FLOAT16
         # all of K summed in a compute-type block, then finished once (float16 rounds it)
         self.accumulate = _accumulates(root, spec.comp.root)
+        # One row of C whose B rows are contiguous: B streamed row by row (no packing)
+        # through a block of C's row held in L1 (``_vecmat``).
+        self.vecmat = not self.accumulate and lay.vecmat
         self.ct = F32 if self.f16 else self.st  # packed / compute type
         self.vt = ir.VectorType(self.ct, self.t.v)
         self.fn = ir.Function(mod, SIG, name=spec.name)
         self.fn.attributes.add("nounwind")
         self.g = _Gen(self.fn)
-        self.bufs, o0, o1, i0, i1, _, _ = self.fn.args
+        self.bufs, o0, o1, i0, i1, r0, r1 = self.fn.args
+        # the slice of K this call sums (a split K: GemmSpec.split_reduce_size), else all
+        self.k_lo, self.k_hi = r0, self.g.min(r1, _c(lay.k))
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
         if spec.columns_outer:  # the range counts NR-wide panels
@@ -667,7 +719,10 @@ class _Emitter:
             self._zero_fill(c_ptr)
             b.ret_void()
             return self.fn
-        if not lay.rowdot:
+        if self.vecmat:
+            self.vm = b.alloca(self.ct, size=_c(self._vecmat_block()))
+            self.vm.align = 64
+        elif not lay.rowdot:
             if self.ind_seg:  # row pointers per tile and K segment, and the zeros of padding
                 self.ind = b.alloca(PTR, size=_c(_round_up(t.mc, t.mr) * (t.kc // self.ind_seg)))
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
@@ -704,12 +759,14 @@ class _Emitter:
             # flat index of the batch's C
             self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
             c_base = g.gep(c_ptr, self.st, self.c_off)
+            # this product's rows and columns: swapped, the spec's columns are its rows
+            m_lo, m_hi, n_lo, n_hi = (self.c0, self.c1, lo, hi) if self.swap else (lo, hi, self.c0, self.c1)
             if lay.rowdot:
-                self._rowdot(a_base, b_base, c_base, lo, hi)
-            elif self.swap:
-                self._gemm2d(a_base, b_base, c_base, _c(0), _c(1), lo, hi)
+                self._rowdot(a_base, b_base, c_base, m_lo, m_hi)
+            elif self.vecmat:  # its one row is in [m_lo, m_hi): the batches touched
+                self._vecmat(a_base, b_base, c_base, n_lo, n_hi)
             else:
-                self._gemm2d(a_base, b_base, c_base, lo, hi, self.c0, self.c1)
+                self._gemm2d(a_base, b_base, c_base, m_lo, m_hi, n_lo, n_hi)
 
         g.loop(b_lo, b_hi, 1, per_batch, "batch")
         b.ret_void()
@@ -723,10 +780,10 @@ class _Emitter:
         ldc = _c(lay.c_ld)
 
         def pc_body(pc: ir.Value) -> None:
-            kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+            kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
             a_blk = self._pack_a(a_ptr, _c(0), _c(lay.m), pc, kc)
-            first = b.icmp_signed("==", pc, _c(0))
-            last = b.icmp_signed("==", b.add(pc, kc), _c(lay.k))
+            first = b.icmp_signed("==", pc, self.k_lo)
+            last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
             def per_batch(bi: ir.Value) -> None:
                 b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
@@ -743,7 +800,7 @@ class _Emitter:
 
             g.loop(self.r0, self.r1, 1, per_batch, "batch")
 
-        g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
+        g.loop(self.k_lo, self.k_hi, t.kc, pc_body, "pc")
 
     def _zero_fill(self, c_ptr: ir.Value) -> None:
         """K = 0: the output is zeros (M or N = 0: nothing to write)."""
@@ -833,6 +890,83 @@ class _Emitter:
                 res = b.fptrunc(res, F16)
             b.store(res, g.gep(c_base, self.st, b.add(i, _c(r))))
 
+    # -- vector-matrix: B's rows streamed through a block of C in L1
+    def _vecmat_block(self) -> int:
+        """Elements of C's block: ``VECMAT_BLOCK`` bytes (a multiple of the vector)."""
+        v = self.t.v
+        return min(_round_up(self.lay.n, v), max(VECMAT_BLOCK // _bytes(self.ct) // v, 1) * v)
+
+    def _vecmat(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, n_lo: ir.Value, n_hi: ir.Value) -> None:
+        """C[0, n_lo:n_hi] = A[0, :] @ B[:, n_lo:n_hi] for B rows with unit column stride:
+        per block of columns, ``VECMAT_ROWS`` rows of B at a time are added into the block
+        (in L1), each B element read once and in order (a memory-bound product gains
+        nothing from packing, and reading a B panel down its column would stride pages)."""
+        g, b, lay, v = self.g, self.g.b, self.lay, self.t.v
+        cb = self._vecmat_block()
+        st_v = ir.VectorType(self.st, v)
+
+        def vectors(w: ir.Value, body: Callable[[ir.Value, ir.Value | None], None], name: str) -> None:
+            """``body(j, mask)`` per vector of [0, w): whole vectors, then the masked tail."""
+            full = b.mul(b.udiv(w, _c(v)), _c(v))
+            g.loop(_c(0), full, v, lambda j: body(j, None), name)
+            g.if_(b.icmp_signed("<", full, w), lambda: body(full, self.lane_mask(b, b.sub(w, full))))
+
+        def load(p: ir.Value, mask: ir.Value | None) -> ir.Value:
+            if mask is not None:
+                return self.masked_load(b, p, self.st, mask)
+            x = b.load(p, typ=st_v)
+            x.align = _bytes(self.st)
+            return x
+
+        def block(j0: ir.Value) -> None:
+            w = g.min(_c(cb), b.sub(n_hi, j0))
+            zero = ir.Constant(self.vt, None)
+            g.loop(_c(0), b.mul(b.udiv(b.add(w, _c(v - 1)), _c(v)), _c(v)), v,
+                   lambda j: _store(b, zero, g.gep(self.vm, self.ct, j), 64), "vmz")
+
+            def rows(k: ir.Value, count: int) -> None:
+                xs, ptrs = [], []
+                for u in range(count):
+                    ku = b.add(k, _c(u))
+                    x = b.load(g.gep(a_base, self.st, g.offset(lay.a_k, ku, "ak")), typ=self.st)
+                    undef = ir.Constant(self.vt, None)
+                    xs.append(b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef,
+                                               ir.Constant(ir.VectorType(I32, v), None)))
+                    ptrs.append(g.gep(b_base, self.st, b.add(g.offset(lay.b_k, ku, "bk"), j0)))
+
+                def vec(j: ir.Value, mask: ir.Value | None) -> None:
+                    p = g.gep(self.vm, self.ct, j)
+                    acc = b.load(p, typ=self.vt)
+                    acc.align = 64
+                    for x, row in zip(xs, ptrs):
+                        acc = self.fma(b, x, load(g.gep(row, self.st, j), mask), acc)
+                    _store(b, acc, p, 64)
+
+                vectors(w, vec, "vmj")
+
+            # this call's slice of K (all of it unless threads split K), by VECMAT_ROWS
+            kfull = b.add(self.k_lo, b.mul(b.udiv(b.sub(self.k_hi, self.k_lo), _c(VECMAT_ROWS)), _c(VECMAT_ROWS)))
+            g.loop(self.k_lo, kfull, VECMAT_ROWS, lambda k: rows(k, VECMAT_ROWS), "vmk")
+            g.loop(kfull, self.k_hi, 1, lambda k: rows(k, 1), "vmk1")
+
+            def out(j: ir.Value, mask: ir.Value | None) -> None:
+                acc = b.load(g.gep(self.vm, self.ct, j), typ=self.vt)
+                acc.align = 64
+                dst = g.gep(c_base, self.st, b.add(j0, j))
+                if mask is None:
+                    _store(b, acc, dst, _bytes(self.st))
+                else:
+                    intrinsic(b, f"llvm.masked.store.{_sfx(self.vt)}.p0", VOID,
+                              [acc, dst, ir.Constant(I32, _bytes(self.st)), mask])
+
+            if self.epi is None:
+                vectors(w, out, "vmo")
+                return
+            g.loop(_c(0), w, 1, lambda j: self.finish(b, b.add(self.c_off, b.add(j0, j)), b.load(
+                g.gep(self.vm, self.ct, j), typ=self.ct)), "vme")
+
+        g.loop(n_lo, n_hi, cb, block, "vmb")
+
     # -- matrix-matrix
     def _gemm2d(self, a_base: ir.Value, b_base: ir.Value, c_base: ir.Value, m_lo: ir.Value, m_hi: ir.Value,
                 n_lo: ir.Value, n_hi: ir.Value) -> None:
@@ -844,10 +978,10 @@ class _Emitter:
             nc = g.min(_c(t.nc), b.sub(n_hi, jc))
             if not self.accumulate:
                 def pc_body(pc: ir.Value) -> None:
-                    kc = g.min(_c(t.kc), b.sub(_c(lay.k), pc))
+                    kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
-                    first = b.icmp_signed("==", pc, _c(0))
-                    last = b.icmp_signed("==", b.add(pc, kc), _c(lay.k))
+                    first = b.icmp_signed("==", pc, self.k_lo)
+                    last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
                     def ic_body(ic: ir.Value) -> None:
                         mc = g.min(_c(t.mc), b.sub(m_hi, ic))
@@ -857,7 +991,7 @@ class _Emitter:
 
                     g.loop(m_lo, m_hi, t.mc, ic_body, "ic")
 
-                g.loop(_c(0), _c(lay.k), t.kc, pc_body, "pc")
+                g.loop(self.k_lo, self.k_hi, t.kc, pc_body, "pc")
                 return
 
             # float16 (or an epilogue whose output cannot hold partial sums): accumulate all
@@ -958,12 +1092,27 @@ class _Emitter:
             def kblock(kb: ir.Value) -> None:
                 kend = g.min(_c(PACK_KB), b.sub(kc, kb))
 
-                def col(j: ir.Value) -> None:
+                def col(j: ir.Value, k0: ir.Value) -> None:
                     src = b.add(g.offset(lay.b_n, b.add(col0, j), "bn"), b.add(pc, kb))
-                    g.loop(_c(0), kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
+                    g.loop(k0, kend, 1, lambda k: b.store(self.load_elem(b_base, b.add(src, k)), g.gep(
                         dst, self.ct, b.add(b.mul(b.add(kb, k), _c(nr)), j))), "pbck")
 
-                g.loop(_c(0), w, 1, col, "pbcj")
+                if self.f16 or lay.b_n.table is not None:
+                    g.loop(_c(0), w, 1, lambda j: col(j, _c(0)), "pbcj")
+                    return
+                # V x V blocks (V columns, V rows of K) moved by vector loads along K, an
+                # in-register transpose and vector stores along the panel's rows; the
+                # ragged columns and K rows element by element
+                v = t.v
+                wv, kv = (b.mul(b.udiv(x, _c(v)), _c(v)) for x in (w, kend))
+
+                def group(cg: ir.Value) -> None:
+                    g.loop(_c(0), kv, v, lambda kk: self._transpose_block(b_base, b.add(col0, cg), b.add(
+                        pc, b.add(kb, kk)), g.gep(dst, self.ct, b.add(b.mul(b.add(kb, kk), _c(nr)), cg))), "pbtk")
+                    g.loop(cg, b.add(cg, _c(v)), 1, lambda j: col(j, kv), "pbcr")
+
+                g.loop(_c(0), wv, v, group, "pbtj")
+                g.loop(wv, w, 1, lambda j: col(j, _c(0)), "pbcj")
 
             g.loop(_c(0), kc, PACK_KB, kblock, "pbkb")
 
@@ -975,6 +1124,26 @@ class _Emitter:
 
         g.loop(_c(0), nc, nr, panel, "pbp")
         return self.bp
+
+    def _transpose_block(self, b_base: ir.Value, col: ir.Value, k: ir.Value, dst: ir.Value) -> None:
+        """dst[kk*NR + c] = B[k+kk, col+c] for c, kk < V: V vectors along the K runs of
+        V columns, transposed by log2(V) rounds of interleaving rows i and i + V/2 (each
+        round a perfect shuffle; after log2(V) of them row kk holds lane kk of every
+        input), stored as V vectors NR apart."""
+        g, b, lay, v, nr = self.g, self.g.b, self.lay, self.t.v, self.t.nr
+        rows = []
+        for c in range(v):
+            x = b.load(g.gep(b_base, self.st, b.add(g.offset(lay.b_n, b.add(col, _c(c)), "bn"), k)), typ=self.vt)
+            x.align = _bytes(self.st)
+            rows.append(x)
+        half = v // 2
+        lo = ir.Constant(ir.VectorType(I32, v), [x for i in range(half) for x in (i, v + i)])
+        hi = ir.Constant(ir.VectorType(I32, v), [x for i in range(half, v) for x in (i, v + i)])
+        for _ in range(v.bit_length() - 1):
+            rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
+                                                     b.shuffle_vector(rows[i], rows[i + half], hi))]
+        for kk, x in enumerate(rows):
+            _store(b, x, g.gep(dst, self.ct, _c(kk * nr)), _bytes(self.ct))
 
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
         """Ap[ip*kc + k*MR + r] = A[ic+ip+r, pc+k], zero beyond mc: MR-high panels. A

@@ -22,7 +22,7 @@ import llvmlite.binding as llvm
 
 import axle
 from axle.config import config
-from axle.diskcache import DiskCache
+from axle.diskcache import DiskCache, code_version
 
 LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
@@ -169,24 +169,6 @@ OBJECT_FORMAT = "axle-cpu-object-1"
 _CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
 
 
-@functools.cache
-def _code_version() -> str:
-    """A digest of the path, size and modification time of every source file of axle and
-    this backend: an edited emitter or pass is a new key (in a source checkout as in an
-    installed wheel) without a version bump. Stats only (about 150 files, about 1 ms):
-    reading them all cost 30 ms of a cached first call."""
-    h = hashlib.sha256()
-    for top in _CODE_DIRS:
-        for folder, dirs, files in sorted(os.walk(top)):
-            dirs.sort()
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(folder, f))
-                    h.update(f"{os.path.relpath(os.path.join(folder, f), top)}\0{st.st_size}\0{st.st_mtime_ns}\n"
-                             .encode())
-    return h.hexdigest()
-
-
 def object_key(what: str, interleave: bool) -> bytes:
     """Everything a module's object code depends on: ``what`` it compiles (its LLVM IR's
     digest, or a digest of the kernel descriptions it is emitted from), the code of axle and
@@ -195,7 +177,7 @@ def object_key(what: str, interleave: bool) -> bytes:
     with LOCK:
         h = host()
     flags = sorted(f"{k}={v}" for k, v in config.backend_flags.items() if k.startswith("cpu_"))
-    parts = [OBJECT_FORMAT, _code_version(), axle.__version__, llvmlite.__version__,
+    parts = [OBJECT_FORMAT, code_version(*_CODE_DIRS), axle.__version__, llvmlite.__version__,
              ".".join(map(str, llvm.llvm_version_info)), h.triple, h.cpu, h.features,
              f"interleave={interleave}", *flags, what]
     return "\0".join(parts).encode()

@@ -56,7 +56,9 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
                  ".kernels:group_reduce_kernel"),
                 ("partial results combined per reduce kind", ".values:combine")),
     Op.DOT_GENERAL: (("a dot on its own, GPU strategy: local-memory tiles", ".dots:dot_kernel"),
-                     ("a dot on its own, CPU strategy: register blocks over vector types", ".dots:dot_kernel_cpu")),
+                     ("a dot on its own, CPU strategy: register blocks over vector types", ".dots:dot_kernel_cpu"),
+                     ("CPU strategy, enough rows: rhs slabs packed in local memory under register tiles",
+                      ".dots:_packed")),
     Op.FUSION: (("a loop or row fusion: one work-item per element or row", ".kernels:map_kernel"),
                 ("an input fusion ending in reductions", ".kernels:group_reduce_kernel")),
     # sorting

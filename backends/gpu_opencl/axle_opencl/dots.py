@@ -11,7 +11,11 @@ operands and batch dims in any position need no copies.
   addresses), reading RM + RN local values per RM x RN multiply-adds.
 * ``dot_kernel_cpu`` (CPU devices such as PoCL, where local memory and barriers are
   emulated and slow): each work-item computes MR rows x NR columns with vector
-  accumulators and no local memory. Two micro-kernels, picked from the layout:
+  accumulators. With enough rows (PACKED_MIN_ROWS) and at least one vector of columns,
+  *packed panels* (any layout): each work-group packs a KC x NR slab of the rhs into
+  ``__local`` memory (contiguous, zero-padded, free of the power-of-two row strides that
+  alias rows onto one set of cache lines) and runs MR x NR tiles of many rows over it.
+  Otherwise one of two micro-kernels without local memory, picked from the layout:
   *rows x vectors* when the rhs free dims are contiguous (per k: NV vector loads of a
   rhs row, MR scalars of the lhs broadcast, MR x NV fused multiply-adds), and
   *dot products* when both operands are contiguous along k but the rhs free dims are
@@ -197,6 +201,18 @@ DOT_DTYPES = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64, DType.INT32
 _ACC = {DType.FLOAT16: "float", DType.FLOAT32: "float", DType.FLOAT64: "double",
         DType.INT32: UNSIGNED[DType.INT32], DType.INT64: UNSIGNED[DType.INT64]}
 
+#: bytes of one packed rhs slab (KC x NR in __local memory): a quarter of a Zen/Skylake
+#: L2, so the slab and the lhs rows streaming past it stay cached while a group's row
+#: tiles reuse it
+PANEL_BYTES = 256 * 1024
+#: fewer lhs rows than this: packing costs a large part of the tiles it feeds (the
+#: unpacked micro-kernels stream the rhs while they compute)
+PACKED_MIN_ROWS = 32
+#: register tiles (MR rows each) per work-group: a group packs its slab once for all of
+#: them, and at least GROUPS_PER_UNIT groups per compute unit keep the cores balanced
+MAX_TILES_PER_GROUP = 256
+GROUPS_PER_UNIT = 4
+
 
 @dataclass(frozen=True)
 class _Ops:
@@ -289,6 +305,10 @@ def dot_kernel_cpu(n: Node, dev: DeviceInfo, epi: Epilogue | None = None) -> Ker
     y = _Side("in1", rhs, d.rhs_batch, d.rhs_contracting, d.rhs_free, d.n)
     w = _lanes(n.dtype, dev)
     k_contig = x.trailing(x.contracting) and y.trailing(y.contracting)
+    if d.n >= w and d.m >= PACKED_MIN_ROWS and d.k:
+        k = _packed(n, d, x, y, w, dev, epi)
+        if k is not None:
+            return k
     if y.trailing(y.free) and (d.n >= w or not k_contig or d.k < w):
         return _rows_times_vectors(n, d, x, y, w, transposed=False, epi=epi)
     if k_contig:
@@ -455,6 +475,121 @@ def _cpu_kernel(n: Node, body: str, gs: tuple[int, int, int], epi: Epilogue | No
 
     # local size 1: PoCL runs a work-group on one core, so every block is its own group
     return _finish(text, what or _what(n), r, [("out", 0, out_t)], inputs, global_size=gs, local_size=(1, 1, 1))
+
+
+# ------------------------------------------------------------- CPU: packed rhs panels
+
+
+def _packed(n: Node, d: DotDims, x: _Side, y: _Side, w: int, dev: DeviceInfo,
+            epi: Epilogue | None = None) -> Kernel | None:
+    """Each work-group (one work-item: PoCL runs it as one loop on one core) owns NR =
+    NV x W columns of y and up to MC rows of x. Per KC-deep slab of k it first packs y's
+    slab into ``__local`` memory, contiguous in the order the micro-kernel reads it, zero
+    past the last column (whatever y's layout: transposed, batched, strided; and no
+    power-of-two row stride left to alias rows onto the same cache sets), then runs MR x
+    NR register tiles down its rows over the packed slab: per k, NV aligned vector loads,
+    MR lhs scalars splatted, MR x NV multiply-adds. Partial sums of a k deeper than one
+    slab wait in ``__local`` accumulators; the last slab stores (or runs the epilogue).
+    None where the device's local memory holds too little for a slab and one tile's sums."""
+    ops = _Ops(n.dtype, w)
+    R, V, K = x.size, y.size, d.k
+    wide = w * (4 if n.dtype is DType.FLOAT16 else n.dtype.itemsize) >= 64  # AVX-512: 32 vector registers
+    mr = min(6, R)
+    nv = max(1, min(4 if wide else 2, V // w))
+    nr = nv * w
+    esize = 8 if ops.acc in ("double", "ulong") else 4
+    budget = min(PANEL_BYTES, dev.local_mem // 2)
+    kc = max(1, min(K, budget // (nr * esize)))
+    tiles, panels = -(-R // mr), -(-V // nr)
+    # row tiles per group: as many as keep GROUPS_PER_UNIT groups per compute unit (each
+    # group packs its slab once for all its rows), at most MAX_TILES_PER_GROUP
+    per = max(1, min(MAX_TILES_PER_GROUP, tiles * panels * d.batch // (GROUPS_PER_UNIT * dev.compute_units)))
+    slabs = -(-K // kc)
+    if slabs > 1:  # the partial sums of every row of the group share the local memory left
+        per = min(per, (dev.local_mem - kc * nr * esize) // (mr * nr * esize))
+    if per < 1 or kc * nr * esize > dev.local_mem:
+        return None  # a device with too little local memory: the unpacked micro-kernels
+    per = -(-tiles // -(-tiles // per))  # the same number of tiles in every group of a panel
+    mc = per * mr
+    vt, t = ops.vt(), ops.acc
+    L = [f"  // cpu strategy: packed rhs panels of {kc} x {nr}, {mr} x {nr} register tiles, {mc} rows a group",
+         *_common(n, d, x, y, epi)]
+    L.append(f"  const int rs = (int)get_global_id(0) * {mc}, c0 = (int)get_global_id(1) * {nr};")
+    L.append(f"  __local {vt} P[{kc * nv}];")
+    L.append(f"  __local {t}* Ps = (__local {t}*)P;")
+    if slabs > 1:
+        L.append(f"  __local {vt} S[{mc * nv}];")
+    L.append(f"  for (int kc = 0; kc < {K}; kc += {kc}) {{")
+    L.append(f"    const int kn = min({kc}, {K} - kc);")
+    _pack(L, d, y, ops, nv, nr, V)
+    L.append(f"    for (int r0 = rs; r0 < min(rs + {mc}, {R}); r0 += {mr}) {{")
+    for i in range(mr):
+        L.append(f"      {x.ptr} x{i} = X + {x.offset(f'min(r0 + {i}, {R - 1})', x.free)};")
+    for i in range(mr):
+        for j in range(nv):
+            init = f"({vt})(0)" if slabs == 1 else f"kc ? S[(r0 - rs + {i}) * {nv} + {j}] : ({vt})(0)"
+            L.append(f"      {vt} c{i}_{j} = {init};")
+    L.append("      for (int k = 0; k < kn; k++) {")
+    L.append(f"        const int kx = {x.offset('kc + k', x.contracting)};")
+    for j in range(nv):
+        L.append(f"        const {vt} y{j} = P[k * {nv} + {j}];")
+    for i in range(mr):
+        L.append(f"        const {vt} s{i} = ({vt})({ops.sload(f'x{i}', 'kx')});")
+        for j in range(nv):
+            L.append(f"        {ops.mac(f'c{i}_{j}', f's{i}', f'y{j}')}")
+    L.append("      }")
+    if slabs > 1:
+        L.append(f"      if (kc + {kc} < {K}) {{")
+        L += [f"        S[(r0 - rs + {i}) * {nv} + {j}] = c{i}_{j};" for i in range(mr) for j in range(nv)]
+        L.append("        continue;")
+        L.append("      }")
+    for i in range(mr):
+        cond = f"if (r0 + {i} < {R}) " if R % mr else ""
+        stores = " ".join(_panel_store(ops, epi, f"c{i}_{j}", f"r0 + {i}", j, w, V, nr) for j in range(nv))
+        L.append(f"      {cond}{{ {stores} }}")
+    L.append("    }")
+    L.append("  }")
+    gs = (-(-tiles // per), panels, d.batch)
+    return _cpu_kernel(n, "\n".join(L), gs, epi, what=_what(n) + f" [cpu: packed {mr}x{nr} tiles]")
+
+
+def _pack(L: list[str], d: DotDims, y: _Side, ops: _Ops, nv: int, nr: int, V: int) -> None:
+    """y[kc : kc + kn, c0 : c0 + NR] into P (k-major, NR columns a row, zero past V): whole
+    vectors along y's rows where its free dims are contiguous, else element by element
+    with k innermost (the order y is stored in then)."""
+    w, t = ops.w, ops.acc
+    if y.trailing(y.free):
+        L.append("    for (int k = 0; k < kn; k++) {")
+        L.append(f"      {y.ptr} yr = Y + {y.offset('kc + k', y.contracting)} + c0;")
+        vectors = " ".join(f"P[k * {nv} + {j}] = {ops.vload(f'yr + {j * w}')};" for j in range(nv))
+        if V % nr == 0:
+            L.append(f"      {vectors}")
+        else:  # the last panel, partial: element by element
+            L.append(f"      if (c0 + {nr} <= {V}) {{ {vectors} }}")
+            L.append(f"      else for (int j = 0; j < {nr}; j++) Ps[k * {nr} + j] = "
+                     f"c0 + j < {V} ? {ops.sload('yr', 'j')} : ({t})(0);")
+        L.append("    }")
+        return
+    L.append(f"    for (int j = 0; j < {nr}; j++) {{")
+    L.append(f"      if (c0 + j >= {V}) {{ for (int k = 0; k < kn; k++) Ps[k * {nr} + j] = ({t})(0); continue; }}")
+    L.append(f"      {y.ptr} yc = Y + {y.offset('c0 + j', y.free)};")
+    ky = y.offset("kc + k", y.contracting)
+    L.append(f"      for (int k = 0; k < kn; k++) Ps[k * {nr} + j] = {ops.sload('yc', ky)};")
+    L.append("    }")
+
+
+def _panel_store(ops: _Ops, epi: Epilogue | None, v: str, row: str, j: int, w: int, V: int, nr: int) -> str:
+    """Vector ``j`` of a row's panel: a vector store where the whole panel is inside the
+    output (or lane by lane through the epilogue), else the lanes before column V."""
+    col = f"c0 + {j * w}"
+    base = f"({row}) * {V} + {col}"
+    if epi is None and V % nr == 0:
+        return ops.vstore(v, f"C + {base}")
+    lanes = (f"{{ {ops.acc} e_[{w}]; vstore{w}({v}, 0, e_); for (int l_ = 0; l_ < {w}; l_++) "
+             f"if ({col} + l_ < {V}) {_cput(epi, ops, 'e_[l_]', f'{base} + l_')} }}")
+    if epi is None:
+        return f"if ({col} + {w} <= {V}) {ops.vstore(v, f'C + {base}')} else {lanes}"
+    return lanes
 
 
 __all__ = ["DotDims", "Epilogue", "dot_kernel", "dot_kernel_cpu"]

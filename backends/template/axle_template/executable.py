@@ -3,7 +3,7 @@ conditional is a host loop or branch over the launches of its sub-computations."
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,11 @@ class TemplateExecutable(Executable):
         if kernels:  # one program for them all
             lib = compile_program(RENDERER.program(kernels))
             for launch in self.every:
-                launch.stages = [lib.function(name) for name in launch.kernel.stages] if launch.kernel else []
+                k = launch.kernel
+                launch.stages = [lib.function(name) for name in k.stages] if k else []
+                n_args = len(k.params) + len(k.constants) + len(k.outputs) + len(k.scratch) if k else 0
+                for stage in launch.stages:  # each buffer's address, a Python int (see _launch)
+                    stage.argtypes = [ctypes.c_void_p] * n_args
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan
@@ -60,6 +64,17 @@ class TemplateExecutable(Executable):
                 raise BackendError(f"{self.module.name}: parameter {i} expects {t}, got {a.type}")
         outs = self._run(plan, self.launches, [a.handle for a in args])
         return [Buffer(self.device, t, out) for out, t in zip(outs, plan.result_types)]
+
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """Eager dispatch's hot path (optional, see ``Executable.launcher``): a plan of one
+        kernel on the parameters, launched directly. The core passes arguments of exactly
+        the parameter types, so execute's checks and the slot bookkeeping of ``_run`` go."""
+        plan, launch = self.plan, self.launches[0] if len(self.launches) == 1 else None
+        if launch is None or plan.constants or launch.kernel is None or launch.subs \
+                or (launch.plan.inputs, list(launch.plan.outputs)) != (tuple(range(plan.n_params)), plan.results):
+            return None
+        return lambda args: [Buffer(self.device, t, out) for t, out in
+                             zip(plan.result_types, self._launch(launch, [a.handle for a in args]))]
 
     def _run(self, plan: KernelPlan, launches: list[Launch], args: list[Any]) -> list[Any]:
         """Runs one plan's launches in order on its parameters' buffers; returns its results."""
@@ -105,7 +120,7 @@ class TemplateExecutable(Executable):
         outs = [np.empty(t.shape, t.dtype.np) for t in k.outputs]
         scratch = [np.empty(t.shape, t.dtype.np) for t in k.scratch]
         arrays = [*map(np.ascontiguousarray, inputs), *k.constants, *outs, *scratch]
-        pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        pointers = [*map(_address, arrays)]
         for stage in launch.stages:  # one after the other: a stage reads what the last wrote
             stage(*pointers)
         return outs
@@ -115,6 +130,16 @@ class TemplateExecutable(Executable):
 
     def kernel_sources(self) -> dict[str, str]:
         return {k.kernel.name: k.kernel.source for k in self.every if k.kernel is not None}
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of a C-contiguous array's data: ctypes.addressof a view of it costs a
+    quarter of ``a.ctypes.data``, but needs a writable, non-empty buffer with a format
+    (bfloat16 has none): the others take the slow way."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]  # an ndarray is a buffer
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def _launches(plan: KernelPlan, prefix: str, every: list[Launch]) -> list[Launch]:

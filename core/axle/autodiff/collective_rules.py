@@ -10,19 +10,26 @@ where it is 0, as ``reduce``'s prod rule).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import lax
+from ..errors import CollectiveError
 from ..frontend.bind import bind
+from ..frontend.tracing import aval_of
 from ..ir.collectives import inverse_pairs
+from ..ir.computation import called_computations
+from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import Op
 
 Value = Any
 Tangent = Value | None
+BatchRule = Callable[[Node, Sequence[Value], Sequence[bool], int], Value]
 
 
 def full(v: float, node: Node) -> Value:
@@ -154,4 +161,138 @@ def _batched(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Val
 
 COLLECTIVE_BATCH: dict[Op, Callable[[Node, Sequence[Value], Sequence[bool], int], Value]] = {
     op: _batched for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL, Op.COLLECTIVE_PERMUTE)
+}
+
+
+# ------------------------------------------------------------------ replicas as a batch (pmap inside a trace)
+#
+# ``pmap`` called inside jit, grad, vmap or a loop body runs its replicas as one batch of
+# the enclosing computation (vectorize.vmap_replicas): value r of dimension 0 is replica r.
+# A collective then exchanges between rows of that batch instead of between threads, so
+# it becomes plain array ops (static row picks, reshapes, a reduce), which every
+# transformation already differentiates and batches. These rules replace the ones above
+# while such a replay runs (``replicas_as_batch``).
+
+_REPLICAS = threading.local()
+
+
+@contextlib.contextmanager
+def replicas_as_batch(count: int) -> Iterator[None]:
+    """Within the body, vmap's replay (vectorize._run) reads the batch as ``count`` replicas."""
+    prev = getattr(_REPLICAS, "count", None)
+    _REPLICAS.count = count
+    try:
+        yield
+    finally:
+        _REPLICAS.count = prev
+
+
+def replica_batch_rules() -> dict[Op, BatchRule] | None:
+    """The rules for collectives over the batch, while a replicas-as-batch replay runs."""
+    return REPLICA_BATCH if getattr(_REPLICAS, "count", None) is not None else None
+
+
+def reads_replicas(n: Node) -> bool:
+    """Whether a loop or conditional runs a collective or replica-id somewhere inside: its
+    results then differ between replicas whatever its operands (the replay batches them all)."""
+    return any(m.op in REPLICA_BATCH or reads_replicas(m) for c in called_computations(n) for m in c.nodes)
+
+
+def _rows(x: Value, idx: Sequence[int]) -> Value:
+    """The rows ``idx`` of ``x`` along dimension 0, in that order (static picks)."""
+    if list(idx) == list(range(aval_of(x).shape[0])):
+        return x
+    shape = aval_of(x).shape
+    return lax.concatenate([lax.slice(x, (i,) + (0,) * (len(shape) - 1), (i + 1,) + shape[1:]) for i in idx], 0)
+
+
+class _Groups:
+    """A collective's replica groups over a batch of ``size`` replicas."""
+
+    def __init__(self, n: Node, size: int) -> None:
+        flat = n.attr["replica_groups"]
+        if len(flat) != size:
+            raise CollectiveError(f"{n.op.value}: its replica groups cover {len(flat)} replica(s), but the pmap "
+                                  f"around it runs {size} (operand: {n.operands[0].type})")
+        self.flat, self.g = tuple(flat), int(n.attr["group_size"])
+        self.count = size // self.g
+        self.group_of = [self.flat.index(r) // self.g for r in range(size)]
+        self.inverse = [self.flat.index(r) for r in range(size)]  # row of replica r in group-major order
+
+    def grouped(self, x: Value, shape: tuple[int, ...]) -> Value:
+        """[groups, group_size, *shape]: the operands of each group in group order."""
+        return lax.reshape(_rows(x, self.flat), (self.count, self.g) + shape)
+
+
+def _operand(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> tuple[Value, tuple[int, ...]]:
+    t = n.operands[0].tensor_type
+    return (xs[0] if bs[0] else lax.broadcast_in_dim(xs[0], (size,) + t.shape, tuple(range(1, t.rank + 1))),
+            t.shape)
+
+
+def _move(x: Value, src: int, dst: int) -> Value:
+    rank = len(aval_of(x).shape)
+    perm = [d for d in range(rank) if d != src]
+    perm.insert(dst, src)
+    return x if src == dst else lax.transpose(x, perm)
+
+
+def _replica_all_reduce(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    x, shape = _operand(n, xs, bs, size)
+    g = _Groups(n, size)
+    return _rows(lax.reduce(g.grouped(x, shape), n.attr["kind"], (1,)), g.group_of)
+
+
+def _replica_all_gather(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    x, shape = _operand(n, xs, bs, size)
+    g, d = _Groups(n, size), n.attr["dimension"]
+    moved = _move(g.grouped(x, shape), 1, 1 + d)  # the members just before dimension d
+    merged = shape[:d] + (g.g * shape[d],) + shape[d + 1:]
+    return _rows(lax.reshape(moved, (g.count,) + merged), g.group_of)
+
+
+def _replica_reduce_scatter(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    x, shape = _operand(n, xs, bs, size)
+    g, d = _Groups(n, size), n.attr["dimension"]
+    red = lax.reduce(g.grouped(x, shape), n.attr["kind"], (1,))  # [groups, *shape]
+    split = lax.reshape(red, (g.count,) + shape[:d] + (g.g, shape[d] // g.g) + shape[d + 1:])
+    blocks = _move(split, 1 + d, 1)  # [groups, block, ...]: block p goes to member p
+    out = shape[:d] + (shape[d] // g.g,) + shape[d + 1:]
+    return _rows(lax.reshape(blocks, (size,) + out), g.inverse)
+
+
+def _replica_all_to_all(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    x, shape = _operand(n, xs, bs, size)
+    g, sd, cd = _Groups(n, size), n.attr["split_dimension"], n.attr["concat_dimension"]
+    part = shape[:sd] + (shape[sd] // g.g,) + shape[sd + 1:]
+    split = lax.reshape(g.grouped(x, shape), (g.count, g.g) + shape[:sd] + (g.g, shape[sd] // g.g) + shape[sd + 1:])
+    by_block = _move(split, 2 + sd, 1)  # [groups, block (receiver), member (sender), *part]
+    at_concat = _move(by_block, 2, 2 + cd)  # the senders just before the concat dimension, in member order
+    out = part[:cd] + (g.g * part[cd],) + part[cd + 1:]
+    return _rows(lax.reshape(at_concat, (size,) + out), g.inverse)
+
+
+def _replica_permute(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    x, shape = _operand(n, xs, bs, size)
+    pairs = n.attr["source_target_pairs"]
+    if any(r >= size for r in pairs):
+        raise CollectiveError(f"{n.op.value}: source_target_pairs {tuple(pairs)} name a replica >= the {size} "
+                              "replica(s) of the pmap around it")
+    zero = lax.broadcast_in_dim(np.zeros((), n.operands[0].dtype.np), (1,) + shape, ())
+    src = {pairs[i + 1]: pairs[i] for i in range(0, len(pairs), 2)}
+    return _rows(lax.concatenate([x, zero], 0), [src.get(r, size) for r in range(size)])
+
+
+def _replica_id(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    return lax.iota(DType.INT32, (size,), 0)
+
+
+#: the collectives (and replica-id) read over a batch of replicas
+REPLICA_BATCH: dict[Op, BatchRule] = {
+    Op.ALL_REDUCE: _replica_all_reduce,
+    Op.ALL_GATHER: _replica_all_gather,
+    Op.REDUCE_SCATTER: _replica_reduce_scatter,
+    Op.ALL_TO_ALL: _replica_all_to_all,
+    Op.COLLECTIVE_PERMUTE: _replica_permute,
+    Op.REPLICA_ID: _replica_id,
 }

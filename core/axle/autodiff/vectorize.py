@@ -32,9 +32,10 @@ from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
 from .batching import BATCH, batched_like, move_axis
 from .capture import Graph, apply, constant_of, trace_graph
+from .collective_rules import reads_replicas, replica_batch_rules, replicas_as_batch
 from .control_batching import VMAP_FN
 
-__all__ = ["vmap"]
+__all__ = ["vmap", "vmap_replicas"]
 
 Axis = int | None
 
@@ -52,13 +53,13 @@ def _axes_per_leaf(spec: Any, td: TreeDef, what: str) -> list[Axis]:
     return [None if a is None else int(a) for a in axes]
 
 
-def _in_axes(in_axes: Any, args_tree: TreeDef) -> list[Axis]:
+def _in_axes(in_axes: Any, args_tree: TreeDef, what: str = "vmap") -> list[Axis]:
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)  # a list at the top names the arguments, as a tuple does
     if isinstance(in_axes, tuple) and len(in_axes) != len(args_tree.children):
-        raise ArgumentError(f"vmap: in_axes has {len(in_axes)} entries for {len(args_tree.children)} "
+        raise ArgumentError(f"{what}: in_axes has {len(in_axes)} entries for {len(args_tree.children)} "
                             f"positional arguments", where=user_location())
-    return _axes_per_leaf(in_axes, args_tree, "vmap in_axes")
+    return _axes_per_leaf(in_axes, args_tree, f"{what} in_axes")
 
 
 def _leaf_names(args_tree: TreeDef, n_positional: int) -> list[str]:
@@ -116,6 +117,7 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, Flag]]:
     """Every node's (value, batched), the batch at dimension 0 of batched values."""
     env: dict[int, tuple[Any, Flag]] = {p.uid: (v, s) for p, v, s in zip(graph.params, b.values, b.batched)}
     env.update({uid: (v, False) for uid, v in graph.captured.items()})
+    replicas = replica_batch_rules()  # pmap inside a trace: the batch is the replicas
     for n in graph.order:
         if n.op is Op.PARAMETER:
             continue
@@ -129,6 +131,13 @@ def _run(graph: Graph, b: _Batched) -> dict[int, tuple[Any, Flag]]:
                 continue
         vals = [env[o.uid][0] for o in n.operands]
         flags = [bool(env[o.uid][1]) for o in n.operands]  # array operands: one flag each
+        if replicas is not None and n.op in replicas:  # batched or not: it exchanges between replicas
+            env[n.uid] = (replicas[n.op](n, vals, flags, b.size), True)
+            continue
+        if replicas is not None and n.traits.control and not all(flags) and reads_replicas(n):
+            # a loop whose body exchanges between replicas: every carry may differ between them
+            vals = [v if f else batched_like(v, o.tensor_type, b.size) for v, f, o in zip(vals, flags, n.operands)]
+            flags = [True] * len(flags)
         if not any(flags):
             env[n.uid] = (apply(n, vals), False)
             continue
@@ -180,6 +189,19 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     batch size, needed only when no input is batched. The batched function is one
     computation (batching rules per primitive, batching.py), composable with ``jit``,
     ``grad``, ``jvp`` and itself. Keyword arguments are batched along their axis 0."""
+    return _vmap(fn, in_axes, out_axes, axis_size, None)
+
+
+def vmap_replicas(fn: Callable[..., Any], in_axes: Any, out_axes: Any, count: int) -> Callable[..., Any]:
+    """``fn`` (traced as one replica, with its collectives) run for ``count`` replicas as
+    one batch: vmap, except that the collectives exchange between the rows of the batch
+    (collective_rules.REPLICA_BATCH). ``pmap`` inside a trace (jit, grad, vmap, loops) is
+    this, so its replicas run on the enclosing computation's device."""
+    return _vmap(fn, in_axes, out_axes, count, count)
+
+
+def _vmap(fn: Callable[..., Any], in_axes: Any, out_axes: Any, axis_size: int | None,
+          replicas: int | None) -> Callable[..., Any]:
     @functools.wraps(fn)
     def batched(*args: Any, **kwargs: Any) -> Any:
         leaves, args_tree = flatten(tuple(args))
@@ -194,7 +216,11 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
                 return fn(*a[:-1], **a[-1])
         b = _Batched(leaves, axes, axis_size, _leaf_names(args_tree, len(args)))
         graph = trace_graph(f, args_tree, b.avals, False, "vmap")
-        env = _run(graph, b)
+        if replicas is None:
+            env = _run(graph, b)
+        else:
+            with replicas_as_batch(replicas):
+                env = _run(graph, b)
         _check_indices(graph, env)
         axes = _axes_per_leaf(out_axes, graph.out_tree, "vmap out_axes")
         outs = [_output(*env[n.uid], n.tensor_type, ax, b.size, i)

@@ -5,7 +5,7 @@ Its buffers are host NumPy arrays, so transfers are copies and execution is exac
 reference semantics."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from ..backend import Backend, Buffer, Capabilities, CompileOptions, Device, Exe
 from ..interpreter import _check_input, eval_node, evaluate
 from ..ir.dtypes import ALL_DTYPES, dtype
 from ..ir.module import Module
-from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, Op
+from ..ir.ops import CONTROL_OPS, CORE_PRIMITIVES, OPS, Op
 from ..ir.types import TensorType
 
 #: entry nodes that are plumbing, not a launch (a kernel per other node, fusions included)
@@ -52,6 +52,26 @@ class InterpreterExecutable(Executable):
             outs = evaluate(self.module, *[a.handle for a in args])
         types = self.module.entry.result_types
         return [Buffer(self.device, t, o) for t, o in zip(types, outs)]  # type: ignore[arg-type]  # results are arrays
+
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """A one-op module (eager dispatch's): the op's reference bound to its attributes,
+        on the arguments as they are (the core guarantees their types). ``evaluate`` would
+        only add the checks of those types and a walk over one node."""
+        comp = self.module.entry
+        node = comp.root
+        if (node.op is Op.FUSION or node.traits.control or not isinstance(node.type, TensorType)
+                or node.operands != comp.parameters or type(self).execute is not InterpreterExecutable.execute):
+            return None  # (a subclass that runs differently, e.g. a test's asynchronous device: its execute)
+        ref, kwargs, device, t = OPS[node.op].reference, dict(node.attrs), self.device, node.type
+        shape, dt = t.shape, t.dtype.np
+
+        def run(args: Sequence[Buffer]) -> list[Buffer]:
+            out = np.asarray(ref(*[a.handle for a in args], **kwargs))
+            assert out.shape == shape and out.dtype == dt, (
+                f"reference of {node.op.value} returned {out.dtype}{list(out.shape)}, expected {t}")
+            return [Buffer(device, t, out)]
+
+        return run
 
     def report(self) -> dict[str, Any]:
         return {"kernels": self._kernels}

@@ -9,13 +9,13 @@ from ..ir.builder import make_node
 from ..ir.ops import Op
 from .eager import apply_eager
 from .source import user_location
-from .tracing import Tracer, aval_of, current_trace
+from .tracing import OPEN_SCOPES, Tracer, aval_of, current_trace
 from .validate import is_out_of_memory, out_of_memory_error
 
 
 def bind(op: Op, *operands: Any, **attrs: Any) -> Any:
     """Applies a primitive: staged into the current trace, or run eagerly on a device."""
-    trace = current_trace()
+    trace = current_trace() if OPEN_SCOPES[0] else None  # (no trace open in any thread: none here)
     if trace is None:
         for x in operands:
             if isinstance(x, Tracer):

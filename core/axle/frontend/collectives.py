@@ -62,6 +62,12 @@ def axis_env(env: AxisEnv) -> Iterator[None]:
         _ENV.env = prev
 
 
+def current_axis_env() -> AxisEnv | None:
+    """The axes of the pmap/shard_map being traced (None: outside one)."""
+    env: AxisEnv | None = getattr(_ENV, "env", None)
+    return env
+
+
 def _resolve(what: str, axis_name: AxisName) -> tuple[AxisEnv, tuple[str, ...]]:
     env: AxisEnv | None = getattr(_ENV, "env", None)
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)

@@ -3,15 +3,17 @@ executable on the operands' device, compiled once per signature and cached."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import counters as stats
+from .. import profiler
 from ..backend import Buffer, Device, Executable
 from ..compiler import compile_module, flags_key
+from ..config import config
 from ..errors import DeviceError
 from ..ir.builder import Builder, make_node
 from ..ir.module import Computation, Module
-from ..ir.ops import Op, canonical_attrs
+from ..ir.ops import Op, canonical_attrs, plain_attrs
 from ..ir.types import TensorType
 from ..lru import LRU
 from ..placement import default_device
@@ -19,24 +21,35 @@ from .array import Array
 from .device_put import to_buffer
 from .lazy import lazy_active, record
 from .source import user_location
-from .tracing import Tracer, aval_of, current_trace, is_weak
+from .tracing import OPEN_SCOPES, Tracer, aval_of, current_trace, is_weak
 
 #: one-op executables by (op, attributes, operand types, device, flags), bounded
 #: (--jit_cache_size): the least recently used are dropped and their code freed
 _cache: LRU[Executable] = LRU()
 
-#: The hot path of eager ops: by :func:`_signature` (op, each operand's type, device and
-#: committed flag, the flags), what :func:`apply_eager` found for an attribute-free op on
-#: concrete, non-weak arrays of one device: the executable's ``execute``, whether the result
-#: is committed, and its launch counter. Such a call places, types and compiles the same way
-#: every time, so a hit skips all of that (bounded like the executables).
-_launchers: LRU[tuple[Callable[[list[Buffer]], list[Buffer]], bool, Callable[[], int]]] = LRU()
+
+class _Hot(NamedTuple):
+    """A hot-path entry: how to run one eager signature again."""
+
+    launch: Callable[[Sequence[Buffer]], list[Buffer]] | None  # Executable.launcher()
+    execute: Callable[[Sequence[Buffer]], list[Buffer]]  # while the profiler records
+    committed: bool  # whether the result is committed
+    tick: Callable[[], int]  # its launch counter
 
 
-def _signature(op: Op, operands: Sequence[Any]) -> tuple | None:
-    """The hot-path key of ``op`` on ``operands``, or None when they are not all concrete
-    non-weak arrays on one device (placement, promotion or a pending value to force)."""
-    key: list[Any] = [op, flags_key()]
+#: The hot path of eager ops: by :func:`_signature` (op, attributes, each operand's type,
+#: device and committed flag, the flags), what :func:`apply_eager` found for an op with
+#: plain attributes (ops.plain_attrs) on concrete, non-weak arrays of one device. Such a
+#: call places, types, checks and compiles the same way every time (its attributes, types
+#: and device are in the key), so a hit skips all of that (bounded like the executables).
+_launchers: LRU[_Hot] = LRU()
+
+
+def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> tuple | None:
+    """The hot-path key of ``op`` with attributes ``attrs`` (plain, as given) on
+    ``operands``, or None when they are not all concrete non-weak arrays on one device
+    (placement, promotion or a pending value to force)."""
+    key: list[Any] = [op, attrs, flags_key()]
     device = None
     for x in operands:
         if type(x) is not Array or x.weak:
@@ -50,23 +63,28 @@ def _signature(op: Op, operands: Sequence[Any]) -> tuple | None:
         elif buf.device is not device and buf.device != device:
             return None
         key += (buf.type, x.committed)
-    return tuple(key)
+    return tuple(key) if device is not None else None
 
 
-def launch_cached(op: Op, *operands: Any) -> Array | None:
-    """``op`` (no attributes) on ``operands`` through the hot path when this signature ran
-    eagerly before; None otherwise (the caller takes the full path, which fills it). Never
-    while tracing or recording a lazy cluster."""
-    key = _signature(op, operands)
-    if key is None or current_trace() is not None or lazy_active():
+def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
+    """``op`` with attributes ``attrs`` (plain, as given) on ``operands`` through the hot
+    path (see :data:`_launchers`) when this signature ran eagerly before; None otherwise
+    (the caller takes the full path, which fills it). Never while tracing or recording a
+    lazy cluster; through ``execute`` while the profiler records (an event per kernel)."""
+    key = _signature(op, operands, attrs)
+    if key is None or config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None
+                                                                        or lazy_active()):
         return None
     hit = _launchers.peek(key)
     if hit is None:
         return None
-    run, committed, tick = hit
-    (out,) = run([x._buffer for x in operands])
-    tick()
-    return Array(out, committed=committed)
+    run = hit.launch if hit.launch is not None and not profiler.enabled() else hit.execute
+    try:
+        (out,) = run([x._buffer for x in operands])
+    except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
+        return None
+    hit.tick()
+    return Array(out, committed=hit.committed)
 
 
 def _placement(operands: Sequence[Any]) -> tuple[Device, bool]:
@@ -127,8 +145,10 @@ def executable_for(op: Op, types: tuple[TensorType, ...], attrs: dict[str, Any],
 
 
 def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array:
-    if not attrs:
-        fast = launch_cached(op, *operands)
+    items = tuple(attrs.items()) if attrs else ()
+    hot = not items or plain_attrs(items)
+    if hot:
+        fast = launch_cached(op, operands, items)
         if fast is not None:
             return fast
     device, committed = _placement(operands)
@@ -140,7 +160,7 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     (out,) = exe.execute([to_buffer(x, device) for x in operands])
     tick = stats.eager_counter(f"eager:{op.value}", device.name)
     tick()
-    key = None if attrs or not operands else _signature(op, operands)
+    key = _signature(op, operands, items) if hot else None
     if key is not None:
-        _launchers.put(key, (exe.execute, committed, tick))
+        _launchers.put(key, _Hot(exe.launcher(), exe.execute, committed, tick))
     return Array(out, weak=weak, committed=committed)

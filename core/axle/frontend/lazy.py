@@ -41,7 +41,7 @@ from ..lru import LRU
 from .array import Array
 from .device_put import to_buffer
 from .source import user_frame
-from .tracing import aval_of
+from .tracing import aval_of, scope_opened
 from .validate import host_array
 
 #: A cluster is flushed once it holds this many ops.
@@ -229,8 +229,10 @@ def jit_scope() -> Iterator[None]:
     """
     flush()  # ops before the scope form their own cluster (auto mode)
     _state.depth = _scope_depth() + 1
+    scope_opened(1)
     try:
         yield
     finally:
         _state.depth -= 1
+        scope_opened(-1)
         flush()

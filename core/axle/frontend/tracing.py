@@ -3,12 +3,14 @@ any argument (``aval_of``, ``leaf_aval``). Applying a primitive, traced or eager
 ``bind`` (frontend/bind.py)."""
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
 import numpy as np
 
 from ..errors import DTypeError, TracingError
+from ..forksafe import renew_in_child
 from ..ir.builder import Builder, make_node
 from ..ir.dtypes import DType, is_float_numpy
 from ..ir.dtypes import dtype as to_dtype
@@ -46,6 +48,18 @@ class Trace:
 
 
 _state = threading.local()
+#: trace contexts and ``jit_scope`` blocks open in any thread, changed under ``_open_lock``
+#: by :func:`scope_opened`: while it is 0, eager dispatch's hot path need not read this
+#: thread's trace stack and scope depth (a one-element list: read without the lock)
+OPEN_SCOPES = [0]
+_open_lock = threading.Lock()
+renew_in_child(sys.modules[__name__], "_open_lock")
+
+
+def scope_opened(delta: int) -> None:
+    """Counts a trace context or lazy scope opening (+1) or closing (-1) in any thread."""
+    with _open_lock:
+        OPEN_SCOPES[0] += delta
 
 
 def current_trace() -> Trace | None:
@@ -61,10 +75,12 @@ class trace_context:
         if not hasattr(_state, "traces"):
             _state.traces = []
         _state.traces.append(self.trace)
+        scope_opened(1)
         return self.trace
 
     def __exit__(self, *exc: object) -> None:
         _state.traces.pop()
+        scope_opened(-1)
         self.trace.active = False
 
 

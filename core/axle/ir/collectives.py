@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -134,6 +134,28 @@ class ReplicaAborted(CollectiveError):
 OuterExchange = Callable[[list[Any]], list[Any]]
 
 
+class Processes(Protocol):
+    """The other processes of a multi-process run (axle.distributed.World, on MPI), for
+    the collectives that cross processes in one call of their own instead of a gather:
+    this process's operands go in, this process's results come out."""
+
+    def can_reduce(self, dtype: np.dtype, kind: str) -> bool: ...
+
+    def allreduce(self, local: np.ndarray, kind: str) -> np.ndarray: ...
+
+    def reduce_scatter(self, send: np.ndarray, kind: str) -> np.ndarray: ...
+
+    def alltoall(self, send: np.ndarray) -> np.ndarray: ...
+
+    def permute(self, sends: list[tuple[int, int, np.ndarray]], receives: list[tuple[int, int, np.ndarray]]) -> None:
+        ...
+
+
+#: what the barrier's action makes of the local replicas' values (one per replica, in
+#: local order) for a collective with a cross-process call of its own
+Plan = Callable[[list[Any]], Any]
+
+
 class Rendezvous:
     """Where the replicas of one SPMD run meet at each collective: every replica posts its
     operand and gets every replica's, in replica order. All replicas reach the same
@@ -142,27 +164,53 @@ class Rendezvous:
 
     This process's threads run the replicas ``first .. first + local - 1`` of ``count``;
     with several processes, ``outer`` (run by one thread once all local replicas arrived)
-    exchanges the local values with the other processes'."""
+    exchanges the local values with the other processes'; with ``processes`` a collective
+    over every replica may instead run a plan of its own (:meth:`meet`: MPI Allreduce,
+    Reduce_scatter, Alltoall, point-to-point)."""
 
     def __init__(self, count: int, timeout: float = RENDEZVOUS_TIMEOUT_S, *, local: int | None = None,
-                 first: int = 0, outer: OuterExchange | None = None) -> None:
+                 first: int = 0, outer: OuterExchange | None = None, processes: Processes | None = None) -> None:
         self.count = count
         self.local = count if local is None else local
         self.first = first
         self._outer = outer
+        self.processes = processes
+        self._plan: Plan | None = None  # set while the replicas meet at a meet()
         self._slots: list[Any] = [None] * self.local
-        self._all: list[Any] = []
+        self._all: Any = []
         self._barrier = threading.Barrier(self.local, action=self._gather, timeout=timeout)
+        # a second barrier without the action: the exchange (an MPI call) runs once per collective
+        self._read = threading.Barrier(self.local, timeout=timeout)
 
     def _gather(self) -> None:
+        if self._plan is not None:
+            self._all, self._plan = self._plan(list(self._slots)), None
+            return
         self._all = self._outer(list(self._slots)) if self._outer is not None else list(self._slots)
 
+    def whole(self, flat: Sequence[int], size: int) -> Processes | None:
+        """The other processes, when the groups are one group of every replica in replica
+        order and there are other processes (else None: gather)."""
+        if self.processes is None or size != self.count or tuple(flat) != tuple(range(self.count)):
+            return None
+        return self.processes
+
+    def meet(self, replica: int, value: Any, plan: Plan) -> Any:
+        """What ``plan`` makes of the local replicas' values (every replica passes the same plan)."""
+        self._plan = plan
+        return self._meet(replica, value)
+
     def exchange(self, replica: int, value: Any) -> list[Any]:
+        out: list[Any] = self._meet(replica, value)
+        return out
+
+    def _meet(self, replica: int, value: Any) -> Any:
+        """Posts ``value`` and returns what the barrier's action made of all of them."""
         self._slots[replica - self.first] = value
         try:
             self._barrier.wait()
             out = self._all
-            self._barrier.wait()  # nobody posts the next collective's value before all have read this one
+            self._read.wait()  # nobody posts the next collective's value before all have read this one
         except threading.BrokenBarrierError:
             raise ReplicaAborted(f"replica {replica} of {self.count}: another replica failed or never "
                                  "reached this collective") from None
@@ -170,6 +218,7 @@ class Rendezvous:
 
     def abort(self) -> None:
         self._barrier.abort()
+        self._read.abort()
 
 
 @dataclass(frozen=True)
@@ -207,7 +256,7 @@ def replica_context(replica: int, rendezvous: Rendezvous) -> Iterator[None]:
 
 
 def run_replicas(count: int, run: Callable[[int], T], *, total: int | None = None, first: int = 0,
-                 outer: OuterExchange | None = None) -> list[T]:
+                 outer: OuterExchange | None = None, processes: Processes | None = None) -> list[T]:
     """``run(r)`` for each local replica r (0 .. count-1) of a run, a thread per replica,
     each in a ``replica_context`` of one rendezvous as replica ``first + r`` of ``total``
     (default: ``count``, this process alone; ``outer`` exchanges with the other processes).
@@ -216,7 +265,7 @@ def run_replicas(count: int, run: Callable[[int], T], *, total: int | None = Non
     ReplicaAborted of the others)."""
     if count < 1:
         raise CollectiveError("an SPMD run needs at least one replica")
-    rendezvous = Rendezvous(total or count, local=count, first=first, outer=outer)
+    rendezvous = Rendezvous(total or count, local=count, first=first, outer=outer, processes=processes)
 
     def one(r: int) -> T:
         with replica_context(first + r, rendezvous):
@@ -262,7 +311,21 @@ def _combine(kind: str, xs: Sequence[np.ndarray]) -> np.ndarray:
     return np.array(acc, copy=True)
 
 
+def _whole_run(flat: Sequence[int], size: int) -> tuple[ReplicaContext, Rendezvous, Processes] | None:
+    """(context, rendezvous, processes) when this collective may cross processes in a call
+    of its own: one group of every replica, several processes."""
+    ctx = current_replica()
+    rv = ctx.rendezvous
+    procs = rv.whole(flat, size) if rv is not None else None
+    return None if rv is None or procs is None else (ctx, rv, procs)
+
+
 def all_reduce(x: np.ndarray, *, kind: str, replica_groups: tuple[int, ...], group_size: int) -> np.ndarray:
+    run = _whole_run(replica_groups, group_size)
+    if run is not None and run[2].can_reduce(x.dtype, kind):
+        ctx, rv, procs = run  # the local replicas combined in replica order, then one MPI Allreduce
+        out = rv.meet(ctx.replica, x, lambda xs: procs.allreduce(_combine(kind, xs), kind))
+        return np.array(out, copy=True)
     _, xs = _my_group(Op.ALL_REDUCE, x, replica_groups, group_size)
     return _combine(kind, xs)
 
@@ -272,14 +335,43 @@ def all_gather(x: np.ndarray, *, dimension: int, replica_groups: tuple[int, ...]
     return np.concatenate(xs, axis=dimension)
 
 
+def _by_process(parts: Sequence[np.ndarray], processes: int) -> np.ndarray:
+    """[process, local replica, ...]: per-replica parts (in replica order) grouped by the
+    process holding the replica, contiguous for an MPI call."""
+    local = len(parts) // processes
+    return np.ascontiguousarray(np.stack([np.stack(parts[q * local:(q + 1) * local]) for q in range(processes)]))
+
+
 def reduce_scatter(x: np.ndarray, *, kind: str, dimension: int, replica_groups: tuple[int, ...],
                    group_size: int) -> np.ndarray:
+    run = _whole_run(replica_groups, group_size)
+    if run is not None and run[2].can_reduce(x.dtype, kind):
+        ctx, rv, procs = run
+
+        def plan(xs: list[Any]) -> list[np.ndarray]:  # local combine, then MPI Reduce_scatter_block
+            blocks = np.split(_combine(kind, xs), rv.count, axis=dimension)
+            return list(procs.reduce_scatter(_by_process(blocks, rv.count // rv.local), kind))
+        return np.array(rv.meet(ctx.replica, x, plan)[ctx.replica - rv.first], copy=True)
     pos, xs = _my_group(Op.REDUCE_SCATTER, x, replica_groups, group_size)
     return np.split(_combine(kind, xs), len(xs), axis=dimension)[pos].copy()
 
 
 def all_to_all(x: np.ndarray, *, split_dimension: int, concat_dimension: int, replica_groups: tuple[int, ...],
                group_size: int) -> np.ndarray:
+    run = _whole_run(replica_groups, group_size)
+    if run is not None:
+        ctx, rv, procs = run
+        n, local = rv.count, rv.local
+        processes = n // local
+
+        def plan(xs: list[Any]) -> list[np.ndarray]:
+            # send[q, m, j]: local member m's block for replica j of process q (MPI Alltoall)
+            blocks = [np.split(v, n, axis=split_dimension) for v in xs]
+            send = np.ascontiguousarray(np.stack([_by_process(b, processes) for b in blocks], axis=1))
+            recv = procs.alltoall(send)  # recv[p, m, j]: member m of process p's block for local replica j
+            return [np.concatenate([recv[p, m, j] for p in range(processes) for m in range(local)],
+                                   axis=concat_dimension) for j in range(local)]
+        return np.array(rv.meet(ctx.replica, x, plan)[ctx.replica - rv.first], copy=True)
     pos, xs = _my_group(Op.ALL_TO_ALL, x, replica_groups, group_size)
     # member i's operand splits into n blocks; block ``pos`` of each member comes here, in member order
     return np.concatenate([np.split(v, len(xs), axis=split_dimension)[pos] for v in xs], axis=concat_dimension)
@@ -288,11 +380,31 @@ def all_to_all(x: np.ndarray, *, split_dimension: int, concat_dimension: int, re
 def collective_permute(x: np.ndarray, *, source_target_pairs: tuple[int, ...]) -> np.ndarray:
     op = Op.COLLECTIVE_PERMUTE
     pairs = permute_pairs(op, source_target_pairs)
-    me, values = _exchange(op, x, 0)
-    count = len(values)
-    if any(r >= count for pair in pairs for r in pair):
+    ctx = current_replica()
+    if any(r >= ctx.count for pair in pairs for r in pair):
         raise CollectiveError(f"{op.value}: source_target_pairs {source_target_pairs} name a replica >= the "
-                              f"run's {count} replica(s)")
+                              f"run's {ctx.count} replica(s)")
+    rv = ctx.rendezvous
+    if rv is not None and rv.processes is not None:
+        procs, first, local = rv.processes, rv.first, rv.local
+
+        def plan(xs: list[Any]) -> list[np.ndarray]:
+            # pairs within this process copy; the others are MPI point-to-point, tagged by pair
+            out = [np.zeros_like(xs[0]) for _ in xs]
+            sends, receives = [], []
+            for tag, (src, dst) in enumerate(pairs):
+                mine_src, mine_dst = first <= src < first + local, first <= dst < first + local
+                if mine_src and mine_dst:
+                    out[dst - first] = np.array(xs[src - first], copy=True)
+                elif mine_src:
+                    sends.append((dst // local, tag, np.ascontiguousarray(xs[src - first])))
+                elif mine_dst:
+                    receives.append((src // local, tag, out[dst - first]))
+            if sends or receives:
+                procs.permute(sends, receives)
+            return out
+        return np.array(rv.meet(ctx.replica, x, plan)[ctx.replica - first], copy=True)
+    me, values = _exchange(op, x, 0)
     src = next((s for s, t in pairs if t == me), None)
     return np.zeros_like(x) if src is None else np.array(values[src], copy=True)
 
@@ -304,3 +416,4 @@ def replica_id() -> np.ndarray:
 def inverse_pairs(flat: Sequence[int]) -> tuple[int, ...]:
     """``source_target_pairs`` sending every value back where it came from (the transpose)."""
     return tuple(v for i in range(0, len(flat), 2) for v in (flat[i + 1], flat[i]))
+

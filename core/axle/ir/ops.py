@@ -1169,6 +1169,13 @@ def _plain(v: object) -> bool:
     return type(v) in _PLAIN_ATTR_TYPES
 
 
+def plain_attrs(items: tuple[tuple[str, Any], ...]) -> bool:
+    """True when every attribute value is a plain value (an int, str, None or DType, or a
+    tuple of ints, of exactly those types): equal such values are the same attribute, so
+    caches may key on them as given (eager dispatch's hot path does)."""
+    return all(_plain(v) for _, v in items)
+
+
 def canonical_attrs(op: Op, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Validates attribute names/values against the schema and returns them sorted by name."""
     items = tuple(attrs.items())

@@ -7,6 +7,7 @@ arrays only and constant literals are read iteratively, their nesting bounded by
 declared rank."""
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -22,18 +23,28 @@ from .literal import Literal
 from .module import Computation, Module, Node, make_node
 from .ops import BY_NAME, OPS, AttrKind, AttrSpec, Op
 from .types import TensorType, TupleType, Type
-from .verifier import check_node, verify, verify_computation
+from .verifier import check_made_node, verify, verify_computation
 
-_TOKEN = re.compile(r"""
-    (?P<ws>[ \t\r\n]+|//[^\n]*)
-  | (?P<str>"(?:[^"\\\n]|\\.)*")
+#: white space and comments (each to the end of its line: a failed match never backtracks
+#: into one and finds a token there; a run of white space splits one way only)
+_WS = r"[ \t\r\n]*(?://[^\n]*(?![^\n])[ \t\r\n]*)*"
+#: one token with the white space before it (one match per token: half the matches)
+_TOKEN = re.compile(_WS + r"""(?:
+    (?P<str>"(?:[^"\\\n]|\\.)*")
   | (?P<name>[%@][A-Za-z0-9_.\-]+)
   | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?
                    |(?:inf|nan(?:\(0x[0-9a-fA-F]+\))?)(?![A-Za-z0-9_\-])))
+  | (?P<type>(?:""" + "|".join(sorted((d.value for d in DType), key=len, reverse=True)) + r""")
+              \[(?:\d{1,18}(?:,\d{1,18})*)?\])
   | (?P<word>[A-Za-z_][A-Za-z0-9_\-]*)
   | (?P<arrow>->)
   | (?P<punct>[(){}\[\],=:])
-""", re.VERBOSE)
+  | (?P<bad>[^ \t\r\n])
+)""", re.VERBOSE)
+_SPACE = re.compile(_WS)
+#: array types by their text (a ``type`` token): each distinct one is made and checked once
+_TYPES: dict[str, TensorType] = {}
+_TYPES_MAX = 4096
 _INT = re.compile(r"[-+]?\d+")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _EXCERPT = 72  # characters of the offending line shown in an error
@@ -41,12 +52,27 @@ _EXCERPT = 72  # characters of the offending line shown in an error
 _DTYPES = {d.value: d for d in DType}
 
 
-@dataclass(frozen=True)
 class _Tok:
-    kind: str  # a group of _TOKEN, or "eof"
-    text: str
-    line: int
-    col: int
+    """One token: its kind (a group of _TOKEN, or "eof"), text and offset in the source.
+    Its line and column are worked out only when asked for (an error message), from the
+    offsets of the source's line starts: counting newlines for every token was a third of
+    parsing a module."""
+
+    __slots__ = ("kind", "text", "pos", "_starts")
+
+    def __init__(self, kind: str, text: str, pos: int, starts: list[int]) -> None:
+        self.kind = kind
+        self.text = text
+        self.pos = pos
+        self._starts = starts
+
+    @property
+    def line(self) -> int:
+        return bisect.bisect_right(self._starts, self.pos)
+
+    @property
+    def col(self) -> int:
+        return self.pos - self._starts[self.line - 1] + 1
 
     def describe(self) -> str:
         return "end of input" if self.kind == "eof" else repr(self.text)
@@ -55,22 +81,26 @@ class _Tok:
 class _Tokens:
     def __init__(self, text: str) -> None:
         self.lines = text.split("\n")
+        starts = [0]
+        for line in self.lines[:-1]:
+            starts.append(starts[-1] + len(line) + 1)
         self.toks: list[_Tok] = []
-        pos, line, line_start = 0, 1, 0
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if not m:
-                raise self.error(_Tok("char", text[pos], line, pos - line_start + 1),
-                                 f"unexpected character {text[pos]!r}")
+        append = self.toks.append
+        m = None
+        # every character but trailing white space is in a match: one that no token starts
+        # with is a "bad" token
+        for m in _TOKEN.finditer(text):
             kind = m.lastgroup or ""
-            if kind != "ws":
-                self.toks.append(_Tok(kind, m.group(), line, pos - line_start + 1))
-            newlines = m.group().count("\n")
-            if newlines:
-                line += newlines
-                line_start = m.start() + m.group().rindex("\n") + 1
-            pos = m.end()
-        self.eof = _Tok("eof", "", line, pos - line_start + 1)
+            if kind == "bad":
+                pos = m.start(kind)
+                raise self.error(_Tok("char", text[pos], pos, starts), f"unexpected character {text[pos]!r}")
+            append(_Tok(kind, m.group(kind), m.start(kind), starts))
+        pos = _SPACE.match(text, m.end() if m else 0).end()  # type: ignore[union-attr]  # _WS matches ""
+        assert pos == len(text), "a character matched no token"
+        self.eof = _Tok("eof", "", len(text), starts)
+        #: the tokens then the end of input, which ``next`` never moves past
+        self.toks.append(self.eof)
+        self.last = len(self.toks) - 1
         self.i = 0
 
     # -- errors -------------------------------------------------------------------
@@ -86,12 +116,13 @@ class _Tokens:
 
     # -- reading ------------------------------------------------------------------
     def peek(self) -> _Tok:
-        return self.toks[self.i] if self.i < len(self.toks) else self.eof
+        return self.toks[self.i]
 
     def next(self) -> _Tok:
-        t = self.peek()
-        self.i += 1
-        return t
+        i = self.i
+        if i < self.last:
+            self.i = i + 1
+        return self.toks[i]
 
     def expect(self, value: str, what: str = "") -> _Tok:
         tok = self.next()
@@ -100,7 +131,7 @@ class _Tokens:
         return tok
 
     def accept(self, value: str) -> bool:
-        tok = self.peek()
+        tok = self.toks[self.i]
         if tok.text == value and tok.kind not in ("str", "eof"):
             self.i += 1
             return True
@@ -144,6 +175,18 @@ def _seq(t: _Tokens, close: str, item: Callable[[], T]) -> list[T]:
 
 def _parse_tensor_type(t: _Tokens) -> TensorType:
     tok = t.next()
+    if tok.kind == "type":  # a known dtype and dims of at most 18 digits, written without spaces
+        typ = _TYPES.get(tok.text)
+        if typ is None:
+            name, dims = tok.text[:-1].split("[")
+            try:
+                typ = TensorType(_DTYPES[name], tuple(int(d) for d in dims.split(",")) if dims else ())
+            except AxleError as e:
+                raise t.error(tok, e.message) from None
+            if len(_TYPES) >= _TYPES_MAX:
+                _TYPES.clear()
+            _TYPES[tok.text] = typ
+        return typ
     if tok.kind != "word" or tok.text not in _DTYPES:
         what = f"unknown element type {tok.text!r}" if tok.kind == "word" else f"found {tok.describe()}"
         raise t.error(tok, f"{what}; expected an element type ({', '.join(_DTYPES)})")
@@ -393,7 +436,7 @@ def _parse_instruction(t: _Tokens, body: _Body, comps: dict[str, Computation], c
     if node.type != typ:
         raise t.error(type_tok, f"{name_tok.text} is declared {typ} but {op.value} gives {node.type}")
     try:
-        check_node(node)
+        check_made_node(node)  # make_node checked the rest of check_node's rules
     except AxleError as e:
         raise t.error(op_tok, e.message) from None
     if op is Op.PARAMETER:
@@ -411,7 +454,7 @@ def _check_fusions(t: _Tokens, body: _Body) -> None:
     for node, tok in body.values.values():
         if node.op is Op.FUSION:
             try:
-                verify_computation(node.attr["computation"], fused=True)
+                verify_computation(node.attr["computation"], fused=True, nodes_checked=True)
             except AxleError as e:
                 raise t.error(tok, e.message) from None
 
@@ -475,7 +518,7 @@ def parse_module(text: str) -> Module:
         raise t.error(t.eof, "the module has no computation")
     module = Module(mname.text[1:], chosen[0])
     try:
-        verify(module)
+        verify(module, nodes_checked=True)  # each node was checked as it was parsed
     except AxleError as e:
         raise t.error(chosen[1], e.message) from None
     return module

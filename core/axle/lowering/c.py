@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -162,8 +163,20 @@ class OpenCLC(C99):
 Dialect = type[C99]
 
 
-def helpers(d: Dialect) -> dict[str, str]:
-    """Functions a kernel may call, by name; a program includes those its kernels use."""
+def helpers(d: Dialect) -> Mapping[str, str]:
+    """Functions a kernel may call, by name; a program includes those its kernels use.
+    Made once per dialect (every program's source asks for it: making it again was most
+    of rendering a small program)."""
+    table = _HELPERS.get(d)
+    if table is None:
+        table = _HELPERS[d] = MappingProxyType(_helpers(d))
+    return table
+
+
+_HELPERS: dict[Dialect, Mapping[str, str]] = {}
+
+
+def _helpers(d: Dialect) -> dict[str, str]:
     u64, us = d.unsigned[DType.INT64], d.uint64_suffix
     out = {
         # splitmix64 of key + (i + 1) * golden ratio, as axle.ir.ops.rng_bits
@@ -483,7 +496,8 @@ def compare(direction: str, a: Expr, b: Expr) -> Expr:
 
 def used_helpers(d: Dialect, source: str) -> list[str]:
     """The :func:`helpers` that ``source`` calls, sorted: what a program must define."""
-    return sorted(set(re.findall(r"\baxle_\w+", source)) & set(helpers(d)))
+    table = helpers(d)
+    return sorted(h for h in set(re.findall(r"\baxle_\w+", source)) if h in table)
 
 
 def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:

@@ -37,6 +37,7 @@ from ..frontend.validate import (
 from ..ir.dtypes import DType  # noqa: F401 - axle.numpy.DType, through the package's star import
 from ..ir.dtypes import is_float_numpy as _is_float
 from ..ir.dtypes import result_type as _result_type
+from ..ir.ops import Op as _Op
 from ..placement import pop_default, push_default
 from ..placement import resolve as _resolve_device
 
@@ -242,9 +243,11 @@ def _binary(op: Any, name: str, dtype_fn: Any = None) -> Callable[[ArrayLike, Ar
 
     def f(x: ArrayLike, y: ArrayLike) -> Any:
         if primitive is not None and type(x) is Array and type(y) is Array:
-            out = launch_cached(primitive, x, y)
+            out = launch_cached(primitive, (x, y))
             if out is not None:
                 return out
+            if not (x.weak or y.weak) and x.aval == y.aval and x.device == y.device:
+                return op(x, y)  # nothing to promote, broadcast or move (a pending value too: auto mode)
         dt = dtype_fn(x, y) if dtype_fn else None
         a, b = _prepare(name, x, y, dtype=dt)
         return _finish(op(a, b), x, y)
@@ -411,7 +414,15 @@ def _unary_float_dtype(dt: _np.dtype) -> _np.dtype:
 
 
 def _unary_float(op: Any, name: str) -> Callable[[ArrayLike], Any]:
+    # On a concrete non-weak float array the function is exactly its primitive; the
+    # primitive refuses other dtypes, so its hot path never holds their signatures.
+    primitive = getattr(op, "primitive", None)
+
     def f(x: ArrayLike) -> Any:
+        if primitive is not None and type(x) is Array:
+            out = launch_cached(primitive, (x,))
+            if out is not None:
+                return out
         x = asarray(x) if not _is_array(x) else x
         dt = _unary_float_dtype(x.dtype)
         return _finish(op(_to_value(x, dt)), x)
@@ -553,6 +564,14 @@ def squeeze(x: ArrayLike, axis: Any = None) -> Any:
 
 
 def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype: Any = None) -> Any:
+    if axis is None and dtype is None and not keepdims and kind in ("sum", "prod") and type(x) is Array:
+        # every axis of a concrete float array: exactly lax.reduce over them (an integer's
+        # accumulator and the max or min of nothing need the checks below)
+        t = x.aval
+        if t.dtype.is_float and t.shape:
+            out = launch_cached(_Op.REDUCE, (x,), (("kind", kind), ("axes", tuple(range(len(t.shape))))))
+            if out is not None:
+                return out
     x = asarray(x) if not _is_array(x) else x
     axes = _norm_axes(axis, x.ndim, name, x)
     if dtype is not None:
@@ -603,7 +622,18 @@ def mean(x: ArrayLike, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
 # ------------------------------------------------------------------------ linear algebra
 
 
+#: dot_general's attributes for a matmul of two matrices, as lax.dot_general passes them
+_MATMUL_2D = (("lhs_contracting", (1,)), ("rhs_contracting", (0,)), ("lhs_batch", ()), ("rhs_batch", ()))
+
+
 def matmul(a: ArrayLike, b: ArrayLike) -> Any:
+    # two concrete non-weak matrices of one dtype: exactly dot_general with _MATMUL_2D
+    # (nothing to promote, reshape or broadcast), whose hot path knows the signatures
+    # its rules accepted
+    if type(a) is Array and type(b) is Array and a.ndim == 2 == b.ndim and a.dtype == b.dtype:
+        out = launch_cached(_Op.DOT_GENERAL, (a, b), _MATMUL_2D)
+        if out is not None:
+            return out
     a, b = (asarray(v) if not _is_array(v) else v for v in (a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("matmul", "operands must be at least 1-D; use multiply for scalars", a, b)

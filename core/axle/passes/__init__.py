@@ -10,6 +10,7 @@ from ..ir.module import Module
 from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
 from .control import ControlFlowSimplifier, LoopInvariantCodeMotion
+from .conv_layout import ConvLayout
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
@@ -21,8 +22,9 @@ from .simplify import AlgebraicSimplifier
 from .transpose_fold import TransposeFolding
 
 
-def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
-    """The core pipeline, one readable list."""
+def default_pipeline(policy: FusionPolicy | None = None, layout: LayoutAssignment | None = None) -> Pipeline:
+    """The core pipeline, one readable list (``layout``: the layout pass with the device's
+    convolution layout; by default none, the program's own)."""
     return Pipeline("default", [
         (FixedPoint("simplify-loop", [
             (AlgebraicSimplifier(), "local rewrites first: they expose constants and duplicates"),
@@ -32,7 +34,8 @@ def default_pipeline(policy: FusionPolicy | None = None) -> Pipeline:
             (ControlFlowSimplifier(), "loops run 0 or 1 times and known branches become plain code"),
             (LoopInvariantCodeMotion(), "work on loop-invariant carries runs once, before the loop"),
         ]), "repeat until nothing changes: each rewrite can enable the others"),
-        (LayoutAssignment(), "a dot read only through a transpose computes that layout (C^T = B^T A^T)"),
+        (layout or LayoutAssignment(), "convolutions in the device's layout; a dot read only through a transpose "
+                                       "computes that layout (C^T = B^T A^T)"),
         (TransposeFolding(), "after transpose chains are composed; a dot reads the untransposed operand"),
         (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
         (CSE(), "identical fusions (same computation, same operands) become one kernel"),
@@ -51,11 +54,25 @@ def policy_for(backend: Any = None, device: Any = None) -> FusionPolicy:
     return backend.capabilities(device).bound(policy) if device is not None else policy
 
 
+def layout_for(backend: Any = None, device: Any = None) -> LayoutAssignment:
+    """The layout pass for ``device``: its convolution layout (``Capabilities.conv_layout``),
+    a rewritten convolution kept only where the device claims it. Without a device, the
+    program's layouts."""
+    if backend is None or device is None:
+        return LayoutAssignment()
+    caps = backend.capabilities(device)
+    pref = getattr(caps, "conv_layout", None)
+    if pref is not None and not isinstance(pref, ConvLayout):
+        raise BackendError(f"backend {getattr(backend, 'name', backend)!r}: Capabilities.conv_layout is {pref!r}; "
+                           f"expected axle.passes.ConvLayout or None")
+    return LayoutAssignment(pref, caps.supports)
+
+
 def pipeline_for(backend: Any = None, device: Any = None) -> Pipeline:
     """The default pipeline under the backend's fusion policy (bounded by the device's
     capabilities when a device is given), plus its passes."""
     extra: list[Pass] = list(backend.passes() or []) if backend is not None else []
-    pipe = default_pipeline(policy_for(backend, device))
+    pipe = default_pipeline(policy_for(backend, device), layout_for(backend, device))
     if extra:
         name = getattr(backend, "name", "backend")
         pipe = pipe.extended([(p, f"target-specific pass of the {name} backend, after core fusion") for p in extra])
@@ -74,4 +91,5 @@ __all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass",
            "Entry", "FusionPolicy", "DEFAULT_POLICY", "AlgebraicSimplifier", "ConstantFolding", "CSE", "DCE",
            "Fusion", "LayoutAssignment", "TransposeFolding", "ControlFlowSimplifier", "LoopInvariantCodeMotion",
            "assign",
-           "BufferAssignment", "schedule"]
+           "BufferAssignment", "schedule",
+           "ConvLayout", "layout_for"]

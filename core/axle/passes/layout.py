@@ -12,14 +12,19 @@ consumed by ``w - lr * dw``.
 The transposes of the dot's operands that the swap leaves are absorbed afterwards by
 transpose folding. Like transpose folding this is not bit-exact against the interpreter
 (the reference dot may sum in another order for another operand order), so it is its own
-pass, switchable by name (``--disable_passes=layout``)."""
+pass, switchable by name (``--disable_passes=layout``).
+
+The same pass gives each convolution the layout its device prefers (``conv_layout``, from
+``Capabilities.conv_layout``; passes/conv_layout.py), before the dots: its transposes back
+to the program's layout may then be read by a dot."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..ir.dotdims import DotDims
 from ..ir.module import Module, Node
 from ..ir.ops import Op
+from .conv_layout import ConvLayout, assign_conv_layouts
 from .pipeline import Pass
 from .rewrite import like, rebuild_module
 
@@ -63,12 +68,23 @@ def _transposed_dots(module: Module) -> set[int]:
 
 
 class LayoutAssignment(Pass):
-    """Makes a dot produce the transposed layout its only consumers read."""
+    """Makes a dot produce the transposed layout its only consumers read, and each
+    convolution run in the device's preferred layout (``conv_layout``; None or no field
+    set: the program's own). ``claims``, when given, is the device's verdict on a
+    rewritten convolution: one it refuses keeps the program's layout."""
 
     name = "layout"
 
+    def __init__(self, conv_layout: ConvLayout | None = None, claims: Callable[[Node], bool] | None = None) -> None:
+        self.conv_layout = conv_layout
+        self.claims = claims
+
     def run(self, module: Module) -> tuple[Module, bool]:
         changed = False
+        if self.conv_layout is not None:
+            entry = assign_conv_layouts(module.entry, self.conv_layout, self.claims)
+            if entry is not module.entry:
+                module, changed = module.with_entry(entry), True
         # a rewrite gives a dot new uids downstream, so a chain of them takes several rounds
         while targets := _transposed_dots(module):
             def fn(n: Node) -> Node | None:

@@ -233,7 +233,8 @@ def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: A
     """A B stored with K contiguous (``dz @ w.T``, a backward pass's data gradient) is
     packed one column's K run at a time (a K row across NR columns ``ldb`` apart thrashes
     one L1 set when ldb is a power of two), on the host's width and AVX2's and SSE's:
-    odd sizes, several K blocks and K chunks, a ragged last column panel."""
+    odd sizes, several K blocks and K chunks, a ragged last column panel; V x V blocks
+    through an in-register transpose, the ragged columns and K rows element by element."""
     from axle_cpu.executable import llvm_module
     from axle_cpu.gemm import PACK_KB
     from axle_cpu.plan import build_plan
@@ -246,7 +247,9 @@ def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: A
         _call(fn, xs, out, [(0, outer, 0, inner)])
         check_dot(m, xs, out)
     (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
-    assert '"pbck.body"' in str(llvm_module([spec], "t"))  # the column-wise packing loop
+    ir_text = str(llvm_module([spec], "t"))
+    assert '"pbck.body"' in ir_text  # the column-wise packing loop
+    assert ('"pbtk.body"' in ir_text) == (dt != "f16")  # its transposed V x V blocks
 
 
 def test_gemm_stack_frame_is_bounded() -> None:
@@ -320,3 +323,107 @@ def test_gemm_aot(target: str, tmp_path) -> None:  # noqa: ANN001
     got = build_and_run(res, xs, tmp_path)
     for i, (dt, ls, rs, a) in enumerate(specs):
         check_dot(dot_module(dt, ls, rs, **a), xs[2 * i:2 * i + 2], got[i])
+
+
+# ------------------------------------------------------------ the shape classes' own paths
+
+#: (name, lhs, rhs, attrs, the loop label its kernel must hold): vector-matrix products
+#: streaming B's rows (``vmj``: a K not a multiple of VECMAT_ROWS, N over several C
+#: blocks with a ragged tail, a strided-K matrix-vector product swapped into one, batches)
+#: and a vector-matrix product whose B has K contiguous, swapped into row dots (``rd``)
+VECTOR_PATHS = [
+    ("vecmat-blocks", (7,), (7, 4099), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "vmj"),
+    ("vecmat-row", (1, 67), (67, 129), MM, "vmj"),
+    ("matvec-t", (67, 129), (67,), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "vmj"),
+    ("vecmat-batch", (3, 45), (3, 45, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(1,),
+                                                rhs_contracting=(1,)), "vmj"),
+    ("vecmat-n1", (1, 33), (33, 1), MM, "rd"),
+    ("vecmat-k1", (1, 1), (1, 33), MM, "vmj"),
+    ("vecmat-t", (67,), (129, 67), dict(lhs_contracting=(0,), rhs_contracting=(1,)), "rd"),
+    ("vecmat-k0", (0,), (0, 33), dict(lhs_contracting=(0,), rhs_contracting=(0,)), "zi"),
+]
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "s32"])
+def test_gemm_vector_matrix_paths(vector_bits, dt) -> None:  # noqa: ANN001
+    """The vector-matrix paths on the host's width (AVX-512 here) and AVX2's, whole and
+    split into column pieces as threads split them."""
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.plan import build_plan
+
+    for name, ls, rs, attrs, label in VECTOR_PATHS:
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+        assert f'"{label}.body"' in str(llvm_module([spec], "t")), name
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.full(m.entry.root.shape, 99, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+        cuts = sorted({0, min(5, outer), outer // 2, outer})
+        pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
+        _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+        np.testing.assert_array_equal(pieces, out, err_msg=name)
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "s32"])
+@pytest.mark.parametrize("lhs,label", [((33, 4100), "pc"), ((4100,), "vmk")], ids=["matrix", "vector"])
+def test_gemm_split_k_slices_sum_to_the_product(lhs, label, vector_bits, dt) -> None:  # noqa: ANN001
+    """A long K into a small output is split by K (GemmSpec.split_reduce_size), for two
+    matrices or a vector-matrix product (its B streamed): each call given a slice [r0, r1)
+    of K (the pool's reduction chunks, at odd cuts inside and across K blocks) writes that
+    slice's partial product, and the partials sum to the product."""
+    from axle_cpu.emitter import INT64_MAX
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.plan import build_plan
+
+    m = dot_module(dt, lhs, (4100, 20), lhs_contracting=(len(lhs) - 1,), rhs_contracting=(0,))
+    xs = inputs(m)
+    (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+    assert spec.split_reduce_size == 4100 and spec.reduce_split_first
+    assert f'"{label}.body"' in str(llvm_module([spec], "t"))
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+    ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
+    whole = np.full(m.entry.root.shape, 99, xs[0].dtype)
+    fn(ptrs(whole), 0, outer, 0, inner, 0, INT64_MAX)
+    check_dot(m, xs, whole)
+    cuts = [0, 1, 700, 2049, 4099, 4100]
+    parts = [np.full(m.entry.root.shape, 99, xs[0].dtype) for _ in cuts[1:]]
+    for (a, b), part in zip(zip(cuts, cuts[1:]), parts):
+        fn(ptrs(part), 0, outer, 0, inner, a, b)
+    check_dot(m, xs, np.sum(parts, axis=0, dtype=xs[0].dtype))
+
+
+def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The executable splits that dot by K on 2 threads (forced) and sums the partials
+    (inside a loop, where nothing sums partials, by rows)."""
+    m = dot_module("f32", (33, 4100), (4100, 20), **MM)
+    xs = inputs(m)
+    be = _backend()
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    be._cache.clear()
+    exe = be.compile(m, cpu, CompileOptions(optimized=False))
+    (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+    launch.parallel = True
+    assert launch._split_mode(2) == "reduction"
+    assert launch.loop_split() == "rows"  # in a loop the native runner splits its rows instead
+    for _ in range(2):  # the partials' buffers are reused
+        check_dot(m, xs, be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
+    be._cache.clear()
+
+
+def test_gemm_direct_a_tile_rows_fit_the_l1_ways() -> None:
+    """A narrow N (the logits' N=10) leaves registers for a tall tile, but an A read in
+    place by rows keeps one L1 line per tile row, all in one set when the row stride is a
+    power of two: such a tile has at most DIRECT_A_ROWS rows on every vector width (a
+    transposed A, read along its rows' contiguous dim, is not capped)."""
+    from axle_cpu.gemm import DIRECT_A_ROWS, Layout, tiles
+
+    for bits in (512, 256):
+        for dt in (DType.FLOAT32, DType.FLOAT64):
+            t = tiles(dt, bits, Layout.of(dot_module("f32", (128, 1024), (1024, 10), **MM).entry.root))
+            assert t.mr <= DIRECT_A_ROWS, (bits, dt, t)
+    lhs_t = dot_module("f32", (1024, 128), (1024, 10), lhs_contracting=(0,), rhs_contracting=(0,))
+    assert tiles(DType.FLOAT32, 512, Layout.of(lhs_t.entry.root)).mr > DIRECT_A_ROWS

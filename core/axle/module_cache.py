@@ -1,0 +1,128 @@
+"""The optimized module of a traced one, across processes: the core pipeline's result kept
+in the persistent compile cache (``--compile_cache``, subdirectory ``module``), so that a
+new process's first call of a program compiled before skips the optimizer passes (they
+were most of such a call: docs/reliability.md, "Persistent compile cache").
+
+An entry's key is everything the optimizer's result depends on: the traced module (after
+the expansion of extended ops, as its text form's SHA-256), every setting but the cache's
+own (``--optimize``, ``--disable_passes``, the backend flags...), the device (name,
+description, kind, properties), the backend (name, contract version, fusion policy and
+the names of its own passes) and the code of
+axle and of the backend's package (``diskcache.code_version``: axle's version is in its
+``__init__.py``).
+
+An entry is data only, parsed strictly: a JSON object holding the optimized module in the
+IR's text form (read back by ``axle.ir.parser``, which verifies what it builds) and the
+fusion pass's records (``Module.fusion_records``, which the text form does not carry).
+Nothing is unpickled or evaluated. An entry that does not parse back, or whose records
+name a fusion the module lacks, is a miss counted as corrupt (``disk_cache_corrupt``),
+and the module is optimized again (and the entry rewritten)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from typing import Any
+
+from . import counters
+from .backend import Backend, Device
+from .config import config
+from .diskcache import DiskCache, code_version
+from .errors import AxleError
+from .ir.fusion_record import REASON_CODES, FusionRecord, NotFused, fusion_nodes
+from .ir.module import Module
+from .ir.parser import parse_module
+from .ir.printer import print_module
+from .passes import policy_for
+
+#: optimized modules, under --compile_cache
+DISK = DiskCache(None, "optimized module", sub="module")
+#: bumped when the entry's layout changes
+FORMAT = "axle-optimized-module-1"
+
+
+def _settings() -> str:
+    """Every setting that can change what compiling produces (the cache's own excluded)."""
+    return repr(sorted((k, v) for k, v in vars(config).items() if not k.startswith("compile_cache")))
+
+
+def _code(backend: Backend) -> str:
+    """The code version of axle and of the backend's package (its passes and fusion policy
+    shape the optimized module)."""
+    pkg = type(backend).__module__.split(".")[0]
+    where = getattr(sys.modules.get(pkg), "__file__", None)
+    dirs = [os.path.dirname(__file__)]
+    if where and os.path.dirname(where) != dirs[0]:
+        dirs.append(os.path.dirname(where))
+    return code_version(*dirs)
+
+
+def module_key(module: Module, device: Device, backend: Backend) -> bytes:
+    """The cache key of ``module`` (traced, extended ops expanded) optimized for ``device``."""
+    text = print_module(module)
+    props = repr(sorted((k, repr(v)) for k, v in device.properties.items()))
+    # the pipeline as the backend sets it up now: its fusion policy (bounded by the device)
+    # and its own passes by name (a plugin may choose them at run time)
+    pipeline = repr((policy_for(backend, device), [p.name for p in backend.passes() or []]))
+    parts = [FORMAT, _code(backend), backend.name, repr(backend.api_version), device.name,
+             device.description, device.kind, props, pipeline, _settings(), hashlib.sha256(text.encode()).hexdigest()]
+    return "\0".join(parts).encode()
+
+
+def load(key: bytes) -> tuple[Module, str] | None:
+    """The optimized module cached under ``key`` and its text's SHA-256 (None: none, or an
+    entry that does not parse back whole)."""
+    data = DISK.get(key)
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        text = entry["module"]
+        module = parse_module(text)
+        records = _records(entry["records"], module)
+    except (AxleError, ValueError, KeyError, TypeError, AttributeError):
+        # written by this cache's own code, checksummed: only a format change or a
+        # corrupted disk gets here; the module is optimized again
+        counters.record("disk_cache_corrupt")
+        return None
+    return dataclasses.replace(module, fusion_records=records), _digest(text)
+
+
+def entry(module: Module) -> tuple[bytes, str]:
+    """The cache entry of ``module`` (optimized) and its text's SHA-256 (the backend is
+    given the digest before the entry is written: ``store``)."""
+    text = print_module(module)
+    records = [{"fusion": r.fusion, "kind": r.kind, "members": list(r.members),
+                "not_fused": [dataclasses.asdict(n) for n in r.not_fused]} for r in module.fusion_records]
+    return json.dumps({"module": text, "records": records}).encode(), _digest(text)
+
+
+def store(key: bytes, payload: bytes) -> None:
+    DISK.put(key, payload)
+
+
+def enabled() -> bool:
+    return DISK.enabled()
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_NOT_FUSED = tuple(f.name for f in dataclasses.fields(NotFused))
+
+
+def _records(raw: list[dict[str, Any]], module: Module) -> tuple[FusionRecord, ...]:
+    """The fusion records of a cached entry, bound to the parsed module's fused
+    computations (a record naming a fusion the module lacks: KeyError, the entry is bad)."""
+    comps = {n.attr["computation"].name: n.attr["computation"] for n in fusion_nodes(module.entry)}
+    out = []
+    for r in raw:
+        if any(n["code"] not in REASON_CODES for n in r["not_fused"]):
+            raise ValueError("unknown fusion reason code")
+        not_fused = tuple(NotFused(**{k: str(n[k]) for k in _NOT_FUSED}) for n in r["not_fused"])
+        out.append(FusionRecord(str(r["fusion"]), str(r["kind"]), tuple(map(str, r["members"])), not_fused,
+                                computation=comps[r["fusion"]]))
+    return tuple(out)

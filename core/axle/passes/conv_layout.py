@@ -1,0 +1,356 @@
+"""Convolution layout assignment: each convolution runs in the layout its device prefers.
+
+A device declares the convolution layout its kernels run fastest in (:class:`ConvLayout`,
+``Capabilities.conv_layout``). A convolution whose dimension numbers differ is rewritten
+to the preferred ones: its operands are transposed into the preferred layout and its
+result stays in it. The transpose back to the program's layout is inserted only where a
+consumer needs it, so layouts propagate like XLA's layout assignment or TVM's
+ConvertLayout:
+
+* every value is tracked as ``(node, perm)``: the new node holds the program's value
+  transposed by ``perm`` (``new.shape[i] == old.shape[perm[i]]``);
+* elementwise ops, ``reduce``, ``reduce_window`` and transposes run in their operand's
+  layout (their dims and window attributes permuted), so a chain conv -> batch norm ->
+  relu -> conv -> pool -> residual add stays in the preferred layout between convolutions
+  and an NCHW ResNet on an NHWC device has transposes only at its input and output;
+* anything else (dots, reshapes, slices, the results) reads the program's layout through
+  one transpose per value, shared by all its readers;
+* a transpose is folded where it is free: into a transpose under it (composed), a
+  constant (transposed once, at compile time), a broadcast (its dims renumbered) or a
+  reshape (when it only moves unit dims).
+
+A rewritten convolution the device would refuse (its capability predicate) is left as it
+was. Results agree with the interpreter within the convolution's summation tolerance only
+(another layout may sum in another order), like the dot layout rewrite: the pass is
+switchable by name (``--disable_passes=layout``)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BackendError
+from ..ir.conv import REDUCE_WINDOW_ATTRS
+from ..ir.literal import Literal
+from ..ir.module import Computation, Node
+from ..ir.ops import Op
+from ..ir.types import TensorType
+from .rewrite import like, map_called
+
+Perm = tuple[int, ...]
+
+#: role letters of each operand's layout string: S stands for all spatial dims, in order
+_ROLES = {"lhs": "NCS", "rhs": "OIS", "out": "NCS"}
+#: the dimension-number attributes of each role, per operand
+_DIMS = {
+    "lhs": {"N": "input_batch_dimension", "C": "input_feature_dimension", "S": "input_spatial_dimensions"},
+    "rhs": {"O": "kernel_output_feature_dimension", "I": "kernel_input_feature_dimension",
+            "S": "kernel_spatial_dimensions"},
+    "out": {"N": "output_batch_dimension", "C": "output_feature_dimension", "S": "output_spatial_dimensions"},
+}
+
+
+@dataclass(frozen=True)
+class ConvLayout:
+    """The convolution layout a device's kernels run fastest in (``Capabilities.conv_layout``).
+
+    Each field spells one operand's layout with role letters, independent of the number of
+    spatial dims: ``lhs`` and ``out`` with N (batch), C (feature) and S (the spatial dims,
+    in order); ``rhs`` with O (output feature), I (input feature) and S. ``"NSC"`` is NHWC
+    (NWC, NDHWC), ``"NCS"`` NCHW, ``"SIO"`` HWIO, ``"OIS"`` OIHW. None keeps the layout the
+    program wrote for that operand (e.g. weights that arrive as parameters in the user's
+    layout, which a transpose would copy on every call).
+
+    ``kernel_copy_min_pixels``: a kernel that the rewrite would transpose on every call (not
+    a constant, whose transpose folds at compile time) is copied only for a convolution
+    with at least this many output pixels (batch x spatial positions), which repay the copy
+    of each weight with that many multiply-adds in the faster layout; a smaller one keeps
+    the program's layout (e.g. the 7x7 maps of a batch-1 ResNet, whose weights are large)."""
+
+    lhs: str | None = None
+    rhs: str | None = None
+    out: str | None = None
+    kernel_copy_min_pixels: int = 0
+
+    def __post_init__(self) -> None:
+        for side, roles in _ROLES.items():
+            v = getattr(self, side)
+            if v is not None and sorted(v) != sorted(roles):
+                raise BackendError(f"ConvLayout.{side}={v!r} must spell each of {', '.join(roles)} once "
+                                   f"(S: the spatial dims), e.g. {roles!r}")
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.lhs, self.rhs, self.out))
+
+
+def inverse(perm: Sequence[int]) -> Perm:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return tuple(out)
+
+
+def _identity(rank: int) -> Perm:
+    return tuple(range(rank))
+
+
+def preferred_perm(conv: Node, side: str, spelled: str | None) -> Perm:
+    """The permutation that takes ``conv``'s ``side`` operand (or result) from its dimension
+    numbers to the layout ``spelled`` (identity when None): the program's dims, in the
+    preferred order."""
+    rank = len(conv.operands[0].shape)
+    if spelled is None:
+        return _identity(rank)
+    names = _DIMS[side]
+    out: list[int] = []
+    for role in spelled:
+        v = conv.attr[names[role]]
+        out.extend(v if isinstance(v, tuple) else (v,))
+    return tuple(out)
+
+
+def relaid_convolution(conv: Node, lhs: Node, rhs: Node, perms: dict[str, Perm]) -> Node:
+    """``conv`` over operands already in the layouts ``perms["lhs"]``/``["rhs"]``, producing
+    its result in ``perms["out"]``: only the dimension numbers change."""
+    attrs = dict(conv.attr)
+    for side, names in _DIMS.items():
+        where = inverse(perms[side])  # program dim -> its position in the new layout
+        for name in names.values():
+            v = conv.attr[name]
+            attrs[name] = tuple(where[d] for d in v) if isinstance(v, tuple) else where[v]
+    return like(conv, Op.CONVOLUTION, [lhs, rhs], **attrs)
+
+
+def _moves_unit_dims_only(shape: Sequence[int], perm: Perm) -> bool:
+    """True when ``perm`` keeps the order of the dims larger than 1 (a reshape then does it)."""
+    big = [p for p in perm if shape[p] != 1]
+    return big == sorted(big)
+
+
+class _Relayout:
+    """One pass over one computation (and, through control ops, the ones it calls)."""
+
+    def __init__(self, pref: ConvLayout, claims: Callable[[Node], bool] | None) -> None:
+        self.pref = pref
+        self.claims = claims
+        self.changed = False
+
+    # -- transposes, folded where free ---------------------------------------------
+    def transposed(self, x: Node, perm: Perm, memo: dict[tuple[int, Perm], Node]) -> Node:
+        """``transpose(x, perm)``, folded into ``x`` where that costs nothing."""
+        if perm == _identity(len(perm)):
+            return x
+        key = (x.uid, perm)
+        if key not in memo:
+            memo[key] = self._fold(x, perm, memo)
+        return memo[key]
+
+    def _fold(self, x: Node, perm: Perm, memo: dict[tuple[int, Perm], Node]) -> Node:
+        shape = tuple(x.shape[p] for p in perm)
+        if x.op is Op.TRANSPOSE:
+            inner = x.attr["permutation"]
+            return self.transposed(x.operands[0], tuple(inner[p] for p in perm), memo)
+        if x.op is Op.CONSTANT:  # transposed once, here, instead of on every run
+            value = np.ascontiguousarray(np.transpose(x.attr["value"].array, perm))
+            return like(x, Op.CONSTANT, [], value=Literal(value))
+        if x.op is Op.BROADCAST_IN_DIM:
+            where = inverse(perm)
+            dims = [where[d] for d in x.attr["broadcast_dimensions"]]
+            order = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+            inner = self.transposed(x.operands[0], order, memo)
+            return like(x, Op.BROADCAST_IN_DIM, [inner], shape=shape, broadcast_dimensions=tuple(sorted(dims)))
+        if _moves_unit_dims_only(x.shape, perm):
+            src = x.operands[0] if x.op is Op.RESHAPE else x
+            return src if src.shape == shape else like(x, Op.RESHAPE, [src], shape=shape)
+        return like(x, Op.TRANSPOSE, [x], permutation=perm)
+
+    def copies(self, x: Node, perm: Perm, memo: dict[tuple[int, Perm], Node]) -> bool:
+        """Whether ``transposed(x, perm)`` would add a transpose that is not there yet."""
+        if perm == _identity(len(perm)) or (x.uid, perm) in memo:
+            return False
+        if x.op is Op.TRANSPOSE:
+            inner = x.attr["permutation"]
+            return self.copies(x.operands[0], tuple(inner[p] for p in perm), memo)
+        return x.op not in (Op.CONSTANT, Op.BROADCAST_IN_DIM) and not _moves_unit_dims_only(x.shape, perm)
+
+    # -- the traversal -------------------------------------------------------------
+    def computation(self, comp: Computation) -> Computation:
+        s = _Scope(self, comp)
+        for n in comp.nodes:
+            if n.op is Op.PARAMETER:
+                s.env[n.uid] = (n, _identity(len(n.shape)) if _is_tensor(n) else ())
+                continue
+            rule = _RULES.get(n.op) or (_elementwise if _is_elementwise(n) else None)
+            out = rule(self, n, s) if rule is not None else None
+            s.env[n.uid] = out if out is not None else (self._plain(n, s), _identity(_rank(n)))
+        root, _ = s.env[comp.root.uid]
+        if _is_tensor(comp.root):
+            root = s.get(comp.root, _identity(len(comp.root.shape)))
+        return comp if root is comp.root else comp.with_root(root)
+
+    def _plain(self, n: Node, s: _Scope) -> Node:
+        """``n`` reading its operands in the program's layout."""
+        ops = tuple(s.get(o, _identity(_rank(o))) if _is_tensor(o) else s.env[o.uid][0] for o in n.operands)
+        m = n if all(a is b for a, b in zip(ops, n.operands)) else n.replace(operands=ops)
+        if m.traits.control:
+            m = map_called(m, self.computation)
+        return m
+
+
+#: ops a layout passes through (their operand's layout is theirs): a value read through
+#: them by a convolution is on its way to the device layout
+_TRANSPARENT = frozenset({Op.REDUCE_WINDOW, Op.TRANSPOSE})
+
+
+def _conv_bound(comp: Computation) -> set[int]:
+    """Uids of the values that reach a convolution operand through elementwise ops,
+    reduce-windows and transposes only: there, a layout conflict is settled in favour of
+    the device's layout (elsewhere, of the program's)."""
+    users = comp.users
+    bound: set[int] = set()
+    for n in reversed(comp.nodes):
+        if any(u.op is Op.CONVOLUTION or (u.uid in bound and (u.op in _TRANSPARENT or _is_elementwise(u)))
+               for u in users[n.uid]):
+            bound.add(n.uid)
+    return bound
+
+
+class _Scope:
+    """The state of one computation's traversal: each value's new node and layout, the
+    transposes made so far (shared by all readers) and the values bound for a convolution."""
+
+    def __init__(self, r: _Relayout, comp: Computation) -> None:
+        self.r = r
+        self.env: dict[int, tuple[Node, Perm]] = {}
+        self.memo: dict[tuple[int, Perm], Node] = {}
+        self.bound = _conv_bound(comp)
+
+    def get(self, o: Node, perm: Perm) -> Node:
+        """The program's value ``o`` laid out as ``perm``."""
+        node, have = self.env[o.uid]
+        return self.r.transposed(node, self._to(have, perm), self.memo)
+
+    def copies(self, o: Node, perm: Perm) -> bool:
+        """Whether reading ``o`` as ``perm`` adds a transpose."""
+        node, have = self.env[o.uid]
+        return self.r.copies(node, self._to(have, perm), self.memo)
+
+    @staticmethod
+    def _to(have: Perm, want: Perm) -> Perm:
+        return tuple(have.index(p) for p in want)
+
+
+def _is_tensor(n: Node) -> bool:
+    return isinstance(n.type, TensorType)
+
+
+def _rank(n: Node) -> int:
+    return len(n.shape) if _is_tensor(n) else 0
+
+
+def _is_elementwise(n: Node) -> bool:
+    return (n.traits.elementwise and not n.traits.side_effect and _is_tensor(n)
+            and all(_is_tensor(o) and o.shape == n.shape for o in n.operands))
+
+
+def _operand_perm(n: Node, s: _Scope) -> Perm | None:
+    """The first non-program layout among ``n``'s operands (None: all in the program's)."""
+    for o in n.operands:
+        perm = s.env[o.uid][1]
+        if perm != _identity(len(perm)):
+            return perm
+    return None
+
+
+def _elementwise(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """An elementwise op runs in the layout of its operands that adds the fewest transposes;
+    on a tie, the device's where the value goes on to a convolution, else the program's (a
+    weight update reads the weight gradient in the program's layout, and the weight and
+    its momentum are not copied into another)."""
+    ident = _identity(len(n.shape))
+    candidates = list(dict.fromkeys(s.env[o.uid][1] for o in n.operands))
+    if candidates == [ident]:
+        return None
+    cost = {p: sum(s.copies(o, p) for o in n.operands) for p in candidates}
+    least = min(cost.values())
+    best = [p for p in candidates if cost[p] == least]
+    moved = [p for p in best if p != ident]
+    perm = moved[0] if moved and (n.uid in s.bound or ident not in best) else ident
+    if perm == ident:
+        return None
+    return like(n, n.op, [s.get(o, perm) for o in n.operands], **n.attr), perm
+
+
+def _reduce(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A reduction over the same program dims, renumbered; the kept dims keep their order."""
+    perm = _operand_perm(n, s)
+    if perm is None:
+        return None
+    axes = n.attr["axes"]
+    where = inverse(perm)
+    kept = [p for p in perm if p not in axes]
+    out_perm = tuple(p - sum(a < p for a in axes) for p in kept)
+    m = like(n, Op.REDUCE, [s.get(n.operands[0], perm)], kind=n.attr["kind"],
+             axes=tuple(sorted(where[a] for a in axes)))
+    return m, out_perm
+
+
+def _reduce_window(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A window per program dim, its attributes permuted with the dims."""
+    perm = _operand_perm(n, s)
+    if perm is None:
+        return None
+    attrs = dict(n.attr)
+    for name in REDUCE_WINDOW_ATTRS:
+        attrs[name] = tuple(n.attr[name][p] for p in perm)
+    return like(n, Op.REDUCE_WINDOW, [s.get(n.operands[0], perm)], **attrs), perm
+
+
+def _transpose(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A transpose of a relaid-out value is no op: its operand, in a layout of its result."""
+    node, have = s.env[n.operands[0].uid]
+    if have == _identity(len(have)):
+        return None
+    pt = n.attr["permutation"]
+    return node, tuple(pt.index(p) for p in have)
+
+
+def _convolution(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A convolution in the preferred layout, when the device claims it there."""
+    perms = {side: preferred_perm(n, side, getattr(r.pref, side)) for side in _DIMS}
+    if all(p == _identity(len(p)) for p in perms.values()):
+        return None
+    kernel = s.get(n.operands[1], perms["rhs"])
+    if kernel.op is Op.TRANSPOSE and _pixels(n) < r.pref.kernel_copy_min_pixels:
+        return None  # the per-call copy of the weights would cost more than the layout gains
+    m = relaid_convolution(n, s.get(n.operands[0], perms["lhs"]), kernel, perms)
+    if r.claims is not None and not r.claims(m):
+        return None
+    r.changed = True
+    return m, perms["out"]
+
+
+def _pixels(conv: Node) -> int:
+    """Output positions of a convolution: batch x spatial (its elements per feature)."""
+    return int(np.prod(conv.shape)) // max(conv.shape[conv.attr["output_feature_dimension"]], 1)
+
+
+_RULES: dict[Op, Callable[[_Relayout, Node, _Scope], tuple[Node, Perm] | None]] = {
+    Op.CONVOLUTION: _convolution,
+    Op.REDUCE: _reduce,
+    Op.REDUCE_WINDOW: _reduce_window,
+    Op.TRANSPOSE: _transpose,
+}
+
+
+def assign_conv_layouts(comp: Computation, pref: ConvLayout, claims: Callable[[Node], bool] | None = None
+                        ) -> Computation:
+    """``comp`` with every convolution in ``pref``'s layout (see the module docstring);
+    ``comp`` itself when no convolution changes."""
+    if not pref.any:
+        return comp
+    r = _Relayout(pref, claims)
+    out = r.computation(comp)
+    return out if r.changed else comp

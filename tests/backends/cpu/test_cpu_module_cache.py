@@ -1,0 +1,182 @@
+"""The optimized module in the persistent compile cache (axle.module_cache): a later
+compile of the same traced module skips the optimizer and gets the same module (fusion
+records included) and the same results; a truncated, bit-flipped or unparsable entry is
+optimized again; a setting, the pipeline or the code changing is another key; two
+processes filling one cache at once leave whole entries; and a new process keys the object
+code by the optimized module's digest (no kernel described)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle import module_cache
+from axle.config import config
+from axle.device_compile import compile_on_device, expand_for
+
+DEV = "cpu:0"
+
+
+def _counts() -> dict[str, int]:
+    s = axle.stats()
+    return {k[len("disk_cache_"):]: s[k] for k in s if k.startswith("disk_cache_")}
+
+
+def _step(x, w):  # noqa: ANN001, ANN202
+    h = anp.tanh(x @ w + 1)
+    return h - axle.nn.logsumexp(h, axis=1, keepdims=True)
+
+
+X = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+W = np.random.default_rng(1).standard_normal((16, 4)).astype(np.float32)
+
+
+def _traced():  # noqa: ANN202
+    return axle.jit(_step, device=DEV).lower(X, W).module
+
+
+def _compile():  # noqa: ANN202
+    return compile_on_device(_traced(), axle.device(DEV))
+
+
+def _run(exe) -> np.ndarray:  # noqa: ANN001
+    dev = axle.device(DEV)
+    backend = axle.REGISTRY.backend_for(dev)
+    out = exe.execute([backend.to_device(X, dev), backend.to_device(W, dev)])
+    return backend.to_host(out[0])
+
+
+def _entry(root) -> str:  # noqa: ANN001
+    (name,) = os.listdir(root / "module")
+    return str(root / "module" / name)
+
+
+def test_a_second_compile_loads_the_optimized_module(compile_cache, monkeypatch) -> None:
+    axle.reset_stats()
+    exe, optimized = _compile()
+    assert _counts()["writes"] >= 1 and os.listdir(compile_cache / "module")
+    want = _run(exe)
+
+    def no_passes(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the optimizer ran on a cached module")
+
+    monkeypatch.setattr("axle.device_compile.optimize_for", no_passes)
+    axle.reset_stats()
+    exe2, loaded = _compile()
+    assert _counts()["hits"] >= 1 and _counts()["misses"] == 0
+    assert loaded.as_text() == optimized.as_text()
+    assert loaded.fusion_records == optimized.fusion_records and loaded.fusion_records
+    for r in loaded.fusion_records:  # bound to the loaded module's fused computations
+        assert loaded.fusion_record(next(n for c in loaded.computations() for n in c.nodes
+                                         if n.op.value == "fusion" and n.attr["computation"] is r.computation)) is r
+    np.testing.assert_array_equal(_run(exe2), want)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a bit", "not a module"])
+def test_a_damaged_entry_is_optimized_again(compile_cache, damage: str) -> None:
+    exe, optimized = _compile()
+    want = _run(exe)
+    path = _entry(compile_cache)
+    if damage == "not a module":  # a whole entry (right checksums) whose text does not parse
+        key = module_cache.module_key(expand_for(_traced(), axle.device(DEV))[0], axle.device(DEV),
+                                      axle.REGISTRY.backend_for(axle.device(DEV)))
+        module_cache.store(key, json.dumps({"module": "module @m\n%bad", "records": []}).encode())
+    else:
+        data = bytearray(open(path, "rb").read())
+        if damage == "truncate":
+            data = data[: len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0x10
+        open(path, "wb").write(bytes(data))
+    axle.reset_stats()
+    exe2, again = _compile()
+    assert _counts()["corrupt"] == 1 and _counts()["writes"] >= 1  # optimized and stored again
+    assert again.as_text() == optimized.as_text()
+    np.testing.assert_array_equal(_run(exe2), want)
+    axle.reset_stats()
+    _compile()
+    assert _counts()["corrupt"] == 0 and _counts()["misses"] == 0
+
+
+def test_the_key_changes_with_settings_pipeline_and_code(monkeypatch) -> None:
+    dev = axle.device(DEV)
+    backend = axle.REGISTRY.backend_for(dev)
+    module = expand_for(_traced(), dev)[0]
+    base = module_cache.module_key(module, dev, backend)
+    assert module_cache.module_key(expand_for(_traced(), dev)[0], dev, backend) == base
+    other = expand_for(axle.jit(_step, device=DEV).lower(X[:4], W).module, dev)[0]
+    assert module_cache.module_key(other, dev, backend) != base  # another shape
+    changes = [
+        lambda: monkeypatch.setattr(config, "disable_passes", "cse"),
+        lambda: monkeypatch.setitem(config.backend_flags, "cpu_blas", "true"),
+        lambda: monkeypatch.setattr(type(backend), "passes", lambda self: [axle.passes.FunctionPass("x", lambda m: m)]),
+        lambda: monkeypatch.setattr(module_cache, "code_version", lambda *dirs: "edited"),
+        lambda: monkeypatch.setattr(module_cache, "FORMAT", "axle-optimized-module-0"),
+    ]
+    for change in changes:
+        change()
+        assert module_cache.module_key(module, dev, backend) != base
+        monkeypatch.undo()
+        assert module_cache.module_key(module, dev, backend) == base
+
+
+def test_off_reads_and_writes_no_module(compile_cache, monkeypatch) -> None:
+    monkeypatch.setattr(config, "compile_cache", "off")
+    axle.reset_stats()
+    _compile()
+    assert not compile_cache.exists() and _counts()["writes"] == 0 and _counts()["hits"] == 0
+
+
+PROGRAM = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import axle, axle.numpy as anp
+
+    def step(x, w):
+        h = anp.tanh(x @ w + 1)
+        return h - axle.nn.logsumexp(h, axis=1, keepdims=True), (x * x).sum(axis=0)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    got = axle.jit(step, device="cpu:0")(x, w)
+    s = axle.stats()
+    print(json.dumps({"out": [np.asarray(g).tobytes().hex() for g in got],
+                      **{k: s[k] for k in s if k.startswith("disk_cache_")}}))
+""")
+
+
+def _start(cache: str) -> subprocess.Popen:
+    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "cpu"}
+    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _answer(p: subprocess.Popen) -> dict:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path) -> None:
+    """The cache off; two processes filling an empty cache at the same time (both write
+    every entry: one whole entry stays); then a new process: the same bits each time, and
+    the last one optimizes and compiles nothing (its object code keyed by the module's
+    digest)."""
+    cache = str(tmp_path / "c")
+    off = _answer(_start("off"))
+    fills = [_answer(p) for p in [_start(cache), _start(cache)]]
+    hit = _answer(_start(cache))
+    assert off["out"] == fills[0]["out"] == fills[1]["out"] == hit["out"]
+    entries = sum(len(files) for _, _, files in os.walk(cache))
+    # the module, its object code and the native step runner's
+    assert entries >= 3 and all(f["disk_cache_writes"] >= 1 and f["disk_cache_corrupt"] == 0 for f in fills)
+    assert hit["disk_cache_hits"] == entries and hit["disk_cache_misses"] == 0
+    assert hit["disk_cache_writes"] == 0 and hit["disk_cache_corrupt"] == 0
