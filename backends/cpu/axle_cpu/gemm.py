@@ -9,7 +9,8 @@ constant table of offsets otherwise; packing reads through those maps.
 
 The loop nest, per batch, over a range of rows and of columns of C given by the common
 kernel signature (``[o0, o1)`` is the rows, or the columns for a wide C: ``GemmSpec.
-columns_outer``), so the thread pool splits it like any other kernel::
+columns_outer``, counted in NR-wide panels; whole batches for ``GemmSpec.batch_outer``),
+so the thread pool splits it like any other kernel::
 
     for jc in N step NC:                      B panel  KC x NC
       for pc in K step KC:
@@ -84,6 +85,9 @@ from .mathfns import intrinsic
 STACK_BUDGET = 1152 * 1024
 #: from this many output columns, threads split a dot by columns (GemmSpec.columns_outer)
 COLUMNS_OUTER_MIN = 256
+#: the same for a convolution whose columns are pixels (NCHW): split by rows, every thread
+#: chunk packs all the patches (a 14x14 map's, for 196 columns), split by columns only its own
+CONV_COLUMNS_OUTER_MIN = 128
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
 #: split K across threads from this long a K, this many times the output's longer side
@@ -339,14 +343,33 @@ class GemmSpec(KernelSpec):
         output's columns rather than its rows: for a wide C whose A is read in place,
         threads then share no packing work (split by rows, each would pack all of B)."""
         lay = self.layout
-        return (lay.n >= COLUMNS_OUTER_MIN and not _accumulates(self.dot, self.comp.root)
+        wide = CONV_COLUMNS_OUTER_MIN if lay.b_win is not None else COLUMNS_OUTER_MIN
+        return (lay.n >= wide and not _accumulates(self.dot, self.comp.root)
                 and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None)
+
+    @functools.cached_property
+    def batch_outer(self) -> bool:
+        """Whether A is packed once per K block for all the batches (``_shares_a``); the
+        kernel's rows are then whole batches, so a thread's range never splits one."""
+        return _shares_a(self.dot, self.comp.root, self.layout, self.vector_bits or _host_bits())
+
+    @functools.cached_property
+    def column_unit(self) -> int:
+        """Output columns per unit of the kernel's column range: NR (a micro-tile's width)
+        when threads split the columns (``columns_outer``), so that a thread's share is
+        whole NR-wide panels; cut anywhere, a 196-column C in 8 shares of 24 columns ran
+        its 64-wide tiles with 24 of them used."""
+        if not self.columns_outer:
+            return 1
+        return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
+        if self.batch_outer:
+            return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
-        return (cols, rows) if self.columns_outer else (rows, cols)
+        return (-(-cols // self.column_unit), rows) if self.columns_outer else (rows, cols)
 
     @property
     def split_reduce_size(self) -> int:
@@ -366,6 +389,33 @@ class GemmSpec(KernelSpec):
     @property
     def reduce_split_first(self) -> bool:
         return self.split_reduce_size > 0
+
+
+def _host_bits() -> int:
+    from .target import host
+
+    return host().vector_bits
+
+
+def _shares_a(dot: Node, out: Node, lay: Layout, vector_bits: int) -> bool:
+    """A is one matrix for every batch (batch offsets 0: a convolution's kernel under an
+    NCHW output's batch, or a weight gradient's output-gradient operand under its channel
+    batch) that has to be packed (its offsets are tables), so packing it per batch, as
+    the per-batch loop nest does, repeats the same work ``batch`` times: a weight gradient
+    ``dw[c, o, kh, kw]`` of a 64-channel layer packed its 2M-element output gradient 64
+    times for 9 columns each. Then the K blocks go outside the batches and each A block,
+    all M rows of it, is packed once (its bytes and a B panel within ``STACK_BUDGET``)."""
+    if lay.batch < 2 or 0 in (lay.m, lay.n, lay.k) or lay.a_win is not None:
+        return False
+    if lay.a_b.table is not None or lay.a_b.stride != 0:
+        return False  # a matrix per batch
+    if lay.rowdot or (lay.dense and lay.n == 1) or _accumulates(dot, out):
+        return False  # the matrix-vector paths; the float16 path's own loop order
+    if lay.a_m.table is None and lay.a_k.table is None:
+        return False  # read in place: nothing is packed
+    t = tiles(dot.dtype, vector_bits, lay)
+    size = compute_bits(dot.dtype) // 8
+    return (_round_up(lay.m, t.mr) + t.nc) * t.kc * size <= STACK_BUDGET
 
 
 def _accumulates(dot: Node, out: Node) -> bool:
@@ -527,7 +577,10 @@ class _Gen:
             g = ir.GlobalVariable(mod, at, name=mod.get_unique_name(f"{self.fn.name}.{name}"))
             g.global_constant = True
             g.linkage = "internal"
-            g.initializer = ir.Constant(at, [ir.Constant(I64, v) for v in o.table] or [ir.Constant(I64, 0)])
+            # formatted once: a convolution's tables run to tens of thousands of entries
+            # (K = N x H x W of a weight gradient), and a Constant per entry, formatted one
+            # by one, was most of such a kernel's code generation time
+            g.initializer = ir.FormattedConstant(at, "[" + ", ".join(f"i64 {v}" for v in o.table or (0,)) + "]")
             self._tables[o.table] = g
         return self.b.load(self.gep(g, I64, i), typ=I64)
 
@@ -576,6 +629,11 @@ class _Emitter:
         self.k_lo, self.k_hi = r0, self.g.min(r1, _c(lay.k))
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
+        if spec.columns_outer:  # the range counts NR-wide panels
+            unit = spec.column_unit
+            self.c0 = self.g.b.mul(o0, _c(unit))
+            self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(lay.n))
+        self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
@@ -670,6 +728,9 @@ class _Emitter:
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
                 g.loop(_c(0), _c(self.ind_seg), 1,
                        lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+            elif self.batch_outer:  # all M rows of a K block
+                self.ap = b.alloca(self.ct, size=_c(_round_up(lay.m, t.mr) * t.kc))
+                self.ap.align = 64
             elif not self.direct_a:
                 self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
                 self.ap.align = 64
@@ -679,6 +740,10 @@ class _Emitter:
             if self.accumulate:
                 self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
+        if self.batch_outer:
+            self._batches_shared_a(a_ptr, b_ptr, c_ptr)
+            b.ret_void()
+            return self.fn
         # the batches that rows [o0, o1) of the output (as [Bt*M, N], in the spec's
         # orientation: swapped, those rows are this product's columns) touch
         rows = lay.n if self.swap else lay.m
@@ -706,6 +771,36 @@ class _Emitter:
         g.loop(b_lo, b_hi, 1, per_batch, "batch")
         b.ret_void()
         return self.fn
+
+    def _batches_shared_a(self, a_ptr: ir.Value, b_ptr: ir.Value, c_ptr: ir.Value) -> None:
+        """Batches [r0, r1) (whole batches: ``GemmSpec.batch_outer``), columns [c0, c1):
+        per K block, A (the same in every batch) is packed once, all M rows, then each
+        batch packs its B panels and adds its tiles, as ``_gemm2d`` does per batch."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        ldc = _c(lay.c_ld)
+
+        def pc_body(pc: ir.Value) -> None:
+            kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
+            a_blk = self._pack_a(a_ptr, _c(0), _c(lay.m), pc, kc)
+            first = b.icmp_signed("==", pc, self.k_lo)
+            last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
+
+            def per_batch(bi: ir.Value) -> None:
+                b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
+                self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
+                c_base = g.gep(c_ptr, self.st, self.c_off)
+
+                def jc_body(jc: ir.Value) -> None:
+                    nc = g.min(_c(t.nc), b.sub(self.c1, jc))
+                    b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    self._macro(a_blk, b_blk, _c(0), kc, _c(lay.m), nc, g.gep(c_base, self.st, jc), ldc, first,
+                                self.st, last)
+
+                g.loop(self.c0, self.c1, t.nc, jc_body, "jc")
+
+            g.loop(self.r0, self.r1, 1, per_batch, "batch")
+
+        g.loop(self.k_lo, self.k_hi, t.kc, pc_body, "pc")
 
     def _zero_fill(self, c_ptr: ir.Value) -> None:
         """K = 0: the output is zeros (M or N = 0: nothing to write)."""

@@ -96,6 +96,13 @@ CONFIGS = [
      _window(2, strides=(3, 1), low=(1, 0), high=(1, 0))),
     ("size-1-spatial-outside-the-pixels-runs", (3, 5, 2, 16), (16, 3, 1, 3), ("NHWC", "IWHO", "WNCH"),
      _window(2, strides=(3, 3), low=(1, 0), high=(1, 0))),
+    # a packed kernel shared by every batch (GemmSpec.batch_outer): an NCHW weight gradient
+    # (the images are the input features, K = 8 x 12 x 12 in several K blocks, the input's
+    # channels the output's batch) and an input gradient's transposed kernel (IOHW)
+    ("weight-gradient-nchw", (8, 6, 12, 12), (8, 5, 12, 12), ("CNHW", "IOHW", "NCHW"), _window(2, low=(1, 1),
+                                                                                               high=(1, 1))),
+    ("transposed-kernel-batch", (3, 7, 5, 5), (7, 9, 3, 3), ("NCHW", "IOHW", "NCHW"),
+     _window(2, lhs=(2, 2), low=(1, 1), high=(2, 2))),
 ]
 DTYPES = [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64]
 
@@ -187,7 +194,8 @@ def _kernel(m: Module, vector_bits: int = 0):  # noqa: ANN202
 
 
 @pytest.mark.parametrize("name", ["2d-nhwc-same", "2d-nchw-same", "grouped-nchw", "batch-groups-nhwc",
-                                  "several-k-blocks-nchw", "several-k-blocks-nhwc", "indirect-batch-groups"])
+                                  "several-k-blocks-nchw", "several-k-blocks-nhwc", "indirect-batch-groups",
+                                  "weight-gradient-nchw", "nchw-wide-rows"])
 def test_conv_disjoint_ranges(name: str) -> None:
     """Thread splits: disjoint pieces of the outer range (pixels or output features,
     across images and groups) and of the inner one give exactly the single-call result."""
@@ -208,13 +216,47 @@ def test_conv_disjoint_ranges(name: str) -> None:
     np.testing.assert_array_equal(pieces, whole)
 
 
+@pytest.mark.parametrize(("name", "shared"), [("weight-gradient-nchw", True), ("transposed-kernel-batch", True),
+                                              ("2d-nchw-same", False), ("2d-nhwc-same", False)])
+def test_packed_kernel_shared_by_the_batches(name: str, shared: bool) -> None:
+    """A kernel operand that must be packed (its K offsets are a table) and is the same for
+    every batch of the GEMM is packed once per K block for all the batches, whose loop
+    rows are then whole batches; a kernel read in place (OIHW under NCHW, HWIO under NHWC)
+    or an NHWC batch (merged into the pixel rows) keeps the per-batch loop nest."""
+    m = conv_module(next(c for c in CONFIGS if c[0] == name), DType.FLOAT32)
+    _jit, _fn, (outer, inner) = _kernel(m)
+    from axle_cpu.plan import build_plan
+
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    assert spec.batch_outer is shared
+    lay = spec.layout
+    assert (outer, inner) == ((lay.batch, lay.n) if shared else spec.loop_sizes)
+
+
+def test_nchw_patch_columns_split_by_threads() -> None:
+    """From 128 pixel columns (a 14x14 map) with the kernel read in place, threads split an
+    NCHW convolution by columns, whole NR-wide panels each, so each packs only its own
+    patches (split by rows, every thread would pack them all); fewer columns (a 7x7 map)
+    stay split by rows."""
+    from axle_cpu.plan import build_plan
+
+    wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 5 x 40 pixels
+    narrow = conv_module(next(c for c in CONFIGS if c[0] == "2d-nchw-same"), DType.FLOAT32)  # 9 x 7
+    (w_spec,) = build_plan(wide, arena=False).kernels.values()
+    (n_spec,) = build_plan(narrow, arena=False).kernels.values()
+    # the column range counts NR-wide panels: a thread's share is whole micro-tiles
+    assert w_spec.columns_outer and w_spec.column_unit > 1
+    assert w_spec.loop_sizes == (-(-200 // w_spec.column_unit), 2 * 4)
+    assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
+
+
 @pytest.mark.parametrize("vector_bits", [256, 128])
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16])
 def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
     """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
     (run here on the host)."""
     for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
-                 "several-k-blocks-nhwc", "nchw-wide-rows"):
+                 "several-k-blocks-nhwc", "nchw-wide-rows", "weight-gradient-nchw"):
         m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
         xs = conv_inputs(m)
         _jit, fn, (outer, inner) = _kernel(m, vector_bits)
