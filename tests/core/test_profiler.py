@@ -127,7 +127,9 @@ def test_seed_jit_is_one_fused_kernel_event():
     assert kernel["name"] == "fusion [add, multiply, reduce]"
 
 
-def test_spans_for_tracing_optimizer_compile_and_transfers():
+def test_spans_for_tracing_optimizer_compile_and_transfers(compile_cache):  # noqa: ANN001
+    # a cache of its own: an optimized module another test left in the session's cache
+    # would be loaded, and no optimizer pass would run (nor show)
     x, y, z = _seed_inputs()
     with axle.device(DEV), profiler.trace() as events:
         out = axle.jit(model_fn)(x, y, z)
