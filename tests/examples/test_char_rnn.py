@@ -3,7 +3,7 @@ original's loss curve with one compile; the autodiff gradient equals the hand-wr
 from __future__ import annotations
 
 import numpy as np
-from conftest import load_example
+from example_loader import load_example
 
 import axle
 import axle.numpy as anp

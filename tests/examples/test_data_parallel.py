@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import EXAMPLES, load_example
+from example_loader import EXAMPLES, load_example
 
 
 def test_four_replicas_train_like_one_device() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import EXAMPLES
+from example_loader import EXAMPLES
 
 import axle
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import load_example
+from example_loader import load_example
 
 D = load_example("digits_cnn")
 

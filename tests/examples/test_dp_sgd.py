@@ -3,7 +3,7 @@ noise, mean), training lowers the loss, and the kernels per step do not depend o
 from __future__ import annotations
 
 import numpy as np
-from conftest import load_example
+from example_loader import load_example
 
 import axle
 

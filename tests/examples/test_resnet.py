@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import resnet_numpy as ref
-from conftest import load_example
+from example_loader import load_example
 
 import axle
 from axle.tree_util import tree_leaves, tree_map
