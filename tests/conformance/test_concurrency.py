@@ -22,6 +22,7 @@ BACKENDS = sorted(axle.REGISTRY.backends())
 SCRIPT = textwrap.dedent("""
     import sys, threading
     import numpy as np
+    import numpy.testing  # NumPy's lazy submodule import is not thread-safe (RecursionError)
     backend, loaded = sys.argv[1], sys.argv[2] == "1"
     if loaded:
         sys.setswitchinterval(1e-6)  # preempt threads inside every critical section

@@ -37,7 +37,7 @@ def test_plain():
 def _collect(tmp_path: Path, *args: str, ci: bool = False) -> subprocess.CompletedProcess:
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}  # e.g. -v: another listing
     if ci:
         env["CI"] = "true"
     return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
