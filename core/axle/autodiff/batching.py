@@ -31,6 +31,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import OPS, Op
 from ..ir.types import TensorType
+from .axes import move_axis
 from .collective_rules import COLLECTIVE_BATCH
 from .control_batching import CONTROL_BATCH
 
@@ -49,15 +50,6 @@ def _all_batched(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) ->
 
 def _shift(dims: Sequence[int]) -> tuple[int, ...]:
     return tuple(d + 1 for d in dims)
-
-
-def move_axis(x: Value, src: int, dst: int, rank: int) -> Value:
-    """``x`` with its dimension ``src`` moved to position ``dst`` (a transpose, or x itself)."""
-    if src == dst:
-        return x
-    perm = [d for d in range(rank) if d != src]
-    perm.insert(dst, src)
-    return lax.transpose(x, perm)
 
 
 def _elementwise(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:

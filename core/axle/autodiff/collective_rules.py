@@ -26,6 +26,7 @@ from ..ir.computation import called_computations
 from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import Op
+from .axes import move_axis
 
 Value = Any
 Tangent = Value | None
@@ -231,10 +232,7 @@ def _operand(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> tup
 
 
 def _move(x: Value, src: int, dst: int) -> Value:
-    rank = len(aval_of(x).shape)
-    perm = [d for d in range(rank) if d != src]
-    perm.insert(dst, src)
-    return x if src == dst else lax.transpose(x, perm)
+    return move_axis(x, src, dst, len(aval_of(x).shape))
 
 
 def _replica_all_reduce(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
