@@ -629,10 +629,10 @@ class _Emitter:
         self.k_lo, self.k_hi = r0, self.g.min(r1, _c(lay.k))
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
-        if spec.columns_outer:  # the range counts NR-wide panels
-            unit = spec.column_unit
+        if spec.columns_outer:  # the range counts NR-wide panels of the spec's columns
+            unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
-            self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(lay.n))
+            self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
         self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)

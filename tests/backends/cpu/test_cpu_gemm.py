@@ -93,6 +93,10 @@ SHAPES = [
     ("matvec-t", (67, 129), (67,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
     ("vecmat", (67,), (67, 129), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
     ("vecmat-t", (67,), (129, 67), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
+    # wide enough (N >= COLUMNS_OUTER_MIN) that threads split the columns, computed swapped
+    # as row dots: the column range is the spec's N, not the swapped product's
+    ("vecmat-t-wide", (1, 45), (300, 45), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
+    ("vecmat-t-wide-1d", (45,), (257, 45), dict(lhs_contracting=(0,), rhs_contracting=(1,))),
     ("vecvec", (129,), (129,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
     ("outer", (7,), (33,), dict(lhs_contracting=(), rhs_contracting=())),
     ("batched-matvec", (3, 17, 33), (3, 33),
@@ -164,7 +168,8 @@ def _call(fn, xs: list[np.ndarray], out: np.ndarray, ranges: list[tuple[int, int
                                                    rhs_contracting=(1,))),
     ("matvec", (3, 37, 45), (3, 45), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
     ("matvec-t", (3, 45, 37), (45, 3), dict(lhs_batch=(0,), rhs_batch=(1,), lhs_contracting=(1,), rhs_contracting=(0,))),
-], ids=["batch", "batch-wide", "matvec", "matvec-t"])
+    ("vecmat-t-wide", (1, 45), (300, 45), dict(lhs_contracting=(1,), rhs_contracting=(1,))),
+], ids=["batch", "batch-wide", "matvec", "matvec-t", "vecmat-t-wide"])
 def test_gemm_disjoint_ranges(name, ls, rs, attrs, dt) -> None:  # noqa: ANN001
     """Thread splits: disjoint pieces of the outer range (rows of the [batch*M, N] output,
     crossing batch boundaries; or columns for a wide output) and of the inner range give
@@ -176,7 +181,7 @@ def test_gemm_disjoint_ranges(name, ls, rs, attrs, dt) -> None:  # noqa: ANN001
     whole = np.zeros(shape, xs[0].dtype)
     _call(fn, xs, whole, [(0, outer, 0, inner)])
     check_dot(m, xs, whole)
-    cuts = sorted({0, 5, outer // 3, outer // 3 + 1, 74 % outer, max(outer - 7, 0), outer})
+    cuts = sorted({0, min(5, outer), outer // 3, outer // 3 + 1, 74 % outer, max(outer - 7, 0), outer})
     pieces = np.full(shape, 99, xs[0].dtype)
     _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
     np.testing.assert_array_equal(pieces, whole)
