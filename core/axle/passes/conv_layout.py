@@ -16,8 +16,9 @@ ConvertLayout:
 * anything else (dots, reshapes, slices, the results) reads the program's layout through
   one transpose per value, shared by all its readers;
 * a transpose is folded where it is free: into a transpose under it (composed), a
-  constant (transposed once, at compile time), a broadcast (its dims renumbered) or a
-  reshape (when it only moves unit dims).
+  constant (transposed once, at compile time), a broadcast (its dims renumbered), an
+  elementwise op of such values (computed in the new layout) or a reshape (when it only
+  moves unit dims).
 
 A rewritten convolution the device would refuse (its capability predicate) is left as it
 was. Results agree with the interpreter within the convolution's summation tolerance only
@@ -161,6 +162,9 @@ class _Relayout:
             order = tuple(sorted(range(len(dims)), key=dims.__getitem__))
             inner = self.transposed(x.operands[0], order, memo)
             return like(x, Op.BROADCAST_IN_DIM, [inner], shape=shape, broadcast_dimensions=tuple(sorted(dims)))
+        if _is_elementwise(x) and not any(self.copies(o, perm, memo) for o in x.operands):
+            # of broadcasts and constants (a pooling's gradient, say): computed in the layout
+            return like(x, x.op, [self.transposed(o, perm, memo) for o in x.operands], **x.attr)
         if _moves_unit_dims_only(x.shape, perm):
             src = x.operands[0] if x.op is Op.RESHAPE else x
             return src if src.shape == shape else like(x, Op.RESHAPE, [src], shape=shape)
@@ -173,6 +177,8 @@ class _Relayout:
         if x.op is Op.TRANSPOSE:
             inner = x.attr["permutation"]
             return self.copies(x.operands[0], tuple(inner[p] for p in perm), memo)
+        if _is_elementwise(x) and not any(self.copies(o, perm, memo) for o in x.operands):
+            return False
         return x.op not in (Op.CONSTANT, Op.BROADCAST_IN_DIM) and not _moves_unit_dims_only(x.shape, perm)
 
     # -- the traversal -------------------------------------------------------------
@@ -201,7 +207,8 @@ class _Relayout:
 
 #: ops a layout passes through (their operand's layout is theirs): a value read through
 #: them by a convolution is on its way to the device layout
-_TRANSPARENT = frozenset({Op.REDUCE_WINDOW, Op.TRANSPOSE, Op.REVERSE})
+_TRANSPARENT = frozenset({Op.REDUCE_WINDOW, Op.TRANSPOSE, Op.REVERSE, Op.SLICE, Op.PAD, Op.CONCATENATE,
+                          Op.RESHAPE})
 
 
 def _conv_bound(comp: Computation) -> set[int]:
@@ -217,6 +224,25 @@ def _conv_bound(comp: Computation) -> set[int]:
     return bound
 
 
+def _kernel_source(x: Node) -> Node:
+    """The value a kernel operand is read from: through reverses and transposes, which read
+    one copy of it in another layout (an input gradient's flipped kernel)."""
+    while x.op in (Op.REVERSE, Op.TRANSPOSE):
+        x = x.operands[0]
+    return x
+
+
+def _kernel_readers(comp: Computation) -> dict[int, int]:
+    """How many convolutions read each value as their kernel (see :func:`_kernel_source`):
+    a weight's copy serves the forward convolution and the input gradient's."""
+    out: dict[int, int] = {}
+    for n in comp.nodes:
+        if n.op is Op.CONVOLUTION:
+            uid = _kernel_source(n.operands[1]).uid
+            out[uid] = out.get(uid, 0) + 1
+    return out
+
+
 class _Scope:
     """The state of one computation's traversal: each value's new node and layout, the
     transposes made so far (shared by all readers) and the values bound for a convolution."""
@@ -227,6 +253,7 @@ class _Scope:
         self.memo: dict[tuple[int, Perm], Node] = {}
         self.bound = _conv_bound(comp)
         self.users = comp.users
+        self.kernel_readers = _kernel_readers(comp)
 
     def get(self, o: Node, perm: Perm) -> Node:
         """The program's value ``o`` laid out as ``perm``."""
@@ -275,21 +302,29 @@ def _operand_perm(n: Node, s: _Scope) -> Perm | None:
     return None
 
 
-def _elementwise(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
-    """An elementwise op runs in the layout of its operands that adds the fewest transposes;
-    on a tie, the device's where the value goes on to a convolution, else the program's (a
-    weight update reads the weight gradient in the program's layout, and the weight and
-    its momentum are not copied into another)."""
+def _common_perm(n: Node, s: _Scope) -> Perm | None:
+    """The layout, among its operands', that ``n`` (elementwise, or a concatenation) runs in:
+    the one that adds the fewest transposes; on a tie, the device's where the value goes on
+    to a convolution, else the program's (a weight update reads the weight gradient in the
+    program's layout, and the weight and its momentum are not copied into another). None:
+    the program's."""
     ident = _identity(len(n.shape))
-    candidates = list(dict.fromkeys(s.env[o.uid][1] for o in n.operands))
+    tensors = [o for o in n.operands if _is_tensor(o)]
+    candidates = list(dict.fromkeys(s.env[o.uid][1] for o in tensors))
     if candidates == [ident]:
         return None
-    cost = {p: sum(s.copies(o, p) for o in n.operands) for p in candidates}
+    cost = {p: sum(s.copies(o, p) for o in tensors) for p in candidates}
     least = min(cost.values())
     best = [p for p in candidates if cost[p] == least]
     moved = [p for p in best if p != ident]
     perm = moved[0] if moved and (n.uid in s.bound or ident not in best) else ident
-    if perm == ident:
+    return None if perm == ident else perm
+
+
+def _elementwise(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """An elementwise op runs in its operands' layout (:func:`_common_perm`)."""
+    perm = _common_perm(n, s)
+    if perm is None:
         return None
     return like(n, n.op, [s.get(o, perm) for o in n.operands], **n.attr), perm
 
@@ -326,6 +361,82 @@ def _transpose(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
         return None
     pt = n.attr["permutation"]
     return node, tuple(pt.index(p) for p in have)
+
+
+def _slice(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A slice of each program dim, its bounds permuted with the dims."""
+    perm = _operand_perm(n, s)
+    if perm is None:
+        return None
+    attrs = {k: tuple(n.attr[k][p] for p in perm) for k in ("start", "limit", "stride")}
+    return like(n, Op.SLICE, [s.get(n.operands[0], perm)], **attrs), perm
+
+
+def _pad(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """Padding of each program dim (the scalar padding value has no layout)."""
+    x, value = n.operands
+    perm = s.env[x.uid][1]
+    if perm == _identity(len(perm)):
+        return None
+    attrs = {k: tuple(n.attr[k][p] for p in perm) for k in ("low", "high", "interior")}
+    return like(n, Op.PAD, [s.get(x, perm), s.env[value.uid][0]], **attrs), perm
+
+
+def _concatenate(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A concatenation in its operands' layout (:func:`_common_perm`), along the same
+    program dim."""
+    perm = _common_perm(n, s)
+    if perm is None:
+        return None
+    return (like(n, Op.CONCATENATE, [s.get(o, perm) for o in n.operands],
+                 dimension=inverse(perm)[n.attr["dimension"]]), perm)
+
+
+def reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """A row-major reshape from ``src`` to ``dst`` as groups of consecutive dims, each group of
+    ``src`` dims merged and split into its group of ``dst`` dims (trailing unit dims join
+    the last group); None for an empty shape."""
+    if 0 in src or not src or not dst:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        gi, gj, pi, pj = [i], [j], src[i], dst[j]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj:
+                gi.append(i)
+                pi, i = pi * src[i], i + 1
+            else:
+                gj.append(j)
+                pj, j = pj * dst[j], j + 1
+        groups.append((gi, gj))
+    groups[-1][0].extend(range(i, len(src)))
+    groups[-1][1].extend(range(j, len(dst)))
+    return groups
+
+
+def _reshape(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
+    """A reshape that only splits and merges dims the layout keeps together and in order
+    (each group of merged dims moved as a whole): the same reshape of the moved groups."""
+    x = n.operands[0]
+    perm = s.env[x.uid][1]
+    if perm == _identity(len(perm)):
+        return None
+    groups = reshape_groups(x.shape, n.shape)
+    if groups is None:
+        return None
+    of = {d: g for g, (gi, _) in enumerate(groups) for d in gi}
+    order: list[int] = []
+    k = 0
+    while k < len(perm):
+        gi = groups[of[perm[k]]][0]
+        if list(perm[k:k + len(gi)]) != gi:
+            return None  # the layout splits or reorders a group: the program's layout
+        order.append(of[perm[k]])
+        k += len(gi)
+    out_perm = tuple(d for g in order for d in groups[g][1])
+    return like(n, Op.RESHAPE, [s.get(x, perm)], shape=tuple(n.shape[d] for d in out_perm)), out_perm
 
 
 def _reverse(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
@@ -384,7 +495,9 @@ def _repaid(r: _Relayout, n: Node, s: _Scope, perms: dict[str, Perm]) -> bool:
     the program's layout. One copy is left out: the input's transpose into the device
     layout where the result goes on to other convolutions, as it starts a chain that stays
     in the device layout (the program's input, say), which a decision about one
-    convolution cannot weigh. So a convolution reading its weights from a parameter moves
+    convolution cannot weigh. A kernel's copy is shared by the convolutions that read the
+    same value as kernel (a training step's forward and input-gradient convolutions), each
+    paying its share. So a convolution reading its weights from a parameter moves
     when it has ``kernel_copy_min_pixels`` output pixels or more, and a weight gradient
     whose operands are already in the device layout moves unless it is small (the
     program's layout would transpose both of them back)."""
@@ -395,7 +508,8 @@ def _repaid(r: _Relayout, n: Node, s: _Scope, perms: dict[str, Perm]) -> bool:
     ident = _identity(len(n.shape))
     chained = n.uid in s.bound
     entering = chained and s.env[lhs.uid][1] == ident
-    moved = (0 if entering else s.copy_size(lhs, perms["lhs"])) + s.copy_size(rhs, perms["rhs"])
+    shared_by = s.kernel_readers.get(_kernel_source(rhs).uid, 1)
+    moved = (0 if entering else s.copy_size(lhs, perms["lhs"])) + s.copy_size(rhs, perms["rhs"]) // shared_by
     if not chained and perms["out"] != ident and _leaves(n, s):
         moved += int(np.prod(n.shape))
     kept = s.copy_size(lhs, ident) + s.copy_size(rhs, ident)
@@ -423,7 +537,7 @@ def _pixels(conv: Node) -> int:
 
 
 #: ops that run in their operand's layout whatever their readers (the elementwise ones aside)
-_CARRIERS = frozenset({Op.REDUCE, Op.REDUCE_WINDOW, Op.TRANSPOSE, Op.REVERSE, Op.CONVOLUTION})
+_CARRIERS = _TRANSPARENT | {Op.REDUCE, Op.CONVOLUTION}
 
 _RULES: dict[Op, Callable[[_Relayout, Node, _Scope], tuple[Node, Perm] | None]] = {
     Op.CONVOLUTION: _convolution,
@@ -431,6 +545,10 @@ _RULES: dict[Op, Callable[[_Relayout, Node, _Scope], tuple[Node, Perm] | None]] 
     Op.REDUCE_WINDOW: _reduce_window,
     Op.TRANSPOSE: _transpose,
     Op.REVERSE: _reverse,
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.CONCATENATE: _concatenate,
+    Op.RESHAPE: _reshape,
 }
 
 
