@@ -9,17 +9,23 @@ ConvertLayout:
 
 * every value is tracked as ``(node, perm)``: the new node holds the program's value
   transposed by ``perm`` (``new.shape[i] == old.shape[perm[i]]``);
-* elementwise ops, ``reduce``, ``reduce_window`` and transposes run in their operand's
-  layout (their dims and window attributes permuted), so a chain conv -> batch norm ->
-  relu -> conv -> pool -> residual add stays in the preferred layout between convolutions
-  and an NCHW ResNet on an NHWC device has transposes only at its input and output;
-* anything else (dots, reshapes, slices, the results) reads the program's layout through
+* elementwise ops, ``reduce``, ``reduce_window``, ``slice``, ``pad``, ``concatenate``,
+  ``reverse``, reshapes that only split and merge dims the layout keeps together and in
+  order, and transposes run in their operand's layout (their dims and attributes
+  permuted), so a chain conv -> batch norm -> relu -> conv -> pool -> residual add stays
+  in the preferred layout between convolutions and an NCHW ResNet on an NHWC device has
+  transposes only at its input and output;
+* anything else (dots, other reshapes, the results) reads the program's layout through
   one transpose per value, shared by all its readers;
 * a transpose is folded where it is free: into a transpose under it (composed), a
   constant (transposed once, at compile time), a broadcast (its dims renumbered), an
   elementwise op of such values (computed in the new layout) or a reshape (when it only
   moves unit dims).
 
+Whether a convolution moves at all is a cost decision in bytes moved (:func:`_repaid`):
+the transposes the preferred layout costs against those the program's costs plus the
+convolution run outside the preferred layout. An input gradient reads the forward
+convolution's copy of the weights, reversed (:func:`_reverse`, :func:`_kernel_as_it_is`).
 A rewritten convolution the device would refuse (its capability predicate) is left as it
 was. Results agree with the interpreter within the convolution's summation tolerance only
 (another layout may sum in another order), like the dot layout rewrite: the pass is
@@ -63,11 +69,14 @@ class ConvLayout:
     program wrote for that operand (e.g. weights that arrive as parameters in the user's
     layout, which a transpose would copy on every call).
 
-    ``kernel_copy_min_pixels``: a kernel that the rewrite would transpose on every call (not
-    a constant, whose transpose folds at compile time) is copied only for a convolution
-    with at least this many output pixels (batch x spatial positions), which repay the copy
-    of each weight with that many multiply-adds in the faster layout; a smaller one keeps
-    the program's layout (e.g. the 7x7 maps of a batch-1 ResNet, whose weights are large)."""
+    ``kernel_copy_min_pixels``: the price of a copy, in multiply-adds run outside the
+    preferred layout per element copied (0: copies are free, every convolution moves). A
+    kernel that the rewrite would transpose on every call (not a constant, whose transpose
+    folds at compile time) is then copied only for a convolution with at least this many
+    output pixels (batch x spatial positions), which repay the copy of each weight with
+    that many multiply-adds in the faster layout; a smaller one keeps the program's layout
+    (e.g. the 7x7 maps of a batch-1 ResNet, whose weights are large). The same price
+    weighs the activations a layout would transpose (the module docstring)."""
 
     lhs: str | None = None
     rhs: str | None = None
