@@ -192,7 +192,16 @@ class _Relayout:
 
     # -- the traversal -------------------------------------------------------------
     def computation(self, comp: Computation) -> Computation:
-        s = _Scope(self, comp)
+        """``comp`` relaid out. Twice: which convolutions move decides where a layout
+        conflict leans (:func:`_conv_bound`), so a first traversal in which every
+        convolution attracts the device's layout finds them, and the second settles the
+        conflicts toward the convolutions that actually moved."""
+        moved: set[int] = set()
+        self._traverse(comp, lambda conv: True, moved)
+        return self._traverse(comp, lambda conv: conv.uid in moved, set())
+
+    def _traverse(self, comp: Computation, moves: Callable[[Node], bool], moved: set[int]) -> Computation:
+        s = _Scope(self, comp, moves, moved)
         for n in comp.nodes:
             if n.op is Op.PARAMETER:
                 s.env[n.uid] = (n, _identity(len(n.shape)) if _is_tensor(n) else ())
@@ -220,15 +229,17 @@ _TRANSPARENT = frozenset({Op.REDUCE_WINDOW, Op.TRANSPOSE, Op.REVERSE, Op.SLICE, 
                           Op.RESHAPE})
 
 
-def _conv_bound(comp: Computation) -> set[int]:
-    """Uids of the values that reach a convolution operand through elementwise ops,
-    reduce-windows and transposes only: there, a layout conflict is settled in favour of
-    the device's layout (elsewhere, of the program's)."""
+def _conv_bound(comp: Computation, moves: Callable[[Node], bool]) -> set[int]:
+    """Uids of the values that reach an operand of a convolution that moves (``moves``)
+    through elementwise ops and the ops that carry a layout only: there, a layout conflict
+    is settled in favour of the device's layout (elsewhere, of the program's, so that a
+    residual add between a stage that moved and one that did not does not flip to the
+    device's layout for one 1x1 shortcut)."""
     users = comp.users
     bound: set[int] = set()
     for n in reversed(comp.nodes):
-        if any(u.op is Op.CONVOLUTION or (u.uid in bound and (u.op in _TRANSPARENT or _is_elementwise(u)))
-               for u in users[n.uid]):
+        if any((u.op is Op.CONVOLUTION and moves(u))
+               or (u.uid in bound and (u.op in _TRANSPARENT or _is_elementwise(u))) for u in users[n.uid]):
             bound.add(n.uid)
     return bound
 
@@ -252,17 +263,29 @@ def _kernel_readers(comp: Computation) -> dict[int, int]:
     return out
 
 
+def _after_conv(comp: Computation) -> set[int]:
+    """Uids of the values computed from a convolution's result."""
+    out: set[int] = set()
+    for n in comp.nodes:
+        if any(o.op is Op.CONVOLUTION or o.uid in out for o in n.operands):
+            out.add(n.uid)
+    return out
+
+
 class _Scope:
     """The state of one computation's traversal: each value's new node and layout, the
     transposes made so far (shared by all readers) and the values bound for a convolution."""
 
-    def __init__(self, r: _Relayout, comp: Computation) -> None:
+    def __init__(self, r: _Relayout, comp: Computation, moves: Callable[[Node], bool], moved: set[int]) -> None:
         self.r = r
         self.env: dict[int, tuple[Node, Perm]] = {}
         self.memo: dict[tuple[int, Perm], Node] = {}
-        self.bound = _conv_bound(comp)
         self.users = comp.users
         self.kernel_readers = _kernel_readers(comp)
+        self.bound = _conv_bound(comp, moves)
+        self.after_conv = _after_conv(comp)
+        #: uids of the program's convolutions that this traversal moved
+        self.moved = moved
 
     def get(self, o: Node, perm: Perm) -> Node:
         """The program's value ``o`` laid out as ``perm``."""
@@ -477,6 +500,7 @@ def _convolution(r: _Relayout, n: Node, s: _Scope) -> tuple[Node, Perm] | None:
     if r.claims is not None and not r.claims(m):
         return None
     r.changed = True
+    s.moved.add(n.uid)
     return m, perms["out"]
 
 
@@ -501,10 +525,12 @@ def _repaid(r: _Relayout, n: Node, s: _Scope, perms: dict[str, Perm]) -> bool:
     (every multiply-add of the convolution is one unit when it runs in the program's).
     Each side pays for the operands it would transpose and, for a result that leaves the
     convolutions (a weight gradient on its way to the update), for transposing it back to
-    the program's layout. One copy is left out: the input's transpose into the device
-    layout where the result goes on to other convolutions, as it starts a chain that stays
-    in the device layout (the program's input, say), which a decision about one
-    convolution cannot weigh. A kernel's copy is shared by the convolutions that read the
+    the program's layout. One copy is left out: the transpose into the device layout of an
+    input that no convolution computed (the program's input, say) where the result goes on
+    to other convolutions, as it starts a chain that stays in the device layout, which a
+    decision about one convolution cannot weigh. (Downstream of a convolution that kept
+    the program's layout, a convolution that moved alone would meet that layout again at
+    the next residual add.) A kernel's copy is shared by the convolutions that read the
     same value as kernel (a training step's forward and input-gradient convolutions), each
     paying its share. So a convolution reading its weights from a parameter moves
     when it has ``kernel_copy_min_pixels`` output pixels or more, and a weight gradient
@@ -516,7 +542,7 @@ def _repaid(r: _Relayout, n: Node, s: _Scope, perms: dict[str, Perm]) -> bool:
     lhs, rhs = n.operands
     ident = _identity(len(n.shape))
     chained = n.uid in s.bound
-    entering = chained and s.env[lhs.uid][1] == ident
+    entering = chained and s.env[lhs.uid][1] == ident and lhs.uid not in s.after_conv
     shared_by = s.kernel_readers.get(_kernel_source(rhs).uid, 1)
     moved = (0 if entering else s.copy_size(lhs, perms["lhs"])) + s.copy_size(rhs, perms["rhs"]) // shared_by
     if not chained and perms["out"] != ident and _leaves(n, s):
