@@ -23,6 +23,7 @@ from .. import numpy as anp
 from ..autodiff.batching import move_axis
 from ..autodiff.vectorize import _axes_per_leaf, _in_axes, _leaf_names, vmap_replicas
 from ..backend import Device
+from ..compiler import flags_key
 from ..errors import ArgumentError, TracingError
 from ..ir.collectives import run_replicas
 from ..ir.traffic import collective_signature
@@ -30,7 +31,7 @@ from ..placement import resolve
 from ..sharding import Mesh, NamedSharding, PartitionSpec
 from .collectives import AxisEnv, axis_env, current_axis_env
 from .device_put import ShardedArray, device_put
-from .jit import Compiled, Lowered, jit
+from .jit import Compiled, Lowered, jit, static_key
 from .pytree import flatten, unflatten
 from .source import user_location
 from .tracing import Tracer, current_trace
@@ -177,8 +178,10 @@ class PmapFunction:
         # in a multi-process run (axle.distributed) the axis spans every process's replicas
         world = distributed.world()
         total = n * (world.process_count if world else 1)
+        # the settings too (as jit's key): a program compiled before --check_indices or a
+        # backend flag changed must not answer; static values by type and bits (static_key)
         key = (tree, tuple((p[0].shape, p[0].dtype.str) for p in per_leaf), tuple(axes), tuple(devices), total,
-               statics)
+               static_key(statics), flags_key())
         if key not in self._cache:
             example = unflatten(tree, [p[0] for p in per_leaf])
             self._cache[key] = _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)), example,

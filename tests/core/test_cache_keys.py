@@ -1,0 +1,65 @@
+"""Soundness of the in-memory compile caches' keys: a key that misses an input changing the
+compiled program answers a call with another program's result (a silent wrong answer).
+Each test makes two calls that must compile differently and checks the second's result."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import axle
+from axle.config import config
+from axle.errors import OutOfBoundsError
+from axle.frontend.jit import static_key
+
+INTERP = "interpreter:0"
+
+
+def test_jit_static_arguments_that_compare_equal_but_trace_apart_are_not_one_entry() -> None:
+    # 0.0 == -0.0, and 1 == 1.0 == True, but x / -0.0 is -inf and x * 1.0 is a float
+    div = axle.jit(lambda x, s: x / s, static_argnums=1, device=INTERP)
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(np.asarray(div(x, 0.0)), np.full(3, np.inf, np.float32))
+    np.testing.assert_array_equal(np.asarray(div(x, -0.0)), np.full(3, -np.inf, np.float32))
+    mul = axle.jit(lambda x, s: x * s, static_argnums=1, device=INTERP)
+    xi = np.arange(3, dtype=np.int32)
+    assert np.asarray(mul(xi, 1)).dtype == np.int32
+    assert np.asarray(mul(xi, 1.0)).dtype == (xi * 1.0).dtype  # a float, as NumPy promotes
+    assert np.asarray(mul(xi, True)).dtype == np.int32
+    assert mul.trace_count == 3
+
+
+def test_jit_static_nan_hits_the_cache() -> None:
+    f = axle.jit(lambda x, s: x + s, static_argnums=1, device=INTERP)
+    for _ in range(3):
+        assert np.isnan(np.asarray(f(np.ones(2, np.float32), float("nan")))).all()
+    assert f.trace_count == 1  # nan != nan: keyed by value, it retraced on every call
+
+
+def test_static_key_tells_types_and_signed_zeros_apart_inside_containers() -> None:
+    Pair = namedtuple("Pair", "a b")
+    distinct = [1, 1.0, True, np.float32(1.0), -0.0, 0.0, (1, 2), (1.0, 2), Pair(1, 2), frozenset({0.0}),
+                frozenset({-0.0}), 1 + 0j, -0.0 + 0j]
+    keys = [static_key(v) for v in distinct]
+    assert len(set(keys)) == len(distinct)
+    assert static_key(float("nan")) == static_key(float("nan"))
+    assert static_key(("relu", 3)) == static_key(("relu", 3))
+
+
+def test_pmap_static_signed_zero_is_its_own_program() -> None:
+    f = axle.pmap(lambda x, s: x / s, static_broadcasted_argnums=1, devices=[INTERP] * 2)
+    x = np.ones((2, 3), np.float32)
+    assert (np.asarray(f(x, 0.0)) == np.inf).all()
+    assert (np.asarray(f(x, -0.0)) == -np.inf).all()
+
+
+def test_pmap_recompiles_when_the_settings_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pmap compiled without --check_indices must not answer a call made with it (the
+    # out-of-range index would be clamped silently)
+    g = axle.pmap(lambda x, i: x[i], devices=[INTERP] * 2)
+    x, i = np.ones((2, 3), np.float32), np.array([5, 5], np.int32)
+    np.asarray(g(x, i))
+    monkeypatch.setattr(config, "check_indices", True)
+    with pytest.raises(OutOfBoundsError):
+        np.asarray(g(x, i))
