@@ -8,15 +8,17 @@ are removed (an entry's modification time is its last use: a hit touches it).
 What is loaded from disk runs as native code, so the cache trusts only what its own user
 wrote where nobody else could write:
 
-- the directory is created ``0700``; an existing one must be a real directory owned by
-  this user and not writable by group or others, else the cache is disabled with one
-  warning (the program still runs, compiling from source);
+- the directory (and the ``--compile_cache`` directory holding it) is created ``0700``;
+  an existing one must be a real directory owned by this user and not writable by group
+  or others, else the cache is disabled with one warning (the program still runs,
+  compiling from source);
 - entries are plain bytes behind a small header (magic, format version, the SHA-256 of
   the key, the payload's length and SHA-256): nothing is unpickled or evaluated on load,
   and a truncated, corrupt or mismatched entry is a miss (counted as corrupt);
 - writes are atomic: a ``0600`` temporary file in the same directory, renamed over the
   entry, so a reader never sees half a file, and two processes writing one key leave one
-  whole entry (either one: they are equal).
+  whole entry (either one: they are equal); a directory a write fails in (read-only, full)
+  gets one warning and no more writes from this process, and is still read.
 
 Keys are versioned by the caller (compiler, driver and format versions belong in them).
 ``axle.stats()`` counts ``disk_cache_hits``, ``disk_cache_misses``, ``disk_cache_writes``,
@@ -145,6 +147,9 @@ class DiskCache:
         self.sub = sub
         self.what = what
         self._checked: dict[str, bool] = {}
+        #: directories a write failed in (read-only, full, gone): not written again by this
+        #: process (one warning), still read
+        self._unwritable: set[str] = set()
         self._lock = threading.Lock()
         _ALL.add(self)
 
@@ -170,14 +175,24 @@ class DiskCache:
         with self._lock:
             ok = self._checked.get(path)
             if ok is None:
-                why = safe_dir(path)
+                where, why = self._unsafe(path)
                 ok = self._checked[path] = why is None
                 if why:
-                    warnings.warn(f"axle: the {self.what} cache directory {path!r} {why}; the cache is "
+                    warnings.warn(f"axle: the {self.what} cache directory {where!r} {why}; the cache is "
                                   f"disabled (programs are compiled from source). Use a private directory "
                                   f"(chmod 700, owned by you), or AXLE_FLAGS=--compile_cache=DIR|off.",
                                   CacheWarning, stacklevel=3)
             return ok
+
+    def _unsafe(self, path: str) -> tuple[str, str | None]:
+        """(the directory, why it is unsafe) for the first unsafe one of ``path`` and, for a
+        subdirectory cache, the --compile_cache directory holding it (created 0700 too,
+        and checked: whoever can write there can swap this cache's directory for theirs)."""
+        for where in ([path] if self.fixed is not None else [os.path.dirname(path), path]):
+            why = safe_dir(where)
+            if why:
+                return where, why
+        return path, None
 
     def _file(self, key: bytes) -> tuple[str, bytes]:
         digest = hashlib.sha256(key).digest()
@@ -211,27 +226,44 @@ class DiskCache:
         if not self.enabled():
             return
         path, digest = self._file(key)
+        folder = os.path.dirname(path)
+        if folder in self._unwritable:
+            return
         header = _HEADER.pack(MAGIC, FORMAT, digest, len(payload), hashlib.sha256(payload).digest())
         try:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".bin")  # created 0600
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".bin")  # created 0600
         except OSError as e:
-            warnings.warn(f"axle: cannot write to the {self.what} cache {os.path.dirname(path)!r}: {e}",
-                          CacheWarning, stacklevel=3)
+            self._write_failed(folder, e)
             return
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(header + payload)
             os.replace(tmp, path)
-        except OSError:
+        except OSError as e:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            self._write_failed(folder, e)
             return
         counters.record("disk_cache_writes")
         evicted = _BOUNDS.wrote(self._bounded(), len(header) + len(payload))
         if evicted:
             counters.record("disk_cache_evictions", evicted)
+
+
+    def _write_failed(self, folder: str, e: OSError) -> None:
+        """One warning per directory a write failed in (read-only, full disk), which this
+        process then only reads: retrying every compile would warn (each message naming
+        its own temporary file) and pay for a doomed write each time."""
+        with self._lock:
+            if folder in self._unwritable:
+                return
+            self._unwritable.add(folder)
+        warnings.warn(f"axle: cannot write to the {self.what} cache {folder!r} ({e.strerror or e}); programs "
+                      f"compiled from now on are not cached by this process (cached ones are still read). "
+                      f"Free space or fix its permissions, or use AXLE_FLAGS=--compile_cache=DIR|off.",
+                      CacheWarning, stacklevel=4)
 
 
 def _payload(data: bytes, digest: bytes) -> bytes | None:

@@ -3,9 +3,15 @@ versions that see a rewritten file, the --compile_cache directory itself private
 cache that cannot be written (read-only, full) degrading with one warning."""
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import warnings
 
-from axle.diskcache import code_version
+import pytest
+
+from axle import diskcache
+from axle.diskcache import CacheWarning, DiskCache, code_version
 
 
 def test_code_version_changes_when_new_code_keeps_the_size_and_time(tmp_path) -> None:
@@ -24,3 +30,48 @@ def test_code_version_changes_when_new_code_keeps_the_size_and_time(tmp_path) ->
     assert os.stat(src).st_size == st.st_size and os.stat(src).st_mtime_ns == st.st_mtime_ns
     assert code_version.__wrapped__(str(pkg)) != before
     assert code_version.__wrapped__(str(pkg)) == code_version.__wrapped__(str(pkg))  # stable while untouched
+
+
+KEY = b"v1\0device\0source"
+
+
+def test_the_compile_cache_directory_itself_is_created_private(compile_cache) -> None:
+    # makedirs gives the directories above the leaf the umask's mode (0755): only the
+    # backend's subdirectory was private
+    DiskCache(None, "test", sub="acme").put(KEY, b"binary")
+    assert stat.S_IMODE(os.stat(compile_cache).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(compile_cache / "acme").st_mode) == 0o700
+
+
+def test_a_compile_cache_directory_others_can_write_disables_its_caches(compile_cache) -> None:
+    # whoever can write there can rename this user's private subdirectory away and put a
+    # link to their own in its place between the check and a read
+    compile_cache.mkdir()
+    os.chmod(compile_cache, 0o777)
+    c = DiskCache(None, "test", sub="acme")
+    with pytest.warns(CacheWarning, match="writable by group or others"):
+        c.put(KEY, b"binary")
+    assert os.listdir(compile_cache) == [] and c.get(KEY) is None
+
+
+@pytest.mark.parametrize("failure", ["read-only", "full"])
+def test_a_cache_that_cannot_be_written_warns_once_and_still_reads(tmp_path, monkeypatch, failure: str) -> None:
+    c = DiskCache(str(tmp_path / "c"), "test")
+    c.put(b"old", b"cached before")
+    if failure == "read-only":  # (as root a read-only directory is writable: simulated)
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise PermissionError(errno.EACCES, "Permission denied",
+                                  str(tmp_path / "c" / f".tmp-{os.urandom(4).hex()}.bin"))
+        monkeypatch.setattr(diskcache.tempfile, "mkstemp", refuse)
+    else:
+        def full(src: str, dst: str) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(diskcache.os, "replace", full)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            c.put(b"new %d" % i, b"x" * 100)
+    assert [type(w.message) for w in caught] == [CacheWarning]
+    assert "cannot write" in str(caught[0].message)
+    assert sorted(os.listdir(tmp_path / "c")) == [diskcache.hashlib.sha256(b"old").hexdigest() + ".bin"]
+    assert c.get(b"old") == b"cached before" and c.get(b"new 0") is None
