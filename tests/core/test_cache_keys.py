@@ -12,6 +12,11 @@ import axle
 from axle.config import config
 from axle.errors import OutOfBoundsError
 from axle.frontend.jit import static_key
+from axle.interpreter import evaluate
+from axle.ir.builder import Builder
+from axle.ir.literal import Literal
+from axle.ir.module import Computation, Module, make_node
+from axle.ir.ops import Op
 
 INTERP = "interpreter:0"
 
@@ -63,3 +68,17 @@ def test_pmap_recompiles_when_the_settings_change(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(config, "check_indices", True)
     with pytest.raises(OutOfBoundsError):
         np.asarray(g(x, i))
+
+
+def test_a_big_endian_constant_is_the_native_literal_of_its_values() -> None:
+    # Builder.constant kept a big-endian array as it was: cpu and opencl copied its bytes
+    # (byte-swapped numbers), the interpreter failed an assertion, and the compile cache's
+    # text round trip (which parses native arrays back) hid it from a second process
+    b = Builder("m")
+    p = b.parameter(((4,), "f32"))
+    c = b.constant(np.arange(4, dtype=">f4"))
+    assert c.attr["value"] == Literal(np.arange(4, dtype=np.float32))
+    assert c.attr["value"].array.dtype.isnative
+    m = Module("m", Computation("m", (p,), make_node(Op.ADD, [p, c], {})))
+    (out,) = evaluate(m, np.zeros(4, np.float32))
+    np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32))
