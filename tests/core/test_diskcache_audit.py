@@ -8,9 +8,12 @@ import os
 import stat
 import warnings
 
+import ml_dtypes
+import numpy as np
 import pytest
 
-from axle import diskcache
+import axle
+from axle import diskcache, module_cache
 from axle.diskcache import CacheWarning, DiskCache, code_version
 
 
@@ -75,3 +78,15 @@ def test_a_cache_that_cannot_be_written_warns_once_and_still_reads(tmp_path, mon
     assert "cannot write" in str(caught[0].message)
     assert sorted(os.listdir(tmp_path / "c")) == [diskcache.hashlib.sha256(b"old").hexdigest() + ".bin"]
     assert c.get(b"old") == b"cached before" and c.get(b"new 0") is None
+
+
+@pytest.mark.parametrize("library", [np, ml_dtypes])
+def test_the_optimized_module_key_holds_the_numeric_libraries_versions(monkeypatch, library: object) -> None:
+    # constant folding runs NumPy's and ml_dtypes' functions, whose float results' last
+    # bits change between versions: a module folded by another version is another module
+    dev = axle.device("interpreter:0")
+    backend = axle.REGISTRY.backend_for(dev)
+    module = axle.jit(lambda x: x * np.float32(np.sin(0.5)), device=dev).lower(np.ones(3, np.float32)).module
+    base = module_cache.module_key(module, dev, backend)
+    monkeypatch.setattr(library, "__version__", "0.0.0-other")
+    assert module_cache.module_key(module, dev, backend) != base
