@@ -54,6 +54,9 @@ _TEMP = re.compile(r"\.tmp-.*\.bin")
 _STALE_TEMP_S = 3600.0
 #: eviction goes down to this fraction of the bound, so the next writes do not each evict
 _EVICT_TO = 0.9
+#: a process scans the directory again once it wrote this fraction of the bound since its
+#: last scan (what other processes wrote meanwhile is in no process's estimate)
+_RESCAN = 0.125
 
 
 @functools.cache
@@ -283,24 +286,30 @@ def _payload(data: bytes, digest: bytes) -> bytes | None:
 class _Bounds:
     """The size bound of each cache directory. Each process keeps an estimate of a
     directory's size (scanned at its first write there, plus what it wrote since); when
-    the estimate passes ``--compile_cache_max_mb`` the directory is scanned again (what
-    other processes wrote included) and the entries used longest ago are removed. Removing
-    is safe beside other processes: a reader holding an entry open still reads it whole,
-    and an entry removed before it is opened is a miss."""
+    the estimate passes ``--compile_cache_max_mb``, or the process wrote ``_RESCAN`` of it
+    since its last scan, the directory is scanned again (what other processes wrote
+    included) and the entries used longest ago are removed: N processes writing at once
+    pass the bound by at most N eighths of it (by N times it with the estimate alone).
+    Removing is safe beside other processes: a reader holding an entry open still reads it
+    whole, and an entry removed before it is opened is a miss."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._estimate: dict[str, int] = {}
+        self._unscanned: dict[str, int] = {}  # bytes written since the last scan
 
     def wrote(self, root: str, size: int) -> int:
         """Accounts ``size`` bytes written under ``root``; returns the entries evicted."""
         bound = int(config.compile_cache_max_mb * (1 << 20))
         with self._lock:
             estimate = self._estimate.get(root)
-            if estimate is not None and estimate + size <= bound:
+            unscanned = self._unscanned.get(root, 0) + size
+            if estimate is not None and estimate + size <= bound and unscanned <= bound * _RESCAN:
                 self._estimate[root] = estimate + size
+                self._unscanned[root] = unscanned
                 return 0
             evicted, self._estimate[root] = evict(root, bound)
+            self._unscanned[root] = 0
             return evicted
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import axle
 from axle import diskcache, module_cache
+from axle.config import config
 from axle.diskcache import CacheWarning, DiskCache, code_version
 
 
@@ -90,3 +91,22 @@ def test_the_optimized_module_key_holds_the_numeric_libraries_versions(monkeypat
     base = module_cache.module_key(module, dev, backend)
     monkeypatch.setattr(library, "__version__", "0.0.0-other")
     assert module_cache.module_key(module, dev, backend) != base
+
+
+def _dir_bytes(path) -> int:  # noqa: ANN001
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+def test_the_bound_holds_while_two_processes_write_at_once(tmp_path, monkeypatch) -> None:
+    # Each process knows the directory's size from its own last scan plus its own writes:
+    # two processes that scanned it empty and then each wrote 80% of the bound left it at
+    # 160% (for as long as they ran). Simulated with two size estimates (one per process).
+    bound = 10_000
+    monkeypatch.setattr(config, "compile_cache_max_mb", bound / (1 << 20))
+    c = DiskCache(str(tmp_path / "c"), "test")
+    processes = [diskcache._Bounds(), diskcache._Bounds()]
+    for i in range(16):  # turn by turn: entries of about 1 KB
+        monkeypatch.setattr(diskcache, "_BOUNDS", processes[i % 2])
+        c.put(b"k%d" % i, bytes([i]) * 900)
+        assert _dir_bytes(tmp_path / "c") <= 1.25 * bound
+    assert c.get(b"k15") == bytes([15]) * 900  # the newest entries stay
