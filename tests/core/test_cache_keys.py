@@ -10,7 +10,7 @@ import pytest
 
 import axle
 from axle.config import config
-from axle.errors import OutOfBoundsError
+from axle.errors import ArgumentError, OutOfBoundsError
 from axle.frontend.jit import static_key
 from axle.interpreter import evaluate
 from axle.ir.builder import Builder
@@ -82,3 +82,9 @@ def test_a_big_endian_constant_is_the_native_literal_of_its_values() -> None:
     m = Module("m", Computation("m", (p,), make_node(Op.ADD, [p, c], {})))
     (out,) = evaluate(m, np.zeros(4, np.float32))
     np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32))
+
+
+def test_pmap_unhashable_static_argument_is_an_argument_error() -> None:
+    f = axle.pmap(lambda x, s: x * len(s), static_broadcasted_argnums=1, devices=[INTERP] * 2)
+    with pytest.raises(ArgumentError, match=r"pmap: static arguments must be hashable, got \[\[1, 2\]\]"):
+        f(np.ones((2, 3), np.float32), [1, 2])

@@ -182,6 +182,11 @@ class PmapFunction:
         # backend flag changed must not answer; static values by type and bits (static_key)
         key = (tree, tuple((p[0].shape, p[0].dtype.str) for p in per_leaf), tuple(axes), tuple(devices), total,
                static_key(statics), flags_key())
+        try:
+            hash(key)
+        except TypeError:
+            raise ArgumentError(f"pmap: static arguments must be hashable, got {list(statics)!r}",
+                                where=user_location()) from None
         if key not in self._cache:
             example = unflatten(tree, [p[0] for p in per_leaf])
             self._cache[key] = _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)), example,
