@@ -88,3 +88,11 @@ def test_pmap_unhashable_static_argument_is_an_argument_error() -> None:
     f = axle.pmap(lambda x, s: x * len(s), static_broadcasted_argnums=1, devices=[INTERP] * 2)
     with pytest.raises(ArgumentError, match=r"pmap: static arguments must be hashable, got \[\[1, 2\]\]"):
         f(np.ones((2, 3), np.float32), [1, 2])
+
+
+def test_pmap_programs_are_bounded_by_the_jit_cache_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "jit_cache_size", 2)
+    f = axle.pmap(lambda x: x + 1.0, devices=[INTERP] * 2)
+    for n in range(1, 5):  # a new shape each call: a new program
+        np.testing.assert_array_equal(np.asarray(f(np.zeros((2, n), np.float32))), np.ones((2, n), np.float32))
+    assert len(f._cache) == 2

@@ -27,6 +27,7 @@ from ..compiler import flags_key
 from ..errors import ArgumentError, TracingError
 from ..ir.collectives import run_replicas
 from ..ir.traffic import collective_signature
+from ..lru import LRU
 from ..placement import resolve
 from ..sharding import Mesh, NamedSharding, PartitionSpec
 from .collectives import AxisEnv, axis_env, current_axis_env
@@ -133,7 +134,9 @@ class PmapFunction:
         self.out_axes = out_axes
         self.static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
                        else tuple(static_broadcasted_argnums))
-        self._cache: dict[Any, tuple[list[Compiled], Any]] = {}
+        # bounded like every executable cache (--jit_cache_size): a pmap fed ever new shapes
+        # keeps only its most recent programs
+        self._cache: LRU[tuple[list[Compiled], Any]] = LRU()
 
     def _split_static(self, args: Sequence[Any]) -> tuple[list[Any], Any, Callable[..., Any], tuple[Any, ...]]:
         """(dynamic args, their in_axes, fn taking only them, the static values)."""
@@ -187,14 +190,14 @@ class PmapFunction:
         except TypeError:
             raise ArgumentError(f"pmap: static arguments must be hashable, got {list(statics)!r}",
                                 where=user_location()) from None
-        if key not in self._cache:
+        entry = self._cache.get(key)
+        if entry is None:
             example = unflatten(tree, [p[0] for p in per_leaf])
-            self._cache[key] = _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)), example,
-                                             devices)
+            entry = self._cache.put(key, _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)),
+                                                       example, devices))
             if world is not None:  # once per program: every process must run this one
-                world.agree("a pmap's program", _summary(self.axis_name, n, per_leaf),
-                            _digest(self._cache[key][0][0]))
-        compiled, out_tree = self._cache[key]
+                world.agree("a pmap's program", _summary(self.axis_name, n, per_leaf), _digest(entry[0][0]))
+        compiled, out_tree = entry
         per = [unflatten(tree, [p[r] for p in per_leaf]) for r in range(n)]
         outs = run_replicas(n, lambda r: compiled[r](*per[r]), total=total,
                             first=world.process_index * n if world else 0, outer=world.allgather if world else None,
