@@ -1068,38 +1068,29 @@ class _Emitter:
     # -- packing
     def _pack_b(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value, nc: ir.Value) -> ir.Value:
         """Bp[jp*kc + k*NR + j] = B[pc+k, jc+jp+j], zero beyond nc: NR-wide panels. Rows
-        with unit column stride are copied with (masked, at the edge) vector loads. A
+        with unit column stride are copied by vector loads (``_pack_b_by_rows``), columns
+        with unit K stride through an in-register transpose (``_pack_b_by_columns``). A
         direct B is not packed. Returns B's block base."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         if self.direct_b is not None:
             return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
         if lay.b_win is not None:
             return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
-        nr, v = t.nr, t.v
-        contiguous = lay.b_n.table is None and lay.b_n.stride == 1
-        if contiguous:
+        nr = t.nr
+        if lay.b_n.table is None and lay.b_n.stride == 1:
             return self._pack_b_by_rows(b_base, pc, kc, jc, nc)
         if lay.b_k.table is None and lay.b_k.stride == 1:
             return self._pack_b_by_columns(b_base, pc, kc, jc, nc)
-        valign = min(64, v * _bytes(self.ct))
 
+        # other offsets (tables, strided columns): element by element
         def panel(jp: ir.Value) -> None:
             dst = g.gep(self.bp, self.ct, b.mul(jp, kc))
             w = g.min(_c(nr), b.sub(nc, jp))
             col0 = b.add(jc, jp)
-            masks = [self.lane_mask(b, b.sub(w, _c(q * v))) for q in range(nr // v)] if contiguous else []
 
             def krow(k: ir.Value) -> None:
                 koff = g.offset(lay.b_k, b.add(pc, k), "bk")
                 drow = b.mul(k, _c(nr))
-                if contiguous:
-                    src = g.gep(b_base, self.st, b.add(koff, col0))
-                    for q, mask in enumerate(masks):
-                        x = self.masked_load(b, g.gep(src, self.st, _c(q * v)), self.st, mask)
-                        if self.f16:
-                            x = b.fpext(x, self.vt)
-                        _store(b, x, g.gep(dst, self.ct, b.add(drow, _c(q * v))), valign)
-                    return
 
                 def col(j: ir.Value) -> None:
                     d = g.gep(dst, self.ct, b.add(drow, j))
@@ -1594,9 +1585,9 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, k_hi), body, done)
         b.position_at_end(body)
         brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
-        if b_direct and self.b_prefetch:  # B's lines DIRECT_B_PREFETCH rows ahead: each row
-            # is a page of its own, which the hardware prefetchers do not fetch ahead (past
-            # the block's end they are still addresses, never loads)
+        if self.direct_b is not None and self.b_prefetch:  # B's lines DIRECT_B_PREFETCH rows
+            # ahead: each row is a page of its own, which the hardware prefetchers do not
+            # fetch ahead (past the block's end they are still addresses, never loads)
             ahead = b.gep(brow, [_c(DIRECT_B_PREFETCH * self.direct_b)], source_etype=self.ct)
             for j in range(0, t.nr, 64 // _bytes(self.ct)):
                 _prefetch(b, b.gep(ahead, [_c(j)], source_etype=self.ct))
