@@ -1,0 +1,269 @@
+"""The cpu kernels' code paths at their thresholds: for each size or stride threshold that
+picks a path (gemm.py's COLUMNS_OUTER_MIN, CONV_COLUMNS_OUTER_MIN, SPLIT_K_MIN and
+SPLIT_K_RATIO, the micro-tile height that reads B in place, VECMAT_BLOCK, PACK_KB, the
+indirect convolution's IND_MIN_RUN; the row kernels' SHORT_ROW and ROW_CACHE_BYTES, the
+blocked transpose's MIN_BYTES, the packed sort's _PACKED_MIN), a shape just below it and
+one at it, for each operand layout the path distinguishes, on 1 thread and split over 2
+(forced), against the interpreter. Each case also asserts the path it was written for, so
+that a moved threshold cannot leave a case testing nothing new.
+
+The small-shape tests elsewhere never reach these paths: a wide ``x @ w.T`` of one row
+(N >= 256, columns split by panels of the swapped product) wrote only C's first column."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from llvmlite import ir
+from test_cpu_conv import _window, check_conv, conv_inputs, conv_module
+from test_cpu_gemm import check_dot, dot_module, inputs
+
+import axle
+from axle.compiler import compile_optimized
+from axle.interpreter import evaluate
+from axle.ir import Builder, DType, Module
+from axle.testing.cases import assert_close
+
+RNG = np.random.default_rng(23)
+MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))  # A [M, K] @ B [K, N]
+BT = dict(lhs_contracting=(1,), rhs_contracting=(1,))  # x @ w.T: B [N, K]
+AT = dict(lhs_contracting=(0,), rhs_contracting=(0,))  # A.T @ B: A [K, M]
+BATCH0 = dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))
+
+
+def _gemm_consts() -> dict[str, int]:
+    from axle_cpu import gemm
+
+    return {"cols": gemm.COLUMNS_OUTER_MIN, "kmin": gemm.SPLIT_K_MIN, "ratio": gemm.SPLIT_K_RATIO,
+            "pack_kb": gemm.PACK_KB, "vm": gemm.VECMAT_BLOCK}
+
+
+def _mr(dt: str, n: int, attrs: dict) -> int:
+    """The host's micro-tile height for a dot with N columns (unbalanced: M a multiple of
+    every height), the most rows that read B in place."""
+    from axle_cpu.gemm import Layout, _host_bits, tiles
+
+    node = dot_module(dt, (8, 8), (n, 8) if attrs is BT else (8, n), **attrs).entry.root
+    lay = replace(Layout.of(node), m=720720)  # divisible by every height up to 16
+    return tiles(node.dtype, _host_bits(), lay).mr
+
+
+def _paths(exe) -> set[str]:  # noqa: ANN001
+    """The GEMM paths the compiled dot takes (its kernel's decisions, gemm.py)."""
+    from axle_cpu.gemm import GemmSpec, _Emitter, _host_bits
+
+    (spec,) = [launch.step.spec for launch, _ in exe._steps if launch is not None
+               and isinstance(launch.step.spec, GemmSpec)]
+    em = _Emitter(ir.Module(), spec, spec.vector_bits or _host_bits())
+    flags = {"columns": spec.columns_outer, "batch_outer": spec.batch_outer, "split_k": spec.split_reduce_size > 0,
+             "swap": em.swap, "rowdot": em.lay.rowdot, "vecmat": em.vecmat, "direct_a": em.direct_a is not None,
+             "direct_b": em.direct_b is not None, "accumulate": em.accumulate, "ind": bool(em.ind_seg),
+             "epilogue": spec.epilogue}
+    return {k for k, v in flags.items() if v}
+
+
+def _compile(m: Module, cpu, threads: str, monkeypatch):  # noqa: ANN001, ANN202
+    """``m`` compiled (optimized: a dot and its epilogue fuse) on ``threads`` threads; on 2
+    every kernel is split (forced), as the pool cuts it (CHUNKS pieces per thread)."""
+    from axle_cpu import threads as pool
+
+    be = axle.REGISTRY.backend("cpu")
+    monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+    be._cache.clear()
+    exe, _ = compile_optimized(m, cpu)
+    for launch, _ in exe._steps:
+        if launch is not None:
+            launch.parallel = threads != "1"
+    assert pool.pool().n == int(threads)
+    return exe
+
+
+def _run_both(m: Module, xs: list[np.ndarray], cpu, monkeypatch) -> tuple[list[np.ndarray], set[str]]:  # noqa: ANN001
+    """The results on 1 thread and on 2 (split), and the dot's paths."""
+    be = axle.REGISTRY.backend("cpu")
+    outs, paths = [], set()
+    for nt in ("1", "2"):
+        exe = _compile(m, cpu, nt, monkeypatch)
+        paths = _paths(exe) if _has_gemm(exe) else set()
+        outs.append(be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
+    be._cache.clear()
+    return outs, paths
+
+
+def _has_gemm(exe) -> bool:  # noqa: ANN001
+    from axle_cpu.gemm import GemmSpec
+
+    return any(launch is not None and isinstance(launch.step.spec, GemmSpec) for launch, _ in exe._steps)
+
+
+# ================================================================ dot_general
+
+
+def _dot_bias_relu(dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, out: str | None = None) -> Module:
+    """relu(dot + bias[last dim]) (the classifier / dense layer), or ``convert(dot, out)``."""
+    b = Builder("dot_epi")
+    x = b.parameter(f"{dt}[{','.join(map(str, ls))}]")
+    y = b.parameter(f"{dt}[{','.join(map(str, rs))}]")
+    d = b.dot_general(x, y, **attrs)
+    if out is not None:
+        return b.build(b.convert(d, dtype=out))
+    shape = d.shape
+    bias = b.parameter(f"{dt}[{shape[-1]}]")
+    z = b.add(d, b.broadcast_in_dim(bias, shape=shape, broadcast_dimensions=(len(shape) - 1,)))
+    zero = b.broadcast_in_dim(b.constant(np.zeros((), DType(dt).np)), shape=shape, broadcast_dimensions=())
+    return b.build(b.max(z, zero))
+
+
+def _check_epi(m: Module, xs: list[np.ndarray], got: np.ndarray) -> None:
+    """Against the interpreter: integers exactly; floats within the dot's forward error
+    bound (K eps |x|.|w|, over the bias's magnitude too) plus one rounding of the dtype."""
+    want = evaluate(m, *xs)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype, m.name
+    if want.dtype.kind != "f":
+        assert_close(got, want, 0, 0, m.name)
+        return
+    dot = next(n for n in m.entry.nodes if n.op.name == "DOT_GENERAL")
+    k = math.prod(dot.operands[0].shape[d] for d in dot.attr["lhs_contracting"])
+    eps = float(np.finfo(dot.dtype.np).eps)
+    mag = evaluate(m, *[np.abs(x) for x in xs])[0].astype(np.float64)  # |x|.|w| + |bias|
+    w, g = want.astype(np.float64), got.astype(np.float64)
+    tol = 2 * (k + 1) * eps * mag + np.abs(w) * float(np.finfo(want.dtype).eps)
+    err = np.abs(g - w)
+    worst = np.unravel_index((err - tol).argmax(), err.shape)
+    assert (err <= tol).all(), f"{m.name}: max excess {(err - tol).max()} at {worst}"
+
+
+def _case(name: str, dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, want: str,
+          epi: str | None = None) -> tuple:
+    return pytest.param(dt, ls, rs, attrs, want, epi, id=name)
+
+
+C = _gemm_consts()
+NW = C["cols"]  # the first wide N
+KS = C["kmin"]  # the first split K
+#: N for which K = SPLIT_K_MIN is exactly SPLIT_K_RATIO times the output's longer side
+NR_EDGE = C["kmin"] // C["ratio"]
+
+# name, dtype, lhs, rhs, dims, paths ("+x": taken, "-x": not), epilogue ("bias_relu", or
+# a dtype to convert the dot to)
+DOT_CASES = [
+    # COLUMNS_OUTER_MIN: columns split by NR-wide panels, A read in place
+    _case("cols-below", "f32", (37, 45), (45, NW - 1), MM, "-columns +direct_a"),
+    _case("cols-at", "f32", (37, 45), (45, NW), MM, "+columns +direct_a"),
+    _case("cols-at-f64-bt", "f64", (37, 45), (NW + 1, 45), BT, "+columns"),
+    _case("cols-at-s32-at", "s32", (45, 37), (45, NW + 3), AT, "+columns +direct_a"),
+    _case("cols-at-s64-batch", "s64", (2, 9, 45), (2, 45, NW + 5), BATCH0, "+columns"),
+    _case("cols-at-batch-middle", "f32", (9, 3, 45), (45, 3, NW),
+          dict(lhs_batch=(1,), rhs_batch=(1,), lhs_contracting=(2,), rhs_contracting=(0,)), "+columns"),
+    _case("cols-at-batch-last", "f32", (45, 9, 2), (2, NW, 45),
+          dict(lhs_batch=(2,), rhs_batch=(0,), lhs_contracting=(0,), rhs_contracting=(2,)), "+columns"),
+    # A's free dims do not merge (a table): never split by columns, never read in place
+    _case("cols-table-a", "f32", (5, 45, 4), (45, NW), MM, "-columns -direct_a"),
+    # float16 accumulates all of K in float32 (its own loop order): rows only
+    _case("cols-f16", "f16", (9, 45), (45, NW + 7), MM, "-columns +accumulate"),
+    _case("cols-k1", "f32", (37, 1), (1, NW), MM, "+columns"),
+    _case("cols-at-bias-relu", "f32", (37, 45), (45, NW + 1), MM, "+columns +epilogue", "bias_relu"),
+    # an epilogue whose output cannot hold partial sums (convert): all of K accumulated first
+    _case("cols-at-convert-f64", "f32", (37, 45), (45, NW), MM, "-columns +accumulate +epilogue", "f64"),
+    _case("cols-below-convert-f16", "f32", (37, 600), (600, NW - 1), MM, "-columns +accumulate +epilogue", "f16"),
+    _case("convert-s32-s8", "s32", (9, 45), (45, 70), MM, "+accumulate +epilogue", "s8"),
+    _case("convert-f64-f32-bt", "f64", (9, 45), (70, 45), BT, "+accumulate +epilogue", "f32"),
+    _case("convert-vecmat-t", "f32", (1, 45), (NW, 45), BT, "+swap +rowdot +accumulate +epilogue", "f64"),
+    _case("convert-matvec", "f32", (37, 45), (45, 1), MM, "+rowdot +accumulate +epilogue", "f16"),
+    _case("convert-vecmat", "f32", (1, 45), (45, 33), MM, "-vecmat +accumulate +epilogue", "bool"),
+    # one row of C: x @ w (B streamed: vecmat) and x @ w.T (swapped: row dots)
+    _case("vecmat-below", "f32", (1, 45), (45, NW - 1), MM, "+vecmat -columns"),
+    _case("vecmat-at", "f32", (1, 45), (45, NW), MM, "+vecmat +columns"),
+    _case("vecmat-block", "f64", (1, 13), (13, C["vm"] // 8 + 3), MM, "+vecmat +columns"),
+    _case("vecmat-t-below", "f32", (1, 45), (NW - 1, 45), BT, "+swap +rowdot -columns"),
+    _case("vecmat-t-at", "f32", (1, 45), (NW, 45), BT, "+swap +rowdot +columns"),
+    _case("vecmat-t-at-s64", "s64", (1, 45), (NW + 2, 45), BT, "+swap +rowdot +columns"),
+    _case("vecmat-t-at-1d", "f64", (45,), (NW + 1, 45), dict(lhs_contracting=(0,), rhs_contracting=(1,)),
+          "+swap +rowdot +columns"),
+    _case("vecmat-t-at-batch", "f32", (3, 1, 45), (3, NW, 45),
+          dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(2,)), "+swap +rowdot +columns"),
+    _case("vecmat-t-at-bias-relu", "f32", (1, 45), (NW + 3, 45), BT, "+swap +rowdot +columns +epilogue", "bias_relu"),
+    _case("vecmat-t-below-bias-relu", "f32", (1, 45), (NW - 3, 45), BT, "+swap +rowdot -columns +epilogue",
+          "bias_relu"),
+    _case("vecmat-t-at-f16", "f16", (1, 45), (NW, 45), BT, "+swap +rowdot -columns"),
+    _case("vecmat-at-bias-relu", "f64", (1, 45), (45, NW + 1), MM, "+vecmat +columns +epilogue", "bias_relu"),
+    # one column of C: A @ x (row dots), A.T @ x (swapped: a vector-matrix product)
+    _case("matvec-wide", "f32", (NW + 3, 45), (45, 1), MM, "+rowdot -swap -columns"),
+    _case("matvec-wide-1d", "s32", (NW + 1, 45), (45,), dict(lhs_contracting=(1,), rhs_contracting=(0,)), "+rowdot"),
+    _case("matvec-t-wide", "f32", (45, NW + 3), (45, 1), AT, "+swap +vecmat"),
+    _case("matvec-t-wide-bias-relu", "f32", (45, NW + 3), (45, 1), AT, "+swap +vecmat +epilogue", "bias_relu"),
+    # SPLIT_K_MIN: a long K into a small output is split by K across threads
+    _case("splitk-below", "f32", (5, KS - 1), (KS - 1, 33), MM, "-split_k"),
+    _case("splitk-at", "f32", (5, KS), (KS, 33), MM, "+split_k"),
+    _case("splitk-at-f64-bt", "f64", (5, KS + 1), (33, KS + 1), BT, "+split_k"),
+    _case("splitk-at-s32-at", "s32", (KS, 5), (KS, 33), AT, "+split_k"),
+    _case("splitk-at-batch", "f32", (2, 3, KS), (2, KS, 9), BATCH0, "+split_k"),
+    _case("splitk-at-vecmat", "f32", (1, KS + 3), (KS + 3, 9), MM, "+split_k +vecmat"),
+    _case("splitk-at-f16", "f16", (5, KS), (KS, 33), MM, "-split_k +accumulate"),
+    _case("splitk-at-bias-relu", "f32", (5, KS), (KS, 33), MM, "-split_k +epilogue", "bias_relu"),
+    # SPLIT_K_RATIO: K at 16 times the output's longer side (here N = 256: columns split too)
+    _case("splitk-ratio-at", "f32", (3, KS), (KS, NR_EDGE), MM, "+split_k +columns"),
+    _case("splitk-ratio-below", "f32", (3, KS), (KS, NR_EDGE + 1), MM, "-split_k +columns"),
+    # PACK_KB: a B with K contiguous (x @ w.T) packed a column's K chunk at a time
+    _case("packkb-at", "f32", (37, C["pack_kb"] + 1), (70, C["pack_kb"] + 1), BT, "-direct_b"),
+]
+
+
+def _direct_b_cases() -> list:
+    """B read in place (no packing) when every row of C fits one micro-tile (M <= MR):
+    at and just above the host's tile height, A row-major and transposed."""
+    out = []
+    for dt in ("f32", "f64"):
+        for attrs, tag in ((MM, "mm"), (AT, "at")):
+            mr = _mr(dt, 300, attrs)
+            for m, want in ((mr, "+direct_b"), (mr + 1, "-direct_b")):
+                ls = (m, 45) if attrs is MM else (45, m)
+                out.append(_case(f"direct-b-{tag}-{dt}-m{m}", dt, ls, (45, 300), attrs, want))
+    return out
+
+
+@pytest.mark.parametrize("dt,ls,rs,attrs,want,epi", DOT_CASES + _direct_b_cases())
+def test_dot_paths_at_thresholds(dt, ls, rs, attrs, want, epi, cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Each dot path just below / at its threshold, per layout, on 1 thread and split over
+    2 (forced), against the interpreter; the split gives the same bits unless it splits K."""
+    m = dot_module(dt, ls, rs, **attrs) if epi is None else _dot_bias_relu(dt, ls, rs, attrs,
+                                                                           None if epi == "bias_relu" else epi)
+    xs = inputs(m)
+    (one, two), paths = _run_both(m, xs, cpu, monkeypatch)
+    for tag in want.split():
+        assert (tag[1:] in paths) is (tag[0] == "+"), f"{m.name}: paths {sorted(paths)}, wanted {want}"
+    check = check_dot if epi is None else _check_epi
+    check(m, xs, one)
+    check(m, xs, two)
+    if "split_k" not in paths:
+        np.testing.assert_array_equal(one, two)
+
+
+# ================================================================ convolution
+
+
+CONV_CASES = [
+    # CONV_COLUMNS_OUTER_MIN: an NCHW convolution's pixel columns split by threads (11 x 11
+    # = 121 pixels below, 12 x 12 = 144 at); the kernel read in place
+    ("nchw-pixels-below", (2, 5, 11, 11), (6, 5, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2), "-columns"),
+    ("nchw-pixels-at", (2, 5, 14, 14), (6, 5, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)),
+     "+columns"),
+    # IND_MIN_RUN: runs of >= 16 input features read in place through row pointers
+    ("nhwc-run-below", (2, 6, 5, 15), (3, 3, 15, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
+     "-ind"),
+    ("nhwc-run-at", (2, 6, 5, 16), (3, 3, 16, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
+     "+ind"),
+]
+
+
+@pytest.mark.parametrize("name,xs_shape,ws_shape,layouts,window,want", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_paths_at_thresholds(name, xs_shape, ws_shape, layouts, window, want, cpu, monkeypatch) -> None:  # noqa: ANN001
+    m = conv_module((name, xs_shape, ws_shape, layouts, window), DType.FLOAT32)
+    xs = conv_inputs(m)
+    (one, two), paths = _run_both(m, xs, cpu, monkeypatch)
+    for tag in want.split():
+        assert (tag[1:] in paths) is (tag[0] == "+"), f"{name}: paths {sorted(paths)}, wanted {want}"
+    check_conv(m, xs, one)
+    np.testing.assert_array_equal(one, two)
