@@ -173,6 +173,15 @@ DOT_CASES = [
     _case("convert-vecmat-t", "f32", (1, 45), (NW, 45), BT, "+swap +rowdot +accumulate +epilogue", "f64"),
     _case("convert-matvec", "f32", (37, 45), (45, 1), MM, "+rowdot +accumulate +epilogue", "f16"),
     _case("convert-vecmat", "f32", (1, 45), (45, 33), MM, "-vecmat +accumulate +epilogue", "bool"),
+    # the epilogue's index when N is several dims (bias on the last, 17): never by rows
+    _case("cols-at-split-n-bias-relu", "f32", (37, 45), (45, 16, 17), MM, "+columns +epilogue", "bias_relu"),
+    _case("cols-at-s32-bias-relu", "s32", (9, 45), (45, NW + 9), MM, "+columns +epilogue", "bias_relu"),
+    _case("cols-f16-bias-relu", "f16", (9, 45), (45, NW + 9), MM, "-columns +accumulate +epilogue", "bias_relu"),
+    _case("cols-at-batch-bias-relu", "f32", (2, 9, 45), (2, 45, NW), BATCH0, "+columns +epilogue", "bias_relu"),
+    _case("direct-b-bias-relu", "f32", (2, 45), (45, NW + 1), MM, "+direct_b +columns +epilogue", "bias_relu"),
+    # an empty contraction: zeros (through the epilogue) over the column split
+    _case("empty-k-wide", "f32", (37, 0), (0, NW + 1), MM, "+columns"),
+    _case("empty-k-wide-bias-relu", "f32", (37, 0), (0, NW + 1), MM, "+columns +epilogue", "bias_relu"),
     # one row of C: x @ w (B streamed: vecmat) and x @ w.T (swapped: row dots)
     _case("vecmat-below", "f32", (1, 45), (45, NW - 1), MM, "+vecmat -columns"),
     _case("vecmat-at", "f32", (1, 45), (45, NW), MM, "+vecmat +columns"),
@@ -188,6 +197,12 @@ DOT_CASES = [
     _case("vecmat-t-below-bias-relu", "f32", (1, 45), (NW - 3, 45), BT, "+swap +rowdot -columns +epilogue",
           "bias_relu"),
     _case("vecmat-t-at-f16", "f16", (1, 45), (NW, 45), BT, "+swap +rowdot -columns"),
+    _case("vecmat-t-at-batch-bias-relu", "f32", (3, 1, 45), (3, NW + 1, 45),
+          dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(2,)),
+          "+swap +rowdot +columns +epilogue", "bias_relu"),
+    _case("vecmat-t-at-f16-bias-relu", "f16", (1, 45), (NW, 45), BT, "+swap +rowdot -columns +epilogue", "bias_relu"),
+    _case("vecmat-t-split-n-bias-relu", "f32", (1, 45), (16, 17, 45),
+          dict(lhs_contracting=(1,), rhs_contracting=(2,)), "+swap +rowdot +columns +epilogue", "bias_relu"),
     _case("vecmat-at-bias-relu", "f64", (1, 45), (45, NW + 1), MM, "+vecmat +columns +epilogue", "bias_relu"),
     # one column of C: A @ x (row dots), A.T @ x (swapped: a vector-matrix product)
     _case("matvec-wide", "f32", (NW + 3, 45), (45, 1), MM, "+rowdot -swap -columns"),
@@ -202,6 +217,8 @@ DOT_CASES = [
     _case("splitk-at-batch", "f32", (2, 3, KS), (2, KS, 9), BATCH0, "+split_k"),
     _case("splitk-at-vecmat", "f32", (1, KS + 3), (KS + 3, 9), MM, "+split_k +vecmat"),
     _case("splitk-at-f16", "f16", (5, KS), (KS, 33), MM, "-split_k +accumulate"),
+    _case("splitk-at-batched-vecmat", "f64", (4, 1, KS), (4, KS, 9), BATCH0, "+split_k +vecmat"),
+    _case("splitk-vecvec", "f32", (1, KS), (KS, 1), MM, "-split_k +rowdot"),
     _case("splitk-at-bias-relu", "f32", (5, KS), (KS, 33), MM, "-split_k +epilogue", "bias_relu"),
     # SPLIT_K_RATIO: K at 16 times the output's longer side (here N = 256: columns split too)
     _case("splitk-ratio-at", "f32", (3, KS), (KS, NR_EDGE), MM, "+split_k +columns"),
@@ -267,3 +284,158 @@ def test_conv_paths_at_thresholds(name, xs_shape, ws_shape, layouts, window, wan
         assert (tag[1:] in paths) is (tag[0] == "+"), f"{name}: paths {sorted(paths)}, wanted {want}"
     check_conv(m, xs, one)
     np.testing.assert_array_equal(one, two)
+
+
+def test_dot_thresholds_disjoint_ranges() -> None:
+    """The kernels at the column split and split-K thresholds called over odd pieces of
+    their ranges (the pool cuts only into equal chunks): the pieces give the single call's
+    bits; slices of K sum to the product."""
+    from test_cpu_gemm import _call, _kernel
+
+    for dt, ls, rs, attrs in (("f32", (37, 45), (45, NW + 70), MM), ("f64", (1, 45), (NW + 70, 45), BT),
+                              ("s32", (1, 45), (45, NW + 70), MM), ("f32", (3, KS), (KS, NR_EDGE), MM)):
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        _jit, fn, (outer, inner) = _kernel(m)
+        whole = np.zeros(m.entry.root.shape, xs[0].dtype)
+        _call(fn, xs, whole, [(0, outer, 0, inner)])
+        check_dot(m, xs, whole)
+        for ranges in ([(a, b, 0, inner) for a, b in _pieces(outer)], [(0, outer, a, b) for a, b in _pieces(inner)]):
+            pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
+            _call(fn, xs, pieces, ranges)
+            np.testing.assert_array_equal(pieces, whole, err_msg=f"{m.name} {ls} {rs} over {ranges}")
+
+
+def _pieces(n: int) -> list[tuple[int, int]]:
+    cuts = sorted({0, min(1, n), n // 3, n // 3 + 1, max(n - 2, 0), n})
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+
+
+# ================================================================ the other kernels
+
+
+def _unary(name: str, dt: str, shape: tuple[int, ...], body) -> Module:  # noqa: ANN001
+    b = Builder(name)
+    x = b.parameter(f"{dt}[{','.join(map(str, shape))}]")
+    return b.build(*body(b, x))
+
+
+def _softmax(b: Builder, x) -> tuple:  # noqa: ANN001
+    """A row fusion: max and sum of exp over the last axis, each element divided."""
+    shape, last = x.shape, len(x.shape) - 1
+    keep = tuple(range(last))
+    mx = b.broadcast_in_dim(b.reduce(x, kind="max", axes=(last,)), shape=shape, broadcast_dimensions=keep)
+    e = b.exp(b.sub(x, mx))
+    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(last,)), shape=shape, broadcast_dimensions=keep)
+    return (b.div(e, s),)
+
+
+def _sums(axes: tuple[int, ...]):  # noqa: ANN202
+    """A multi-output reduction: the sum and the max over ``axes``."""
+    return lambda b, x: (b.reduce(x, kind="sum", axes=axes), b.reduce(x, kind="max", axes=axes))
+
+
+def _transposed(perm: tuple[int, ...]):  # noqa: ANN202
+    return lambda b, x: (b.transpose(x, permutation=perm),)
+
+
+def _pool(k: int, s: int):  # noqa: ANN202
+    """A k x k max pool of stride s over the last two axes, padded by 1."""
+    def body(b: Builder, x) -> tuple:  # noqa: ANN001
+        r = len(x.shape)
+        lead = (1,) * (r - 2)
+        return (b.reduce_window(x, kind="max", window_dimensions=lead + (k, k), window_strides=lead + (s, s),
+                                base_dilations=(1,) * r, window_dilations=(1,) * r, padding_low=(0,) * (r - 2) + (1, 1),
+                                padding_high=(0,) * (r - 2) + (1, 1)),)
+    return body
+
+
+def _sorted(b: Builder, x) -> tuple:  # noqa: ANN001
+    return (b.sort(x, dimension=len(x.shape) - 1, num_keys=1, descending=0, index=0),)
+
+
+def _other_consts() -> dict[str, int]:
+    from axle_cpu import emitter, sort, transpose
+
+    return {"short": emitter.KernelSpec.SHORT_ROW, "cache": emitter.KernelEmitter.ROW_CACHE_BYTES // 8,
+            "tbytes": transpose.MIN_BYTES, "packed": sort._PACKED_MIN}
+
+
+O = _other_consts()
+#: f32 [rows, cols] with rows * cols * 4 = MIN_BYTES and cols * 4 a multiple of 512
+T_COLS = 256
+T_ROWS = O["tbytes"] // 4 // T_COLS
+
+# name, dtype, input shape, body, the kernel kind wanted (the plan's spec kind), and
+# fixed_columns where it matters
+OTHER_CASES = [
+    # SHORT_ROW: rows up to it walked whole (split by rows only); a lone row split by columns
+    ("softmax-short", "f32", (3, O["short"]), _softmax, "row"),
+    ("softmax-long", "f32", (3, O["short"] + 1), _softmax, "row"),
+    ("softmax-one-row-short", "f64", (1, O["short"]), _softmax, "row"),
+    ("softmax-one-row-long", "f64", (1, O["short"] + 1), _softmax, "row"),
+    # ROW_CACHE_BYTES: the row's exp cached on the stack up to this many elements
+    ("softmax-cached", "f32", (2, O["cache"]), _softmax, "row"),
+    ("softmax-uncached", "f32", (2, O["cache"] + 1), _softmax, "row"),
+    ("softmax-one-row-uncached", "f32", (1, O["cache"] + 1), _softmax, "row"),
+    # reductions: by rows, a column reduction split along its reduced axis, all axes
+    ("sum-rows", "f32", (3, 5000), _sums((1,)), "input"),
+    ("sum-columns", "f32", (5000, 3), _sums((0,)), "input"),
+    ("sum-columns-s32", "s32", (4097, 70), _sums((0,)), "input"),
+    ("sum-all-f64", "f64", (70, 129), _sums((0, 1)), "input"),
+    ("sum-middle-f16", "f16", (3, 700, 5), _sums((1,)), "input"),
+    # MIN_BYTES: a transpose bringing the last dim inwards takes the blocked kernel from it
+    ("transpose-below", "f32", (T_ROWS - 1, T_COLS), _transposed((1, 0)), "loop"),
+    ("transpose-at", "f32", (T_ROWS, T_COLS), _transposed((1, 0)), "transpose"),
+    ("transpose-at-f64", "f64", (T_ROWS // 2 + 3, T_COLS), _transposed((1, 0)), "transpose"),
+    ("transpose-at-batch", "f32", (4, T_ROWS // 4, T_COLS), _transposed((0, 2, 1)), "transpose"),
+    ("transpose-at-rotate", "f32", (T_ROWS // 4, 4, T_COLS), _transposed((1, 2, 0)), "transpose"),
+    ("transpose-at-s8", "s8", (2 * T_ROWS, 2 * T_COLS), _transposed((1, 0)), "transpose"),
+    # reduce_window with unit column stride (column loop) and stride 2 (short constant rows)
+    ("pool-stride1-short", "f32", (2, 3, 9, O["short"]), _pool(3, 1), "loop"),
+    ("pool-stride1-long", "f32", (2, 3, 9, O["short"] + 5), _pool(3, 1), "loop"),
+    ("pool-stride2-short", "f32", (2, 3, 9, O["short"]), _pool(3, 2), "loop"),
+    ("pool-stride2-long", "f32", (2, 3, 9, 2 * O["short"] + 1), _pool(3, 2), "loop"),
+    # _PACKED_MIN: rows this long sort packed (key << 32 | column), shorter ones stably
+    ("sort-short", "f32", (3, O["packed"] - 1), _sorted, "sort"),
+    ("sort-packed", "f32", (3, O["packed"]), _sorted, "sort"),
+    ("sort-packed-f16", "f16", (2, O["packed"] + 1), _sorted, "sort"),
+    ("sort-packed-s32", "s32", (2, O["packed"] + 7), _sorted, "sort"),
+]
+
+
+def _other_inputs(m: Module) -> list[np.ndarray]:
+    """Random values with ties (sort stability), signed zeros and, for floats, a NaN."""
+    (p,) = m.entry.parameters
+    t = p.type
+    if t.dtype.is_int:
+        return [RNG.integers(-5, 6, size=t.shape).astype(t.dtype.np)]
+    x = np.round(RNG.standard_normal(t.shape) * 4) / 4
+    flat = x.reshape(-1)
+    flat[::7] = -0.0
+    if m.entry.root.op.name == "SORT" or "sort" in m.name:
+        flat[3] = np.nan
+    return [x.astype(t.dtype.np)]
+
+
+@pytest.mark.parametrize("name,dt,shape,body,kind", OTHER_CASES, ids=[c[0] for c in OTHER_CASES])
+def test_other_kernels_at_thresholds(name, dt, shape, body, kind, cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Row fusions, reductions, transposes, reduce_window and sort just below and at their
+    thresholds, on 1 thread and split over 2 (forced), against the interpreter (a split
+    reduction sums in another order: within the kit's tolerance; anything else bit-exact)."""
+    from axle.testing.cases import tolerance
+
+    m = _unary(name.replace("-", "_"), dt, shape, body)
+    xs = _other_inputs(m)
+    wants = evaluate(m, *xs)
+    be = axle.REGISTRY.backend("cpu")
+    for nt in ("1", "2"):
+        exe = _compile(m, cpu, nt, monkeypatch)
+        kinds = {s.spec.kind if hasattr(s, "spec") else "sort" for _, s in exe._steps}
+        assert kind in kinds, f"{name}: kernels {kinds}"
+        outs = exe.execute([be.to_device(x, cpu) for x in xs])
+        for got, want in zip((be.to_host(o) for o in outs), wants):
+            exact = kind in ("transpose", "sort", "loop") or got.dtype.kind != "f"
+            rtol, atol = (0, 0) if exact else tolerance(DType(dt), None, max(shape))
+            assert_close(got, want, rtol, atol, f"{name} on {nt} thread(s)")
+    be._cache.clear()
