@@ -21,6 +21,8 @@ from test_cpu_conv import _window, check_conv, conv_inputs, conv_module
 from test_cpu_gemm import check_dot, dot_module, inputs
 
 import axle
+import axle.numpy as anp
+from axle import lax
 from axle.compiler import compile_optimized
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
@@ -439,3 +441,41 @@ def test_other_kernels_at_thresholds(name, dt, shape, body, kind, cpu, monkeypat
             rtol, atol = (0, 0) if exact else tolerance(DType(dt), None, max(shape))
             assert_close(got, want, rtol, atol, f"{name} on {nt} thread(s)")
     be._cache.clear()
+
+
+def _loop_bodies(n: int) -> list:
+    """Loop bodies whose largest array has ``n`` elements: a wide vector-matrix product
+    and its activation, a long-K product into a small output (split K outside loops), a
+    row fusion."""
+    side = math.isqrt(n)
+    return [
+        ("vecmat", lambda x, w: anp.tanh(x @ w), (1, side), (side, side)),
+        ("splitk", lambda x, w: x + 1e-3 * ((x @ w) @ w.T), (n // KS, KS), (KS, 3)),
+        ("softmax", lambda x, w: anp.exp(x) / anp.sum(anp.exp(x), axis=1, keepdims=True) * w, (n // 256, 256),
+         (1, 256)),
+    ]
+
+
+@pytest.mark.parametrize("at", [False, True], ids=["below", "at"])
+def test_kernels_in_loops_at_the_split_threshold(at: bool, cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Inside a loop the native runner splits a kernel across threads (no timing) when its
+    largest array reaches LOOP_SPLIT_ELEMENTS: just below and at it, on 2 threads, the loop
+    gives NumPy's numbers (a split-K product split by its rows there)."""
+    from axle_cpu import threads
+
+    n = threads.LOOP_SPLIT_ELEMENTS if at else threads.LOOP_SPLIT_ELEMENTS - 600
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    axle.REGISTRY.backend("cpu")._cache.clear()
+    for name, body, xs, ws in _loop_bodies(n):
+        x = RNG.standard_normal(xs).astype(np.float32)
+        w = (RNG.standard_normal(ws) / math.sqrt(ws[0])).astype(np.float32)
+        f = axle.jit(lambda x, w, k, body=body: lax.fori_loop(0, k, lambda i, v: body(v, w), x), device=cpu)
+        compiled = f.lower(x, w, np.int32(3)).compile()
+        splits = [launch.loop_split() for launch, _ in compiled.executable._steps if launch is not None]
+        assert any(splits) is at, f"{name}: {splits}"
+        want = x
+        for _ in range(3):
+            with axle.device("interpreter:0"):
+                want = np.asarray(body(want, w))
+        np.testing.assert_allclose(np.asarray(f(x, w, np.int32(3))), want, rtol=2e-4, atol=2e-5, err_msg=name)
+    axle.REGISTRY.backend("cpu")._cache.clear()
