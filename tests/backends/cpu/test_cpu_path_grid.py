@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 from test_cpu_conv import _window, check_conv, conv_inputs, conv_module
-from test_cpu_gemm import check_dot, dot_module, inputs
+from test_cpu_gemm import dot_module, inputs
 
 import axle
 import axle.numpy as anp
@@ -26,7 +26,7 @@ from axle import lax
 from axle.compiler import compile_optimized
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
-from axle.testing.cases import assert_close
+from axle.testing.cases import OpCase, assert_case_close, assert_close, bias_relu
 
 RNG = np.random.default_rng(23)
 MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))  # A [M, K] @ B [K, N]
@@ -103,38 +103,20 @@ def _has_gemm(exe) -> bool:  # noqa: ANN001
 # ================================================================ dot_general
 
 
-def _dot_bias_relu(dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, out: str | None = None) -> Module:
-    """relu(dot + bias[last dim]) (the classifier / dense layer), or ``convert(dot, out)``."""
+def _dot_epilogue(dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, epi: str) -> Module:
+    """relu(dot + bias[last dim]) (the classifier / dense layer), or the dot converted to
+    dtype ``epi``."""
     b = Builder("dot_epi")
     x = b.parameter(f"{dt}[{','.join(map(str, ls))}]")
     y = b.parameter(f"{dt}[{','.join(map(str, rs))}]")
     d = b.dot_general(x, y, **attrs)
-    if out is not None:
-        return b.build(b.convert(d, dtype=out))
-    shape = d.shape
-    bias = b.parameter(f"{dt}[{shape[-1]}]")
-    z = b.add(d, b.broadcast_in_dim(bias, shape=shape, broadcast_dimensions=(len(shape) - 1,)))
-    zero = b.broadcast_in_dim(b.constant(np.zeros((), DType(dt).np)), shape=shape, broadcast_dimensions=())
-    return b.build(b.max(z, zero))
+    return b.build(bias_relu(b, d) if epi == "bias_relu" else b.convert(d, dtype=epi))
 
 
-def _check_epi(m: Module, xs: list[np.ndarray], got: np.ndarray) -> None:
-    """Against the interpreter: integers exactly; floats within the dot's forward error
-    bound (K eps |x|.|w|, over the bias's magnitude too) plus one rounding of the dtype."""
-    want = evaluate(m, *xs)[0]
-    assert got.shape == want.shape and got.dtype == want.dtype, m.name
-    if want.dtype.kind != "f":
-        assert_close(got, want, 0, 0, m.name)
-        return
-    dot = next(n for n in m.entry.nodes if n.op.name == "DOT_GENERAL")
-    k = math.prod(dot.operands[0].shape[d] for d in dot.attr["lhs_contracting"])
-    eps = float(np.finfo(dot.dtype.np).eps)
-    mag = evaluate(m, *[np.abs(x) for x in xs])[0].astype(np.float64)  # |x|.|w| + |bias|
-    w, g = want.astype(np.float64), got.astype(np.float64)
-    tol = 2 * (k + 1) * eps * mag + np.abs(w) * float(np.finfo(want.dtype).eps)
-    err = np.abs(g - w)
-    worst = np.unravel_index((err - tol).argmax(), err.shape)
-    assert (err <= tol).all(), f"{m.name}: max excess {(err - tol).max()} at {worst}"
+def _check(m: Module, xs: list[np.ndarray], got: np.ndarray, cpu) -> None:  # noqa: ANN001
+    """Against the interpreter: integers exactly; floats within the kit's tolerance plus
+    the dot's forward error bound (K eps |x|.|w|: any summation order)."""
+    assert_case_close(OpCase(m.name, m, xs), [got], evaluate(m, *xs), cpu)
 
 
 def _case(name: str, dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, want: str,
@@ -247,15 +229,13 @@ def _direct_b_cases() -> list:
 def test_dot_paths_at_thresholds(dt, ls, rs, attrs, want, epi, cpu, monkeypatch) -> None:  # noqa: ANN001
     """Each dot path just below / at its threshold, per layout, on 1 thread and split over
     2 (forced), against the interpreter; the split gives the same bits unless it splits K."""
-    m = dot_module(dt, ls, rs, **attrs) if epi is None else _dot_bias_relu(dt, ls, rs, attrs,
-                                                                           None if epi == "bias_relu" else epi)
+    m = dot_module(dt, ls, rs, **attrs) if epi is None else _dot_epilogue(dt, ls, rs, attrs, epi)
     xs = inputs(m)
     (one, two), paths = _run_both(m, xs, cpu, monkeypatch)
     for tag in want.split():
         assert (tag[1:] in paths) is (tag[0] == "+"), f"{m.name}: paths {sorted(paths)}, wanted {want}"
-    check = check_dot if epi is None else _check_epi
-    check(m, xs, one)
-    check(m, xs, two)
+    _check(m, xs, one, cpu)
+    _check(m, xs, two, cpu)
     if "split_k" not in paths:
         np.testing.assert_array_equal(one, two)
 
@@ -288,7 +268,7 @@ def test_conv_paths_at_thresholds(name, xs_shape, ws_shape, layouts, window, wan
     np.testing.assert_array_equal(one, two)
 
 
-def test_dot_thresholds_disjoint_ranges() -> None:
+def test_dot_thresholds_disjoint_ranges(cpu) -> None:  # noqa: ANN001
     """The kernels at the column split and split-K thresholds called over odd pieces of
     their ranges (the pool cuts only into equal chunks): the pieces give the single call's
     bits; slices of K sum to the product."""
@@ -301,7 +281,7 @@ def test_dot_thresholds_disjoint_ranges() -> None:
         _jit, fn, (outer, inner) = _kernel(m)
         whole = np.zeros(m.entry.root.shape, xs[0].dtype)
         _call(fn, xs, whole, [(0, outer, 0, inner)])
-        check_dot(m, xs, whole)
+        _check(m, xs, whole, cpu)
         for ranges in ([(a, b, 0, inner) for a, b in _pieces(outer)], [(0, outer, a, b) for a, b in _pieces(inner)]):
             pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
             _call(fn, xs, pieces, ranges)

@@ -7,7 +7,6 @@ below and at it, per layout and dtype, on the strategy that takes the path, agai
 interpreter. The kernel sizes (vector lanes, compute units) are the device's."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -17,7 +16,7 @@ from axle.config import config
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module, TensorType
 from axle.ir.conv import conv_dimension_numbers
-from axle.testing.cases import OpCase, assert_close, random_input, run_case, tolerance
+from axle.testing.cases import OpCase, assert_close, bias_relu, check_case, random_input, run_case, tolerance
 
 RNG = np.random.default_rng(29)
 MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))
@@ -48,36 +47,12 @@ def _dot(dt: str, ls: tuple[int, ...], rs: tuple[int, ...], attrs: dict, epi: bo
     x = b.parameter(f"{dt}[{','.join(map(str, ls))}]")
     y = b.parameter(f"{dt}[{','.join(map(str, rs))}]")
     d = b.dot_general(x, y, **attrs)
-    if not epi:
-        return b.build(d)
-    shape = d.shape
-    bias = b.parameter(f"{dt}[{shape[-1]}]")
-    z = b.add(d, b.broadcast_in_dim(bias, shape=shape, broadcast_dimensions=(len(shape) - 1,)))
-    zero = b.broadcast_in_dim(b.constant(np.zeros((), DType(dt).np)), shape=shape, broadcast_dimensions=())
-    return b.build(b.max(z, zero))
+    return b.build(bias_relu(b, d) if epi else d)
 
 
 def _inputs(m: Module) -> list[np.ndarray]:
     return [random_input(RNG, p.type, special=False, small=p.type.dtype in (DType.FLOAT16, DType.INT32, DType.INT64))
             for p in m.entry.parameters]
-
-
-def _check_dot(m: Module, xs: list[np.ndarray], got: np.ndarray) -> None:
-    """Integers exactly; floats within the dot's forward error bound 2 K eps |x|.|w| (any
-    summation order; the bias's magnitude included) plus one rounding of the result."""
-    want = evaluate(m, *xs)[0]
-    assert got.shape == want.shape and got.dtype == want.dtype, m.name
-    if want.dtype.kind != "f":
-        assert_close(got, want, 0, 0, m.name)
-        return
-    dot = next(n for n in m.entry.nodes if n.op.name == "DOT_GENERAL")
-    k = math.prod(dot.operands[0].shape[d] for d in dot.attr["lhs_contracting"])
-    eps = float(np.finfo(np.float32 if want.dtype == np.float16 else want.dtype).eps)
-    mag = evaluate(m, *[np.abs(x) for x in xs])[0].astype(np.float64)
-    w = want.astype(np.float64)
-    tol = 2 * (k + 1) * eps * mag + np.abs(w) * float(np.finfo(want.dtype).eps)
-    err = np.abs(got.astype(np.float64) - w)
-    assert (err <= tol).all(), f"{m.name}: max excess {(err - tol).max()}"
 
 
 def _source(m: Module, ocl) -> str:  # noqa: ANN001
@@ -145,8 +120,8 @@ def test_dots_at_thresholds(case: tuple, ocl, use_strategy) -> None:  # noqa: AN
     xs = _inputs(m)
     src = _source(m, ocl)
     assert (marker[1:] in src) is (marker[0] == "+"), f"{name}: {marker} (lanes {w})"
-    (got,) = run_case(OpCase(name, m, xs), ocl)
-    _check_dot(m, xs, got)
+    # integers exactly; floats within the kit's tolerance plus the dot's error bound
+    check_case(OpCase(name, m, xs), ocl)
 
 
 # ================================================================ the other kernels
