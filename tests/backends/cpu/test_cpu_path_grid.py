@@ -26,7 +26,8 @@ from axle import lax
 from axle.compiler import compile_optimized
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
-from axle.testing.cases import OpCase, assert_case_close, assert_close, bias_relu
+from axle.ir.ops import Op
+from axle.testing.cases import OpCase, assert_case_close, assert_close, bias_relu, tolerance
 
 RNG = np.random.default_rng(23)
 MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))  # A [M, K] @ B [K, N]
@@ -169,6 +170,9 @@ DOT_CASES = [
     # one row of C: x @ w (B streamed: vecmat) and x @ w.T (swapped: row dots)
     _case("vecmat-below", "f32", (1, 45), (45, NW - 1), MM, "+vecmat -columns"),
     _case("vecmat-at", "f32", (1, 45), (45, NW), MM, "+vecmat +columns"),
+    _case("vecmat-at-s32", "s32", (1, 45), (45, NW + 1), MM, "+vecmat +columns"),
+    # float16's one row: its float32 block over a column range cut anywhere (2 threads)
+    _case("row-f16-wide", "f16", (1, 45), (45, NW + 44), MM, "-vecmat +accumulate -columns"),
     _case("vecmat-block", "f64", (1, 13), (13, C["vm"] // 8 + 3), MM, "+vecmat +columns"),
     _case("vecmat-t-below", "f32", (1, 45), (NW - 1, 45), BT, "+swap +rowdot -columns"),
     _case("vecmat-t-at", "f32", (1, 45), (NW, 45), BT, "+swap +rowdot +columns"),
@@ -405,8 +409,6 @@ def test_other_kernels_at_thresholds(name, dt, shape, body, kind, cpu, monkeypat
     """Row fusions, reductions, transposes, reduce_window and sort just below and at their
     thresholds, on 1 thread and split over 2 (forced), against the interpreter (a split
     reduction sums in another order: within the kit's tolerance; anything else bit-exact)."""
-    from axle.testing.cases import tolerance
-
     m = _unary(name.replace("-", "_"), dt, shape, body)
     xs = _other_inputs(m)
     wants = evaluate(m, *xs)
@@ -459,3 +461,27 @@ def test_kernels_in_loops_at_the_split_threshold(at: bool, cpu, monkeypatch) -> 
                 want = np.asarray(body(want, w))
         np.testing.assert_allclose(np.asarray(f(x, w, np.int32(3))), want, rtol=2e-4, atol=2e-5, err_msg=name)
     axle.REGISTRY.backend("cpu")._cache.clear()
+
+
+@pytest.mark.parametrize("at", [False, True], ids=["below", "at"])
+def test_buffers_at_the_pooled_size(at: bool, cpu) -> None:  # noqa: ANN001
+    """Outputs and arenas from MMAP_MIN bytes are pooled mappings (smaller ones one block
+    per call): just below and at it, results held from earlier calls keep their values
+    while later calls (the mapping pool, the same executable) run, and two outputs and a
+    temporary of that size never overlap."""
+    from axle_cpu.memory import MMAP_MIN
+
+    n = MMAP_MIN // 4 - (0 if at else 1)
+    b = Builder("pooled")
+    x = b.parameter(f"f32[{n}]")
+    y = b.parameter(f"f32[{n}]")
+    e = b.exp(b.mul(x, y))
+    t = b.sort(b.add(e, x), dimension=0, num_keys=1, descending=0, index=0)  # a temporary between two kernels
+    m = b.build(b.add(t, y), b.sub(e, y))
+    exe, _ = compile_optimized(m, cpu)
+    be = axle.REGISTRY.backend("cpu")
+    calls = [[RNG.standard_normal(n).astype(np.float32) for _ in range(2)] for _ in range(3)]
+    held = [exe.execute([be.to_device(a, cpu) for a in xs]) for xs in calls]
+    for xs, outs in zip(calls, held):
+        for got, want in zip((be.to_host(o) for o in outs), evaluate(m, *xs)):
+            assert_close(got, want, *tolerance(DType.FLOAT32, Op.EXP), f"{n} elements")
