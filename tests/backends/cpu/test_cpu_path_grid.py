@@ -2,8 +2,8 @@
 picks a path (gemm.py's COLUMNS_OUTER_MIN, CONV_COLUMNS_OUTER_MIN, SPLIT_K_MIN and
 SPLIT_K_RATIO, the micro-tile height that reads B in place, VECMAT_BLOCK, PACK_KB, the
 indirect convolution's IND_MIN_RUN; the row kernels' SHORT_ROW and ROW_CACHE_BYTES, the
-blocked transpose's MIN_BYTES, the packed sort's _PACKED_MIN), a shape just below it and
-one at it, for each operand layout the path distinguishes, on 1 thread and split over 2
+blocked transpose's MIN_BYTES, the packed sort's _PACKED_MIN, threads' LOOP_SPLIT_ELEMENTS,
+the pooled buffers' MMAP_MIN), a shape just below it and one at it, for each operand layout the path distinguishes, on 1 thread and split over 2
 (forced), against the interpreter. Each case also asserts the path it was written for, so
 that a moved threshold cannot leave a case testing nothing new.
 
@@ -154,6 +154,8 @@ DOT_CASES = [
     _case("cols-at-convert-f64", "f32", (37, 45), (45, NW), MM, "-columns +accumulate +epilogue", "f64"),
     _case("cols-below-convert-f16", "f32", (37, 600), (600, NW - 1), MM, "-columns +accumulate +epilogue", "f16"),
     _case("convert-s32-s8", "s32", (9, 45), (45, 70), MM, "+accumulate +epilogue", "s8"),
+    _case("convert-f32-bf16", "f32", (9, 45), (45, NW + 1), MM, "+accumulate +epilogue -columns", "bf16"),
+    _case("convert-s64-u16", "s64", (9, 45), (45, 70), MM, "+accumulate +epilogue", "u16"),
     _case("convert-f64-f32-bt", "f64", (9, 45), (70, 45), BT, "+accumulate +epilogue", "f32"),
     _case("convert-vecmat-t", "f32", (1, 45), (NW, 45), BT, "+swap +rowdot +accumulate +epilogue", "f64"),
     _case("convert-matvec", "f32", (37, 45), (45, 1), MM, "+rowdot +accumulate +epilogue", "f16"),
@@ -485,3 +487,19 @@ def test_buffers_at_the_pooled_size(at: bool, cpu) -> None:  # noqa: ANN001
     for xs, outs in zip(calls, held):
         for got, want in zip((be.to_host(o) for o in outs), evaluate(m, *xs)):
             assert_close(got, want, *tolerance(DType.FLOAT32, Op.EXP), f"{n} elements")
+
+
+def test_random_programs_reach_the_thresholds() -> None:
+    """The random-program generator's threshold sizes (random_modules.threshold_pattern)
+    still straddle the cpu thresholds, and some programs of the first seeds use them."""
+    from axle.ir.dotdims import DotDims
+    from axle.testing import random_modules as rm
+    from axle_cpu import emitter, gemm
+
+    for sizes, at in ((rm.WIDE_SIZES, gemm.COLUMNS_OUTER_MIN), (rm.LONG_K_SIZES, gemm.SPLIT_K_MIN),
+                      (rm.ROW_SIZES, emitter.KernelSpec.SHORT_ROW + 1),
+                      (rm.ROW_SIZES, emitter.KernelEmitter.ROW_CACHE_BYTES // 8 + 1)):
+        assert at - 1 in sizes and at in sizes, (sizes, at)
+    dots = [DotDims.of(n) for seed in range(300) for c in rm.random_module(seed, 1 + seed % 40)[0].computations()
+            for n in c.nodes if n.op is Op.DOT_GENERAL]
+    assert any(d.n >= gemm.COLUMNS_OUTER_MIN for d in dots) and any(d.k >= gemm.SPLIT_K_MIN for d in dots)

@@ -218,3 +218,15 @@ def test_other_kernels_at_thresholds(case: tuple, ocl, use_strategy) -> None:  #
         exact = name.startswith("sort") or g.dtype.kind != "f"
         rtol, atol = (0, 0) if exact else tolerance(DType(dt), None, max(shape) * (9 if "conv" in name else 1))
         assert_close(g, want, rtol, atol, f"{name} ({strategy})")
+
+
+def test_random_programs_straddle_the_thresholds() -> None:
+    """The random-program generator's threshold sizes (random_modules.threshold_pattern)
+    still straddle the opencl thresholds (the vector sizes follow the device)."""
+    from axle.testing import random_modules as rm
+    from axle_opencl import dots, kernels
+
+    # (1024: plan._use_group_reduce's reduced elements on CPU devices)
+    for sizes, at in ((rm.TALL_SIZES, dots.PACKED_MIN_ROWS), (rm.ROW_SIZES, kernels.GROUP_ROW_MIN),
+                      (rm.ROW_SIZES, 1024)):
+        assert at - 1 in sizes and at in sizes, (sizes, at)
