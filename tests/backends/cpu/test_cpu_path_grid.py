@@ -2,15 +2,17 @@
 picks a path (gemm.py's COLUMNS_OUTER_MIN, CONV_COLUMNS_OUTER_MIN, SPLIT_K_MIN and
 SPLIT_K_RATIO, the micro-tile height that reads B in place, VECMAT_BLOCK, PACK_KB, the
 indirect convolution's IND_MIN_RUN; the row kernels' SHORT_ROW and ROW_CACHE_BYTES, the
-blocked transpose's MIN_BYTES, the packed sort's _PACKED_MIN, threads' LOOP_SPLIT_ELEMENTS,
-the pooled buffers' MMAP_MIN), a shape just below it and one at it, for each operand layout the path distinguishes, on 1 thread and split over 2
-(forced), against the interpreter. Each case also asserts the path it was written for, so
-that a moved threshold cannot leave a case testing nothing new.
+blocked transpose's MIN_BYTES, the packed sort's _PACKED_MIN, threads'
+LOOP_SPLIT_ELEMENTS, the pooled buffers' MMAP_MIN), a shape just below it and one at it,
+for each operand layout the path distinguishes, on 1 thread and split over 2 (forced),
+against the interpreter. Each case also asserts the path it was written for, so that a
+moved threshold cannot leave a case testing nothing new.
 
 The small-shape tests elsewhere never reach these paths: a wide ``x @ w.T`` of one row
 (N >= 256, columns split by panels of the swapped product) wrote only C's first column."""
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import replace
 
@@ -274,17 +276,19 @@ def test_conv_paths_at_thresholds(name, xs_shape, ws_shape, layouts, window, wan
     np.testing.assert_array_equal(one, two)
 
 
-def test_dot_thresholds_disjoint_ranges(cpu) -> None:  # noqa: ANN001
-    """The kernels at the column split and split-K thresholds called over odd pieces of
-    their ranges (the pool cuts only into equal chunks): the pieces give the single call's
-    bits; slices of K sum to the product."""
+@pytest.mark.parametrize("vector_bits", [0, 256, 128], ids=["host", "avx2", "sse"])
+def test_dot_thresholds_disjoint_ranges(vector_bits: int, cpu) -> None:  # noqa: ANN001
+    """The kernels at the column split and split-K thresholds, with the host's tiles and
+    AVX2's and SSE's (other NR-wide column panels), called over odd pieces of their ranges
+    (the pool cuts only into equal chunks): the pieces give the single call's bits; slices
+    of a split K sum to the product."""
     from test_cpu_gemm import _call, _kernel
 
     for dt, ls, rs, attrs in (("f32", (37, 45), (45, NW + 70), MM), ("f64", (1, 45), (NW + 70, 45), BT),
                               ("s32", (1, 45), (45, NW + 70), MM), ("f32", (3, KS), (KS, NR_EDGE), MM)):
         m = dot_module(dt, ls, rs, **attrs)
         xs = inputs(m)
-        _jit, fn, (outer, inner) = _kernel(m)
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
         whole = np.zeros(m.entry.root.shape, xs[0].dtype)
         _call(fn, xs, whole, [(0, outer, 0, inner)])
         _check(m, xs, whole, cpu)
@@ -292,6 +296,15 @@ def test_dot_thresholds_disjoint_ranges(cpu) -> None:  # noqa: ANN001
             pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
             _call(fn, xs, pieces, ranges)
             np.testing.assert_array_equal(pieces, whole, err_msg=f"{m.name} {ls} {rs} over {ranges}")
+        k = ls[-1]
+        if k >= KS:  # the pool's reduction chunks: each call sums its slice of K
+            parts = []
+            for a, b in _pieces(k):
+                part = np.full(m.entry.root.shape, 99, xs[0].dtype)
+                ptrs = (ctypes.c_void_p * 3)(*(v.ctypes.data for v in (*xs, part)))
+                fn(ptrs, 0, outer, 0, inner, a, b)
+                parts.append(part)
+            _check(m, xs, np.sum(parts, axis=0, dtype=xs[0].dtype), cpu)
 
 
 def _pieces(n: int) -> list[tuple[int, int]]:
