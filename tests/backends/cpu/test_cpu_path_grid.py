@@ -215,6 +215,15 @@ DOT_CASES = [
     # SPLIT_K_RATIO: K at 16 times the output's longer side (here N = 256: columns split too)
     _case("splitk-ratio-at", "f32", (3, KS), (KS, NR_EDGE), MM, "+split_k +columns"),
     _case("splitk-ratio-below", "f32", (3, KS), (KS, NR_EDGE + 1), MM, "-split_k +columns"),
+    # the dtypes the GEMM does not take (and widening dots): the loop nest's dot, split by
+    # threads as any loop kernel, at the GEMM's sizes
+    _case("loop-dot-wide-s8", "s8", (3, 45), (45, NW + 1), MM, "-epilogue"),
+    _case("loop-dot-long-k-bf16", "bf16", (3, KS), (KS, 5), MM, "-epilogue"),
+    _case("loop-dot-one-row-u16-bt", "u16", (1, 45), (NW, 45), BT, "-epilogue"),
+    _case("widen-s8-s32-long-k", "s8", (3, KS), (KS, 5), dict(MM, preferred_element_type=DType.INT32), "-epilogue"),
+    _case("widen-f16-f32-wide-bt", "f16", (1, 45), (NW + 1, 45), dict(BT, preferred_element_type=DType.FLOAT32),
+          "-epilogue"),
+    _case("vecmat-at-batch", "f32", (3, 1, 45), (3, 45, NW), BATCH0, "+vecmat +columns"),
     # PACK_KB: a B with K contiguous (x @ w.T) packed a column's K chunk at a time
     _case("packkb-at", "f32", (37, C["pack_kb"] + 1), (70, C["pack_kb"] + 1), BT, "-direct_b"),
 ]
