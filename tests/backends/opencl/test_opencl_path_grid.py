@@ -124,6 +124,28 @@ def test_dots_at_thresholds(case: tuple, ocl, use_strategy) -> None:  # noqa: AN
     check_case(OpCase(name, m, xs), ocl)
 
 
+#: the GPU strategy's local-memory tiles (dot_kernel: 64 x 64 outputs per group of 16 x 16
+#: work-items, K in slabs of 16 with 256 work-items a group): sizes around a tile
+GPU_DOTS = [
+    ("tile-below", "f32", (63, 15), (15, 63), MM, False),
+    ("tile-at", "f32", (64, 16), (16, 64), MM, True),
+    ("tile-above-bt", "f64", (65, 17), (129, 17), BT, True),
+    ("tile-above-at-s32", "s32", (33, 65), (33, 65), AT, False),
+    ("tile-one-row-wide", "f32", (1, 16), (16, 257), MM, True),
+]
+
+
+@pytest.mark.parametrize("case", GPU_DOTS, ids=lambda c: c[0])
+def test_gpu_strategy_dots_around_a_tile(case: tuple, ocl, use_strategy) -> None:  # noqa: ANN001
+    name, dt, ls, rs, attrs, epi = case
+    use_strategy("gpu")
+    if dt == "f64" and not _info(ocl).fp64:
+        return
+    m = _dot(dt, ls, rs, attrs, epi)
+    assert "__local" in _source(m, ocl), name
+    check_case(OpCase(name, m, _inputs(m)), ocl)
+
+
 # ================================================================ the other kernels
 
 
@@ -172,6 +194,10 @@ def _other_cases() -> list:
         ("map-below", "cpu", "f32", ("2W-1",), _tanh_scale, "-VEC"),
         ("map-at", "cpu", "f32", ("2W+3",), _tanh_scale, "+VEC"),
         ("map-at-s32", "cpu", "s32", (3, "W+1"), _tanh_scale, None),
+        # CPU strategy: work-items of at least 4096 elements, at most 8 per compute unit:
+        # chunks rounded to whole vectors, the last one partial
+        ("map-many-chunks", "cpu", "f32", (128 * 1024 + 5,), _tanh_scale, "+VEC"),
+        ("row-many-rows", "cpu", "f64", (4097, 37), _softmax, None),
         # group reductions from 1024 (CPU) / 64 and 512 (GPU) reduced elements into few outputs
         ("group-reduce-below-cpu", "cpu", "f32", (2, 1023), _sums((1,)), "-__local"),
         ("group-reduce-at-cpu", "cpu", "f32", (2, 1024), _sums((1,)), "+__local"),
