@@ -169,6 +169,11 @@ class Window:
     #: window positions share their validity and lie ``run_stride`` apart in the input
     run: int = 1
     run_stride: int = 0
+    #: K's innermost ``line`` window positions are consecutive in the input whenever all
+    #: of them are inside it (the feature run and the spatial dim outside it: conv.py
+    #: _feature_line); only that dim's position moves along a line, so its valid part is
+    #: one interval and a line is wholly valid when its two ends are
+    line: int = 1
 
     @property
     def dilated(self) -> bool:
@@ -645,6 +650,9 @@ class _Emitter:
                          and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
         # Patches read in place through row pointers (an indirection table, XNNPACK's
         # indirect convolution): K segments of ``ind_seg`` contiguous input features.
+        # A segment may also be a Window.line (``ind_lines``): a few features (a stem's 3)
+        # with the kernel row's positions, whose partly padded lines are copied with zeros.
+        self.ind_lines = False
         self.ind_seg = self._indirect_segment(lay.a_win, plain)
         if self.ind_seg:
             self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
@@ -655,7 +663,12 @@ class _Emitter:
     def _indirect_segment(self, w: Window | None, plain: bool) -> int | None:
         """The K segment of the indirect path: the run of input features (Window.run) or a
         divisor of it that fits a K block; None where patches are packed instead."""
-        if w is None or not plain or w.run < self.IND_MIN_RUN or w.run_stride != 1:
+        if w is None or not plain:
+            return None
+        if w.run < self.IND_MIN_RUN and self.IND_MIN_RUN <= w.line <= self.t.kc and not w.dilated:
+            self.ind_lines = True
+            return w.line
+        if w.run < self.IND_MIN_RUN or w.run_stride != 1:
             return None
         if w.run <= self.t.kc:
             return w.run
@@ -728,6 +741,8 @@ class _Emitter:
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
                 g.loop(_c(0), _c(self.ind_seg), 1,
                        lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+                if self.ind_lines:  # a copy of each partly padded line, in its slot's place
+                    self.ap = b.alloca(self.ct, size=_c(_round_up(t.mc, t.mr) * t.kc))
             elif self.batch_outer:  # all M rows of a K block
                 self.ap = b.alloca(self.ct, size=_c(_round_up(lay.m, t.mr) * t.kc))
                 self.ap.align = 64
@@ -1275,10 +1290,25 @@ class _Emitter:
                 pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
 
                 def segment(sx: ir.Value) -> None:
-                    valid, off = self._win_addr(w, pix, b.add(pc, b.mul(sx, _c(seg))))
+                    k0 = b.add(pc, b.mul(sx, _c(seg)))
+                    valid, off = self._win_addr(w, pix, k0)
                     valid = b.and_(valid, inside)
-                    ptr = b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros)
-                    b.store(ptr, g.gep(slots, PTR, b.add(b.mul(sx, _c(t.mr)), r)))
+                    slot = b.add(b.mul(sx, _c(t.mr)), r)
+                    at = g.gep(slots, PTR, slot)
+                    if not self.ind_lines:
+                        b.store(b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros), at)
+                        return
+                    whole = b.and_(valid, self._win_addr(w, pix, b.add(k0, _c(seg - 1)))[0])
+
+                    def patch() -> None:  # the line with zeros where it leaves the input
+                        copy = g.gep(self.ap, self.ct, b.mul(b.add(b.mul(b.udiv(ip, _c(t.mr)), _c(per_tile)), slot),
+                                                             _c(seg)))
+                        g.loop(_c(0), _c(seg), 1, lambda j: b.store(self._win_load(w, base, pix, b.add(k0, j)),
+                                                                    g.gep(copy, self.ct, j)), "ixc")
+                        b.store(copy, at)
+
+                    g.if_(whole, lambda: b.store(g.gep(base, self.st, off), at),
+                          lambda: g.if_(inside, patch, lambda: b.store(self.zeros, at)))
 
                 g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
 

@@ -250,6 +250,49 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
 
 
+# fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
+# Window.line, kw x features): read in place through row pointers, a partly padded line
+# copied with its zeros
+LINE_CONFIGS = [
+    ("stem-7x7-stride2", (2, 15, 13, 3), (7, 7, 3, 20), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 2), low=(3, 3), high=(3, 2))),
+    ("line-window-wider-than-input", (1, 4, 3, 4), (5, 6, 4, 5), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(2, 3), high=(2, 2))),
+    ("line-negative-padding", (2, 9, 10, 2), (3, 9, 2, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(-1, 4), high=(1, -2))),
+]
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.INT32], ids=lambda d: d.value)
+def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa: ANN001
+    """A 7x7 stem's 3 input features are too short a run for the row pointers, but with
+    the kernel row's 7 positions they are 21 consecutive floats: those lines are the K
+    segments read in place, and a line that crosses the padding (the image's left and right
+    edges, a window wider than the image, negative padding) is read from a copy with zeros;
+    the results equal the interpreter's, also over thread splits of the pixels."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    for cfg in LINE_CONFIGS:
+        m = conv_module(cfg, dt)
+        (spec,) = build_plan(m, arena=False).kernels.values()
+        emitter = _Emitter(ir.Module(), spec, 512)
+        assert emitter.ind_lines and emitter.ind_seg == cfg[2][1] * cfg[2][2], cfg[0]
+        xs = conv_inputs(m)
+        check_conv(m, xs, run(m, xs, cpu))
+    m = conv_module(LINE_CONFIGS[0], DType.FLOAT32)
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    whole, pieces = np.zeros(m.entry.root.shape, np.float32), np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    cuts = [0, 5, outer // 3 + 1, outer]
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:])])
+    np.testing.assert_array_equal(pieces, whole)
+
+
 @pytest.mark.parametrize("vector_bits", [256, 128])
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16])
 def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
