@@ -1436,7 +1436,10 @@ class _Emitter:
         at row 0 when it would begin above it (MR <= M, rows read are always in A); the
         rows it has to write are then [skip, skip+mr) of the tile."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        uk = self._micro_fn(c_t, last is not None and self.epi is not None)
+        epi = last is not None and self.epi is not None
+        uk = self._micro_fn(c_t, epi)
+        edge = self._edge_vectors()
+        uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
@@ -1460,20 +1463,37 @@ class _Emitter:
                 args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
                 if last is not None and self.epi is not None:
                     args += [last, self.bufs]
-                b.call(uk, args)
+                if uk_edge is None:
+                    b.call(uk, args)
+                    return
+                g.if_(b.icmp_signed("<=", nr, _c(edge * t.v)), lambda: b.call(uk_edge, args), lambda: b.call(uk, args))
 
             g.loop(_c(0), mc, t.mr, ir_body, "ir")
 
         g.loop(_c(0), nc, t.nr, jr_body, "jr")
 
-    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False) -> ir.Function:
+    def _edge_vectors(self) -> int:
+        """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
+        none). An NCHW convolution's columns are pixels: a 14x14 map's 196 filled four
+        64-wide tiles, the last with 4 columns, which cost as much as a full one (77% of
+        the multiply-adds useful); its last panel then runs a one-vector tile (94%). Only
+        the last panel of N is narrow (threads split whole NR-wide panels)."""
+        lay, t = self.lay, self.t
+        rem = lay.n % t.nr
+        nv = -(-rem // t.v)
+        return nv if (lay.a_win is not None or lay.b_win is not None) and rem and nv < t.nr // t.v else 0
+
+    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False, nv: int = 0) -> ir.Function:
         """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 skip, i64 mr, i64 nr, i1
         first)``: C[skip:skip+mr, 0:nr] (+)= (A[0:MR, 0:kc] @ B[0:kc, 0:NR])[skip:skip+mr].
         A element (r, k) is at ``a + r*rs + k*ks``: packed (1, MR) or in place; B row k
         at ``b + k*NR`` packed (zero padded) or ``b + k*ldb`` in place (masked loads
         beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
-        block the tile is finished by the epilogue (``finish``) instead of stored."""
-        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+        block the tile is finished by the epilogue (``finish``) instead of stored. ``nv``:
+        a narrower tile of that many vectors (the right edge panel: ``_edge_vectors``)."""
+        nv = nv or self.t.nr // self.t.v
+        name = (f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+                f"{f'_n{nv}' if nv != self.t.nr // self.t.v else ''}")
         # indirect (``ind_seg``): ``a`` is the tile's indirection table, MR row pointers per
         # K segment; element (r, k) of segment s is at ``a[s*MR + r][k - s*seg]``
         fn = self.mod.globals.get(name)
@@ -1493,7 +1513,6 @@ class _Emitter:
         a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args[:9]
         g = _Gen(fn)
         b = g.b
-        nv = t.nr // t.v
         end = b.add(skip, mr)
         tile = None
         if epilogue:  # the finished sums of the last K block, for the epilogue (L1)
@@ -1503,7 +1522,7 @@ class _Emitter:
         line = 64 // _bytes(c_t)
         for r in range(t.mr):
             rowp = g.gep(cp, c_t, b.mul(g.max(g.min(_c(r), b.sub(end, _c(1))), skip), ldc))
-            for j in range(0, t.nr, line):
+            for j in range(0, nv * t.v, line):
                 intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
@@ -1633,7 +1652,7 @@ class _Emitter:
         stack, then each element of rows [skip, end) and columns [0, nr) is finished by the
         epilogue, which stores it."""
         b, t = g.b, self.t
-        nv = t.nr // t.v
+        nv = len(masks)
         valign = min(64, t.v * _bytes(self.ct))
         for r in range(t.mr):
             def row(r: int = r) -> None:

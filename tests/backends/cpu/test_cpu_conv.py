@@ -293,6 +293,28 @@ def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa
     np.testing.assert_array_equal(pieces, whole)
 
 
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
+def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
+    """An NCHW 14x14 map's 196 pixel columns fill three 64-wide panels and 4 columns: that
+    last panel runs a one-vector micro-kernel (with AVX-512; 49 columns, 4 vectors, have
+    no narrower tile), and the results equal the interpreter's (float16: the float32
+    accumulator path)."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    edge = ("nchw-14x14", (1, 20, 14, 14), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1),
+                                                                                             high=(1, 1)))
+    full = ("nchw-7x7", (1, 20, 7, 7), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)))
+    for cfg, vectors in ((edge, 1), (full, 0)):
+        m = conv_module(cfg, dt)
+        (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
+        assert _Emitter(ir.Module(), spec, 512)._edge_vectors() == vectors, cfg[0]
+        xs = conv_inputs(m)
+        check_conv(m, xs, run(m, xs, cpu))
+
+
 @pytest.mark.parametrize("vector_bits", [256, 128])
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16])
 def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
