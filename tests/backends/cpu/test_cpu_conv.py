@@ -321,8 +321,8 @@ def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
     """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
     (run here on the host)."""
     for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
-                 "several-k-blocks-nhwc", "nchw-wide-rows", "weight-gradient-nchw"):
-        m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
+                 "several-k-blocks-nhwc", "nchw-wide-rows", "weight-gradient-nchw", "stem-7x7-stride2"):
+        m = conv_module(next(c for c in CONFIGS + LINE_CONFIGS if c[0] == name), dt)
         xs = conv_inputs(m)
         _jit, fn, (outer, inner) = _kernel(m, vector_bits)
         out = np.zeros(m.entry.root.shape, dt.np)
