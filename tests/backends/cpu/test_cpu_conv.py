@@ -260,16 +260,20 @@ LINE_CONFIGS = [
      _window(2, low=(2, 3), high=(2, 2))),
     ("line-negative-padding", (2, 9, 10, 2), (3, 9, 2, 6), ("NHWC", "HWIO", "NHWC"),
      _window(2, low=(-1, 4), high=(1, -2))),
+    # the shortest lines: a CIFAR stem's 3 features x 3 positions, one feature x 3
+    ("cifar-stem-3x3", (2, 9, 8, 3), (3, 3, 3, 16), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1))),
+    ("one-feature-3x3", (1, 7, 9, 1), (3, 3, 1, 8), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1))),
 ]
 
 
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.INT32], ids=lambda d: d.value)
 def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa: ANN001
     """A 7x7 stem's 3 input features are too short a run for the row pointers, but with
-    the kernel row's 7 positions they are 21 consecutive floats: those lines are the K
-    segments read in place, and a line that crosses the padding (the image's left and right
-    edges, a window wider than the image, negative padding) is read from a copy with zeros;
-    the results equal the interpreter's, also over thread splits of the pixels."""
+    the kernel row's 7 positions they are 21 consecutive floats (a 3x3 kernel's 9, or 3
+    with one feature): those lines are the K segments read in place, and a line that
+    crosses the padding (the image's left and right edges, a window wider than the image,
+    negative padding) is read from a copy with zeros; the results equal the interpreter's,
+    also over thread splits of the pixels."""
     from llvmlite import ir
 
     from axle_cpu.gemm import _Emitter
