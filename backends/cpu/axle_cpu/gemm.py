@@ -180,6 +180,11 @@ class Window:
     #: window positions share their validity and lie ``run_stride`` apart in the input
     run: int = 1
     run_stride: int = 0
+    #: K's innermost ``line`` window positions are consecutive in the input whenever all
+    #: of them are inside it (the feature run and the spatial dim outside it: conv.py
+    #: _feature_line); only that dim's position moves along a line, so its valid part is
+    #: one interval and a line is wholly valid when its two ends are
+    line: int = 1
 
     @property
     def dilated(self) -> bool:
@@ -683,17 +688,29 @@ class _Emitter:
                          and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
         # Patches read in place through row pointers (an indirection table, XNNPACK's
         # indirect convolution): K segments of ``ind_seg`` contiguous input features.
+        # A segment may also be a Window.line (``ind_lines``): a few features (a stem's 3)
+        # with the kernel row's positions, whose partly padded lines are copied with zeros.
+        self.ind_lines = False
         self.ind_seg = self._indirect_segment(lay.a_win, plain)
         if self.ind_seg:
             self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
 
     #: shortest run of input features read through row pointers (shorter runs are packed)
     IND_MIN_RUN = 16
+    #: shortest Window.line read through row pointers when the feature run is shorter: a
+    #: 3x3 layer at batch 32 on 32x32 maps with 1, 2 and 3 input features (lines of 3, 6
+    #: and 9) ran in 0.40, 0.59 and 0.76 ms of CPU by lines, 0.55, 1.47 and 1.70 packed
+    IND_MIN_LINE = 3
 
     def _indirect_segment(self, w: Window | None, plain: bool) -> int | None:
         """The K segment of the indirect path: the run of input features (Window.run) or a
         divisor of it that fits a K block; None where patches are packed instead."""
-        if w is None or not plain or w.run < self.IND_MIN_RUN or w.run_stride != 1:
+        if w is None or not plain:
+            return None
+        if w.run < self.IND_MIN_RUN and self.IND_MIN_LINE <= w.line <= self.t.kc and not w.dilated:
+            self.ind_lines = True
+            return w.line
+        if w.run < self.IND_MIN_RUN or w.run_stride != 1:
             return None
         if w.run <= self.t.kc:
             return w.run
@@ -766,6 +783,8 @@ class _Emitter:
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
                 g.loop(_c(0), _c(self.ind_seg), 1,
                        lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+                if self.ind_lines:  # a copy of each partly padded line, in its slot's place
+                    self.ap = b.alloca(self.ct, size=_c(_round_up(t.mc, t.mr) * t.kc))
             elif self.batch_outer:  # all M rows of a K block
                 self.ap = b.alloca(self.ct, size=_c(_round_up(lay.m, t.mr) * t.kc))
                 self.ap.align = 64
@@ -1347,10 +1366,25 @@ class _Emitter:
                 pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
 
                 def segment(sx: ir.Value) -> None:
-                    valid, off = self._win_addr(w, pix, b.add(pc, b.mul(sx, _c(seg))))
+                    k0 = b.add(pc, b.mul(sx, _c(seg)))
+                    valid, off = self._win_addr(w, pix, k0)
                     valid = b.and_(valid, inside)
-                    ptr = b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros)
-                    b.store(ptr, g.gep(slots, PTR, b.add(b.mul(sx, _c(t.mr)), r)))
+                    slot = b.add(b.mul(sx, _c(t.mr)), r)
+                    at = g.gep(slots, PTR, slot)
+                    if not self.ind_lines:
+                        b.store(b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros), at)
+                        return
+                    whole = b.and_(valid, self._win_addr(w, pix, b.add(k0, _c(seg - 1)))[0])
+
+                    def patch() -> None:  # the line with zeros where it leaves the input
+                        copy = g.gep(self.ap, self.ct, b.mul(b.add(b.mul(b.udiv(ip, _c(t.mr)), _c(per_tile)), slot),
+                                                             _c(seg)))
+                        g.loop(_c(0), _c(seg), 1, lambda j: b.store(self._win_load(w, base, pix, b.add(k0, j)),
+                                                                    g.gep(copy, self.ct, j)), "ixc")
+                        b.store(copy, at)
+
+                    g.if_(whole, lambda: b.store(g.gep(base, self.st, off), at),
+                          lambda: g.if_(inside, patch, lambda: b.store(self.zeros, at)))
 
                 g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
 
@@ -1478,7 +1512,10 @@ class _Emitter:
         at row 0 when it would begin above it (MR <= M, rows read are always in A); the
         rows it has to write are then [skip, skip+mr) of the tile."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        uk = self._micro_fn(c_t, last is not None and self.epi is not None)
+        epi = last is not None and self.epi is not None
+        uk = self._micro_fn(c_t, epi)
+        edge = self._edge_vectors()
+        uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
@@ -1502,20 +1539,37 @@ class _Emitter:
                 args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
                 if last is not None and self.epi is not None:
                     args += [last, self.bufs]
-                b.call(uk, args)
+                if uk_edge is None:
+                    b.call(uk, args)
+                    return
+                g.if_(b.icmp_signed("<=", nr, _c(edge * t.v)), lambda: b.call(uk_edge, args), lambda: b.call(uk, args))
 
             g.loop(_c(0), mc, t.mr, ir_body, "ir")
 
         g.loop(_c(0), nc, t.nr, jr_body, "jr")
 
-    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False) -> ir.Function:
+    def _edge_vectors(self) -> int:
+        """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
+        none). An NCHW convolution's columns are pixels: a 14x14 map's 196 filled four
+        64-wide tiles, the last with 4 columns, which cost as much as a full one (77% of
+        the multiply-adds useful); its last panel then runs a one-vector tile (94%). Only
+        the last panel of N is narrow (threads split whole NR-wide panels)."""
+        lay, t = self.lay, self.t
+        rem = lay.n % t.nr
+        nv = -(-rem // t.v)
+        return nv if (lay.a_win is not None or lay.b_win is not None) and rem and nv < t.nr // t.v else 0
+
+    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False, nv: int = 0) -> ir.Function:
         """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 skip, i64 mr, i64 nr, i1
         first)``: C[skip:skip+mr, 0:nr] (+)= (A[0:MR, 0:kc] @ B[0:kc, 0:NR])[skip:skip+mr].
         A element (r, k) is at ``a + r*rs + k*ks``: packed (1, MR) or in place; B row k
         at ``b + k*NR`` packed (zero padded) or ``b + k*ldb`` in place (masked loads
         beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
-        block the tile is finished by the epilogue (``finish``) instead of stored."""
-        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+        block the tile is finished by the epilogue (``finish``) instead of stored. ``nv``:
+        a narrower tile of that many vectors (the right edge panel: ``_edge_vectors``)."""
+        nv = nv or self.t.nr // self.t.v
+        name = (f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+                f"{f'_n{nv}' if nv != self.t.nr // self.t.v else ''}")
         # indirect (``ind_seg``): ``a`` is the tile's indirection table, MR row pointers per
         # K segment; element (r, k) of segment s is at ``a[s*MR + r][k - s*seg]``
         fn = self.mod.globals.get(name)
@@ -1535,7 +1589,6 @@ class _Emitter:
         a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args[:9]
         g = _Gen(fn)
         b = g.b
-        nv = t.nr // t.v
         end = b.add(skip, mr)
         tile = None
         if epilogue:  # the finished sums of the last K block, for the epilogue (L1)
@@ -1545,7 +1598,7 @@ class _Emitter:
         line = 64 // _bytes(c_t)
         for r in range(t.mr):
             rowp = g.gep(cp, c_t, b.mul(g.max(g.min(_c(r), b.sub(end, _c(1))), skip), ldc))
-            for j in range(0, t.nr, line):
+            for j in range(0, nv * t.v, line):
                 intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
@@ -1681,7 +1734,7 @@ class _Emitter:
         stack, then each element of rows [skip, end) and columns [0, nr) is finished by the
         epilogue, which stores it."""
         b, t = g.b, self.t
-        nv = t.nr // t.v
+        nv = len(masks)
         valign = min(64, t.v * _bytes(self.ct))
         for r in range(t.mr):
             def row(r: int = r) -> None:
