@@ -117,6 +117,11 @@ def test_undilated_and_empty_convolutions_are_left_alone() -> None:
     empty = b2.op(Op.CONVOLUTION, x, w, **dims, window_strides=(1, 1), padding_low=(0, 0), padding_high=(0, 0),
                   lhs_dilation=(2, 2), rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1)
     assert split_phases(empty) is None
+    b3 = Builder("conv")  # stride 5, 5x5: 25 phases with taps, more than a consumer should read
+    x, w = b3.parameter(((1, 1, 4, 4), np.float32)), b3.parameter(((1, 1, 5, 5), np.float32))
+    many = b3.op(Op.CONVOLUTION, x, w, **dims, window_strides=(1, 1), padding_low=(4, 4), padding_high=(4, 4),
+                 lhs_dilation=(5, 5), rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1)
+    assert split_phases(many) is None
 
 
 def test_a_refused_phase_keeps_the_original_convolution() -> None:

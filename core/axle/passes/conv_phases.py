@@ -49,6 +49,11 @@ from ..ir.ops import Op
 from .pipeline import Pass
 from .rewrite import like, rebuild_module
 
+#: most phases with taps a split convolution may have: every consumer of the result reads
+#: one pad per phase (a 2-D stride-4 3x3 convolution's gradient has 9; beyond this the
+#: convolution stays as written rather than making each consumer read dozens of arrays)
+MAX_PHASES = 16
+
 
 @dataclass(frozen=True)
 class Phase1D:
@@ -116,8 +121,8 @@ def _spread(conv: Node, y: Node, per_dim: Sequence[Sequence[Phase1D]], idx: Sequ
 
 
 def split_phases(conv: Node) -> Node | None:
-    """``conv`` (lhs-dilated) without its holes, or None when it has no dilation to remove
-    or an empty input, kernel or result.
+    """``conv`` (lhs-dilated) without its holes, or None when it has no dilation to remove,
+    an empty input, kernel or result, or more than ``MAX_PHASES`` phases with taps.
 
     The phases interleave as a sum of spread phases: each output position gets its phase's
     value plus zeros from the others (one select per phase where a consumer reads it, no
@@ -133,6 +138,8 @@ def split_phases(conv: Node) -> Node | None:
                for i, k, o, t, lo, s, r in zip(a["input_spatial_dimensions"], a["kernel_spatial_dimensions"],
                                                a["output_spatial_dimensions"], a["window_strides"],
                                                a["padding_low"], a["lhs_dilation"], a["rhs_dilation"])]
+    if math.prod(sum(1 for p in phases if p.taps) for phases in per_dim) > MAX_PHASES:
+        return None
     out = None
     for idx in itertools.product(*(range(len(p)) for p in per_dim)):
         combo = [per_dim[d][i] for d, i in enumerate(idx)]
