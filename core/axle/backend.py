@@ -111,6 +111,12 @@ class Capabilities:
     #: rewrites every claimed convolution into it, with as few transposes as it can
     #: (passes/conv_layout.py). None (default): each convolution keeps the program's layout.
     conv_layout: ConvLayout | None = None
+    #: True: each lhs-dilated convolution (a strided convolution's input gradient) is split
+    #: into ordinary convolutions of the undilated input, one per output phase, interleaved
+    #: (passes/conv_phases.py), so that no multiply-add is spent on the dilation's holes;
+    #: a split whose phase convolutions the device refuses is not made. False (default):
+    #: the device gets the dilated convolution as written.
+    conv_phase_split: bool = False
 
     def supports(self, node: Node) -> bool:
         """True if the device runs this node (see the class docstring). Prefer

@@ -132,6 +132,10 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
 #: are repaid only by convolutions with about 1024 output pixels or more (batch-1 stages
 #: 3-4 of a ResNet lose, 7x7 maps are faster in NCHW).
 CONV_LAYOUT = ConvLayout(lhs="NSC", rhs="SIO", out="NSC", kernel_copy_min_pixels=1024)
+#: the core's phase split of lhs-dilated convolutions (passes/conv_phases.py): a strided
+#: convolution's input gradient without the multiply-adds on its dilation's zeros
+#: (docs/backend-cpu.md, "Convolution layout")
+CONV_PHASE_SPLIT = True
 
 
 def _conv_refusal(node: Node) -> str | None:
@@ -177,7 +181,7 @@ class CpuBackend(Backend):
                             op_dtypes={Op.CONVOLUTION: CONV_DTYPES},
                             predicates={Op.CONVOLUTION: _conv_refusal,
                                         **{op: _host_step_inside for op in CLAIMED_CONTROL}},
-                            conv_layout=CONV_LAYOUT)
+                            conv_layout=CONV_LAYOUT, conv_phase_split=CONV_PHASE_SPLIT)
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes

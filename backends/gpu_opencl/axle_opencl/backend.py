@@ -198,7 +198,10 @@ class OpenCLBackend(Backend):
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=dts,
                             limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1},
                             # the convolution kernels' dtypes; the others get the decomposition
-                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts})
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts},
+                            # a strided convolution's input gradient without the dilation's
+                            # zeros (passes/conv_phases.py; docs/backend-opencl.md)
+                            conv_phase_split=True)
 
     def fusion_policy(self) -> FusionPolicy:
         # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each

@@ -527,3 +527,23 @@ def test_conv_inside_a_native_loop() -> None:
     with axle.device("interpreter:0"):
         want = np.asarray(f(x, w))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_strided_input_gradient_runs_without_dilation_holes(layout: str) -> None:
+    """cpu asks for the phase split (Capabilities.conv_phase_split): the input gradient of a
+    stride-2 convolution (lhs-dilated) compiles to convolutions of the undilated input, with
+    the interpreter's values."""
+    first = layout == "NCHW"
+    x = RNG.standard_normal((2, 4, 7, 6) if first else (2, 7, 6, 4)).astype(np.float32)
+    w = RNG.standard_normal((5, 4, 3, 3) if first else (3, 3, 4, 5)).astype(np.float32)
+
+    def loss(xa, wa):  # noqa: ANN001, ANN202
+        return anp.sum(anp.tanh(nn.conv(xa, wa, None, 2, "SAME", 1, 1, layout)))
+
+    compiled = axle.jit(axle.grad(loss), device="cpu:0").lower(x, w).compile()
+    convs = [n for c in compiled.module.computations() for n in c.nodes if n.op is Op.CONVOLUTION]
+    assert convs and all(set(n.attr["lhs_dilation"]) == {1} for n in convs)
+    with axle.device("interpreter:0"):
+        want = np.asarray(axle.grad(loss)(x, w))
+    np.testing.assert_allclose(np.asarray(compiled(x, w)), want, rtol=1e-4, atol=1e-5)
