@@ -1,6 +1,6 @@
 """The cache-blocked transpose kernel (axle_cpu/transpose.py): equal to NumPy for odd
 sizes, every element size, batched permutations and arbitrary thread ranges; chosen for a
-big transpose whose input rows alias in L1."""
+big transpose that moves the input's contiguous dim (every permutation class)."""
 from __future__ import annotations
 
 import ctypes
@@ -33,7 +33,12 @@ def _kernel(m: Module):  # noqa: ANN202
 
 CASES = [("f32", (37, 53), (1, 0)), ("f64", (3, 17, 29), (0, 2, 1)), ("f16", (65, 3), (1, 0)),
          ("s8", (2, 3, 33, 17), (1, 0, 3, 2)), ("pred", (31, 70), (1, 0)), ("s64", (1, 9), (1, 0)),
-         ("f32", (4, 5, 6), (1, 2, 0)), ("f32", (4, 5, 6), (2, 0, 1)), ("bf16", (16, 48), (1, 0))]
+         ("f32", (4, 5, 6), (1, 2, 0)), ("f32", (4, 5, 6), (2, 0, 1)), ("bf16", (16, 48), (1, 0)),
+         # every permutation class, through the collapsed form: HWIO -> OIHW, NCHW -> NHWC,
+         # NHWC -> NCHW, NCHW -> CHWN, a middle dim moved, unit and empty dims
+         ("f32", (3, 3, 5, 19), (3, 2, 0, 1)), ("f32", (2, 5, 4, 3), (0, 2, 3, 1)), ("f64", (2, 4, 3, 5), (0, 3, 1, 2)),
+         ("f16", (3, 17, 2, 5), (1, 2, 3, 0)), ("s8", (4, 9, 6, 10), (0, 2, 1, 3)), ("s8", (3, 1, 5, 9), (1, 3, 0, 2)),
+         ("pred", (4, 0, 3), (2, 1, 0)), ("f32", (1, 1), (1, 0)), ("pred", (2, 3, 1, 20), (3, 0, 2, 1))]
 
 
 @pytest.mark.parametrize("dt,shape,perm", CASES)
@@ -45,7 +50,7 @@ def test_blocked_transpose_matches_numpy(dt, shape, perm) -> None:  # noqa: ANN0
     want = np.transpose(x, perm)
     _jit, fn, (outer, inner) = _kernel(m)
     ptrs = (ctypes.c_void_p * 2)(x.ctypes.data, 0)
-    rows = sorted({0, 1 % outer, outer // 2, outer})  # one call, then pieces as threads take them
+    rows = sorted({0, min(1, outer), outer // 2, outer})  # one call, then pieces as threads take them
     cols = sorted({0, min(3, inner), inner // 2, inner})
     for ranges in ([(0, outer, 0, inner)], [(a, b_, 0, inner) for a, b_ in zip(rows, rows[1:])],
                    [(0, outer, a, b_) for a, b_ in zip(cols, cols[1:])]):
@@ -71,3 +76,17 @@ def test_big_aliasing_transpose_takes_the_blocked_kernel(cpu) -> None:  # noqa: 
         exe = f.lower(x).compile().executable
         kinds = [launch.step.spec.kind for launch, _ in exe._steps if launch is not None]
         assert ("transpose" in kinds) is want_blocked, kinds
+
+
+def test_every_big_permutation_class_that_moves_the_contiguous_dim_is_blocked() -> None:
+    """HWIO -> OIHW (the kernel copies of a convolution's input gradient), NCHW -> NHWC and
+    NCHW -> CHWN (the weight gradient's activations) take the tiled kernel; a transpose that
+    keeps the contiguous dim innermost, or a small one, keeps the plain loop."""
+    from axle_cpu.transpose import blocked, collapsed
+
+    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1)) == ((9, 256, 256), (2, 1, 0))
+    assert collapsed((32, 1, 8, 8), (1, 0, 2, 3)) == ((2048,), (0,))  # a reshape: one row copied
+    for shape, perm, want in (((3, 3, 256, 256), (3, 2, 0, 1), True), ((16, 64, 32, 32), (0, 2, 3, 1), True),
+                              ((16, 64, 32, 32), (1, 2, 3, 0), True), ((16, 64, 32, 32), (0, 2, 1, 3), False),
+                              ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True)):
+        assert blocked(_module("f32", shape, perm).entry) is want, (shape, perm)
