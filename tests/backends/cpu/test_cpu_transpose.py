@@ -90,3 +90,26 @@ def test_every_big_permutation_class_that_moves_the_contiguous_dim_is_blocked() 
                               ((16, 64, 32, 32), (1, 2, 3, 0), True), ((16, 64, 32, 32), (0, 2, 1, 3), False),
                               ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True)):
         assert blocked(_module("f32", shape, perm).entry) is want, (shape, perm)
+
+
+def test_a_relu_read_transposed_is_computed_once_and_transposed_by_the_tiled_kernel(cpu) -> None:  # noqa: ANN001
+    """The weight gradient's pattern (issue 18): an activation read in order and as NCHW ->
+    CHWN. On cpu (max_fused_strided_transpose_bytes 1 MiB) the relu is one fusion and the
+    transpose the tiled kernel, not a second fusion recomputing the relu in transposed order."""
+    x = RNG.standard_normal((16, 32, 32, 32)).astype(np.float32)  # 2 MiB
+
+    def f(a):  # noqa: ANN001, ANN202
+        r = anp.maximum(a * 0.5 + 1.0, 0.0)
+        return r + 1.0, anp.transpose(r, (1, 2, 3, 0))
+
+    jf = axle.jit(f, device=cpu)
+    got = jf(axle.device_put(x, cpu))
+    r = np.maximum(x * np.float32(0.5) + np.float32(1.0), np.float32(0.0))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.transpose(r, (1, 2, 3, 0)))
+    np.testing.assert_allclose(np.asarray(got[0]), r + 1, rtol=1e-6)
+    compiled = jf.lower(x).compile()
+    maxes = [m for n in compiled.module.entry.nodes if n.op.value == "fusion"
+             for m in n.attr["computation"].nodes if m.op.value == "maximum"]
+    assert len(maxes) == 1
+    kinds = [launch.step.spec.kind for launch, _ in compiled.executable._steps if launch is not None]
+    assert kinds.count("transpose") == 1, kinds
