@@ -90,7 +90,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
     # layout
-    Op.TRANSPOSE: (("a big lone transpose that moves the contiguous dim: the cache-blocked tile kernel",
+    Op.TRANSPOSE: (("a big transpose (and reverses) that moves the contiguous dim: the cache-blocked tile kernel",
                     ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),

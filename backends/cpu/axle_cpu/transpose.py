@@ -37,15 +37,18 @@ VECTOR_TILE = 16
 MIN_BYTES = 1 << 20
 
 
-def collapsed(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def collapsed(shape: tuple[int, ...], perm: tuple[int, ...], flipped: frozenset[int] = frozenset()
+              ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]]:
     """The same transpose over the fewest dims: unit dims dropped, input dims that stay
-    adjacent and in order in the output merged (HWIO -> OIHW is ``[9, 512, 512]`` by
-    ``(2, 1, 0)``). Returns (input shape, permutation)."""
+    adjacent and in order in the output (and are both reversed or both not) merged (HWIO ->
+    OIHW is ``[9, 512, 512]`` by ``(2, 1, 0)``). ``flipped``: the input dims read reversed.
+    Returns (input shape, permutation, whether each input dim is reversed)."""
     keep = [a for a in range(len(shape)) if shape[a] != 1]
     renum = {a: i for i, a in enumerate(keep)}
+    flip = [keep[a] in flipped for a in range(len(keep))]
     groups: list[list[int]] = []  # runs of consecutive input dims, in output order
     for a in (renum[a] for a in perm if shape[a] != 1):
-        if groups and groups[-1][-1] + 1 == a:
+        if groups and groups[-1][-1] + 1 == a and flip[a] == flip[a - 1]:
             groups[-1].append(a)
         else:
             groups.append([a])
@@ -53,21 +56,42 @@ def collapsed(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int,
     sizes = [shape[keep[a]] for a in range(len(keep))]
     new_shape = tuple(math.prod(sizes[a] for a in groups[g]) for g in order)
     pos = {g: i for i, g in enumerate(order)}
-    return new_shape, tuple(pos[g] for g in range(len(groups)))
+    return new_shape, tuple(pos[g] for g in range(len(groups))), tuple(flip[groups[g][0]] for g in order)
+
+
+def movement(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]] | None:
+    """(parameter shape, permutation, reversed parameter dims) when ``comp`` is a chain of
+    transposes and reverses of its parameter (a kernel copy of a convolution's input
+    gradient: flipped and transposed), else None."""
+    n = comp.root
+    if n.op not in (Op.TRANSPOSE, Op.REVERSE):
+        return None
+    src = list(range(len(n.shape)))  # the dim of ``n`` that each output dim reads
+    flip = [False] * len(src)
+    while n.op in (Op.TRANSPOSE, Op.REVERSE):
+        if n.op is Op.TRANSPOSE:
+            perm = n.attr["permutation"]
+            src = [perm[d] for d in src]
+        else:
+            dims = set(n.attr["dimensions"])
+            flip = [f != (d in dims) for d, f in zip(src, flip)]
+        n = n.operands[0]
+    if n.op is not Op.PARAMETER:
+        return None
+    return n.shape, tuple(src), frozenset(d for d, f in zip(src, flip) if f)
 
 
 def blocked(comp: Computation) -> bool:
-    """Whether ``comp`` (a launch's computation) is one big transpose of its parameter that
-    moves the input's contiguous dim (a strided read as a plain loop), of any permutation
-    class: with its register-transposed tiles it beat the plain loop on all of them, the
-    2-D swaps whose rows do not alias in L1 included ([1000, 777] float32: 0.27 -> 0.10 ms)."""
+    """Whether ``comp`` (a launch's computation) is one big transpose of its parameter
+    (possibly reversing dims too) that moves the input's contiguous dim (a strided read as
+    a plain loop), of any permutation class: with its register-transposed tiles it beat the
+    plain loop on all of them, the 2-D swaps whose rows do not alias in L1 included
+    ([1000, 777] float32: 0.27 -> 0.10 ms)."""
     root = comp.root
-    if root.op is not Op.TRANSPOSE or root.operands[0].op is not Op.PARAMETER:
+    chain = movement(comp)
+    if chain is None or math.prod(root.shape) * root.dtype.np.itemsize < MIN_BYTES:
         return False
-    size = root.dtype.np.itemsize
-    if math.prod(root.shape) * size < MIN_BYTES:
-        return False
-    shape, perm = collapsed(root.operands[0].shape, root.attr["permutation"])
+    shape, perm, _ = collapsed(*chain)
     return len(shape) >= 2 and perm[-1] != len(shape) - 1  # else rows are copied in order
 
 
@@ -75,26 +99,30 @@ class TransposeSpec(KernelSpec):
     """The blocked transpose: loop space (output rows, output columns)."""
 
     @functools.cached_property
-    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int]:
+    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int]:
         """Over the collapsed transpose: the row dims walked (the output's leading dims,
         the one that is the input's contiguous dim moved innermost, so that a block of
         consecutive rows reads one input cache line per column), the input and output
-        stride of each, the input stride of a column, and the columns."""
-        root = self.comp.root
-        src, perm = collapsed(root.operands[0].shape, root.attr["permutation"])
+        stride of each, the input stride of a column, the columns, and the input offset of
+        element 0 (a reversed dim starts at its end and has a negative stride)."""
+        chain = movement(self.comp)
+        assert chain is not None, "a transpose kernel over a computation that is not one"
+        src, perm, flip = collapsed(*chain)
         if not perm:  # every dim 1: one element
-            return (), (), (), 0, math.prod(root.shape)
-        in_strides = [math.prod(src[d + 1:]) for d in range(len(src))]
+            return (), (), (), 0, 0, math.prod(self.comp.root.shape)
+        dense = [math.prod(src[d + 1:]) for d in range(len(src))]
+        in_strides = [-s if f else s for s, f in zip(dense, flip)]
+        base = sum((n - 1) * s for n, s, f in zip(src, dense, flip) if f)
         out_shape = [src[p] for p in perm]
         out_strides = [math.prod(out_shape[d + 1:]) for d in range(len(out_shape))]
         rows = list(range(len(perm) - 1))
         rows.sort(key=lambda d: in_strides[perm[d]] == 1)  # stable: the contiguous dim last
         return (tuple(out_shape[d] for d in rows), tuple(in_strides[perm[d]] for d in rows),
-                tuple(out_strides[d] for d in rows), in_strides[perm[-1]], out_shape[-1])
+                tuple(out_strides[d] for d in rows), in_strides[perm[-1]], base, out_shape[-1])
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
-        row_dims, _, _, _, cols = self._dims
+        row_dims, _, _, _, _, cols = self._dims
         return math.prod(row_dims), cols
 
     @property
@@ -120,14 +148,14 @@ def emit(mod: ir.Module, spec: TransposeSpec) -> ir.Function:
     et = ir.IntType(spec.comp.root.dtype.np.itemsize * 8)
     src = b.load(b.gep(bufs, [_c(0)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
     dst = b.load(b.gep(bufs, [_c(1)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
-    row_dims, in_strides, out_strides, col_stride, _ = spec._dims
+    row_dims, in_strides, out_strides, col_stride, base, _ = spec._dims
     # consecutive rows (input-contiguous): one input cache line, at most VECTOR_TILE
     tr = max(min(64 // (et.width // 8), VECTOR_TILE), 1)
     i64 = ir.IntType(64)
 
     def row_offsets(row: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The input and output offsets of row ``row`` (its index over the row dims)."""
-        off_in: ir.Value = _c(0)
+        off_in: ir.Value = _c(base)
         off_out: ir.Value = _c(0)
         rest = row
         for i, (size, si, so) in enumerate(reversed(list(zip(row_dims, in_strides, out_strides)))):

@@ -15,10 +15,16 @@ from axle.ir import Builder, Module
 RNG = np.random.default_rng(3)
 
 
-def _module(dt: str, shape: tuple[int, ...], perm: tuple[int, ...]) -> Module:
+def _module(dt: str, shape: tuple[int, ...], perm: tuple[int, ...], flip: tuple[int, ...] = (),
+            flip_after: tuple[int, ...] = ()) -> Module:
+    """transpose(x) of an x of ``shape``, with the dims ``flip`` of x reversed first and the
+    dims ``flip_after`` of the result reversed after (a convolution's kernel copies)."""
     b = Builder("t")
     x = b.parameter(f"{dt}[{','.join(map(str, shape))}]")
-    return b.build(b.transpose(x, permutation=perm))
+    if flip:
+        x = b.reverse(x, dimensions=flip)
+    y = b.transpose(x, permutation=perm)
+    return b.build(b.reverse(y, dimensions=flip_after) if flip_after else y)
 
 
 def _kernel(m: Module):  # noqa: ANN202
@@ -43,11 +49,28 @@ CASES = [("f32", (37, 53), (1, 0)), ("f64", (3, 17, 29), (0, 2, 1)), ("f16", (65
 
 @pytest.mark.parametrize("dt,shape,perm", CASES)
 def test_blocked_transpose_matches_numpy(dt, shape, perm) -> None:  # noqa: ANN001
-    m = _module(dt, shape, perm)
+    _check(_module(dt, shape, perm), lambda x: np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("dt,shape,perm,flip,flip_after", [
+    ("f32", (3, 3, 20, 37), (3, 2, 0, 1), (0, 1), ()), ("f64", (37, 20, 3, 3), (2, 3, 1, 0), (), (0, 1)),
+    ("s8", (5, 40, 33), (0, 2, 1), (1,), (0,)), ("f16", (2, 3, 1, 35), (3, 0, 1, 2), (0, 2, 3), ())])
+def test_reversed_transpose_matches_numpy(dt, shape, perm, flip, flip_after) -> None:  # noqa: ANN001
+    """A kernel flip and transpose (HWIO -> OIHW with H and W reversed) in one blocked kernel."""
+    def want(x: np.ndarray) -> np.ndarray:
+        y = np.transpose(np.flip(x, flip) if flip else x, perm)
+        return np.flip(y, flip_after) if flip_after else y
+
+    _check(_module(dt, shape, perm, flip, flip_after), want)
+
+
+def _check(m: Module, reference) -> None:  # noqa: ANN001
+    """The kernel of ``m`` over its whole loop space in one call, then in pieces by rows and
+    by columns (as threads take them), bit-equal to ``reference``."""
     from axle.testing.cases import random_input
 
     x = random_input(RNG, m.entry.parameters[0].type)
-    want = np.transpose(x, perm)
+    want = reference(x)
     _jit, fn, (outer, inner) = _kernel(m)
     ptrs = (ctypes.c_void_p * 2)(x.ctypes.data, 0)
     rows = sorted({0, min(1, outer), outer // 2, outer})  # one call, then pieces as threads take them
@@ -84,12 +107,14 @@ def test_every_big_permutation_class_that_moves_the_contiguous_dim_is_blocked() 
     keeps the contiguous dim innermost, or a small one, keeps the plain loop."""
     from axle_cpu.transpose import blocked, collapsed
 
-    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1)) == ((9, 256, 256), (2, 1, 0))
-    assert collapsed((32, 1, 8, 8), (1, 0, 2, 3)) == ((2048,), (0,))  # a reshape: one row copied
+    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1)) == ((9, 256, 256), (2, 1, 0), (False,) * 3)
+    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1), frozenset({1}))[:2] == ((3, 3, 256, 256), (3, 2, 0, 1))
+    assert collapsed((32, 1, 8, 8), (1, 0, 2, 3)) == ((2048,), (0,), (False,))  # a reshape: one row copied
     for shape, perm, want in (((3, 3, 256, 256), (3, 2, 0, 1), True), ((16, 64, 32, 32), (0, 2, 3, 1), True),
                               ((16, 64, 32, 32), (1, 2, 3, 0), True), ((16, 64, 32, 32), (0, 2, 1, 3), False),
                               ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True)):
         assert blocked(_module("f32", shape, perm).entry) is want, (shape, perm)
+    assert blocked(_module("f32", (3, 3, 256, 256), (3, 2, 0, 1), flip=(0, 1)).entry)
 
 
 def test_a_relu_read_transposed_is_computed_once_and_transposed_by_the_tiled_kernel(cpu) -> None:  # noqa: ANN001
