@@ -90,7 +90,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
     # layout
-    Op.TRANSPOSE: (("a big lone transpose whose input rows alias in L1: the cache-blocked tile kernel",
+    Op.TRANSPOSE: (("a big transpose (and reverses) that moves the contiguous dim: the cache-blocked tile kernel",
                     ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
@@ -186,9 +186,12 @@ class CpuBackend(Backend):
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
         # its elementwise consumers into the GEMM, which finishes each tile with them; a
-        # convolution too (its implicit GEMM is the same kernel).
+        # convolution too (its implicit GEMM is the same kernel). A big transpose that moves
+        # the contiguous axis is the blocked transpose kernel (transpose.py), not a strided
+        # access recomputing its producers inside a loop fusion (llvmlite loads only when compiling:
+        # the threshold is transpose.MIN_BYTES, written out)
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True)
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)  # transpose.MIN_BYTES
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

@@ -536,6 +536,20 @@ def _prefetch(b: ir.IRBuilder, ptr: ir.Value) -> None:
     intrinsic(b, "llvm.prefetch.p0", VOID, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
 
+def transposed(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The transpose of ``len(rows)`` (a power of two) vectors of as many lanes: log2 rounds
+    of interleaving rows i and i + n/2 (each a perfect shuffle; after log2(n) of them row k
+    holds lane k of every input)."""
+    n = len(rows)
+    half = n // 2
+    lo = ir.Constant(ir.VectorType(I32, n), [x for i in range(half) for x in (i, n + i)])
+    hi = ir.Constant(ir.VectorType(I32, n), [x for i in range(half, n) for x in (i, n + i)])
+    for _ in range(n.bit_length() - 1):
+        rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
+                                                 b.shuffle_vector(rows[i], rows[i + half], hi))]
+    return rows
+
+
 def _store(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, align: int) -> None:
     """A store through an untyped pointer (llvmlite's typed-pointer check refuses a vector
     stored through an element pointer, which opaque-pointer LLVM accepts)."""
@@ -1227,13 +1241,7 @@ class _Emitter:
             x = b.load(g.gep(b_base, self.st, b.add(g.offset(lay.b_n, b.add(col, _c(c)), "bn"), k)), typ=self.vt)
             x.align = _bytes(self.st)
             rows.append(x)
-        half = v // 2
-        lo = ir.Constant(ir.VectorType(I32, v), [x for i in range(half) for x in (i, v + i)])
-        hi = ir.Constant(ir.VectorType(I32, v), [x for i in range(half, v) for x in (i, v + i)])
-        for _ in range(v.bit_length() - 1):
-            rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
-                                                     b.shuffle_vector(rows[i], rows[i + half], hi))]
-        for kk, x in enumerate(rows):
+        for kk, x in enumerate(transposed(b, rows)):
             _store(b, x, g.gep(dst, self.ct, _c(kk * nr)), _bytes(self.ct))
 
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:

@@ -205,9 +205,11 @@ class OpenCLBackend(Backend):
 
     def fusion_policy(self) -> FusionPolicy:
         # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each
-        # accumulator with its epilogue (dots.py, convs.py)
+        # accumulator with its epilogue (dots.py, convs.py); a transpose over more than 1 MiB
+        # that moves the contiguous axis is a kernel of its own: fused, it recomputes its
+        # producers at strided positions (one cache line per element on CPU devices)
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True)
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)
