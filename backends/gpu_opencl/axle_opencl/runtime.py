@@ -27,7 +27,9 @@ from .kernels import DeviceInfo, Kernel, program_source
 
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
+#: the options every program is built with, exactly (see _build: nothing is added)
 BUILD_OPTIONS = ["-cl-std=CL1.2"]
+BUILD_OPTIONS_BYTES = " ".join(BUILD_OPTIONS).encode()
 #: program binaries on disk, under --compile_cache (private directory, no pickle: axle.diskcache)
 DISK = DiskCache(None, "OpenCL program", sub="opencl")
 
@@ -47,18 +49,16 @@ def _binary_key(dev: cl.Device, source: str) -> bytes:
 def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Program:
     """A built program: from our disk cache when a binary for exactly this source, device
     and driver is there, else from source (then stored). pyopencl's own binary cache is
-    bypassed: it unpickles files from a shared directory."""
+    bypassed (_build): it unpickles files from a shared directory."""
     cache = disk_cache()
     key = _binary_key(dev, source)
     binary = cache.get(key)
     if binary is not None:
         try:
-            return cl.Program(context, [dev], [binary]).build(options=BUILD_OPTIONS)
+            return _build(cl._cl._Program(context, [dev], [binary]), dev)
         except cl.Error:
             pass  # a binary the driver no longer accepts: rebuild from source below
-    # The one-argument Program form wraps an unbuilt program, which pyopencl then builds
-    # without consulting its pickle-based cache.
-    prg = cl.Program(cl._cl._Program(context, source)).build(options=BUILD_OPTIONS)
+    prg = _build(cl._cl._Program(context, source), dev)
     try:
         (out,) = prg.get_info(cl.program_info.BINARIES)
         if out:
@@ -66,6 +66,16 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
     except cl.Error:
         pass  # a driver that gives no binary: in-memory only
     return prg
+
+
+def _build(prg: cl._cl._Program, dev: cl.Device) -> cl.Program:
+    """Builds with exactly BUILD_OPTIONS. pyopencl's ``Program.build`` is bypassed: it
+    consults its pickle-based binary cache, and it adds ``-I <its own headers>``, a path
+    inside the Python environment, which drivers hash into their own cache keys (PoCL's
+    kernel cache): every virtual environment, every clean clone in CI, would build every
+    kernel anew. The error of a failed build carries the driver's build log."""
+    prg.build(BUILD_OPTIONS_BYTES, [dev])
+    return cl.Program(prg)
 
 
 #: every runtime of this process, for the queues to finish at exit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import stat
 import weakref
 
@@ -113,6 +114,33 @@ def test_pyopencl_pickle_cache_is_not_used(ocl, cache_dir, monkeypatch) -> None:
 
     monkeypatch.setattr(pyopencl.cache, "create_built_program_from_source_cached", refuse)
     _fresh_runtime(ocl).kernel(_kernel(ocl, "sub"))
+
+
+def test_programs_are_built_with_our_options_only(ocl, cache_dir) -> None:
+    """The driver sees exactly BUILD_OPTIONS: pyopencl's ``Program.build`` adds ``-I`` and
+    a path inside this environment, which PoCL hashes into its kernel cache key, so that
+    a clean clone (a new environment: CI) found none of the kernels an earlier run built.
+    Both ways to a program: from source, then from the binary that stored."""
+    import pyopencl as cl
+
+    k = _kernel(ocl, "add")
+    for _ in range(2):
+        rt = _fresh_runtime(ocl)
+        program = rt.kernel(k).program
+        assert program.get_build_info(rt.cl_device, cl.program_build_info.OPTIONS).strip() == "-cl-std=CL1.2"
+    assert len(os.listdir(cache_dir)) == 1
+
+
+def test_a_failed_build_names_the_op_and_carries_the_build_log(ocl) -> None:
+    """Built past pyopencl's wrapper: the driver's log still reaches the error."""
+    from dataclasses import replace
+
+    k = _kernel(ocl, "add")
+    broken = replace(k, name="axle_broken", source=k.source.replace(k.name, "axle_broken").replace(
+        "{", "{ undeclared_name;", 1))
+    with pytest.raises(axle.errors.BackendError,
+                       match=rf"(?s)building the kernel for {re.escape(k.what)}.*undeclared identifier 'undeclared_name'"):
+        _fresh_runtime(ocl).kernel(broken)
 
 
 def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> None:
