@@ -12,6 +12,7 @@ import atexit
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
 import pyopencl as cl
@@ -60,7 +61,7 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
             pass  # a binary the driver no longer accepts: rebuild from source below
     prg = _build(cl._cl._Program(context, source), dev)
     try:
-        (out,) = prg.get_info(cl.program_info.BINARIES)
+        (out,) = prg.binaries
         if out:
             cache.put(key, bytes(out))
     except cl.Error:
@@ -97,6 +98,11 @@ def _finish_queues_at_exit() -> None:
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
+#: kernels in one program of a batched build (DeviceRuntime.build_batch): PoCL's cost per
+#: program (preprocessing, linking its kernel library: ~70 ms cold, ~16 ms from its cache)
+#: is then shared; a bound, since one changed kernel makes the whole program miss
+#: PoCL's cache
+BATCH_KERNELS = 64
 
 
 def device_info(d: cl.Device) -> DeviceInfo:
@@ -189,6 +195,25 @@ class DeviceRuntime:
             log = getattr(e, "build_log", None) or str(e)
             raise BackendError(f"opencl: building the kernel for {k.what} failed on "
                                f"{self.cl_device.name.strip()}:\n{log}\n--- generated source ---\n{k.source}") from None
+
+    def build_batch(self, kernels: Sequence[Kernel]) -> None:
+        """Builds kernels gathered from several executables (``Backend.batched_builds``)
+        into the kernel cache, as programs of at most BATCH_KERNELS kernels. Nothing goes to
+        the disk cache: no executable's own program has such a source. A program that fails
+        to build is dropped: each executable then builds its own kernels, and the one whose
+        kernel fails names it."""
+        todo = list({k.name: k for k in kernels if self._kernels.get(k.name) is None
+                     and (self.info.fp64 or not k.uses_fp64)}.values())
+        for i in range(0, len(todo), BATCH_KERNELS):
+            chunk = todo[i:i + BATCH_KERNELS]
+            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk))
+            with self._lock:
+                try:
+                    prg = _build(cl._cl._Program(self.context, src), self.cl_device)
+                except cl.Error:
+                    continue
+                for k in chunk:
+                    self._kernels.put(k.name, cl.Kernel(prg, k.name))
 
     def build_many(self, kernels: list[Kernel]) -> None:
         """Builds several kernels' sources as one program (one compiler invocation)."""
