@@ -162,6 +162,17 @@ def _bool(v: Any) -> bool:
     return v
 
 
+def _slot(v: Any) -> Any:
+    """A kernel step's output: a slot, or a sort kernel's scratch buffer, named by a tuple
+    of its own (sort.sort_launch; written to JSON as a list)."""
+    if isinstance(v, list):
+        tag, owner, k = v
+        if tag != "sort-scratch":
+            raise ValueError(f"unknown kernel output {tag!r}")
+        return (tag, _int(owner), _int(k))
+    return _int(v)
+
+
 def _type(v: Any) -> TensorType:
     dt, shape = v
     return TensorType(_DTYPES[_str(dt)], tuple(_ints(shape)))
@@ -202,7 +213,7 @@ def _bad(kind: Any) -> Any:
 def _step(d: dict[str, Any]) -> Any:
     tag = d["t"]
     if tag == "kernel":
-        return KernelStep(_kernel(d["kernel"]), [_input(v) for v in d["inputs"]], _ints(d["outputs"]),
+        return KernelStep(_kernel(d["kernel"]), [_input(v) for v in d["inputs"]], [_slot(v) for v in d["outputs"]],
                           _str(d["label"]), _bool(d["in_place"]))
     if tag == "alias":
         return AliasStep(_int(d["src"]), _int(d["dst"]), _type(d["type"]))
