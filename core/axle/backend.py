@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -326,3 +327,17 @@ class Backend(abc.ABC):
         that emit the code, shown by ``axle explain-op`` and docs/ops/. Optional; the
         default (empty) reads "not described"."""
         return []
+
+    def batched_builds(self, device: Device) -> AbstractContextManager[None] | None:
+        """Optional: a context in which ``compile`` (in the thread that entered it) only
+        plans: the executables it returns are placeholders that never run, and what their
+        native builds need (an OpenCL backend's kernels) is gathered; leaving the context
+        builds all of it together (one toolchain invocation instead of one per module)
+        into the backend's own caches, so that compiling the same modules again afterwards
+        builds nothing. For callers about to compile many small modules one at a time,
+        where the toolchain's fixed cost per invocation dominates (the conformance kit:
+        ``axle.testing.session.prebuild``). A batch that fails to build caches nothing:
+        each module's own compile then builds, and reports a failure, as it would without
+        the batch. None (the default): the backend does not batch (nothing is compiled
+        ahead)."""
+        return None

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -88,6 +90,21 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONDITIONAL: (("each branch's plan, built at compile time", ".plan:_sub_plans"),
                      ("the index read back, then that branch's kernels", ".executable:OpenCLExecutable._run_branch")),
 }
+
+
+#: inside batched_builds: (the device's runtime, the kernels gathered), for this thread only
+_BATCH: ContextVar[tuple[Any, list[Any]] | None] = ContextVar("axle_opencl_batch", default=None)
+
+
+@contextmanager
+def _batch(rt: Any) -> Iterator[None]:
+    kernels: list[Any] = []
+    token = _BATCH.set((rt, kernels))
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+    rt.build_batch(kernels)
 
 
 def lowering_entries(op: Op) -> list[LoweringEntry]:
@@ -219,7 +236,7 @@ class OpenCLBackend(Backend):
         from axle import profiler
 
         from . import plan_cache
-        from .executable import OpenCLExecutable
+        from .executable import OpenCLExecutable, PlannedOnly
         from .plan import plan_module
 
         rt = self.runtime(device)
@@ -250,11 +267,23 @@ class OpenCLBackend(Backend):
                 plan = plan_module(module, info)
             if key is not None:
                 payload = plan_cache.entry(plan)  # before the executable uploads its constants
+        batch = _BATCH.get()
+        if batch is not None and batch[0] is rt:  # inside batched_builds: the kernels go to the batch
+            planned = PlannedOnly(plan, device)
+            batch[1].extend(planned.kernels)
+            return planned
         with profiler.span(f"compile {module.name}", "compile", device=device.name):
             exe = OpenCLExecutable(plan, device, rt)
         if key is not None and payload is not None:  # stored once its kernels built
             plan_cache.store(key, payload)
         return exe
+
+    def batched_builds(self, device: Device) -> AbstractContextManager[None]:
+        """Kernels of the modules compiled inside are built together at the end, as a few
+        programs (DeviceRuntime.build_batch): PoCL spends ~70 ms on a program beyond its
+        kernels (~16 ms when its kernel cache has it), the conformance kit compiles
+        thousands of one-kernel modules."""
+        return _batch(self.runtime(device))
 
     # -- buffers -----------------------------------------------------------------
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:

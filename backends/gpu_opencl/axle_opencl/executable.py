@@ -16,6 +16,7 @@ import pyopencl as cl
 
 from axle import profiler
 from axle.backend import Buffer, Device, Executable
+from axle.errors import BackendError
 from axle.ir.ops import OPS, branch_index
 
 from .forking import check_not_forked
@@ -29,7 +30,7 @@ class OpenCLExecutable(Executable):
         self.device = device
         self.rt = rt
         plans = list(_plans(plan))  # the entry's, then those of loop bodies and branches
-        self.kernel_steps = [s for p in plans for s in p.steps if isinstance(s, KernelStep)]
+        self.kernel_steps = _kernel_steps(plan)
         # Build every program now (one compiler call), so errors surface at compile time.
         rt.build_many([s.kernel for s in self.kernel_steps])
         # The executable holds its kernels: the runtime's cache may evict them meanwhile.
@@ -193,6 +194,29 @@ class OpenCLExecutable(Executable):
 
     def kernel_sources(self) -> dict[str, str]:
         return {s.kernel.name: s.kernel.source for s in self.kernel_steps}
+
+
+class PlannedOnly(Executable):
+    """What ``compile`` returns inside ``batched_builds`` (backend.py): the plan, whose
+    kernels are built with the batch; it never runs (compiling the module again afterwards
+    gives the executable, its kernels found built)."""
+
+    def __init__(self, plan: Plan, device: Device) -> None:
+        self.plan = plan
+        self.device = device
+        self.kernels = [s.kernel for s in _kernel_steps(plan)]
+
+    def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
+        raise BackendError(f"opencl: an executable compiled inside batched_builds on {self.device.name} only "
+                           f"gathers its kernels for the batch build; compile the module again to run it")
+
+    def kernel_sources(self) -> dict[str, str]:
+        return {k.name: k.source for k in self.kernels}
+
+
+def _kernel_steps(plan: Plan) -> list[KernelStep]:
+    """The kernel launches of ``plan`` and of its loops' and branches' plans."""
+    return [s for p in _plans(plan) for s in p.steps if isinstance(s, KernelStep)]
 
 
 def _plans(plan: Plan) -> Iterator[Plan]:
