@@ -237,6 +237,13 @@ class Buffer:
     type: TensorType
     handle: Any
 
+    def __init__(self, device: Device, type: TensorType, handle: Any) -> None:  # noqa: A002 - the field's name (replace())
+        # Written out: the generated frozen __init__ (an object.__setattr__ per field) took
+        # a sixth of an eager op's dispatch, and every eager result makes one. Still frozen:
+        # assignment raises; the instance dict is filled once, here.
+        d = self.__dict__
+        d["device"], d["type"], d["handle"] = device, type, handle
+
     @property
     def nbytes(self) -> int:
         return self.type.nbytes
