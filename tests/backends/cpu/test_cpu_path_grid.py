@@ -64,7 +64,7 @@ def _paths(exe) -> set[str]:  # noqa: ANN001
     em = _Emitter(ir.Module(), spec, spec.vector_bits or _host_bits())
     flags = {"columns": spec.columns_outer, "batch_outer": spec.batch_outer, "split_k": spec.split_reduce_size > 0,
              "swap": em.swap, "rowdot": em.lay.rowdot, "vecmat": em.vecmat, "direct_a": em.direct_a is not None,
-             "direct_b": em.direct_b is not None, "accumulate": em.accumulate, "ind": bool(em.ind_seg),
+             "direct_b": em.direct_b is not None, "accumulate": em.accumulate, "ind": bool(em.ind_seg), "lines": em.ind_lines,
              "epilogue": spec.epilogue}
     return {k for k, v in flags.items() if v}
 
@@ -229,13 +229,27 @@ DOT_CASES = [
 ]
 
 
+def _direct_b_rows(dt: str, attrs: dict) -> int:
+    """The most rows of C whose B is read in place: the rows of one micro-tile (two on
+    512-bit vectors, DIRECT_B_TILES_512), the tile being the one ``tiles`` picks for
+    that many rows (a few rows take a shorter tile)."""
+    from axle_cpu.gemm import DIRECT_B_TILES_512, Layout, _host_bits, tiles
+
+    per = DIRECT_B_TILES_512 if _host_bits() >= 512 else 1
+    node = dot_module(dt, (8, 8), (8, 300), **attrs).entry.root
+    m = 1
+    while m <= per * tiles(node.dtype, _host_bits(), replace(Layout.of(node), m=m)).mr:
+        m += 1
+    return m - 1
+
+
 def _direct_b_cases() -> list:
-    """B read in place (no packing) when every row of C fits one micro-tile (M <= MR):
-    at and just above the host's tile height, A row-major and transposed."""
+    """B read in place (no packing) when C's rows fit the row tiles B serves in place:
+    at and just above that count, A row-major and transposed."""
     out = []
     for dt in ("f32", "f64"):
         for attrs, tag in ((MM, "mm"), (AT, "at")):
-            mr = _mr(dt, 300, attrs)
+            mr = _direct_b_rows(dt, attrs)
             for m, want in ((mr, "+direct_b"), (mr + 1, "-direct_b")):
                 ls = (m, 45) if attrs is MM else (45, m)
                 out.append(_case(f"direct-b-{tag}-{dt}-m{m}", dt, ls, (45, 300), attrs, want))
@@ -266,11 +280,16 @@ CONV_CASES = [
     ("nchw-pixels-below", (2, 5, 11, 11), (6, 5, 1, 1), ("NCHW", "OIHW", "NCHW"), _window(2), "-columns"),
     ("nchw-pixels-at", (2, 5, 14, 14), (6, 5, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)),
      "+columns"),
-    # IND_MIN_RUN: runs of >= 16 input features read in place through row pointers
+    # IND_MIN_RUN: runs of >= 16 input features read in place through row pointers; a
+    # shorter run by kernel rows (a run times the kernel's width: IND_MIN_LINE) from 3
     ("nhwc-run-below", (2, 6, 5, 15), (3, 3, 15, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
-     "-ind"),
+     "+ind +lines"),
     ("nhwc-run-at", (2, 6, 5, 16), (3, 3, 16, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
-     "+ind"),
+     "+ind -lines"),
+    ("nhwc-line-below", (2, 6, 5, 1), (3, 2, 1, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
+     "-ind"),
+    ("nhwc-line-at", (2, 6, 5, 1), (3, 3, 1, 7), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1)),
+     "+ind +lines"),
 ]
 
 
