@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.invoker  # imported by pyopencl's first kernel object: here, not in a first call
 import pyopencl.tools  # loads cl.tools (MemoryPool)
 
 from axle.config import config
@@ -111,9 +112,12 @@ class DeviceRuntime:
         self.info = device_info(cl_device)
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        # Kernels by name (a hash of their source). Bounded: an evicted kernel's program is
-        # released once no executable holds it (executables keep their own kernels).
-        self._kernels: LRU[cl.Kernel] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
+        # Programs by kernel name (a hash of the kernel's source; kernels built together
+        # share one). Programs, not kernels: pyopencl generates an argument-setting function
+        # for every kernel object it makes (its invoker, 0.3-0.5 ms), and an executable makes
+        # its own kernel per step anyway. Bounded: an evicted program is released once no
+        # executable holds it (executables keep their own kernels).
+        self._programs: LRU[cl.Program] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
         self._lock = threading.Lock()  # builds: one at a time per device
         self.launch_lock = threading.Lock()
         self._pool_lock = threading.Lock()
@@ -159,15 +163,20 @@ class DeviceRuntime:
         return out
 
     # -- programs ------------------------------------------------------------------
-    def kernel(self, k: Kernel) -> cl.Kernel:
-        hit = self._kernels.get(k.name)
+    def program(self, k: Kernel) -> cl.Program:
+        """The built program holding kernel ``k`` (cached by its name)."""
+        hit = self._programs.get(k.name)
         if hit is not None:
             return hit
         with self._lock:
-            hit = self._kernels.get(k.name)
+            hit = self._programs.get(k.name)
             if hit is None:
-                hit = self._kernels.put(k.name, cl.Kernel(self._build(k), k.name))
+                hit = self._programs.put(k.name, self._build(k))
         return hit
+
+    def kernel(self, k: Kernel) -> cl.Kernel:
+        """A new kernel object of ``k`` (its arguments are its own to set)."""
+        return cl.Kernel(self.program(k), k.name)
 
     def _build(self, k: Kernel) -> cl.Program:
         if k.uses_fp64 and not self.info.fp64:
@@ -182,12 +191,12 @@ class DeviceRuntime:
 
     def build_many(self, kernels: list[Kernel]) -> None:
         """Builds several kernels' sources as one program (one compiler invocation)."""
-        todo = {k.name: k for k in kernels if self._kernels.get(k.name) is None}
+        todo = {k.name: k for k in kernels if self._programs.get(k.name) is None}
         if not todo:
             return
         if any(k.uses_fp64 for k in todo.values()) and not self.info.fp64:
             for k in todo.values():
-                self.kernel(k)
+                self.program(k)
             return
         src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()))
         with self._lock:
@@ -197,7 +206,7 @@ class DeviceRuntime:
                 prg = None
             if prg is not None:
                 for name in todo:
-                    self._kernels.put(name, cl.Kernel(prg, name))
+                    self._programs.put(name, prg)
         if prg is None:
             for k in todo.values():
-                self.kernel(k)
+                self.program(k)

@@ -120,7 +120,7 @@ def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> No
     programs come from new computations (here: a new constant each time)."""
     monkeypatch.setattr(axle.config, "jit_cache_size", 4)
     rt = axle.REGISTRY.backend_for(ocl).runtime(ocl)
-    rt._kernels.clear()  # the bound is enforced on insertion: start from what this test inserts
+    rt._programs.clear()  # the bound is enforced on insertion: start from what this test inserts
     x = np.linspace(0, 1, 37, dtype=np.float32)
     first, names = None, []
     for i in range(30):
@@ -133,8 +133,8 @@ def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> No
             names = list(entry.executable._kernels)
             del entry
         del f
-        assert len(rt._kernels) <= 8
+        assert len(rt._programs) <= 8
     gc.collect()
     # nothing holds the first executable's kernels any more: their programs are released
     assert first is not None and first() is None
-    assert names and not any(n in rt._kernels for n in names)
+    assert names and not any(n in rt._programs for n in names)
