@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -156,27 +154,17 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _start(cache: str) -> subprocess.Popen:
-    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "cpu"}
-    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _answer(p: subprocess.Popen) -> dict:
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path) -> None:
+def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path,
+                                                                              python_processes) -> None:
     """The cache off; two processes filling an empty cache at the same time (both write
     every entry: one whole entry stays); then a new process: the same bits each time, and
     the last one optimizes and compiles nothing (its object code keyed by the module's
     digest)."""
     cache = str(tmp_path / "c")
-    off = _answer(_start("off"))
-    fills = [_answer(p) for p in [_start(cache), _start(cache)]]
-    hit = _answer(_start(cache))
+    run = python_processes
+    off = run.answer(run.start(PROGRAM, "off", "cpu"))
+    fills = [run.answer(p) for p in [run.start(PROGRAM, cache, "cpu"), run.start(PROGRAM, cache, "cpu")]]
+    hit = run.answer(run.start(PROGRAM, cache, "cpu"))
     assert off["out"] == fills[0]["out"] == fills[1]["out"] == hit["out"]
     entries = sum(len(files) for _, _, files in os.walk(cache))
     # the module, its object code, the native step runner's, the thread splits and the

@@ -6,9 +6,6 @@ parses, optimizes and plans nothing."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -167,30 +164,23 @@ PROGRAM = textwrap.dedent("""
     print(json.dumps({"out": got.tobytes().hex(), **calls,
                       **{k: s[k] for k in s if k.startswith("disk_cache_")}}))
 """)
+BACKENDS = "opencl,interpreter"
 
 
-def _start(cache: str) -> subprocess.Popen:
-    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "opencl,interpreter"}
-    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _answer(p: subprocess.Popen) -> dict:
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def test_two_writers_then_a_new_process_parses_plans_and_optimizes_nothing(ocl, tmp_path) -> None:
-    """Two processes filling an empty cache at once (each writes the optimized module, the
-    plan and the program binary: one whole entry of each stays); then a new process's first
+def test_two_writers_then_a_new_process_parses_plans_and_optimizes_nothing(ocl, tmp_path,
+                                                                          python_processes) -> None:
+    """Two processes filling an empty cache at once (each that misses writes the optimized
+    module, the plan and the program binary: one whole entry of each stays); then a new process's first
     call: the same bits, every entry a hit, and no module parsed, optimized or planned (the
     executable comes from the plan under the module's digest: ``cached_executable``)."""
     cache = str(tmp_path / "c")
-    fills = [_answer(p) for p in [_start(cache), _start(cache)]]
-    hit = _answer(_start(cache))
+    run = python_processes
+    fills = [run.answer(p) for p in [run.start(PROGRAM, cache, BACKENDS), run.start(PROGRAM, cache, BACKENDS)]]
+    hit = run.answer(run.start(PROGRAM, cache, BACKENDS))
     assert fills[0]["out"] == fills[1]["out"] == hit["out"]
-    assert all(f["optimize"] >= 1 and f["plan"] >= 1 and f["disk_cache_writes"] >= 3 for f in fills)
+    # (the second may start after the first wrote: it then hits what was written)
+    assert any(f["optimize"] and f["plan"] and f["disk_cache_writes"] >= 3 for f in fills)
+    assert all(f["disk_cache_corrupt"] == 0 for f in fills)
     assert hit["parse"] == hit["optimize"] == hit["plan"] == 0
     assert hit["disk_cache_hits"] == 3 and hit["disk_cache_misses"] == 0
     assert hit["disk_cache_writes"] == 0 and hit["disk_cache_corrupt"] == 0
