@@ -112,6 +112,16 @@ class PythonProcesses:
                                 stderr=subprocess.PIPE, text=True)
 
     @staticmethod
+    def counting(*targets: tuple[str, str, str]) -> str:
+        """Code that counts, in ``calls[what]``, the calls of ``module.name`` for each
+        (module, name, what): put before a program, which prints ``calls`` with its answer."""
+        lines = ["import importlib", "calls = {}", "def _counted(mod, name, what):",
+                 "    real = getattr(mod, name)", "    calls[what] = 0", "    def wrapper(*a, **k):",
+                 "        calls[what] += 1", "        return real(*a, **k)", "    setattr(mod, name, wrapper)"]
+        lines += [f"_counted(importlib.import_module({m!r}), {n!r}, {w!r})" for m, n, w in targets]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
     def answer(p: subprocess.Popen) -> dict:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

@@ -265,9 +265,7 @@ class _Launch:
     def loop_split(self) -> str | None:
         """The split mode of this kernel inside a loop (never timed): rows or columns
         when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
-        comp = self.step.spec.comp
-        work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
-        if work < threads.LOOP_SPLIT_ELEMENTS:
+        if self.step.spec.largest_array < threads.LOOP_SPLIT_ELEMENTS:
             return None
         n = max(2, threads.thread_count())
         if self.step.spec.reduce_split_first and self.outer >= n:
@@ -289,8 +287,7 @@ class _ReductionSplit:
             self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
         self.base = self.ptrs.ctypes.data
         self.combine = []
-        for out_node in launch.step.spec.outputs:
-            kind = "sum" if out_node.traits.contraction else out_node.attr["kind"]  # a split-K GEMM sums
+        for kind in launch.step.spec.combine_kinds:  # (a split-K GEMM sums)
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)

@@ -136,21 +136,6 @@ PROGRAM = textwrap.dedent("""
     import json, sys
     import numpy as np
     import axle, axle.numpy as anp
-    from axle import module_cache, passes
-    from axle_opencl import plan
-
-    calls = {"parse": 0, "optimize": 0, "plan": 0}
-
-    def counted(mod, name, what):
-        real = getattr(mod, name)
-        def wrapper(*a, **k):
-            calls[what] += 1
-            return real(*a, **k)
-        setattr(mod, name, wrapper)
-
-    counted(module_cache, "parse_module", "parse")
-    counted(passes, "optimize", "optimize")
-    counted(plan, "plan_module", "plan")
     x = np.random.default_rng(0).standard_normal((6, 33)).astype(np.float32)
     scale = np.linspace(0.5, 2.0, 33, dtype=np.float32)
 
@@ -175,8 +160,10 @@ def test_two_writers_then_a_new_process_parses_plans_and_optimizes_nothing(ocl, 
     executable comes from the plan under the module's digest: ``cached_executable``)."""
     cache = str(tmp_path / "c")
     run = python_processes
-    fills = [run.answer(p) for p in [run.start(PROGRAM, cache, BACKENDS), run.start(PROGRAM, cache, BACKENDS)]]
-    hit = run.answer(run.start(PROGRAM, cache, BACKENDS))
+    program = run.counting(("axle.module_cache", "parse_module", "parse"), ("axle.passes", "optimize", "optimize"),
+                           ("axle_opencl.plan", "plan_module", "plan")) + PROGRAM
+    fills = [run.answer(p) for p in [run.start(program, cache, BACKENDS), run.start(program, cache, BACKENDS)]]
+    hit = run.answer(run.start(program, cache, BACKENDS))
     assert fills[0]["out"] == fills[1]["out"] == hit["out"]
     # (the second may start after the first wrote: it then hits what was written)
     assert any(f["optimize"] and f["plan"] and f["disk_cache_writes"] >= 3 for f in fills)
