@@ -129,8 +129,10 @@ class KernelSpec:
     @property
     def combine_kinds(self) -> tuple[str, ...]:
         """Per output, the reduce kind that combines partial results of a split reduction
-        ("sum" for a contraction; "" for an output that is no reduction)."""
-        return tuple("sum" if n.traits.contraction else str(n.attr.get("kind", "")) for n in self.outputs)
+        ("sum" for a contraction; "" for an output that is no reduction: a scatter's or a
+        collective's ``kind`` is none)."""
+        kinds = ("sum" if n.traits.contraction else str(n.attr.get("kind", "")) for n in self.outputs)
+        return tuple(k if k in REDUCE_KINDS else "" for k in kinds)
 
 
 class _Unsupported(BackendError):

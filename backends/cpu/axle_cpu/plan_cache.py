@@ -104,7 +104,7 @@ def _step_json(s: KernelStep | HostStep | ControlStep) -> dict[str, Any]:
 def _facts(d: dict[str, Any]) -> LaunchFacts:
     outer, inner = as_ints(d["loop_sizes"])
     kinds = tuple(as_str(k) for k in d["combine_kinds"])
-    if any(k and k != "sum" and k not in REDUCE_KINDS for k in kinds):
+    if any(k and k not in REDUCE_KINDS for k in kinds):
         raise ValueError(f"unknown combine kind in {kinds}")
     return LaunchFacts(as_str(d["name"]), (outer, inner), as_int(d["split_reduce_size"]),
                        as_bool(d["reduce_split_first"]), as_bool(d["fixed_columns"]), as_int(d["largest_array"]),

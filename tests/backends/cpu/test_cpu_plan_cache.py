@@ -72,6 +72,7 @@ def test_a_hit_parses_plans_and_emits_nothing_and_computes_the_same(compile_cach
     monkeypatch.setattr(executable, "llvm_module", _no("emitted"))
     axle.reset_stats()
     exe2 = compile_module(_traced(), axle.device(DEV))
+    assert isinstance(exe2, executable.CpuExecutable)  # (not the host fallback of a failed compile)
     assert axle.stats()["disk_cache_corrupt"] == 0 and axle.stats()["disk_cache_writes"] == 0
     assert all(isinstance(s.spec, plan_cache.LaunchFacts) for s in exe2.plan.steps if isinstance(s, plan.KernelStep))
     assert _run(exe2) == want
@@ -115,3 +116,32 @@ def test_a_plan_with_a_host_step_is_not_stored() -> None:
     t = TensorType(DType.FLOAT32, (2,))
     p = plan.Plan(1, [t], {}, [plan.HostStep(lambda i, o: None, [0], [1], [t], "host")], [1], [t], 2)
     assert plan_cache.entry(p, "m", True) is None
+
+
+def _scatter(x, i, u):  # noqa: ANN001, ANN202
+    dn = axle.lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                          scatter_dims_to_operand_dims=(0,))
+    return axle.lax.scatter(x * 2, i, u, dn) + 1
+
+
+def test_an_update_kernel_whose_kind_is_no_reduce_kind_is_a_hit(compile_cache, monkeypatch) -> None:
+    """A scatter's ``kind`` ("replace") is not a reduce kind: its kernel's combine kind is
+    stored as none, and the entry reads back (a hit, not a corrupt entry)."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    i = np.array([[2], [0]], np.int32)
+    u = np.full((2, 3), -1.0, np.float32)
+    dev = axle.device(DEV)
+    backend = axle.REGISTRY.backend_for(dev)
+
+    def run(exe) -> bytes:  # noqa: ANN001
+        return backend.to_host(exe.execute([backend.to_device(a, dev) for a in (x, i, u)])[0]).tobytes()
+
+    _new_process()
+    traced = axle.jit(_scatter, device=DEV).lower(x, i, u).module
+    want = run(compile_module(traced, dev))
+    _new_process()
+    monkeypatch.setattr(plan, "build_plan", _no("planned"))
+    axle.reset_stats()
+    exe = compile_module(traced, dev)
+    assert isinstance(exe, executable.CpuExecutable)  # (not the host fallback of a failed compile)
+    assert axle.stats()["disk_cache_corrupt"] == 0 and run(exe) == want
