@@ -23,7 +23,6 @@ from axle.backend import (
     LoweringEntry,
 )
 from axle.config import config
-from axle.errors import BackendError
 from axle.ir.computation import called_computations
 from axle.ir.dtypes import ALL_DTYPES, DType
 from axle.ir.dtypes import dtype as to_dtype
@@ -216,23 +215,13 @@ class CpuBackend(Backend):
         """The executable of a cached plan (plan_cache.py) and the object code of its kernels,
         both under the optimized module's digest: nothing is parsed, planned or emitted. None
         when either is missing (the core then parses the module and calls ``compile``)."""
-        from . import plan_cache, target
-        from .executable import CompiledKernel, CpuExecutable, _settings, module_key
-        from .plan import KernelStep
+        from . import target
+        from .executable import load_cached
 
         digest = options.module_digest
         if digest is None or not target.DISK.enabled():
             return None
-        cached = plan_cache.load(plan_cache.plan_key(digest, _settings()))
-        if cached is None:
-            return None
-        jit = target.JitModule.from_disk(module_key(digest, cached.name, cached.interleave), cached.interleave,
-                                         _no_ir)
-        names = {s.spec.name for s in cached.plan.steps if isinstance(s, KernelStep)}
-        if jit is None or not all(jit.has(n) for n in names):
-            return None
-        kernels = {n: CompiledKernel(jit, n) for n in names}
-        return CpuExecutable(cached.plan, kernels, device, 0.0, _splits_key(cached.name, digest))
+        return load_cached(digest, device, lambda name: _splits_key(name, digest))
 
     def _store_plan(self, plan: Plan, jit: JitModule, name: str, options: CompileOptions) -> None:
         """Keeps ``plan`` for ``cached_executable``; ``jit`` holds all its kernels, its object
@@ -295,12 +284,6 @@ class CpuBackend(Backend):
     def free(self, buffer: Buffer) -> None:
         # The pool recycles a mapping when its last array dies; nothing to do eagerly.
         return None
-
-
-def _no_ir() -> str:
-    raise BackendError("cpu: the LLVM IR of an executable loaded whole from the compile cache is not kept; "
-                       "compile with AXLE_FLAGS=--compile_cache=off (or through jit(...).lower(...).compile()) "
-                       "to see it")
 
 
 def _splits_key(name: str, module_digest: str | None) -> bytes | None:

@@ -28,7 +28,7 @@ from axle.ir.printer import print_computation
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
-from . import decisions, threads
+from . import decisions, plan_cache, threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
 from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
@@ -152,6 +152,28 @@ def _computation_text(comp: Computation) -> str:
         todo += [sub for n in c.nodes for sub in called_computations(n)]
     names = {id(c): f"c{i}" for i, c in enumerate(comps)}
     return "\n".join(print_computation(c, names, entry=c is comp) for c in comps)
+
+
+def load_cached(digest: str, device: Device, splits: Callable[[str], bytes | None]) -> CpuExecutable | None:
+    """The executable of the optimized module whose text has SHA-256 ``digest`` from its
+    cached plan (plan_cache.py) and the object code of all its kernels (``module_key``), or
+    None when either is missing: nothing is parsed, planned or emitted. ``splits`` gives
+    the split decisions' key of the module's name."""
+    cached = plan_cache.load(plan_cache.plan_key(digest, _settings()))
+    if cached is None:
+        return None
+    jit = JitModule.from_disk(module_key(digest, cached.name, cached.interleave), cached.interleave, _no_ir)
+    names = {s.spec.name for s in cached.plan.steps if isinstance(s, KernelStep)}
+    if jit is None or not all(jit.has(n) for n in names):
+        return None
+    kernels = {n: CompiledKernel(jit, n) for n in names}
+    return CpuExecutable(cached.plan, kernels, device, 0.0, splits(cached.name))
+
+
+def _no_ir() -> str:
+    raise BackendError("cpu: the LLVM IR of an executable loaded whole from the compile cache is not kept; "
+                       "compile with AXLE_FLAGS=--compile_cache=off (or through jit(...).lower(...).compile()) "
+                       "to see it")
 
 
 class CompiledKernel:

@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.characterize  # imported by pyopencl's first kernel object: here, not in a first call
 import pyopencl.invoker  # imported by pyopencl's first kernel object: here, not in a first call
 import pyopencl.tools  # loads cl.tools (MemoryPool)
 
