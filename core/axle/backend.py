@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -111,6 +112,12 @@ class Capabilities:
     #: rewrites every claimed convolution into it, with as few transposes as it can
     #: (passes/conv_layout.py). None (default): each convolution keeps the program's layout.
     conv_layout: ConvLayout | None = None
+    #: True: each lhs-dilated convolution (a strided convolution's input gradient) is split
+    #: into ordinary convolutions of the undilated input, one per output phase, interleaved
+    #: (passes/conv_phases.py), so that no multiply-add is spent on the dilation's holes;
+    #: a split whose phase convolutions the device refuses is not made. False (default):
+    #: the device gets the dilated convolution as written.
+    conv_phase_split: bool = False
 
     def supports(self, node: Node) -> bool:
         """True if the device runs this node (see the class docstring). Prefer
@@ -233,6 +240,13 @@ class Buffer:
     type: TensorType
     handle: Any
 
+    def __init__(self, device: Device, type: TensorType, handle: Any) -> None:  # noqa: A002 - the field's name (replace())
+        # Written out: the generated frozen __init__ (an object.__setattr__ per field) took
+        # a sixth of an eager op's dispatch, and every eager result makes one. Still frozen:
+        # assignment raises; the instance dict is filled once, here.
+        d = self.__dict__
+        d["device"], d["type"], d["handle"] = device, type, handle
+
     @property
     def nbytes(self) -> int:
         return self.type.nbytes
@@ -334,3 +348,17 @@ class Backend(abc.ABC):
         that emit the code, shown by ``axle explain-op`` and docs/ops/. Optional; the
         default (empty) reads "not described"."""
         return []
+
+    def batched_builds(self, device: Device) -> AbstractContextManager[None] | None:
+        """Optional: a context in which ``compile`` (in the thread that entered it) only
+        plans: the executables it returns are placeholders that never run, and what their
+        native builds need (an OpenCL backend's kernels) is gathered; leaving the context
+        builds all of it together (one toolchain invocation instead of one per module)
+        into the backend's own caches, so that compiling the same modules again afterwards
+        builds nothing. For callers about to compile many small modules one at a time,
+        where the toolchain's fixed cost per invocation dominates (the conformance kit:
+        ``axle.testing.session.prebuild``). A batch that fails to build caches nothing:
+        each module's own compile then builds, and reports a failure, as it would without
+        the batch. None (the default): the backend does not batch (nothing is compiled
+        ahead)."""
+        return None

@@ -35,8 +35,8 @@ class Config:
     retrace_warning_threshold: int = 8
     #: passes disabled by name, comma-separated
     disable_passes: str = ""
-    #: compiled executables kept per cache (each jit function's, the eager op cache, the lazy
-    #: cluster cache, and each backend's compile caches): least recently used beyond this
+    #: compiled executables kept per cache (each jit function's and pmap's, the eager op cache,
+    #: the lazy cluster cache, and each backend's compile caches): least recently used beyond this
     #: are dropped and their native code freed
     jit_cache_size: int = 256
     #: the directory of every backend's on-disk compile cache (cpu object code, OpenCL

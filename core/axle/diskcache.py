@@ -8,15 +8,17 @@ are removed (an entry's modification time is its last use: a hit touches it).
 What is loaded from disk runs as native code, so the cache trusts only what its own user
 wrote where nobody else could write:
 
-- the directory is created ``0700``; an existing one must be a real directory owned by
-  this user and not writable by group or others, else the cache is disabled with one
-  warning (the program still runs, compiling from source);
+- the directory (and the ``--compile_cache`` directory holding it) is created ``0700``;
+  an existing one must be a real directory owned by this user and not writable by group
+  or others, else the cache is disabled with one warning (the program still runs,
+  compiling from source);
 - entries are plain bytes behind a small header (magic, format version, the SHA-256 of
   the key, the payload's length and SHA-256): nothing is unpickled or evaluated on load,
   and a truncated, corrupt or mismatched entry is a miss (counted as corrupt);
 - writes are atomic: a ``0600`` temporary file in the same directory, renamed over the
   entry, so a reader never sees half a file, and two processes writing one key leave one
-  whole entry (either one: they are equal).
+  whole entry (either one: they are equal); a directory a write fails in (read-only, full)
+  gets one warning and no more writes from this process, and is still read.
 
 Keys are versioned by the caller (compiler, driver and format versions belong in them).
 ``axle.stats()`` counts ``disk_cache_hits``, ``disk_cache_misses``, ``disk_cache_writes``,
@@ -52,26 +54,33 @@ _TEMP = re.compile(r"\.tmp-.*\.bin")
 _STALE_TEMP_S = 3600.0
 #: eviction goes down to this fraction of the bound, so the next writes do not each evict
 _EVICT_TO = 0.9
+#: a process scans the directory again once it wrote this fraction of the bound since its
+#: last scan (what other processes wrote meanwhile is in no process's estimate)
+_RESCAN = 0.125
 
 
 @functools.cache
 def code_version(*dirs: str) -> str:
-    """A digest of the path, size and modification time of every Python source file under
-    ``dirs``: for keys of entries that code produced, so an edited pass or emitter is a new
-    key (in a source checkout as in an installed wheel) without a version bump. Stats only
-    (about 200 files, under 1 ms, once per process): reading them all cost 30 ms of a
-    cached first call."""
+    """A digest of the path, size, inode and modification and change times of every Python
+    source file under ``dirs``: for keys of entries that code produced, so an edited pass
+    or emitter is a new key (in a source checkout as in an installed wheel) without a
+    version bump. Stats only (about 200 files, under 1 ms, once per process): reading them
+    all cost 30 ms of a cached first call. The modification time alone is not enough: a
+    reproducible build or store (SOURCE_DATE_EPOCH, Nix: every file at one fixed time) or
+    ``cp -p``/``rsync -a`` gives new code of the same size the old time; the change time
+    (which no tool can set back) and the inode change whenever a file is written again."""
     h = hashlib.sha256()
     for top in dirs:
-        for rel, size, mtime in sorted(_sources(top, "")):
-            h.update(f"{rel}\0{size}\0{mtime}\n".encode())
+        for rel, *stats in sorted(_sources(top, "")):
+            h.update(f"{rel}\0{stats}\n".encode())
     return h.hexdigest()
 
 
-def _sources(folder: str, rel: str) -> list[tuple[str, int, int]]:
-    """(path relative to the top, size, mtime in ns) of the ``.py`` files under ``folder``
-    (``os.scandir``: the walk and path functions of ``os.walk`` cost more than the stats)."""
-    out: list[tuple[str, int, int]] = []
+def _sources(folder: str, rel: str) -> list[tuple[str, int, int, int, int]]:
+    """(path relative to the top, size, mtime and ctime in ns, inode) of the ``.py`` files
+    under ``folder`` (``os.scandir``: the walk and path functions of ``os.walk`` cost more
+    than the stats)."""
+    out: list[tuple[str, int, int, int, int]] = []
     with os.scandir(folder) as it:
         for e in it:
             if e.is_dir(follow_symlinks=False):
@@ -79,7 +88,7 @@ def _sources(folder: str, rel: str) -> list[tuple[str, int, int]]:
                     out += _sources(e.path, rel + e.name + "/")
             elif e.name.endswith(".py"):
                 st = e.stat()
-                out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+                out.append((rel + e.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return out
 
 
@@ -141,6 +150,9 @@ class DiskCache:
         self.sub = sub
         self.what = what
         self._checked: dict[str, bool] = {}
+        #: directories a write failed in (read-only, full, gone): not written again by this
+        #: process (one warning), still read
+        self._unwritable: set[str] = set()
         self._lock = threading.Lock()
         _ALL.add(self)
 
@@ -166,14 +178,24 @@ class DiskCache:
         with self._lock:
             ok = self._checked.get(path)
             if ok is None:
-                why = safe_dir(path)
+                where, why = self._unsafe(path)
                 ok = self._checked[path] = why is None
                 if why:
-                    warnings.warn(f"axle: the {self.what} cache directory {path!r} {why}; the cache is "
+                    warnings.warn(f"axle: the {self.what} cache directory {where!r} {why}; the cache is "
                                   f"disabled (programs are compiled from source). Use a private directory "
                                   f"(chmod 700, owned by you), or AXLE_FLAGS=--compile_cache=DIR|off.",
                                   CacheWarning, stacklevel=3)
             return ok
+
+    def _unsafe(self, path: str) -> tuple[str, str | None]:
+        """(the directory, why it is unsafe) for the first unsafe one of ``path`` and, for a
+        subdirectory cache, the --compile_cache directory holding it (created 0700 too,
+        and checked: whoever can write there can swap this cache's directory for theirs)."""
+        for where in ([path] if self.fixed is not None else [os.path.dirname(path), path]):
+            why = safe_dir(where)
+            if why:
+                return where, why
+        return path, None
 
     def _file(self, key: bytes) -> tuple[str, bytes]:
         digest = hashlib.sha256(key).digest()
@@ -207,27 +229,44 @@ class DiskCache:
         if not self.enabled():
             return
         path, digest = self._file(key)
+        folder = os.path.dirname(path)
+        if folder in self._unwritable:
+            return
         header = _HEADER.pack(MAGIC, FORMAT, digest, len(payload), hashlib.sha256(payload).digest())
         try:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".bin")  # created 0600
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".bin")  # created 0600
         except OSError as e:
-            warnings.warn(f"axle: cannot write to the {self.what} cache {os.path.dirname(path)!r}: {e}",
-                          CacheWarning, stacklevel=3)
+            self._write_failed(folder, e)
             return
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(header + payload)
             os.replace(tmp, path)
-        except OSError:
+        except OSError as e:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            self._write_failed(folder, e)
             return
         counters.record("disk_cache_writes")
         evicted = _BOUNDS.wrote(self._bounded(), len(header) + len(payload))
         if evicted:
             counters.record("disk_cache_evictions", evicted)
+
+
+    def _write_failed(self, folder: str, e: OSError) -> None:
+        """One warning per directory a write failed in (read-only, full disk), which this
+        process then only reads: retrying every compile would warn (each message naming
+        its own temporary file) and pay for a doomed write each time."""
+        with self._lock:
+            if folder in self._unwritable:
+                return
+            self._unwritable.add(folder)
+        warnings.warn(f"axle: cannot write to the {self.what} cache {folder!r} ({e.strerror or e}); programs "
+                      f"compiled from now on are not cached by this process (cached ones are still read). "
+                      f"Free space or fix its permissions, or use AXLE_FLAGS=--compile_cache=DIR|off.",
+                      CacheWarning, stacklevel=4)
 
 
 def _payload(data: bytes, digest: bytes) -> bytes | None:
@@ -247,24 +286,30 @@ def _payload(data: bytes, digest: bytes) -> bytes | None:
 class _Bounds:
     """The size bound of each cache directory. Each process keeps an estimate of a
     directory's size (scanned at its first write there, plus what it wrote since); when
-    the estimate passes ``--compile_cache_max_mb`` the directory is scanned again (what
-    other processes wrote included) and the entries used longest ago are removed. Removing
-    is safe beside other processes: a reader holding an entry open still reads it whole,
-    and an entry removed before it is opened is a miss."""
+    the estimate passes ``--compile_cache_max_mb``, or the process wrote ``_RESCAN`` of it
+    since its last scan, the directory is scanned again (what other processes wrote
+    included) and the entries used longest ago are removed: N processes writing at once
+    pass the bound by at most N eighths of it (by N times it with the estimate alone).
+    Removing is safe beside other processes: a reader holding an entry open still reads it
+    whole, and an entry removed before it is opened is a miss."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._estimate: dict[str, int] = {}
+        self._unscanned: dict[str, int] = {}  # bytes written since the last scan
 
     def wrote(self, root: str, size: int) -> int:
         """Accounts ``size`` bytes written under ``root``; returns the entries evicted."""
         bound = int(config.compile_cache_max_mb * (1 << 20))
         with self._lock:
             estimate = self._estimate.get(root)
-            if estimate is not None and estimate + size <= bound:
+            unscanned = self._unscanned.get(root, 0) + size
+            if estimate is not None and estimate + size <= bound and unscanned <= bound * _RESCAN:
                 self._estimate[root] = estimate + size
+                self._unscanned[root] = unscanned
                 return 0
             evicted, self._estimate[root] = evict(root, bound)
+            self._unscanned[root] = 0
             return evicted
 
 

@@ -1,7 +1,7 @@
 """A thread-safe, bounded, least-recently-used map: every cache of compiled code in axle.
 
-Each cache of executables (a jit function's, the eager op cache, the lazy cluster cache,
-and the backends' compile caches) is one of these, bounded by ``config.jit_cache_size``
+Each cache of executables (a jit function's, a pmap's, the eager op cache, the lazy cluster
+cache, and the backends' compile caches) is one of these, bounded by ``config.jit_cache_size``
 (``AXLE_FLAGS=--jit_cache_size=N``) read at every insertion, so lowering the setting
 shrinks the caches on their next miss. An evicted value is only dropped: the cache keeps
 no other reference, so its native code (LLVM engines, OpenCL programs) is freed as soon

@@ -7,9 +7,10 @@ An entry's key is everything the optimizer's result depends on: the traced modul
 the expansion of extended ops, as its text form's SHA-256), every setting but the cache's
 own (``--optimize``, ``--disable_passes``, the backend flags...), the device (name,
 description, kind, properties), the backend (name, contract version, fusion policy and
-the names of its own passes) and the code of
+the names of its own passes), the code of
 axle and of the backend's package (``diskcache.code_version``: axle's version is in its
-``__init__.py``).
+``__init__.py``) and the versions of NumPy and ml_dtypes (constant folding runs their
+functions).
 
 An entry is data only, parsed strictly: a JSON object holding the optimized module in the
 IR's text form (read back by ``axle.ir.parser``, which verifies what it builds) and the
@@ -25,6 +26,9 @@ import json
 import os
 import sys
 from typing import Any
+
+import ml_dtypes
+import numpy as np
 
 from . import counters
 from .backend import Backend, Device
@@ -66,8 +70,11 @@ def module_key(module: Module, device: Device, backend: Backend) -> bytes:
     # the pipeline as the backend sets it up now: its fusion policy (bounded by the device)
     # and its own passes by name (a plugin may choose them at run time)
     pipeline = repr((policy_for(backend, device), [p.name for p in backend.passes() or []]))
-    parts = [FORMAT, _code(backend), backend.name, repr(backend.api_version), device.name,
-             device.description, device.kind, props, pipeline, _settings(), hashlib.sha256(text.encode()).hexdigest()]
+    # NumPy and ml_dtypes compute what constant folding puts in the module (their float
+    # functions' last bits differ between versions)
+    parts = [FORMAT, _code(backend), np.__version__, ml_dtypes.__version__, backend.name, repr(backend.api_version),
+             device.name, device.description, device.kind, props, pipeline, _settings(),
+             hashlib.sha256(text.encode()).hexdigest()]
     return "\0".join(parts).encode()
 
 

@@ -116,8 +116,9 @@ def test_an_nhwc_program_on_an_nchw_device_round_trips_too() -> None:
 
     m = _lowered(net, *args)
     opt = _optimized(m, NCHW, fusion=False)
-    # input and the three kernels (parameters: HWIO -> OIHW) once each, the output back
-    assert len(_transposes(opt)) == 5
+    # input and the two 3x3 kernels (parameters: HWIO -> OIHW) once each, the output back;
+    # the 1x1 kernel is read as IOHW (O and I traded), which is a reshape of its HWIO
+    assert len(_transposes(opt)) == 4
     assert all(c.attr["input_feature_dimension"] == 1 for c in _convs(opt))
     _close(m, opt, args)
 
@@ -179,7 +180,12 @@ def test_weights_are_copied_per_call_only_for_convolutions_with_enough_pixels() 
     args = _block_args()  # outputs of 2 x 8 x 8 and 2 x 4 x 4 pixels
     m = _lowered(_block, *args)
     out, changed = LayoutAssignment(ConvLayout(lhs="NSC", rhs="SIO", out="NSC", kernel_copy_min_pixels=64)).run(m)
-    assert changed and [c.attr["input_feature_dimension"] for c in _convs(out)] == [3, 1, 1]
+    # the first convolution (128 pixels) repays its kernel's copy; the strided one (32) would
+    # not on its own, but the program's layout would transpose its input, already in the
+    # device layout, back (512 elements against 144); the shortcut reads the input's copy
+    # made for the first and its 1x1 kernel with O and I traded (a reshape): no copy at all
+    assert changed and [c.attr["input_feature_dimension"] for c in _convs(out)] == [3, 3, 3]
+    _close(m, out, args)
     assert LayoutAssignment(ConvLayout(lhs="NSC", rhs="SIO", out="NSC", kernel_copy_min_pixels=129)).run(m)[0] is m
     # constant weights transpose at compile time: no copy per call, every convolution moves
     const = _lowered(lambda x: _block(x, *args[1:]), args[0])
@@ -230,9 +236,70 @@ def test_gradient_of_a_conv_chain_is_unchanged_by_the_layout() -> None:
 
     m = _lowered(axle.grad(loss, argnums=(0, 1, 2, 3)), *args)
     opt = _optimized(m, NHWC)
-    # the backward convolutions (input and weight gradients) run in the device layout too
+    # the backward convolutions (input and weight gradients) run in the device layout too;
+    # an input gradient reads the forward kernel's HWIO copy reversed, as HWOI
     convs = _convs(opt)
     assert len(convs) >= 6
     assert all(c.attr["input_feature_dimension"] == 3 and c.attr["output_feature_dimension"] == 3
-               and c.attr["kernel_output_feature_dimension"] == 3 for c in convs)
+               and c.attr["kernel_spatial_dimensions"] == (0, 1) for c in convs)
+    # so each weight parameter is transposed once, for both directions
+    unfused = _optimized(m, NHWC, fusion=False)
+    kernels = {p.uid for p in unfused.entry.parameters[1:4]}
+    copies = [t.operands[0].uid for t in _transposes(unfused) if t.operands[0].uid in kernels]
+    assert sorted(copies) == sorted(set(copies)) and len(copies) == 2  # the 1x1 one: a reshape
+    assert not [t for t in _transposes(unfused) if t.operands[0].op is Op.REVERSE]
     _close(m, opt, args, rtol=1e-4)
+
+
+# -- movement ops between convolutions stay in the device layout -------------------------
+#: op between two convolutions (of 4 channels) -> the channels it leaves
+_BETWEEN = {
+    "pad": (lambda h: anp.pad(h, ((0, 0), (0, 0), (1, 2), (2, 0))), 4),
+    "interior-pad": (lambda h: axle.lax.pad(h, anp.asarray(0.5, h.dtype), (0, 0, 1, 0), (0, 0, 0, 1), (0, 0, 1, 1)),
+                     4),
+    "slice": (lambda h: h[:, 1:, 1:6:2, ::2], 3),
+    "concatenate": (lambda h: anp.concatenate([h, nn.relu(h)[:, :2]], axis=1), 6),
+    "merge-spatial": (lambda h: anp.reshape(anp.exp(anp.reshape(h, (2, 4, 36))), (2, 4, 6, 6)), 4),
+    "split-channels": (lambda h: anp.reshape(anp.reshape(h, (2, 2, 2, 6, 6)) * 2.0, (2, 4, 6, 6)), 4),
+    "reverse": (lambda h: axle.lax.reverse(h, (2,)), 4),
+    # a broadcast of a value in the device layout (a per-row statistic) folds into the
+    # broadcast's dims: no rule of its own, and none needed
+    "broadcast": (lambda h: h * anp.sum(h, axis=3, keepdims=True), 4),
+}
+
+
+@pytest.mark.parametrize("op", list(_BETWEEN))
+def test_movement_ops_between_convolutions_run_in_the_device_layout(op: str) -> None:
+    between, channels = _BETWEEN[op]
+    x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    k1 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    w = RNG.standard_normal((5, channels, 2, 2)).astype(np.float32)
+    m = _lowered(lambda a, k2: nn.conv(between(nn.conv(a, k1, padding=1)), k2), x, w)
+    opt = _optimized(m, NHWC_KEEP_KERNEL, fusion=False)
+    # the input on its way in, the result on its way out: nothing between the convolutions
+    assert [t.attr["permutation"] for t in _transposes(opt)] == [(0, 2, 3, 1), (0, 3, 1, 2)], op
+    assert all(c.attr["input_feature_dimension"] == 3 for c in _convs(opt))
+    _close(m, opt, [x, w])
+
+
+def test_a_reshape_that_mixes_moved_dims_reads_the_programs_layout() -> None:
+    # [N, C, H, W] -> [N, C*H, W] merges C with H, which NHWC keeps apart: one transpose back
+    x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    k1 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m = _lowered(lambda a: anp.reshape(nn.conv(a, k1, padding=1), (2, 24, 6)), x)
+    opt = _optimized(m, NHWC_KEEP_KERNEL, fusion=False)
+    assert [t.attr["permutation"] for t in _transposes(opt)] == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    _close(m, opt, [x])
+
+
+@pytest.mark.parametrize(("src", "dst", "groups"), [
+    ((2, 3, 4), (6, 4), [([0, 1], [0]), ([2], [1])]),
+    ((2, 12), (2, 3, 4), [([0], [0]), ([1], [1, 2])]),
+    ((1, 6, 1), (6,), [([0, 1, 2], [0])]),
+    ((6, 4), (4, 6), [([0, 1], [0, 1])]),
+    ((2, 0), (0,), None),
+])
+def test_reshape_groups(src: tuple, dst: tuple, groups: list | None) -> None:
+    from axle.passes.conv_layout import reshape_groups
+
+    assert reshape_groups(src, dst) == groups

@@ -151,3 +151,21 @@ def test_same_type_operands_skip_promotion_in_every_mode(monkeypatch: pytest.Mon
         assert prepared == ["add"]
     finally:
         axle.config.update(jit_level=old)
+
+
+def test_buffer_is_still_a_frozen_dataclass() -> None:
+    """Buffer's written-out __init__ (the eager hot path makes one per result) keeps the
+    dataclass's behaviour: fields, keyword construction, replace(), frozen assignment."""
+    import dataclasses
+
+    from axle.backend import Buffer
+    from axle.ir.dtypes import DType
+    from axle.ir.types import TensorType
+
+    dev, t = axle.device("interpreter:0"), TensorType(DType.FLOAT32, (2,))
+    b = Buffer(device=dev, type=t, handle="h")
+    assert [f.name for f in dataclasses.fields(b)] == ["device", "type", "handle"]
+    assert (b.device, b.type, b.handle, b.nbytes) == (dev, t, "h", 8)
+    assert dataclasses.replace(b, handle="g").handle == "g" and b.handle == "h"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.handle = "x"  # type: ignore[misc]

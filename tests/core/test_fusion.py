@@ -413,3 +413,33 @@ def test_gathers_fuse_as_producers_and_scatters_stay_alone():
     args = [rng.standard_normal((50, 16)).astype(f32), rng.standard_normal((12, 16)).astype(f32),
             np.array([3, 49, 0, -4, 7, 7, 60, 1], np.int32), rng.standard_normal((8, 16)).astype(f32)]
     np.testing.assert_array_equal(evaluate(opt, *args)[0], evaluate(m, *args)[0])
+
+
+# ------------------------------------------------- strided transposes (issue 18)
+
+
+def bn_relu_and_transposed(x, g):
+    """A batch-norm-like relu read by a kernel in order and by a transposed copy (NCHW ->
+    CHWN, as a weight-gradient convolution reads its activations)."""
+    r = anp.maximum(x * g + 1.0, 0.0)
+    return r + 1.0, anp.transpose(r, (1, 2, 3, 0))
+
+
+def test_big_strided_transpose_is_a_kernel_of_its_own_and_recomputes_nothing():
+    x = np.random.default_rng(0).standard_normal((8, 16, 16, 16)).astype(f32)  # 128 KiB
+    g = np.float32(0.5)
+    fused = optimized(bn_relu_and_transposed, x, g, policy=FusionPolicy())
+    assert any({Op.TRANSPOSE, Op.MAX} <= set(inner_ops(f)) for f in fusions(fused))  # the old way
+    policy = FusionPolicy(max_fused_strided_transpose_bytes=64 << 10)
+    opt = optimized(bn_relu_and_transposed, x, g, policy=policy)
+    alone = [f for f in fusions(opt) if inner_ops(f) == [Op.TRANSPOSE]]
+    assert len(alone) == 1 and Op.TRANSPOSE not in [n.op for n in opt.entry.nodes]
+    assert all_ops(opt).count(Op.MAX) == 1  # the relu is computed once, not per reader
+    codes = {nf.code for rec in opt.fusion_records for nf in rec.not_fused}
+    assert "strided-transpose" in codes
+    check_values(bn_relu_and_transposed, (x, g), opt)
+    # under the threshold, or keeping the contiguous axis, the transpose still fuses
+    small = optimized(bn_relu_and_transposed, x[:2], g, policy=policy)
+    assert any({Op.TRANSPOSE, Op.MAX} <= set(inner_ops(f)) for f in fusions(small))
+    keep = optimized(lambda a: anp.transpose(anp.exp(a), (1, 0, 2, 3)), x, policy=policy)
+    assert [inner_ops(f) for f in fusions(keep)] == [[Op.EXP, Op.TRANSPOSE]]

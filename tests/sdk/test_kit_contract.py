@@ -116,8 +116,9 @@ def failed_ids(out: str) -> set[str]:
 
 
 SELECT = "late/ or threads/"
-LATE = {c.id for c in kit_checks(quick=True) if c.category == "late"}
-THREADS = {c.id for c in kit_checks(quick=True) if c.category == "threads"}
+_QUICK = kit_checks(quick=True)  # built once: every pytest process collecting this file pays for it
+LATE = {c.id for c in _QUICK if c.category == "late"}
+THREADS = {c.id for c in _QUICK if c.category == "threads"}
 
 
 def test_a_correct_asynchronous_device_passes(plugin_env, tmp_path):

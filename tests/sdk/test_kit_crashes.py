@@ -1,8 +1,9 @@
 """The conformance kit and `axle doctor` survive backends that crash and hang.
 
 A scaffold from `axle new-backend` is broken on purpose, the way bring-ups break: its
-kernels segfault on sine, never return on cosine, write into their input on negate, and
-every fusion is compiled as one kernel per op. The kit must finish, fail exactly those
+kernels segfault on sine, never return on cosine, write into their input on negate,
+every fusion is compiled as one kernel per op, and its batched builds (the kit's
+prebuild) segfault. The kit must finish, fail exactly those
 checks with their ids, module text and kernel sources, and exit non-zero; the doctor must
 print its whole table. The scaffold is found through a dist-info on PYTHONPATH (no pip
 install: these tests stay fast)."""
@@ -25,6 +26,7 @@ NAME = "brk"
 BREAKAGE = textwrap.dedent('''
 
     # ---- broken on purpose by tests/sdk/test_kit_crashes.py ----
+    import contextlib as _contextlib
     import ctypes as _ctypes
     import os as _os
     import threading as _threading
@@ -50,6 +52,14 @@ BREAKAGE = textwrap.dedent('''
                 env[n.uid] = n if n.op is _Op.PARAMETER else n.replace(operands=ops)
         entry = module.entry
         return _Module(module.name, _Computation(entry.name, entry.parameters, env[entry.root.uid]))
+
+
+    @_contextlib.contextmanager
+    def _crashing_batch(self, device):
+        """A batched build (axle.testing.prebuild) that kills the worker: no check may be
+        blamed for it, each check then compiles on its own."""
+        yield
+        _ctypes.string_at(0)
 
 
     def _broken(compile_):
@@ -82,7 +92,8 @@ def broken_env(tmp_path_factory) -> dict[str, str]:
     entry = tomllib.loads((out / "pyproject.toml").read_text())["project"]["entry-points"]["axle.backends"][NAME]
     module, cls = entry.split(":")
     init = out / module / "__init__.py"
-    init.write_text(init.read_text() + BREAKAGE + f"\n{cls}.compile = _broken({cls}.compile)\n")
+    init.write_text(init.read_text() + BREAKAGE + f"\n{cls}.compile = _broken({cls}.compile)\n"
+                    f"{cls}.batched_builds = _crashing_batch\n")
     dist = out / f"axle_{NAME}-0.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: axle-{NAME}\nVersion: 0.0\n")
@@ -90,7 +101,11 @@ def broken_env(tmp_path_factory) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AXLE_FLAGS", "PYTEST_ADDOPTS")}
     # the host fallback runs on the interpreter; the other backends are not needed here
     path = os.pathsep.join(filter(None, [str(out), os.environ.get("PYTHONPATH")]))
-    env.update(PYTHONPATH=path, AXLE_BACKENDS=f"{NAME},interpreter", AXLE_FLAGS=f"--{NAME}_claim_all=true")
+    # a compile cache of its own, as every test's (tests/conftest.py): the user's may be
+    # over its size bound, and then every write scans it (seconds: checks hang at 8 s)
+    cache = tmp_path_factory.mktemp("compile-cache")
+    env.update(PYTHONPATH=path, AXLE_BACKENDS=f"{NAME},interpreter",
+               AXLE_FLAGS=f"--{NAME}_claim_all=true --compile_cache={cache}")
     return env
 
 

@@ -311,6 +311,29 @@ def test_kernel_binaries_come_back_from_the_disk_cache(tmp_path, monkeypatch):
         codegen.compile_program(source)
 
 
+def test_kernel_binaries_of_another_machine_are_not_loaded(tmp_path, monkeypatch):
+    """A cache directory shared by an x86-64 and an arm64 host (an NFS home): the library
+    one built is another key on the other (it would not load there)."""
+    import platform
+
+    from axle_template import codegen
+
+    from axle.diskcache import DiskCache
+    from axle.lru import LRU
+
+    built = []
+    real_build = codegen.build
+    monkeypatch.setattr(codegen, "build", lambda source, tmp: built.append(source) or real_build(source, tmp))
+    monkeypatch.setattr(codegen, "DISK", DiskCache(str(tmp_path / "cache"), "kernel binary"))
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    source = "int axle_probe(void) { return 7; }\n"
+    assert codegen.compile_program(source).function("axle_probe")() == 7
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    monkeypatch.setattr(platform, "machine", lambda: "another-isa")
+    assert codegen.compile_program(source).function("axle_probe")() == 7
+    assert len(built) == 2
+
+
 # ------------------------------------------------------------------ loops and conditionals
 
 

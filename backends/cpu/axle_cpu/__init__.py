@@ -91,7 +91,7 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.SORT: (("a library-call step over the host buffers", ".plan:sort_host"),
               ("NumPy's vectorized sorts made exact (stable, NaN and signed zeros in order)", ".sort:host_sort"),),
     # layout
-    Op.TRANSPOSE: (("a big lone transpose whose input rows alias in L1: the cache-blocked tile kernel",
+    Op.TRANSPOSE: (("a big transpose (and reverses) that moves the contiguous dim: the cache-blocked tile kernel",
                     ".transpose:blocked"), ("the blocked transpose's emitter", ".transpose:emit")),
     # indexing
     Op.GATHER: (("the start indices loaded as 64-bit indices at their loop level", ".emitter:loaded_index"),
@@ -133,6 +133,10 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
 #: are repaid only by convolutions with about 1024 output pixels or more (batch-1 stages
 #: 3-4 of a ResNet lose, 7x7 maps are faster in NCHW).
 CONV_LAYOUT = ConvLayout(lhs="NSC", rhs="SIO", out="NSC", kernel_copy_min_pixels=1024)
+#: the core's phase split of lhs-dilated convolutions (passes/conv_phases.py): a strided
+#: convolution's input gradient without the multiply-adds on its dilation's zeros
+#: (docs/backend-cpu.md, "Convolution layout")
+CONV_PHASE_SPLIT = True
 
 
 def _conv_refusal(node: Node) -> str | None:
@@ -178,14 +182,17 @@ class CpuBackend(Backend):
                             op_dtypes={Op.CONVOLUTION: CONV_DTYPES},
                             predicates={Op.CONVOLUTION: _conv_refusal,
                                         **{op: _host_step_inside for op in CLAIMED_CONTROL}},
-                            conv_layout=CONV_LAYOUT)
+                            conv_layout=CONV_LAYOUT, conv_phase_split=CONV_PHASE_SPLIT)
 
     def fusion_policy(self) -> FusionPolicy:
         # Row fusions and multi-output fusions map directly onto the loop nest; a dot takes
         # its elementwise consumers into the GEMM, which finishes each tile with them; a
-        # convolution too (its implicit GEMM is the same kernel).
+        # convolution too (its implicit GEMM is the same kernel). A big transpose that moves
+        # the contiguous axis is the blocked transpose kernel (transpose.py), not a strided
+        # access recomputing its producers inside a loop fusion (llvmlite loads only when compiling:
+        # the threshold is transpose.MIN_BYTES, written out)
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True)
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)  # transpose.MIN_BYTES
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

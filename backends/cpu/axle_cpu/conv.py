@@ -74,6 +74,23 @@ def _feature_run(kdims: Sequence[tuple[int, int]], ksizes: Sequence[int], stride
     return {}
 
 
+def _feature_line(kdims: Sequence[tuple[int, int]], ksizes: Sequence[int], in_strides: Sequence[int]) -> dict[str, int]:
+    """Window.line: K's innermost dims (size-1 dims aside) that lie consecutive
+    in the input when inside it: the input feature's run (unit stride), if any, and the
+    spatial dim just outside it when that dim's input step is the run's length (NHWC with
+    HWIO: a 7x7 stem's kw and its 3 features, 21 floats). Along a line only that spatial
+    position moves, so the line's valid positions are one interval."""
+    real = [(d, n, s) for (d, _), n, s in zip(kdims, ksizes, in_strides) if n > 1]
+    run, k = 1, len(real)
+    if real and real[-1][0] < 0:
+        if real[-1][2] != 1:
+            return {}
+        run, k = real[-1][1], k - 1
+    if k == 0 or real[k - 1][0] < 0 or real[k - 1][2] != run:
+        return {}
+    return {"line": run * real[k - 1][1]}
+
+
 class ConvRefused(Exception):
     """A convolution the implicit GEMM does not compute; the message says why."""
 
@@ -132,7 +149,8 @@ def conv_layout(node: Node) -> Layout:
         stride=tuple(a["window_strides"]), low=tuple(a["padding_low"]), ldil=tuple(a["lhs_dilation"]),
         extent=tuple((x[d] - 1) * ld + 1 for d, ld in zip(isp, a["lhs_dilation"])),
         in_stride=tuple(sx[d] for d in isp), k_off=k_in, k_pos=k_pos, k_lin=k_lin,
-        **_feature_run(kdims, ksizes, sx[if_]))
+        **_feature_run(kdims, ksizes, sx[if_]),
+        **_feature_line(kdims, ksizes, [sx[if_] if d < 0 else a["rhs_dilation"][d] * sx[isp[d]] for d, _ in kdims]))
     bsizes = [groups] + [d.size for d in outer]
     patches_b = Offsets.strided(bsizes, [g_in] + [d.in_stride for d in outer])
     kernel_b = Offsets.strided(bsizes, [og * sw[ko]] + [0] * len(outer))

@@ -25,7 +25,8 @@ so the thread pool splits it like any other kernel::
 A is only read through broadcasts, so when its M and K dims are plain strides (row-major
 or transposed) the micro-kernel reads it in place (an edge tile is moved to end at the
 last row and writes only its new rows); B is read in place too when no B micro-panel is
-reused (M <= MR) and its rows are contiguous (masked loads at the right edge); float16
+reused (M <= MR; on 512-bit vectors, up to two row tiles, its rows prefetched) and its
+rows are contiguous (masked loads at the right edge); float16
 and table-mapped operands are always packed. The tile is added to C at the end of each
 K block (the first block stores it); C rows are prefetched at the start. Columns beyond
 N (the right edge) use masked loads/stores.
@@ -101,6 +102,16 @@ VECMAT_ROWS = 4
 #: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
 #: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
 PACK_KB = 64
+#: K rows per chunk when packing a B whose rows are contiguous (_pack_b_by_rows)
+PACK_ROWS = 16
+#: a plain dot whose C has fewer rows than this many default tiles picks the tile shape
+#: that computes the fewest rows (tiles: [16, K] @ [K, N] in 8 x 48 tiles, not 6 x 64)
+SMALL_M_TILES = 4
+#: a B read in place (GemmSpec: few rows) serves this many row tiles on 512-bit vectors
+#: (one elsewhere: measured slower than packing on AVX2), and its rows this many K rows
+#: ahead are prefetched there
+DIRECT_B_TILES_512 = 2
+DIRECT_B_PREFETCH = 8
 
 
 # ============================================================== layout of one dot
@@ -169,6 +180,11 @@ class Window:
     #: window positions share their validity and lie ``run_stride`` apart in the input
     run: int = 1
     run_stride: int = 0
+    #: K's innermost ``line`` window positions are consecutive in the input whenever all
+    #: of them are inside it (the feature run and the spatial dim outside it: conv.py
+    #: _feature_line); only that dim's position moves along a line, so its valid part is
+    #: one interval and a line is wholly valid when its two ends are
+    line: int = 1
 
     @property
     def dilated(self) -> bool:
@@ -274,7 +290,8 @@ def compute_bits(dt: DType) -> int:
 def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     """The register tile from the vector width: MR x NV vectors of accumulators, 24 of
     them with AVX-512's 32 registers (6 x 4 vectors; narrower and taller when N is
-    small), 12 with 16 registers (6 x 2). Cache blocks from the element size (a B
+    small), 12 with 16 registers (6 x 2); for a C of few rows the one computing the
+    fewest rows (``_small_m_tile``). Cache blocks from the element size (a B
     micro-panel of at most 128 KB, an A block of ~96 KB, the rest of ``STACK_BUDGET`` for
     the B panel and float16's accumulator), clamped to the problem so small dots use
     small frames."""
@@ -282,11 +299,13 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     v = max(vector_bits // bits, 1)
     accs, max_nv = (24, 4) if vector_bits >= 512 else (12, 2)
     nv = max(1, min(max_nv, -(-layout.n // v)))
-    mr = accs // nv
-    if layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None and layout.a_k.stride == 1:
-        # A read in place by rows: each row of the tile is a line of its own, and rows a
-        # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
-        mr = min(mr, DIRECT_A_ROWS)
+    # A read in place by rows: each row of the tile is a line of its own, and rows a
+    # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
+    a_rows = (layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None
+              and layout.a_k.stride == 1)
+    mr = min(accs // nv, DIRECT_A_ROWS) if a_rows else accs // nv
+    if layout.dense and 0 < layout.m < SMALL_M_TILES * mr:
+        nv, mr = _small_m_tile(layout, v, accs, nv, mr, a_rows)
     mr = -(-layout.m // -(-layout.m // mr)) if layout.m else mr  # balanced row tiles
     nr = nv * v
     size = bits // 8
@@ -298,6 +317,19 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     mc = min(mc, _round_up(max(layout.m, 1), mr))
     nc = min(nc, _round_up(max(layout.n, 1), nr))
     return Tiles(v, mr, nr, kc, mc, nc)
+
+
+def _small_m_tile(layout: Layout, v: int, accs: int, nv: int, mr: int, a_rows: bool) -> tuple[int, int]:
+    """(NV, MR) for a C of few rows: of the tiles the registers hold (NV up to 4 vectors
+    with 24 accumulators, up to 3 with 12: 4 x 3 accumulators, 3 B vectors and a
+    broadcast fill AVX2's 16 registers), the one that computes the fewest rows, the widest
+    of those. M = 16 took 3 tiles of 6 rows (18 rows computed, 6 x 16 on AVX2: 0.67x
+    NumPy's, its B packed for 3 tiles); as 2 x 8 rows (4 x 4 on AVX2), exactly 16."""
+    best = (-(-layout.m // mr) * mr, -nv, nv, mr)
+    for nv_c in range(1, min(4 if accs > 12 else 3, -(-layout.n // v)) + 1):
+        mr_c = min(accs // nv_c, DIRECT_A_ROWS) if a_rows else accs // nv_c
+        best = min(best, (-(-layout.m // mr_c) * mr_c, -nv_c, nv_c, mr_c))
+    return best[2], best[3]
 
 
 def _round_up(x: int, m: int) -> int:
@@ -499,6 +531,25 @@ def no_unroll(latch: ir.Instruction) -> None:
     latch.set_metadata("llvm.loop", md)
 
 
+def _prefetch(b: ir.IRBuilder, ptr: ir.Value) -> None:
+    """A read prefetch of ``ptr``'s line into every cache level."""
+    intrinsic(b, "llvm.prefetch.p0", VOID, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+
+
+def transposed(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The transpose of ``len(rows)`` (a power of two) vectors of as many lanes: log2 rounds
+    of interleaving rows i and i + n/2 (each a perfect shuffle; after log2(n) of them row k
+    holds lane k of every input)."""
+    n = len(rows)
+    half = n // 2
+    lo = ir.Constant(ir.VectorType(I32, n), [x for i in range(half) for x in (i, n + i)])
+    hi = ir.Constant(ir.VectorType(I32, n), [x for i in range(half, n) for x in (i, n + i)])
+    for _ in range(n.bit_length() - 1):
+        rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
+                                                 b.shuffle_vector(rows[i], rows[i + half], hi))]
+    return rows
+
+
 def _store(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, align: int) -> None:
     """A store through an untyped pointer (llvmlite's typed-pointer check refuses a vector
     stored through an element pointer, which opaque-pointer LLVM accepts)."""
@@ -640,22 +691,40 @@ class _Emitter:
                          if plain and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None
                          else None)
         # B read in place (row stride) when its rows are contiguous and no B micro-panel
-        # is reused (a single row tile): packing would only add a pass over B.
-        self.direct_b = (lay.b_k.stride if plain and lay.m <= self.t.mr and lay.b_k.table is None
+        # is reused (a single row tile): packing would only add a pass over B. On 512-bit
+        # vectors a plain dot's B serves two row tiles in place too (the second reads it
+        # from L2), with its rows prefetched (``b_prefetch``): [16,1024] @ [1024,1024]
+        # in 8-row tiles, one thread, 228 -> 182 us warm and 330 -> 272 us cold.
+        wide = vector_bits >= 512 and lay.dense
+        self.b_prefetch = wide
+        tiles_b = DIRECT_B_TILES_512 if wide else 1
+        self.direct_b = (lay.b_k.stride if plain and lay.m <= tiles_b * self.t.mr and lay.b_k.table is None
                          and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
         # Patches read in place through row pointers (an indirection table, XNNPACK's
         # indirect convolution): K segments of ``ind_seg`` contiguous input features.
+        # A segment may also be a Window.line (``ind_lines``): a few features (a stem's 3)
+        # with the kernel row's positions, whose partly padded lines are copied with zeros.
+        self.ind_lines = False
         self.ind_seg = self._indirect_segment(lay.a_win, plain)
         if self.ind_seg:
             self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
 
     #: shortest run of input features read through row pointers (shorter runs are packed)
     IND_MIN_RUN = 16
+    #: shortest Window.line read through row pointers when the feature run is shorter: a
+    #: 3x3 layer at batch 32 on 32x32 maps with 1, 2 and 3 input features (lines of 3, 6
+    #: and 9) ran in 0.40, 0.59 and 0.76 ms of CPU by lines, 0.55, 1.47 and 1.70 packed
+    IND_MIN_LINE = 3
 
     def _indirect_segment(self, w: Window | None, plain: bool) -> int | None:
         """The K segment of the indirect path: the run of input features (Window.run) or a
         divisor of it that fits a K block; None where patches are packed instead."""
-        if w is None or not plain or w.run < self.IND_MIN_RUN or w.run_stride != 1:
+        if w is None or not plain:
+            return None
+        if w.run < self.IND_MIN_RUN and self.IND_MIN_LINE <= w.line <= self.t.kc and not w.dilated:
+            self.ind_lines = True
+            return w.line
+        if w.run < self.IND_MIN_RUN or w.run_stride != 1:
             return None
         if w.run <= self.t.kc:
             return w.run
@@ -728,6 +797,8 @@ class _Emitter:
                 self.zeros = b.alloca(self.st, size=_c(self.ind_seg))
                 g.loop(_c(0), _c(self.ind_seg), 1,
                        lambda j: b.store(ir.Constant(self.st, None), g.gep(self.zeros, self.st, j)), "zb")
+                if self.ind_lines:  # a copy of each partly padded line, in its slot's place
+                    self.ap = b.alloca(self.ct, size=_c(_round_up(t.mc, t.mr) * t.kc))
             elif self.batch_outer:  # all M rows of a K block
                 self.ap = b.alloca(self.ct, size=_c(_round_up(lay.m, t.mr) * t.kc))
                 self.ap.align = 64
@@ -1030,36 +1101,29 @@ class _Emitter:
     # -- packing
     def _pack_b(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value, nc: ir.Value) -> ir.Value:
         """Bp[jp*kc + k*NR + j] = B[pc+k, jc+jp+j], zero beyond nc: NR-wide panels. Rows
-        with unit column stride are copied with (masked, at the edge) vector loads. A
+        with unit column stride are copied by vector loads (``_pack_b_by_rows``), columns
+        with unit K stride through an in-register transpose (``_pack_b_by_columns``). A
         direct B is not packed. Returns B's block base."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         if self.direct_b is not None:
             return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
         if lay.b_win is not None:
             return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
-        nr, v = t.nr, t.v
-        contiguous = lay.b_n.table is None and lay.b_n.stride == 1
-        if not contiguous and lay.b_k.table is None and lay.b_k.stride == 1:
+        nr = t.nr
+        if lay.b_n.table is None and lay.b_n.stride == 1:
+            return self._pack_b_by_rows(b_base, pc, kc, jc, nc)
+        if lay.b_k.table is None and lay.b_k.stride == 1:
             return self._pack_b_by_columns(b_base, pc, kc, jc, nc)
-        valign = min(64, v * _bytes(self.ct))
 
+        # other offsets (tables, strided columns): element by element
         def panel(jp: ir.Value) -> None:
             dst = g.gep(self.bp, self.ct, b.mul(jp, kc))
             w = g.min(_c(nr), b.sub(nc, jp))
             col0 = b.add(jc, jp)
-            masks = [self.lane_mask(b, b.sub(w, _c(q * v))) for q in range(nr // v)] if contiguous else []
 
             def krow(k: ir.Value) -> None:
                 koff = g.offset(lay.b_k, b.add(pc, k), "bk")
                 drow = b.mul(k, _c(nr))
-                if contiguous:
-                    src = g.gep(b_base, self.st, b.add(koff, col0))
-                    for q, mask in enumerate(masks):
-                        x = self.masked_load(b, g.gep(src, self.st, _c(q * v)), self.st, mask)
-                        if self.f16:
-                            x = b.fpext(x, self.vt)
-                        _store(b, x, g.gep(dst, self.ct, b.add(drow, _c(q * v))), valign)
-                    return
 
                 def col(j: ir.Value) -> None:
                     d = g.gep(dst, self.ct, b.add(drow, j))
@@ -1073,6 +1137,47 @@ class _Emitter:
             g.loop(_c(0), kc, 1, krow, "pbk")
 
         g.loop(_c(0), nc, nr, panel, "pbp")
+        return self.bp
+
+    def _pack_b_by_rows(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value, nc: ir.Value) -> ir.Value:
+        """``_pack_b`` for B rows with unit column stride, by chunks of ``PACK_ROWS`` K
+        rows: per chunk, panel after panel, the chunk's NR-wide pieces of that panel
+        (vector loads; masked, zeros past nc, in the last panel). Each row of the chunk is
+        then read in order, a stream the hardware prefetchers follow, and each panel gets
+        PACK_ROWS consecutive rows at a time. Panel by panel over all of KC instead, every
+        row's piece (one line for AVX2's 16-wide panels) lay in a page of its own:
+        [16,1024] @ [1024,1024] with AVX2 tiles spent 230 of its 510 us packing B."""
+        g, b, t, lay = self.g, self.g.b, self.t, self.lay
+        nr, v = t.nr, t.v
+        valign = min(64, v * _bytes(self.ct))
+        full = b.mul(b.udiv(nc, _c(nr)), _c(nr))
+        tail = [self.lane_mask(b, b.sub(b.sub(nc, full), _c(q * v))) for q in range(nr // v)]
+
+        def chunk(k0: ir.Value) -> None:
+            rows = g.min(_c(PACK_ROWS), b.sub(kc, k0))
+
+            def piece(jp: ir.Value, masks: list[ir.Value] | None) -> None:
+                def row(r: ir.Value) -> None:
+                    k = b.add(k0, r)
+                    src = g.gep(b_base, self.st, b.add(g.offset(lay.b_k, b.add(pc, k), "bk"), b.add(jc, jp)))
+                    dst = g.gep(self.bp, self.ct, b.add(b.mul(jp, kc), b.mul(k, _c(nr))))
+                    for q in range(nr // v):
+                        p = g.gep(src, self.st, _c(q * v))
+                        if masks is None:
+                            x = b.load(p, typ=ir.VectorType(self.st, v))
+                            x.align = _bytes(self.st)
+                        else:
+                            x = self.masked_load(b, p, self.st, masks[q])
+                        if self.f16:
+                            x = b.fpext(x, self.vt)
+                        _store(b, x, g.gep(dst, self.ct, _c(q * v)), valign)
+
+                g.loop(_c(0), rows, 1, row, "pbrr")
+
+            g.loop(_c(0), full, nr, lambda jp: piece(jp, None), "pbr")
+            g.if_(b.icmp_signed("<", full, nc), lambda: piece(full, tail))
+
+        g.loop(_c(0), kc, PACK_ROWS, chunk, "pbk")
         return self.bp
 
     def _pack_b_by_columns(self, b_base: ir.Value, pc: ir.Value, kc: ir.Value, jc: ir.Value,
@@ -1136,13 +1241,7 @@ class _Emitter:
             x = b.load(g.gep(b_base, self.st, b.add(g.offset(lay.b_n, b.add(col, _c(c)), "bn"), k)), typ=self.vt)
             x.align = _bytes(self.st)
             rows.append(x)
-        half = v // 2
-        lo = ir.Constant(ir.VectorType(I32, v), [x for i in range(half) for x in (i, v + i)])
-        hi = ir.Constant(ir.VectorType(I32, v), [x for i in range(half, v) for x in (i, v + i)])
-        for _ in range(v.bit_length() - 1):
-            rows = [z for i in range(half) for z in (b.shuffle_vector(rows[i], rows[i + half], lo),
-                                                     b.shuffle_vector(rows[i], rows[i + half], hi))]
-        for kk, x in enumerate(rows):
+        for kk, x in enumerate(transposed(b, rows)):
             _store(b, x, g.gep(dst, self.ct, _c(kk * nr)), _bytes(self.ct))
 
     def _pack_a(self, a_base: ir.Value, ic: ir.Value, mc: ir.Value, pc: ir.Value, kc: ir.Value) -> ir.Value:
@@ -1275,10 +1374,25 @@ class _Emitter:
                 pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
 
                 def segment(sx: ir.Value) -> None:
-                    valid, off = self._win_addr(w, pix, b.add(pc, b.mul(sx, _c(seg))))
+                    k0 = b.add(pc, b.mul(sx, _c(seg)))
+                    valid, off = self._win_addr(w, pix, k0)
                     valid = b.and_(valid, inside)
-                    ptr = b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros)
-                    b.store(ptr, g.gep(slots, PTR, b.add(b.mul(sx, _c(t.mr)), r)))
+                    slot = b.add(b.mul(sx, _c(t.mr)), r)
+                    at = g.gep(slots, PTR, slot)
+                    if not self.ind_lines:
+                        b.store(b.select(valid, g.gep(base, self.st, b.select(valid, off, _c(0))), self.zeros), at)
+                        return
+                    whole = b.and_(valid, self._win_addr(w, pix, b.add(k0, _c(seg - 1)))[0])
+
+                    def patch() -> None:  # the line with zeros where it leaves the input
+                        copy = g.gep(self.ap, self.ct, b.mul(b.add(b.mul(b.udiv(ip, _c(t.mr)), _c(per_tile)), slot),
+                                                             _c(seg)))
+                        g.loop(_c(0), _c(seg), 1, lambda j: b.store(self._win_load(w, base, pix, b.add(k0, j)),
+                                                                    g.gep(copy, self.ct, j)), "ixc")
+                        b.store(copy, at)
+
+                    g.if_(whole, lambda: b.store(g.gep(base, self.st, off), at),
+                          lambda: g.if_(inside, patch, lambda: b.store(self.zeros, at)))
 
                 g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
 
@@ -1406,7 +1520,10 @@ class _Emitter:
         at row 0 when it would begin above it (MR <= M, rows read are always in A); the
         rows it has to write are then [skip, skip+mr) of the tile."""
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
-        uk = self._micro_fn(c_t, last is not None and self.epi is not None)
+        epi = last is not None and self.epi is not None
+        uk = self._micro_fn(c_t, epi)
+        edge = self._edge_vectors()
+        uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
@@ -1430,20 +1547,37 @@ class _Emitter:
                 args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
                 if last is not None and self.epi is not None:
                     args += [last, self.bufs]
-                b.call(uk, args)
+                if uk_edge is None:
+                    b.call(uk, args)
+                    return
+                g.if_(b.icmp_signed("<=", nr, _c(edge * t.v)), lambda: b.call(uk_edge, args), lambda: b.call(uk, args))
 
             g.loop(_c(0), mc, t.mr, ir_body, "ir")
 
         g.loop(_c(0), nc, t.nr, jr_body, "jr")
 
-    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False) -> ir.Function:
+    def _edge_vectors(self) -> int:
+        """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
+        none). An NCHW convolution's columns are pixels: a 14x14 map's 196 filled four
+        64-wide tiles, the last with 4 columns, which cost as much as a full one (77% of
+        the multiply-adds useful); its last panel then runs a one-vector tile (94%). Only
+        the last panel of N is narrow (threads split whole NR-wide panels)."""
+        lay, t = self.lay, self.t
+        rem = lay.n % t.nr
+        nv = -(-rem // t.v)
+        return nv if (lay.a_win is not None or lay.b_win is not None) and rem and nv < t.nr // t.v else 0
+
+    def _micro_fn(self, c_t: ir.Type, epilogue: bool = False, nv: int = 0) -> ir.Function:
         """``void uk(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i64 skip, i64 mr, i64 nr, i1
         first)``: C[skip:skip+mr, 0:nr] (+)= (A[0:MR, 0:kc] @ B[0:kc, 0:NR])[skip:skip+mr].
         A element (r, k) is at ``a + r*rs + k*ks``: packed (1, MR) or in place; B row k
         at ``b + k*NR`` packed (zero padded) or ``b + k*ldb`` in place (masked loads
         beyond nr). ``epilogue``: two more arguments, ``i1 last, ptr bufs``: on the last K
-        block the tile is finished by the epilogue (``finish``) instead of stored."""
-        name = f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+        block the tile is finished by the epilogue (``finish``) instead of stored. ``nv``:
+        a narrower tile of that many vectors (the right edge panel: ``_edge_vectors``)."""
+        nv = nv or self.t.nr // self.t.v
+        name = (f"{self.spec.name}.uk{'_acc32' if c_t != self.st else ''}{'_epi' if epilogue else ''}"
+                f"{f'_n{nv}' if nv != self.t.nr // self.t.v else ''}")
         # indirect (``ind_seg``): ``a`` is the tile's indirection table, MR row pointers per
         # K segment; element (r, k) of segment s is at ``a[s*MR + r][k - s*seg]``
         fn = self.mod.globals.get(name)
@@ -1463,7 +1597,6 @@ class _Emitter:
         a, bpan, kc, cp, ldc, skip, mr, nr, first = fn.args[:9]
         g = _Gen(fn)
         b = g.b
-        nv = t.nr // t.v
         end = b.add(skip, mr)
         tile = None
         if epilogue:  # the finished sums of the last K block, for the epilogue (L1)
@@ -1473,7 +1606,7 @@ class _Emitter:
         line = 64 // _bytes(c_t)
         for r in range(t.mr):
             rowp = g.gep(cp, c_t, b.mul(g.max(g.min(_c(r), b.sub(end, _c(1))), skip), ldc))
-            for j in range(0, t.nr, line):
+            for j in range(0, nv * t.v, line):
                 intrinsic(b, "llvm.prefetch.p0", VOID, [g.gep(rowp, c_t, _c(j)), ir.Constant(I32, 1),
                                                          ir.Constant(I32, 3), ir.Constant(I32, 1)])
         masks = [self.lane_mask(b, b.sub(nr, _c(q * t.v))) for q in range(nv)]
@@ -1513,6 +1646,12 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, k_hi), body, done)
         b.position_at_end(body)
         brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
+        if self.direct_b is not None and self.b_prefetch:  # B's lines DIRECT_B_PREFETCH rows
+            # ahead: each row is a page of its own, which the hardware prefetchers do not
+            # fetch ahead (past the block's end they are still addresses, never loads)
+            ahead = b.gep(brow, [_c(DIRECT_B_PREFETCH * self.direct_b)], source_etype=self.ct)
+            for j in range(0, t.nr, 64 // _bytes(self.ct)):
+                _prefetch(b, b.gep(ahead, [_c(j)], source_etype=self.ct))
         bvec = []
         for q in range(nv):
             p = g.gep(brow, self.ct, _c(q * t.v))
@@ -1603,7 +1742,7 @@ class _Emitter:
         stack, then each element of rows [skip, end) and columns [0, nr) is finished by the
         epilogue, which stores it."""
         b, t = g.b, self.t
-        nv = t.nr // t.v
+        nv = len(masks)
         valign = min(64, t.v * _bytes(self.ct))
         for r in range(t.mr):
             def row(r: int = r) -> None:

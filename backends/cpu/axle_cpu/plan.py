@@ -217,11 +217,13 @@ class _Lowering:
             # claims only the convolutions it computes (conv_refusal)
             spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits, ConvSpec)
             return KernelStep(spec, ins, outs, types, label)
-        if launch.kind in ("dot", "output"):  # a dot, or a dot and its epilogue: the GEMM
-            widened = launch.node.operands[0].dtype is not launch.node.dtype
+        if contraction is not None:  # a dot, or a dot and its epilogue: the GEMM
+            # the dot's own dtypes: an output fusion's node is the fusion, whose operands and
+            # result (a convert epilogue's) are not the dot's
+            widened = contraction.operands[0].dtype is not contraction.dtype
             if blas and launch.kind == "dot" and launch.node.dtype in (DType.FLOAT32, DType.FLOAT64) and not widened:
                 return HostStep(matmul_host(launch.node), ins, outs, types, f"{label}(blas)")
-            if launch.node.dtype not in GEMM_DTYPES or widened:
+            if contraction.dtype not in GEMM_DTYPES or widened:
                 # the narrow/unsigned integers and bfloat16, and dots that widen their
                 # operands (preferred_element_type): the loop nest's dot (one accumulation
                 # per output element), not the tiled GEMM

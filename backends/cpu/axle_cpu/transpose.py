@@ -1,14 +1,15 @@
 """A cache-blocked transpose kernel (spec kind ``transpose``) for a large ``transpose`` launch.
 
-An unfused transpose whose permutation brings the input's last (contiguous) dim to the
-output's second-to-last position (``x.T``, ``[b, m, n] -> [b, n, m]``) is, as a plain loop,
-a strided read: each output row walks a column of the input, one cache line per element,
-and with a power-of-two row length every line of a column falls in the same L1 set (the
-case this kernel is chosen for, see ``blocked``). This
-kernel walks the output ``[rows, C]`` (rows: the output's leading dims flattened) in
-``TR x TC`` tiles: ``TR`` consecutive output rows are ``TR`` consecutive input elements (one
-input cache line), ``TC`` columns are ``TC`` input lines, few enough (8) that they stay in
-L1 whatever their addresses, while the tile's output rows are written in order.
+An unfused transpose that moves its input's contiguous dim away from the output's innermost
+position is, as a plain loop, a strided read: each output row walks the input with a
+stride, one cache line per element (and with a power-of-two stride every line falls in the
+same L1 set). The kernel works on the collapsed transpose (:func:`collapsed`) and walks
+``[rows, C]`` (C: the output's last dim; rows: its leading dims flattened, the one that is
+the input's contiguous dim innermost) in ``TR x TC`` tiles: ``TR`` consecutive rows are
+``TR`` consecutive input elements (one input cache line), ``TC`` columns are ``TC`` input
+lines. A whole tile is transposed in registers (one vector load per column, shuffles, one
+vector store per row); a partial one is copied element by element, 8 columns (input lines)
+at a time, few enough that they stay in L1 whatever their addresses.
 
 Elements are copied as integers of their size (a transpose moves bits, whatever the
 dtype). The kernel has the common signature: the thread pool splits its rows and columns
@@ -24,50 +25,105 @@ from axle.ir.module import Computation
 from axle.ir.ops import Op
 
 from .emitter import SIG, KernelSpec
-from .gemm import _c, _Gen
+from .gemm import _c, _Gen, _store, transposed
 
-#: input cache lines a tile reads at once (the tile's columns): within any L1's ways
+#: input cache lines a scalar tile reads at once (its columns): within any L1's ways
 TILE_COLUMNS = 8
+#: most rows and columns of a tile transposed in registers (16 float32: one 512-bit
+#: vector per input column, each a whole cache line)
+VECTOR_TILE = 16
 #: from this many bytes a lone transpose takes the blocked kernel (smaller ones stay in L2,
 #: where the plain loop is as fast)
 MIN_BYTES = 1 << 20
-#: input row lengths (bytes) that are a multiple of this put a column's lines in at most
-#: 8 of a 4 KB-periodic L1's sets: the plain loop's strided reads then miss on every
-#: element (1024 x 1024 float32: 6.7 ms plain, 0.6 ms blocked, one thread). Other
-#: lengths keep the plain loop, which LLVM vectorizes and which was measured faster
-#: there (1000 x 777: 0.27 ms plain, 0.34 ms blocked)
-ALIASING_BYTES = 512
+
+
+def collapsed(shape: tuple[int, ...], perm: tuple[int, ...], flipped: frozenset[int] = frozenset()
+              ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]]:
+    """The same transpose over the fewest dims: unit dims dropped, input dims that stay
+    adjacent and in order in the output (and are both reversed or both not) merged (HWIO ->
+    OIHW is ``[9, 512, 512]`` by ``(2, 1, 0)``). ``flipped``: the input dims read reversed.
+    Returns (input shape, permutation, whether each input dim is reversed)."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    renum = {a: i for i, a in enumerate(keep)}
+    flip = [keep[a] in flipped for a in range(len(keep))]
+    groups: list[list[int]] = []  # runs of consecutive input dims, in output order
+    for a in (renum[a] for a in perm if shape[a] != 1):
+        if groups and groups[-1][-1] + 1 == a and flip[a] == flip[a - 1]:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])  # the merged input dims
+    sizes = [shape[keep[a]] for a in range(len(keep))]
+    new_shape = tuple(math.prod(sizes[a] for a in groups[g]) for g in order)
+    pos = {g: i for i, g in enumerate(order)}
+    return new_shape, tuple(pos[g] for g in range(len(groups))), tuple(flip[groups[g][0]] for g in order)
+
+
+def movement(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]] | None:
+    """(parameter shape, permutation, reversed parameter dims) when ``comp`` is a chain of
+    transposes and reverses of its parameter (a kernel copy of a convolution's input
+    gradient: flipped and transposed), else None."""
+    n = comp.root
+    if n.op not in (Op.TRANSPOSE, Op.REVERSE):
+        return None
+    src = list(range(len(n.shape)))  # the dim of ``n`` that each output dim reads
+    flip = [False] * len(src)
+    while n.op in (Op.TRANSPOSE, Op.REVERSE):
+        if n.op is Op.TRANSPOSE:
+            perm = n.attr["permutation"]
+            src = [perm[d] for d in src]
+        else:
+            dims = set(n.attr["dimensions"])
+            flip = [f != (d in dims) for d, f in zip(src, flip)]
+        n = n.operands[0]
+    if n.op is not Op.PARAMETER:
+        return None
+    return n.shape, tuple(src), frozenset(d for d, f in zip(src, flip) if f)
 
 
 def blocked(comp: Computation) -> bool:
     """Whether ``comp`` (a launch's computation) is one big transpose of its parameter
-    that brings the input's last dim to the output's second-to-last position."""
+    (possibly reversing dims too) that moves the input's contiguous dim (a strided read as
+    a plain loop), of any permutation class: with its register-transposed tiles it beat the
+    plain loop on all of them, the 2-D swaps whose rows do not alias in L1 included
+    ([1000, 777] float32: 0.27 -> 0.10 ms)."""
     root = comp.root
-    if root.op is not Op.TRANSPOSE or root.operands[0].op is not Op.PARAMETER:
+    chain = movement(comp)
+    if chain is None or math.prod(root.shape) * root.dtype.np.itemsize < MIN_BYTES:
         return False
-    perm, r = root.attr["permutation"], len(root.shape)
-    size = root.dtype.np.itemsize
-    row_bytes = root.operands[0].shape[-1] * size if r else 0
-    return (r >= 2 and perm[r - 2] == r - 1 and perm[r - 1] != r - 1 and row_bytes % ALIASING_BYTES == 0
-            and math.prod(root.shape) * size >= MIN_BYTES)
+    shape, perm, _ = collapsed(*chain)
+    return len(shape) >= 2 and perm[-1] != len(shape) - 1  # else rows are copied in order
 
 
 class TransposeSpec(KernelSpec):
     """The blocked transpose: loop space (output rows, output columns)."""
 
     @functools.cached_property
-    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-        """Output row dims, the input stride of each, and the input stride of a column."""
-        root = self.comp.root
-        src = root.operands[0].shape
-        strides = [math.prod(src[d + 1:]) for d in range(len(src))]
-        perm = root.attr["permutation"]
-        return tuple(root.shape[:-1]), tuple(strides[p] for p in perm[:-1]), strides[perm[-1]]
+    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int]:
+        """Over the collapsed transpose: the row dims walked (the output's leading dims,
+        the one that is the input's contiguous dim moved innermost, so that a block of
+        consecutive rows reads one input cache line per column), the input and output
+        stride of each, the input stride of a column, the columns, and the input offset of
+        element 0 (a reversed dim starts at its end and has a negative stride)."""
+        chain = movement(self.comp)
+        assert chain is not None, "a transpose kernel over a computation that is not one"
+        src, perm, flip = collapsed(*chain)
+        if not perm:  # every dim 1: one element
+            return (), (), (), 0, 0, math.prod(self.comp.root.shape)
+        dense = [math.prod(src[d + 1:]) for d in range(len(src))]
+        in_strides = [-s if f else s for s, f in zip(dense, flip)]
+        base = sum((n - 1) * s for n, s, f in zip(src, dense, flip) if f)
+        out_shape = [src[p] for p in perm]
+        out_strides = [math.prod(out_shape[d + 1:]) for d in range(len(out_shape))]
+        rows = list(range(len(perm) - 1))
+        rows.sort(key=lambda d: in_strides[perm[d]] == 1)  # stable: the contiguous dim last
+        return (tuple(out_shape[d] for d in rows), tuple(in_strides[perm[d]] for d in rows),
+                tuple(out_strides[d] for d in rows), in_strides[perm[-1]], base, out_shape[-1])
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
-        shape = self.comp.root.shape
-        return math.prod(shape[:-1]), shape[-1]
+        row_dims, _, _, _, _, cols = self._dims
+        return math.prod(row_dims), cols
 
     @property
     def fixed_columns(self) -> bool:
@@ -92,45 +148,93 @@ def emit(mod: ir.Module, spec: TransposeSpec) -> ir.Function:
     et = ir.IntType(spec.comp.root.dtype.np.itemsize * 8)
     src = b.load(b.gep(bufs, [_c(0)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
     dst = b.load(b.gep(bufs, [_c(1)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
-    row_dims, row_strides, col_stride = spec._dims
-    cols = spec.loop_sizes[1]
-    tr = max(64 // (et.width // 8), 1)  # consecutive output rows = one input cache line
+    row_dims, in_strides, out_strides, col_stride, base, _ = spec._dims
+    # consecutive rows (input-contiguous): one input cache line, at most VECTOR_TILE
+    tr = max(min(64 // (et.width // 8), VECTOR_TILE), 1)
+    i64 = ir.IntType(64)
 
-    def row_offset(row: ir.Value) -> ir.Value:
-        """The input offset of output row ``row`` (its index over the row dims)."""
-        off: ir.Value = _c(0)
+    def row_offsets(row: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The input and output offsets of row ``row`` (its index over the row dims)."""
+        off_in: ir.Value = _c(base)
+        off_out: ir.Value = _c(0)
         rest = row
-        for i, (size, stride) in enumerate(reversed(list(zip(row_dims, row_strides)))):
-            last = i == len(row_dims) - 1  # the leading dim: rest < size already
-            off = b.add(off, b.mul(rest if last else b.srem(rest, _c(size)), _c(stride)))
+        for i, (size, si, so) in enumerate(reversed(list(zip(row_dims, in_strides, out_strides)))):
+            last = i == len(row_dims) - 1  # the outermost dim: rest < size already
+            idx = rest if last else b.srem(rest, _c(size))
+            off_in = b.add(off_in, b.mul(idx, _c(si)))
+            off_out = b.add(off_out, b.mul(idx, _c(so)))
             rest = rest if last else b.sdiv(rest, _c(size))
-        return off
+        return off_in, off_out
 
-    # the input offsets of a row block's rows, computed once per block (not per tile)
+    # the offsets of a row block's rows, computed once per block (not per tile)
     with b.goto_entry_block():
-        offs = b.alloca(ir.IntType(64), size=_c(tr))
+        ioffs = b.alloca(i64, size=_c(tr))
+        ooffs = b.alloca(i64, size=_c(tr))
 
     def row_block(rb: ir.Value) -> None:
         rend = g.min(b.add(rb, _c(tr)), o1)
-        g.loop(rb, rend, 1, lambda r: b.store(row_offset(r), g.gep(offs, ir.IntType(64), b.sub(r, rb))), "tro")
 
-        def col_block(cb: ir.Value) -> None:
-            cend = g.min(b.add(cb, _c(TILE_COLUMNS)), i1)
+        def offsets(r: ir.Value) -> None:
+            oi, oo = row_offsets(r)
+            b.store(oi, g.gep(ioffs, i64, b.sub(r, rb)))
+            b.store(oo, g.gep(ooffs, i64, b.sub(r, rb)))
 
-            def row(r: ir.Value) -> None:
-                roff = b.load(g.gep(offs, ir.IntType(64), b.sub(r, rb)), typ=ir.IntType(64))
-                obase = b.mul(r, _c(cols))
+        g.loop(rb, rend, 1, offsets, "tro")
 
-                def col(c: ir.Value) -> None:
-                    v = b.load(g.gep(src, et, b.add(roff, b.mul(c, _c(col_stride)))), typ=et)
-                    b.store(v, g.gep(dst, et, b.add(obase, c)))
+        def scalar_tile(cb: ir.Value, cend: ir.Value) -> None:
+            def col_block(cb: ir.Value) -> None:
+                cend2 = g.min(b.add(cb, _c(TILE_COLUMNS)), cend)
 
-                g.loop(cb, cend, 1, col, "tc")
+                def row(r: ir.Value) -> None:
+                    roff = b.load(g.gep(ioffs, i64, b.sub(r, rb)), typ=i64)
+                    obase = b.load(g.gep(ooffs, i64, b.sub(r, rb)), typ=i64)
 
-            g.loop(rb, rend, 1, row, "tr")
+                    def col(c: ir.Value) -> None:
+                        v = b.load(g.gep(src, et, b.add(roff, b.mul(c, _c(col_stride)))), typ=et)
+                        b.store(v, g.gep(dst, et, b.add(obase, c)))
 
-        g.loop(i0, i1, TILE_COLUMNS, col_block, "tcb")
+                    g.loop(cb, cend2, 1, col, "tc")
+
+                g.loop(rb, rend, 1, row, "tr")
+
+            g.loop(cb, cend, TILE_COLUMNS, col_block, "tcb")
+
+        def vector_tile(cb: ir.Value) -> None:
+            """tr x tr elements: tr vector loads (a column's tr consecutive input elements
+            each), transposed in registers (gemm's perfect shuffles), tr vector stores."""
+            vt = ir.VectorType(et, tr)
+            base = b.load(ioffs, typ=i64)
+            vecs = []
+            for c in range(tr):
+                x = b.load(g.gep(src, et, b.add(base, b.mul(b.add(cb, _c(c)), _c(col_stride)))), typ=vt)
+                x.align = et.width // 8
+                vecs.append(x)
+            for kk, x in enumerate(transposed(b, vecs)):
+                obase = b.load(g.gep(ooffs, i64, _c(kk)), typ=i64)
+                _store(b, x, g.gep(dst, et, b.add(obase, cb)), et.width // 8)
+
+        def tile(cb: ir.Value) -> None:
+            cend = g.min(b.add(cb, _c(tr)), i1)
+            if not vectorizable:
+                scalar_tile(cb, cend)
+                return
+            full = b.and_(b.icmp_signed("==", b.sub(cend, cb), _c(tr)), whole_rows)
+            with b.if_else(full) as (then, otherwise):
+                with then:
+                    vector_tile(cb)
+                with otherwise:
+                    scalar_tile(cb, cend)
+
+        # a vector tile needs tr rows of one input run (the innermost row dim, input
+        # stride 1, not crossed by the block) and tr columns
+        vectorizable = tr > 1 and bool(row_dims) and in_strides[-1] == 1
+        if vectorizable:
+            inner = _c(row_dims[-1])
+            whole_rows = b.and_(b.icmp_signed("==", b.sub(rend, rb), _c(tr)),
+                                b.icmp_signed("<=", b.add(b.srem(rb, inner), _c(tr)), inner))
+        g.loop(i0, i1, tr, tile, "tcb")
 
     g.loop(o0, o1, tr, row_block, "trb")
     b.ret_void()
     return fn
+

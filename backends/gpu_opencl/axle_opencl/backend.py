@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -89,6 +91,21 @@ _LOWERING_MORE: dict[Op, tuple[tuple[str, str], ...]] = {
     Op.CONDITIONAL: (("each branch's plan, built at compile time", ".plan:_sub_plans"),
                      ("the index read back, then that branch's kernels", ".executable:OpenCLExecutable._run_branch")),
 }
+
+
+#: inside batched_builds: (the device's runtime, the kernels gathered), for this thread only
+_BATCH: ContextVar[tuple[Any, list[Any]] | None] = ContextVar("axle_opencl_batch", default=None)
+
+
+@contextmanager
+def _batch(rt: Any) -> Iterator[None]:
+    kernels: list[Any] = []
+    token = _BATCH.set((rt, kernels))
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+    rt.build_batch(kernels)
 
 
 def lowering_entries(op: Op) -> list[LoweringEntry]:
@@ -210,13 +227,18 @@ class OpenCLBackend(Backend):
         return Capabilities(ops=BASE_PRIMITIVES | CLAIMED_EXTENDED | CLAIMED_CONTROL, dtypes=dts,
                             limits={"max_fusion_nodes": 128, "max_elements": 2**31 - 1},
                             # the convolution kernels' dtypes; the others get the decomposition
-                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts})
+                            op_dtypes={Op.CONVOLUTION: CONV_DTYPES & dts},
+                            # a strided convolution's input gradient without the dilation's
+                            # zeros (passes/conv_phases.py; docs/backend-opencl.md)
+                            conv_phase_split=True)
 
     def fusion_policy(self) -> FusionPolicy:
         # dot_epilogue, conv_epilogue: the dot and convolution kernels finish each
-        # accumulator with its epilogue (dots.py, convs.py)
+        # accumulator with its epilogue (dots.py, convs.py); a transpose over more than 1 MiB
+        # that moves the contiguous axis is a kernel of its own: fused, it recomputes its
+        # producers at strided positions (one cache line per element on CPU devices)
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True)
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return lowering_entries(op)
@@ -226,7 +248,7 @@ class OpenCLBackend(Backend):
         from axle import profiler
 
         from . import plan_cache
-        from .executable import OpenCLExecutable
+        from .executable import OpenCLExecutable, PlannedOnly
         from .plan import plan_module
 
         rt = self.runtime(device)
@@ -251,6 +273,11 @@ class OpenCLBackend(Backend):
                 plan = plan_module(module, info)
             if key is not None:
                 payload = plan_cache.entry(plan)  # before the executable uploads its constants
+        batch = _BATCH.get()
+        if batch is not None and batch[0] is rt:  # inside batched_builds: the kernels go to the batch
+            planned = PlannedOnly(plan, device)
+            batch[1].extend(planned.kernels)
+            return planned
         with profiler.span(f"compile {module.name}", "compile", device=device.name):
             exe = OpenCLExecutable(plan, device, rt)
         if key is not None and payload is not None:  # stored once its kernels built
@@ -272,6 +299,13 @@ class OpenCLBackend(Backend):
         info = _strategy_info(rt.info, options)
         plan = plan_cache.load(plan_cache.plan_key(options.module_digest, rt.cl_device, info, options.flags))
         return None if plan is None else OpenCLExecutable(plan, device, rt)
+
+    def batched_builds(self, device: Device) -> AbstractContextManager[None]:
+        """Kernels of the modules compiled inside are built together at the end, as a few
+        programs (DeviceRuntime.build_batch): PoCL spends ~70 ms on a program beyond its
+        kernels (~16 ms when its kernel cache has it), the conformance kit compiles
+        thousands of one-kernel modules."""
+        return _batch(self.runtime(device))
 
     # -- buffers -----------------------------------------------------------------
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:

@@ -120,6 +120,17 @@ def _plan_json(p: Plan) -> dict[str, Any]:
 
 # -- reading (every value checked: a wrong one raises, and the entry is a miss) ------
 
+def _slot(v: Any) -> Any:
+    """A kernel step's output: a slot, or a sort kernel's scratch buffer, named by a tuple
+    of its own (sort.sort_launch; written to JSON as a list)."""
+    if isinstance(v, list):
+        tag, owner, k = v
+        if tag != "sort-scratch":
+            raise ValueError(f"unknown kernel output {tag!r}")
+        return (tag, _int(owner), _int(k))
+    return _int(v)
+
+
 def _input(v: Any) -> Any:
     if isinstance(v, list):
         tag, arr = v
@@ -148,7 +159,7 @@ def _bad(kind: Any) -> Any:
 def _step(d: dict[str, Any]) -> Any:
     tag = d["t"]
     if tag == "kernel":
-        return KernelStep(_kernel(d["kernel"]), [_input(v) for v in d["inputs"]], _ints(d["outputs"]),
+        return KernelStep(_kernel(d["kernel"]), [_input(v) for v in d["inputs"]], [_slot(v) for v in d["outputs"]],
                           _str(d["label"]), _bool(d["in_place"]))
     if tag == "alias":
         return AliasStep(_int(d["src"]), _int(d["dst"]), _type(d["type"]))

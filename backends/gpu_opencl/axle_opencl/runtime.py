@@ -12,6 +12,7 @@ import atexit
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
 import pyopencl as cl
@@ -29,7 +30,9 @@ from .kernels import DeviceInfo, Kernel, program_source
 
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
+#: the options every program is built with, exactly (see _build: nothing is added)
 BUILD_OPTIONS = ["-cl-std=CL1.2"]
+BUILD_OPTIONS_BYTES = " ".join(BUILD_OPTIONS).encode()
 #: program binaries on disk, under --compile_cache (private directory, no pickle: axle.diskcache)
 DISK = DiskCache(None, "OpenCL program", sub="opencl")
 
@@ -49,25 +52,33 @@ def _binary_key(dev: cl.Device, source: str) -> bytes:
 def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Program:
     """A built program: from our disk cache when a binary for exactly this source, device
     and driver is there, else from source (then stored). pyopencl's own binary cache is
-    bypassed: it unpickles files from a shared directory."""
+    bypassed (_build): it unpickles files from a shared directory."""
     cache = disk_cache()
     key = _binary_key(dev, source)
     binary = cache.get(key)
     if binary is not None:
         try:
-            return cl.Program(context, [dev], [binary]).build(options=BUILD_OPTIONS)
+            return _build(cl._cl._Program(context, [dev], [binary]), dev)
         except cl.Error:
             pass  # a binary the driver no longer accepts: rebuild from source below
-    # The one-argument Program form wraps an unbuilt program, which pyopencl then builds
-    # without consulting its pickle-based cache.
-    prg = cl.Program(cl._cl._Program(context, source)).build(options=BUILD_OPTIONS)
+    prg = _build(cl._cl._Program(context, source), dev)
     try:
-        (out,) = prg.get_info(cl.program_info.BINARIES)
+        (out,) = prg.binaries
         if out:
             cache.put(key, bytes(out))
     except cl.Error:
         pass  # a driver that gives no binary: in-memory only
     return prg
+
+
+def _build(prg: cl._cl._Program, dev: cl.Device) -> cl.Program:
+    """Builds with exactly BUILD_OPTIONS. pyopencl's ``Program.build`` is bypassed: it
+    consults its pickle-based binary cache, and it adds ``-I <its own headers>``, a path
+    inside the Python environment, which drivers hash into their own cache keys (PoCL's
+    kernel cache): every virtual environment, every clean clone in CI, would build every
+    kernel anew. The error of a failed build carries the driver's build log."""
+    prg.build(BUILD_OPTIONS_BYTES, [dev])
+    return cl.Program(prg)
 
 
 #: every runtime of this process, for the queues to finish at exit
@@ -89,6 +100,11 @@ def _finish_queues_at_exit() -> None:
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
+#: kernels in one program of a batched build (DeviceRuntime.build_batch): PoCL's cost per
+#: program (preprocessing, linking its kernel library: ~70 ms cold, ~16 ms from its cache)
+#: is then shared; a bound, since one changed kernel makes the whole program miss
+#: PoCL's cache
+BATCH_KERNELS = 64
 
 
 def device_info(d: cl.Device) -> DeviceInfo:
@@ -189,6 +205,25 @@ class DeviceRuntime:
             log = getattr(e, "build_log", None) or str(e)
             raise BackendError(f"opencl: building the kernel for {k.what} failed on "
                                f"{self.cl_device.name.strip()}:\n{log}\n--- generated source ---\n{k.source}") from None
+
+    def build_batch(self, kernels: Sequence[Kernel]) -> None:
+        """Builds kernels gathered from several executables (``Backend.batched_builds``)
+        into the program cache, as programs of at most BATCH_KERNELS kernels. Nothing goes to
+        the disk cache: no executable's own program has such a source. A program that fails
+        to build is dropped: each executable then builds its own kernels, and the one whose
+        kernel fails names it."""
+        todo = list({k.name: k for k in kernels if self._programs.get(k.name) is None
+                     and (self.info.fp64 or not k.uses_fp64)}.values())
+        for i in range(0, len(todo), BATCH_KERNELS):
+            chunk = todo[i:i + BATCH_KERNELS]
+            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk))
+            with self._lock:
+                try:
+                    prg = _build(cl._cl._Program(self.context, src), self.cl_device)
+                except cl.Error:
+                    continue
+                for k in chunk:
+                    self._programs.put(k.name, prg)
 
     def build_many(self, kernels: list[Kernel]) -> None:
         """Builds several kernels' sources as one program (one compiler invocation)."""

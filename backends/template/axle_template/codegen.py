@@ -11,7 +11,9 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import hashlib
+import platform
 import subprocess
+import sys
 import tempfile
 import weakref
 from pathlib import Path
@@ -76,8 +78,12 @@ DISK = DiskCache(None, "kernel binary", sub=Dialect.name)
 
 
 def compile_program(source: str) -> Library:
-    """Compiles one translation unit and loads it (cached by the hash of flags and source)."""
-    key = hashlib.sha256("\0".join((*COMPILER, source)).encode())
+    """Compiles one translation unit and loads it (cached by the hash of the machine, the
+    flags and the source)."""
+    # HARDWARE: everything your binaries depend on besides the source and flags (a target
+    # chip or ISA version...). The machine: a home directory shared by an x86-64 and an
+    # arm64 host must not hand one the other's library (it would not load).
+    key = hashlib.sha256("\0".join((sys.platform, platform.machine(), *COMPILER, source)).encode())
     lib = _BINARIES.get(key.hexdigest())
     if lib is None:
         with tempfile.TemporaryDirectory(prefix="axle-kernels-") as tmp:

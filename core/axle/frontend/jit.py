@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .. import counters as stats
 from .. import profiler
 from ..backend import Device, Executable
@@ -32,6 +34,24 @@ from .pytree import TreeDef, flat_list_treedef, flatten, unflatten
 from .source import user_location
 from .tracing import Trace, Tracer, current_trace, leaf_aval, trace_context
 from .validate import is_out_of_memory, out_of_memory_error
+
+
+def static_key(value: Any) -> Any:
+    """A static argument as part of a cache key: equal only for values that trace alike.
+    Python's equality is not enough: ``1 == 1.0 == True`` and ``0.0 == -0.0`` trace
+    different programs (an int, float or bool weak type; ``x / -0.0`` is ``-inf``), and
+    ``nan != nan`` would miss the cache on every call. Each value is keyed by its type, and
+    a float by its exact bits (``float.hex``: a signed zero, one key for every NaN);
+    tuples and frozensets element by element. Other values keep their own equality."""
+    if isinstance(value, tuple):  # namedtuples too: their type is in the key
+        return type(value), tuple(static_key(v) for v in value)
+    if isinstance(value, frozenset):
+        return type(value), frozenset(static_key(v) for v in value)
+    if isinstance(value, (float, np.floating)):
+        return type(value), float(value).hex()
+    if isinstance(value, (complex, np.complexfloating)):
+        return type(value), complex(value).real.hex(), complex(value).imag.hex()
+    return type(value), value
 
 
 def _arg_names(fn: Callable[..., Any], n: int) -> list[str]:
@@ -221,13 +241,14 @@ class JitFunction:
         (jit inside jit/grad)."""
         if self.static_argnums:
             dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
-            static = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
-            if any(isinstance(x, Tracer) for x in flatten(static)[0]):
+            values = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
+            if any(isinstance(x, Tracer) for x in flatten(values)[0]):
                 raise _Inline
             try:
+                static = static_key(values)
                 hash(static)
             except TypeError:
-                raise ArgumentError(f"jit({self.name}): static arguments must be hashable, got {list(static)!r}",
+                raise ArgumentError(f"jit({self.name}): static arguments must be hashable, got {list(values)!r}",
                                     where=user_location()) from None
         else:
             dyn, static = list(args), ()

@@ -23,14 +23,16 @@ from .. import numpy as anp
 from ..autodiff.batching import move_axis
 from ..autodiff.vectorize import _axes_per_leaf, _in_axes, _leaf_names, vmap_replicas
 from ..backend import Device
+from ..compiler import flags_key
 from ..errors import ArgumentError, TracingError
 from ..ir.collectives import run_replicas
 from ..ir.traffic import collective_signature
+from ..lru import LRU
 from ..placement import resolve
 from ..sharding import Mesh, NamedSharding, PartitionSpec
 from .collectives import AxisEnv, axis_env, current_axis_env
 from .device_put import ShardedArray, device_put
-from .jit import Compiled, Lowered, jit
+from .jit import Compiled, Lowered, jit, static_key
 from .pytree import flatten, unflatten
 from .source import user_location
 from .tracing import Tracer, current_trace
@@ -132,7 +134,9 @@ class PmapFunction:
         self.out_axes = out_axes
         self.static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
                        else tuple(static_broadcasted_argnums))
-        self._cache: dict[Any, tuple[list[Compiled], Any]] = {}
+        # bounded like every executable cache (--jit_cache_size): a pmap fed ever new shapes
+        # keeps only its most recent programs
+        self._cache: LRU[tuple[list[Compiled], Any]] = LRU()
 
     def _split_static(self, args: Sequence[Any]) -> tuple[list[Any], Any, Callable[..., Any], tuple[Any, ...]]:
         """(dynamic args, their in_axes, fn taking only them, the static values)."""
@@ -177,16 +181,23 @@ class PmapFunction:
         # in a multi-process run (axle.distributed) the axis spans every process's replicas
         world = distributed.world()
         total = n * (world.process_count if world else 1)
+        # the settings too (as jit's key): a program compiled before --check_indices or a
+        # backend flag changed must not answer; static values by type and bits (static_key)
         key = (tree, tuple((p[0].shape, p[0].dtype.str) for p in per_leaf), tuple(axes), tuple(devices), total,
-               statics)
-        if key not in self._cache:
+               static_key(statics), flags_key())
+        try:
+            hash(key)
+        except TypeError:
+            raise ArgumentError(f"pmap: static arguments must be hashable, got {list(statics)!r}",
+                                where=user_location()) from None
+        entry = self._cache.get(key)
+        if entry is None:
             example = unflatten(tree, [p[0] for p in per_leaf])
-            self._cache[key] = _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)), example,
-                                             devices)
+            entry = self._cache.put(key, _compile_each(lambda *xs: fn(*xs), AxisEnv((self.axis_name,), (total,)),
+                                                       example, devices))
             if world is not None:  # once per program: every process must run this one
-                world.agree("a pmap's program", _summary(self.axis_name, n, per_leaf),
-                            _digest(self._cache[key][0][0]))
-        compiled, out_tree = self._cache[key]
+                world.agree("a pmap's program", _summary(self.axis_name, n, per_leaf), _digest(entry[0][0]))
+        compiled, out_tree = entry
         per = [unflatten(tree, [p[r] for p in per_leaf]) for r in range(n)]
         outs = run_replicas(n, lambda r: compiled[r](*per[r]), total=total,
                             first=world.process_index * n if world else 0, outer=world.allgather if world else None,

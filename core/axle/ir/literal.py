@@ -16,7 +16,9 @@ class Literal:
     def __init__(self, value: object, dt: DType | None = None) -> None:
         arr = np.asarray(value, dtype=None if dt is None else dt.np)
         to_dtype(arr.dtype)  # refuse unsupported dtypes early
-        arr = np.array(arr, copy=True, order="C")
+        # native byte order: backends copy a constant's bytes as they are (a big-endian
+        # array read from a file gave byte-swapped numbers on cpu and opencl)
+        arr = np.array(arr, dtype=arr.dtype.newbyteorder("="), copy=True, order="C")
         arr.setflags(write=False)
         self.array = arr
         self._hash = hash((arr.dtype.str, arr.shape, arr.tobytes()))

@@ -11,6 +11,7 @@ from .buffers import BufferAssignment, assign
 from .constant_fold import ConstantFolding
 from .control import ControlFlowSimplifier, LoopInvariantCodeMotion
 from .conv_layout import ConvLayout
+from .conv_phases import ConvPhaseSplit
 from .cse import CSE
 from .dce import DCE
 from .fusion import Fusion
@@ -22,9 +23,11 @@ from .simplify import AlgebraicSimplifier
 from .transpose_fold import TransposeFolding
 
 
-def default_pipeline(policy: FusionPolicy | None = None, layout: LayoutAssignment | None = None) -> Pipeline:
+def default_pipeline(policy: FusionPolicy | None = None, layout: LayoutAssignment | None = None,
+                     conv_phase_split: ConvPhaseSplit | None = None) -> Pipeline:
     """The core pipeline, one readable list (``layout``: the layout pass with the device's
-    convolution layout; by default none, the program's own)."""
+    convolution layout; by default none, the program's own; ``conv_phase_split``: the
+    phase split for the device, by default off)."""
     return Pipeline("default", [
         (FixedPoint("simplify-loop", [
             (AlgebraicSimplifier(), "local rewrites first: they expose constants and duplicates"),
@@ -36,6 +39,9 @@ def default_pipeline(policy: FusionPolicy | None = None, layout: LayoutAssignmen
         ]), "repeat until nothing changes: each rewrite can enable the others"),
         (layout or LayoutAssignment(), "convolutions in the device's layout; a dot read only through a transpose "
                                        "computes that layout (C^T = B^T A^T)"),
+        (conv_phase_split or ConvPhaseSplit(enabled=False),
+         "lhs-dilated convolutions (strided convolutions' input gradients) as convolutions of the undilated "
+         "input, after the layout pass: the phases and their interleave are in the device's layout"),
         (TransposeFolding(), "after transpose chains are composed; a dot reads the untransposed operand"),
         (Fusion(policy), "after the graph is minimal, so fusion sees only the real work"),
         (CSE(), "identical fusions (same computation, same operands) become one kernel"),
@@ -68,11 +74,22 @@ def layout_for(backend: Any = None, device: Any = None) -> LayoutAssignment:
     return LayoutAssignment(pref, caps.supports)
 
 
+def phase_split_for(backend: Any = None, device: Any = None) -> ConvPhaseSplit:
+    """The phase split for ``device``: on when its capabilities ask for it
+    (``Capabilities.conv_phase_split``), a split kept only where the device claims every
+    phase convolution. Without a device, off."""
+    if backend is None or device is None:
+        return ConvPhaseSplit(enabled=False)
+    caps = backend.capabilities(device)
+    return ConvPhaseSplit(caps.supports, enabled=bool(getattr(caps, "conv_phase_split", False)))
+
+
 def pipeline_for(backend: Any = None, device: Any = None) -> Pipeline:
     """The default pipeline under the backend's fusion policy (bounded by the device's
     capabilities when a device is given), plus its passes."""
     extra: list[Pass] = list(backend.passes() or []) if backend is not None else []
-    pipe = default_pipeline(policy_for(backend, device), layout_for(backend, device))
+    pipe = default_pipeline(policy_for(backend, device), layout_for(backend, device),
+                            phase_split_for(backend, device))
     if extra:
         name = getattr(backend, "name", "backend")
         pipe = pipe.extended([(p, f"target-specific pass of the {name} backend, after core fusion") for p in extra])
@@ -92,4 +109,4 @@ __all__ = ["optimize", "default_pipeline", "pipeline_for", "policy_for", "Pass",
            "Fusion", "LayoutAssignment", "TransposeFolding", "ControlFlowSimplifier", "LoopInvariantCodeMotion",
            "assign",
            "BufferAssignment", "schedule",
-           "ConvLayout", "layout_for"]
+           "ConvLayout", "layout_for", "ConvPhaseSplit", "phase_split_for"]

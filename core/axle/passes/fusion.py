@@ -164,6 +164,11 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
+    if (big := _big_strided_transpose(members, policy)) is not None and any(not m.traits.movement for m in members):
+        return Refusal("strided-transpose", f"transpose {big.type} moves its operand's contiguous axis and "
+                                            f"exceeds max_fused_strided_transpose_bytes "
+                                            f"{policy.max_fused_strided_transpose_bytes} (the backend's policy): "
+                                            f"a tiled transpose kernel of its own, not a strided access in this loop")
     dots = [m for m in members if takes_epilogue(m, policy)]
     if dots:
         return _output_kind(members, roots, dots)
@@ -217,6 +222,27 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
     if any(r.shape != S and not reduced(r.shape) for r in roots):
         return Refusal("row-mismatch", "an output is neither per element nor per row of the reduction")
     return "row"
+
+
+def strided_transpose(n: Node) -> bool:
+    """A transpose whose output's innermost non-unit axis is not its operand's: walked in
+    output order, it reads its operand with a stride (one element per cache line)."""
+    if n.op is not Op.TRANSPOSE:
+        return False
+    src = n.operands[0].shape
+    kept = [a for a in n.attr["permutation"] if src[a] != 1]
+    return bool(kept) and kept[-1] != max(kept)
+
+
+def _big_strided_transpose(members: Sequence[Node], policy: FusionPolicy) -> Node | None:
+    """A member the policy keeps out of compute fusions (max_fused_strided_transpose_bytes)."""
+    limit = policy.max_fused_strided_transpose_bytes
+    if limit is None:
+        return None
+    for m in members:
+        if strided_transpose(m) and m.tensor_type.size * m.dtype.np.itemsize > limit:
+            return m
+    return None
 
 
 def _output_kind(members: Sequence[Node], roots: Sequence[Node], dots: Sequence[Node]) -> str | Refusal:

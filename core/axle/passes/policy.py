@@ -37,6 +37,13 @@ class FusionPolicy:
     #: groups are not formed, so chains like add(x, reverse(x)) cannot grow a kernel
     #: exponentially. The kernel plan splits hand-written fusions over it the same way.
     max_inline_cost: int = 3000
+    #: a transpose that moves its operand's innermost (contiguous) axis, over more than this
+    #: many bytes, is a kernel of its own and no fusion that computes anything else takes it:
+    #: fused, its loop reads (or recomputes its producers at) one strided element per output
+    #: element, a cache miss each once the tensor outgrows the caches, and a producer read
+    #: by it and by another kernel is recomputed in both. Alone, the backend runs it as a
+    #: cache-blocked tiled transpose. None: transposes fuse like other movement ops.
+    max_fused_strided_transpose_bytes: int | None = None
     #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
     #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
     veto: Callable[[Node], str | None] | None = field(default=None, compare=False)

@@ -1004,16 +1004,33 @@ def assert_case_close(case: OpCase, actual: Sequence[np.ndarray], expected: Sequ
 
 
 def _dot_error_bound(case: OpCase) -> np.ndarray | None:
-    """For a case that is one float dot or convolution of two parameters: K*eps*(|A|.|B|)
-    per element (K the terms each result sums)."""
-    root = case.module.entry.root
-    if root.op not in (Op.DOT_GENERAL, Op.CONVOLUTION) or not all(o.op is Op.PARAMETER for o in root.operands):
+    """For a case that is one float dot or convolution of two parameters, alone or with an
+    elementwise epilogue (bias, activation, convert): K*eps*(|A|.|B|) per element (K the
+    terms each result sums; the case run on |inputs| gives |A|.|B|, plus the bias's)."""
+    nodes = case.module.entry.nodes
+    dots = [n for n in nodes if n.op in (Op.DOT_GENERAL, Op.CONVOLUTION)]
+    if len(dots) != 1 or not all(o.op is Op.PARAMETER for o in dots[0].operands) or not dots[0].dtype.is_float:
         return None
-    if not root.dtype.is_float:
+    (dot,) = dots
+    # an epilogue: elementwise ops after the dot, on broadcast parameters or constants
+    if not all(n is dot or n.traits.elementwise or n.op in _EPILOGUE_LEAVES for n in nodes):
         return None
     mag = evaluate(case.module, *[np.abs(x) for x in case.inputs])[0].astype(np.float64)
-    k = reduced_terms(root)
-    return 2.0 * k * float(finfo(root.dtype).eps) * mag
+    return 2.0 * reduced_terms(dot) * float(finfo(dot.dtype).eps) * np.abs(mag)
+
+
+#: the ops an epilogue's other operands may come from (besides elementwise ops)
+_EPILOGUE_LEAVES = frozenset({Op.PARAMETER, Op.CONSTANT, Op.BROADCAST_IN_DIM})
+
+
+def bias_relu(b: Builder, d: Node) -> Node:
+    """``relu(d + bias)``, the bias a new parameter along ``d``'s last dim: a dense layer's
+    epilogue (one output fusion with its dot where the backend fuses them)."""
+    shape = d.shape
+    bias = b.parameter(TensorType(d.dtype, shape[-1:]))
+    z = b.add(d, b.broadcast_in_dim(bias, shape=shape, broadcast_dimensions=(len(shape) - 1,)))
+    zero = b.broadcast_in_dim(b.constant(np.zeros((), d.dtype.np)), shape=shape, broadcast_dimensions=())
+    return b.max(z, zero)
 
 
 def _dtype_value(npd: np.dtype) -> str:

@@ -20,6 +20,9 @@ class Check:
     module: Module | None = None
     #: the case it runs (module and inputs), printed when it fails
     case: OpCase | None = None
+    #: the optimize settings it compiles ``case.module`` with (axle.testing.prebuild
+    #: compiles them ahead, in batches; () where the check compiles something else)
+    forms: tuple[bool, ...] = ()
 
 
 def claimed(check: Check, device: Device) -> bool:

@@ -46,7 +46,7 @@ def _case_check(case: OpCase, category: str, *, unoptimized: bool = True) -> Che
         if unoptimized:
             check_case(case, device, optimize=False)
 
-    return Check(f"{category}/{case.id}", category, run, case.module, case)
+    return Check(f"{category}/{case.id}", category, run, case.module, case, (True, False) if unoptimized else (True,))
 
 
 def _bits(x: np.ndarray) -> np.ndarray:

@@ -29,6 +29,16 @@ CUSTOM_TARGET = "axle.random.scale2"
 _INTERESTING = (0, -0.0, 1, 2, -1, 0.5)
 T = TypeVar("T")
 FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16)
+#: sizes just below and at the backends' path thresholds (threshold_pattern), which SHAPES
+#: never reach: output columns around the cpu GEMM's column split (COLUMNS_OUTER_MIN, 256),
+#: K around its split K (SPLIT_K_MIN, 4096), rows around opencl's packed panels
+#: (PACKED_MIN_ROWS, 32) and row lengths around the row kernels' thresholds (cpu SHORT_ROW
+#: 64 and its 8192-element row cache, opencl GROUP_ROW_MIN 64 and group reductions from 1024);
+#: tests/backends/*/test_*_path_grid.py check that they still straddle them
+WIDE_SIZES = (255, 256, 257, 300)
+LONG_K_SIZES = (4095, 4096, 4100)
+TALL_SIZES = (31, 32, 33)
+ROW_SIZES = (63, 64, 65, 1023, 1024, 8192, 8193)
 #: the narrow and unsigned integers and bfloat16, made by narrow_pattern (issue 15)
 NARROW_DTYPES = (DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BFLOAT16)
 _NARROW_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.REM, Op.MAX, Op.MIN, Op.NEG, Op.ABS, Op.SIGN, Op.AND, Op.OR,
@@ -217,6 +227,42 @@ class _Gen:
     def splat_of(self, t: TensorType, v: object) -> Node:
         c = self.b.constant(_cast(v, t.dtype))
         return self.b.broadcast_in_dim(c, shape=t.shape, broadcast_dimensions=()) if t.shape else c
+
+    # -- sizes at the backends' path thresholds -----------------------------------
+    def clean_values(self, t: TensorType) -> np.ndarray:
+        """Values of ``t`` without specials: one NaN in a long sum would hide every other
+        value of the result."""
+        if t.dtype.is_float:
+            return self.rng.standard_normal(t.shape).astype(t.dtype.np)
+        return self.rng.integers(-5, 6, size=t.shape).astype(t.dtype.np)
+
+    def clean(self, t: TensorType) -> Node:
+        """A parameter of ``t`` with clean_values."""
+        self.inputs.append(self.clean_values(t))
+        return self.b.parameter(t)
+
+    def threshold_pattern(self) -> Node:
+        """A dot (a bias-relu epilogue half the time; an operand transposed sometimes) or a
+        row of a size just below or at one of the backends' path thresholds (THRESHOLD_SIZES):
+        the small SHAPES never reach the kernel paths those sizes select."""
+        b, rng = self.b, self.rng
+        dt = self.choice((DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT32, DType.INT64))
+        if rng.random() < 0.25:  # x - max(x) over a long row
+            x = self.clean(TensorType(self.choice(FLOATS), (int(rng.integers(1, 4)), self.choice(ROW_SIZES))))
+            mx = b.broadcast_in_dim(b.reduce(x, kind="max", axes=(1,)), shape=x.shape, broadcast_dimensions=(0,))
+            return b.sub(x, mx)
+        s = [int(v) for v in rng.integers(1, (6, 9, 4, 4, 9))]  # the small sides
+        m, k, n = self.choice(((s[0], s[1], self.choice(WIDE_SIZES)),  # columns split
+                               (s[2], self.choice(LONG_K_SIZES), s[3]),  # split K
+                               (self.choice(TALL_SIZES), s[4], self.choice((15, 16, 17)))))  # packed panels
+        lt, rt = rng.random() < 0.3, rng.random() < 0.4  # A [K, M], B [N, K]
+        x = self.clean(TensorType(dt, (k, m) if lt else (m, k)))
+        w = self.clean(TensorType(dt, (n, k) if rt else (k, n)))
+        d = b.dot_general(x, w, lhs_contracting=(0 if lt else 1,), rhs_contracting=(1 if rt else 0,))
+        if rng.random() < 0.5:
+            return d
+        bias = b.broadcast_in_dim(self.clean(TensorType(dt, (n,))), shape=(m, n), broadcast_dimensions=(1,))
+        return b.max(b.add(d, bias), self.splat_of(TensorType(dt, (m, n)), 0))
 
     def int_pattern(self) -> Node:
         """Integer arithmetic in a fusion: wrapping overflow, division and remainder by 0
@@ -719,7 +765,7 @@ _WEIGHTED: tuple[Op, ...] = GENERATED_OPS + 2 * tuple(o for o in GENERATED_OPS i
 _PATTERNS: tuple[tuple[float, Callable[[_Gen], Node]], ...] = (
     (0.06, _Gen.row_pattern), (0.10, _Gen.dense_pattern), (0.14, _Gen.nonfinite_pattern),
     (0.18, _Gen.int_pattern), (0.20, _Gen.f16_pad_pattern), (0.24, _Gen.chain_pattern),
-    (0.28, _Gen.narrow_pattern),
+    (0.28, _Gen.narrow_pattern), (0.29, _Gen.threshold_pattern),
 )
 
 
@@ -752,6 +798,9 @@ class _BodyGen(_Gen):
 
     def _param_value(self, t: TensorType, value: int) -> Node:
         return self.b.constant(np.asarray(value, t.dtype.np))
+
+    def clean(self, t: TensorType) -> Node:
+        return self.b.constant(self.clean_values(t))
 
 
 def random_module(seed: int, n_nodes: int, *, control: bool = False) -> tuple[Module, list[np.ndarray]]:

@@ -30,6 +30,7 @@ from ..registry import REGISTRY
 from . import workers
 from .check import Check, run_check
 from .kit import check_named
+from .prebuild import batches, prebuild_checks
 from .session import kit_session, recording
 
 #: seconds one check may run in a worker before it is reported as a hang
@@ -58,6 +59,13 @@ def setup_worker() -> None:
 def run_in_worker(check_id: str, device_name: str) -> None:
     """Runs the kit's check ``check_id`` on a device (in a worker); raises when it fails."""
     run_check(check_named(check_id), REGISTRY.device(device_name))
+
+
+def prebuild_in_worker(check_ids: tuple[str, ...], device_name: str) -> None:
+    """Builds ahead, in one batch, what the worker's next checks compile (axle.testing.prebuild).
+    Its own task: should the batch crash or hang the worker, no check is blamed (each then
+    builds its own kernels, and the one at fault fails)."""
+    prebuild_checks([check_named(i) for i in check_ids], REGISTRY.device(device_name))
 
 
 # ---------------------------------------------------------------------------- reports
@@ -167,6 +175,8 @@ class KitRunner:
         self._done = threading.Condition()
         self._pool: workers.Pool | None = None
         self._stop = False
+        self._workers = max(1, workers_)
+        self._keys: dict[str, object] = {}
         self._thread = threading.Thread(target=self._drive, args=(workers_, timeout), daemon=True,
                                         name="axle-kit-runner")
         self._thread.start()
@@ -176,8 +186,9 @@ class KitRunner:
             self._pool = workers.Pool(n, timeout, setup="axle.testing.runner:setup_worker", capture=True)
             if self._stop:
                 return
-            for (_, (cid, _)), answer in self._pool.imap(self._tasks(), affinity=self._affinity):
-                self._record(CheckResult(cid, *self._outcome(self.checks[cid], answer)))
+            for (fn, (cid, _)), answer in self._pool.imap(self._tasks(), affinity=self._affinity):
+                if fn is run_in_worker:  # (a prebuild's outcome is no check's: see prebuild_in_worker)
+                    self._record(CheckResult(cid, *self._outcome(self.checks[cid], answer)))
                 if self._stop:
                     return
         except BaseException as e:  # noqa: BLE001 - handed to the waiting test
@@ -194,18 +205,33 @@ class KitRunner:
     def _tasks(self) -> list[workers.Task]:
         """The checks as tasks, those sharing a module one after the other (so that the
         worker's small compile cache still holds its executables: kernels/X and inputs/X
-        run right after fusion/X, not a thousand checks later)."""
+        run right after fusion/X, not a thousand checks later); before each batch of a
+        worker's share (axle.testing.prebuild.batches), a task that builds the batch's
+        kernels together (prebuild_in_worker)."""
         groups: dict[object, list[str]] = {}
         for cid, check in self.checks.items():
             groups.setdefault(self._key(check), []).append(cid)
-        return [(run_in_worker, (cid, self.device_name)) for ids in groups.values() for cid in ids]
+        shares: dict[int, list[str]] = {}
+        for key, queue in workers.deal(groups, self._workers).items():
+            shares.setdefault(queue, []).extend(groups[key])
+        ahead = {batch[0]: tuple(batch) for ids in shares.values() for batch in batches(ids)}
+        tasks: list[workers.Task] = []
+        for ids in groups.values():
+            for cid in ids:
+                if cid in ahead:
+                    tasks.append((prebuild_in_worker, (ahead[cid], self.device_name)))
+                tasks.append((run_in_worker, (cid, self.device_name)))
+        return tasks
 
     def _affinity(self, task: workers.Task) -> object:
-        return self._key(self.checks[task[1][0]])
+        first = task[1][0]  # a check's id, or the ids a prebuild task builds ahead for
+        return self._key(self.checks[first if isinstance(first, str) else first[0]])
 
-    @staticmethod
-    def _key(check: Check) -> object:
-        return check.module.as_text() if check.module is not None else check.id
+    def _key(self, check: Check) -> object:
+        key = self._keys.get(check.id)
+        if key is None:
+            key = self._keys[check.id] = check.module.as_text() if check.module is not None else check.id
+        return key
 
     def _outcome(self, check: Check, answer: object) -> tuple[str, str]:
         if isinstance(answer, workers.Lost):

@@ -252,9 +252,10 @@ class Pool:
         keys spread in turn); a worker whose queue is empty takes from the end of the
         longest other queue."""
         queues: list[deque[Task]] = [deque() for _ in self.slots]
-        home: dict[Hashable, int] = {}
-        for task in tasks:
-            queues[home.setdefault(affinity(task), len(home) % len(queues))].append(task)
+        keys = [affinity(task) for task in tasks]
+        home = deal(keys, len(queues))
+        for task, key in zip(tasks, keys):
+            queues[home[key]].append(task)
 
         def take(slot: _Slot) -> Task | None:
             own = queues[slot.index]
@@ -349,6 +350,15 @@ class Pool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def deal(keys: Iterable[Hashable], queues: int) -> dict[Hashable, int]:
+    """The queue each affinity key's tasks go to (Pool.imap): keys in turn, in the order
+    they first appear."""
+    home: dict[Hashable, int] = {}
+    for key in keys:
+        home.setdefault(key, len(home) % max(1, queues))
+    return home
 
 
 def _read(path: str, limit: int = OUTPUT_LIMIT, start: int = 0) -> str:

@@ -250,14 +250,83 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
 
 
+# fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
+# Window.line, kw x features): read in place through row pointers, a partly padded line
+# copied with its zeros
+LINE_CONFIGS = [
+    ("stem-7x7-stride2", (2, 15, 13, 3), (7, 7, 3, 20), ("NHWC", "HWIO", "NHWC"),
+     _window(2, strides=(2, 2), low=(3, 3), high=(3, 2))),
+    ("line-window-wider-than-input", (1, 4, 3, 4), (5, 6, 4, 5), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(2, 3), high=(2, 2))),
+    ("line-negative-padding", (2, 9, 10, 2), (3, 9, 2, 6), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(-1, 4), high=(1, -2))),
+    # the shortest lines: a CIFAR stem's 3 features x 3 positions, one feature x 3
+    ("cifar-stem-3x3", (2, 9, 8, 3), (3, 3, 3, 16), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1))),
+    ("one-feature-3x3", (1, 7, 9, 1), (3, 3, 1, 8), ("NHWC", "HWIO", "NHWC"), _window(2, low=(1, 1), high=(1, 1))),
+]
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.INT32], ids=lambda d: d.value)
+def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa: ANN001
+    """A 7x7 stem's 3 input features are too short a run for the row pointers, but with
+    the kernel row's 7 positions they are 21 consecutive floats (a 3x3 kernel's 9, or 3
+    with one feature): those lines are the K segments read in place, and a line that
+    crosses the padding (the image's left and right edges, a window wider than the image,
+    negative padding) is read from a copy with zeros; the results equal the interpreter's,
+    also over thread splits of the pixels."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    for cfg in LINE_CONFIGS:
+        m = conv_module(cfg, dt)
+        (spec,) = build_plan(m, arena=False).kernels.values()
+        emitter = _Emitter(ir.Module(), spec, 512)
+        assert emitter.ind_lines and emitter.ind_seg == cfg[2][1] * cfg[2][2], cfg[0]
+        xs = conv_inputs(m)
+        check_conv(m, xs, run(m, xs, cpu))
+    m = conv_module(LINE_CONFIGS[0], DType.FLOAT32)
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    whole, pieces = np.zeros(m.entry.root.shape, np.float32), np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    cuts = [0, 5, outer // 3 + 1, outer]
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:])])
+    np.testing.assert_array_equal(pieces, whole)
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
+def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
+    """An NCHW 14x14 map's 196 pixel columns fill three 64-wide panels and 4 columns: that
+    last panel runs a one-vector micro-kernel (with AVX-512; 49 columns, 4 vectors, have
+    no narrower tile), and the results equal the interpreter's (float16: the float32
+    accumulator path)."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    edge = ("nchw-14x14", (1, 20, 14, 14), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1),
+                                                                                             high=(1, 1)))
+    full = ("nchw-7x7", (1, 20, 7, 7), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)))
+    for cfg, vectors in ((edge, 1), (full, 0)):
+        m = conv_module(cfg, dt)
+        (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
+        assert _Emitter(ir.Module(), spec, 512)._edge_vectors() == vectors, cfg[0]
+        xs = conv_inputs(m)
+        check_conv(m, xs, run(m, xs, cpu))
+
+
 @pytest.mark.parametrize("vector_bits", [256, 128])
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.FLOAT16])
 def test_conv_narrow_vector_tiles(vector_bits: int, dt: DType) -> None:
     """The tiles chosen for AVX2 (256-bit) and SSE (128-bit) compute the same convolutions
     (run here on the host)."""
     for name in ("2d-nhwc-stride2", "2d-nchw-same", "depthwise-nhwc", "2d-lhs-dilation", "indirect-grouped-strided",
-                 "several-k-blocks-nhwc", "nchw-wide-rows", "weight-gradient-nchw"):
-        m = conv_module(next(c for c in CONFIGS if c[0] == name), dt)
+                 "several-k-blocks-nhwc", "nchw-wide-rows", "weight-gradient-nchw", "stem-7x7-stride2"):
+        m = conv_module(next(c for c in CONFIGS + LINE_CONFIGS if c[0] == name), dt)
         xs = conv_inputs(m)
         _jit, fn, (outer, inner) = _kernel(m, vector_bits)
         out = np.zeros(m.entry.root.shape, dt.np)
@@ -458,3 +527,23 @@ def test_conv_inside_a_native_loop() -> None:
     with axle.device("interpreter:0"):
         want = np.asarray(f(x, w))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_strided_input_gradient_runs_without_dilation_holes(layout: str) -> None:
+    """cpu asks for the phase split (Capabilities.conv_phase_split): the input gradient of a
+    stride-2 convolution (lhs-dilated) compiles to convolutions of the undilated input, with
+    the interpreter's values."""
+    first = layout == "NCHW"
+    x = RNG.standard_normal((2, 4, 7, 6) if first else (2, 7, 6, 4)).astype(np.float32)
+    w = RNG.standard_normal((5, 4, 3, 3) if first else (3, 3, 4, 5)).astype(np.float32)
+
+    def loss(xa, wa):  # noqa: ANN001, ANN202
+        return anp.sum(anp.tanh(nn.conv(xa, wa, None, 2, "SAME", 1, 1, layout)))
+
+    compiled = axle.jit(axle.grad(loss), device="cpu:0").lower(x, w).compile()
+    convs = [n for c in compiled.module.computations() for n in c.nodes if n.op is Op.CONVOLUTION]
+    assert convs and all(set(n.attr["lhs_dilation"]) == {1} for n in convs)
+    with axle.device("interpreter:0"):
+        want = np.asarray(axle.grad(loss)(x, w))
+    np.testing.assert_allclose(np.asarray(compiled(x, w)), want, rtol=1e-4, atol=1e-5)

@@ -432,3 +432,93 @@ def test_gemm_direct_a_tile_rows_fit_the_l1_ways() -> None:
             assert t.mr <= DIRECT_A_ROWS, (bits, dt, t)
     lhs_t = dot_module("f32", (1024, 128), (1024, 10), lhs_contracting=(0,), rhs_contracting=(0,))
     assert tiles(DType.FLOAT32, 512, Layout.of(lhs_t.entry.root)).mr > DIRECT_A_ROWS
+
+
+def test_gemm_small_m_tile_computes_the_fewest_rows() -> None:
+    """A plain dot with few rows takes the tile that computes the fewest rows, the widest
+    of those: M = 16 in 2 tiles of 8 rows x 48 columns on AVX-512 (not 3 of 6 x 64, 18
+    rows) and 4 of 4 x 24 on AVX2 (not 3 of 6 x 16); M = 20 keeps the default 6-row
+    tiles (24 rows either way), and a narrow N never gets a tile wider than itself."""
+    from axle_cpu.gemm import Layout, tiles
+
+    def tile(bits: int, dt: DType, ls: tuple[int, ...], rs: tuple[int, ...]) -> tuple[int, int]:
+        t = tiles(dt, bits, Layout.of(dot_module("f32", ls, rs, **MM).entry.root))
+        return t.mr, t.nr
+
+    assert tile(512, DType.FLOAT32, (16, 1024), (1024, 1024)) == (8, 48)
+    assert tile(256, DType.FLOAT32, (16, 1024), (1024, 1024)) == (4, 24)
+    assert tile(512, DType.FLOAT64, (16, 1024), (1024, 1024)) == (8, 24)
+    assert tile(512, DType.FLOAT32, (20, 1024), (1024, 1024)) == (5, 64)  # 24 rows as 4 x 6, balanced
+    assert tile(512, DType.FLOAT32, (16, 1024), (1024, 10)) == (8, 16)  # N = 10: one vector
+    assert tile(512, DType.FLOAT32, (128, 1024), (1024, 1024)) == (6, 64)  # not few rows: unchanged
+
+
+SMALL_M = [
+    # (name, lhs, rhs, attrs): C of few rows, B rows contiguous
+    ("m16-ragged-n", (16, 37), (37, 100), MM),  # 8-row tiles; N not a multiple of NR
+    ("m13-k-blocks", (13, 600), (600, 70), MM),  # two K blocks: B prefetched past the first
+    ("m9-k1", (9, 1), (1, 33), MM),
+    ("m16-batch", (3, 16, 33), (3, 33, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,),
+                                                 rhs_contracting=(1,))),
+    ("m24-packed", (24, 45), (45, 75), MM),  # four 6-row tiles: B packed in chunks of K rows
+    # B's K offsets a table (a batch dim between its contracting dims): packed through it
+    ("k-table", (2, 7, 4, 5), (4, 2, 5, 20), dict(lhs_batch=(0,), rhs_batch=(1,), lhs_contracting=(2, 3),
+                                                  rhs_contracting=(0, 2))),
+]
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "f16"])
+def test_gemm_small_m_paths(vector_bits, dt) -> None:  # noqa: ANN001
+    """The paths of a C with few rows, on the host's width and AVX2's: on 512-bit vectors
+    B read in place by up to two row tiles, its rows prefetched; elsewhere (and past two
+    tiles, or through an offset table) B packed in chunks of K rows (``_pack_b_by_rows``).
+    Values against the interpreter, whole and split into row and column pieces as
+    threads split them."""
+    _check_small_m(dt, vector_bits)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_gemm_small_m_paths_on_an_avx2_target(dt, monkeypatch) -> None:  # noqa: ANN001
+    """The same compiled for an AVX2 host (the target's AVX-512 features off: AVX2's
+    masked loads and 16 registers for the 4 x 24 tiles), run on this one (a host without
+    AVX2 runs its own target again)."""
+    from axle_cpu import target
+
+    h = target.host()
+    if "+avx2" in h.features.split(","):
+        avx2 = target.HostTarget(h.triple, "znver3", ",".join(
+            "-" + f[1:] if f.startswith("+avx512") else f for f in h.features.split(",")))
+        monkeypatch.setattr(target, "host", lambda: avx2)
+        assert target.host().vector_bits == 256
+    _check_small_m(dt, 0)
+
+
+def _check_small_m(dt: str, vector_bits: int) -> None:
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.gemm import DIRECT_B_TILES_512, Layout, tiles
+    from axle_cpu.plan import build_plan
+    from axle_cpu.target import host
+
+    bits = vector_bits or host().vector_bits
+    for name, ls, rs, attrs in SMALL_M:
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+        ir_text = str(llvm_module([spec], "t"))
+        lay = Layout.of(m.entry.root)
+        mr = tiles(m.entry.root.dtype, bits, lay).mr
+        direct = (dt != "f16" and lay.b_k.table is None
+                  and lay.m <= (DIRECT_B_TILES_512 if bits >= 512 else 1) * mr)
+        assert ('"pbrr.body"' not in ir_text) == direct, name
+        assert ("i32 0, i32 3, i32 1)" in ir_text) == (direct and bits >= 512), name  # B's prefetch
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.full(m.entry.root.shape, 99, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+        rows, cols = sorted({0, outer // 3, outer}), sorted({0, min(13, inner), inner})
+        for ranges in ([(a, b, 0, inner) for a, b in zip(rows, rows[1:])],
+                       [(0, outer, a, b) for a, b in zip(cols, cols[1:])]):
+            pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
+            _call(fn, xs, pieces, [r for r in ranges if r[0] < r[1] and r[2] < r[3]])
+            np.testing.assert_array_equal(pieces, out, err_msg=name)

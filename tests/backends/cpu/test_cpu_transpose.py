@@ -1,6 +1,6 @@
 """The cache-blocked transpose kernel (axle_cpu/transpose.py): equal to NumPy for odd
 sizes, every element size, batched permutations and arbitrary thread ranges; chosen for a
-big transpose whose input rows alias in L1."""
+big transpose that moves the input's contiguous dim (every permutation class)."""
 from __future__ import annotations
 
 import ctypes
@@ -15,10 +15,16 @@ from axle.ir import Builder, Module
 RNG = np.random.default_rng(3)
 
 
-def _module(dt: str, shape: tuple[int, ...], perm: tuple[int, ...]) -> Module:
+def _module(dt: str, shape: tuple[int, ...], perm: tuple[int, ...], flip: tuple[int, ...] = (),
+            flip_after: tuple[int, ...] = ()) -> Module:
+    """transpose(x) of an x of ``shape``, with the dims ``flip`` of x reversed first and the
+    dims ``flip_after`` of the result reversed after (a convolution's kernel copies)."""
     b = Builder("t")
     x = b.parameter(f"{dt}[{','.join(map(str, shape))}]")
-    return b.build(b.transpose(x, permutation=perm))
+    if flip:
+        x = b.reverse(x, dimensions=flip)
+    y = b.transpose(x, permutation=perm)
+    return b.build(b.reverse(y, dimensions=flip_after) if flip_after else y)
 
 
 def _kernel(m: Module):  # noqa: ANN202
@@ -33,19 +39,41 @@ def _kernel(m: Module):  # noqa: ANN202
 
 CASES = [("f32", (37, 53), (1, 0)), ("f64", (3, 17, 29), (0, 2, 1)), ("f16", (65, 3), (1, 0)),
          ("s8", (2, 3, 33, 17), (1, 0, 3, 2)), ("pred", (31, 70), (1, 0)), ("s64", (1, 9), (1, 0)),
-         ("f32", (4, 5, 6), (1, 2, 0)), ("f32", (4, 5, 6), (2, 0, 1)), ("bf16", (16, 48), (1, 0))]
+         ("f32", (4, 5, 6), (1, 2, 0)), ("f32", (4, 5, 6), (2, 0, 1)), ("bf16", (16, 48), (1, 0)),
+         # every permutation class, through the collapsed form: HWIO -> OIHW, NCHW -> NHWC,
+         # NHWC -> NCHW, NCHW -> CHWN, a middle dim moved, unit and empty dims
+         ("f32", (3, 3, 5, 19), (3, 2, 0, 1)), ("f32", (2, 5, 4, 3), (0, 2, 3, 1)), ("f64", (2, 4, 3, 5), (0, 3, 1, 2)),
+         ("f16", (3, 17, 2, 5), (1, 2, 3, 0)), ("s8", (4, 9, 6, 10), (0, 2, 1, 3)), ("s8", (3, 1, 5, 9), (1, 3, 0, 2)),
+         ("pred", (4, 0, 3), (2, 1, 0)), ("f32", (1, 1), (1, 0)), ("pred", (2, 3, 1, 20), (3, 0, 2, 1))]
 
 
 @pytest.mark.parametrize("dt,shape,perm", CASES)
 def test_blocked_transpose_matches_numpy(dt, shape, perm) -> None:  # noqa: ANN001
-    m = _module(dt, shape, perm)
+    _check(_module(dt, shape, perm), lambda x: np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("dt,shape,perm,flip,flip_after", [
+    ("f32", (3, 3, 20, 37), (3, 2, 0, 1), (0, 1), ()), ("f64", (37, 20, 3, 3), (2, 3, 1, 0), (), (0, 1)),
+    ("s8", (5, 40, 33), (0, 2, 1), (1,), (0,)), ("f16", (2, 3, 1, 35), (3, 0, 1, 2), (0, 2, 3), ())])
+def test_reversed_transpose_matches_numpy(dt, shape, perm, flip, flip_after) -> None:  # noqa: ANN001
+    """A kernel flip and transpose (HWIO -> OIHW with H and W reversed) in one blocked kernel."""
+    def want(x: np.ndarray) -> np.ndarray:
+        y = np.transpose(np.flip(x, flip) if flip else x, perm)
+        return np.flip(y, flip_after) if flip_after else y
+
+    _check(_module(dt, shape, perm, flip, flip_after), want)
+
+
+def _check(m: Module, reference) -> None:  # noqa: ANN001
+    """The kernel of ``m`` over its whole loop space in one call, then in pieces by rows and
+    by columns (as threads take them), bit-equal to ``reference``."""
     from axle.testing.cases import random_input
 
     x = random_input(RNG, m.entry.parameters[0].type)
-    want = np.transpose(x, perm)
+    want = reference(x)
     _jit, fn, (outer, inner) = _kernel(m)
     ptrs = (ctypes.c_void_p * 2)(x.ctypes.data, 0)
-    rows = sorted({0, 1 % outer, outer // 2, outer})  # one call, then pieces as threads take them
+    rows = sorted({0, min(1, outer), outer // 2, outer})  # one call, then pieces as threads take them
     cols = sorted({0, min(3, inner), inner // 2, inner})
     for ranges in ([(0, outer, 0, inner)], [(a, b_, 0, inner) for a, b_ in zip(rows, rows[1:])],
                    [(0, outer, a, b_) for a, b_ in zip(cols, cols[1:])]):
@@ -56,12 +84,12 @@ def test_blocked_transpose_matches_numpy(dt, shape, perm) -> None:  # noqa: ANN0
         np.testing.assert_array_equal(out.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
 
 
-def test_big_aliasing_transpose_takes_the_blocked_kernel(cpu) -> None:  # noqa: ANN001
+def test_big_transpose_takes_the_blocked_kernel(cpu) -> None:  # noqa: ANN001
     """x.T of a [640, 1024] float32 (rows 4 KB apart) is one ``transpose`` kernel, equal to
-    NumPy's; a [1000, 777] one keeps the plain loop."""
+    NumPy's, and so is a [1000, 777] one (register tiles beat the plain loop there too)."""
     from axle_cpu.transpose import blocked
 
-    for shape, want_blocked in (((640, 1024), True), ((1000, 777), False), ((2, 512, 512), True)):
+    for shape, want_blocked in (((640, 1024), True), ((1000, 777), True), ((2, 512, 512), True)):
         x = RNG.standard_normal(shape).astype(np.float32)
         perm = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
         m = _module("f32", shape, perm)
@@ -71,3 +99,42 @@ def test_big_aliasing_transpose_takes_the_blocked_kernel(cpu) -> None:  # noqa: 
         exe = f.lower(x).compile().executable
         kinds = [launch.step.spec.kind for launch, _ in exe._steps if launch is not None]
         assert ("transpose" in kinds) is want_blocked, kinds
+
+
+def test_every_big_permutation_class_that_moves_the_contiguous_dim_is_blocked() -> None:
+    """HWIO -> OIHW (the kernel copies of a convolution's input gradient), NCHW -> NHWC and
+    NCHW -> CHWN (the weight gradient's activations) take the tiled kernel; a transpose that
+    keeps the contiguous dim innermost, or a small one, keeps the plain loop."""
+    from axle_cpu.transpose import blocked, collapsed
+
+    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1)) == ((9, 256, 256), (2, 1, 0), (False,) * 3)
+    assert collapsed((3, 3, 256, 256), (3, 2, 0, 1), frozenset({1}))[:2] == ((3, 3, 256, 256), (3, 2, 0, 1))
+    assert collapsed((32, 1, 8, 8), (1, 0, 2, 3)) == ((2048,), (0,), (False,))  # a reshape: one row copied
+    for shape, perm, want in (((3, 3, 256, 256), (3, 2, 0, 1), True), ((16, 64, 32, 32), (0, 2, 3, 1), True),
+                              ((16, 64, 32, 32), (1, 2, 3, 0), True), ((16, 64, 32, 32), (0, 2, 1, 3), False),
+                              ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True)):
+        assert blocked(_module("f32", shape, perm).entry) is want, (shape, perm)
+    assert blocked(_module("f32", (3, 3, 256, 256), (3, 2, 0, 1), flip=(0, 1)).entry)
+
+
+def test_a_relu_read_transposed_is_computed_once_and_transposed_by_the_tiled_kernel(cpu) -> None:  # noqa: ANN001
+    """The weight gradient's pattern (issue 18): an activation read in order and as NCHW ->
+    CHWN. On cpu (max_fused_strided_transpose_bytes 1 MiB) the relu is one fusion and the
+    transpose the tiled kernel, not a second fusion recomputing the relu in transposed order."""
+    x = RNG.standard_normal((16, 32, 32, 32)).astype(np.float32)  # 2 MiB
+
+    def f(a):  # noqa: ANN001, ANN202
+        r = anp.maximum(a * 0.5 + 1.0, 0.0)
+        return r + 1.0, anp.transpose(r, (1, 2, 3, 0))
+
+    jf = axle.jit(f, device=cpu)
+    got = jf(axle.device_put(x, cpu))
+    r = np.maximum(x * np.float32(0.5) + np.float32(1.0), np.float32(0.0))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.transpose(r, (1, 2, 3, 0)))
+    np.testing.assert_allclose(np.asarray(got[0]), r + 1, rtol=1e-6)
+    compiled = jf.lower(x).compile()
+    maxes = [m for n in compiled.module.entry.nodes if n.op.value == "fusion"
+             for m in n.attr["computation"].nodes if m.op.value == "maximum"]
+    assert len(maxes) == 1
+    kinds = [launch.step.spec.kind for launch, _ in compiled.executable._steps if launch is not None]
+    assert kinds.count("transpose") == 1, kinds

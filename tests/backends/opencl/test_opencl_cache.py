@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import stat
 import weakref
 
@@ -115,6 +116,33 @@ def test_pyopencl_pickle_cache_is_not_used(ocl, cache_dir, monkeypatch) -> None:
     _fresh_runtime(ocl).kernel(_kernel(ocl, "sub"))
 
 
+def test_programs_are_built_with_our_options_only(ocl, cache_dir) -> None:
+    """The driver sees exactly BUILD_OPTIONS: pyopencl's ``Program.build`` adds ``-I`` and
+    a path inside this environment, which PoCL hashes into its kernel cache key, so that
+    a clean clone (a new environment: CI) found none of the kernels an earlier run built.
+    Both ways to a program: from source, then from the binary that stored."""
+    import pyopencl as cl
+
+    k = _kernel(ocl, "add")
+    for _ in range(2):
+        rt = _fresh_runtime(ocl)
+        program = rt.kernel(k).program
+        assert program.get_build_info(rt.cl_device, cl.program_build_info.OPTIONS).strip() == "-cl-std=CL1.2"
+    assert len(os.listdir(cache_dir)) == 1
+
+
+def test_a_failed_build_names_the_op_and_carries_the_build_log(ocl) -> None:
+    """Built past pyopencl's wrapper: the driver's log still reaches the error."""
+    from dataclasses import replace
+
+    k = _kernel(ocl, "add")
+    broken = replace(k, name="axle_broken", source=k.source.replace(k.name, "axle_broken").replace(
+        "{", "{ undeclared_name;", 1))
+    with pytest.raises(axle.errors.BackendError,
+                       match=rf"(?s)building the kernel for {re.escape(k.what)}.*undeclared identifier 'undeclared_name'"):
+        _fresh_runtime(ocl).kernel(broken)
+
+
 def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> None:
     """OpenCL kernels take their sizes as arguments, so new shapes reuse a program; new
     programs come from new computations (here: a new constant each time)."""
@@ -138,3 +166,81 @@ def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> No
     # nothing holds the first executable's kernels any more: their programs are released
     assert first is not None and first() is None
     assert names and not any(n in rt._programs for n in names)
+
+
+def _scaled_exp(c: float):  # noqa: ANN202
+    """A module whose kernel is its own (the constant is in the source)."""
+    from axle.ir.builder import Builder
+
+    b = Builder("scaled")
+    x = b.parameter("f32[37]")
+    return b.build(b.mul(b.exp(x), b.broadcast_in_dim(b.constant(np.float32(c)), shape=(37,), broadcast_dimensions=())))
+
+
+def test_batched_builds_build_the_kernels_of_many_modules_as_one_program(ocl, monkeypatch) -> None:
+    """Inside ``batched_builds`` compiling only plans (a placeholder that refuses to run);
+    at its end every kernel is built in one program, and compiling the modules again
+    builds nothing more."""
+    from axle.compiler import compile_module
+
+    backend = axle.REGISTRY.backend_for(ocl)
+    rt = backend.runtime(ocl)
+    modules = [_scaled_exp(1.0 + i / 1024 + np.random.default_rng().random() / 4096) for i in range(3)]
+    built: list[str] = []
+    real_build = runtime._build
+    monkeypatch.setattr(runtime, "_build", lambda prg, dev: built.append("program") or real_build(prg, dev))
+    with backend.batched_builds(ocl):
+        placeholders = [compile_module(m, ocl) for m in modules]
+        assert built == []
+    assert built == ["program"]
+    from axle.frontend.device_put import to_buffer
+
+    x = to_buffer(np.linspace(-1, 1, 37, dtype=np.float32), ocl)
+    with pytest.raises(axle.errors.BackendError, match="only gathers its kernels"):
+        placeholders[0].execute([x])
+    names = [n for p in placeholders for n in p.kernel_sources()]
+    assert len({rt._programs.get(n).int_ptr for n in names}) == 1
+    for m in modules:
+        c = np.float32(next(n for n in m.entry.nodes if n.op.value == "constant").attr["value"].array)
+        (out,) = compile_module(m, ocl).execute([x])
+        np.testing.assert_allclose(backend.to_host(out),
+                                   np.exp(np.linspace(-1, 1, 37, dtype=np.float32)) * np.float32(c), rtol=1e-6)
+    assert built == ["program"]  # the executables found their kernels built
+
+
+def test_a_batch_that_fails_to_build_caches_nothing(ocl) -> None:
+    """Its kernels are built one by one afterwards, by the executables that need them:
+    the failing one is reported with its own op, the others build."""
+    from dataclasses import replace
+
+    good = _kernel(ocl, "sub")
+    broken = replace(good, name="axle_broken_in_batch", body=good.body.replace(good.name, "axle_broken_in_batch")
+                     .replace("{", "{ undeclared_name;", 1))
+    broken.source = good.source.replace(good.name, broken.name).replace("{", "{ undeclared_name;", 1)
+    rt = _fresh_runtime(ocl)
+    rt.build_batch([good, broken])
+    assert rt._programs.get(good.name) is None and rt._programs.get(broken.name) is None
+    rt.kernel(good)
+    with pytest.raises(axle.errors.BackendError, match="undeclared_name"):
+        rt.kernel(broken)
+
+
+def test_prebuild_compiles_ahead_what_a_check_compiles(ocl, monkeypatch) -> None:
+    """axle.testing.prebuild: the modules' kernels built in one batch; modules the device
+    does not claim whole are left to their own compile, and nothing raises."""
+    from axle.compiler import compile_module
+    from axle.ir.ops import Op
+    from axle.testing.cases import cases_for, device_claims
+    from axle.testing.prebuild import prebuild
+
+    unclaimed = cases_for(Op.ALL_REDUCE)[0].module  # collectives run on the host here
+    assert not device_claims(unclaimed, ocl)
+    modules = [_scaled_exp(3.0 + np.random.default_rng().random()) for _ in range(2)]
+    built: list[str] = []
+    real_build = runtime._build
+    monkeypatch.setattr(runtime, "_build", lambda prg, dev: built.append("program") or real_build(prg, dev))
+    prebuild([(m, True) for m in modules] + [(unclaimed, True)], ocl)
+    assert built == ["program"]
+    for m in modules:
+        compile_module(m, ocl)
+    assert built == ["program"]

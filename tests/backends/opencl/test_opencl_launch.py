@@ -88,3 +88,109 @@ def test_eager_ops_from_threads_get_their_own_results(ocl) -> None:  # noqa: ANN
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ------------------------------------------------------------------ eager dispatch
+
+
+def _on_interpreter(fn, *arrays: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """``fn`` (of axle.numpy) run eagerly on the interpreter: the reference."""
+    return np.asarray(fn(*axle.device_put(arrays, axle.device("interpreter:0"))))
+
+
+def test_eager_hot_path_launches_without_execute(ocl, monkeypatch) -> None:  # noqa: ANN001
+    """After its first call, an eager signature goes straight to the executable's
+    launcher: one enqueue and one pooled allocation per op, no ``execute`` (its checks
+    and bookkeeping), each op counted once by the eager counters; results right."""
+    import axle.numpy as anp
+    import pyopencl as cl
+    from axle import counters
+    from axle_opencl.executable import OpenCLExecutable
+
+    calls = {"execute": 0, "enqueue": 0}
+    real_execute, real_enqueue = OpenCLExecutable.execute, cl.enqueue_nd_range_kernel
+
+    def execute(self, args):  # noqa: ANN001, ANN202
+        calls["execute"] += 1
+        return real_execute(self, args)
+
+    def enqueue(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        calls["enqueue"] += 1
+        return real_enqueue(*a, **k)
+
+    monkeypatch.setattr(OpenCLExecutable, "execute", execute)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", enqueue)  # bound when a launcher is made
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal((3, 37)).astype(np.float32) for _ in range(2))  # a shape no other test uses
+    xa, ya = axle.device_put((x, y), ocl)
+    counters.reset()
+    outs = [anp.subtract(xa, ya) for _ in range(12)]
+    assert calls == {"execute": 1, "enqueue": 12}  # the first call compiles and runs through execute
+    snap = counters.snapshot()["per_device"][ocl.name]
+    assert snap["eager_ops"] == 12 and snap["kernel_launches"] == 12
+    want = _on_interpreter(anp.subtract, x, y)
+    for out in outs:
+        np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_eager_ops_on_the_launcher_match_the_interpreter(ocl) -> None:  # noqa: ANN001
+    """Unary, binary, reduction and dot eager ops on the hot path (second and later calls)
+    against the interpreter, operands fed from earlier results."""
+    import axle.numpy as anp
+
+    rng = np.random.default_rng(3)
+    v, m = rng.standard_normal(19).astype(np.float32), rng.standard_normal((5, 5)).astype(np.float32)
+    ops = [(anp.exp, (v,)), (lambda a: anp.sum(a), (v,)), (anp.multiply, (v, v)), (anp.matmul, (m, m)),
+           (lambda a: anp.matmul(anp.matmul(a, a), a), (m,)), (lambda a: anp.exp(anp.add(a, a)), (v,))]
+    for fn, args in ops:
+        want = _on_interpreter(fn, *args)
+        dev_args = axle.device_put(args, ocl)
+        for _ in range(3):  # the first call fills the hot path, the later ones take it
+            np.testing.assert_allclose(np.asarray(fn(*dev_args)), want, rtol=2e-6, atol=1e-6)
+
+
+def test_a_dropped_result_is_not_overwritten_while_a_queued_kernel_reads_it(ocl) -> None:  # noqa: ANN001
+    """Results come from a pool: a dropped result's buffer is handed to the next op of its
+    size at once, while kernels reading it may still be queued. The in-order queue runs
+    those readers first: a queued chain of ops, each dropping its operand, never sees a
+    later op's values in its operand."""
+    import axle.numpy as anp
+
+    n = 1 << 18  # large enough that the chain is still queued when the next op is enqueued
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    xa, ya = axle.device_put((x, y), ocl)
+    anp.multiply(xa, ya), anp.add(xa, ya), anp.exp(xa)  # compiled: what follows is the hot path
+    a = anp.add(xa, ya)
+    freed = a._buffer.handle.int_ptr
+    b = anp.exp(a)  # queued, reading a's buffer
+    del a  # its buffer goes back to the pool with b's kernel still queued
+    c = anp.multiply(xa, ya)  # the next allocation of that size: a's buffer
+    assert c._buffer.handle.int_ptr == freed  # (else this test would not test the reuse)
+    # a longer chain: each step's operand dropped as soon as the next step is enqueued
+    t = xa
+    for _ in range(20):
+        t = anp.add(t, ya)
+    ref = x.copy()
+    for _ in range(20):
+        ref = ref + y
+    np.testing.assert_allclose(np.asarray(b), np.exp(x + y), rtol=2e-6)
+    np.testing.assert_array_equal(np.asarray(c), x * y)
+    np.testing.assert_allclose(np.asarray(t), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_kernel_plan_with_two_results_launches_through_the_fast_path(ocl) -> None:  # noqa: ANN001
+    """A multi-output fusion (one kernel, two results) takes the single launch with one
+    pooled buffer per result, each call its own."""
+    b = Builder("two")
+    x, y = b.parameter("f32[41]"), b.parameter("f32[41]")
+    exe = compile_module(b.build(b.add(x, y), b.mul(x, y)), ocl)
+    assert exe.report()["kernels"] == 1 and exe.launcher() is not None
+    rng = np.random.default_rng(9)
+    runs = []
+    for _ in range(3):
+        u, v = rng.standard_normal(41).astype(np.float32), rng.standard_normal(41).astype(np.float32)
+        runs.append((u, v, exe.launcher()([to_buffer(u, ocl), to_buffer(v, ocl)])))
+    for u, v, (s, p) in runs:
+        np.testing.assert_array_equal(_host(ocl, s), u + v)
+        np.testing.assert_array_equal(_host(ocl, p), u * v)
