@@ -15,10 +15,13 @@ The tiers (``make test`` / ``make test-full``; README.md, "Two commands"):
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 
@@ -96,6 +99,38 @@ def compile_cache(tmp_path, monkeypatch):  # noqa: ANN001, ANN201
     path = tmp_path / "compile-cache"
     monkeypatch.setattr(axle_config, "compile_cache", str(path))
     return path
+
+
+class PythonProcesses:
+    """New Python processes running a program that prints one JSON line last (a new
+    process's first call, concurrent writers of the compile cache)."""
+
+    @staticmethod
+    def start(program: str, cache: str, backends: str) -> subprocess.Popen:
+        env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": backends}
+        return subprocess.Popen([sys.executable, "-c", program], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def counting(*targets: tuple[str, str, str]) -> str:
+        """Code that counts, in ``calls[what]``, the calls of ``module.name`` for each
+        (module, name, what): put before a program, which prints ``calls`` with its answer."""
+        lines = ["import importlib", "calls = {}", "def _counted(mod, name, what):",
+                 "    real = getattr(mod, name)", "    calls[what] = 0", "    def wrapper(*a, **k):",
+                 "        calls[what] += 1", "        return real(*a, **k)", "    setattr(mod, name, wrapper)"]
+        lines += [f"_counted(importlib.import_module({m!r}), {n!r}, {w!r})" for m, n, w in targets]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def answer(p: subprocess.Popen) -> dict:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def python_processes() -> type[PythonProcesses]:
+    return PythonProcesses
 
 
 def _module_dtypes(module: Module) -> set[DType]:

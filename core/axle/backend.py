@@ -226,6 +226,9 @@ class CompileOptions:
     #: (else None): a backend may key what it caches on disk for the whole module by it
     #: (with its own code, flags and device) instead of describing the module again
     module_digest: str | None = None
+    #: the core asked :meth:`Backend.cached_executable` for ``module_digest`` just before
+    #: and got None: ``compile`` need not look the same entry up again (it may store one)
+    cache_checked: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -302,6 +305,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         """Compiles an (optimized) module for ``device``."""
+
+    def cached_executable(self, device: Device, options: CompileOptions) -> Executable | None:
+        """Optional: the executable of the optimized module whose text has SHA-256
+        ``options.module_digest`` from this backend's own persistent cache, made without the
+        module, or None (the default: the core then reads the module back and calls
+        :meth:`compile`). The core asks this on a hit of its optimized-module cache, before
+        parsing the module: a backend that keeps everything its executable needs (a kernel
+        plan, compiled code) under the digest makes a new process's first call skip the
+        parse too. Whatever it loads must be validated as ``compile``'s own cache reads are
+        (a damaged entry is None, never a wrong executable)."""
+        return None
 
     @abc.abstractmethod
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:

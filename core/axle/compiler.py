@@ -24,4 +24,5 @@ def compile_optimized(module: Module, device: Device, *, optimize: bool = True) 
 
 
 def compile_module(module: Module, device: Device, *, optimize: bool = True) -> Executable:
-    return compile_optimized(module, device, optimize=optimize)[0]
+    # the compiled module is dropped: a cached one need not be parsed (compile_on_device)
+    return compile_placed(module, device, optimize=optimize, keep_module=False)[0]

@@ -48,28 +48,41 @@ def expand_for(module: Module, device: Device, reasons: dict[str, str] | None = 
     return expand_extended(module, claimed)
 
 
-def compile_on_device(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+def compile_on_device(module: Module, device: Device, *, optimize: bool = True,
+                      keep_module: bool = True) -> tuple[Executable, Module]:
     """Compiles the whole ``module`` for ``device``, no partitioning; returns the executable
     and the module the backend compiled (optimized unless ``optimize`` or ``config.optimize``
-    is off)."""
+    is off). ``keep_module=False``: the caller drops that module, so a new process's first
+    call whose optimized module and executable are both in the compile cache
+    (``Backend.cached_executable``) parses nothing, and the expanded traced module is
+    returned in its place."""
     backend = REGISTRY.backend_for(device)
     module, _ = expand_for(module, device)
     run_passes = optimize and config.optimize
-    key, payload, digest = None, None, None
+    key, payload, digest, asked = None, None, None, None
     if run_passes:
         # the optimized module from an earlier process when the compile cache has it
         # (module_cache.py): the passes were most of a cached first call
         cached = module_cache.enabled()
         if cached:
             key = module_cache.module_key(module, device, backend)
-            hit = module_cache.load(key)
-            if hit is not None:
-                module, digest = hit
+            hit = module_cache.load_entry(key)
+            if hit is not None and not keep_module:
+                with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
+                    exe = backend.cached_executable(device, CompileOptions(flags=config.backend_flags,
+                                                                           module_digest=hit.digest))
+                if exe is not None:
+                    return exe, module
+                asked = hit.digest
+            optimized = None if hit is None else module_cache.parse_entry(hit)
+            if optimized is not None and hit is not None:
+                module, digest = optimized, hit.digest
         if digest is None:
             module = optimize_for(module, device)
             if cached:
                 payload, digest = module_cache.entry(module)
-    options = CompileOptions(optimized=run_passes, flags=config.backend_flags, module_digest=digest)
+    options = CompileOptions(optimized=run_passes, flags=config.backend_flags, module_digest=digest,
+                             cache_checked=digest is not None and digest == asked)
     with profiler.span(f"compile {module.name}", "compile", device=device.name, backend=backend.name):
         exe = backend.compile(module, device, options)
     if key is not None and payload is not None:  # written once the backend took it

@@ -78,23 +78,52 @@ def module_key(module: Module, device: Device, backend: Backend) -> bytes:
     return "\0".join(parts).encode()
 
 
-def load(key: bytes) -> tuple[Module, str] | None:
-    """The optimized module cached under ``key`` and its text's SHA-256 (None: none, or an
-    entry that does not parse back whole)."""
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A cached optimized module before it is parsed. Its digest (the text's SHA-256) is
+    known without parsing, so a backend that keeps its executable under that digest
+    (``Backend.cached_executable``) is asked first, and a hit there parses nothing."""
+
+    text: str
+    records: list[Any]
+    digest: str
+
+
+def load_entry(key: bytes) -> Entry | None:
+    """The entry cached under ``key``, not parsed (None: none, or not an entry's JSON)."""
     data = DISK.get(key)
     if data is None:
         return None
     try:
-        entry = json.loads(data)
-        text = entry["module"]
-        module = parse_module(text)
-        records = _records(entry["records"], module)
+        raw = json.loads(data)
+        text, records = raw["module"], raw["records"]
+        if not isinstance(text, str) or not isinstance(records, list):
+            raise TypeError("not an optimized-module entry")
+    except (ValueError, KeyError, TypeError):
+        counters.record("disk_cache_corrupt")  # checksummed: a format change or a corrupted disk
+        return None
+    return Entry(text, records, _digest(text))
+
+
+def parse_entry(entry: Entry) -> Module | None:
+    """The module of ``entry`` with its fusion records (None: it does not parse back whole)."""
+    try:
+        module = parse_module(entry.text)
+        records = _records(entry.records, module)
     except (AxleError, ValueError, KeyError, TypeError, AttributeError):
         # written by this cache's own code, checksummed: only a format change or a
         # corrupted disk gets here; the module is optimized again
         counters.record("disk_cache_corrupt")
         return None
-    return dataclasses.replace(module, fusion_records=records), _digest(text)
+    return dataclasses.replace(module, fusion_records=records)
+
+
+def load(key: bytes) -> tuple[Module, str] | None:
+    """The optimized module cached under ``key`` and its text's SHA-256 (None: none, or an
+    entry that does not parse back whole)."""
+    entry = load_entry(key)
+    module = None if entry is None else parse_entry(entry)
+    return None if module is None or entry is None else (module, entry.digest)
 
 
 def entry(module: Module) -> tuple[bytes, str]:

@@ -524,7 +524,7 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
             errors.append(f"{host.name}: {describe(refused[0][0])}: {refused[0][1]}")
             continue
         try:
-            return host, compile_on_device(module, host, optimize=optimize)[0]
+            return host, compile_on_device(module, host, optimize=optimize, keep_module=False)[0]
         except PlacementError:
             raise
         except Exception as e:  # noqa: BLE001 - the next host backend may manage
@@ -534,12 +534,13 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
                                                   f"(check AXLE_BACKENDS)"))
 
 
-def _compile_cluster(module: Module, device: Device, optimize: bool, strict: bool
+def _compile_cluster(module: Module, device: Device, optimize: bool, strict: bool, keep_module: bool = True
                      ) -> tuple[Device, Executable, str, Module]:
     """Compiles a cluster for ``device`` (on failure for the host, unless strict); returns
-    the device, the executable, why it is not on ``device`` and the module compiled."""
+    the device, the executable, why it is not on ``device`` and the module compiled
+    (``keep_module``: see ``compile_on_device``)."""
     try:
-        exe, compiled = compile_on_device(module, device, optimize=optimize)
+        exe, compiled = compile_on_device(module, device, optimize=optimize, keep_module=keep_module)
         return device, exe, "", compiled
     except PlacementError:
         raise
@@ -555,15 +556,18 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
         return host, exe, f"compile failed on {device.name}: {why}", module
 
 
-def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> tuple[Executable, Module]:
+def compile_placed(module: Module, device: Device, *, optimize: bool = True,
+                   keep_module: bool = True) -> tuple[Executable, Module]:
     """``compile_optimized``'s body: the extended ops ``device`` does not claim expanded into
     their decompositions, then the whole module on ``device`` when it claims every node
     (falling back to the host if compilation fails), otherwise a partitioned executable.
     Returns the executable and the module compiled (for a partitioned or fallen-back
-    executable: the module given, after expansion)."""
+    executable: the module given, after expansion; ``keep_module=False``: a caller that drops
+    the module, which then need not be read back from the compile cache, see
+    ``compile_on_device``)."""
     reasons: dict[str, str] = {}
     module, decomposed = expand_for(module, device, reasons)
-    exe, compiled = _compile_expanded(module, device, optimize)
+    exe, compiled = _compile_expanded(module, device, optimize, keep_module)
     summary = placement_of(exe)
     if summary is not None and decomposed:
         summary.decomposed = dict(decomposed)
@@ -571,7 +575,8 @@ def compile_placed(module: Module, device: Device, *, optimize: bool = True) -> 
     return exe, compiled
 
 
-def _compile_expanded(module: Module, device: Device, optimize: bool) -> tuple[Executable, Module]:
+def _compile_expanded(module: Module, device: Device, optimize: bool, keep_module: bool = True
+                      ) -> tuple[Executable, Module]:
     backend = REGISTRY.backend_for(device)
     caps = backend.capabilities(device)
     strict = config.strict_placement
@@ -579,7 +584,7 @@ def _compile_expanded(module: Module, device: Device, optimize: bool) -> tuple[E
     if missing and strict:
         raise strict_error(device, *missing[0])
     if not missing or not tuple_free(module):
-        dev, exe, why, compiled = _compile_cluster(module, device, optimize, strict)
+        dev, exe, why, compiled = _compile_cluster(module, device, optimize, strict, keep_module)
         if dev == device:
             record_placement(exe, single_device_summary(module, device))
             return exe, compiled
@@ -603,7 +608,7 @@ def _compile_expanded(module: Module, device: Device, optimize: bool) -> tuple[E
     for part in parts:
         c = part.cluster
         if c.device == device:
-            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict)
+            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict, keep_module=False)
         else:
             dev, exe = _compile_host(part.module, device, optimize)
             why = c.reason

@@ -36,6 +36,7 @@ from axle.passes.policy import FusionPolicy
 
 if TYPE_CHECKING:  # imported where used: llvmlite loads only when compiling
     from .plan import Plan
+    from .target import JitModule
 
 __all__ = ["CpuBackend", "CpuExecutable"]
 
@@ -210,17 +211,46 @@ class CpuBackend(Backend):
             # NumPy's BLAS for float dots only when asked (--cpu_blas=true): the GEMM
             # kernel was measured faster here at every shape (docs/backend-cpu.md).
             plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true")
-            kernels = self._kernels(plan, module.name, options.module_digest)
+            kernels, whole = self._kernels(plan, module.name, options.module_digest)
         ms = (time.perf_counter() - t0) * 1e3
+        if whole is not None:
+            self._store_plan(plan, whole, module.name, options)
         plan, kernels = self._cache.put(key, (plan, kernels))
         return CpuExecutable(plan, kernels, device, ms, splits)
 
-    def _kernels(self, plan: Plan, name: str, module_digest: str | None = None) -> dict[str, object]:
+    def cached_executable(self, device: Device, options: CompileOptions) -> Executable | None:
+        """The executable of a cached plan (plan_cache.py) and the object code of its kernels,
+        both under the optimized module's digest: nothing is parsed, planned or emitted. None
+        when either is missing (the core then parses the module and calls ``compile``)."""
+        from . import target
+        from .executable import load_cached
+
+        digest = options.module_digest
+        if digest is None or not target.DISK.enabled():
+            return None
+        return load_cached(digest, device, lambda name: _splits_key(name, digest))
+
+    def _store_plan(self, plan: Plan, jit: JitModule, name: str, options: CompileOptions) -> None:
+        """Keeps ``plan`` for ``cached_executable``; ``jit`` holds all its kernels, its object
+        code stored under the module's digest. Written where that object was compiled, or
+        where it was found while the plan was not (``options.cache_checked``: the core
+        asked for it just before)."""
+        from . import plan_cache
+        from .executable import _settings
+
+        if options.module_digest is None or (jit.loaded and not options.cache_checked):
+            return  # stored by the process that compiled the object (unless a host step kept it out)
+        payload = plan_cache.entry(plan, name, jit.interleave)
+        if payload is not None:
+            plan_cache.store(plan_cache.plan_key(options.module_digest, _settings()), payload)
+
+    def _kernels(self, plan: Plan, name: str, module_digest: str | None = None
+                 ) -> tuple[dict[str, object], JitModule | None]:
         """Compiled kernels of a plan by name; each distinct kernel (same computation and
         kind) is compiled once per process, the missing ones together in one LLVM module.
         When all are missing (a new process) and the core gave the module's digest, the
         object code's disk key is made from it (``executable.module_key``), not from the
-        kernels' descriptions."""
+        kernels' descriptions; that module is returned too (else None)."""
         from .executable import CompiledKernel, compile_kernels
 
         out: dict[str, object] = {}
@@ -232,12 +262,13 @@ class CpuBackend(Backend):
                 missing.append((k, spec))
             else:
                 out[spec.name] = got
-        if missing:
-            whole = module_digest if len(missing) == len(plan.kernels) else None
-            jit = compile_kernels([s for _, s in missing], name, whole)
-            for k, spec in missing:
-                out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
-        return out
+        if not missing:
+            return out, None
+        whole = module_digest if len(missing) == len(plan.kernels) else None
+        jit = compile_kernels([s for _, s in missing], name, whole)
+        for k, spec in missing:
+            out[spec.name] = self._kernel_cache.put(k, CompiledKernel(jit, spec.name))
+        return out, jit if whole is not None else None
 
     def lowering_entries(self, op: Op) -> list[LoweringEntry]:
         return [LoweringEntry("LLVM IR for one element, from the emitter's op table", _LOWERING_TABLE, op),

@@ -33,6 +33,7 @@ from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
+from axle.ir.types import TensorType
 from axle.lowering import index as ix
 from axle.lowering.schedule import Schedule, outputs_of, schedule
 
@@ -119,6 +120,19 @@ class KernelSpec:
     def reduce_split_first(self) -> bool:
         """Split along the reduced axis even where the rows would do (a GEMM's long K)."""
         return False
+
+    @property
+    def largest_array(self) -> int:
+        """Elements of the kernel's largest array (a loop's kernels split above a size)."""
+        return max((n.type.size for n in self.comp.nodes if isinstance(n.type, TensorType)), default=0)
+
+    @property
+    def combine_kinds(self) -> tuple[str, ...]:
+        """Per output, the reduce kind that combines partial results of a split reduction
+        ("sum" for a contraction; "" for an output that is no reduction: a scatter's or a
+        collective's ``kind`` is none)."""
+        kinds = ("sum" if n.traits.contraction else str(n.attr.get("kind", "")) for n in self.outputs)
+        return tuple(k if k in REDUCE_KINDS else "" for k in kinds)
 
 
 class _Unsupported(BackendError):

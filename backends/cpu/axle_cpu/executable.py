@@ -28,7 +28,7 @@ from axle.ir.printer import print_computation
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import TensorType
 
-from . import decisions, threads
+from . import decisions, plan_cache, threads
 from .emitter import INT64_MAX, KernelEmitter, KernelSpec
 from .fastcall import CpuBuffer, FastCall
 from .memory import MMAP_MIN, POOL, address
@@ -154,6 +154,28 @@ def _computation_text(comp: Computation) -> str:
     return "\n".join(print_computation(c, names, entry=c is comp) for c in comps)
 
 
+def load_cached(digest: str, device: Device, splits: Callable[[str], bytes | None]) -> CpuExecutable | None:
+    """The executable of the optimized module whose text has SHA-256 ``digest`` from its
+    cached plan (plan_cache.py) and the object code of all its kernels (``module_key``), or
+    None when either is missing: nothing is parsed, planned or emitted. ``splits`` gives
+    the split decisions' key of the module's name."""
+    cached = plan_cache.load(plan_cache.plan_key(digest, _settings()))
+    if cached is None:
+        return None
+    jit = JitModule.from_disk(module_key(digest, cached.name, cached.interleave), cached.interleave, _no_ir)
+    names = {s.spec.name for s in cached.plan.steps if isinstance(s, KernelStep)}
+    if jit is None or not all(jit.has(n) for n in names):
+        return None
+    kernels = {n: CompiledKernel(jit, n) for n in names}
+    return CpuExecutable(cached.plan, kernels, device, 0.0, splits(cached.name))
+
+
+def _no_ir() -> str:
+    raise BackendError("cpu: the LLVM IR of an executable loaded whole from the compile cache is not kept; "
+                       "compile with AXLE_FLAGS=--compile_cache=off (or through jit(...).lower(...).compile()) "
+                       "to see it")
+
+
 class CompiledKernel:
     """A kernel's entry point in a compiled module (which it keeps alive)."""
 
@@ -265,9 +287,7 @@ class _Launch:
     def loop_split(self) -> str | None:
         """The split mode of this kernel inside a loop (never timed): rows or columns
         when its largest array reaches ``threads.LOOP_SPLIT_ELEMENTS``."""
-        comp = self.step.spec.comp
-        work = max((n.type.size for n in comp.nodes if isinstance(n.type, TensorType)), default=0)
-        if work < threads.LOOP_SPLIT_ELEMENTS:
+        if self.step.spec.largest_array < threads.LOOP_SPLIT_ELEMENTS:
             return None
         n = max(2, threads.thread_count())
         if self.step.spec.reduce_split_first and self.outer >= n:
@@ -289,8 +309,7 @@ class _ReductionSplit:
             self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
         self.base = self.ptrs.ctypes.data
         self.combine = []
-        for out_node in launch.step.spec.outputs:
-            kind = "sum" if out_node.traits.contraction else out_node.attr["kind"]  # a split-K GEMM sums
+        for kind in launch.step.spec.combine_kinds:  # (a split-K GEMM sums)
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
             self.combine.append(REDUCE_KINDS[kind].combine_host)

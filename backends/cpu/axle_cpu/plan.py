@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -32,9 +33,29 @@ from .gemm import GEMM_DTYPES, GemmSpec
 from .sort import host_sort
 
 
+class LaunchSpec(Protocol):
+    """What running a kernel step reads of its kernel: a :class:`KernelSpec`, or the facts
+    a cached plan keeps of one (plan_cache.py), which has no computation to emit again."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def loop_sizes(self) -> tuple[int, int]: ...
+    @property
+    def split_reduce_size(self) -> int: ...
+    @property
+    def reduce_split_first(self) -> bool: ...
+    @property
+    def fixed_columns(self) -> bool: ...
+    @property
+    def largest_array(self) -> int: ...
+    @property
+    def combine_kinds(self) -> tuple[str, ...]: ...
+
+
 @dataclass
 class KernelStep:
-    spec: KernelSpec
+    spec: LaunchSpec
     ins: list[int]
     outs: list[int]
     out_types: list[TensorType]

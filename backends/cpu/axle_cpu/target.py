@@ -209,19 +209,38 @@ class JitModule:
         if key is None:
             key = ir_key(self.ir_text, interleave)
         obj = DISK.get(key)  # read outside LOCK: other threads may compile meanwhile
-        from_disk = obj is not None
+        #: whether the object code was read from the disk cache (else compiled, then stored)
+        self.loaded = obj is not None
         if obj is None:
             text = self.ir_text  # made outside LOCK too (Python only)
+        obj = self._load(obj if obj is not None else lambda context: _compile(text, context, interleave))
+        if not self.loaded:
+            DISK.put(key, obj)
+
+    @classmethod
+    def from_disk(cls, key: bytes, interleave: bool, ir_text: Callable[[], str]) -> JitModule | None:
+        """The module whose object code the disk cache holds under ``key``, or None (nothing
+        is compiled: the caller has no IR to compile, only ``ir_text`` to say why)."""
+        obj = DISK.get(key)
+        if obj is None:
+            return None
+        self = cls.__new__(cls)
+        self._source, self.interleave, self.loaded = ir_text, interleave, True
+        self._load(obj)
+        return self
+
+    def _load(self, obj: bytes | Callable[[llvm.ContextRef], bytes]) -> bytes:
+        """Loads the object code (or what ``obj`` compiles in the module's context) into the
+        module's own MCJIT engine; returns that object code."""
         with _llvm():
             self._context = llvm.create_context()
-            if obj is None:
-                obj = _compile(text, self._context, interleave)
+            if callable(obj):
+                obj = obj(self._context)
             # the engine's own module is empty: the code is the object emitted above
             self._engine = llvm.create_mcjit_compiler(parse("", self._context), target_machine(True))
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self._engine.finalize_object()
-        if not from_disk:
-            DISK.put(key, obj)
+        return obj
 
     @property
     def ir_text(self) -> str:
@@ -264,6 +283,10 @@ class JitModule:
         addr = self._engine.get_function_address(name)
         assert addr, f"symbol {name} missing from the compiled module"
         return addr
+
+    def has(self, name: str) -> bool:
+        """Whether the module defines function ``name``."""
+        return bool(self._engine.get_function_address(name))
 
     def assembly(self) -> str:
         with _llvm(), _scratch_context() as ctx:

@@ -30,6 +30,7 @@ from axle.passes.policy import FusionPolicy
 
 from .convs import CONV_DTYPES
 from .forking import check_not_forked, keep_forever, note_initialized
+from .kernels import DeviceInfo
 
 #: extended primitives lowered natively (the others get the core's decomposition)
 CLAIMED_EXTENDED: frozenset[Op] = frozenset({
@@ -150,6 +151,17 @@ def _kind(cl_device: Any) -> str:
     return "gpu" if t & cl.device_type.GPU else ("accelerator" if t & cl.device_type.ACCELERATOR else "cpu")
 
 
+def _strategy_info(info: DeviceInfo, options: CompileOptions) -> DeviceInfo:
+    """The device description code generation reads, after ``--opencl_strategy``."""
+    strategy = options.flags.get("opencl_strategy", "auto")
+    if strategy not in ("auto", "gpu", "cpu"):
+        raise BackendError(f"opencl: --opencl_strategy={strategy!r}; expected auto, gpu or cpu")
+    if strategy != "auto":
+        # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
+        info = replace(info, is_gpu=strategy == "gpu")
+    return info
+
+
 class OpenCLBackend(Backend):
     """OpenCL C code generation for OpenCL 1.2+ devices (GPUs, PoCL on CPUs)."""
 
@@ -249,19 +261,13 @@ class OpenCLBackend(Backend):
                 raise BackendError(f"opencl: {n.op.value} ({n.type}) needs float64, but {device.name} "
                                    f"({device.description}) has no cl_khr_fp64; convert to float32 first",
                                    where=n.loc)
-        info = rt.info
-        strategy = options.flags.get("opencl_strategy", "auto")
-        if strategy not in ("auto", "gpu", "cpu"):
-            raise BackendError(f"opencl: --opencl_strategy={strategy!r}; expected auto, gpu or cpu")
-        if strategy != "auto":
-            # Force a launch strategy (e.g. run the GPU kernels on PoCL in tests).
-            info = replace(info, is_gpu=strategy == "gpu")
+        info = _strategy_info(rt.info, options)
         # the plan (rendered kernels included) from an earlier process when the compile
         # cache has it for this optimized module (plan_cache.py): a hit renders nothing
         key = payload = plan = None
         if options.module_digest is not None and plan_cache.enabled():
             key = plan_cache.plan_key(options.module_digest, rt.cl_device, info, options.flags)
-            plan = plan_cache.load(key)
+            plan = None if options.cache_checked else plan_cache.load(key)
         if plan is None:
             with profiler.span(f"codegen {module.name}", "codegen", device=device.name):
                 plan = plan_module(module, info)
@@ -277,6 +283,22 @@ class OpenCLBackend(Backend):
         if key is not None and payload is not None:  # stored once its kernels built
             plan_cache.store(key, payload)
         return exe
+
+    def cached_executable(self, device: Device, options: CompileOptions) -> Executable | None:
+        """The executable of a cached plan (plan_cache.py), made without the module: the plan
+        holds every kernel's source, launch shape and argument layout, and the program binary
+        is then found by its source (runtime.build_program). A plan was stored only after
+        ``compile`` accepted its module on this device (float64 included: the device is in
+        the key), so nothing of the module is checked again."""
+        from . import plan_cache
+        from .executable import OpenCLExecutable
+
+        if options.module_digest is None or not plan_cache.enabled():
+            return None
+        rt = self.runtime(device)
+        info = _strategy_info(rt.info, options)
+        plan = plan_cache.load(plan_cache.plan_key(options.module_digest, rt.cl_device, info, options.flags))
+        return None if plan is None else OpenCLExecutable(plan, device, rt)
 
     def batched_builds(self, device: Device) -> AbstractContextManager[None]:
         """Kernels of the modules compiled inside are built together at the end, as a few

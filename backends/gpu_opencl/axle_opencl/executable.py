@@ -33,15 +33,15 @@ class OpenCLExecutable(Executable):
         self.kernel_steps = _kernel_steps(plan)
         # Build every program now (one compiler call), so errors surface at compile time.
         rt.build_many([s.kernel for s in self.kernel_steps])
-        # The executable holds its kernels: the runtime's cache may evict them meanwhile.
+        # The executable holds its programs: the runtime's cache may evict them meanwhile.
         self._kernels: dict[str, Any] = {}
         #: per step its own kernel object with the size arguments (``Kernel.scalars``) bound
         #: once: kernels are shared by source across shapes, and setting a scalar argument
         #: costs PoCL tens of microseconds a call where a buffer argument costs 0.1
         self._launch: dict[int, Any] = {}
         for s in self.kernel_steps:
-            self._kernels[s.kernel.name] = shared = rt.kernel(s.kernel)
-            self._launch[id(s)] = own = cl.Kernel(shared.program, s.kernel.name)
+            self._kernels[s.kernel.name] = prg = rt.program(s.kernel)
+            self._launch[id(s)] = own = cl.Kernel(prg, s.kernel.name)
             base = len(s.kernel.outputs) + len(s.inputs)
             for j, v in enumerate(s.kernel.scalars):
                 own.set_arg(base + j, np.int32(v))

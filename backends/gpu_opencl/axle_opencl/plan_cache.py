@@ -17,23 +17,25 @@ as corrupt (``disk_cache_corrupt``): the module is planned again and the entry r
 A plan holding a host step (a custom call: it keeps the IR node) is not stored."""
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pyopencl as cl
 
 import axle
-from axle import counters
+from axle import cache_json
+from axle.cache_json import array_json as _array_json
+from axle.cache_json import as_bool as _bool
+from axle.cache_json import as_int as _int
+from axle.cache_json import as_ints as _ints
+from axle.cache_json import as_str as _str
+from axle.cache_json import read_array as _array
+from axle.cache_json import read_type as _type
+from axle.cache_json import type_json as _type_json
 from axle.config import config
 from axle.diskcache import code_version
-from axle.errors import AxleError
-from axle.ir.dtypes import DType
-from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.types import TensorType
 
 from .kernels import DeviceInfo, Kernel
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
@@ -58,15 +60,7 @@ def plan_key(module_digest: str, dev: cl.Device, info: DeviceInfo, flags: Mappin
 
 def load(key: bytes) -> Plan | None:
     """The plan stored under ``key`` (None: none, or an entry that does not read back whole)."""
-    data = DISK.get(key)
-    if data is None:
-        return None
-    try:
-        return _plan(json.loads(data))
-    except (AxleError, ValueError, KeyError, TypeError, IndexError):
-        # checksummed by the disk cache: only a format change or a corrupt disk gets here
-        counters.record("disk_cache_corrupt")
-        return None
+    return cache_json.load(DISK, key, _plan)
 
 
 def entry(plan: Plan) -> bytes | None:
@@ -87,15 +81,6 @@ def enabled() -> bool:
 
 
 # -- writing -----------------------------------------------------------------------
-
-def _type_json(t: TensorType) -> list[Any]:
-    return [t.dtype.value, list(t.shape)]
-
-
-def _array_json(a: np.ndarray) -> list[Any]:
-    a = np.asarray(a, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
-    return [to_dtype(a.dtype).value, list(a.shape), base64.b64encode(a.tobytes()).decode()]
-
 
 def _input_json(v: Any) -> Any:
     return ["const", _array_json(v[1])] if isinstance(v, tuple) else v
@@ -135,33 +120,6 @@ def _plan_json(p: Plan) -> dict[str, Any]:
 
 # -- reading (every value checked: a wrong one raises, and the entry is a miss) ------
 
-_DTYPES = {d.value: d for d in DType}
-
-
-def _int(v: Any) -> int:
-    if type(v) is not int:
-        raise TypeError(f"expected an int, got {v!r}")
-    return v
-
-
-def _ints(v: Any) -> list[int]:
-    if not isinstance(v, list):
-        raise TypeError(f"expected a list, got {v!r}")
-    return [_int(x) for x in v]
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError(f"expected a string, got {v!r}")
-    return v
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise TypeError(f"expected a bool, got {v!r}")
-    return v
-
-
 def _slot(v: Any) -> Any:
     """A kernel step's output: a slot, or a sort kernel's scratch buffer, named by a tuple
     of its own (sort.sort_launch; written to JSON as a list)."""
@@ -171,18 +129,6 @@ def _slot(v: Any) -> Any:
             raise ValueError(f"unknown kernel output {tag!r}")
         return (tag, _int(owner), _int(k))
     return _int(v)
-
-
-def _type(v: Any) -> TensorType:
-    dt, shape = v
-    return TensorType(_DTYPES[_str(dt)], tuple(_ints(shape)))
-
-
-def _array(v: Any) -> np.ndarray:
-    dt, shape, data = v
-    d = _DTYPES[_str(dt)]
-    a = np.frombuffer(base64.b64decode(_str(data), validate=True), dtype=d.np)
-    return a.reshape(tuple(_ints(shape))).copy()  # (a size mismatch raises ValueError)
 
 
 def _input(v: Any) -> Any:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.characterize  # imported by pyopencl's first kernel object: here, not in a first call
+import pyopencl.invoker  # imported by pyopencl's first kernel object: here, not in a first call
 import pyopencl.tools  # loads cl.tools (MemoryPool)
 
 from axle.config import config
@@ -127,9 +129,12 @@ class DeviceRuntime:
         self.info = device_info(cl_device)
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        # Kernels by name (a hash of their source). Bounded: an evicted kernel's program is
-        # released once no executable holds it (executables keep their own kernels).
-        self._kernels: LRU[cl.Kernel] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
+        # Programs by kernel name (a hash of the kernel's source; kernels built together
+        # share one). Programs, not kernels: pyopencl generates an argument-setting function
+        # for every kernel object it makes (its invoker, 0.3-0.5 ms), and an executable makes
+        # its own kernel per step anyway. Bounded: an evicted program is released once no
+        # executable holds it (executables keep their own kernels).
+        self._programs: LRU[cl.Program] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
         self._lock = threading.Lock()  # builds: one at a time per device
         self.launch_lock = threading.Lock()
         self._pool_lock = threading.Lock()
@@ -175,15 +180,20 @@ class DeviceRuntime:
         return out
 
     # -- programs ------------------------------------------------------------------
-    def kernel(self, k: Kernel) -> cl.Kernel:
-        hit = self._kernels.get(k.name)
+    def program(self, k: Kernel) -> cl.Program:
+        """The built program holding kernel ``k`` (cached by its name)."""
+        hit = self._programs.get(k.name)
         if hit is not None:
             return hit
         with self._lock:
-            hit = self._kernels.get(k.name)
+            hit = self._programs.get(k.name)
             if hit is None:
-                hit = self._kernels.put(k.name, cl.Kernel(self._build(k), k.name))
+                hit = self._programs.put(k.name, self._build(k))
         return hit
+
+    def kernel(self, k: Kernel) -> cl.Kernel:
+        """A new kernel object of ``k`` (its arguments are its own to set)."""
+        return cl.Kernel(self.program(k), k.name)
 
     def _build(self, k: Kernel) -> cl.Program:
         if k.uses_fp64 and not self.info.fp64:
@@ -198,11 +208,11 @@ class DeviceRuntime:
 
     def build_batch(self, kernels: Sequence[Kernel]) -> None:
         """Builds kernels gathered from several executables (``Backend.batched_builds``)
-        into the kernel cache, as programs of at most BATCH_KERNELS kernels. Nothing goes to
+        into the program cache, as programs of at most BATCH_KERNELS kernels. Nothing goes to
         the disk cache: no executable's own program has such a source. A program that fails
         to build is dropped: each executable then builds its own kernels, and the one whose
         kernel fails names it."""
-        todo = list({k.name: k for k in kernels if self._kernels.get(k.name) is None
+        todo = list({k.name: k for k in kernels if self._programs.get(k.name) is None
                      and (self.info.fp64 or not k.uses_fp64)}.values())
         for i in range(0, len(todo), BATCH_KERNELS):
             chunk = todo[i:i + BATCH_KERNELS]
@@ -213,16 +223,16 @@ class DeviceRuntime:
                 except cl.Error:
                     continue
                 for k in chunk:
-                    self._kernels.put(k.name, cl.Kernel(prg, k.name))
+                    self._programs.put(k.name, prg)
 
     def build_many(self, kernels: list[Kernel]) -> None:
         """Builds several kernels' sources as one program (one compiler invocation)."""
-        todo = {k.name: k for k in kernels if self._kernels.get(k.name) is None}
+        todo = {k.name: k for k in kernels if self._programs.get(k.name) is None}
         if not todo:
             return
         if any(k.uses_fp64 for k in todo.values()) and not self.info.fp64:
             for k in todo.values():
-                self.kernel(k)
+                self.program(k)
             return
         src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()))
         with self._lock:
@@ -232,7 +242,7 @@ class DeviceRuntime:
                 prg = None
             if prg is not None:
                 for name in todo:
-                    self._kernels.put(name, cl.Kernel(prg, name))
+                    self._programs.put(name, prg)
         if prg is None:
             for k in todo.values():
-                self.kernel(k)
+                self.program(k)

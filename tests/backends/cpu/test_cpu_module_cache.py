@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -151,32 +149,25 @@ PROGRAM = textwrap.dedent("""
     f = axle.jit(step, device="cpu:0")
     got = [f(x, w) for _ in range(3)][0]  # three calls: the kernels' thread splits are decided
     s = axle.stats()
-    print(json.dumps({"out": [np.asarray(g).tobytes().hex() for g in got],
+    print(json.dumps({"out": [np.asarray(g).tobytes().hex() for g in got], **calls,
                       **{k: s[k] for k in s if k.startswith("disk_cache_")}}))
 """)
 
 
-def _start(cache: str) -> subprocess.Popen:
-    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={cache}", "AXLE_BACKENDS": "cpu"}
-    return subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _answer(p: subprocess.Popen) -> dict:
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path) -> None:
+def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tmp_path,
+                                                                              python_processes) -> None:
     """The cache off; two processes filling an empty cache at the same time (both write
     every entry: one whole entry stays); then a new process: the same bits each time, and
-    the last one optimizes and compiles nothing (its object code keyed by the module's
-    digest)."""
+    the last one parses, optimizes, plans and emits nothing (its plan and object code
+    keyed by the module's digest)."""
     cache = str(tmp_path / "c")
-    off = _answer(_start("off"))
-    fills = [_answer(p) for p in [_start(cache), _start(cache)]]
-    hit = _answer(_start(cache))
+    run = python_processes
+    program = run.counting(("axle.module_cache", "parse_module", "parse"), ("axle.passes", "optimize", "optimize"),
+                           ("axle_cpu.plan", "build_plan", "plan"), ("axle_cpu.executable", "llvm_module", "emit"))
+    program += PROGRAM
+    off = run.answer(run.start(program, "off", "cpu"))
+    fills = [run.answer(p) for p in [run.start(program, cache, "cpu"), run.start(program, cache, "cpu")]]
+    hit = run.answer(run.start(program, cache, "cpu"))
     assert off["out"] == fills[0]["out"] == fills[1]["out"] == hit["out"]
     entries = sum(len(files) for _, _, files in os.walk(cache))
     # the module, its object code, the native step runner's, the thread splits and the
@@ -184,3 +175,7 @@ def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tm
     assert entries >= 5 and all(f["disk_cache_writes"] >= 1 and f["disk_cache_corrupt"] == 0 for f in fills)
     assert hit["disk_cache_hits"] == entries - 1 and hit["disk_cache_misses"] == 0
     assert hit["disk_cache_writes"] == 0 and hit["disk_cache_corrupt"] == 0
+    # the executable from the plan and object code under the module's digest: nothing
+    # parsed, optimized, planned or emitted (CpuBackend.cached_executable)
+    assert hit["parse"] == hit["optimize"] == hit["plan"] == hit["emit"] == 0
+    assert off["optimize"] and off["plan"] and off["emit"]

@@ -154,9 +154,9 @@ def test_programs_cached_by_source(ocl) -> None:  # noqa: ANN001
     x = b.parameter("f32[33,17]")
     m = b.build(b.transpose(b.sin(x), permutation=(1, 0)))
     compile_module(m, ocl, optimize=False)
-    before = dict(rt._kernels.items())
+    before = dict(rt._programs.items())
     compile_module(m, ocl, optimize=False)
-    assert dict(rt._kernels.items()) == before
+    assert dict(rt._programs.items()) == before
 
 
 # ---------------------------------------------------------------------- reductions

@@ -148,7 +148,7 @@ def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> No
     programs come from new computations (here: a new constant each time)."""
     monkeypatch.setattr(axle.config, "jit_cache_size", 4)
     rt = axle.REGISTRY.backend_for(ocl).runtime(ocl)
-    rt._kernels.clear()  # the bound is enforced on insertion: start from what this test inserts
+    rt._programs.clear()  # the bound is enforced on insertion: start from what this test inserts
     x = np.linspace(0, 1, 37, dtype=np.float32)
     first, names = None, []
     for i in range(30):
@@ -161,11 +161,11 @@ def test_kernel_cache_bounded_and_evicted_programs_freed(ocl, monkeypatch) -> No
             names = list(entry.executable._kernels)
             del entry
         del f
-        assert len(rt._kernels) <= 8
+        assert len(rt._programs) <= 8
     gc.collect()
     # nothing holds the first executable's kernels any more: their programs are released
     assert first is not None and first() is None
-    assert names and not any(n in rt._kernels for n in names)
+    assert names and not any(n in rt._programs for n in names)
 
 
 def _scaled_exp(c: float):  # noqa: ANN202
@@ -199,7 +199,7 @@ def test_batched_builds_build_the_kernels_of_many_modules_as_one_program(ocl, mo
     with pytest.raises(axle.errors.BackendError, match="only gathers its kernels"):
         placeholders[0].execute([x])
     names = [n for p in placeholders for n in p.kernel_sources()]
-    assert len({rt._kernels.get(n).program.int_ptr for n in names}) == 1
+    assert len({rt._programs.get(n).int_ptr for n in names}) == 1
     for m in modules:
         c = np.float32(next(n for n in m.entry.nodes if n.op.value == "constant").attr["value"].array)
         (out,) = compile_module(m, ocl).execute([x])
@@ -219,7 +219,7 @@ def test_a_batch_that_fails_to_build_caches_nothing(ocl) -> None:
     broken.source = good.source.replace(good.name, broken.name).replace("{", "{ undeclared_name;", 1)
     rt = _fresh_runtime(ocl)
     rt.build_batch([good, broken])
-    assert rt._kernels.get(good.name) is None and rt._kernels.get(broken.name) is None
+    assert rt._programs.get(good.name) is None and rt._programs.get(broken.name) is None
     rt.kernel(good)
     with pytest.raises(axle.errors.BackendError, match="undeclared_name"):
         rt.kernel(broken)
