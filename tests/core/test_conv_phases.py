@@ -78,6 +78,26 @@ def test_phase_split_matches_the_reference_over_random_configurations() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"case {case}: {attrs}")
 
 
+def test_non_finite_kernels_and_inputs_give_the_references_nan_and_inf() -> None:
+    """The original multiplies holes and padding too: a kernel element of inf or NaN makes
+    0 * inf = NaN in every output its tap reads a hole for, which the phase split keeps (its
+    hole products); inf and NaN inputs land where the reference puts them. Random classes,
+    non-finite values sprinkled into both operands: NaN positions and infinities equal,
+    the rest within the tolerance. (Found by the CI's differential slice: a transposed 1-D
+    convolution whose kernel held -inf gave -inf where the reference gives NaN.)"""
+    rng = np.random.default_rng(11)
+    for case in range(200):
+        x, w, attrs = _random_config(rng)
+        for arr in (x, w):
+            flat = arr.reshape(-1)
+            hit = rng.random(flat.size) < 0.15
+            flat[hit] = rng.choice([np.inf, -np.inf, np.nan], size=int(hit.sum()))
+        _, split = _split_module(x, w, attrs)
+        want = convolution(x, w, **attrs)
+        got = evaluate(split, x, w)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"case {case}: {attrs}")
+
+
 @pytest.mark.parametrize("s", [2, 3])
 def test_each_phase_reads_only_real_elements(s: int) -> None:
     """Per dim the phases together read each (output, tap) pair of the original that hits an

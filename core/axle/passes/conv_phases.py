@@ -27,7 +27,10 @@ on cpu a reshape-transpose-reshape read costs several times a plain one.) Batch,
 and group handling and the dimension numbers are untouched: the split is spatial only.
 
 Every product the original sums is summed by exactly one phase and every other one is a
-product with a hole, so the result is the original's up to summation order (it is not
+product with a hole or padding, 0 * w: zero, unless w is inf or NaN, which makes it NaN.
+Each phase therefore adds, per output feature, the sum of 0 * w over the kernel elements it
+skips (``_hole_products``; a phase without taps is that sum alone), so a non-finite kernel
+gives the reference's NaN. The result is the original's up to summation order (it is not
 bit-exact against the interpreter, which sums the zeros too, in another order; a sum of
 -0 products is +0, as in the reference). The pass runs for devices that ask for it
 (``Capabilities.conv_phase_split``), after the layout pass (the phases keep the device
@@ -120,6 +123,45 @@ def _spread(conv: Node, y: Node, per_dim: Sequence[Sequence[Phase1D]], idx: Sequ
     return like(conv, Op.PAD, [y, _zero_scalar(conv)], low=tuple(low), high=tuple(high), interior=tuple(interior))
 
 
+def _off_phase_taps(conv: Node, combo: Sequence[Phase1D]) -> np.ndarray:
+    """The kernel elements that phase ``combo`` does not apply (True): those whose tap, in
+    some spatial dim, is not one of the phase's (they multiply holes or padding)."""
+    rhs = conv.operands[1]
+    ks = conv.attr["kernel_spatial_dimensions"]
+    on = np.ones(rhs.shape, bool)
+    for d, ph in zip(ks, combo):
+        hit = np.zeros(rhs.shape[d], bool)
+        hit[ph.tap0:ph.tap0 + ph.taps * ph.tap_step:ph.tap_step] = ph.taps > 0
+        on &= hit.reshape([-1 if i == d else 1 for i in range(len(rhs.shape))])
+    return ~on
+
+
+def _hole_products(conv: Node, combo: Sequence[Phase1D], shape: Sequence[int]) -> Node | None:
+    """The original's products with holes and padding that phase ``combo`` leaves out, per
+    output feature and broadcast to ``shape``: 0 * w summed over the kernel elements the
+    phase skips (``_off_phase_taps``) and the input features, which is NaN where one of
+    them is inf or NaN (0 * inf) and a zero otherwise. Without it a kernel holding inf
+    gave inf where the reference gives NaN. None for integers (their products with zeros
+    are zeros) and where the phase applies every kernel element."""
+    if not conv.dtype.is_float:
+        return None
+    off = _off_phase_taps(conv, combo)
+    if not off.any():
+        return None
+    a, rhs = conv.attr, conv.operands[1]
+    zero = like(conv, Op.CONSTANT, [], value=Literal(np.zeros((), rhs.dtype.np)))
+    zeros = like(conv, Op.BROADCAST_IN_DIM, [zero], shape=tuple(rhs.shape), broadcast_dimensions=())
+    mask = like(conv, Op.CONSTANT, [], value=Literal(off))
+    skipped = like(conv, Op.SELECT, [mask, rhs, zeros])
+    products = like(conv, Op.MUL, [zeros, skipped])
+    axes = tuple(sorted((*a["kernel_spatial_dimensions"], a["kernel_input_feature_dimension"])))
+    per_feature = like(conv, Op.REDUCE, [products], kind="sum", axes=axes)
+    if per_feature.dtype is not conv.dtype:
+        per_feature = like(conv, Op.CONVERT, [per_feature], dtype=conv.dtype)
+    return like(conv, Op.BROADCAST_IN_DIM, [per_feature], shape=tuple(shape),
+                broadcast_dimensions=(a["output_feature_dimension"],))
+
+
 def split_phases(conv: Node) -> Node | None:
     """``conv`` (lhs-dilated) without its holes, or None when it has no dilation to remove,
     an empty input, kernel or result, or more than ``MAX_PHASES`` phases with taps.
@@ -143,11 +185,20 @@ def split_phases(conv: Node) -> Node | None:
     out = None
     for idx in itertools.product(*(range(len(p)) for p in per_dim)):
         combo = [per_dim[d][i] for d, i in enumerate(idx)]
-        if any(p.taps == 0 for p in combo):
-            continue  # a phase without taps: its positions read only holes and padding
-        part = _spread(conv, _phase_conv(conv, combo), per_dim, idx)
+        phase_shape = list(conv.shape)
+        for o, phases in zip(a["output_spatial_dimensions"], per_dim):
+            phase_shape[o] = -(-conv.shape[o] // len(phases))
+        holes = _hole_products(conv, combo, phase_shape)
+        if any(p.taps == 0 for p in combo):  # a phase without taps reads only holes and padding
+            if holes is None:
+                continue
+            y = holes
+        else:
+            y = _phase_conv(conv, combo)
+            y = y if holes is None else like(conv, Op.ADD, [y, holes])
+        part = _spread(conv, y, per_dim, idx)
         out = part if out is None else like(conv, Op.ADD, [out, part])
-    if out is None:  # no output reads an input element
+    if out is None:  # no output reads an input element (integers: zeros)
         return like(conv, Op.BROADCAST_IN_DIM, [_zero_scalar(conv)], shape=conv.shape, broadcast_dimensions=())
     if tuple(out.shape) == tuple(conv.shape):
         return out
