@@ -1033,5 +1033,16 @@ def bias_relu(b: Builder, d: Node) -> Node:
     return b.max(z, zero)
 
 
+def row_softmax(b: Builder, x: Node) -> Node:
+    """Softmax over ``x``'s last axis (max and sum of exp over it, each element divided): a
+    row fusion wherever the backend has one."""
+    shape, last = x.shape, len(x.shape) - 1
+    keep = tuple(range(last))
+    mx = b.broadcast_in_dim(b.reduce(x, kind="max", axes=(last,)), shape=shape, broadcast_dimensions=keep)
+    e = b.exp(b.sub(x, mx))
+    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(last,)), shape=shape, broadcast_dimensions=keep)
+    return b.div(e, s)
+
+
 def _dtype_value(npd: np.dtype) -> str:
     return dtype(npd).value

@@ -29,7 +29,7 @@ from axle.compiler import compile_optimized
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module
 from axle.ir.ops import Op
-from axle.testing.cases import OpCase, assert_case_close, assert_close, bias_relu, tolerance
+from axle.testing.cases import OpCase, assert_case_close, assert_close, bias_relu, row_softmax, tolerance
 
 RNG = np.random.default_rng(23)
 MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))  # A [M, K] @ B [K, N]
@@ -64,8 +64,8 @@ def _paths(exe) -> set[str]:  # noqa: ANN001
     em = _Emitter(ir.Module(), spec, spec.vector_bits or _host_bits())
     flags = {"columns": spec.columns_outer, "batch_outer": spec.batch_outer, "split_k": spec.split_reduce_size > 0,
              "swap": em.swap, "rowdot": em.lay.rowdot, "vecmat": em.vecmat, "direct_a": em.direct_a is not None,
-             "direct_b": em.direct_b is not None, "accumulate": em.accumulate, "ind": bool(em.ind_seg), "lines": em.ind_lines,
-             "epilogue": spec.epilogue}
+             "direct_b": em.direct_b is not None, "accumulate": em.accumulate, "ind": bool(em.ind_seg),
+             "lines": em.ind_lines, "epilogue": spec.epilogue}
     return {k for k, v in flags.items() if v}
 
 
@@ -350,13 +350,7 @@ def _unary(name: str, dt: str, shape: tuple[int, ...], body) -> Module:  # noqa:
 
 
 def _softmax(b: Builder, x) -> tuple:  # noqa: ANN001
-    """A row fusion: max and sum of exp over the last axis, each element divided."""
-    shape, last = x.shape, len(x.shape) - 1
-    keep = tuple(range(last))
-    mx = b.broadcast_in_dim(b.reduce(x, kind="max", axes=(last,)), shape=shape, broadcast_dimensions=keep)
-    e = b.exp(b.sub(x, mx))
-    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(last,)), shape=shape, broadcast_dimensions=keep)
-    return (b.div(e, s),)
+    return (row_softmax(b, x),)
 
 
 def _sums(axes: tuple[int, ...]):  # noqa: ANN202

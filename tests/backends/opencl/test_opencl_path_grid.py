@@ -16,7 +16,16 @@ from axle.config import config
 from axle.interpreter import evaluate
 from axle.ir import Builder, DType, Module, TensorType
 from axle.ir.conv import conv_dimension_numbers
-from axle.testing.cases import OpCase, assert_close, bias_relu, check_case, random_input, run_case, tolerance
+from axle.testing.cases import (
+    OpCase,
+    assert_close,
+    bias_relu,
+    check_case,
+    random_input,
+    row_softmax,
+    run_case,
+    tolerance,
+)
 
 RNG = np.random.default_rng(29)
 MM = dict(lhs_contracting=(1,), rhs_contracting=(0,))
@@ -150,12 +159,7 @@ def test_gpu_strategy_dots_around_a_tile(case: tuple, ocl, use_strategy) -> None
 
 
 def _softmax(b: Builder, x) -> tuple:  # noqa: ANN001
-    shape, last = x.shape, len(x.shape) - 1
-    keep = tuple(range(last))
-    mx = b.broadcast_in_dim(b.reduce(x, kind="max", axes=(last,)), shape=shape, broadcast_dimensions=keep)
-    e = b.exp(b.sub(x, mx))
-    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=(last,)), shape=shape, broadcast_dimensions=keep)
-    return (b.div(e, s),)
+    return (row_softmax(b, x),)
 
 
 def _sums(axes: tuple[int, ...]) -> Callable:
