@@ -357,7 +357,7 @@ class Backend(abc.ABC):
         into the backend's own caches, so that compiling the same modules again afterwards
         builds nothing. For callers about to compile many small modules one at a time,
         where the toolchain's fixed cost per invocation dominates (the conformance kit:
-        ``axle.testing.session.prebuild``). A batch that fails to build caches nothing:
+        ``axle.testing.prebuild``). A batch that fails to build caches nothing:
         each module's own compile then builds, and reports a failure, as it would without
         the batch. None (the default): the backend does not batch (nothing is compiled
         ahead)."""

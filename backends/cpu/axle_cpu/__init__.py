@@ -189,10 +189,11 @@ class CpuBackend(Backend):
         # its elementwise consumers into the GEMM, which finishes each tile with them; a
         # convolution too (its implicit GEMM is the same kernel). A big transpose that moves
         # the contiguous axis is the blocked transpose kernel (transpose.py), not a strided
-        # access recomputing its producers inside a loop fusion (llvmlite loads only when compiling:
-        # the threshold is transpose.MIN_BYTES, written out)
+        # access recomputing its producers inside a loop fusion. The threshold is
+        # transpose.MIN_BYTES written out (transpose.py imports llvmlite, which loads only
+        # when compiling); test_cpu_transpose checks that the two agree.
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)  # transpose.MIN_BYTES
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

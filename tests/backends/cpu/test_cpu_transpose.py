@@ -138,3 +138,13 @@ def test_a_relu_read_transposed_is_computed_once_and_transposed_by_the_tiled_ker
     assert len(maxes) == 1
     kinds = [launch.step.spec.kind for launch, _ in compiled.executable._steps if launch is not None]
     assert kinds.count("transpose") == 1, kinds
+
+
+def test_the_fusion_policy_keeps_out_what_the_blocked_kernel_takes() -> None:
+    """The cpu fusion policy's strided-transpose bound is the blocked kernel's MIN_BYTES
+    (written out in the backend so that the policy does not import llvmlite): a transpose
+    kept out of fusions below it would run as a plain strided loop of its own."""
+    import axle
+    from axle_cpu import transpose
+
+    assert axle.REGISTRY.backend("cpu").fusion_policy().max_fused_strided_transpose_bytes == transpose.MIN_BYTES
