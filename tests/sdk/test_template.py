@@ -125,6 +125,28 @@ def test_template_launcher_equals_execute_on_strided_bf16_and_empty_buffers() ->
         np.testing.assert_array_equal(got.handle, want.handle)
 
 
+def test_unclaimed_eager_op_launches_on_the_host_step_with_its_copies() -> None:
+    """An eager dot on template:0 (which does not claim it) is a partitioned one-op module
+    whose host step runs on cpu:0: the hot path launches that step between the copies
+    (PartitionedExecutable.launcher), each result a fresh template buffer of the right
+    values, also with the inputs changed in between and results kept alive."""
+    import axle.numpy as anp
+    from axle.frontend import eager
+    from axle.partition import PartitionedExecutable
+
+    dev = require_backend("template")
+    rng = np.random.default_rng(0)
+    hosts = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    arrays = [axle.device_put(h, dev) for h in hosts]
+    first = anp.matmul(arrays[0], arrays[1])  # the full path: compiles, fills the hot path
+    exe = next(e for e in eager._cache.values() if isinstance(e, PartitionedExecutable))
+    assert exe.launcher() is not None and exe.placement().as_dict()
+    kept = [anp.matmul(arrays[i], arrays[j]) for i, j in ((0, 1), (1, 2), (2, 2), (0, 1))]
+    for out, (i, j) in zip([first, *kept], ((0, 1), (0, 1), (1, 2), (2, 2), (0, 1))):
+        assert out.device == dev and out.buffer.device == dev and out.buffer.type == out.aval
+        np.testing.assert_allclose(np.asarray(out), hosts[i] @ hosts[j], rtol=1e-5, atol=1e-5)
+
+
 def test_new_backend_renames_everything(tmp_path):
     out = new_backend("acme_x", tmp_path / "axle-acme_x")
     assert (out / "axle_acme_x" / "backend.py").is_file() and not (out / "axle_template").exists()
