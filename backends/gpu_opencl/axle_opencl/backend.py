@@ -322,4 +322,4 @@ class OpenCLBackend(Backend):
             buffer.handle.release()
 
     def synchronize(self, device: Device) -> None:
-        self.runtime(device).queue.finish()
+        self.runtime(device).wait()
