@@ -82,7 +82,7 @@ class OpenCLExecutable(Executable):
         types = tuple(t for _, t in plan.results)
         kern, k, rt, device = self._launch[id(step)], step.kernel, self.rt, self.device
         queue, gsize, lsize, lock, pool_lock = rt.queue, k.global_size, k.local_size, rt.launch_lock, rt._pool_lock
-        allocate, set_arg, enqueue, gate = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel, rt.gate
+        allocate, set_arg, enqueue, hold = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel, rt.hold
 
         if n_out == 1:  # nearly every eager op: no per-call lists but the result's
             (size,), (rtype,) = nbytes, types
@@ -95,7 +95,8 @@ class OpenCLExecutable(Executable):
                     set_arg(0, out)
                     for j, w in binds:
                         set_arg(j, args[w].handle)
-                    enqueue(queue, kern, gsize, lsize, wait_for=gate())  # held back: rt.gate
+                    hold()  # behind a batch's gate (DeviceRuntime.hold)
+                    enqueue(queue, kern, gsize, lsize)
                 return [Buffer(device, rtype, out)]
 
             return launch
@@ -109,7 +110,8 @@ class OpenCLExecutable(Executable):
                     set_arg(j, buf)
                 for j, w in binds:
                     set_arg(j, args[w].handle)
-                enqueue(queue, kern, gsize, lsize, wait_for=gate())
+                hold()
+                enqueue(queue, kern, gsize, lsize)
             return [Buffer(device, t, h) for t, h in zip(types, outs)]
 
         return launch_many

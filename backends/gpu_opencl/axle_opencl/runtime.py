@@ -151,31 +151,33 @@ class DeviceRuntime:
         # fresh pages (and their first-touch faults on CPU devices). The queue is
         # in-order, so reuse never overtakes a pending reader.
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
-        # Eager launches wait on a user event (gate), completed by release(): PoCL then
-        # wakes its worker threads once per batch instead of once per kernel, which on a
-        # busy host costs each eager op more than its enqueueing (see gate()).
-        self._gate: list[cl.UserEvent] | None = None
+        # Eager launches wait behind a barrier on a user event (the gate), completed by
+        # release(): PoCL then wakes its worker threads once per batch instead of once per
+        # kernel, which on a busy host costs each eager op more than its enqueueing (hold()).
+        self._gate: cl.UserEvent | None = None
         self._gated = 0
         _runtimes.add(self)
 
     # -- eager batching ------------------------------------------------------------
-    def gate(self) -> list[cl.UserEvent]:
-        """The wait list of an eager launch (the caller holds ``launch_lock``): the
-        current gate, a new one after GATE_DEPTH launches (the full one let go). Launches
-        stay in queue order (the queue is in-order), and every wait on the queue releases
-        first (``release``: download, synchronize, profiling, exit), so holding kernels
-        back never changes a value read and never blocks a reader. Enqueueing errors
-        still raise at the launch: only the kernels' start is deferred."""
+    def hold(self) -> None:
+        """Holds back the eager launch enqueued next (the caller holds ``launch_lock``):
+        behind the current gate, a barrier on a user event, or a new one after GATE_DEPTH
+        launches (the full one let go). The queue is in order, so everything enqueued after
+        the barrier waits with it, and every wait on the queue lets the gate go first
+        (``download``, ``wait``, exit): holding kernels back never changes a value read and
+        never blocks a reader. Enqueueing errors still raise at the launch: only the
+        kernels' start is deferred."""
         if self._gate is None or self._gated >= GATE_DEPTH:
             self._open()
-            self._gate, self._gated = [cl.UserEvent(self.context)], 0
+            gate = cl.UserEvent(self.context)
+            cl.enqueue_barrier(self.queue, wait_for=[gate])
+            self._gate, self._gated = gate, 0
         self._gated += 1
-        return self._gate
 
     def _open(self) -> None:
         """Lets the gated launches run (the caller holds ``launch_lock``)."""
         if self._gate is not None:
-            self._gate[0].set_status(cl.command_execution_status.COMPLETE)
+            self._gate.set_status(cl.command_execution_status.COMPLETE)
             self._gate = None
 
     def release(self) -> None:

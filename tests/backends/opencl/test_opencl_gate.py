@@ -1,4 +1,4 @@
-"""Eager launches on opencl:0 wait on a user event (runtime.py, ``DeviceRuntime.gate``)
+"""Eager launches on opencl:0 wait on a user event (runtime.py, ``DeviceRuntime.hold``: a barrier on a user event)
 that every wait on the queue lets go first: values read back stay right, freed results
 stay safe to reuse, and nothing that waits (a read, block_until_ready, a loop's
 condition, the profiler) can block on a held kernel."""
