@@ -80,7 +80,8 @@ class TemplateExecutable(Executable):
         def run(args: Sequence[Buffer]) -> list[Buffer]:
             out = np.empty(out_type.shape, out_type.dtype.np)
             try:  # the buffer protocol checks each array is C-contiguous, writable, non-empty and has a format
-                pointers = [ctypes.addressof(ctypes.c_char.from_buffer(a)) for a in (*(b.handle for b in args), out)]
+                pointers = [ctypes.addressof(ctypes.c_char.from_buffer(b.handle)) for b in args]
+                pointers.append(ctypes.addressof(ctypes.c_char.from_buffer(out)))  # type: ignore[arg-type]  # a buffer
             except (TypeError, ValueError):  # (a custom call's strided result, bfloat16): the general path
                 return self.execute(args)
             for stage in stages:
