@@ -36,7 +36,7 @@ import llvmlite.binding as llvm
 import axle
 from axle import counters
 from axle.config import config
-from axle.diskcache import CacheWarning, DiskCache, code_version
+from axle.diskcache import CacheWarning, DiskCache, cache_root, code_version
 
 LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
@@ -310,6 +310,11 @@ class Library:
 #: the packages whose code decides what a cached object holds: axle (the optimizer, the
 #: lowering layer) and this backend (emitters, this file's O3 pipeline)
 _CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+if cache_root() is not None:
+    # a per-process cost (about 200 stats, 0.5 ms), paid with the rest of loading this
+    # backend rather than inside a cached program's first call; the same directories are
+    # the optimized-module cache's key (axle.module_cache), so it is computed once
+    code_version(*_CODE_DIRS)
 
 
 def object_key(what: str, interleave: bool) -> bytes:
