@@ -192,8 +192,9 @@ def linker() -> str | None:
     """The linker that makes each compiled module a shared library (None: modules are
     objects loaded by MCJIT). ``ld`` itself, which ``cc`` runs: called directly it costs
     about 2 ms of CPU per module, ``cc -shared`` 13 ms. Linux only (the library is loaded
-    from a memfd), and only for ELF machines whose header field is known."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "memfd_create"):
+    from a memfd, by its /proc/self/fd path), and only for ELF machines whose header field
+    is known."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
         return None
     if host().triple.split("-")[0] not in _ELF_MACHINE:
         return None

@@ -316,3 +316,20 @@ def test_another_cpus_library_is_never_loaded(linked, monkeypatch) -> None:
     axle.reset_stats()
     assert _triple(JitModule(IR)) == 21.0
     assert _counts()["hits"] == 0 and _counts()["misses"] == 1 and _counts()["writes"] == 1
+
+
+def test_without_ld_modules_are_objects_loaded_by_mcjit_under_another_key(compile_cache, monkeypatch) -> None:
+    """A host without ``ld`` (or not Linux) caches each module's object and loads it into an
+    MCJIT engine; the artifact's format is in the key, so neither kind is read as the other."""
+    shared_key = ir_key(IR, True)
+    monkeypatch.setattr(target, "linker", lambda: None)
+    monkeypatch.setattr(target, "_jit_tm", None)  # the JIT code generator (large code model)
+    assert ir_key(IR, True) != shared_key
+    axle.reset_stats()
+    first = JitModule(IR)
+    payload = target.DISK.get(ir_key(IR, True))
+    assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[16:18], "little") == 1  # ET_REL: an object
+    axle.reset_stats()
+    second = JitModule(IR)
+    assert _counts()["hits"] == 1 and first._lib is None and second._lib is None
+    assert _triple(first) == _triple(second) == 21.0
