@@ -333,3 +333,27 @@ def test_without_ld_modules_are_objects_loaded_by_mcjit_under_another_key(compil
     second = JitModule(IR)
     assert _counts()["hits"] == 1 and first._lib is None and second._lib is None
     assert _triple(first) == _triple(second) == 21.0
+
+
+def test_threads_loading_libraries_at_once_each_get_their_own_code(linked) -> None:
+    """Eight threads compile (then load from the cache) modules whose @k differ, dropping
+    them as they go: memfd numbers are reused all the time, and no thread may get another
+    one's library."""
+    import threading
+
+    errors: list[str] = []
+
+    def work(c: int) -> None:
+        for _ in range(3):  # compiled once, then loaded from the cache
+            jm = JitModule(IR.replace("3.0", f"{c}.0"))
+            got = _triple(jm)
+            if got != 7.0 * c:
+                errors.append(f"module of {c} gave {got}")
+            del jm
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(4, 12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
