@@ -41,9 +41,9 @@ KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, 
 
 #: a split is kept when it takes less than this fraction of the one-thread time
 SPLIT_GAIN = 0.85
-#: a kernel taking this many times the pool's wake-up cost on one thread is long: its split
-#: costs next to nothing when no other core is free (the caller claims every chunk) and is
-#: kept unless measured slower than LONG_SLOWER times one thread
+#: a kernel taking this many times the pool's wake-up cost on one thread is long: the
+#: wake-up is nothing beside it, and its split is kept unless measured slower than
+#: LONG_SLOWER times one thread (a memory-bound kernel gains little from a second thread)
 LONG_FACTOR = 64.0
 LONG_SLOWER = 1.05
 #: a split trial that did not win counts only when its threads ran at once at least this
@@ -209,16 +209,13 @@ class _Launch:
       same cache and load), and the best of each is compared;
     - a kernel whose best one-thread launch took at most SPLIT_FACTOR times the pool's
       wake-up cost (threads.py) is not split (decided at once, not tried);
-    - the split is kept if it was at least 1/SPLIT_GAIN times faster (a gain no load
-      makes up);
-    - else the trials count only if the threads of a split trial ran at once (OVERLAP:
-      the workers' chunks and the caller's CPU time). When they did not, the other cores
-      were busy and the decision is not ``conclusive``: for this process a long kernel
-      (LONG_FACTOR) is split and a short one is not, and the next process measures again
-      (decisions.py);
-    - else a long kernel keeps its split unless it was slower than LONG_SLOWER times one
-      thread (a memory-bound kernel may gain little, and a split never waits for a late
-      worker), and a short one is not split."""
+    - the split is kept if it was at least 1/SPLIT_GAIN times faster, or, for a long
+      kernel (LONG_FACTOR), unless it was slower than LONG_SLOWER times one thread (a
+      memory-bound kernel may gain little from a second thread, but loses nothing);
+    - the decision is ``conclusive`` (kept for the next process, decisions.py) only when
+      the threads of a split trial ran at once (OVERLAP: the workers' chunks and the
+      caller's CPU time). Otherwise the other cores were busy: the decision holds for
+      this process and the next one measures again."""
 
     TIMED = 3
 
@@ -344,12 +341,12 @@ def split_verdict(one_us: float, split_us: float, overlap: float, wake_us: float
     """(split, conclusive) from the best one-thread and split times of a kernel, how much
     the threads of its split trials ran at once (0 to 1) and the pool's wake-up cost
     (_Launch)."""
-    if split_us < SPLIT_GAIN * one_us:
-        return True, True
     long = one_us >= LONG_FACTOR * wake_us
-    if overlap < OVERLAP:  # the other cores were busy: the trials say nothing
-        return long, False
-    return long and split_us <= LONG_SLOWER * one_us, True
+    split = split_us < SPLIT_GAIN * one_us or (long and split_us <= LONG_SLOWER * one_us)
+    # kept only if measured with the threads running at once: else the other cores were
+    # busy, and the times say what a split gives now, not what it gains (a win may be
+    # one-thread launches preempted, a loss a preempted worker holding a chunk)
+    return split, overlap >= OVERLAP
 
 
 class _ReductionSplit:

@@ -151,10 +151,12 @@ def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None: 
 #: SPLIT_GAIN 0.85, LONG_FACTOR 64 (long from 640 us at a 10 us wake-up), LONG_SLOWER 1.05,
 #: OVERLAP 0.5
 VERDICTS = [
-    ((100.0, 60.0, 0.0, 10.0), (True, True)),  # a win counts whatever the load
+    ((100.0, 60.0, 0.9, 10.0), (True, True)),  # a win, the threads ran at once
+    ((100.0, 60.0, 0.1, 10.0), (True, False)),  # a win on busy cores (one-thread runs preempted?)
     ((100.0, 95.0, 0.9, 10.0), (False, True)),  # short, no win, the threads ran at once
     ((100.0, 95.0, 0.1, 10.0), (False, False)),  # short, the other cores busy: measured again
-    ((1000.0, 990.0, 0.1, 10.0), (True, False)),  # long, cores busy: split for now (never waits)
+    ((1000.0, 990.0, 0.1, 10.0), (True, False)),  # long, cores busy: split for now, measured again
+    ((1000.0, 1200.0, 0.1, 10.0), (False, False)),  # long, cores busy and the split slower: not for now
     ((1000.0, 1040.0, 0.9, 10.0), (True, True)),  # long, memory-bound: a split costs nothing
     ((1000.0, 1100.0, 0.9, 10.0), (False, True)),  # long and measured slower with both threads
 ]
