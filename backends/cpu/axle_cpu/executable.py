@@ -205,8 +205,9 @@ class _Launch:
     and whether it is split across threads. That is decided by measurement, made robust
     to other processes on the machine (they only ever slow a launch down):
 
-    - its first ``2 * TIMED`` launches alternate one thread and split (so both see the
-      same cache and load), and the best of each is compared;
+    - its first ``LAUNCHES`` launches are one thread twice (the first is cold: new code,
+      new pages), then split and one thread in turn (so both see the same cache and load)
+      until ``TIMED`` were split, and the best of each is compared;
     - a kernel whose best one-thread launch took at most SPLIT_FACTOR times the pool's
       wake-up cost (threads.py) is not split (decided at once, not tried);
     - the split is kept if it was at least 1/SPLIT_GAIN times faster, or, for a long
@@ -218,6 +219,8 @@ class _Launch:
       this process and the next one measures again."""
 
     TIMED = 3
+    #: the launches that measure a kernel (TIMED split, one more on one thread)
+    LAUNCHES = 2 * TIMED + 1
 
     def __init__(self, step: KernelStep, addr: int, region: int) -> None:
         self.step = step
@@ -231,8 +234,8 @@ class _Launch:
         self.conclusive = True
         self.nin = len(step.ins)
         self.nbuf = self.nin + len(step.outs)
-        self._best_us = float("inf")  # one thread, launches 0, 2, 4...
-        self._best_split_us = float("inf")  # split, launches 1, 3, 5...
+        self._best_us = float("inf")  # one thread, launches 0, 1, 3, 5...
+        self._best_split_us = float("inf")  # split, launches 2, 4, 6...
         self._ones = 0
         self._splits = 0
         self._overlap = 0.0  # how much the threads of the best split trial so far ran at once
@@ -250,8 +253,9 @@ class _Launch:
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 
     def _trial(self, pool: threads.NativePool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
-        """One launch of the measurement: one thread and split in turn (class docstring)."""
-        if self._ones <= self._splits:
+        """One launch of the measurement: one thread twice, then split and one thread in
+        turn (class docstring)."""
+        if self._ones < self._splits + 2:
             t0 = time.perf_counter()
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)

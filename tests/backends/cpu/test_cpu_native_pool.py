@@ -19,7 +19,7 @@ from axle.config import config
 from axle.errors import AxleError
 from axle.testing import IN_CI
 
-WARM = 6  # calls after which every kernel's threading is measured and the schedule fixed
+WARM = 8  # calls after which every kernel's threading is measured (_Launch.LAUNCHES) and the schedule fixed
 RNG = np.random.default_rng(7)
 
 
@@ -310,3 +310,9 @@ def test_the_wake_up_cost_is_the_least_of_its_probes(cpu, monkeypatch) -> None: 
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
     us = threads.pool()._measure_wake()
     assert 5.0 <= us < 10_000.0  # the median would be >= 20 ms
+
+
+def test_warm_covers_the_measurement() -> None:
+    from axle_cpu import executable
+
+    assert WARM == executable._Launch.LAUNCHES + 1

@@ -141,7 +141,7 @@ def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None: 
     for gain, kept in ((0.0, False), (1e9, True)):
         monkeypatch.setattr(executable, "SPLIT_GAIN", gain)
         f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
-        for _ in range(2 * executable._Launch.TIMED + 1):
+        for _ in range(executable._Launch.LAUNCHES):
             np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
         (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
         assert launch.parallel is kept
@@ -172,9 +172,9 @@ def test_the_split_verdict(times: tuple[float, float, float, float], want: tuple
 
 
 def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """The measurement alternates one thread and split (both see the same cache and load)
-    and ends after TIMED of each; a kernel too short to repay a wake-up is decided at its
-    first launch, untried."""
+    """The measurement runs one thread twice (the first launch is cold), then alternates
+    split and one thread (both see the same cache and load) and ends after TIMED splits;
+    a kernel too short to repay a wake-up is decided at its first launch, untried."""
     from axle_cpu import executable, threads
 
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
@@ -190,7 +190,8 @@ def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # n
     monkeypatch.setattr(launch, "fn", lambda *a: (order.append("one"), fn(*a)))
     while launch.parallel is None:
         np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
-    assert ["one"] + order == ["one", "split"] * executable._Launch.TIMED
+    assert ["one"] + order == ["one"] + ["one", "split"] * executable._Launch.TIMED
+    assert len(order) + 1 == executable._Launch.LAUNCHES
     monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))
     g = axle.jit(lambda a: a * 3.0, device=cpu)
     g(x)
