@@ -241,9 +241,10 @@ def test_aot_kit_control_cases(case_id: str, tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("cpu", ["haswell", None], ids=["avx2", "host"])
 def test_aot_long_rows_on_avx2_and_the_host(cpu: str | None, tmp_path: pathlib.Path) -> None:
-    """Layer norm and row softmax over rows of 1024 and 1100 (a vector tail): their long
-    row reductions stay loops of vector accumulators (emitter._rolled), compiled for AVX2
-    (256-bit, 16 registers) and for the host (AVX-512 here), against the interpreter."""
+    """Layer norm and row softmax over rows of 1024 and 1100 (a vector tail) compiled for
+    AVX2 (256-bit, 16 registers) and for the host (AVX-512 here), against the interpreter:
+    the row reductions of 1024 stay loops of vector accumulators on an AVX-512 host
+    (emitter._rolled), those of 1100 are unrolled."""
     import axle.numpy as anp
     from axle_cpu.aot import compile_aot, trace
 
