@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .backend import Buffer, Capabilities, Device, Executable
 from .config import config
 from .device_compile import compile_on_device, expand_for
@@ -441,6 +443,29 @@ class PartitionedExecutable(Executable):
                 env[u] = b
         results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
         return [_on(env[r.uid], self.device) for r in results]
+
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """Eager dispatch's hot path (``Executable.launcher``) of a module that runs whole on
+        another device (an eager op its device does not claim: the template's dot runs on
+        cpu:0): that step's own launcher between the copies ``execute`` makes, bound once
+        (the profiler's transfer spans are execute's: the core calls it while recording)."""
+        entry = self.module.entry
+        results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
+        if len(self.steps) != 1 or any(n.op is Op.CONSTANT for n in entry.nodes):
+            return None
+        step = self.steps[0]
+        if step.inputs != [p.uid for p in entry.parameters] or step.outputs != [r.uid for r in results] \
+                or step.device == self.device:
+            return None
+        inner = step.executable.launcher() or step.executable.execute
+        here, there = REGISTRY.backend_for(self.device), REGISTRY.backend_for(step.device)
+        home, away = self.device, step.device
+
+        def run(args: Sequence[Buffer]) -> list[Buffer]:
+            outs = inner([there.to_device(np.asarray(here.to_host(a), order="C"), away) for a in args])
+            return [here.to_device(np.asarray(there.to_host(b), order="C"), home) for b in outs]
+
+        return run
 
     def report(self) -> dict[str, Any]:
         kernels = 0
