@@ -540,7 +540,7 @@ def _ops_text(module: Module) -> str:
     return ", ".join(sorted(ops)) or "no ops"
 
 
-def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Device, Executable]:
+def _compile_host(module: Module, device: Device, optimize: bool, keep_module: bool) -> tuple[Device, Executable]:
     errors = []
     for host in host_devices(device):
         # what the host cannot run even with its unclaimed extended ops decomposed
@@ -549,7 +549,7 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
             errors.append(f"{host.name}: {describe(refused[0][0])}: {refused[0][1]}")
             continue
         try:
-            return host, compile_on_device(module, host, optimize=optimize, keep_module=False)[0]
+            return host, compile_on_device(module, host, optimize=optimize, keep_module=keep_module)[0]
         except PlacementError:
             raise
         except Exception as e:  # noqa: BLE001 - the next host backend may manage
@@ -575,7 +575,7 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
             first = next((n for n in module.entry.nodes if n.op not in _FREE), module.entry.root)
             raise PlacementError(f"strict placement: {module.name} ({_ops_text(module)}) failed to compile for "
                                  f"{device.name} ({why}); first op {describe(first)}", where=first.loc) from e
-        host, exe = _compile_host(module, device, optimize)
+        host, exe = _compile_host(module, device, optimize, keep_module)
         warnings.warn(f"axle: {module.name} ({_ops_text(module)}) failed to compile for {device.name} ({why}); "
                       f"running it on {host.name}", PlacementWarning, stacklevel=4)
         return host, exe, f"compile failed on {device.name}: {why}", module
@@ -633,9 +633,9 @@ def _compile_expanded(module: Module, device: Device, optimize: bool, keep_modul
     for part in parts:
         c = part.cluster
         if c.device == device:
-            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict, keep_module=False)
+            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict, keep_module)
         else:
-            dev, exe = _compile_host(part.module, device, optimize)
+            dev, exe = _compile_host(part.module, device, optimize, keep_module)
             why = c.reason
         steps.append(Step(dev, exe, [i.uid for i in part.inputs], [o.uid for o in part.outputs]))
         devices.append(dev)
