@@ -276,7 +276,7 @@ _NAMED: set[int] = set()
 #: collection in the middle of a load may close another library)
 _LIBRARIES = threading.RLock()
 renew_in_child(sys.modules[__name__], "_LIBRARIES", threading.RLock)
-#: files tried for one library before it is refused (each other one a loaded library's)
+#: files tried for one library before it is refused (each one dlopen matched to a loaded library)
 _OPEN_TRIES = 8
 
 
@@ -358,20 +358,21 @@ def _open(data: bytes, opened: list[int]) -> tuple[int, int]:
     for _ in range(_OPEN_TRIES):
         fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
         opened.append(fd)
-        n = _unnamed(fd, start)
-        opened.append(n)
-        path = f"/proc/self/fd/{n}"
-        if not _loaded(path):  # checked while the file is empty: by its name only
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            handle = _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_LOCAL)
-            if handle not in _HELD:
-                _HELD.add(handle)
-                _NAMED.add(n)
-                return handle, n
-            _ctypes.dlclose(handle)  # the reference this dlopen took of a loaded library
-        start = n + 1
+        while True:  # ends: the numbers grow up to the open-files limit (then OSError)
+            n = _unnamed(fd, start)
+            opened.append(n)
+            start = n + 1
+            if not _loaded(f"/proc/self/fd/{n}"):  # checked while the file is empty: by name only
+                break
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        handle = _ctypes.dlopen(f"/proc/self/fd/{n}", os.RTLD_NOW | os.RTLD_LOCAL)
+        if handle not in _HELD:
+            _HELD.add(handle)
+            _NAMED.add(n)
+            return handle, n
+        _ctypes.dlclose(handle)  # the reference this dlopen took of a loaded library: another file
     raise OSError(f"dlopen gave a loaded library for {_OPEN_TRIES} new files")
 
 

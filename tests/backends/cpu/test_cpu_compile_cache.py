@@ -288,6 +288,20 @@ def test_a_library_is_loaded_with_two_files_whatever_the_number_held(linked, mon
     assert [_triple(jm) for jm in [*held, last]] == [7.0 * c for c in [*range(4, 24), 30]]
 
 
+def test_paths_other_code_loaded_libraries_by_are_passed_over(linked, monkeypatch) -> None:
+    """Twelve fd numbers whose paths name libraries loaded by other code (or names dlopen
+    added to a held one): each is skipped, and the module is still a library of its own."""
+    probed: list[str] = []
+
+    def foreign(path: str) -> bool:
+        probed.append(path)
+        return len(probed) <= 12
+
+    monkeypatch.setattr(target, "_loaded", foreign)
+    jm = JitModule(IR)
+    assert len(probed) == 13 and len(set(probed)) == 13 and jm._lib is not None and _triple(jm) == 21.0
+
+
 def test_a_file_dlopen_takes_for_a_loaded_library_is_never_used(linked, monkeypatch) -> None:
     """dlopen also gives back a loaded library for a file whose device and inode are that
     library's (a memfd's inode number was unique only from Linux 5.9 on: before, a 32-bit
