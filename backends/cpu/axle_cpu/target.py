@@ -7,7 +7,8 @@ object linked once, when it is compiled, and loaded by ``dlopen`` (from a memfd 
 the cache entry's bytes, about 0.1 ms) in this and every later process. Loading an object
 into an MCJIT engine instead (context, engine, target machine, relocation: some 35
 llvmlite calls) cost about 1.5 ms per module, most of a cached program's first call.
-Without ``ld`` (or memfd), and with the cache off, objects are loaded by MCJIT as before.
+Without ``ld`` (or memfd) objects are loaded by MCJIT as before (with the cache off too:
+modules are libraries wherever ``ld`` is found).
 
 LLVM state is process-wide and not thread-safe while compiling, so every compile holds
 ``LOCK``, and so does every disposal of compiled code: a JitModule that dies (evicted from
@@ -37,6 +38,10 @@ import axle
 from axle import counters
 from axle.config import config
 from axle.diskcache import CacheWarning, DiskCache, cache_root, code_version
+from axle.forksafe import renew_in_child
+
+if sys.platform.startswith("linux"):  # the only hosts whose modules are shared libraries (linker())
+    import fcntl
 
 LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
@@ -263,32 +268,65 @@ def _is_library(data: bytes) -> bool:
     return True
 
 
+#: the handles (link maps) of the libraries this process holds through ``Library``, and
+#: the fd numbers whose ``/proc/self/fd/N`` paths they were opened by (under _LIBRARIES)
+_HELD: set[int] = set()
+_NAMED: set[int] = set()
+#: held around each library's choice of path, ``dlopen`` and ``dlclose`` (reentrant: a
+#: collection in the middle of a load may close another library)
+_LIBRARIES = threading.RLock()
+renew_in_child(sys.modules[__name__], "_LIBRARIES", threading.RLock)
+#: files tried for one library before it is refused (each one dlopen matched to a loaded library)
+_OPEN_TRIES = 8
+
+
+def _unnamed(fd: int, start: int) -> int:
+    """A duplicate of ``fd`` numbered as no held library's path is (the lowest such number
+    from ``start``), found without opening the named numbers' files."""
+    n = start
+    while True:
+        while n in _NAMED:
+            n += 1
+        try:
+            dup = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, n)
+        except OSError as e:  # EINVAL: n reached the open-files limit (RLIMIT_NOFILE)
+            raise OSError(f"no file number from {n} up to the open-files limit is free for another library "
+                          f"({len(_HELD)} held, each opened by a number of its own)") from e
+        if dup not in _NAMED:
+            return dup
+        os.close(dup)
+        n = dup + 1
+
+
 class Library:
     """A shared library loaded from bytes: written to a memfd and opened by ``dlopen``
     (``RTLD_LOCAL``: its symbols are found through this handle only), so no file another
     process could replace is ever opened. Closed (``dlclose``) when it dies.
 
-    ``dlopen`` finds an already loaded library by the path it was opened by before it
-    looks at the file: a memfd's number is reused once closed, so a new library opened
-    as ``/proc/self/fd/N`` while another one opened so is still loaded would be that
-    other one (its symbols, silently). A path whose name is taken (``RTLD_NOLOAD`` finds
-    it) is kept open while another memfd, of another number, is made."""
+    ``dlopen`` gives back a library already loaded instead of the file it is asked for when
+    the path is one a loaded library was opened by, or when the file's device and inode are
+    a loaded library's. A memfd's number is reused once closed, so a new library opened as
+    ``/proc/self/fd/N`` while another one opened so is still loaded would be that other one
+    (its symbols, silently): each library is opened by a number no held library's path has
+    (``_NAMED``; a duplicate of its memfd), and a path some other code loaded a library by
+    (``RTLD_NOLOAD`` finds it) takes another file. That costs the same whatever the number
+    of libraries held: trying the taken numbers one by one, each kept open, cost some 13 ms
+    per load with a thousand libraries held, and past the open-files limit every module
+    fell back to MCJIT. Inode numbers are no safer than fd numbers: a memfd's was unique
+    only from Linux 5.9 on (before, a 32-bit counter shared with pipes and sockets, which
+    wraps), and the path check, made before the file holds the library, cannot see them.
+    So a handle ``dlopen`` returns must be none of those this process holds (``_HELD``);
+    one that is was another library, and another file is tried."""
 
     def __init__(self, data: bytes) -> None:
         if not _is_library(data):
             raise OSError("not a shared library for this machine")
-        taken: list[int] = []
-        fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
+        opened: list[int] = []  # closed once loaded: a file or number tried is not made again meanwhile
         try:
-            while _loaded(f"/proc/self/fd/{fd}"):
-                taken.append(fd)
-                fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            self._handle = _ctypes.dlopen(f"/proc/self/fd/{fd}", os.RTLD_NOW | os.RTLD_LOCAL)
+            with _LIBRARIES:
+                self._handle, self._number = _open(data, opened)
         finally:
-            for f in [fd, *taken]:
+            for f in opened:
                 os.close(f)
 
     def address(self, name: str) -> int:
@@ -300,12 +338,42 @@ class Library:
 
     # bound now: at exit the modules may be gone
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing,
-                _close: Callable[[int], None] = _ctypes.dlclose) -> None:
+                _close: Callable[[int], None] = _ctypes.dlclose, _held: set[int] = _HELD,
+                _named: set[int] = _NAMED) -> None:
         # never at interpreter exit: the worker pool's threads wait inside the runtime
         # module's code until the process ends (the OS unmaps it all then)
         handle = self.__dict__.pop("_handle", None)
         if handle is not None and not _finalizing():
-            _close(handle)
+            with _LIBRARIES:  # its handle and path are free for another library once it is gone
+                _close(handle)
+                _held.discard(handle)
+                _named.discard(self._number)
+
+
+def _open(data: bytes, opened: list[int]) -> tuple[int, int]:
+    """``dlopen`` of ``data`` written to a memfd, by a path and from a file no loaded library
+    has: (its handle, the fd number its path names). The caller holds _LIBRARIES and closes
+    the fds listed in ``opened``."""
+    start = 0
+    for _ in range(_OPEN_TRIES):
+        fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
+        opened.append(fd)
+        while True:  # ends: the numbers grow up to the open-files limit (then OSError)
+            n = _unnamed(fd, start)
+            opened.append(n)
+            start = n + 1
+            if not _loaded(f"/proc/self/fd/{n}"):  # checked while the file is empty: by name only
+                break
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        handle = _ctypes.dlopen(f"/proc/self/fd/{n}", os.RTLD_NOW | os.RTLD_LOCAL)
+        if handle not in _HELD:
+            _HELD.add(handle)
+            _NAMED.add(n)
+            return handle, n
+        _ctypes.dlclose(handle)  # the reference this dlopen took of a loaded library: another file
+    raise OSError(f"dlopen gave a loaded library for {_OPEN_TRIES} new files")
 
 
 #: the packages whose code decides what a cached object holds: axle (the optimizer, the

@@ -270,6 +270,66 @@ def test_libraries_loaded_one_after_another_keep_their_own_code(linked) -> None:
     assert (_triple(second), _triple(third)) == (28.0, 35.0)
 
 
+def test_a_library_is_loaded_with_two_files_whatever_the_number_held(linked, monkeypatch) -> None:
+    """A library is opened by an fd number no held library's path has: with twenty held,
+    loading one more makes one memfd (it took one per held library, each kept open until
+    the load: quadratic time, and past the open-files limit every module ran from MCJIT)."""
+    held = [JitModule(IR.replace("3.0", f"{c}.0")) for c in range(4, 24)]
+    made: list[int] = []
+    memfd_create = os.memfd_create
+
+    def counted(name: str, flags: int = 0) -> int:
+        made.append(flags)
+        return memfd_create(name, flags)
+
+    monkeypatch.setattr(os, "memfd_create", counted)
+    last = JitModule(IR.replace("3.0", "30.0"))
+    assert len(made) == 1 and last._lib is not None
+    assert [_triple(jm) for jm in [*held, last]] == [7.0 * c for c in [*range(4, 24), 30]]
+
+
+def test_paths_other_code_loaded_libraries_by_are_passed_over(linked, monkeypatch) -> None:
+    """Twelve fd numbers whose paths name libraries loaded by other code (or names dlopen
+    added to a held one): each is skipped, and the module is still a library of its own."""
+    probed: list[str] = []
+
+    def foreign(path: str) -> bool:
+        probed.append(path)
+        return len(probed) <= 12
+
+    monkeypatch.setattr(target, "_loaded", foreign)
+    jm = JitModule(IR)
+    assert len(probed) == 13 and len(set(probed)) == 13 and jm._lib is not None and _triple(jm) == 21.0
+
+
+def test_a_file_dlopen_takes_for_a_loaded_library_is_never_used(linked, monkeypatch) -> None:
+    """dlopen also gives back a loaded library for a file whose device and inode are that
+    library's (a memfd's inode number was unique only from Linux 5.9 on: before, a 32-bit
+    counter that wraps). Emulated by giving the second module the first one's file under
+    another number; the path check, which sees an empty file where inodes collide, is left
+    out. The second module gets its own code (28, not the first one's 21), from a library."""
+    memfd_create = os.memfd_create
+    files: list[int] = []
+
+    def first_file_again(name: str, flags: int = 0) -> int:
+        fd = memfd_create(name, flags)
+        if len(files) == 1:  # the second module's first file: the first module's one
+            os.close(fd)
+            fd = os.dup(files[0])
+        files.append(os.dup(fd))
+        return fd
+
+    monkeypatch.setattr(os, "memfd_create", first_file_again)
+    monkeypatch.setattr(target, "_loaded", lambda path: False)
+    try:
+        first = JitModule(IR)
+        second = JitModule(IR.replace("3.0", "4.0"))
+        assert (_triple(first), _triple(second)) == (21.0, 28.0) and second._lib is not None
+    finally:
+        for f in files:
+            os.close(f)
+
+
 SHADOWING_IR = """
 define float @expf(float %x) noinline optnone {
   %y = fadd float %x, 35.0
