@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 import axle
 from axle import partition
+from axle.errors import OpAttributeError
 from axle.ir import printer
 from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
 from axle.ir.module import Module
+from axle.ir.ops import OPS, Op
 from axle.ir.parser import parse_module
 from axle.ir.types import TensorType
 from axle.passes import expand
@@ -70,3 +73,17 @@ def test_placement_measures_no_buffer_without_a_limit(monkeypatch: pytest.Monkey
     limited = dataclasses.replace(caps, limits={**caps.limits, "max_elements": 5})
     refused = partition.unsupported_nodes(_module(), limited)
     assert measured and refused and "above the device's max_elements=5" in refused[0][1]
+
+
+def test_an_int_tuple_attribute_is_taken_as_it_is_and_others_are_still_checked() -> None:
+    spec = OPS[Op.TRANSPOSE].attr_spec("permutation")
+    given = (1, 0)
+    assert spec.coerce(Op.TRANSPOSE, given) is given  # no new tuple, no per-element call
+    out = spec.coerce(Op.TRANSPOSE, (np.int64(1), 0))
+    assert out == (1, 0) and all(type(v) is int for v in out)
+    for bad in [(True, 0), (1.0, 0), ("1", 0)]:
+        with pytest.raises(OpAttributeError, match="permutation"):
+            spec.coerce(Op.TRANSPOSE, bad)
+    shape = OPS[Op.BROADCAST_IN_DIM].attr_spec("shape")
+    with pytest.raises(OpAttributeError, match="shape"):
+        shape.coerce(Op.BROADCAST_IN_DIM, (3, -1))
