@@ -111,8 +111,8 @@ def _kernels_json(d):  # noqa: ANN001, ANN202
                 yield from _kernels_json(sub)
 
 
-def test_a_cached_plan_knows_its_helpers_and_builds_without_searching_the_source(ocl, compile_cache,  # noqa: ANN001
-                                                                                monkeypatch) -> None:  # noqa: ANN001
+def test_a_cached_plan_knows_its_helpers_and_builds_without_searching_the_source(ocl, compile_cache,
+                                                                                monkeypatch) -> None:
     """Each kernel's helper functions are kept in the plan: a cached first call builds its
     program without the regex over the whole source (render.program_source), and the
     program's source, so its binary's key, is the one the search gave."""
