@@ -257,7 +257,9 @@ class CpuBackend(Backend):
         out: dict[str, object] = {}
         missing = []
         for spec in plan.kernels.values():
-            k = (spec.comp.structural_key, spec.kind)
+            # in_place: the same computation reading an operand through the output's
+            # pointer is another kernel (run where the two buffers differ, it reads garbage)
+            k = (spec.comp.structural_key, spec.kind, spec.in_place)
             got = self._kernel_cache.get(k)
             if got is None:
                 missing.append((k, spec))

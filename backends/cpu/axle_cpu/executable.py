@@ -116,6 +116,11 @@ def compile_kernels(specs: Sequence[KernelSpec], name: str = "axle", module_dige
 _EXACT_REPR = (str, int, bool)
 
 
+def _int_pairs(value: object) -> bool:
+    """A tuple of pairs of ints (KernelSpec.in_place), which ``repr`` describes exactly."""
+    return type(value) is tuple and all(type(p) is tuple and all(type(v) is int for v in p) for p in value)
+
+
 def specs_key(specs: Sequence[KernelSpec], name: str, interleave: bool) -> bytes | None:
     """The disk cache key of the module emitted from ``specs`` (None: a spec holds a value
     this cannot describe exactly, and the key is then the emitted IR's digest). A spec is
@@ -129,7 +134,7 @@ def specs_key(specs: Sequence[KernelSpec], name: str, interleave: bool) -> bytes
             value = getattr(spec, f.name)
             if isinstance(value, Computation):
                 text = _computation_text(value)
-            elif type(value) in _EXACT_REPR:
+            elif type(value) in _EXACT_REPR or _int_pairs(value):
                 text = repr(value)
             else:
                 return None

@@ -391,3 +391,39 @@ def test_a_long_row_reduction_stays_a_loop(cpu, regs: float, rolled: bool) -> No
                                rtol=2e-5, atol=2e-5)
     sources = _backend().compile(f.lower(x).module, cpu, CompileOptions(optimized=False)).kernel_sources()["llvm"]
     assert ("llvm.loop.interleave.count" in sources) == rolled
+
+
+def test_an_in_place_kernel_reads_its_operand_through_the_output_pointer(cpu) -> None:  # noqa: ANN001
+    """A loop kernel writing its result over an operand that dies there (buffer
+    assignment's in-place rule) reads that operand through the output's pointer: read
+    through its own, LLVM's vectorizer checks the two pointers for overlap at run time,
+    finds it, and runs the scalar loop (10x slower on a ResNet batch-norm backward)."""
+    from llvmlite import ir as llir
+
+    from axle_cpu.emitter import KernelEmitter
+
+    t = "f32[8,4099]"
+
+    def loop(b: Builder, operands: list, body, name: str):  # noqa: ANN001, ANN202
+        inner = Builder(name)
+        return b.fusion(*operands, kind="loop",
+                        computation=inner.computation(body(inner, [inner.parameter(t) for _ in operands])))
+
+    b = Builder("in_place")
+    x, y = b.parameter(t), b.parameter(t)
+    s = loop(b, [x, y], lambda i, p: i.add(p[0], p[1]), "sum")
+    z = loop(b, [x, s], lambda i, p: i.mul(p[0], i.tanh(p[1])), "scale")  # over s, its operand 1
+    m = b.build(b.reduce(z, kind="sum", axes=(1,)))
+    exe = check(m, [random_input(RNG, parse_type(t)) for _ in range(2)], cpu, n_reduced=4099)
+    (spec,) = [st.spec for st in exe.plan.steps if st.label.startswith("fusion.1")]
+    assert spec.in_place == ((1, 0),)
+    em = KernelEmitter(llir.Module(), spec)
+    em.build()
+    assert sorted(em._bufptr) == [0, 2], "operand 1 is read through its own pointer (table entry 1)"
+    # the same computation not in place (its result is the program's) is another kernel:
+    # the one reading through the output's pointer, reused here, would read garbage
+    b = Builder("not_in_place")
+    x, y = b.parameter(t), b.parameter(t)
+    m = b.build(loop(b, [x, y], lambda i, p: i.mul(p[0], i.tanh(p[1])), "scale"))
+    exe = check(m, [random_input(RNG, parse_type(t)) for _ in range(2)], cpu)
+    assert [st.spec.in_place for st in exe.plan.steps] == [()]
