@@ -66,11 +66,15 @@ _BUFFER_LIMITS: dict[str, tuple[str, Callable[[TensorType], int]]] = {
 def _over_limit(caps: Capabilities, node: Node) -> str | None:
     if node.op in _FREE or node.op is Op.GET_TUPLE_ELEMENT:
         return None
-    types = [t for t in [o.type for o in node.operands] + [node.type] if isinstance(t, TensorType)]
+    types: list[TensorType] | None = None  # (made only where the device sets a limit)
     for key, (unit, measure) in _BUFFER_LIMITS.items():
         limit = caps.limits.get(key)
+        if limit is None:
+            continue
+        if types is None:
+            types = [t for t in [o.type for o in node.operands] + [node.type] if isinstance(t, TensorType)]
         biggest = max((measure(t) for t in types), default=0)
-        if limit is not None and biggest > limit:
+        if biggest > limit:
             return f"op '{node.op.value}' needs a {biggest}-{unit} buffer, above the device's {key}={limit}"
     return None
 

@@ -27,6 +27,7 @@ from axle.lru import LRU
 
 from .forking import in_forked_child
 from .kernels import DeviceInfo, Kernel, program_source
+from .render import helpers_of
 
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
@@ -295,7 +296,8 @@ class DeviceRuntime:
                      and (self.info.fp64 or not k.uses_fp64)}.values())
         for i in range(0, len(todo), BATCH_KERNELS):
             chunk = todo[i:i + BATCH_KERNELS]
-            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk))
+            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk),
+                                 helpers_of(k.helpers for k in chunk))
             with self._lock:
                 try:
                     prg = _build(cl._cl._Program(self.context, src), self.cl_device)
@@ -313,7 +315,8 @@ class DeviceRuntime:
             for k in todo.values():
                 self.program(k)
             return
-        src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()))
+        src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()),
+                             helpers_of(k.helpers for k in todo.values()))
         with self._lock:
             try:
                 prg = build_program(self.context, self.cl_device, src)
