@@ -146,6 +146,7 @@ def test_a_decision_measured_on_busy_cores_is_measured_again(compile_cache, two_
     not to pay on a loaded machine stayed off for good)."""
     monkeypatch.setattr(executable, "OVERLAP", 0.5)
     monkeypatch.setattr(executable, "SPLIT_GAIN", 0.0)  # no split wins outright
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)  # tried even if a loaded machine timed the wake-up long
     monkeypatch.setattr(threads.NativePool, "helped", lambda self: 0)  # the workers never ran a chunk
     exe = _compile()
     key = exe._splits_key
