@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -106,6 +108,33 @@ def _private_compile_cache() -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     for path in _SESSION_CACHE:
         shutil.rmtree(path, ignore_errors=True)
+    if _TIMES_LOG and _FILE_TIMES:
+        with open(_TIMES_LOG, "a") as f:
+            f.writelines(f"{cpu:.2f}\t{wall:.2f}\t{name}\n" for name, (cpu, wall) in _FILE_TIMES.items())
+
+
+#: AXLE_TEST_TIMES=FILE: each pytest process (each xdist worker) appends to FILE, per test
+#: file, the CPU seconds its tests took (the process's and its finished subprocesses') and
+#: their wall seconds, tab-separated: where a CI run's time goes (see LONG_FILES)
+_TIMES_LOG = os.environ.get("AXLE_TEST_TIMES")
+_FILE_TIMES: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201 - a hook wrapper
+    if not _TIMES_LOG:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    yield
+    times = _FILE_TIMES[item.nodeid.split("::")[0]]
+    times[0] += _cpu_seconds() - cpu
+    times[1] += time.perf_counter() - wall
 
 
 @pytest.fixture
