@@ -155,9 +155,11 @@ class Capabilities:
     def _dtype_refusal(self, node: Node) -> str | None:
         allowed = self.op_dtypes.get(node.op, self.dtypes)
         types = [o.type for o in node.operands] + [node.type]
+        if all(not isinstance(t, TensorType) or (t.dtype in allowed and t.dtype in self.dtypes) for t in types):
+            return None  # (every node of every compile gets here: no sorted set when all is claimed)
         bad = sorted({t.dtype.value for t in types if isinstance(t, TensorType)
                       and (t.dtype not in allowed or t.dtype not in self.dtypes)})
-        return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}" if bad else None
+        return f"op '{node.op.value}' is not claimed for dtype {', '.join(bad)}"
 
     def _body_refusal(self, node: Node) -> str | None:
         """A loop or conditional is claimed only with every node it runs (it runs whole on

@@ -257,7 +257,9 @@ class CpuBackend(Backend):
         out: dict[str, object] = {}
         missing = []
         for spec in plan.kernels.values():
-            k = (spec.comp.structural_key, spec.kind)
+            # in_place: the same computation reading an operand through the output's
+            # pointer is another kernel (run where the two buffers differ, it reads garbage)
+            k = (spec.comp.structural_key, spec.kind, spec.in_place)
             got = self._kernel_cache.get(k)
             if got is None:
                 missing.append((k, spec))
@@ -276,12 +278,16 @@ class CpuBackend(Backend):
                 *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ()))]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
+        from .executable import CpuBuffer
         from .memory import POOL
 
         src = np.asarray(array)
-        t = TensorType(to_dtype(src.dtype), tuple(src.shape))
-        from .executable import CpuBuffer
-
+        key = (src.dtype, src.shape)
+        t = _TYPES.get(key)
+        if t is None:  # (a small array's copy costs less than deriving its type again)
+            if len(_TYPES) >= 4096:
+                _TYPES.clear()
+            t = _TYPES[key] = TensorType(to_dtype(src.dtype), tuple(src.shape))
         out, addr = POOL.alloc(t.shape, t.dtype.np)
         np.copyto(out, src, casting="no")
         return CpuBuffer(device, t, out, addr)
@@ -294,16 +300,21 @@ class CpuBackend(Backend):
         return None
 
 
+#: to_device's array types by (NumPy dtype, shape), bounded (cleared when full)
+_TYPES: dict[tuple[np.dtype, tuple[int, ...]], TensorType] = {}
+
+
 def _splits_key(name: str, module_digest: str | None) -> bytes | None:
     """Where the split decisions of the plan of the optimized module ``module_digest`` are
     kept across processes (decisions.py; None: no digest, or the compile cache is off)."""
     from . import decisions, target, threads
-    from .executable import SPLIT_GAIN, _Launch, _settings
+    from .executable import LONG_FACTOR, LONG_SLOWER, OVERLAP, SPLIT_GAIN, _Launch, _settings
 
     if module_digest is None or not target.DISK.enabled():
         return None
     # the rule that made the decisions is part of them (its constants: a test changes them)
-    rule = f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED}"
+    rule = (f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED} long={LONG_FACTOR}/{LONG_SLOWER}"
+            f" overlap={OVERLAP}")
     return decisions.split_key(module_digest, name, f"{_settings()}\0{rule}", threads.device_threads())
 
 

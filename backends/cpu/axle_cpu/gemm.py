@@ -78,7 +78,7 @@ from axle.ir.module import Node
 from axle.ir.ops import Op
 from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, Index, KernelEmitter, KernelSpec
+from .emitter import SIG, Index, KernelEmitter, KernelSpec, no_unroll
 from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
@@ -405,18 +405,32 @@ class GemmSpec(KernelSpec):
 
     @property
     def split_reduce_size(self) -> int:
-        """K, where threads should split the contraction (each chunk a slice of K into
-        partial outputs the host sums, executable._ReductionSplit): a long K into an output
-        too small to share (a weight gradient over a long batch, [64, 65536] x [65536, 64]),
-        which split by rows would have every chunk pack all of B; or a vector-matrix
-        product with few columns (each chunk then a block of B's rows, its partial row
-        summed by the host). Only plain dots: an epilogue needs the whole sum, float16
-        rounds it once, and the row dots read all of K."""
+        """K in units of ``k_unit``, where threads should split the contraction (each chunk
+        a slice of K into partial outputs the host sums, executable._ReductionSplit): a
+        long K into an output too small to share (a weight gradient over a long batch,
+        [64, 65536] x [65536, 64], or as a convolution: ResNet's 3x3 weight gradients
+        contract batch and pixels, 32768 long at 32x32, into 576 x 64), which split by rows
+        would have every chunk pack all of B (a convolution's: all its patches); or a
+        vector-matrix product with few columns (each chunk then a block of B's rows, its
+        partial row summed by the host). Only plain dots and convolutions: an epilogue needs
+        the whole sum, float16 rounds it once, and the row dots read all of K."""
         lay = self.layout
         shape = min(lay.m, lay.n) > 1 or (lay.vecmat and not lay.swap)
-        wanted = (shape and not self.epilogue and not _accumulates(self.dot, self.comp.root) and lay.dense
+        plain = lay.dense or (lay.a_win or lay.b_win) is not None
+        wanted = (shape and not self.epilogue and not _accumulates(self.dot, self.comp.root) and plain
                   and lay.k >= SPLIT_K_MIN and lay.k >= SPLIT_K_RATIO * max(lay.batch * lay.m, lay.n))
-        return lay.k if wanted else 0
+        return lay.k // self.k_unit if wanted else 0
+
+    @property
+    def k_unit(self) -> int:
+        """Window positions per unit of the kernel's K range [r0, r1): a convolution's K
+        blocks and the segments its patches are read or packed by (the run of input
+        features, or a line of them: Window.run, Window.line, which K is a multiple of)
+        start at multiples of it, so a thread's slice of K is whole segments; 1 for a dot."""
+        w = self.layout.a_win or self.layout.b_win
+        if w is None:
+            return 1
+        return w.line if w.line > 1 else w.run
 
     @property
     def reduce_split_first(self) -> bool:
@@ -517,18 +531,6 @@ def _sfx(t: ir.Type) -> str:
     if isinstance(t, ir.VectorType):
         return f"v{t.count}{_sfx(t.element)}"
     return f"i{t.width}" if isinstance(t, ir.IntType) else {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
-
-
-def no_unroll(latch: ir.Instruction) -> None:
-    """Marks a loop (its latch branch) not to be unrolled: every loop here has a long
-    straight-line body (or is not hot), and unrolling them was most of the compile time."""
-    mod = latch.parent.parent.module
-    md = getattr(mod, "_axle_no_unroll", None)
-    if md is None:
-        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])])
-        md.operands = (md, *md.operands)  # a loop ID refers to itself
-        mod._axle_no_unroll = md
-    latch.set_metadata("llvm.loop", md)
 
 
 def _prefetch(b: ir.IRBuilder, ptr: ir.Value) -> None:
@@ -676,8 +678,12 @@ class _Emitter:
         self.fn.attributes.add("nounwind")
         self.g = _Gen(self.fn)
         self.bufs, o0, o1, i0, i1, r0, r1 = self.fn.args
-        # the slice of K this call sums (a split K: GemmSpec.split_reduce_size), else all
-        self.k_lo, self.k_hi = r0, self.g.min(r1, _c(lay.k))
+        # the slice of K this call sums (a split K: GemmSpec.split_reduce_size, in k_unit
+        # window positions), else all
+        unit = spec.k_unit
+        self.k_lo = r0 if unit == 1 else self.g.b.mul(r0, _c(unit))
+        self.k_hi = (self.g.min(r1, _c(lay.k)) if unit == 1
+                     else self.g.min(self.g.b.mul(self.g.min(r1, _c(-(-lay.k // unit))), _c(unit)), _c(lay.k)))
         # rows [r0, r1) and columns [c0, c1) of the output as [Bt*M, N]
         self.r0, self.r1, self.c0, self.c1 = (i0, i1, o0, o1) if spec.columns_outer else (o0, o1, i0, i1)
         if spec.columns_outer:  # the range counts NR-wide panels of the spec's columns

@@ -233,13 +233,26 @@ class _Lowering:
         comp = launch.computation
         if launch.kind == "loop" and transpose.blocked(comp):  # a big x.T: cache-blocked tiles
             return KernelStep(_spec(self.kernels, comp, "transpose", label), ins, outs, types, label)
-        spec = _spec(self.kernels, comp, launch.kind, label)
+        spec = _spec(self.kernels, comp, launch.kind, label, in_place=self._in_place(ins, outs, launch.kind))
         outer, _ = spec.loop_sizes
         if outer == 0 and any(t.size for t in types):
             # Non-empty per-row outputs over an empty row space: the loop nest would
             # never store them; compute this rare shape on the host instead.
             return HostStep(_interp_host(comp), ins, outs, types, f"{label}(host)")
         return KernelStep(spec, ins, outs, types, label)
+
+    def _in_place(self, ins: list[int], outs: list[int], kind: str) -> tuple[tuple[int, int], ...]:
+        """(input position, output position) pairs of a loop kernel that share one buffer:
+        the same slot (a loop's carry updated in place) or temporaries at one arena offset
+        (buffer assignment's in-place rule: the output overwrites an operand dying there)."""
+        if kind != "loop":
+            return ()
+        offs = self.temp_offsets
+
+        def same(a: int, b: int) -> bool:
+            return a == b or (a in offs and b in offs and offs[a] == offs[b])
+
+        return tuple((j, k) for k, o in enumerate(outs) for j, s in enumerate(ins) if same(s, o))
 
     # -- sub-plans -----------------------------------------------------------------
     def embed(self, sp: KernelPlan, params: list[int], direct: dict[int, int]) -> Callable[[int], int]:
@@ -368,13 +381,15 @@ _CONTROL: dict[str, Callable[[_Lowering, KernelLaunch, list[int], list[int], lis
 
 
 def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str,
-          vector_bits: int = 0, gemm: type[GemmSpec] = GemmSpec) -> KernelSpec:
-    key = (comp.structural_key, kind)
+          vector_bits: int = 0, gemm: type[GemmSpec] = GemmSpec,
+          in_place: tuple[tuple[int, int], ...] = ()) -> KernelSpec:
+    key = (comp.structural_key, kind, in_place)
     spec = kernels.get(key)
     if spec is None:
         name = f"k{len(kernels)}_{_ident(label)}"
-        spec = gemm(name, comp, kind, vector_bits) if kind == "gemm" else \
-            transpose.TransposeSpec(name, comp, kind) if kind == "transpose" else KernelSpec(name, comp, kind)
+        spec = gemm(name, comp, kind, vector_bits=vector_bits) if kind == "gemm" else \
+            transpose.TransposeSpec(name, comp, kind) if kind == "transpose" else \
+            KernelSpec(name, comp, kind, in_place)
         kernels[key] = spec
     return spec
 

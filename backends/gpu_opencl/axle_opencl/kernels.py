@@ -30,10 +30,11 @@ from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.lowering import index as ix
+from axle.lowering.c import used_helpers
 
 from . import render
 from .emitter import Emitter, Idx
-from .render import STORAGE, identity, program_source, round_16
+from .render import CL, STORAGE, identity, program_source, round_16
 from .values import (
     FAST_EXTREMA,
     MASK,
@@ -97,16 +98,20 @@ class Kernel:
     local_size: tuple[int, ...] | None = None
     uses_fp64: bool = False
     body: str = ""
+    #: the helper functions ``body`` calls (None: not known, the source is searched): a
+    #: program of several kernels includes their union (runtime.build_many)
+    helpers: tuple[str, ...] | None = None
 
 
 def _finish(body_fn: Callable[[str], str], what: str, r: Renderer, outs: list[tuple[str, int, TensorType]],
             ins: list[tuple[str, object]], **kw: Any) -> Kernel:
     """Names the kernel after a hash of its source (identical sources share programs)."""
     body = body_fn("KERNEL")
-    src = program_source(body, r.uses_fp64)
+    helpers = tuple(used_helpers(CL, body))
+    src = program_source(body, r.uses_fp64, helpers)
     name = "axle_" + hashlib.sha1(src.encode()).hexdigest()[:12]
     return Kernel(name, src.replace("KERNEL", name), what, outs, ins, uses_fp64=r.uses_fp64,
-                  body=body.replace("KERNEL", name), **kw)
+                  body=body.replace("KERNEL", name), helpers=helpers, **kw)
 
 
 def _signature(outs: list[tuple[str, TensorType]], params: list[tuple[str, DType]],

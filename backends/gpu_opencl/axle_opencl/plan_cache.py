@@ -35,15 +35,21 @@ from axle.cache_json import read_array as _array
 from axle.cache_json import read_type as _type
 from axle.cache_json import type_json as _type_json
 from axle.config import config
-from axle.diskcache import code_version
+from axle.diskcache import cache_root, code_version
 
 from .kernels import DeviceInfo, Kernel
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
+from .render import known_helpers
 from .runtime import DISK
 
 #: bumped when an entry's layout changes
-FORMAT = "axle-opencl-plan-1"
+FORMAT = "axle-opencl-plan-2"
 _CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+if cache_root() is not None:
+    # a per-process cost (about 200 stats, 0.5 ms), paid with the rest of loading this
+    # backend rather than inside a cached program's first call (axle.module_cache keys
+    # with the same directories)
+    code_version(*_CODE_DIRS)
 
 
 class _Uncacheable(Exception):
@@ -91,7 +97,8 @@ def _kernel_json(k: Kernel) -> dict[str, Any]:
             "outputs": [[o, j, _type_json(t)] for o, j, t in k.outputs],
             "inputs": [["param", v] if kind == "param" else ["const", _array_json(v)] for kind, v in k.inputs],
             "scalars": list(k.scalars), "global_size": list(k.global_size),
-            "local_size": None if k.local_size is None else list(k.local_size)}
+            "local_size": None if k.local_size is None else list(k.local_size),
+            "helpers": None if k.helpers is None else list(k.helpers)}
 
 
 def _step_json(s: Any) -> dict[str, Any]:
@@ -146,10 +153,10 @@ def _kernel(d: dict[str, Any]) -> Kernel:
         inputs.append(("param", _int(v)) if kind == "param" else ("const", _array(v)) if kind == "const"
                       else _bad(kind))
     outputs = [(_str(o), _int(j), _type(t)) for o, j, t in d["outputs"]]
-    local = d["local_size"]
+    local, helpers = d["local_size"], d["helpers"]
     return Kernel(_str(d["name"]), _str(d["source"]), _str(d["what"]), outputs, inputs, _ints(d["scalars"]),
                   tuple(_ints(d["global_size"])), None if local is None else tuple(_ints(local)),
-                  _bool(d["uses_fp64"]), _str(d["body"]))
+                  _bool(d["uses_fp64"]), _str(d["body"]), None if helpers is None else known_helpers(helpers))
 
 
 def _bad(kind: Any) -> Any:

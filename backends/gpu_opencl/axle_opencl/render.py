@@ -13,7 +13,7 @@ extension), rounded back to half after every op as the interpreter does; bool is
 ``uchar`` 0/1 and held as ``int`` 0/1 in registers."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from axle.ir.dtypes import DType
 from axle.ir.numerics import TANH_SATURATION_F32
@@ -97,8 +97,32 @@ def round_16(dt: DType, x: Expr) -> Expr:
     return c.round_16(CL, dt, x)
 
 
-def program_source(body: str, fp64: bool) -> str:
-    """A program: the fp64 pragma where needed, the helper functions ``body`` calls, ``body``."""
+def program_source(body: str, fp64: bool, used: Iterable[str] | None = None) -> str:
+    """A program: the fp64 pragma where needed, the helper functions ``body`` calls, ``body``.
+    ``used``: those helpers' names when known (``Kernel.helpers``: finding them is a regex
+    over the whole source, about 1 ms for a training step's program)."""
     table = c.helpers(CL)
+    names = c.used_helpers(CL, body) if used is None else sorted(set(used))
     head = [CL.header.rstrip("\n")] if fp64 else []
-    return "\n".join(head + [table[h] for h in c.used_helpers(CL, body)] + [body]) + "\n"
+    return "\n".join(head + [table[h] for h in names] + [body]) + "\n"
+
+
+def helpers_of(bodies_helpers: Iterable[tuple[str, ...] | None]) -> set[str] | None:
+    """The helpers a program of several kernels calls: the union of each kernel's (None
+    when one kernel's are not known: the program's source is searched then)."""
+    out: set[str] = set()
+    for hs in bodies_helpers:
+        if hs is None:
+            return None
+        out.update(hs)
+    return out
+
+
+def known_helpers(names: Iterable[str]) -> tuple[str, ...]:
+    """``names``, each checked to be a helper of this dialect (a cached plan's: ValueError)."""
+    table = c.helpers(CL)
+    out = tuple(names)
+    bad = [h for h in out if not isinstance(h, str) or h not in table]
+    if bad:
+        raise ValueError(f"unknown OpenCL helper {bad[0]!r}")
+    return out

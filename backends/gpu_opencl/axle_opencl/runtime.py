@@ -27,6 +27,7 @@ from axle.lru import LRU
 
 from .forking import in_forked_child
 from .kernels import DeviceInfo, Kernel, program_source
+from .render import helpers_of
 
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
@@ -95,8 +96,14 @@ def _finish_queues_at_exit() -> None:
     if in_forked_child():  # the inherited driver state must not be called into
         return
     for rt in list(_runtimes):
+        rt.release()
         rt.queue.finish()
 
+
+#: eager launches held back at most by one gate (DeviceRuntime.gate): enough that PoCL's
+#: workers wake once per batch of eager ops, few enough that kernels start soon and the
+#: held commands stay a short list
+GATE_DEPTH = 32
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
@@ -105,6 +112,12 @@ _KERNELS_PER_PROGRAM_CACHE = 2
 #: is then shared; a bound, since one changed kernel makes the whole program miss
 #: PoCL's cache
 BATCH_KERNELS = 64
+
+#: the status codes of an allocation the device refused (too large for one buffer, or no
+#: memory left): raised as MemoryError, which the frontend reports as an axle error
+#: naming the op or jit function
+_ALLOCATION_FAILURES = frozenset({cl.status_code.INVALID_BUFFER_SIZE, cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                                  cl.status_code.OUT_OF_RESOURCES, cl.status_code.OUT_OF_HOST_MEMORY})
 
 
 def device_info(d: cl.Device) -> DeviceInfo:
@@ -145,24 +158,88 @@ class DeviceRuntime:
         # fresh pages (and their first-touch faults on CPU devices). The queue is
         # in-order, so reuse never overtakes a pending reader.
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+        self.max_alloc = int(cl_device.max_mem_alloc_size)
+        # Eager launches wait behind a barrier on a user event (the gate), completed by
+        # release(): PoCL then wakes its worker threads once per batch instead of once per
+        # kernel, which on a busy host costs each eager op more than its enqueueing (hold()).
+        self._gate: cl.UserEvent | None = None
+        self._gated = 0
         _runtimes.add(self)
+
+    def _refused(self, nbytes: int, e: cl.Error | None = None) -> MemoryError:
+        """The error of an allocation of ``nbytes`` the device cannot make."""
+        why = f" ({e.what})" if e is not None else ""
+        return MemoryError(f"{self.cl_device.name.strip()} cannot allocate a buffer of {nbytes:,} bytes{why}; "
+                           f"its largest buffer is {self.max_alloc:,} bytes")
+
+    # -- eager batching ------------------------------------------------------------
+    def hold(self) -> None:
+        """Holds back the eager launch enqueued next (the caller holds ``launch_lock``):
+        behind the current gate, a barrier on a user event, or a new one after GATE_DEPTH
+        launches (the full one let go). The queue is in order, so everything enqueued after
+        the barrier waits with it, and every wait on the queue lets the gate go first
+        (``download``, ``wait``, exit): holding kernels back never changes a value read and
+        never blocks a reader. Enqueueing errors still raise at the launch: only the
+        kernels' start is deferred."""
+        if self._gate is None or self._gated >= GATE_DEPTH:
+            self._open()
+            gate = cl.UserEvent(self.context)
+            cl.enqueue_barrier(self.queue, wait_for=[gate])
+            self._gate, self._gated = gate, 0
+        self._gated += 1
+
+    def _open(self) -> None:
+        """Lets the gated launches run (the caller holds ``launch_lock``)."""
+        if self._gate is not None:
+            self._gate.set_status(cl.command_execution_status.COMPLETE)
+            self._gate = None
+
+    def release(self) -> None:
+        """Lets every gated launch run: called before anything waits on the queue."""
+        if self._gate is not None:
+            with self.launch_lock:
+                self._open()
+
+    def wait(self, event: cl.Event | None = None) -> None:
+        """Waits for ``event`` (None: everything enqueued so far), the gate let go first.
+        The release and the marker are one step under ``launch_lock``, so another
+        thread's later eager launch (gated) can never come before what this waits for."""
+        with self.launch_lock:
+            self._open()
+            if event is None:
+                event = cl.enqueue_marker(self.queue)
+        event.wait()
 
     # -- buffers -------------------------------------------------------------------
     def upload(self, array: np.ndarray) -> cl.Buffer | None:
         if array.size == 0:
             return None
+        if array.nbytes > self.max_alloc:  # refused before a contiguous host copy is made
+            raise self._refused(array.nbytes)
         host = np.ascontiguousarray(array)
         if host.dtype == np.bool_:
             host = host.view(np.uint8)
         elif host.dtype.kind == "V":  # bfloat16: its bits (no buffer-protocol format of its own)
             host = host.view(np.uint16)
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        except cl.Error as e:
+            if e.code not in _ALLOCATION_FAILURES:
+                raise
+            raise self._refused(host.nbytes, e) from None
 
     def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
         if nbytes <= 0:
             return None
-        with self._pool_lock:
-            return self.pool.allocate(nbytes)
+        if nbytes > self.max_alloc:
+            raise self._refused(nbytes)
+        try:
+            with self._pool_lock:
+                return self.pool.allocate(nbytes)
+        except cl.Error as e:
+            if e.code not in _ALLOCATION_FAILURES:
+                raise
+            raise self._refused(nbytes, e) from None
 
     def copy(self, buf: cl.MemoryObjectHolder, nbytes: int) -> cl.MemoryObjectHolder | None:
         """A new (pooled) buffer holding ``buf``'s first ``nbytes``, copied on the device."""
@@ -176,7 +253,10 @@ class DeviceRuntime:
         if buf is None or out.size == 0:
             return out
         target = out.view(np.uint8) if out.dtype == np.bool_ else out.view(np.uint16) if out.dtype.kind == "V" else out
-        cl.enqueue_copy(self.queue, target, buf, is_blocking=True)
+        with self.launch_lock:  # the gate let go, and the copy queued before any later eager launch
+            self._open()
+            copied = cl.enqueue_copy(self.queue, target, buf, is_blocking=False)
+        copied.wait()
         return out
 
     # -- programs ------------------------------------------------------------------
@@ -216,7 +296,8 @@ class DeviceRuntime:
                      and (self.info.fp64 or not k.uses_fp64)}.values())
         for i in range(0, len(todo), BATCH_KERNELS):
             chunk = todo[i:i + BATCH_KERNELS]
-            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk))
+            src = program_source("\n".join(k.body for k in chunk), any(k.uses_fp64 for k in chunk),
+                                 helpers_of(k.helpers for k in chunk))
             with self._lock:
                 try:
                     prg = _build(cl._cl._Program(self.context, src), self.cl_device)
@@ -234,7 +315,8 @@ class DeviceRuntime:
             for k in todo.values():
                 self.program(k)
             return
-        src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()))
+        src = program_source("\n".join(k.body for k in todo.values()), any(k.uses_fp64 for k in todo.values()),
+                             helpers_of(k.helpers for k in todo.values()))
         with self._lock:
             try:
                 prg = build_program(self.context, self.cl_device, src)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from axle.lowering.c import used_helpers
 from axle.lowering.plan import KernelLaunch
 from axle.lowering.sort import sort_kernel, sort_sizes
 
@@ -27,7 +28,8 @@ def sort_launch(launch: KernelLaunch) -> tuple[Kernel, list[Any]] | None:
     if not ck.stages:
         return None
     fp64 = any(t.dtype.value == "f64" for t in ck.params + ck.outputs)
-    src = program_source(ck.source, fp64)
+    helpers = tuple(used_helpers(CL, ck.source))
+    src = program_source(ck.source, fp64, helpers)
     name = "axle_sort_" + hashlib.sha1(src.encode()).hexdigest()[:12]
     sizes = sort_sizes(comp)
     # outputs: the result, then two scratch index buffers in slots of their own
@@ -35,6 +37,6 @@ def sort_launch(launch: KernelLaunch) -> tuple[Kernel, list[Any]] | None:
     kernel = Kernel(name, src.replace("KERNEL", name), "sort", outs,
                     [("param", i) for i in range(len(ck.params))], list(sizes),
                     global_size=(min(sizes[2], _MAX_ITEMS),),
-                    uses_fp64=fp64, body=ck.source.replace("KERNEL", name))
+                    uses_fp64=fp64, body=ck.source.replace("KERNEL", name), helpers=helpers)
     scratch = [("sort-scratch", id(kernel), k) for k in (0, 1)]
     return kernel, [launch.outputs[0], *scratch]

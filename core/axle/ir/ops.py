@@ -102,7 +102,10 @@ class AttrSpec:
             if k is AttrKind.INT:
                 return as_int(value)
             if k in (AttrKind.INTS, AttrKind.SHAPE):
-                vals = tuple(as_int(v) for v in value)  # type: ignore[attr-defined]  # not iterable: reported below
+                if type(value) is tuple and all(type(v) is int for v in value):
+                    vals = value  # already canonical (what as_int gives back for each): most traced attributes
+                else:
+                    vals = tuple(as_int(v) for v in value)  # type: ignore[attr-defined]  # not iterable: reported below
                 if k is AttrKind.SHAPE and any(v < 0 for v in vals):
                     raise ValueError
                 return vals

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # module.py imports this module for Module.as_text/as_dot
     from .module import Module, Node
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
 def format_scalar(v: Any, dt: np.dtype) -> str:
@@ -87,7 +88,9 @@ def format_attr(kind: AttrKind, value: Any, names: dict[int, str]) -> str:
 
 def safe_name(name: str) -> str:
     """A name the parser accepts: letters, digits, '_', '.', '-' (others become '_')."""
-    out = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "v"
+    if _IDENT.match(name):  # nearly every name: already one (the substitution would keep it)
+        return name
+    out = _UNSAFE.sub("_", name) or "v"
     return out if _IDENT.match(out) else "v" + out
 
 
@@ -117,17 +120,34 @@ def _node_names(comp: Computation) -> dict[int, str]:
     return names
 
 
+#: (op, attribute) -> (its kind, whether it is written when None): attr_spec is a linear
+#: search, and the printer asks it for every attribute of every node (the text of a traced
+#: module is its compile-cache key, made in every first call)
+_ATTR_PRINT: dict[tuple[Op, str], tuple[AttrKind, bool]] = {}
+
+
+def _attr_print(op: Op, name: str) -> tuple[AttrKind, bool]:
+    hit = _ATTR_PRINT.get((op, name))
+    if hit is None:
+        spec = OPS[op].attr_spec(name)
+        hit = _ATTR_PRINT[(op, name)] = (spec.kind, spec.default is not None)
+    return hit
+
+
 def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False) -> str:
-    d = OPS[n.op]
     lhs = ("ROOT " if root else "") + f"%{names[n.uid]} = {n.type}"
     if n.op is Op.PARAMETER:
         return f"{lhs} parameter({n.attr['index']})"
     if n.op is Op.CONSTANT:
         return f"{lhs} constant({format_literal(n.attr['value'])})"
-    args = ", ".join("%" + names[o.uid] for o in n.operands)
+    args = ", ".join(["%" + names[o.uid] for o in n.operands])
     # an optional attribute whose default is None is written only when it is set
-    attrs = ", ".join(f"{k}={format_attr(d.attr_spec(k).kind, v, comp_names)}" for k, v in n.attrs
-                      if v is not None or d.attr_spec(k).default is not None)
+    parts = []
+    for k, v in n.attrs:
+        kind, written_when_none = _attr_print(n.op, k)
+        if v is not None or written_when_none:
+            parts.append(f"{k}={format_attr(kind, v, comp_names)}")
+    attrs = ", ".join(parts)
     return f"{lhs} {n.op.value}({args})" + (f", {attrs}" if attrs else "")
 
 
@@ -142,15 +162,17 @@ def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool
     return "\n".join(lines)
 
 
-def computation_names(module: Module) -> dict[int, str]:
+def computation_names(module: Module, comps: list[Computation] | None = None) -> dict[int, str]:
+    """Each computation's printed name (``comps``: ``module.computations()``, when known)."""
     namer = _Namer()
-    return {id(c): namer.fresh(c.name) for c in module.computations()}
+    return {id(c): namer.fresh(c.name) for c in (module.computations() if comps is None else comps)}
 
 
 def print_module(module: Module) -> str:
-    comp_names = computation_names(module)
+    comps = module.computations()  # (a walk over every node: once)
+    comp_names = computation_names(module, comps)
     parts = [f"module @{safe_name(module.name)}"]
-    for c in module.computations():
+    for c in comps:
         parts.append(print_computation(c, comp_names, entry=c is module.entry))
     return "\n\n".join(parts) + "\n"
 

@@ -34,6 +34,8 @@ def expand_extended(module: Module, claimed: Claimed) -> tuple[Module, Counter[s
     """``module`` with every unclaimed extended node that has a decomposition expanded,
     and how many nodes of each op were expanded."""
     done: Counter[str] = Counter()
+    if not any(n.traits.extended for c in module.computations() for n in c.nodes):
+        return module, done  # (most modules: a walk, not a rebuild; a compile expands twice)
 
     def rewrite(n: Node) -> Node | None:
         if not n.traits.extended or OPS[n.op].decomposition is None or claimed(n):

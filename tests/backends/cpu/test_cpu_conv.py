@@ -7,11 +7,14 @@ gradients of nn.conv through the native path against finite differences; and wha
 refuses going to the core's decomposition, said in the placement summary."""
 from __future__ import annotations
 
+import ctypes
 import math
 
 import numpy as np
 import pytest
-from test_cpu_gemm import _call  # the kernel called over thread ranges, as the pool does
+
+# the kernel called over thread ranges as the pool does; split by K on 2 threads
+from test_cpu_gemm import _call, split_k_across_threads
 
 import axle
 import axle.numpy as anp
@@ -547,3 +550,40 @@ def test_strided_input_gradient_runs_without_dilation_holes(layout: str) -> None
     with axle.device("interpreter:0"):
         want = np.asarray(axle.grad(loss)(x, w))
     np.testing.assert_allclose(np.asarray(compiled(x, w)), want, rtol=1e-4, atol=1e-5)
+
+
+# weight gradients as convolutions (the batch contracted as the input feature, a kernel as
+# large as the map): K = batch x pixels (16 x 16 x 16 = 4096) into a small output
+SPLIT_K_CONFIGS = [
+    # NHWC, as the layout pass gives a 32x32 stage: x as CHWN, the output gradient as HWNC
+    # (K's innermost dim the batch: patches read through row pointers, in runs of 16)
+    ("weight-gradient-nhwc-split-k", (3, 16, 16, 16), (16, 16, 16, 5), ("NHWC", "HWIO", "NHWC"),
+     _window(2, low=(1, 1), high=(1, 1))),
+    # NCHW, as for 4x4 maps: x read in place with its batch as the feature, patches packed
+    ("weight-gradient-nchw-split-k", (16, 2, 16, 16), (16, 4, 16, 16), ("CNHW", "IOHW", "CNHW"),
+     _window(2, low=(1, 1), high=(1, 1))),
+]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in SPLIT_K_CONFIGS])
+def test_weight_gradient_split_by_k(name: str, cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A weight gradient's long K (batch and pixels) into a small output is split by K
+    across threads (GemmSpec.split_reduce_size, in k_unit window positions: whole runs or
+    lines of patches): each call given a slice of K units writes that slice's partial
+    output, the partials sum to the whole, and the executable on 2 threads (forced) sums
+    them. Split by rows, every thread would pack all the patches."""
+    m = conv_module(next(c for c in SPLIT_K_CONFIGS if c[0] == name), DType.FLOAT32)
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    from axle_cpu.plan import build_plan
+
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    units = spec.split_reduce_size
+    assert spec.reduce_split_first and spec.k_unit > 1 and units * spec.k_unit == spec.layout.k == 4096
+    ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
+    cuts = [0, 1, units // 3, units // 2 + 1, units - 1, units]
+    parts = [np.full(m.entry.root.shape, 99, np.float32) for _ in cuts[1:]]
+    for (a, b), part in zip(zip(cuts, cuts[1:]), parts):
+        fn(ptrs(part), 0, outer, 0, inner, a, b)
+    check_conv(m, xs, np.sum(parts, axis=0, dtype=np.float32))
+    split_k_across_threads(m, xs, cpu, monkeypatch, check_conv)

@@ -401,11 +401,9 @@ def test_gemm_split_k_slices_sum_to_the_product(lhs, label, vector_bits, dt) -> 
     check_dot(m, xs, np.sum(parts, axis=0, dtype=xs[0].dtype))
 
 
-def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """The executable splits that dot by K on 2 threads (forced) and sums the partials
-    (inside a loop, where nothing sums partials, by rows)."""
-    m = dot_module("f32", (33, 4100), (4100, 20), **MM)
-    xs = inputs(m)
+def split_k_across_threads(m: Module, xs: list[np.ndarray], cpu, monkeypatch, check):  # noqa: ANN001, ANN201
+    """Runs ``m``'s one kernel split by K on 2 threads (forced), twice (the partials'
+    buffers are reused), ``check(m, xs, result)`` each time; returns its launch."""
     be = _backend()
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
     be._cache.clear()
@@ -413,10 +411,18 @@ def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
     (launch,) = [launch for launch, _ in exe._steps if launch is not None]
     launch.parallel = True
     assert launch._split_mode(2) == "reduction"
-    assert launch.loop_split() == "rows"  # in a loop the native runner splits its rows instead
-    for _ in range(2):  # the partials' buffers are reused
-        check_dot(m, xs, be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
+    for _ in range(2):
+        check(m, xs, be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0]))
     be._cache.clear()
+    return launch
+
+
+def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The executable splits that dot by K on 2 threads and sums the partials (inside a
+    loop, where nothing sums partials, by rows)."""
+    m = dot_module("f32", (33, 4100), (4100, 20), **MM)
+    launch = split_k_across_threads(m, inputs(m), cpu, monkeypatch, check_dot)
+    assert launch.loop_split() == "rows"  # in a loop the native runner splits its rows instead
 
 
 def test_gemm_direct_a_tile_rows_fit_the_l1_ways() -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import axle
+import axle.numpy as anp
 from axle.backend import CompileOptions
 from axle.errors import AxleError, BackendError
 from axle.interpreter import evaluate
@@ -362,3 +363,67 @@ def test_row_cache_only_serves_its_own_row(cpu) -> None:  # noqa: ANN001
 
     m = fused_module("rev", ["f32[5,64]"], body, "row")
     check(m, [RNG.standard_normal(shape).astype(np.float32)], cpu, n_reduced=shape[1])
+
+
+@pytest.mark.parametrize(("regs", "rolled"), [(0.5, False), (1.5, True), (2, True), (8, False)])
+def test_a_long_row_reduction_stays_a_loop(cpu, regs: float, rolled: bool) -> None:  # noqa: ANN001
+    """Layer norm's two passes over a row (mean, then variance): a row of more float32
+    than the host's vector registers hold (``regs`` times that), up to 64 vectors, keeps
+    its reductions loops of vector accumulators (emitter._rolled). Unrolled whole, LLVM
+    shared the first pass's loads with the second, more vectors than registers, spilled on
+    every row (layer norm [8192, 1024] 1.4x slower on AVX-512); shorter and longer rows are
+    as before. Values against NumPy either way (a row of 1.5 register files plus 3 has a
+    vector tail)."""
+    from axle_cpu import emitter, target
+
+    bits = target.host().vector_bits
+    cols = int(regs * emitter.REGISTERS.get(bits, 16) * bits // 32) + (3 if regs == 1.5 else 0)
+    def layer_norm(x):  # noqa: ANN001, ANN202
+        mean = anp.mean(x, axis=1, keepdims=True)
+        xc = x - mean
+        return xc / anp.sqrt(anp.mean(xc * xc, axis=1, keepdims=True) + 1e-5)
+
+    x = np.random.default_rng(3).standard_normal((5, cols)).astype(np.float32)
+    f = axle.jit(layer_norm, device=cpu)
+    got = np.asarray(f(x))
+    mean = x.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5),
+                               rtol=2e-5, atol=2e-5)
+    sources = _backend().compile(f.lower(x).module, cpu, CompileOptions(optimized=False)).kernel_sources()["llvm"]
+    assert ("llvm.loop.interleave.count" in sources) == rolled
+
+
+def test_an_in_place_kernel_reads_its_operand_through_the_output_pointer(cpu) -> None:  # noqa: ANN001
+    """A loop kernel writing its result over an operand that dies there (buffer
+    assignment's in-place rule) reads that operand through the output's pointer: read
+    through its own, LLVM's vectorizer checks the two pointers for overlap at run time,
+    finds it, and runs the scalar loop (10x slower on a ResNet batch-norm backward)."""
+    from llvmlite import ir as llir
+
+    from axle_cpu.emitter import KernelEmitter
+
+    t = "f32[8,4099]"
+
+    def loop(b: Builder, operands: list, body, name: str):  # noqa: ANN001, ANN202
+        inner = Builder(name)
+        return b.fusion(*operands, kind="loop",
+                        computation=inner.computation(body(inner, [inner.parameter(t) for _ in operands])))
+
+    b = Builder("in_place")
+    x, y = b.parameter(t), b.parameter(t)
+    s = loop(b, [x, y], lambda i, p: i.add(p[0], p[1]), "sum")
+    z = loop(b, [x, s], lambda i, p: i.mul(p[0], i.tanh(p[1])), "scale")  # over s, its operand 1
+    m = b.build(b.reduce(z, kind="sum", axes=(1,)))
+    exe = check(m, [random_input(RNG, parse_type(t)) for _ in range(2)], cpu, n_reduced=4099)
+    (spec,) = [st.spec for st in exe.plan.steps if st.label.startswith("fusion.1")]
+    assert spec.in_place == ((1, 0),)
+    em = KernelEmitter(llir.Module(), spec)
+    em.build()
+    assert sorted(em._bufptr) == [0, 2], "operand 1 is read through its own pointer (table entry 1)"
+    # the same computation not in place (its result is the program's) is another kernel:
+    # the one reading through the output's pointer, reused here, would read garbage
+    b = Builder("not_in_place")
+    x, y = b.parameter(t), b.parameter(t)
+    m = b.build(loop(b, [x, y], lambda i, p: i.mul(p[0], i.tanh(p[1])), "scale"))
+    exe = check(m, [random_input(RNG, parse_type(t)) for _ in range(2)], cpu)
+    assert [st.spec.in_place for st in exe.plan.steps] == [()]
