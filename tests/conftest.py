@@ -55,6 +55,7 @@ FULL_ONLY_FILES = frozenset({
 #: (--no-loadscope-reorder), and pytest-xdist's own order, most tests first, started a
 #: 90 s file last while the other worker sat idle. These start first, longest first; the
 #: other files follow, most tests first, so the run ends on short files on both workers.
+#: (A run with AXLE_TEST_TIMES, below, gives each file's seconds to refresh them with.)
 LONG_FILES = {
     "test_conformance.py": 460, "test_differential_campaign.py": 130, "test_opencl_conv.py": 120,
     "test_dot_epilogue.py": 110, "test_opencl_dot_kernels.py": 100, "test_bad_inputs.py": 90,
