@@ -17,16 +17,21 @@ demo: setup
 # `make test-full`: the full sweep (every dtype, the campaigns, the end-to-end installs).
 TEST_TIER := $(if $(filter true TRUE True,$(CI)),,--fast)
 # Two passes: every test but those marked `serial` on one pytest-xdist worker per core (a
-# file stays on one worker, in order), then the `serial` ones alone (they pip-install a
-# backend into this environment, which the others would see). Exit status 5 is "no test
-# selected" (PYTEST_ARGS naming files without serial tests). TEST_WORKERS=0: one process.
+# file stays on one worker, in order; tests/conftest.py starts the long files first), then
+# the `serial` ones alone (a test that installs into this environment, which the others
+# would see; the tests that install a backend do it in a venv or folder of their own and
+# are not serial). The second pass collects only the files that use the marker (none: no
+# second pass), or PYTEST_ARGS's; exit status 5 is "no test selected" (PYTEST_ARGS naming
+# files without serial tests). TEST_WORKERS=0: one process.
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the
 # suite starts hundreds of Python processes and pytest rewrites axle's asserts in each, which
 # without cached bytecode compiles every module again (about 4 s of CPU per pytest process).
 TEST_WORKERS ?= auto
 PYTEST = env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
-PYTEST_PASSES = $(PYTEST) $(1) -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
-	&& { $(PYTEST) $(1) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
+SERIAL_FILES := $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
+SERIAL_ARGS   = $(or $(strip $(PYTEST_ARGS)),$(SERIAL_FILES))
+PYTEST_PASSES = $(PYTEST) $(1) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" \
+	$(PYTEST_ARGS) $(if $(SERIAL_ARGS),&& { $(PYTEST) $(1) -m serial $(SERIAL_ARGS) || [ $$? -eq 5 ]; })
 
 test: setup
 	$(call PYTEST_PASSES,$(TEST_TIER))

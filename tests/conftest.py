@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -48,6 +50,22 @@ FULL_ONLY_FILES = frozenset({
     "test_wheel_install.py",
 })
 
+#: the files that run longest (seconds of one xdist worker in CI, 2-core AMD EPYC; only the
+#: order matters): `make test` hands files to its workers in collection order
+#: (--no-loadscope-reorder), and pytest-xdist's own order, most tests first, started a
+#: 90 s file last while the other worker sat idle. These start first, longest first; the
+#: other files follow, most tests first, so the run ends on short files on both workers.
+#: (A run with AXLE_TEST_TIMES, below, gives each file's seconds to refresh them with.)
+LONG_FILES = {
+    "test_conformance.py": 460, "test_differential_campaign.py": 130, "test_opencl_conv.py": 120,
+    "test_dot_epilogue.py": 110, "test_opencl_dot_kernels.py": 100, "test_bad_inputs.py": 90,
+    "test_node_suite.py": 80, "test_cpu_conv.py": 60, "test_resnet.py": 55, "test_opencl_conformance.py": 45,
+    "test_cpu_conformance.py": 45, "test_concurrency.py": 40, "test_opencl_row_kernels.py": 40,
+    "test_cpu_gemm.py": 35, "test_kit_plugin.py": 33, "test_numpy_parity.py": 30,
+    "test_signed_zero_maxmin.py": 30, "test_doc_blocks.py": 28, "test_numpy_sort.py": 25,
+    "test_kit_crashes.py": 24, "test_dtypes_devices.py": 24, "test_indexing_lowering.py": 22,
+    "test_ir.py": 22, "test_cpu_reduce_window.py": 22, "test_opencl_loops.py": 21,
+}
 #: one float, one int and bool: the fast tier's dtypes for every code path
 FAST_DTYPES = frozenset({DType.FLOAT32, DType.INT32, DType.BOOL})
 #: ops that only move or copy elements: their float16 path is the same copy as any other
@@ -91,6 +109,33 @@ def _private_compile_cache() -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     for path in _SESSION_CACHE:
         shutil.rmtree(path, ignore_errors=True)
+    if _TIMES_LOG and _FILE_TIMES:
+        with open(_TIMES_LOG, "a") as f:
+            f.writelines(f"{cpu:.2f}\t{wall:.2f}\t{name}\n" for name, (cpu, wall) in _FILE_TIMES.items())
+
+
+#: AXLE_TEST_TIMES=FILE: each pytest process (each xdist worker) appends to FILE, per test
+#: file, the CPU seconds its tests took (the process's and its finished subprocesses') and
+#: their wall seconds, tab-separated: where a CI run's time goes (see LONG_FILES)
+_TIMES_LOG = os.environ.get("AXLE_TEST_TIMES")
+_FILE_TIMES: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201 - a hook wrapper
+    if not _TIMES_LOG:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    yield
+    times = _FILE_TIMES[item.nodeid.split("::")[0]]
+    times[0] += _cpu_seconds() - cpu
+    times[1] += time.perf_counter() - wall
 
 
 @pytest.fixture
@@ -174,7 +219,19 @@ def _fast_dtypes(item: pytest.Item) -> bool:
     return not extra or extra == {DType.FLOAT16} and not moves
 
 
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Reorders ``items`` file by file (each file's own order kept): LONG_FILES' files
+    longest first, then the others, most tests first."""
+    by_file: dict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        by_file[str(item.path)].append(item)
+    order = sorted(by_file, key=lambda f: (-LONG_FILES.get(os.path.basename(f), 0), -len(by_file[f])))
+    items[:] = [item for f in order for item in by_file[f]]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its order is the run's
+        _long_files_first(items)
     if not config.getoption("--fast"):
         return
     keep = [i for i in items if i.path.name not in FULL_ONLY_FILES and i.get_closest_marker("full_only") is None]

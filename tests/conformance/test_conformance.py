@@ -19,7 +19,7 @@ BACKENDS = sorted(axle.REGISTRY.backends())
 CHECKS = kit_checks()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kit_results(request: pytest.FixtureRequest) -> Iterator[Callable[[str, object], CheckResult]]:
     """A check's result on a backend. At the first check, every collected ``test_kit``
     check is handed to one worker per backend, all backends at once (they run side by

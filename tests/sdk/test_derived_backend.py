@@ -4,7 +4,9 @@ installed into a folder, passes the whole conformance kit with every check claim
 
 The section's ```console commands run as written (in a temporary folder) and its ```diff
 blocks are applied to the scaffolded copy, each of whose removed and context lines must be
-in the copy verbatim: a template change that breaks the chapter fails here."""
+in the copy verbatim: a template change that breaks the chapter fails here. Everything is
+built and installed under the test's temporary folder (nothing goes into this environment),
+so the test runs beside the others in make test's parallel pass."""
 from __future__ import annotations
 
 import os
@@ -14,12 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from axle.testing.kit import kit_checks
-
-#: pip-installs a backend into this environment: run alone, never beside other tests
-pytestmark = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "writing-a-backend.md"

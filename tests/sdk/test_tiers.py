@@ -75,3 +75,22 @@ def test_ci_refuses_the_fast_tier(tmp_path):
     run = _collect(tmp_path, "--fast", ci=True)
     assert run.returncode != 0 and "CI=true" in run.stdout + run.stderr
     assert "test_numpy_types[float64]" in _collect(tmp_path, ci=True).stdout
+
+
+def test_xdist_workers_start_the_long_files_first(tmp_path: Path) -> None:
+    """make test's parallel pass hands files to its workers in collection order
+    (--no-loadscope-reorder): conftest's LONG_FILES first (test_resnet.py here, one test),
+    then the others most tests first; not pytest-xdist's order (most tests first), which
+    started a long file of two tests last."""
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    test = "def test_{n}():\n    open({log!r}, 'a').write(__name__ + '\\n')\n"
+    log = str(tmp_path / "ran.txt")
+    for name, count in (("test_few", 2), ("test_many", 5), ("test_resnet", 1)):
+        (tmp_path / f"{name}.py").write_text("\n".join(test.format(n=i, log=log) for i in range(count)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # e.g. this xdist worker's
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                        "-n", "1", "--dist", "loadfile", "--no-loadscope-reorder", str(tmp_path)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ran = (tmp_path / "ran.txt").read_text().split()
+    assert ran == ["test_resnet"] + ["test_many"] * 5 + ["test_few"] * 2, ran

@@ -4,6 +4,11 @@ through an exact elementwise identity (neg(neg(x)), not(not(p))) so that movemen
 reductions and dots read fused producer values instead of loading their inputs."""
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from axle.config import config
 from axle.ir.builder import Builder, make_node
 from axle.ir.dtypes import DType
 from axle.ir.module import Computation, Module, Node
@@ -11,6 +16,12 @@ from axle.ir.ops import Op
 from axle.ir.verifier import verify
 from axle.passes.fusion import classify_computation
 from axle.passes.policy import FusionPolicy
+from axle.testing.prebuild import prebuild
+
+#: a test file's ``PREBUILT`` (conftest.py builds ahead what its tests compile): test function
+#: name -> what one of its tests compiles on opencl:0, (module, optimize) pairs, from the
+#: test's parameters
+Prebuilt = dict[str, Callable[[dict[str, Any]], list[tuple[Module, bool]]]]
 
 #: the fusion pass's rules without its size limits, for whole-program test fusions
 UNLIMITED = FusionPolicy(max_fusion_nodes=10**9, max_inline_cost=10**12, max_fused_constant_elements=10**12)
@@ -60,6 +71,31 @@ def opencl_device():  # noqa: ANN201
     from axle.testing import require_backend
 
     return require_backend("opencl")
+
+
+def prebuild_tests(prebuilt: Prebuilt, tests: list[tuple[str, dict[str, Any]]], device) -> None:  # noqa: ANN001
+    """Builds ahead what the ``tests`` ((function name, parameters)) compile, one batch per
+    launch strategy (axle.testing.prebuild: PoCL's cost per program, and per link of its
+    kernel library, paid once for the batch, not per test); a test's ``strategy``
+    parameter is the opencl_strategy flag while its modules build, as the ``strategy``
+    fixture sets it while the test runs."""
+    by_strategy: dict[str | None, list[tuple[Module, bool]]] = defaultdict(list)
+    for name, params in tests:
+        by_strategy[params.get("strategy")] += prebuilt[name](params)
+    before = config.backend_flags.get("opencl_strategy")
+    try:
+        for strategy, forms in by_strategy.items():
+            _set_strategy(strategy)
+            prebuild(forms, device)
+    finally:
+        _set_strategy(before)
+
+
+def _set_strategy(strategy: str | None) -> None:
+    if strategy is None:
+        config.backend_flags.pop("opencl_strategy", None)
+    else:
+        config.backend_flags["opencl_strategy"] = strategy
 
 
 def check_fused(case, module: Module, device) -> None:  # noqa: ANN001

@@ -13,7 +13,6 @@ import axle
 from axle.ir.ops import OPS, Op
 from axle.testing.cases import OpCase, check_case, core_cases, fused_cases
 from axle.testing.kit import kit_compiles_same
-from axle.testing.prebuild import batches, prebuild
 
 
 @pytest.fixture(scope="module")
@@ -21,32 +20,12 @@ def ocl():  # noqa: ANN201
     return opencl_device()
 
 
-#: what each test of this file compiles (all unoptimized), for prebuild below
-_COMPILES = {
-    "test_op": lambda case: [case.module],
-    "test_op_inside_fusion": lambda case: [fuse_whole(case.module)],
-    "test_program_as_one_fusion": lambda case: [fuse_whole(case.module, wrap=wrap) for wrap in (False, True)],
+#: what each test of this file compiles (all unoptimized), built ahead in batches (conftest.py)
+PREBUILT = {
+    "test_op": lambda p: [(p["case"].module, False)],
+    "test_op_inside_fusion": lambda p: [(fuse_whole(p["case"].module), False)],
+    "test_program_as_one_fusion": lambda p: [(fuse_whole(p["case"].module, wrap=w), False) for w in (False, True)],
 }
-
-
-@pytest.fixture(scope="module")
-def _batches(request: pytest.FixtureRequest) -> dict[str, list[pytest.Item]]:
-    """This file's tests in run order, cut into batches (axle.testing.prebuild.batches):
-    the first test of each -> the batch."""
-    items = {i.nodeid: i for i in request.session.items
-             if i.path == request.path and getattr(i, "originalname", None) in _COMPILES}
-    return {ids[0]: [items[i] for i in ids] for ids in batches(list(items))}
-
-
-@pytest.fixture(autouse=True)
-def _built_ahead(request: pytest.FixtureRequest, _batches, ocl) -> None:  # noqa: ANN001
-    """At the first test of a batch: the kernels of the batch's tests built together
-    (axle.testing.prebuild: PoCL's cost per program paid once for them, not per test).
-    Each test still compiles its module itself, finding its kernels built."""
-    batch = _batches.get(request.node.nodeid)
-    if batch:
-        prebuild([(m, False) for item in batch for m in _COMPILES[item.originalname](item.callspec.params["case"])],
-                 ocl)
 
 
 CORE = list(core_cases())

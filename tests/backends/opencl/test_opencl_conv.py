@@ -30,15 +30,21 @@ def _native(optimized: Module) -> bool:
     return any(n.op is Op.CONVOLUTION for c in optimized.computations() for n in c.nodes)
 
 
-def test_the_kits_convolution_cases_run_natively(ocl, strategy) -> None:  # noqa: ANN001
+def _kit_cases(strategy: str) -> list[OpCase]:
+    """The kit's convolution cases a strategy runs: all on CPU; on GPU the native ones of a
+    float and an int (the kernel's dtype handling is the CPU one's)."""
     cases = cases_for(Op.CONVOLUTION)
-    native = [c for c in cases if c.module.entry.root.dtype in CONV_DTYPES]
+    if strategy == "gpu":
+        return [c for c in cases if c.module.entry.root.dtype in CONV_DTYPES & {DType.FLOAT32, DType.INT32}]
+    return cases
+
+
+def test_the_kits_convolution_cases_run_natively(ocl, strategy) -> None:  # noqa: ANN001
+    native = {c.id for c in cases_for(Op.CONVOLUTION) if c.module.entry.root.dtype in CONV_DTYPES}
     assert len(native) >= 5 * 14, len(native)
-    if strategy == "gpu":  # (the kernel's dtype handling is the CPU one's: a float and an int suffice)
-        cases = [c for c in native if c.module.entry.root.dtype in (DType.FLOAT32, DType.INT32)]
-    for case in cases:
+    for case in _kit_cases(strategy):
         _, optimized = compile_case(case.module, ocl)
-        assert _native(optimized) == (case in native), case.id
+        assert _native(optimized) == (case.id in native), case.id
         check_case(case, ocl)
 
 
@@ -119,13 +125,25 @@ def conv_case(name: str, dt: DType) -> OpCase:
     return OpCase(f"{name}-{dt.value}", module, inputs)
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_every_configuration_class_matches_the_interpreter(name: str, ocl, strategy) -> None:  # noqa: ANN001
-    # every dtype of the kernels is in the kit cases; here the layouts and windows
+def _config_dtypes(name: str, strategy: str) -> tuple[DType, ...]:
+    """Every dtype of the kernels is in the kit cases; here the layouts and windows."""
     dts = (DType.FLOAT32, DType.INT32) if strategy == "cpu" else (DType.FLOAT32,)
     if strategy == "cpu" and ("wide" in name or "image" in name):  # other vector widths and lane types
         dts += (DType.FLOAT64, DType.FLOAT16)
-    for dt in dts:
+    return dts
+
+
+#: what the tests compile (optimized), built ahead in batches (conftest.py)
+PREBUILT = {
+    "test_the_kits_convolution_cases_run_natively": lambda p: [(c.module, True) for c in _kit_cases(p["strategy"])],
+    "test_every_configuration_class_matches_the_interpreter":
+        lambda p: [(conv_case(p["name"], dt).module, True) for dt in _config_dtypes(p["name"], p["strategy"])],
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_configuration_class_matches_the_interpreter(name: str, ocl, strategy) -> None:  # noqa: ANN001
+    for dt in _config_dtypes(name, strategy):
         case = conv_case(name, dt)
         _, optimized = compile_case(case.module, ocl)
         assert _native(optimized), case.id

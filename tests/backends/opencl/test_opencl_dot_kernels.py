@@ -7,16 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import axle
 from axle.compiler import compile_module
 from axle.config import config
+from axle.frontend.device_put import to_buffer
 from axle.interpreter import evaluate
 from axle.ir.builder import Builder
 from axle.ir.dtypes import DType
+from axle.ir.module import Module
 from axle.ir.ops import Op
 from axle.ir.types import TensorType
 from axle.testing.cases import OpCase, random_input, run_case
 from axle.testing.session import compile_case
-from ocl_fusing import check_float_dot
+from ocl_fusing import check_float_dot, prebuild_tests
 
 # name: lhs shape, rhs shape, dot_general attributes
 LAYOUTS = {
@@ -55,6 +58,10 @@ def _case(layout: str, dt: DType) -> OpCase:
     return OpCase(f"dot-{layout}-{dt.value}", module, inputs)
 
 
+#: what the tests compile, built ahead in batches (conftest.py)
+PREBUILT = {"test_dot_layouts": lambda p: [(_case(p["layout"], p["dt"]).module, False)]}
+
+
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.value)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_dot_layouts(layout: str, dt: DType, ocl, strategy) -> None:  # noqa: ANN001
@@ -64,6 +71,35 @@ def test_dot_layouts(layout: str, dt: DType, ocl, strategy) -> None:  # noqa: AN
     else:
         (actual,) = run_case(case, ocl, optimize=False)
         np.testing.assert_array_equal(actual, evaluate(case.module, *case.inputs)[0])
+
+
+def test_a_batch_of_tests_is_built_ahead_once_per_strategy(ocl, monkeypatch) -> None:  # noqa: ANN001
+    """What PREBUILT names is built by conftest.py's prebuild_tests in one program per
+    launch strategy; the tests' own compiles (under their strategy) then build nothing."""
+    from axle_opencl import runtime
+
+    to_host = axle.REGISTRY.backend_for(ocl).to_host
+    # dots of a contracting size no other test uses: kernels not built yet in this process
+    k = 300 + int(np.random.default_rng().integers(0, 5000))
+    prebuilt = {"t": lambda p: [(_dot(p["m"], k), False)]}
+    tests = [("t", {"m": m, "strategy": s}) for m in (3, 5) for s in ("cpu", "gpu")]
+    built: list[str] = []
+    real_build = runtime._build
+    monkeypatch.setattr(runtime, "_build", lambda prg, dev: built.append("program") or real_build(prg, dev))
+    prebuild_tests(prebuilt, tests, ocl)
+    assert built == ["program", "program"] and "opencl_strategy" not in config.backend_flags
+    for _, p in tests:
+        monkeypatch.setitem(config.backend_flags, "opencl_strategy", p["strategy"])
+        (actual,) = compile_module(_dot(p["m"], k), ocl, optimize=False).execute(
+            [to_buffer(np.ones((p["m"], k), np.float32), ocl), to_buffer(np.ones((k, 4), np.float32), ocl)])
+        np.testing.assert_array_equal(np.asarray(to_host(actual)), np.full((p["m"], 4), k, np.float32))
+    assert built == ["program", "program"]  # every kernel was built ahead
+
+
+def _dot(m: int, k: int) -> Module:
+    b = Builder(f"dot_{m}x{k}")
+    p, q = b.parameter(TensorType(DType.FLOAT32, (m, k))), b.parameter(TensorType(DType.FLOAT32, (k, 4)))
+    return b.build(b.dot_general(p, q, lhs_contracting=(1,), rhs_contracting=(0,)))
 
 
 def _source(layout: str, dt: DType, dev) -> str:  # noqa: ANN001
