@@ -10,7 +10,9 @@ pool's wake-up cost first (threads.NativePool). Both results are stored once kno
   and its kernels are made from that module alone), the settings, the thread count and
   everything the object code's key holds (``target.object_key``: the CPU's name and
   features, the code of axle and this backend...), so another CPU, thread count or code
-  is another key;
+  is another key. A decision is true (split), false, or null: unsure, a split found not
+  to pay while the other cores were busy (executable._Launch), which the next process
+  measures again (and rewrites the entry);
 - the pool's wake-up cost, keyed by the thread count and the same machine description.
 
 Entries are JSON, parsed strictly (nothing evaluated); one that does not parse, or does not
@@ -39,20 +41,21 @@ def wake_key(nthreads: int) -> bytes:
     return object_key(f"{FORMAT}\0wake\0threads={nthreads}", False)
 
 
-def load_splits(key: bytes, count: int) -> list[bool] | None:
-    """The ``count`` split decisions stored under ``key`` (None: none, or not ``count``
-    booleans)."""
+def load_splits(key: bytes, count: int) -> list[bool | None] | None:
+    """The ``count`` split decisions stored under ``key``, None for an unsure one (None:
+    none, or not ``count`` booleans and nulls)."""
     raw = _load(key)
     if raw is None:
         return None
     splits = raw.get("split") if isinstance(raw, dict) else None
-    if not (isinstance(splits, list) and len(splits) == count and all(isinstance(s, bool) for s in splits)):
+    if not (isinstance(splits, list) and len(splits) == count
+            and all(s is None or isinstance(s, bool) for s in splits)):
         counters.record("disk_cache_corrupt")
         return None
     return splits
 
 
-def store_splits(key: bytes, splits: list[bool]) -> None:
+def store_splits(key: bytes, splits: list[bool | None]) -> None:
     DISK.put(key, json.dumps({"split": splits}).encode())
 
 

@@ -43,6 +43,19 @@ KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, 
 SPLIT_GAIN = 0.85
 #: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
 CHUNKS = 4
+#: a split trial during which the process ran on fewer than 1 + TRIAL_CORES_SHARE * (n - 1)
+#: cores on average (its CPU time over its wall time) did not have the pool's cores: other
+#: processes, or another library's threads spinning there, ran on them, or preempted a
+#: worker in the middle of its chunk. A split measured not to pay then says nothing about
+#: the machine when it is quiet. (The CPU time of a thread running on another core is
+#: counted at its next tick or sleep, so a short trial may look starved: at worst, its
+#: decision is measured again by the next process.)
+TRIAL_CORES_SHARE = 0.5
+
+
+def process_cpu() -> float:
+    """The CPU seconds of the process, all its threads."""
+    return time.process_time()
 
 
 def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
@@ -194,7 +207,10 @@ class _Launch:
     and whether it is split across threads. That is decided by measurement: its first
     ``TIMED`` launches run on one thread; if the fastest took longer than SPLIT_FACTOR
     times the pool's wake-up cost (threads.py), the next ``TIMED`` launches are split, and
-    the split is kept only if it was at least 1/SPLIT_GAIN times faster."""
+    the split is kept only if it was at least 1/SPLIT_GAIN times faster. A split found not
+    to pay in trials that never had the pool's cores (:data:`TRIAL_CORES_SHARE`) is
+    ``unsure``: off in this process, and measured again by the next one (decisions.py
+    keeps it as such)."""
 
     TIMED = 2
 
@@ -206,6 +222,9 @@ class _Launch:
         self.outer, self.inner = step.spec.loop_sizes
         self.rsize = step.spec.split_reduce_size
         self.parallel: bool | None = None  # None until measured
+        #: decided off by split trials that never had the pool's cores (they were busy)
+        self.unsure = False
+        self._had_cores = False  # some split trial ran on the cores it was split for
         self.nin = len(step.ins)
         self.nbuf = self.nin + len(step.outs)
         self._best_us = float("inf")  # one thread, the first TIMED launches
@@ -223,11 +242,15 @@ class _Launch:
         t0 = time.perf_counter()
         if self.parallel is None and self._timed >= self.TIMED:
             # Trial of the split: kept only if measured faster than one thread.
+            cpu0 = process_cpu()
             self._run_parallel(pool, bufs, outs)
-            self._best_split_us = min(self._best_split_us, (time.perf_counter() - t0) * 1e6)
+            wall = time.perf_counter() - t0
+            self._best_split_us = min(self._best_split_us, wall * 1e6)
+            self._had_cores |= process_cpu() - cpu0 >= (1 + TRIAL_CORES_SHARE * (pool.n - 1)) * wall
             self._timed += 1
             if self._timed >= 2 * self.TIMED:
                 self.parallel = self._best_split_us < SPLIT_GAIN * self._best_us
+                self.unsure = not self.parallel and not self._had_cores
             return
         self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
         if self.parallel is None:
@@ -390,10 +413,12 @@ class CpuExecutable(Executable):
         timed = self._timed_launches()
         self._splits_key = splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
         splits = decisions.load_splits(splits_key, len(timed)) if splits_key is not None else None
+        self._loaded_splits = splits
         if splits is not None:
             for launch, parallel in zip(timed, splits):
-                launch.parallel = parallel
-            self._splits_key = None  # stored already
+                launch.parallel = parallel  # None: unsure there, measured again here
+            if None not in splits:
+                self._splits_key = None  # stored already
         # regions holding a host step are walked step by step (jumps taken in Python)
         self._walked = {i for a, b in plan.regions if any(isinstance(s, HostStep) for s in plan.steps[a:b])
                         for i in range(a, b)}
@@ -447,7 +472,9 @@ class CpuExecutable(Executable):
         if any(launch is not None and launch.parallel is None for launch, _ in self._steps):
             return None
         if self._splits_key is not None:  # every decision measured: kept for the next process
-            decisions.store_splits(self._splits_key, [bool(launch.parallel) for launch in self._timed_launches()])
+            splits = [None if launch.unsure else bool(launch.parallel) for launch in self._timed_launches()]
+            if splits != self._loaded_splits:  # (unsure ones found unsure again: no rewrite)
+                decisions.store_splits(self._splits_key, splits)
             self._splits_key = None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):

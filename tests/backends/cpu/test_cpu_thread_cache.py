@@ -15,7 +15,7 @@ import axle
 import axle.numpy as anp
 from axle.config import config
 from axle.device_compile import compile_on_device
-from axle_cpu import decisions, target, threads
+from axle_cpu import decisions, executable, target, threads
 
 DEV = "cpu:0"
 # big enough (256 rows of 1024) that the row kernel's split is measured on two threads
@@ -42,9 +42,24 @@ def _splits(exe) -> list[bool | None]:  # noqa: ANN001
     return [launch.parallel for launch in exe._timed_launches()]
 
 
+def _cpu_clock(seconds_per_read: float):  # noqa: ANN202
+    """A fake process CPU clock advancing by ``seconds_per_read`` at each read: a split
+    trial then seems to run on many cores (a large step) or on none (0)."""
+    now = [0.0]
+
+    def read() -> float:
+        now[0] += seconds_per_read
+        return now[0]
+
+    return read
+
+
 @pytest.fixture
 def two_threads(monkeypatch):  # noqa: ANN001, ANN201
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    # every split trial had the pool's cores (on a loaded machine some would not, and
+    # their decisions would be left unsure: test_a_split_tried_on_busy_cores_is_unsure)
+    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(10.0))
 
 
 def test_a_later_executable_starts_with_the_stored_splits(compile_cache, two_threads, monkeypatch) -> None:
@@ -131,3 +146,27 @@ def test_a_plan_without_timed_kernels_keeps_nothing(compile_cache, two_threads) 
     for _ in range(3):
         _run(exe)
     assert axle.stats()["disk_cache_writes"] == 0
+
+
+def test_a_split_tried_on_busy_cores_is_unsure(compile_cache, two_threads, monkeypatch) -> None:
+    """A split measured not to pay while the pool's cores were busy (the process ran on
+    one core during its trials) is off in this process but stored as unsure (null): the
+    next process measures it again instead of keeping it off for good. One measured while
+    the process had its cores is stored as it is."""
+    monkeypatch.setattr(executable, "SPLIT_GAIN", 0.0)  # no split ever pays
+    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(0.0))  # and no trial had the cores
+    exe = _compile()
+    key, n = exe._splits_key, len(exe._timed_launches())
+    assert key is not None
+    want = [_run(exe) for _ in range(5)][-1]
+    tried = [launch.unsure for launch in exe._timed_launches()]
+    assert any(tried) and all(launch.parallel is False for launch in exe._timed_launches())
+    stored = decisions.load_splits(key, n)
+    assert stored == [None if u else False for u in tried]
+    exe2 = _compile()  # the next process's executable: the unsure ones are measured again
+    assert _splits(exe2) == stored and exe2._splits_key == key
+    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(10.0))  # now with the cores
+    for _ in range(5):
+        np.testing.assert_array_equal(_run(exe2), want)
+    assert decisions.load_splits(key, n) == [False] * n  # measured: rewritten, and kept from now on
+    assert _compile()._splits_key is None
