@@ -89,6 +89,12 @@ COLUMNS_OUTER_MIN = 256
 #: the same for a convolution whose columns are pixels (NCHW): split by rows, every thread
 #: chunk packs all the patches (a 14x14 map's, for 196 columns), split by columns only its own
 CONV_COLUMNS_OUTER_MIN = 128
+#: below that, a thread's share of such a convolution has at least this many rows (output
+#: features): each share packs all the patches (B), which costs as much as the products of
+#: about 50 rows (a 7x7 map's 49 pixels, 4608-long K: ~77 us per pack against 2.5 us per
+#: row, one core of the AVX-512 host), so shares of 64 rows ran a 512-feature layer split
+#: in 8 at 1.4x one thread's speed on two
+CONV_SHARE_ROWS = 256
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
 #: split K across threads from this long a K, this many times the output's longer side
@@ -395,13 +401,22 @@ class GemmSpec(KernelSpec):
             return 1
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
 
+    @functools.cached_property
+    def row_unit(self) -> int:
+        """Output rows per unit of the kernel's row range: ``CONV_SHARE_ROWS`` for a
+        convolution whose patches are B (NCHW) split by rows (fewer pixel columns than
+        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; else 1."""
+        if self.columns_outer or self.batch_outer or self.layout.b_win is None:
+            return 1
+        return CONV_SHARE_ROWS
+
     @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
         if self.batch_outer:
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
-        return (-(-cols // self.column_unit), rows) if self.columns_outer else (rows, cols)
+        return (-(-cols // self.column_unit), rows) if self.columns_outer else (-(-rows // self.row_unit), cols)
 
     @property
     def split_reduce_size(self) -> int:
@@ -684,6 +699,9 @@ class _Emitter:
             unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
             self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
+        elif spec.row_unit > 1:  # the range counts shares of row_unit rows
+            self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
+            self.r1 = self.g.min(self.g.b.mul(o1, _c(spec.row_unit)), _c(spec.layout.batch * spec.layout.m))
         self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)

@@ -237,7 +237,8 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     """From 128 pixel columns (a 14x14 map) with the kernel read in place, threads split an
     NCHW convolution by columns, whole NR-wide panels each, so each packs only its own
     patches (split by rows, every thread would pack them all); fewer columns (a 7x7 map)
-    stay split by rows."""
+    stay split by rows, in shares of CONV_SHARE_ROWS output features (here all 12 rows, the
+    two images' 6 features, are one share: test_nchw_rows_split_in_shares)."""
     from axle_cpu.plan import build_plan
 
     wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 5 x 40 pixels
@@ -247,7 +248,31 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     # the column range counts NR-wide panels: a thread's share is whole micro-tiles
     assert w_spec.columns_outer and w_spec.column_unit > 1
     assert w_spec.loop_sizes == (-(-200 // w_spec.column_unit), 2 * 4)
-    assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
+    assert not n_spec.columns_outer and n_spec.loop_sizes == (1, 63)
+
+
+def test_nchw_rows_split_in_shares() -> None:
+    """An NCHW convolution with few pixel columns (a 7x7 map's 49) is split by rows, which
+    are output features (the images join the GEMM's batch), in shares of CONV_SHARE_ROWS:
+    each share packs all the patches, which shares of 64 rows did eight times over for a
+    512-feature layer. Shares end inside an image (2 x 300 rows: 256, 256, 88, the second
+    crossing from image 0 to 1) and give exactly the single-call result."""
+    from axle_cpu.gemm import CONV_SHARE_ROWS
+    from axle_cpu.plan import build_plan
+
+    m = conv_module(("nchw-shares", (2, 8, 5, 5), (300, 8, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                     _window(2, low=(1, 1), high=(1, 1))), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    assert CONV_SHARE_ROWS == 256 and spec.row_unit == 256 and not spec.columns_outer
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    assert (outer, inner) == (3, 25)
+    whole = np.zeros(m.entry.root.shape, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    pieces = np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, pieces, [(0, 1, 0, inner), (1, 2, 0, 11), (1, 2, 11, inner), (2, 3, 0, inner)])
+    np.testing.assert_array_equal(pieces, whole)
 
 
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
