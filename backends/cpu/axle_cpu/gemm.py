@@ -1788,7 +1788,28 @@ class _Emitter:
                 else:
                     self.finish(b, b.add(rlin, j), v, bufs)
 
-            g.loop(_c(0), nr, 1, elem, "ej", vectorize=by_rows or self.lay.dense)  # flat: udiv per element
+            if by_rows or self.lay.dense:
+                g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
+                return
+
+            # A tile row is a run of output elements [rlin, rlin + nr) that crosses the
+            # output's rows (an NCHW convolution's pixels: 7 of a 7x7 map per row): by
+            # segments of one output row each, so that no element divides its flat index
+            # and what depends on the row alone (a batch norm's per-feature terms) is
+            # computed once per segment (14x14x256 at batch 1: 115 -> 40 us of epilogue)
+            def orow(o: ir.Value) -> None:
+                start = b.mul(o, _c(L))
+                lo = b.sub(g.max(rlin, start), start)
+                hi = b.sub(g.min(b.add(rlin, nr), b.add(start, _c(L))), start)
+                at = b.sub(b.add(b.mul(r, _c(t.nr)), start), rlin)  # tile index of column 0
+
+                def col(c: ir.Value) -> None:
+                    v = b.load(g.gep(tile, self.ct, b.add(at, c)), typ=self.ct)
+                    self.finish_at(b, o, c, v, bufs)
+
+                g.loop(lo, hi, 1, col, "ec", vectorize=True)
+
+            g.loop(row, b.add(b.sdiv(b.sub(b.add(rlin, nr), _c(1)), _c(L)), _c(1)), 1, orow, "eo")
 
         g.loop(skip, end, 1, erow, "ei")
 

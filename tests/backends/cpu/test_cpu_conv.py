@@ -408,6 +408,36 @@ def test_conv_residual_scale_convert_epilogue(cpu) -> None:  # noqa: ANN001
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
 
 
+def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
+    """An NCHW convolution's tile rows are runs of pixels crossing the output's rows (5
+    wide here; the second 64-pixel panel starts inside a row) and, grouped, its C rows are
+    offset by group: the epilogue finishes them by segments of one output row, with a
+    batch norm's per-feature terms (an rsqrt) and a residual read at each element."""
+    b = Builder("nchw_bn_residual")
+    dt = DType.FLOAT32
+    x, w = b.parameter(TensorType(dt, (2, 6, 17, 5))), b.parameter(TensorType(dt, (8, 3, 3, 3)))
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"), feature_group_count=2,
+                      **_window(2, low=(1, 1), high=(1, 1)))
+    r, var, beta = b.parameter(TensorType(dt, c.shape)), b.parameter(TensorType(dt, (8,))), b.parameter(
+        TensorType(dt, (8,)))
+
+    def per_feature(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+    scale = b.rsqrt(b.add(var, b.broadcast_in_dim(b.constant(1e-5, dt), shape=(8,), broadcast_dimensions=())))
+    y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(beta)), r)
+    m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0.0, dt), shape=c.shape, broadcast_dimensions=())))
+    xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    xs[3] = np.abs(xs[3]) + 0.5
+    exe, optimized = compile_case(m, cpu)
+    assert [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
+    assert native_convs(optimized) == 1 and exe.report()["kernels"] == 1
+    be = _backend()
+    got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+    (want,) = evaluate(m, *xs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------ gradients
 
 
