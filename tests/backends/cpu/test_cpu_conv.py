@@ -399,13 +399,20 @@ def test_conv_residual_scale_convert_epilogue(cpu) -> None:  # noqa: ANN001
     half = b.broadcast_in_dim(b.constant(0.5, dt), shape=c.shape, broadcast_dimensions=())
     m = b.build(b.convert(b.add(b.mul(c, half), r), dtype=DType.FLOAT16))
     xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    got, want = _one_output_fusion(m, xs, cpu)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+def _one_output_fusion(m: Module, xs: list[np.ndarray], cpu) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """``m`` compiled on ``cpu`` is one kernel, an output fusion with its convolution native:
+    (its result, the interpreter's)."""
     exe, optimized = compile_case(m, cpu)
     assert [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
     assert native_convs(optimized) == 1 and exe.report()["kernels"] == 1
     be = _backend()
     got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
     (want,) = evaluate(m, *xs)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+    return got, want
 
 
 def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
@@ -429,12 +436,7 @@ def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
     m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0.0, dt), shape=c.shape, broadcast_dimensions=())))
     xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
     xs[3] = np.abs(xs[3]) + 0.5
-    exe, optimized = compile_case(m, cpu)
-    assert [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
-    assert native_convs(optimized) == 1 and exe.report()["kernels"] == 1
-    be = _backend()
-    got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
-    (want,) = evaluate(m, *xs)
+    got, want = _one_output_fusion(m, xs, cpu)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
