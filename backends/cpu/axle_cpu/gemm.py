@@ -309,6 +309,8 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
     a_rows = (layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None
               and layout.a_k.stride == 1)
+    if layout.b_win is not None and layout.n >= CONV_COLUMNS_OUTER_MIN:
+        nv = _balanced_nv(layout.n, v, nv)
     mr = min(accs // nv, DIRECT_A_ROWS) if a_rows else accs // nv
     if layout.dense and 0 < layout.m < SMALL_M_TILES * mr:
         nv, mr = _small_m_tile(layout, v, accs, nv, mr, a_rows)
@@ -323,6 +325,34 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     mc = min(mc, _round_up(max(layout.m, 1), mr))
     nc = min(nc, _round_up(max(layout.n, 1), nr))
     return Tiles(v, mr, nr, kc, mc, nc)
+
+
+#: thread counts whose share of an NCHW convolution's pixel panels _balanced_nv evens out
+BALANCE_THREADS = (2, 4)
+#: ... when the narrower tile shortens the longest shares by this factor at least
+BALANCE_GAIN = 0.95
+
+
+def _balanced_nv(n: int, v: int, nv: int) -> int:
+    """Vectors per tile (``nv``, or one fewer from 4) for an NCHW convolution whose threads split
+    its ``n`` pixel columns in whole panels (GemmSpec.columns_outer): the one whose panels
+    the threads share most evenly (the longest share, summed over ``BALANCE_THREADS``,
+    each panel to the thread with the least so far, as they are claimed), ``nv`` unless
+    one fewer shortens it by ``BALANCE_GAIN``. A 14x14 map's 196 columns are 3 panels
+    of 64 and one of 4, shared 128 / 68 by two threads; as 4 panels of 48 and one of 4,
+    100 / 96 (8 x 48 tiles, as fast as 6 x 64)."""
+    def longest(width: int) -> int:
+        panels = [width] * (n // width) + ([n % width] if n % width else [])
+        total = 0
+        for threads in BALANCE_THREADS:
+            load = [0] * threads
+            for p in panels:
+                load[load.index(min(load))] += p
+            total += max(load)
+        return total
+
+    # (3 vectors at least: a narrower tile broadcasts as many A elements for fewer FMAs)
+    return nv - 1 if nv > 3 and longest((nv - 1) * v) < BALANCE_GAIN * longest(nv * v) else nv
 
 
 def _small_m_tile(layout: Layout, v: int, accs: int, nv: int, mr: int, a_rows: bool) -> tuple[int, int]:

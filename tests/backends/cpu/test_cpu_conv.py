@@ -251,6 +251,20 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     assert not n_spec.columns_outer and n_spec.loop_sizes == (1, 63)
 
 
+def test_nchw_pixel_panels_shared_evenly() -> None:
+    """The panels of an NCHW convolution's pixel columns that threads share are 48 wide
+    (8 x 48 tiles) where 64-wide ones share unevenly: a 14x14 map's 196 columns as 64s go
+    128 / 68 to two threads, as 48s 100 / 96; a 56x56 map's or 128 columns keep 64."""
+    from axle_cpu.gemm import _balanced_nv
+    from axle_cpu.plan import build_plan
+
+    assert [_balanced_nv(n, 16, 4) for n in (196, 200, 128, 256, 3136)] == [3, 3, 4, 4, 4]
+    assert _balanced_nv(196, 8, 2) == 2  # AVX2's 2-vector tiles stay
+    wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 200 pixels
+    (spec,) = build_plan(wide, arena=False, vector_bits=512).kernels.values()
+    assert spec.columns_outer and spec.column_unit == 48 and spec.loop_sizes == (5, 8)
+
+
 def test_nchw_rows_split_in_shares() -> None:
     """An NCHW convolution with few pixel columns (a 7x7 map's 49) is split by rows, which
     are output features (the images join the GEMM's batch), in shares of CONV_SHARE_ROWS:
