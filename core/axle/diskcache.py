@@ -64,32 +64,31 @@ def code_version(*dirs: str) -> str:
     """A digest of the path, size, inode and modification and change times of every Python
     source file under ``dirs``: for keys of entries that code produced, so an edited pass
     or emitter is a new key (in a source checkout as in an installed wheel) without a
-    version bump. Stats only (about 200 files, under 1 ms, once per process): reading them
-    all cost 30 ms of a cached first call. The modification time alone is not enough: a
-    reproducible build or store (SOURCE_DATE_EPOCH, Nix: every file at one fixed time) or
+    version bump. Stats only (about 200 files, about 0.3 ms, once per process): reading
+    them all cost 30 ms of a cached first call. The modification time alone is not enough:
+    a reproducible build or store (SOURCE_DATE_EPOCH, Nix: every file at one fixed time) or
     ``cp -p``/``rsync -a`` gives new code of the same size the old time; the change time
     (which no tool can set back) and the inode change whenever a file is written again."""
-    h = hashlib.sha256()
+    lines: list[str] = []
     for top in dirs:
-        for rel, *stats in sorted(_sources(top, "")):
-            h.update(f"{rel}\0{stats}\n".encode())
-    return h.hexdigest()
+        _sources(top, "", lines)
+    lines.sort()
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def _sources(folder: str, rel: str) -> list[tuple[str, int, int, int, int]]:
-    """(path relative to the top, size, mtime and ctime in ns, inode) of the ``.py`` files
-    under ``folder`` (``os.scandir``: the walk and path functions of ``os.walk`` cost more
-    than the stats)."""
-    out: list[tuple[str, int, int, int, int]] = []
+def _sources(folder: str, rel: str, out: list[str]) -> None:
+    """Appends a line per ``.py`` file under ``folder`` to ``out``: its path relative to
+    the top, size, mtime and ctime in ns, and inode (``os.scandir``: the walk and path
+    functions of ``os.walk`` cost more than the stats; one string per file, hashed
+    together: a digest update and a tuple per file were half the time)."""
     with os.scandir(folder) as it:
         for e in it:
-            if e.is_dir(follow_symlinks=False):
-                if e.name != "__pycache__":
-                    out += _sources(e.path, rel + e.name + "/")
-            elif e.name.endswith(".py"):
+            name = e.name
+            if name.endswith(".py"):
                 st = e.stat()
-                out.append((rel + e.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-    return out
+                out.append(f"{rel}{name}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n")
+            elif name != "__pycache__" and e.is_dir(follow_symlinks=False):
+                _sources(e.path, rel + name + "/", out)
 
 
 class CacheWarning(UserWarning):

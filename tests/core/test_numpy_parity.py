@@ -303,7 +303,8 @@ def test_at_traced_index_accumulates_duplicates():
 # ------------------------------------------------------------------ linear algebra
 
 MATMUL_SHAPES = [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)),
-                 ((5, 2, 3), (1, 3, 4)), ((1, 1), (1, 1)), ((0, 3), (3, 2)), ((2, 0), (0, 3))]
+                 ((5, 2, 3), (1, 3, 4)), ((1, 1), (1, 1)), ((0, 3), (3, 2)), ((2, 0), (0, 3)),
+                 ((2, 1, 2, 3), (3,)), ((0, 2, 3), (3, 4)), ((2, 3), (5, 3, 4))]
 
 
 @pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
@@ -314,6 +315,19 @@ def test_matmul_dot(shapes, dts):
     b = data(shapes[1], dts[1], special=False)
     check_all_modes(lambda x, y: (anp.matmul(x, y), anp.dot(x, y) if x.ndim <= 2 and y.ndim <= 2 else x @ y),
                     lambda x, y: (np.matmul(x, y), np.dot(x, y) if x.ndim <= 2 and y.ndim <= 2 else x @ y), a, b)
+
+
+def test_matmul_against_a_matrix_reads_it_once():
+    """[..., M, K] @ [K, N] is one dot_general without batch dims (as jax traces it): the
+    matrix is not broadcast along the batch dims (a copy per batch), and its gradient is one
+    contraction over every leading dim, not a batched product and a sum."""
+    import axle
+
+    x, w = data((4, 2, 3), np.float32, special=False), data((3, 5), np.float32, special=False)
+    text = axle.jit(lambda a, b: a @ b).lower(x, w).as_text()
+    assert "broadcast" not in text and "lhs_batch={}, lhs_contracting={2}, rhs_batch={}, rhs_contracting={0}" in text
+    grad = axle.jit(axle.grad(lambda b, a: anp.sum(anp.tanh(a @ b)))).lower(w, x).as_text()
+    assert grad.count(" dot(") == 2 and "lhs_contracting={0,1}" in grad and "reduce" not in grad  # forward, gradient
 
 
 EINSUMS = [

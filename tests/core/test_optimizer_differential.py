@@ -133,6 +133,22 @@ def test_transpose_folding_matches_within_dot_tolerance(m, k, n, batch, tl, tr, 
     _assert_dot_close(out, mod, shapes, dt, k, seed, "transpose-fold")
 
 
+@settings(max_examples=20, deadline=None, derandomize=IN_CI)
+@dot_cases
+def test_batch_broadcast_folding_matches_within_dot_tolerance(m, k, n, batch, tl, tr, dt, seed):
+    """matmul([B, M, K], w) with w broadcast along B (and stored transposed or not): one
+    product of B * M rows with w, the same values within the dot tolerance."""
+    b = Builder("dot")
+    wshape = (n, k) if tr else (k, n)
+    x, w = b.parameter(((batch + 1, m, k), dt)), b.parameter((wshape, dt))
+    wt = b.transpose(w, permutation=(1, 0)) if tr else w
+    bw = b.broadcast_in_dim(wt, shape=(batch + 1, k, n), broadcast_dimensions=(1, 2))
+    mod = b.build(b.dot_general(x, bw, lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,)))
+    out, changed = TransposeFolding().run(mod)
+    assert changed and [x.op for x in out.entry.nodes if x.op is not Op.PARAMETER] == [Op.DOT_GENERAL]
+    _assert_dot_close(out, mod, [(batch + 1, m, k), wshape], dt, k, seed, "transpose-fold (batch broadcast)")
+
+
 def _dot_shapes(m: int, k: int, n: int, batch: int, tl: bool, tr: bool) -> tuple[list[tuple[int, ...]], int]:
     """Operand shapes of a (batched) [m,k] x [k,n] product, each stored transposed or not."""
     bs = (batch,) if batch else ()

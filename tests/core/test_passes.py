@@ -316,6 +316,49 @@ def test_transpose_folding_keeps_transposes_that_reorder_free_dims():
     assert not changed and Op.TRANSPOSE in ops_of(out)
 
 
+def _batched_weight_dot(b: Builder, x: Node, w: Node, shape: tuple[int, ...]) -> Node:
+    """matmul(x[B, M, K], w) as NumPy's broadcasting traces it: w broadcast to [B, K, N]."""
+    bw = b.broadcast_in_dim(w, shape=shape, broadcast_dimensions=(1, 2))
+    return b.dot_general(x, bw, lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))
+
+
+def test_transpose_folding_reads_a_batch_broadcast_weight_once():
+    # matmul([B, M, K], [K, N]) and the tied logits x @ E.T: a plain matrix product of x's
+    # B * M rows with w (with E read transposed), no broadcast copy of the weight
+    b = Builder("t")
+    x, w, e = b.parameter("f32[2,3,4]"), b.parameter("f32[4,5]"), b.parameter("f32[7,4]")
+    h = _batched_weight_dot(b, x, w, (2, 4, 5))
+    logits = _batched_weight_dot(b, x, b.transpose(e, permutation=(1, 0)), (2, 4, 7))
+    m = b.build(b.tuple(h, logits))
+    out, changed = TransposeFolding().run(m)
+    assert changed and sorted(o.value for o in ops_of(out)) == ["dot", "dot", "tuple"]
+    dots = [n for n in out.entry.nodes if n.op is Op.DOT_GENERAL]
+    assert all(d.attr["lhs_batch"] == () == d.attr["rhs_batch"] for d in dots)
+    assert [d.attr["rhs_contracting"] for d in dots] == [(0,), (1,)]
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (4, 5), (7, 4))]
+    for got, want in zip(evaluate(out, *args), evaluate(m, *args)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["stretched", "batch-not-leading", "lhs-broadcast"])
+def test_transpose_folding_keeps_broadcasts_that_change_the_product(case):
+    b = Builder("t")
+    if case == "stretched":  # w's size-1 dim is stretched too: not just a batch copy
+        x, w = b.parameter("f32[2,3,4]"), b.parameter("f32[4,1]")
+        m = b.build(_batched_weight_dot(b, x, w, (2, 4, 5)))
+    elif case == "batch-not-leading":  # x[M, B, K]: the batch dim would move behind M
+        x, w = b.parameter("f32[3,2,4]"), b.parameter("f32[4,5]")
+        bw = b.broadcast_in_dim(w, shape=(2, 4, 5), broadcast_dimensions=(1, 2))
+        m = b.build(b.dot_general(x, bw, lhs_batch=(1,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,)))
+    else:  # a broadcast lhs: its rows would follow the rhs batch in the result
+        x, w = b.parameter("f32[3,4]"), b.parameter("f32[2,4,5]")
+        bx = b.broadcast_in_dim(x, shape=(2, 3, 4), broadcast_dimensions=(1, 2))
+        m = b.build(b.dot_general(bx, w, lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,)))
+    out, changed = TransposeFolding().run(m)
+    assert not changed and Op.BROADCAST_IN_DIM in ops_of(out)
+
+
 def test_simplify_leaves_side_effects_alone():
     b = Builder("t")
     key = b.parameter("s64[]")

@@ -298,12 +298,13 @@ def _splits_key(name: str, module_digest: str | None) -> bytes | None:
     """Where the split decisions of the plan of the optimized module ``module_digest`` are
     kept across processes (decisions.py; None: no digest, or the compile cache is off)."""
     from . import decisions, target, threads
-    from .executable import SPLIT_GAIN, _Launch, _settings
+    from .executable import LONG_FACTOR, LONG_SLOWER, OVERLAP, SPLIT_GAIN, _Launch, _settings
 
     if module_digest is None or not target.DISK.enabled():
         return None
     # the rule that made the decisions is part of them (its constants: a test changes them)
-    rule = f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED}"
+    rule = (f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED} long={LONG_FACTOR}/{LONG_SLOWER}"
+            f" overlap={OVERLAP}")
     return decisions.split_key(module_digest, name, f"{_settings()}\0{rule}", threads.device_threads())
 
 

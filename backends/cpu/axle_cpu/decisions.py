@@ -2,7 +2,7 @@
 (``--compile_cache``, subdirectory ``cpu``; docs/backend-cpu.md, "Persistent compile cache").
 
 Whether a kernel is split across the worker pool is measured on its first launches
-(executable._Launch: two runs on one thread, two split): a new process's first call of a
+(executable._Launch: runs on one thread and split in turn): a new process's first call of a
 cached program would run every kernel on one thread while it measures, and measure the
 pool's wake-up cost first (threads.NativePool). Both results are stored once known:
 
@@ -10,10 +10,12 @@ pool's wake-up cost first (threads.NativePool). Both results are stored once kno
   and its kernels are made from that module alone), the settings, the thread count and
   everything the object code's key holds (``target.object_key``: the CPU's name and
   features, the code of axle and this backend...), so another CPU, thread count or code
-  is another key. A decision is true (split), false, or null: unsure, a split found not
-  to pay while the other cores were busy (executable._Launch), which the next process
-  measures again (and rewrites the entry);
+  is another key;
 - the pool's wake-up cost, keyed by the thread count and the same machine description.
+
+A decision measured while the other cores were busy (its split trials' threads did not run
+at once: ``_Launch.conclusive``) is stored as ``null``: the next process measures that
+kernel again (a split measured not to pay on a loaded machine stayed off for good before).
 
 Entries are JSON, parsed strictly (nothing evaluated); one that does not parse, or does not
 fit the executable it is loaded for, is ignored and counted as corrupt
@@ -28,7 +30,7 @@ from axle import counters
 from .target import DISK, object_key
 
 #: bumped when an entry's layout changes
-FORMAT = "axle-cpu-threads-1"
+FORMAT = "axle-cpu-threads-2"
 
 
 def split_key(module_digest: str, name: str, settings: str, nthreads: int) -> bytes:
@@ -42,14 +44,14 @@ def wake_key(nthreads: int) -> bytes:
 
 
 def load_splits(key: bytes, count: int) -> list[bool | None] | None:
-    """The ``count`` split decisions stored under ``key``, None for an unsure one (None:
-    none, or not ``count`` booleans and nulls)."""
+    """The ``count`` split decisions stored under ``key``, each a boolean or None (measure
+    again) (None: none, or not ``count`` of them)."""
     raw = _load(key)
     if raw is None:
         return None
     splits = raw.get("split") if isinstance(raw, dict) else None
-    if not (isinstance(splits, list) and len(splits) == count
-            and all(s is None or isinstance(s, bool) for s in splits)):
+    if not (isinstance(splits, list) and len(splits) == count and all(s is None or isinstance(s, bool)
+                                                                          for s in splits)):
         counters.record("disk_cache_corrupt")
         return None
     return splits

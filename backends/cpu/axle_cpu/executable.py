@@ -41,21 +41,19 @@ KFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, 
 
 #: a split is kept when it takes less than this fraction of the one-thread time
 SPLIT_GAIN = 0.85
+#: a kernel taking this many times the pool's wake-up cost on one thread is long: the
+#: wake-up is nothing beside it, and its split is kept unless measured slower than
+#: LONG_SLOWER times one thread (a memory-bound kernel gains little from a second thread)
+LONG_FACTOR = 64.0
+LONG_SLOWER = 1.05
+#: a split trial that did not win counts only when its threads ran at once at least this
+#: much: the workers ran this part of their fair share of its chunks ((n - 1) / n of them)
+#: and the caller was on its core this part of the time. Else the other cores were busy,
+#: and the trial measured the caller alone, or the caller and a worker taking turns on one
+#: core (a woken worker can preempt its caller)
+OVERLAP = 0.5
 #: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
 CHUNKS = 4
-#: a split trial during which the process ran on fewer than 1 + TRIAL_CORES_SHARE * (n - 1)
-#: cores on average (its CPU time over its wall time) did not have the pool's cores: other
-#: processes, or another library's threads spinning there, ran on them, or preempted a
-#: worker in the middle of its chunk. A split measured not to pay then says nothing about
-#: the machine when it is quiet. (The CPU time of a thread running on another core is
-#: counted at its next tick or sleep, so a short trial may look starved: at worst, its
-#: decision is measured again by the next process.)
-TRIAL_CORES_SHARE = 0.5
-
-
-def process_cpu() -> float:
-    """The CPU seconds of the process, all its threads."""
-    return time.process_time()
 
 
 def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
@@ -204,15 +202,25 @@ class CompiledKernel:
 
 class _Launch:
     """One kernel step: its compiled function, its region of the per-call pointer table,
-    and whether it is split across threads. That is decided by measurement: its first
-    ``TIMED`` launches run on one thread; if the fastest took longer than SPLIT_FACTOR
-    times the pool's wake-up cost (threads.py), the next ``TIMED`` launches are split, and
-    the split is kept only if it was at least 1/SPLIT_GAIN times faster. A split found not
-    to pay in trials that never had the pool's cores (:data:`TRIAL_CORES_SHARE`) is
-    ``unsure``: off in this process, and measured again by the next one (decisions.py
-    keeps it as such)."""
+    and whether it is split across threads. That is decided by measurement, made robust
+    to other processes on the machine (they only ever slow a launch down):
 
-    TIMED = 2
+    - its first ``LAUNCHES`` launches are one thread twice (the first is cold: new code,
+      new pages), then split and one thread in turn (so both see the same cache and load)
+      until ``TIMED`` were split, and the best of each is compared;
+    - a kernel whose best one-thread launch took at most SPLIT_FACTOR times the pool's
+      wake-up cost (threads.py) is not split (decided at once, not tried);
+    - the split is kept if it was at least 1/SPLIT_GAIN times faster, or, for a long
+      kernel (LONG_FACTOR), unless it was slower than LONG_SLOWER times one thread (a
+      memory-bound kernel may gain little from a second thread, but loses nothing);
+    - the decision is ``conclusive`` (kept for the next process, decisions.py) only when
+      the threads of a split trial ran at once (OVERLAP: the workers' chunks and the
+      caller's CPU time). Otherwise the other cores were busy: the decision holds for
+      this process and the next one measures again."""
+
+    TIMED = 3
+    #: the launches that measure a kernel (TIMED split, one more on one thread)
+    LAUNCHES = 2 * TIMED + 1
 
     def __init__(self, step: KernelStep, addr: int, region: int) -> None:
         self.step = step
@@ -222,44 +230,59 @@ class _Launch:
         self.outer, self.inner = step.spec.loop_sizes
         self.rsize = step.spec.split_reduce_size
         self.parallel: bool | None = None  # None until measured
-        #: decided off by split trials that never had the pool's cores (they were busy)
-        self.unsure = False
-        self._had_cores = False  # some split trial ran on the cores it was split for
+        #: whether the decision was measured with the cores free (kept for the next process)
+        self.conclusive = True
         self.nin = len(step.ins)
         self.nbuf = self.nin + len(step.outs)
-        self._best_us = float("inf")  # one thread, the first TIMED launches
-        self._best_split_us = float("inf")  # split, the next TIMED launches
-        self._timed = 0
+        self._best_us = float("inf")  # one thread, launches 0, 1, 3, 5...
+        self._best_split_us = float("inf")  # split, launches 2, 4, 6...
+        self._ones = 0
+        self._splits = 0
+        self._overlap = 0.0  # how much the threads of the best split trial so far ran at once
         self._split: list[_ReductionSplit] = []  # reusable, one per concurrent call
 
     def run(self, ptrs: int, pool: threads.NativePool, outs: Callable[[], list[np.ndarray]]) -> None:
         """Launches over the pointer table at address ``ptrs``; ``outs`` gives the output
         arrays (needed only to combine per-thread partial reductions)."""
         bufs = ptrs + 8 * self.region
-        if self.parallel and pool.n > 1:
-            self._run_parallel(pool, bufs, outs)
-            return
-        t0 = time.perf_counter()
-        if self.parallel is None and self._timed >= self.TIMED:
-            # Trial of the split: kept only if measured faster than one thread.
-            cpu0 = process_cpu()
-            self._run_parallel(pool, bufs, outs)
-            wall = time.perf_counter() - t0
-            self._best_split_us = min(self._best_split_us, wall * 1e6)
-            self._had_cores |= process_cpu() - cpu0 >= (1 + TRIAL_CORES_SHARE * (pool.n - 1)) * wall
-            self._timed += 1
-            if self._timed >= 2 * self.TIMED:
-                self.parallel = self._best_split_us < SPLIT_GAIN * self._best_us
-                self.unsure = not self.parallel and not self._had_cores
-            return
-        self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
         if self.parallel is None:
+            self._trial(pool, bufs, outs)
+        elif self.parallel and pool.n > 1:
+            self._run_parallel(pool, bufs, outs)
+        else:
+            self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
+
+    def _trial(self, pool: threads.NativePool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
+        """One launch of the measurement: one thread twice, then split and one thread in
+        turn (class docstring)."""
+        if self._ones < self._splits + 2:
+            t0 = time.perf_counter()
+            self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
-            self._timed += 1
-            if self._split_mode(pool.n) is None:
-                self.parallel = False
-            elif self._timed >= self.TIMED and self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
-                self.parallel = False  # too short to repay waking a thread: not even tried
+            self._ones += 1
+            if self._split_mode(pool.n) is None or self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
+                self.parallel = False  # no split, or too short to repay waking a thread: not tried
+            return
+        helped, cpu = pool.helped(), time.thread_time()
+        t0 = time.perf_counter()
+        self._run_parallel(pool, bufs, outs)
+        wall = time.perf_counter() - t0
+        n = pool.n
+        worked = (pool.helped() - helped) / (self._nchunks(n) * (n - 1) / n)  # the workers' part of their share
+        busy = (time.thread_time() - cpu) / wall if wall > 0 else 0.0  # the caller on its core
+        self._overlap = max(self._overlap, min(worked, busy))
+        self._best_split_us = min(self._best_split_us, wall * 1e6)
+        self._splits += 1
+        if self._splits >= self.TIMED:
+            self.parallel, self.conclusive = split_verdict(self._best_us, self._best_split_us, self._overlap,
+                                                           pool.wake_us)
+
+    def _nchunks(self, n: int) -> int:
+        """The chunks a split over ``n`` threads cuts the kernel into (_run_parallel)."""
+        mode = self._split_mode(n)
+        if mode == "reduction":
+            return len(threads.chunks(0, self.rsize, CHUNKS * n))
+        return min(CHUNKS * n, self.outer if mode == "rows" else self.inner)
 
     def _split_mode(self, n: int) -> str | None:
         """How the kernel splits over ``n`` threads: by rows, along its first reduced axis
@@ -316,6 +339,18 @@ class _Launch:
         if self.step.spec.reduce_split_first and self.outer >= n:
             return "rows"  # the runner cannot sum a split K's partial outputs: the rows, as before
         return self.native_split(n)
+
+
+def split_verdict(one_us: float, split_us: float, overlap: float, wake_us: float) -> tuple[bool, bool]:
+    """(split, conclusive) from the best one-thread and split times of a kernel, how much
+    the threads of its split trials ran at once (0 to 1) and the pool's wake-up cost
+    (_Launch)."""
+    long = one_us >= LONG_FACTOR * wake_us
+    split = split_us < SPLIT_GAIN * one_us or (long and split_us <= LONG_SLOWER * one_us)
+    # kept only if measured with the threads running at once: else the other cores were
+    # busy, and the times say what a split gives now, not what it gains (a win may be
+    # one-thread launches preempted, a loss a preempted worker holding a chunk)
+    return split, overlap >= OVERLAP
 
 
 class _ReductionSplit:
@@ -413,10 +448,9 @@ class CpuExecutable(Executable):
         timed = self._timed_launches()
         self._splits_key = splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
         splits = decisions.load_splits(splits_key, len(timed)) if splits_key is not None else None
-        self._loaded_splits = splits
         if splits is not None:
             for launch, parallel in zip(timed, splits):
-                launch.parallel = parallel  # None: unsure there, measured again here
+                launch.parallel = parallel  # (None: measured under load then: measured again)
             if None not in splits:
                 self._splits_key = None  # stored already
         # regions holding a host step are walked step by step (jumps taken in Python)
@@ -471,10 +505,10 @@ class CpuExecutable(Executable):
             return self._segments[1]
         if any(launch is not None and launch.parallel is None for launch, _ in self._steps):
             return None
-        if self._splits_key is not None:  # every decision measured: kept for the next process
-            splits = [None if launch.unsure else bool(launch.parallel) for launch in self._timed_launches()]
-            if splits != self._loaded_splits:  # (unsure ones found unsure again: no rewrite)
-                decisions.store_splits(self._splits_key, splits)
+        if self._splits_key is not None:  # every decision measured: kept for the next process,
+            # but for those measured while the other cores were busy
+            decisions.store_splits(self._splits_key, [bool(launch.parallel) if launch.conclusive else None
+                                                      for launch in self._timed_launches()])
             self._splits_key = None
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):

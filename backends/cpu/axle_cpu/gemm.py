@@ -78,7 +78,7 @@ from axle.ir.module import Node
 from axle.ir.ops import Op
 from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, Index, KernelEmitter, KernelSpec
+from .emitter import SIG, Index, KernelEmitter, KernelSpec, no_unroll
 from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
@@ -562,18 +562,6 @@ def _sfx(t: ir.Type) -> str:
     if isinstance(t, ir.VectorType):
         return f"v{t.count}{_sfx(t.element)}"
     return f"i{t.width}" if isinstance(t, ir.IntType) else {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
-
-
-def no_unroll(latch: ir.Instruction) -> None:
-    """Marks a loop (its latch branch) not to be unrolled: every loop here has a long
-    straight-line body (or is not hot), and unrolling them was most of the compile time."""
-    mod = latch.parent.parent.module
-    md = getattr(mod, "_axle_no_unroll", None)
-    if md is None:
-        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])])
-        md.operands = (md, *md.operands)  # a loop ID refers to itself
-        mod._axle_no_unroll = md
-    latch.set_metadata("llvm.loop", md)
 
 
 def _prefetch(b: ir.IRBuilder, ptr: ir.Value) -> None:

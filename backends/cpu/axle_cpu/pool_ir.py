@@ -9,7 +9,9 @@ Everyone, the caller included, claims chunks with a compare-and-swap on ``@claim
 worker holding a stale generation fails the swap and goes back to waiting, so it never
 runs a chunk of a job it did not see published), runs them, and counts them in ``@done``;
 the caller returns when ``@done`` reaches the chunk count (after a short spin it sleeps on
-``@done``'s low half, and the worker finishing the last chunk wakes it). A job's fields are read only
+``@done``'s low half, and the worker finishing the last chunk wakes it). Workers count the
+chunks they run in ``@helped`` (how a split trial tells whether its threads ran at once,
+executable._Launch). A job's fields are read only
 after a chunk of it has been claimed, and a job cannot end before its claimed chunks are
 done, so they are stable while read.
 
@@ -38,7 +40,7 @@ CHUNKS = 4
 MAX_WORKERS = 255
 #: the names of the pool's exported functions (removed from the runner's declarations)
 EXPORTS = ("axle_pool_run", "axle_pool_start", "axle_pool_stop", "axle_pool_forget", "axle_pool_alive",
-           "axle_pool_probe", "axle_pool_workers")
+           "axle_pool_probe", "axle_pool_workers", "axle_pool_helped")
 
 _TEXT = r"""
 @workers = internal global i64 0
@@ -50,6 +52,7 @@ _TEXT = r"""
 @claim = internal global i64 0
 @done = internal global i64 0, align 8
 @waiter = internal global i32 0
+@helped = internal global i64 0
 @job.fn = internal global ptr null
 @job.bufs = internal global i64 0
 @job.stride = internal global i64 0
@@ -101,8 +104,11 @@ define internal void @chunk(ptr %fn, i64 %bufs, i64 %stride, i64 %outer, i64 %in
   ret void
 }
 
-; claims and runs chunks of job %g until none is left (or the job is another one)
-define internal void @work(i64 %g) {
+; claims and runs chunks of job %g until none is left (or the job is another one); a worker
+; (%helps = 1) counts each chunk it ran in @helped before counting it done, so a caller that
+; saw its job done reads them all (threads.NativePool.helped: a split measured while the
+; other cores were busy shows as chunks the caller ran alone)
+define internal void @work(i64 %g, i64 %helps) {
 entry:
   br label %loop
 loop:
@@ -129,6 +135,7 @@ run:
   %range = load i64, ptr @job.range
   %mode = load i64, ptr @job.mode
   call void @chunk(ptr %fn, i64 %bufs, i64 %stride, i64 %outer, i64 %inner, i64 %range, i64 %mode, i64 %n, i64 %k)
+  %h = atomicrmw add ptr @helped, i64 %helps monotonic
   %d = atomicrmw add ptr @done, i64 1 seq_cst
   %d1 = add i64 %d, 1
   %last = icmp eq i64 %d1, %n
@@ -151,7 +158,7 @@ entry:
   %first = load atomic i32, ptr @gen seq_cst, align 4
   %c0 = load atomic i64, ptr @claim acquire, align 8
   %g0 = lshr i64 %c0, 32
-  call void @work(i64 %g0)
+  call void @work(i64 %g0, i64 1)
   %q0 = load atomic i32, ptr @quit seq_cst, align 4
   %stop0 = icmp ne i32 %q0, 0
   br i1 %stop0, label %leave, label %start
@@ -184,7 +191,7 @@ got:
 job:
   %c = load atomic i64, ptr @claim acquire, align 8
   %g = lshr i64 %c, 32
-  call void @work(i64 %g)
+  call void @work(i64 %g, i64 1)
   br label %worked
 worked:
   br label %spin
@@ -299,7 +306,7 @@ pooled:
   %c = call i64 @next_claim()
   call void @publish(i64 %c)
   %g = lshr i64 %c, 32
-  call void @work(i64 %g)
+  call void @work(i64 %g, i64 0)
   call void @finish(i64 %n1)
   ret void
 inline:
@@ -415,6 +422,12 @@ define void @axle_pool_forget() {
 define i64 @axle_pool_alive() {
   %a = load atomic i64, ptr @alive seq_cst, align 8
   ret i64 %a
+}
+
+; chunks run by workers since the pool's module was loaded (the callers' own are not counted)
+define i64 @axle_pool_helped() {
+  %h = load atomic i64, ptr @helped monotonic, align 8
+  ret i64 %h
 }
 
 define i64 @axle_pool_workers() {

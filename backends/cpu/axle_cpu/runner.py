@@ -249,6 +249,7 @@ POOL_SIGNATURES: dict[str, type[ctypes._CFunctionType]] = {
     "axle_pool_forget": ctypes.CFUNCTYPE(None),
     "axle_pool_alive": ctypes.CFUNCTYPE(_I64),
     "axle_pool_workers": ctypes.CFUNCTYPE(_I64),
+    "axle_pool_helped": ctypes.CFUNCTYPE(_I64),
     "axle_pool_probe": ctypes.CFUNCTYPE(_I64),
 }
 

@@ -1,6 +1,13 @@
 """The host target: triple, CPU name and features from llvmlite; the O3 new-pass-manager
-pipeline; JIT (MCJIT) and object-file emission; each module's object code cached on disk
+pipeline; JIT (MCJIT) and object-file emission; each module's code cached on disk
 (axle.diskcache, under --compile_cache) and loaded from there by a later process.
+
+On Linux with the system linker (``ld``) a module's code is a shared library: its PIC
+object linked once, when it is compiled, and loaded by ``dlopen`` (from a memfd holding
+the cache entry's bytes, about 0.1 ms) in this and every later process. Loading an object
+into an MCJIT engine instead (context, engine, target machine, relocation: some 35
+llvmlite calls) cost about 1.5 ms per module, most of a cached program's first call.
+Without ``ld`` (or memfd), and with the cache off, objects are loaded by MCJIT as before.
 
 LLVM state is process-wide and not thread-safe while compiling, so every compile holds
 ``LOCK``, and so does every disposal of compiled code: a JitModule that dies (evicted from
@@ -8,12 +15,18 @@ a cache, in whatever thread drops the last reference) is disposed at once when n
 is running, else by the next compile (``_llvm``)."""
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import functools
 import hashlib
 import os
+import shutil
+import struct
+import subprocess
 import sys
+import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -21,8 +34,9 @@ import llvmlite
 import llvmlite.binding as llvm
 
 import axle
+from axle import counters
 from axle.config import config
-from axle.diskcache import DiskCache, code_version
+from axle.diskcache import CacheWarning, DiskCache, cache_root, code_version
 
 LOCK = threading.RLock()
 #: nesting of LLVM work in the thread holding LOCK (0: LOCK is free or only disposing)
@@ -89,14 +103,18 @@ def host() -> HostTarget:
     return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
 
 
-def target_machine(jit: bool = True, cpu: str | None = None, features: str | None = None) -> llvm.TargetMachine:
-    """A fresh O3 target machine for the host (PIC when emitting objects for ``cc``).
-    Fresh each time: an MCJIT engine takes ownership of the one it is given."""
+def target_machine(jit: bool = True, cpu: str | None = None, features: str | None = None,
+                   codemodel: str = "jitdefault") -> llvm.TargetMachine:
+    """A fresh O3 target machine for the host (PIC when emitting objects for ``cc`` or
+    ``ld``). Fresh each time: an MCJIT engine takes ownership of the one it is given.
+    ``codemodel``: llvmlite's default is the large model on 64-bit hosts (what MCJIT
+    needs, its sections anywhere in the address space); "default" is the small one, for
+    a shared library (each constant one RIP-relative load, not an absolute address)."""
     h = host()
     target = llvm.Target.from_triple(h.triple)
     return target.create_target_machine(cpu=h.cpu if cpu is None else cpu,
                                         features=h.features if features is None else features,
-                                        opt=3, reloc="default" if jit else "pic", jit=jit)
+                                        opt=3, reloc="default" if jit else "pic", jit=jit, codemodel=codemodel)
 
 
 #: the target machine every JitModule optimizes and generates code with (under LOCK)
@@ -104,7 +122,8 @@ _jit_tm = None
 
 
 def _codegen_tm() -> llvm.TargetMachine:
-    """One target machine for all JIT code generation. A target machine builds its X86
+    """One target machine for all JIT code generation (PIC, for a shared library, where
+    modules are linked: ``linker``). A target machine builds its X86
     subtarget (instruction, register and lowering tables) the first time it generates
     code, about 0.7 MB, and keeps it as long as it lives; an MCJIT engine owns the one it
     is given, so generating code in the engine kept one of those per cached kernel (about
@@ -112,7 +131,7 @@ def _codegen_tm() -> llvm.TargetMachine:
     each engine gets a fresh target machine that never generates code (about 20 KB)."""
     global _jit_tm
     if _jit_tm is None:
-        _jit_tm = target_machine(True)
+        _jit_tm = target_machine(True) if linker() is None else target_machine(False, codemodel="default")
     return _jit_tm
 
 
@@ -158,26 +177,156 @@ def parse(ir_text: str, context: llvm.ContextRef | None = None) -> llvm.ModuleRe
     return mod
 
 
-#: object code of compiled modules across processes, under --compile_cache
+#: code of compiled modules across processes, under --compile_cache
 DISK = DiskCache(None, "cpu object code", sub="cpu")
-#: bumped when the cached payload's format changes (today: the bare ELF object)
+#: bumped when a cached payload's format changes: the bare ELF object (loaded by MCJIT)...
 OBJECT_FORMAT = "axle-cpu-object-1"
+#: ... or the shared library linked from it (loaded by dlopen: ``linker``)
+SHARED_FORMAT = "axle-cpu-shared-1"
+#: the ELF header's machine field of the hosts shared libraries are linked for
+_ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
+
+
+@functools.cache
+def linker() -> str | None:
+    """The linker that makes each compiled module a shared library (None: modules are
+    objects loaded by MCJIT). ``ld`` itself, which ``cc`` runs: called directly it costs
+    about 2 ms of CPU per module, ``cc -shared`` 13 ms. Linux only (the library is loaded
+    from a memfd, by its /proc/self/fd path), and only for ELF machines whose header field
+    is known."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
+        return None
+    if host().triple.split("-")[0] not in _ELF_MACHINE:
+        return None
+    return shutil.which("ld")
+
+
+def artifact_format() -> str:
+    """What a cached module's payload is on this host: a shared library or an object."""
+    return SHARED_FORMAT if linker() else OBJECT_FORMAT
+
+
+class LinkError(Exception):
+    """The linker refused a module's object (the module is then loaded by MCJIT)."""
+
+
+def link(obj: bytes) -> bytes:
+    """The shared library of one PIC object. ``-Bsymbolic`` binds the module's calls of
+    its own functions to themselves (never to a same-named symbol already loaded); the C
+    library's and libm's functions resolve from the process at load, as MCJIT resolves
+    them."""
+    ld = linker()
+    assert ld is not None, "link() needs the linker"
+    with tempfile.TemporaryDirectory(prefix="axle-link-") as tmp:
+        src, out = os.path.join(tmp, "module.o"), os.path.join(tmp, "module.so")
+        with open(src, "wb") as f:
+            f.write(obj)
+        try:
+            r = subprocess.run([ld, "-shared", "-Bsymbolic", "-z", "noexecstack", "-o", out, src],
+                               capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise LinkError(f"cannot run {ld}: {e}") from e
+        if r.returncode:
+            raise LinkError(f"{ld} failed: {r.stderr.strip()[-2000:]}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _loaded(path: str) -> bool:
+    """Whether a library opened by ``path`` is loaded in this process."""
+    try:
+        handle = _ctypes.dlopen(path, os.RTLD_NOW | os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    _ctypes.dlclose(handle)  # the reference RTLD_NOLOAD took
+    return True
+
+
+def _is_library(data: bytes) -> bool:
+    """Whether ``data`` is a whole 64-bit little-endian ELF shared library for this host's
+    machine (what ``link`` makes): a checksummed entry of another format is never loaded,
+    and neither is one cut short, whose segments ``dlopen`` would map past the end of the
+    file (the first read there is a bus error, which kills the process)."""
+    machine = _ELF_MACHINE.get(host().triple.split("-")[0])
+    if len(data) < 64 or data[:6] != b"\x7fELF\x02\x01":
+        return False
+    etype, emachine = struct.unpack_from("<HH", data, 16)
+    phoff, shoff = struct.unpack_from("<QQ", data, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 54)
+    if (etype, emachine) != (3, machine) or phentsize < 56 or phoff + phnum * phentsize > len(data) \
+            or shoff + shnum * shentsize > len(data):
+        return False
+    for k in range(phnum):  # every segment's bytes lie in the file
+        offset, filesz = struct.unpack_from("<Q16xQ", data, phoff + k * phentsize + 8)
+        if offset + filesz > len(data):
+            return False
+    return True
+
+
+class Library:
+    """A shared library loaded from bytes: written to a memfd and opened by ``dlopen``
+    (``RTLD_LOCAL``: its symbols are found through this handle only), so no file another
+    process could replace is ever opened. Closed (``dlclose``) when it dies.
+
+    ``dlopen`` finds an already loaded library by the path it was opened by before it
+    looks at the file: a memfd's number is reused once closed, so a new library opened
+    as ``/proc/self/fd/N`` while another one opened so is still loaded would be that
+    other one (its symbols, silently). A path whose name is taken (``RTLD_NOLOAD`` finds
+    it) is kept open while another memfd, of another number, is made."""
+
+    def __init__(self, data: bytes) -> None:
+        if not _is_library(data):
+            raise OSError("not a shared library for this machine")
+        taken: list[int] = []
+        fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
+        try:
+            while _loaded(f"/proc/self/fd/{fd}"):
+                taken.append(fd)
+                fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            self._handle = _ctypes.dlopen(f"/proc/self/fd/{fd}", os.RTLD_NOW | os.RTLD_LOCAL)
+        finally:
+            for f in [fd, *taken]:
+                os.close(f)
+
+    def address(self, name: str) -> int:
+        """The address of symbol ``name`` (0: the library does not define it)."""
+        try:
+            return int(_ctypes.dlsym(self._handle, name))
+        except OSError:
+            return 0
+
+    # bound now: at exit the modules may be gone
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing,
+                _close: Callable[[int], None] = _ctypes.dlclose) -> None:
+        # never at interpreter exit: the worker pool's threads wait inside the runtime
+        # module's code until the process ends (the OS unmaps it all then)
+        handle = self.__dict__.pop("_handle", None)
+        if handle is not None and not _finalizing():
+            _close(handle)
 
 
 #: the packages whose code decides what a cached object holds: axle (the optimizer, the
 #: lowering layer) and this backend (emitters, this file's O3 pipeline)
 _CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+if cache_root() is not None:
+    # a per-process cost (about 200 stats, 0.5 ms), paid with the rest of loading this
+    # backend rather than inside a cached program's first call; the same directories are
+    # the optimized-module cache's key (axle.module_cache), so it is computed once
+    code_version(*_CODE_DIRS)
 
 
 def object_key(what: str, interleave: bool) -> bytes:
-    """Everything a module's object code depends on: ``what`` it compiles (its LLVM IR's
-    digest, or a digest of the kernel descriptions it is emitted from), the code of axle and
-    this backend and their versions, llvmlite's and LLVM's, the host triple, CPU name and
-    features, the pipeline's setting and the ``--cpu_*`` flags."""
+    """Everything a module's code depends on: ``what`` it compiles (its LLVM IR's digest,
+    or a digest of the kernel descriptions it is emitted from), the artifact's format, the
+    code of axle and this backend and their versions, llvmlite's and LLVM's, the host
+    triple, CPU name and features, the pipeline's setting and the ``--cpu_*`` flags."""
     with LOCK:
         h = host()
     flags = sorted(f"{k}={v}" for k, v in config.backend_flags.items() if k.startswith("cpu_"))
-    parts = [OBJECT_FORMAT, code_version(*_CODE_DIRS), axle.__version__, llvmlite.__version__,
+    parts = [artifact_format(), code_version(*_CODE_DIRS), axle.__version__, llvmlite.__version__,
              ".".join(map(str, llvm.llvm_version_info)), h.triple, h.cpu, h.features,
              f"interleave={interleave}", *flags, what]
     return "\0".join(parts).encode()
@@ -190,44 +339,78 @@ def ir_key(ir_text: str, interleave: bool) -> bytes:
 
 class JitModule:
     """One compiled LLVM module: optimized and turned into an object by the shared
-    ``_codegen_tm()`` (or that object read back from the disk cache), then loaded into its
-    own MCJIT engine (kept alive with it).
+    ``_codegen_tm()``, then either linked into a shared library and loaded by ``dlopen``
+    (where ``linker()`` finds ``ld``: the library is what the disk cache keeps) or loaded
+    into its own MCJIT engine (the object is what the disk cache keeps); kept alive with it.
 
-    Each module gets its own LLVM context: types and constants are uniqued per context and
-    live as long as it does, so in the process-wide context every shape ever compiled
-    (array types, loop bounds) would stay resident. The IR module is freed once its object
-    is emitted; freeing the JitModule frees the engine (its code pages, its empty module
-    and its target machine) and then the context. The optimized IR is made again when
-    asked for (``optimized_ir``: tests and ``explain``), not kept."""
+    Each module is compiled in its own LLVM context: types and constants are uniqued per
+    context and live as long as it does, so in the process-wide context every shape ever
+    compiled (array types, loop bounds) would stay resident. The IR module is freed once
+    its object is emitted; freeing the JitModule closes its library, or frees the engine
+    (its code pages, its empty module and its target machine) and then the context. The
+    optimized IR is made again when asked for (``optimized_ir``: tests and ``explain``),
+    not kept."""
+
+    #: the module's shared library (None: its code is in the MCJIT engine ``_engine``)
+    _lib: Library | None = None
 
     def __init__(self, ir_text: str | Callable[[], str], interleave: bool = True, key: bytes | None = None) -> None:
         """``ir_text``: the module's LLVM IR, or a function making it (called only when the
-        object is not on disk, or when the IR is asked for); ``key``: its disk cache key
+        code is not on disk, or when the IR is asked for); ``key``: its disk cache key
         when the caller knows it without the IR (else the IR's digest: ``ir_key``)."""
         self._source = ir_text
         self.interleave = interleave
         if key is None:
             key = ir_key(self.ir_text, interleave)
-        obj = DISK.get(key)  # read outside LOCK: other threads may compile meanwhile
-        #: whether the object code was read from the disk cache (else compiled, then stored)
-        self.loaded = obj is not None
-        if obj is None:
-            text = self.ir_text  # made outside LOCK too (Python only)
-        obj = self._load(obj if obj is not None else lambda context: _compile(text, context, interleave))
+        cached = DISK.get(key)  # read outside LOCK: other threads may compile meanwhile
+        #: whether the code was read from the disk cache (else compiled, then stored)
+        self.loaded = cached is not None and self._load_cached(cached)
         if not self.loaded:
-            DISK.put(key, obj)
+            made = self._build(self.ir_text)  # the IR is made outside LOCK (Python only)
+            if made is not None:
+                DISK.put(key, made)
 
     @classmethod
     def from_disk(cls, key: bytes, interleave: bool, ir_text: Callable[[], str]) -> JitModule | None:
-        """The module whose object code the disk cache holds under ``key``, or None (nothing
-        is compiled: the caller has no IR to compile, only ``ir_text`` to say why)."""
-        obj = DISK.get(key)
-        if obj is None:
+        """The module whose code the disk cache holds under ``key``, or None (nothing is
+        compiled: the caller has no IR to compile, only ``ir_text`` to say why)."""
+        cached = DISK.get(key)
+        if cached is None:
             return None
         self = cls.__new__(cls)
         self._source, self.interleave, self.loaded = ir_text, interleave, True
-        self._load(obj)
-        return self
+        return self if self._load_cached(cached) else None
+
+    def _load_cached(self, payload: bytes) -> bool:
+        """Loads a cached module's code; False when its library cannot be loaded (not a
+        library for this machine, or ``dlopen`` refuses it: counted as corrupt, and the
+        module is compiled again)."""
+        if linker() is None:
+            self._load(payload)
+            return True
+        try:
+            self._lib = Library(payload)
+        except OSError:
+            counters.record("disk_cache_corrupt")
+            return False
+        return True
+
+    def _build(self, text: str) -> bytes | None:
+        """Compiles the module and loads its code; returns what the disk cache keeps of
+        it (None: nothing, when its library could not be made or loaded)."""
+        if linker() is None:
+            return self._load(lambda context: _compile(text, context, self.interleave))
+        with _llvm(), _scratch_context() as ctx:
+            obj = _compile(text, ctx, self.interleave)
+        try:
+            lib = link(obj)
+            self._lib = Library(lib)
+            return lib
+        except (LinkError, OSError) as e:
+            _link_failed(e)
+            # compiled again for MCJIT (large code model: its sections lie anywhere)
+            self._load(lambda context: _compile(text, context, self.interleave, target_machine(True)))
+            return None
 
     def _load(self, obj: bytes | Callable[[llvm.ContextRef], bytes]) -> bytes:
         """Loads the object code (or what ``obj`` compiles in the module's context) into the
@@ -279,14 +462,17 @@ class JitModule:
             finally:
                 lock.release()
 
+    def _address(self, name: str) -> int:
+        return self._lib.address(name) if self._lib is not None else self._engine.get_function_address(name)
+
     def address(self, name: str) -> int:
-        addr = self._engine.get_function_address(name)
+        addr = self._address(name)
         assert addr, f"symbol {name} missing from the compiled module"
         return addr
 
     def has(self, name: str) -> bool:
         """Whether the module defines function ``name``."""
-        return bool(self._engine.get_function_address(name))
+        return bool(self._address(name))
 
     def assembly(self) -> str:
         with _llvm(), _scratch_context() as ctx:
@@ -297,6 +483,20 @@ class JitModule:
                 return tm.emit_assembly(mod)
             finally:
                 mod.close()
+
+
+#: whether this process warned that a module could not be linked (once)
+_link_warned: list[bool] = []
+
+
+def _link_failed(e: Exception) -> None:
+    """One warning per process when a module's library cannot be made or loaded: the
+    module runs from MCJIT and is not cached (a broken linker would fail every module)."""
+    if not _link_warned:
+        _link_warned.append(True)
+        warnings.warn(f"axle: cpu: a compiled module could not be linked into a shared library ({e}); modules "
+                      f"that fail so run from MCJIT and are not kept in the compile cache.", CacheWarning,
+                      stacklevel=4)
 
 
 def _compile(ir_text: str, context: llvm.ContextRef, interleave: bool, tm: llvm.TargetMachine | None = None) -> bytes:

@@ -7,9 +7,10 @@ calling thread (a worker that wakes late finds nothing left, so the caller never
 a thread the OS has not scheduled). Python calls the pool for split kernels through
 ctypes (:meth:`NativePool.run`, GIL released); the step runner calls it directly for split
 kernels in its runs, loops included. Whether a kernel is split is measured
-(executable._Launch): one-thread launches first; a kernel slower than ``SPLIT_FACTOR``
-times the pool's measured wake-up cost gets split trials, and the split stays only if it
-was faster. Kernels inside loops cannot be timed from Python: they split when their work
+(executable._Launch): one-thread launches and split trials in turn, a kernel no slower
+than ``SPLIT_FACTOR`` times the pool's measured wake-up cost never tried, and the split
+stays if it was faster (or, for a long kernel, not slower), judged only from trials whose
+threads ran at once. Kernels inside loops cannot be timed from Python: they split when their work
 reaches ``LOOP_SPLIT_ELEMENTS``. ``AXLE_CPU_THREADS`` (or ``AXLE_FLAGS=--cpu_threads=N``)
 sets the number of threads (1 disables splitting).
 """
@@ -87,6 +88,7 @@ class NativePool:
     def __init__(self, n: int) -> None:
         self._run = runner.pool_function("axle_pool_run")
         self._alive = runner.pool_function("axle_pool_alive")
+        self._helped = runner.pool_function("axle_pool_helped")
         arch = runner.host().triple.split("-")[0]
         started = runner.pool_function("axle_pool_start")(n - 1) if n > 1 and arch in ARCHES else 0
         self.n = started + 1
@@ -130,18 +132,25 @@ class NativePool:
         """Workers running now (each counts itself in when it starts, out when it stops)."""
         return int(self._alive())
 
+    def helped(self) -> int:
+        """Chunks the workers (not the callers) have run so far: how a split trial tells
+        that its threads ran at once (executable._Launch)."""
+        return int(self._helped())
+
     def _measure_wake(self) -> float:
-        """Median time for every worker to pick up a job (the cost a split must repay)."""
+        """The least time for every worker to pick up a job (the cost a split must repay),
+        of 20 probes: other processes on the machine only ever delay a worker, and a cost
+        measured under load is kept with the machine's other decisions (a median taken on
+        a busy machine kept every kernel below a few milliseconds from being tried)."""
         probe = runner.pool_function("axle_pool_probe")
         samples = []
         for _ in range(20):
             t0 = time.perf_counter()
             probe()
             samples.append((time.perf_counter() - t0) * 1e6)
-        samples.sort()
         # at least 5 us: a single timed launch is noisy by microseconds on a busy machine, and
         # kernels of a few microseconds gain nothing from a split
-        return max(samples[len(samples) // 2], 5.0)
+        return max(min(samples), 5.0)
 
 
 _POOL: NativePool | None = None

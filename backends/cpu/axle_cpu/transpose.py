@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 from llvmlite import ir
 
-from axle.ir.module import Computation
+from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 
 from .emitter import SIG, KernelSpec
@@ -64,26 +65,72 @@ def collapsed(shape: tuple[int, ...], perm: tuple[int, ...], flipped: frozenset[
     return new_shape, tuple(pos[g] for g in range(len(groups))), tuple(flip[groups[g][0]] for g in order)
 
 
+#: the movement ops a blocked transpose applies
+_CHAIN = (Op.TRANSPOSE, Op.REVERSE)
+
+
 def movement(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...], frozenset[int]] | None:
     """(parameter shape, permutation, reversed parameter dims) when ``comp`` is a chain of
     transposes and reverses of its parameter (a kernel copy of a convolution's input
-    gradient: flipped and transposed), else None."""
+    gradient: flipped and transposed), else None. Reshapes and broadcasts that only add or
+    drop unit dims may sit in the chain (``broadcast(x.T)`` to a leading batch dim of 1, as
+    a matmul traces it): they move no element, and the permutation then leaves out the
+    result's unit dims that no parameter dim feeds."""
     n = comp.root
-    if n.op not in (Op.TRANSPOSE, Op.REVERSE):
+    if n.op not in _CHAIN and n.op not in _UNIT_DIM_MAPS:
         return None
-    src = list(range(len(n.shape)))  # the dim of ``n`` that each output dim reads
+    src: list[int | None] = list(range(len(n.shape)))  # the dim of ``n`` each output dim reads
     flip = [False] * len(src)
-    while n.op in (Op.TRANSPOSE, Op.REVERSE):
+    while n.op in _CHAIN or n.op in _UNIT_DIM_MAPS:
         if n.op is Op.TRANSPOSE:
             perm = n.attr["permutation"]
-            src = [perm[d] for d in src]
-        else:
+            src = [None if d is None else perm[d] for d in src]
+        elif n.op is Op.REVERSE:
             dims = set(n.attr["dimensions"])
             flip = [f != (d in dims) for d, f in zip(src, flip)]
+        else:
+            dim_of = _UNIT_DIM_MAPS[n.op](n)
+            if dim_of is None:
+                return None
+            src = [None if d is None else dim_of[d] for d in src]
         n = n.operands[0]
     if n.op is not Op.PARAMETER:
         return None
-    return n.shape, tuple(src), frozenset(d for d, f in zip(src, flip) if f)
+    flipped = frozenset(d for d, f in zip(src, flip) if f and d is not None)
+    return n.shape, tuple(d for d in src if d is not None), flipped
+
+
+def _nonunit(shape: tuple[int, ...]) -> list[int]:
+    return [d for d, size in enumerate(shape) if size != 1]
+
+
+def _reshape_dims(n: Node) -> list[int | None] | None:
+    """The operand dim each dim of reshape ``n`` is (None: a unit dim of its own), when the
+    reshape only adds or drops unit dims; else None."""
+    ins, outs = _nonunit(n.operands[0].shape), _nonunit(n.shape)
+    if [n.operands[0].shape[d] for d in ins] != [n.shape[d] for d in outs]:
+        return None
+    dim_of: list[int | None] = [None] * len(n.shape)
+    for o, i in zip(outs, ins):
+        dim_of[o] = i
+    return dim_of
+
+
+def _broadcast_dims(n: Node) -> list[int | None] | None:
+    """The operand dim each dim of broadcast ``n`` is (None: a new unit dim), when it only
+    adds unit dims (nothing stretched); else None."""
+    bdims, x = n.attr["broadcast_dimensions"], n.operands[0]
+    dim_of: list[int | None] = [None] * len(n.shape)
+    for i, d in enumerate(bdims):
+        if x.shape[i] != n.shape[d]:
+            return None
+        dim_of[d] = i
+    return dim_of if all(n.shape[d] == 1 for d, i in enumerate(dim_of) if i is None) else None
+
+
+#: the movement ops that only add or drop unit dims, as maps from their dims to their operand's
+_UNIT_DIM_MAPS: dict[Op, Callable[[Node], list[int | None] | None]] = {
+    Op.RESHAPE: _reshape_dims, Op.BROADCAST_IN_DIM: _broadcast_dims}
 
 
 def blocked(comp: Computation) -> bool:

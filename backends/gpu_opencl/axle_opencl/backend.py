@@ -213,6 +213,9 @@ class OpenCLBackend(Backend):
         check_not_forked()
         rt = self._runtimes.get(device.index)
         if rt is None:
+            # the compile path's modules come with the runtime, as runtime.py brings
+            # pyopencl's invoker: imported in a first call they were about 5 ms of it
+            from . import executable, plan, plan_cache  # noqa: F401 - imported for their cost, not used here
             from .runtime import DeviceRuntime
 
             with self._runtime_lock:

@@ -35,7 +35,7 @@ from axle.cache_json import read_array as _array
 from axle.cache_json import read_type as _type
 from axle.cache_json import type_json as _type_json
 from axle.config import config
-from axle.diskcache import code_version
+from axle.diskcache import cache_root, code_version
 
 from .kernels import DeviceInfo, Kernel
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
@@ -44,6 +44,11 @@ from .runtime import DISK
 #: bumped when an entry's layout changes
 FORMAT = "axle-opencl-plan-1"
 _CODE_DIRS = (os.path.dirname(axle.__file__), os.path.dirname(__file__))
+if cache_root() is not None:
+    # a per-process cost (about 200 stats, 0.5 ms), paid with the rest of loading this
+    # backend rather than inside a cached program's first call (axle.module_cache keys
+    # with the same directories)
+    code_version(*_CODE_DIRS)
 
 
 class _Uncacheable(Exception):

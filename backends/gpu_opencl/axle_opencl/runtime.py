@@ -106,6 +106,12 @@ _KERNELS_PER_PROGRAM_CACHE = 2
 #: PoCL's cache
 BATCH_KERNELS = 64
 
+#: the status codes of an allocation the device refused (too large for one buffer, or no
+#: memory left): raised as MemoryError, which the frontend reports as an axle error
+#: naming the op or jit function
+_ALLOCATION_FAILURES = frozenset({cl.status_code.INVALID_BUFFER_SIZE, cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                                  cl.status_code.OUT_OF_RESOURCES, cl.status_code.OUT_OF_HOST_MEMORY})
+
 
 def device_info(d: cl.Device) -> DeviceInfo:
     exts = d.extensions.split()
@@ -145,24 +151,45 @@ class DeviceRuntime:
         # fresh pages (and their first-touch faults on CPU devices). The queue is
         # in-order, so reuse never overtakes a pending reader.
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+        self.max_alloc = int(cl_device.max_mem_alloc_size)
         _runtimes.add(self)
+
+    def _refused(self, nbytes: int, e: cl.Error | None = None) -> MemoryError:
+        """The error of an allocation of ``nbytes`` the device cannot make."""
+        why = f" ({e.what})" if e is not None else ""
+        return MemoryError(f"{self.cl_device.name.strip()} cannot allocate a buffer of {nbytes:,} bytes{why}; "
+                           f"its largest buffer is {self.max_alloc:,} bytes")
 
     # -- buffers -------------------------------------------------------------------
     def upload(self, array: np.ndarray) -> cl.Buffer | None:
         if array.size == 0:
             return None
+        if array.nbytes > self.max_alloc:  # refused before a contiguous host copy is made
+            raise self._refused(array.nbytes)
         host = np.ascontiguousarray(array)
         if host.dtype == np.bool_:
             host = host.view(np.uint8)
         elif host.dtype.kind == "V":  # bfloat16: its bits (no buffer-protocol format of its own)
             host = host.view(np.uint16)
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        except cl.Error as e:
+            if e.code not in _ALLOCATION_FAILURES:
+                raise
+            raise self._refused(host.nbytes, e) from None
 
     def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
         if nbytes <= 0:
             return None
-        with self._pool_lock:
-            return self.pool.allocate(nbytes)
+        if nbytes > self.max_alloc:
+            raise self._refused(nbytes)
+        try:
+            with self._pool_lock:
+                return self.pool.allocate(nbytes)
+        except cl.Error as e:
+            if e.code not in _ALLOCATION_FAILURES:
+                raise
+            raise self._refused(nbytes, e) from None
 
     def copy(self, buf: cl.MemoryObjectHolder, nbytes: int) -> cl.MemoryObjectHolder | None:
         """A new (pooled) buffer holding ``buf``'s first ``nbytes``, copied on the device."""

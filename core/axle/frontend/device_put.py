@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from ..backend import Buffer, Device
+from ..ir.dtypes import dtype as to_dtype
+from ..ir.types import TensorType
 from ..placement import resolve
 from ..sharding import NamedSharding
 from ..transfer import host_to_device
 from .array import Array
 from .pytree import tree_map
-from .validate import host_array
+from .validate import host_array, is_out_of_memory, out_of_memory_error
 
 
 def to_buffer(x: Any, dev: Device) -> Buffer:
@@ -24,7 +26,12 @@ def to_buffer(x: Any, dev: Device) -> Buffer:
         host = x.numpy()
     else:
         host = host_array(x, "device_put")  # refuses dtypes axle would have to convert
-    return host_to_device(host, dev)
+    try:
+        return host_to_device(host, dev)
+    except (MemoryError, OSError) as e:  # the device refused the buffer: an axle error naming the value
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(e, f"device_put to {dev}", [TensorType(to_dtype(host.dtype), host.shape)]) from None
 
 
 def device_put(x: Any, dev: str | Device | NamedSharding | None = None) -> Any:

@@ -644,6 +644,22 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Any:
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         raise _fail("matmul", f"contracting dims differ: {a2.shape[-1]} vs {b2.shape[-2]}", *orig)
+    if b2.ndim == 2:  # [..., M, K] @ [K, N]: one contraction, the matrix read in place (not
+        # broadcast along the batch dims, which would copy it per batch and make its
+        # gradient a batched product and a sum)
+        out = lax.dot_general(a2, b2, (a2.ndim - 1,), (0,), (), ())
+    else:
+        out = _batched_matmul(a2, b2, orig)
+    if a.ndim == 1:
+        out = reshape(out, out.shape[:-2] + out.shape[-1:])
+    if b.ndim == 1:
+        out = reshape(out, out.shape[:-1])
+    return out
+
+
+def _batched_matmul(a2: Any, b2: Any, orig: tuple[Any, Any]) -> Any:
+    """matmul of two operands of rank >= 2 whose right one has batch dims: both broadcast
+    to the common batch shape, one batched dot_general."""
     try:
         batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ShapeError:
@@ -651,12 +667,7 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Any:
     a3 = broadcast_to(a2, batch + a2.shape[-2:])
     b3 = broadcast_to(b2, batch + b2.shape[-2:])
     nb = len(batch)
-    out = lax.dot_general(a3, b3, (nb + 1,), (nb,), tuple(range(nb)), tuple(range(nb)))
-    if a.ndim == 1:
-        out = reshape(out, out.shape[:-2] + out.shape[-1:])
-    if b.ndim == 1:
-        out = reshape(out, out.shape[:-1])
-    return out
+    return lax.dot_general(a3, b3, (nb + 1,), (nb,), tuple(range(nb)), tuple(range(nb)))
 
 
 def dot(a: ArrayLike, b: ArrayLike) -> Any:

@@ -237,3 +237,32 @@ def test_aot_kit_control_cases(case_id: str, tmp_path: pathlib.Path) -> None:
     got = build_and_run(res, case.inputs, tmp_path)
     for g, w in zip(got, evaluate(case.module, *case.inputs)):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("cpu", ["haswell", None], ids=["avx2", "host"])
+def test_aot_long_rows_on_avx2_and_the_host(cpu: str | None, tmp_path: pathlib.Path) -> None:
+    """Layer norm and row softmax over rows of 1024 and 1100 (a vector tail) compiled for
+    AVX2 (256-bit, 16 registers) and for the host (AVX-512 here), against the interpreter:
+    the row reductions of 1024 stay loops of vector accumulators on an AVX-512 host
+    (emitter._rolled), those of 1100 are unrolled."""
+    import axle.numpy as anp
+    from axle_cpu.aot import compile_aot, trace
+
+    def rows(x):  # noqa: ANN001, ANN202
+        mean = anp.mean(x, axis=1, keepdims=True)
+        xc = x - mean
+        e = anp.exp(x - anp.max(x, axis=1, keepdims=True))
+        return xc / anp.sqrt(anp.mean(xc * xc, axis=1, keepdims=True) + 1e-5), e / anp.sum(e, axis=1, keepdims=True)
+
+    for cols in (1024, 1100):
+        types = [f"f32[6,{cols}]"]
+        # features "": the named CPU's own (else the host's, AVX-512 included, are added)
+        res = compile_aot(rows, types, str(tmp_path / str(cols)), name="rows", cpu=cpu, features="" if cpu else None)
+        if cpu and shutil.which("objdump"):  # 256-bit code only
+            dump = subprocess.run(["objdump", "-d", res.object_path], capture_output=True, text=True).stdout
+            assert "ymm" in dump and "zmm" not in dump
+        x = np.random.default_rng(cols).standard_normal((6, cols)).astype(np.float32)
+        got = build_and_run(res, [x], tmp_path / str(cols))
+        want = evaluate(trace(rows, res.arg_types, "rows"), x)
+        for g, w, what in zip(got, want, ("layer norm", "softmax")):
+            assert_close(g, w, 2e-5, 1e-6, f"aot {what} {cols} ({cpu or 'host'})")

@@ -34,7 +34,8 @@ def small_caches(monkeypatch):
 
 
 def _engines(exe) -> list[weakref.ref]:  # noqa: ANN001
-    return [weakref.ref(ck.jit._engine) for ck in exe._modules()]
+    """The native code of ``exe``'s modules: shared libraries, or MCJIT engines without ``ld``."""
+    return [weakref.ref(ck.jit._lib if ck.jit._lib is not None else ck.jit._engine) for ck in exe._modules()]
 
 
 def test_jit_cache_bounded_and_evicted_engines_freed(small_caches) -> None:

@@ -1,7 +1,10 @@
-"""The cpu backend's object code on disk (axle.diskcache under --compile_cache): a new
+"""The cpu backend's compiled code on disk (axle.diskcache under --compile_cache): a new
 process loads it instead of compiling, a corrupt or truncated entry is compiled again,
 two processes compiling at once both run right, ``off`` stores nothing, and the key
-changes with what the object depends on (flags, CPU, LLVM IR)."""
+changes with what the code depends on (flags, CPU, LLVM IR). Where ``ld`` is found the
+entries are shared libraries (loaded by dlopen): one the loader refuses (not a library,
+another machine's, cut short) is compiled again, libraries loaded one after another keep
+their own code, a module's calls of its own functions stay its own."""
 from __future__ import annotations
 
 import ctypes
@@ -148,6 +151,9 @@ def test_a_second_process_loads_every_object_and_two_at_once_both_run_right(tmp_
         assert counts["writes"] >= 1 and counts["corrupt"] == 0
     third = _answer(_start(cache))
     assert third["hits"] >= 1 and third["misses"] == 0 and third["writes"] == 0, third
+    if target.linker():  # the modules both wrote at once are shared libraries, whole
+        libraries = [e for e in _entries(cache) if open(e, "rb").read()[84:90] == b"\x7fELF\x02\x01"]
+        assert libraries and all(target._is_library(open(e, "rb").read()[84:]) for e in libraries)
 
 
 def _specs(fn, *args):  # noqa: ANN001, ANN002, ANN202
@@ -192,3 +198,162 @@ def test_the_kernels_key_tells_constants_and_shapes_apart() -> None:
     keys = {key(2.5), key(float(np.nextafter(np.float32(2.5), np.float32(3)))), key(2.5, 301)}
     assert len(keys) == 3 and None not in keys
     assert key(2.5) in keys  # and the same computation is the same key
+
+
+# --- the shared-library artifact (target.linker(): ld on Linux) ---------------------------
+
+@pytest.fixture
+def linked(compile_cache):  # noqa: ANN001, ANN201
+    """The test's own cache, on a host where modules are shared libraries (Linux, ld)."""
+    assert target.linker(), "no ld on PATH (binutils, installed with cc): modules would be MCJIT objects"
+    return compile_cache
+
+
+def _library_payload() -> bytes:
+    """The cached payload of IR's module (compiled into the test's cache first)."""
+    JitModule(IR)
+    return target.DISK.get(ir_key(IR, True))
+
+
+def test_a_module_is_cached_as_a_shared_library_and_loaded_without_llvm(linked, monkeypatch) -> None:
+    payload = _library_payload()
+    assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[16:18], "little") == 3  # ET_DYN
+    monkeypatch.setattr(target.llvm, "create_mcjit_compiler", None)  # no engine is made on a hit
+    axle.reset_stats()
+    assert _triple(JitModule(IR)) == 21.0
+    assert _counts()["hits"] == 1
+
+
+def _replace_payload(payload: bytes) -> None:
+    """Writes ``payload`` as IR's entry, checksummed: only the loader can refuse it."""
+    target.DISK.put(ir_key(IR, True), payload)
+
+
+def _other_machine(lib: bytes) -> bytes:
+    data = bytearray(lib)
+    data[18:20] = (183 if int.from_bytes(lib[18:20], "little") != 183 else 62).to_bytes(2, "little")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["not a library", "another machine's library", "a library cut short"])
+def test_a_checksummed_library_the_loader_refuses_is_compiled_again(linked, damage: str) -> None:
+    lib = _library_payload()
+    _replace_payload({"not a library": b"\x7fELF" + bytes(200), "another machine's library": _other_machine(lib),
+                      "a library cut short": lib[:len(lib) // 3]}[damage])
+    axle.reset_stats()
+    jm = JitModule(IR)
+    assert _counts()["hits"] == 1 and _counts()["corrupt"] == 1 and _counts()["writes"] == 1
+    assert _triple(jm) == 21.0
+    axle.reset_stats()
+    assert _triple(JitModule(IR)) == 21.0 and _counts()["hits"] == 1 and _counts()["corrupt"] == 0
+
+
+def test_a_refused_library_is_not_an_executable_from_the_plan_cache(linked) -> None:
+    """``load_cached`` (a whole executable from the disk) gives None for a module whose
+    library the loader refuses: the caller compiles from source."""
+    lib = _library_payload()
+    _replace_payload(_other_machine(lib))
+    axle.reset_stats()
+    assert JitModule.from_disk(ir_key(IR, True), True, lambda: IR) is None
+    assert _counts()["corrupt"] == 1
+
+
+def test_libraries_loaded_one_after_another_keep_their_own_code(linked) -> None:
+    """Each library is opened from a memfd whose number the next one reuses once closed:
+    dlopen matches loaded libraries by that path first, so without care the second
+    module's @k was the first one's (21 instead of 28)."""
+    first = JitModule(IR)
+    second = JitModule(IR.replace("3.0", "4.0"))
+    assert (_triple(first), _triple(second)) == (21.0, 28.0)
+    del first
+    third = JitModule(IR.replace("3.0", "5.0"))  # after a library was closed
+    assert (_triple(second), _triple(third)) == (28.0, 35.0)
+
+
+SHADOWING_IR = """
+define float @expf(float %x) noinline optnone {
+  %y = fadd float %x, 35.0
+  ret float %y
+}
+define float @k(float %x) {
+  %y = call float @expf(float %x)
+  ret float %y
+}
+"""
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_a_module_calls_its_own_function_not_a_libm_one_of_that_name(compile_cache, monkeypatch, cache: str) -> None:
+    """-Bsymbolic: as under MCJIT, the module's own @expf (7 + 35), never the C library's
+    (exp(7))."""
+    if cache == "off":
+        monkeypatch.setattr(config, "compile_cache", "off")
+    for _ in range(2):  # compiled, then (cache on) loaded back
+        assert _triple(JitModule(SHADOWING_IR)) == 42.0
+
+
+def test_a_module_the_linker_refuses_runs_from_mcjit_and_is_not_cached(linked, monkeypatch) -> None:
+    def refuse(obj: bytes) -> bytes:
+        raise target.LinkError("ld failed: refused by the test")
+
+    monkeypatch.setattr(target, "link", refuse)
+    monkeypatch.setattr(target, "_link_warned", [])
+    axle.reset_stats()
+    with pytest.warns(axle.diskcache.CacheWarning, match="refused by the test"):
+        jm = JitModule(IR)
+    assert _triple(jm) == 21.0 and jm._lib is None
+    assert _counts()["writes"] == 0
+
+
+def test_another_cpus_library_is_never_loaded(linked, monkeypatch) -> None:
+    """A library compiled for the same triple with other features (an AVX2 host beside an
+    AVX-512 one sharing a home directory) is another key: this host compiles its own."""
+    real = target.host()
+    other = HostTarget(real.triple, real.cpu, real.features.replace("+avx512f", "-avx512f") + ",-fma")
+    monkeypatch.setattr(target, "host", lambda: other)
+    JitModule(IR)
+    monkeypatch.setattr(target, "host", lambda: real)
+    axle.reset_stats()
+    assert _triple(JitModule(IR)) == 21.0
+    assert _counts()["hits"] == 0 and _counts()["misses"] == 1 and _counts()["writes"] == 1
+
+
+def test_without_ld_modules_are_objects_loaded_by_mcjit_under_another_key(compile_cache, monkeypatch) -> None:
+    """A host without ``ld`` (or not Linux) caches each module's object and loads it into an
+    MCJIT engine; the artifact's format is in the key, so neither kind is read as the other."""
+    shared_key = ir_key(IR, True)
+    monkeypatch.setattr(target, "linker", lambda: None)
+    monkeypatch.setattr(target, "_jit_tm", None)  # the JIT code generator (large code model)
+    assert ir_key(IR, True) != shared_key
+    axle.reset_stats()
+    first = JitModule(IR)
+    payload = target.DISK.get(ir_key(IR, True))
+    assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[16:18], "little") == 1  # ET_REL: an object
+    axle.reset_stats()
+    second = JitModule(IR)
+    assert _counts()["hits"] == 1 and first._lib is None and second._lib is None
+    assert _triple(first) == _triple(second) == 21.0
+
+
+def test_threads_loading_libraries_at_once_each_get_their_own_code(linked) -> None:
+    """Eight threads compile (then load from the cache) modules whose @k differ, dropping
+    them as they go: memfd numbers are reused all the time, and no thread may get another
+    one's library."""
+    import threading
+
+    errors: list[str] = []
+
+    def work(c: int) -> None:
+        for _ in range(3):  # compiled once, then loaded from the cache
+            jm = JitModule(IR.replace("3.0", f"{c}.0"))
+            got = _triple(jm)
+            if got != 7.0 * c:
+                errors.append(f"module of {c} gave {got}")
+            del jm
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(4, 12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

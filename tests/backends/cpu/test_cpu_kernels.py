@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import axle
+import axle.numpy as anp
 from axle.backend import CompileOptions
 from axle.errors import AxleError, BackendError
 from axle.interpreter import evaluate
@@ -362,3 +363,31 @@ def test_row_cache_only_serves_its_own_row(cpu) -> None:  # noqa: ANN001
 
     m = fused_module("rev", ["f32[5,64]"], body, "row")
     check(m, [RNG.standard_normal(shape).astype(np.float32)], cpu, n_reduced=shape[1])
+
+
+@pytest.mark.parametrize(("regs", "rolled"), [(0.5, False), (1.5, True), (2, True), (8, False)])
+def test_a_long_row_reduction_stays_a_loop(cpu, regs: float, rolled: bool) -> None:  # noqa: ANN001
+    """Layer norm's two passes over a row (mean, then variance): a row of more float32
+    than the host's vector registers hold (``regs`` times that), up to 64 vectors, keeps
+    its reductions loops of vector accumulators (emitter._rolled). Unrolled whole, LLVM
+    shared the first pass's loads with the second, more vectors than registers, spilled on
+    every row (layer norm [8192, 1024] 1.4x slower on AVX-512); shorter and longer rows are
+    as before. Values against NumPy either way (a row of 1.5 register files plus 3 has a
+    vector tail)."""
+    from axle_cpu import emitter, target
+
+    bits = target.host().vector_bits
+    cols = int(regs * emitter.REGISTERS.get(bits, 16) * bits // 32) + (3 if regs == 1.5 else 0)
+    def layer_norm(x):  # noqa: ANN001, ANN202
+        mean = anp.mean(x, axis=1, keepdims=True)
+        xc = x - mean
+        return xc / anp.sqrt(anp.mean(xc * xc, axis=1, keepdims=True) + 1e-5)
+
+    x = np.random.default_rng(3).standard_normal((5, cols)).astype(np.float32)
+    f = axle.jit(layer_norm, device=cpu)
+    got = np.asarray(f(x))
+    mean = x.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5),
+                               rtol=2e-5, atol=2e-5)
+    sources = _backend().compile(f.lower(x).module, cpu, CompileOptions(optimized=False)).kernel_sources()["llvm"]
+    assert ("llvm.loop.interleave.count" in sources) == rolled

@@ -19,7 +19,7 @@ from axle.config import config
 from axle.errors import AxleError
 from axle.testing import IN_CI
 
-WARM = 6  # calls after which every kernel's threading is measured and the schedule fixed
+WARM = 8  # calls after which every kernel's threading is measured (_Launch.LAUNCHES) and the schedule fixed
 RNG = np.random.default_rng(7)
 
 
@@ -268,3 +268,51 @@ def test_restarted_pool_never_runs_the_job_before_the_stop(cpu, monkeypatch) -> 
         np.testing.assert_array_equal(out, want)
     finally:
         runner.pool_function("axle_pool_stop")(1 << 30)
+
+
+def test_the_workers_chunks_are_counted(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """NativePool.helped counts the chunks the workers ran, never the caller's (how a split
+    trial tells that its threads ran at once, executable._Launch): a probe job's chunks
+    are all the workers', a job with no worker left is the caller's alone."""
+    from axle_cpu import runner, threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "3")
+    pool = threads.pool()
+    assert pool.n == 3
+    before = pool.helped()
+    assert runner.pool_function("axle_pool_probe")() == 1  # one no-op chunk per worker, none for the caller
+    assert pool.helped() - before == 2
+    f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+    x = np.arange(4096 * 4, dtype=np.float32).reshape(4096, 4)
+    f(x)
+    (launch,) = [launch for launch, _ in _exe(f)._steps if launch is not None]
+    out = np.empty_like(x)
+    table = np.array([x.ctypes.data, out.ctypes.data], np.uint64)
+    threads._stop()  # no worker left: the caller runs every chunk
+    before = pool.helped()
+    pool.run(launch.addr, table.ctypes.data, launch.outer, launch.inner, "rows", 16)
+    np.testing.assert_array_equal(out, x * 2.0 + 1.0)
+    assert pool.helped() == before
+
+
+def test_the_wake_up_cost_is_the_least_of_its_probes(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """Other processes only ever delay a worker: the cost kept (per machine, in the compile
+    cache) is the least probe, not the median, which on a busy machine kept every kernel
+    under a few milliseconds from being tried."""
+    import time
+
+    from axle_cpu import runner, threads
+
+    delays = iter([0.02] * 11 + [0.0] * 9)  # most probes delayed (a busy machine)
+    real = runner.pool_function
+    monkeypatch.setattr(runner, "pool_function",
+                        lambda name: (lambda: time.sleep(next(delays))) if name == "axle_pool_probe" else real(name))
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    us = threads.pool()._measure_wake()
+    assert 5.0 <= us < 10_000.0  # the median would be >= 20 ms
+
+
+def test_warm_covers_the_measurement() -> None:
+    from axle_cpu import executable
+
+    assert WARM == executable._Launch.LAUNCHES + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import axle
 import axle.numpy as anp
@@ -129,17 +130,70 @@ def test_split_kernels_never_wait_for_a_busy_worker(cpu, monkeypatch) -> None:  
 
 
 def test_a_split_is_tried_then_kept_only_when_faster(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """Threading is decided by measurement: one-thread launches first, then split trials,
+    """Threading is decided by measurement: one-thread launches and split trials in turn,
     and the split stays only if it beat one thread (SPLIT_GAIN) — here forced either way."""
     from axle_cpu import executable, threads
 
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
     monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)  # every kernel is worth a trial
+    monkeypatch.setattr(executable, "LONG_FACTOR", float("inf"))  # none long (a loaded machine's timing)
     x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
     for gain, kept in ((0.0, False), (1e9, True)):
         monkeypatch.setattr(executable, "SPLIT_GAIN", gain)
         f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
-        for _ in range(2 * executable._Launch.TIMED + 1):
+        for _ in range(executable._Launch.LAUNCHES):
             np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
         (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
         assert launch.parallel is kept
+
+
+#: split_verdict(one-thread us, split us, overlap, wake-up us) -> (split, conclusive), with
+#: SPLIT_GAIN 0.85, LONG_FACTOR 64 (long from 640 us at a 10 us wake-up), LONG_SLOWER 1.05,
+#: OVERLAP 0.5
+VERDICTS = [
+    ((100.0, 60.0, 0.9, 10.0), (True, True)),  # a win, the threads ran at once
+    ((100.0, 60.0, 0.1, 10.0), (True, False)),  # a win on busy cores (one-thread runs preempted?)
+    ((100.0, 95.0, 0.9, 10.0), (False, True)),  # short, no win, the threads ran at once
+    ((100.0, 95.0, 0.1, 10.0), (False, False)),  # short, the other cores busy: measured again
+    ((1000.0, 990.0, 0.1, 10.0), (True, False)),  # long, cores busy: split for now, measured again
+    ((1000.0, 1200.0, 0.1, 10.0), (False, False)),  # long, cores busy and the split slower: not for now
+    ((1000.0, 1040.0, 0.9, 10.0), (True, True)),  # long, memory-bound: a split costs nothing
+    ((1000.0, 1100.0, 0.9, 10.0), (False, True)),  # long and measured slower with both threads
+]
+
+
+@pytest.mark.parametrize(("times", "want"), VERDICTS)
+def test_the_split_verdict(times: tuple[float, float, float, float], want: tuple[bool, bool]) -> None:
+    from axle_cpu import executable
+
+    assert (executable.SPLIT_GAIN, executable.LONG_FACTOR, executable.LONG_SLOWER, executable.OVERLAP) == \
+        (0.85, 64.0, 1.05, 0.5)
+    assert executable.split_verdict(*times) == want
+
+
+def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """The measurement runs one thread twice (the first launch is cold), then alternates
+    split and one thread (both see the same cache and load) and ends after TIMED splits;
+    a kernel too short to repay a wake-up is decided at its first launch, untried."""
+    from axle_cpu import executable, threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    f = axle.jit(lambda a: a * 2.0 + 1.0, device=cpu)
+    f(x)
+    (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
+    order = []
+    run_parallel = launch._run_parallel
+    monkeypatch.setattr(launch, "_run_parallel", lambda *a: (order.append("split"), run_parallel(*a)))
+    fn = launch.fn
+    monkeypatch.setattr(launch, "fn", lambda *a: (order.append("one"), fn(*a)))
+    while launch.parallel is None:
+        np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
+    assert ["one"] + order == ["one"] + ["one", "split"] * executable._Launch.TIMED
+    assert len(order) + 1 == executable._Launch.LAUNCHES
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))
+    g = axle.jit(lambda a: a * 3.0, device=cpu)
+    g(x)
+    (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
+    assert short.parallel is False and short.conclusive

@@ -2,7 +2,8 @@
 later executable of the same optimized module starts with the split decisions measured
 before (nothing measured, results bit-identical); a damaged or mismatched entry is
 ignored and measured again; another thread count or CPU is another key; the pool's
-wake-up cost is read back instead of measured."""
+wake-up cost is read back instead of measured. A decision measured while the other cores
+were busy is stored as null and measured again by the next process (executable._Launch)."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +21,8 @@ from axle_cpu import decisions, executable, target, threads
 DEV = "cpu:0"
 # big enough (256 rows of 1024) that the row kernel's split is measured on two threads
 X = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
+#: calls after which every kernel's split is decided and stored (by the next call's schedule)
+MEASURED = executable._Launch.LAUNCHES + 1
 
 
 def _softmax(x):  # noqa: ANN001, ANN202
@@ -42,30 +45,18 @@ def _splits(exe) -> list[bool | None]:  # noqa: ANN001
     return [launch.parallel for launch in exe._timed_launches()]
 
 
-def _cpu_clock(seconds_per_read: float):  # noqa: ANN202
-    """A fake process CPU clock advancing by ``seconds_per_read`` at each read: a split
-    trial then seems to run on many cores (a large step) or on none (0)."""
-    now = [0.0]
-
-    def read() -> float:
-        now[0] += seconds_per_read
-        return now[0]
-
-    return read
-
-
 @pytest.fixture
 def two_threads(monkeypatch):  # noqa: ANN001, ANN201
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
-    # every split trial had the pool's cores (on a loaded machine some would not, and
-    # their decisions would be left unsure: test_a_split_tried_on_busy_cores_is_unsure)
-    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(10.0))
+    # every split trial counts (on a loaded machine a trial's threads may not run at once,
+    # and its decision would be measured again instead of stored: tested below)
+    monkeypatch.setattr(executable, "OVERLAP", 0.0)
 
 
 def test_a_later_executable_starts_with_the_stored_splits(compile_cache, two_threads, monkeypatch) -> None:
     exe = _compile()
     assert _splits(exe) and all(s is None for s in _splits(exe))  # measured on the first calls
-    want = [_run(exe) for _ in range(5)][-1]
+    want = [_run(exe) for _ in range(MEASURED)][-1]
     measured = _splits(exe)
     assert None not in measured
 
@@ -92,7 +83,7 @@ def test_a_damaged_or_mismatched_entry_is_measured_again(compile_cache, two_thre
     exe2 = _compile()
     assert all(s is None for s in _splits(exe2))
     assert axle.stats()["disk_cache_corrupt"] == 1
-    for _ in range(5):
+    for _ in range(MEASURED):
         _run(exe2)
     assert decisions.load_splits(key, n) == _splits(exe2)  # rewritten once measured
 
@@ -148,25 +139,37 @@ def test_a_plan_without_timed_kernels_keeps_nothing(compile_cache, two_threads) 
     assert axle.stats()["disk_cache_writes"] == 0
 
 
-def test_a_split_tried_on_busy_cores_is_unsure(compile_cache, two_threads, monkeypatch) -> None:
-    """A split measured not to pay while the pool's cores were busy (the process ran on
-    one core during its trials) is off in this process but stored as unsure (null): the
-    next process measures it again instead of keeping it off for good. One measured while
-    the process had its cores is stored as it is."""
-    monkeypatch.setattr(executable, "SPLIT_GAIN", 0.0)  # no split ever pays
-    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(0.0))  # and no trial had the cores
+def test_a_decision_measured_on_busy_cores_is_measured_again(compile_cache, two_threads, monkeypatch) -> None:
+    """Split trials whose chunks the caller ran alone (no worker got a core) say nothing
+    about a split: the decision holds for this process only, is stored as null, and the
+    next executable of the module measures that kernel again (before, a split measured
+    not to pay on a loaded machine stayed off for good)."""
+    monkeypatch.setattr(executable, "OVERLAP", 0.5)
+    monkeypatch.setattr(executable, "SPLIT_GAIN", 0.0)  # no split wins outright
+    monkeypatch.setattr(threads.NativePool, "helped", lambda self: 0)  # the workers never ran a chunk
     exe = _compile()
-    key, n = exe._splits_key, len(exe._timed_launches())
-    assert key is not None
-    want = [_run(exe) for _ in range(5)][-1]
-    tried = [launch.unsure for launch in exe._timed_launches()]
-    assert any(tried) and all(launch.parallel is False for launch in exe._timed_launches())
-    stored = decisions.load_splits(key, n)
-    assert stored == [None if u else False for u in tried]
-    exe2 = _compile()  # the next process's executable: the unsure ones are measured again
-    assert _splits(exe2) == stored and exe2._splits_key == key
-    monkeypatch.setattr(executable, "process_cpu", _cpu_clock(10.0))  # now with the cores
-    for _ in range(5):
+    key = exe._splits_key
+    want = [_run(exe) for _ in range(MEASURED)][-1]
+    (launch,) = exe._timed_launches()
+    assert launch.parallel is not None and not launch.conclusive
+    assert decisions.load_splits(key, 1) == [None]
+    exe2 = _compile()
+    assert _splits(exe2) == [None] and exe2._splits_key == key  # measured again, then stored
+    monkeypatch.undo()  # every worker's chunk counted, every trial counts again
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    monkeypatch.setattr(executable, "OVERLAP", 0.0)
+    for _ in range(MEASURED):
         np.testing.assert_array_equal(_run(exe2), want)
-    assert decisions.load_splits(key, n) == [False] * n  # measured: rewritten, and kept from now on
-    assert _compile()._splits_key is None
+    (launch2,) = exe2._timed_launches()
+    assert launch2.conclusive and decisions.load_splits(key, 1) == [launch2.parallel]
+
+
+def test_a_stored_entry_may_hold_nulls_but_nothing_else(compile_cache) -> None:
+    key = decisions.split_key("d" * 64, "m", "s", 2)
+    decisions.store_splits(key, [True, None, False])
+    assert decisions.load_splits(key, 3) == [True, None, False]
+    for bad in ([True, 0, False], [True, "null", False]):
+        axle.reset_stats()
+        target.DISK.put(key, json.dumps({"split": bad}).encode())
+        assert decisions.load_splits(key, 3) is None
+        assert axle.stats()["disk_cache_corrupt"] == 1

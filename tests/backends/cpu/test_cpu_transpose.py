@@ -136,6 +136,38 @@ def test_rows_that_continue_each_other_in_the_input_are_one_run() -> None:
     assert row_dims == (7, 9) and input_run(row_dims, in_strides) == 63
 
 
+def _unit_dim_module(shape: tuple[int, int], how: str) -> Module:
+    """x.T of a 2-D x given a leading unit dim by a broadcast or a reshape (a matmul's batch
+    of 1 over a transposed weight), or x.T broadcast along a dim of 3 (a real copy)."""
+    b = Builder("t")
+    x = b.parameter(f"f32[{shape[0]},{shape[1]}]")
+    t = b.transpose(x, permutation=(1, 0))
+    out = (1, shape[1], shape[0]) if how != "stretched" else (3, shape[1], shape[0])
+    if how == "reshape":
+        return b.build(b.reshape(b.reshape(t, shape=out), shape=(1,) + out))
+    return b.build(b.broadcast_in_dim(t, shape=out, broadcast_dimensions=(1, 2)))
+
+
+@pytest.mark.parametrize("how", ["broadcast", "reshape"])
+def test_a_transpose_given_unit_dims_takes_the_blocked_kernel(cpu, how) -> None:  # noqa: ANN001
+    """broadcast(x.T) to [1, N, K] was a fusion of its own read with a stride (the GPT-2
+    tied logits' 154 MB table: 176 ms of CPU against the blocked kernel's 12): unit dims
+    added or dropped move no element, so it is the blocked transpose, bit-equal to NumPy's."""
+    from axle_cpu.transpose import blocked
+
+    m = _unit_dim_module((37, 53), how)
+    _check(m, lambda x: np.transpose(x)[None, None] if how == "reshape" else np.transpose(x)[None])
+    assert blocked(_unit_dim_module((640, 1024), how).entry)
+    assert not blocked(_unit_dim_module((640, 1024), "stretched").entry)  # copied 3 times: a loop
+    x = RNG.standard_normal((640, 1024)).astype(np.float32)
+    unit = anp.reshape if how == "reshape" else anp.broadcast_to
+    f = axle.jit(lambda a: unit(anp.transpose(a), (1, 1024, 640)), device=cpu)
+    np.testing.assert_array_equal(np.asarray(f(axle.device_put(x, cpu))), x.T[None])
+    exe = f.lower(x).compile().executable
+    kinds = [launch.step.spec.kind for launch, _ in exe._steps if launch is not None]
+    assert kinds == ["transpose"], kinds
+
+
 def test_a_relu_read_transposed_is_computed_once_and_transposed_by_the_tiled_kernel(cpu) -> None:  # noqa: ANN001
     """The weight gradient's pattern (issue 18): an activation read in order and as NCHW ->
     CHWN. On cpu (max_fused_strided_transpose_bytes 1 MiB) the relu is one fusion and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import axle
 from axle.compiler import compile_module
@@ -194,3 +195,20 @@ def test_a_one_kernel_plan_with_two_results_launches_through_the_fast_path(ocl) 
     for u, v, (s, p) in runs:
         np.testing.assert_array_equal(_host(ocl, s), u + v)
         np.testing.assert_array_equal(_host(ocl, p), u * v)
+
+
+def test_a_buffer_larger_than_the_device_allows_is_an_axle_error(ocl) -> None:  # noqa: ANN001
+    """A result or an upload over the device's largest buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
+    is refused with a BackendError naming the function, the sizes and the limit: never
+    pyopencl's INVALID_BUFFER_SIZE. (Refused before anything is allocated: the shapes
+    are broadcasts.)"""
+    rt = axle.REGISTRY.backend_for(ocl).runtime(ocl)
+    shape = (rt.max_alloc // 4 + 1,)
+    x = axle.device_put(np.float32(1), ocl)
+    f = axle.jit(lambda v: axle.numpy.broadcast_to(v, shape) + 1, device=ocl)
+    with pytest.raises(axle.errors.BackendError, match=r"jit\(lambda\): out of memory: .* cannot allocate a buffer of "
+                                                       r".* bytes; its largest buffer is .* bytes"):
+        f(x)
+    with pytest.raises(axle.errors.BackendError, match=rf"device_put to opencl:0: out of memory: .*\(operands: f32\[{shape[0]}\]\)"):
+        axle.device_put(np.broadcast_to(np.float32(1), shape), ocl)
+    np.testing.assert_array_equal(np.asarray(x + 1), np.float32(2))  # the device still runs
