@@ -34,8 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HYPER = {"lr": 0.1, "momentum": 0.9}
 FULL = "fwd:224:1,fwd:224:32,train:32:32"
 QUICK = "fwd:64:1,train:16:4"
-#: calls of each implementation right after its first (see _first_calls)
-SETTLE_CALLS = 4
+#: calls of each implementation right after its first (see _first_calls): axle-cpu decides
+#: its splits on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
+SETTLE_CALLS = 8
 
 
 def _example() -> Any:

@@ -28,8 +28,9 @@ ORT_THREADS = 2
 REL_TOL = 1e-4
 #: calls of each implementation right after its first, back to back: axle-cpu measures on
 #: its first calls whether each kernel pays to split across threads, which it must do
-#: while no other library's threads spin on the cores (measure() interleaves them)
-SETTLE_CALLS = 4
+#: while no other library's threads spin on the cores (measure() interleaves them); it
+#: decides on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
+SETTLE_CALLS = 8
 
 
 def _ort_session(model: Any) -> Any:
