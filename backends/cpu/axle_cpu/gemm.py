@@ -441,6 +441,13 @@ class GemmSpec(KernelSpec):
         return CONV_SHARE_ROWS
 
     @property
+    def fixed_columns(self) -> bool:
+        """Split by rows only (executable._Launch), into as many shares as there are when
+        fewer than the threads: a convolution split in shares of rows (``row_unit``),
+        whose columns cut anywhere would run tiles of a few of their 64 columns."""
+        return self.row_unit > 1
+
+    @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
         if self.batch_outer:

@@ -287,6 +287,15 @@ def test_nchw_rows_split_in_shares() -> None:
     pieces = np.full(m.entry.root.shape, 99, np.float32)
     _call(fn, xs, pieces, [(0, 1, 0, inner), (1, 2, 0, 11), (1, 2, 11, inner), (2, 3, 0, inner)])
     np.testing.assert_array_equal(pieces, whole)
+    # threads split the shares only (as many as there are: 3 of 4 threads), never the 25
+    # pixel columns, which cut anywhere would run 64-wide tiles of a few columns
+    from types import SimpleNamespace
+
+    from axle_cpu.executable import _Launch
+
+    launch = object.__new__(_Launch)
+    launch.outer, launch.inner, launch.rsize, launch.step = outer, inner, 0, SimpleNamespace(spec=spec)
+    assert spec.fixed_columns and [launch._split_mode(n) for n in (1, 2, 3, 4)] == [None, "rows", "rows", "rows"]
 
 
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
