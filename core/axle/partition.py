@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .backend import Buffer, Capabilities, Device, Executable
 from .config import config
 from .device_compile import compile_on_device, expand_for
@@ -442,6 +444,29 @@ class PartitionedExecutable(Executable):
         results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
         return [_on(env[r.uid], self.device) for r in results]
 
+    def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
+        """Eager dispatch's hot path (``Executable.launcher``) of a module that runs whole on
+        another device (an eager op its device does not claim: the template's dot runs on
+        cpu:0): that step's own launcher between the copies ``execute`` makes, bound once
+        (the profiler's transfer spans are execute's: the core calls it while recording)."""
+        entry = self.module.entry
+        results = list(entry.root.operands) if entry.root.op is Op.TUPLE else [entry.root]
+        if len(self.steps) != 1 or any(n.op is Op.CONSTANT for n in entry.nodes):
+            return None
+        step = self.steps[0]
+        if step.inputs != [p.uid for p in entry.parameters] or step.outputs != [r.uid for r in results] \
+                or step.device == self.device:
+            return None
+        inner = step.executable.launcher() or step.executable.execute
+        here, there = REGISTRY.backend_for(self.device), REGISTRY.backend_for(step.device)
+        home, away = self.device, step.device
+
+        def run(args: Sequence[Buffer]) -> list[Buffer]:
+            outs = inner([there.to_device(np.asarray(here.to_host(a), order="C"), away) for a in args])
+            return [here.to_device(np.asarray(there.to_host(b), order="C"), home) for b in outs]
+
+        return run
+
     def report(self) -> dict[str, Any]:
         kernels = 0
         for s in self.steps:
@@ -515,7 +540,7 @@ def _ops_text(module: Module) -> str:
     return ", ".join(sorted(ops)) or "no ops"
 
 
-def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Device, Executable]:
+def _compile_host(module: Module, device: Device, optimize: bool, keep_module: bool) -> tuple[Device, Executable]:
     errors = []
     for host in host_devices(device):
         # what the host cannot run even with its unclaimed extended ops decomposed
@@ -524,7 +549,7 @@ def _compile_host(module: Module, device: Device, optimize: bool) -> tuple[Devic
             errors.append(f"{host.name}: {describe(refused[0][0])}: {refused[0][1]}")
             continue
         try:
-            return host, compile_on_device(module, host, optimize=optimize, keep_module=False)[0]
+            return host, compile_on_device(module, host, optimize=optimize, keep_module=keep_module)[0]
         except PlacementError:
             raise
         except Exception as e:  # noqa: BLE001 - the next host backend may manage
@@ -550,7 +575,7 @@ def _compile_cluster(module: Module, device: Device, optimize: bool, strict: boo
             first = next((n for n in module.entry.nodes if n.op not in _FREE), module.entry.root)
             raise PlacementError(f"strict placement: {module.name} ({_ops_text(module)}) failed to compile for "
                                  f"{device.name} ({why}); first op {describe(first)}", where=first.loc) from e
-        host, exe = _compile_host(module, device, optimize)
+        host, exe = _compile_host(module, device, optimize, keep_module)
         warnings.warn(f"axle: {module.name} ({_ops_text(module)}) failed to compile for {device.name} ({why}); "
                       f"running it on {host.name}", PlacementWarning, stacklevel=4)
         return host, exe, f"compile failed on {device.name}: {why}", module
@@ -608,9 +633,9 @@ def _compile_expanded(module: Module, device: Device, optimize: bool, keep_modul
     for part in parts:
         c = part.cluster
         if c.device == device:
-            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict, keep_module=False)
+            dev, exe, why, _ = _compile_cluster(part.module, device, optimize, strict, keep_module)
         else:
-            dev, exe = _compile_host(part.module, device, optimize)
+            dev, exe = _compile_host(part.module, device, optimize, keep_module)
             why = c.reason
         steps.append(Step(dev, exe, [i.uid for i in part.inputs], [o.uid for o in part.outputs]))
         devices.append(dev)

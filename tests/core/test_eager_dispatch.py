@@ -169,3 +169,23 @@ def test_buffer_is_still_a_frozen_dataclass() -> None:
     assert dataclasses.replace(b, handle="g").handle == "g" and b.handle == "h"
     with pytest.raises(dataclasses.FrozenInstanceError):
         b.handle = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_and_sum_hot_paths_keep_numpy_semantics(device: str) -> None:
+    """matmul's and sum's shortcuts into the hot path look only at the buffers' ranks and
+    dtypes: a 3-D dot_general signature with matmul's attributes (run by lax) is not a
+    batched matmul, and an integer sum accumulates in int64 (not the hot path's int32)."""
+    from axle import lax
+
+    _fresh()
+    a = axle.device_put(np.arange(27, dtype=np.float32).reshape(3, 3, 3), device)
+    outer = lax.dot_general(a, a, (1,), (0,))  # no batch dims: f32[3,3,3,3]
+    assert outer.shape == (3, 3, 3, 3)
+    np.testing.assert_array_equal(np.asarray(anp.matmul(a, a)), np.matmul(np.asarray(a), np.asarray(a)))
+    i = axle.device_put(np.full(4, 2**30, np.int32), device)
+    lax.reduce(i, "sum", (0,))  # fills an int32 signature of sum over every axis
+    assert anp.sum(i).dtype == np.int64 and int(anp.sum(i)) == 2**32
+    x = axle.device_put(np.ones((2, 3), np.float32), device)
+    assert float(anp.sum(x)) == 6.0 and float(anp.sum(x)) == 6.0  # the second through the hot path
+    assert eager.launch_cached(Op.REDUCE, (x,), (("kind", "sum"), ("axes", (0, 1)))) is not None

@@ -276,12 +276,16 @@ class CpuBackend(Backend):
                 *(LoweringEntry(what, where) for what, where in _LOWERING_MORE.get(op, ()))]
 
     def to_device(self, array: np.ndarray, device: Device) -> Buffer:
+        from .executable import CpuBuffer
         from .memory import POOL
 
         src = np.asarray(array)
-        t = TensorType(to_dtype(src.dtype), tuple(src.shape))
-        from .executable import CpuBuffer
-
+        key = (src.dtype, src.shape)
+        t = _TYPES.get(key)
+        if t is None:  # (a small array's copy costs less than deriving its type again)
+            if len(_TYPES) >= 4096:
+                _TYPES.clear()
+            t = _TYPES[key] = TensorType(to_dtype(src.dtype), tuple(src.shape))
         out, addr = POOL.alloc(t.shape, t.dtype.np)
         np.copyto(out, src, casting="no")
         return CpuBuffer(device, t, out, addr)
@@ -292,6 +296,10 @@ class CpuBackend(Backend):
     def free(self, buffer: Buffer) -> None:
         # The pool recycles a mapping when its last array dies; nothing to do eagerly.
         return None
+
+
+#: to_device's array types by (NumPy dtype, shape), bounded (cleared when full)
+_TYPES: dict[tuple[np.dtype, tuple[int, ...]], TensorType] = {}
 
 
 def _splits_key(name: str, module_digest: str | None) -> bytes | None:

@@ -325,4 +325,4 @@ class OpenCLBackend(Backend):
             buffer.handle.release()
 
     def synchronize(self, device: Device) -> None:
-        self.runtime(device).queue.finish()
+        self.runtime(device).wait()

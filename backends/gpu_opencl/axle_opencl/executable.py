@@ -82,7 +82,7 @@ class OpenCLExecutable(Executable):
         types = tuple(t for _, t in plan.results)
         kern, k, rt, device = self._launch[id(step)], step.kernel, self.rt, self.device
         queue, gsize, lsize, lock, pool_lock = rt.queue, k.global_size, k.local_size, rt.launch_lock, rt._pool_lock
-        allocate, set_arg, enqueue = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel
+        allocate, set_arg, enqueue, hold = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel, rt.hold
 
         if n_out == 1:  # nearly every eager op: no per-call lists but the result's
             (size,), (rtype,) = nbytes, types
@@ -95,6 +95,7 @@ class OpenCLExecutable(Executable):
                     set_arg(0, out)
                     for j, w in binds:
                         set_arg(j, args[w].handle)
+                    hold()  # behind a batch's gate (DeviceRuntime.hold)
                     enqueue(queue, kern, gsize, lsize)
                 return [Buffer(device, rtype, out)]
 
@@ -109,6 +110,7 @@ class OpenCLExecutable(Executable):
                     set_arg(j, buf)
                 for j, w in binds:
                     set_arg(j, args[w].handle)
+                hold()
                 enqueue(queue, kern, gsize, lsize)
             return [Buffer(device, t, h) for t, h in zip(types, outs)]
 
@@ -214,7 +216,7 @@ class OpenCLExecutable(Executable):
         return self.rt.upload(np.ascontiguousarray(out))
 
     def _record(self, events: list[tuple[str, str, Any]]) -> None:
-        events[-1][2].wait()
+        self.rt.wait(events[-1][2])
         now = profiler.now_us()
         end_ns = events[-1][2].profile.end
         for name, what, ev in events:

@@ -95,8 +95,14 @@ def _finish_queues_at_exit() -> None:
     if in_forked_child():  # the inherited driver state must not be called into
         return
     for rt in list(_runtimes):
+        rt.release()
         rt.queue.finish()
 
+
+#: eager launches held back at most by one gate (DeviceRuntime.gate): enough that PoCL's
+#: workers wake once per batch of eager ops, few enough that kernels start soon and the
+#: held commands stay a short list
+GATE_DEPTH = 32
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
@@ -152,6 +158,11 @@ class DeviceRuntime:
         # in-order, so reuse never overtakes a pending reader.
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
         self.max_alloc = int(cl_device.max_mem_alloc_size)
+        # Eager launches wait behind a barrier on a user event (the gate), completed by
+        # release(): PoCL then wakes its worker threads once per batch instead of once per
+        # kernel, which on a busy host costs each eager op more than its enqueueing (hold()).
+        self._gate: cl.UserEvent | None = None
+        self._gated = 0
         _runtimes.add(self)
 
     def _refused(self, nbytes: int, e: cl.Error | None = None) -> MemoryError:
@@ -159,6 +170,44 @@ class DeviceRuntime:
         why = f" ({e.what})" if e is not None else ""
         return MemoryError(f"{self.cl_device.name.strip()} cannot allocate a buffer of {nbytes:,} bytes{why}; "
                            f"its largest buffer is {self.max_alloc:,} bytes")
+
+    # -- eager batching ------------------------------------------------------------
+    def hold(self) -> None:
+        """Holds back the eager launch enqueued next (the caller holds ``launch_lock``):
+        behind the current gate, a barrier on a user event, or a new one after GATE_DEPTH
+        launches (the full one let go). The queue is in order, so everything enqueued after
+        the barrier waits with it, and every wait on the queue lets the gate go first
+        (``download``, ``wait``, exit): holding kernels back never changes a value read and
+        never blocks a reader. Enqueueing errors still raise at the launch: only the
+        kernels' start is deferred."""
+        if self._gate is None or self._gated >= GATE_DEPTH:
+            self._open()
+            gate = cl.UserEvent(self.context)
+            cl.enqueue_barrier(self.queue, wait_for=[gate])
+            self._gate, self._gated = gate, 0
+        self._gated += 1
+
+    def _open(self) -> None:
+        """Lets the gated launches run (the caller holds ``launch_lock``)."""
+        if self._gate is not None:
+            self._gate.set_status(cl.command_execution_status.COMPLETE)
+            self._gate = None
+
+    def release(self) -> None:
+        """Lets every gated launch run: called before anything waits on the queue."""
+        if self._gate is not None:
+            with self.launch_lock:
+                self._open()
+
+    def wait(self, event: cl.Event | None = None) -> None:
+        """Waits for ``event`` (None: everything enqueued so far), the gate let go first.
+        The release and the marker are one step under ``launch_lock``, so another
+        thread's later eager launch (gated) can never come before what this waits for."""
+        with self.launch_lock:
+            self._open()
+            if event is None:
+                event = cl.enqueue_marker(self.queue)
+        event.wait()
 
     # -- buffers -------------------------------------------------------------------
     def upload(self, array: np.ndarray) -> cl.Buffer | None:
@@ -203,7 +252,10 @@ class DeviceRuntime:
         if buf is None or out.size == 0:
             return out
         target = out.view(np.uint8) if out.dtype == np.bool_ else out.view(np.uint16) if out.dtype.kind == "V" else out
-        cl.enqueue_copy(self.queue, target, buf, is_blocking=True)
+        with self.launch_lock:  # the gate let go, and the copy queued before any later eager launch
+            self._open()
+            copied = cl.enqueue_copy(self.queue, target, buf, is_blocking=False)
+        copied.wait()
         return out
 
     # -- programs ------------------------------------------------------------------

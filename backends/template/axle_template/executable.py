@@ -67,14 +67,28 @@ class TemplateExecutable(Executable):
 
     def launcher(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
         """Eager dispatch's hot path (optional, see ``Executable.launcher``): a plan of one
-        kernel on the parameters, launched directly. The core passes arguments of exactly
-        the parameter types, so execute's checks and the slot bookkeeping of ``_run`` go."""
+        kernel on the parameters, writing one output, launched directly. The core passes
+        arguments of exactly the parameter types, so execute's checks and the slot
+        bookkeeping of ``_run`` go."""
         plan, launch = self.plan, self.launches[0] if len(self.launches) == 1 else None
-        if launch is None or plan.constants or launch.kernel is None or launch.subs \
+        k = launch.kernel if launch is not None else None
+        if launch is None or k is None or plan.constants or launch.subs or k.constants or k.scratch \
                 or (launch.plan.inputs, list(launch.plan.outputs)) != (tuple(range(plan.n_params)), plan.results):
             return None
-        return lambda args: [Buffer(self.device, t, out) for t, out in
-                             zip(plan.result_types, self._launch(launch, [a.handle for a in args]))]
+        stages, device, (result_type,), (out_type,) = launch.stages, self.device, plan.result_types, k.outputs
+
+        def run(args: Sequence[Buffer]) -> list[Buffer]:
+            out = np.empty(out_type.shape, out_type.dtype.np)
+            try:  # the buffer protocol checks each array is C-contiguous, writable, non-empty and has a format
+                pointers = [ctypes.addressof(ctypes.c_char.from_buffer(b.handle)) for b in args]
+                pointers.append(ctypes.addressof(ctypes.c_char.from_buffer(out)))  # type: ignore[arg-type]  # a buffer
+            except (TypeError, ValueError):  # (a custom call's strided result, bfloat16): the general path
+                return self.execute(args)
+            for stage in stages:
+                stage(*pointers)
+            return [Buffer(device, result_type, out)]
+
+        return run
 
     def _run(self, plan: KernelPlan, launches: list[Launch], args: list[Any]) -> list[Any]:
         """Runs one plan's launches in order on its parameters' buffers; returns its results."""

@@ -49,7 +49,15 @@ def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ..
     """The hot-path key of ``op`` with attributes ``attrs`` (plain, as given) on
     ``operands``, or None when they are not all concrete non-weak arrays on one device
     (placement, promotion or a pending value to force)."""
+    found = _key_and_buffers(op, operands, attrs)
+    return found[0] if found is not None else None
+
+
+def _key_and_buffers(op: Op, operands: Sequence[Any],
+                     attrs: tuple[tuple[str, Any], ...]) -> tuple[tuple, list[Buffer]] | None:
+    """:func:`_signature` and the operands' buffers, found in one pass (the hot path's)."""
     key: list[Any] = [op, attrs, flags_key()]
+    buffers: list[Buffer] = []
     device = None
     for x in operands:
         if type(x) is not Array or x.weak:
@@ -63,7 +71,8 @@ def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ..
         elif buf.device is not device and buf.device != device:
             return None
         key += (buf.type, x.committed)
-    return tuple(key) if device is not None else None
+        buffers.append(buf)
+    return (tuple(key), buffers) if device is not None else None
 
 
 def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
@@ -71,16 +80,17 @@ def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any],
     path (see :data:`_launchers`) when this signature ran eagerly before; None otherwise
     (the caller takes the full path, which fills it). Never while tracing or recording a
     lazy cluster; through ``execute`` while the profiler records (an event per kernel)."""
-    key = _signature(op, operands, attrs)
-    if key is None or config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None
-                                                                        or lazy_active()):
+    if config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None or lazy_active()):
         return None
-    hit = _launchers.peek(key)
+    found = _key_and_buffers(op, operands, attrs)
+    if found is None:
+        return None
+    hit = _launchers.peek(found[0])
     if hit is None:
         return None
     run = hit.launch if hit.launch is not None and not profiler.enabled() else hit.execute
     try:
-        (out,) = run([x._buffer for x in operands])
+        (out,) = run(found[1])
     except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
         return None
     hit.tick()

@@ -563,13 +563,18 @@ def squeeze(x: ArrayLike, axis: Any = None) -> Any:
 # ------------------------------------------------------------------------ reductions
 
 
+#: the hot-path attributes of a sum or product over every axis of an array of rank 1..8
+_ALL_AXES = {(kind, n): (("kind", kind), ("axes", tuple(range(n)))) for kind in ("sum", "prod") for n in range(1, 9)}
+
+
 def _reduce(kind: str, name: str, x: ArrayLike, axis: Any, keepdims: bool, dtype: Any = None) -> Any:
-    if axis is None and dtype is None and not keepdims and kind in ("sum", "prod") and type(x) is Array:
+    if axis is None and dtype is None and not keepdims and type(x) is Array:
         # every axis of a concrete float array: exactly lax.reduce over them (an integer's
         # accumulator and the max or min of nothing need the checks below)
-        t = x.aval
-        if t.dtype.is_float and t.shape:
-            out = launch_cached(_Op.REDUCE, (x,), (("kind", kind), ("axes", tuple(range(len(t.shape))))))
+        buf = x._buffer
+        attrs = _ALL_AXES.get((kind, len(buf.type.shape))) if buf is not None else None
+        if attrs is not None and buf.type.dtype.is_float:  # type: ignore[union-attr]  # attrs: buf is set
+            out = launch_cached(_Op.REDUCE, (x,), attrs)
             if out is not None:
                 return out
     x = asarray(x) if not _is_array(x) else x
@@ -630,10 +635,13 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Any:
     # two concrete non-weak matrices of one dtype: exactly dot_general with _MATMUL_2D
     # (nothing to promote, reshape or broadcast), whose hot path knows the signatures
     # its rules accepted
-    if type(a) is Array and type(b) is Array and a.ndim == 2 == b.ndim and a.dtype == b.dtype:
-        out = launch_cached(_Op.DOT_GENERAL, (a, b), _MATMUL_2D)
-        if out is not None:
-            return out
+    if type(a) is Array and type(b) is Array:
+        ba, bb = a._buffer, b._buffer  # (None while pending: the checks below force nothing)
+        if ba is not None and bb is not None and len(ba.type.shape) == 2 == len(bb.type.shape) \
+                and ba.type.dtype is bb.type.dtype:
+            out = launch_cached(_Op.DOT_GENERAL, (a, b), _MATMUL_2D)
+            if out is not None:
+                return out
     a, b = (asarray(v) if not _is_array(v) else v for v in (a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("matmul", "operands must be at least 1-D; use multiply for scalars", a, b)

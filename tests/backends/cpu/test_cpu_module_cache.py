@@ -179,3 +179,19 @@ def test_two_writers_then_a_new_process_hits_everything_and_computes_the_same(tm
     # parsed, optimized, planned or emitted (CpuBackend.cached_executable)
     assert hit["parse"] == hit["optimize"] == hit["plan"] == hit["emit"] == 0
     assert off["optimize"] and off["plan"] and off["emit"]
+
+
+def test_explain_shows_the_code_of_a_partitioned_program_the_cache_holds(compile_cache) -> None:
+    """explain of a program compiled in parts (pmap's replicas and collectives), compiled a
+    second time with every part in the compile cache: each part is compiled keeping its
+    code (as ``lower().compile()`` does for a whole program), so the listing is there, not
+    an error that the cached executable kept no LLVM IR."""
+    def step(w, x):  # noqa: ANN001, ANN202
+        g = axle.lax.pmean(axle.grad(lambda w: ((x @ w) ** 2).sum())(w), "d")
+        return w - 0.1 * g
+
+    args = np.ones((2, 3, 2), np.float32), np.ones((2, 8, 3), np.float32)
+    first = axle.pmap(step, axis_name="d", devices=[DEV, DEV]).lower(*args).explain().text()
+    assert _counts()["writes"] > 0
+    again = axle.pmap(step, axis_name="d", devices=[DEV, DEV]).lower(*args).explain().text()
+    assert _counts()["hits"] > 0 and "define" in again and again == first

@@ -197,3 +197,27 @@ def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # n
     g(x)
     (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
     assert short.parallel is False and short.conclusive
+
+
+def test_to_device_types_copies_and_alignment(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """to_device remembers array types by (dtype, shape): each buffer still gets its own
+    type, a 64-byte aligned copy of the values (0-d, empty, bfloat16 included) and its
+    address, also once the bounded memo is cleared."""
+    import ml_dtypes
+
+    import axle_cpu
+    from axle.ir.dtypes import dtype
+
+    backend = axle.REGISTRY.backend_for(cpu)
+    monkeypatch.setattr(axle_cpu, "_TYPES", {})
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(6, dtype=np.int64).reshape(3, 2),
+              np.float64(2.5), np.zeros((0, 4), np.int8), np.arange(5).astype(ml_dtypes.bfloat16),
+              np.arange(6, dtype=np.float32).reshape(3, 2).T]
+    for _ in range(2):
+        for a in arrays:
+            buf = backend.to_device(a, cpu)
+            assert buf.type.shape == np.shape(a) and buf.type.dtype is dtype(np.asarray(a).dtype)
+            assert buf.handle.flags.c_contiguous and buf.addr % 64 == 0 and buf.addr == buf.handle.ctypes.data
+            assert not np.shares_memory(buf.handle, a)
+            np.testing.assert_array_equal(buf.handle, a)
+        monkeypatch.setattr(axle_cpu, "_TYPES", {k: v for k, v in list(axle_cpu._TYPES.items())[:1]})

@@ -1,0 +1,102 @@
+"""Eager launches on opencl:0 wait on a user event (runtime.py, ``DeviceRuntime.hold``: a barrier on a user event)
+that every wait on the queue lets go first: values read back stay right, freed results
+stay safe to reuse, and nothing that waits (a read, block_until_ready, a loop's
+condition, the profiler) can block on a held kernel."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import axle
+import axle.numpy as anp
+from axle import lax, profiler
+from axle_opencl import runtime as rtmod
+
+
+def _rt(dev: Any) -> Any:
+    return axle.REGISTRY.backend_for(dev).runtime(dev)
+
+
+def _within(fn: Callable[[], Any], seconds: float = 60.0) -> Any:
+    """fn() in a thread: a wait that never returns fails the test instead of hanging it."""
+    box: list[Any] = []
+    t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert box, "a wait on the queue did not return: a gated launch was never let go"
+    return box[0]
+
+
+def test_eager_launches_are_held_until_a_read_and_counted_per_gate(ocl) -> None:  # noqa: ANN001
+    rt = _rt(ocl)
+    x = axle.device_put(np.arange(16, dtype=np.float32), ocl)
+    np.asarray(x + x)  # compiled, the hot path filled, the gate let go by the read
+    assert rt._gate is None
+    y = x
+    for _ in range(5):
+        y = y + x  # each reads the one before: held kernels run in queue order
+    assert rt._gate is not None and rt._gated == 5
+    np.testing.assert_array_equal(_within(lambda: np.asarray(y)), np.arange(16, dtype=np.float32) * 6)
+    assert rt._gate is None
+    for _ in range(rtmod.GATE_DEPTH + 3):  # past the depth: a new gate, the full one let go
+        y = y - x
+    assert rt._gated == 3
+    np.testing.assert_array_equal(_within(lambda: np.asarray(y)), np.arange(16, dtype=np.float32) * (3 - rtmod.GATE_DEPTH))
+
+
+def test_freed_results_and_every_kind_of_wait(ocl) -> None:  # noqa: ANN001
+    rt = _rt(ocl)
+    base = np.linspace(-1, 1, 33, dtype=np.float32)
+    x = axle.device_put(base, ocl)
+    np.asarray(anp.exp(x)), np.asarray(x * x)
+    kept = anp.exp(x)
+    for _ in range(10):
+        dropped = x * x  # freed at once: its pooled buffer goes to the next launch
+        del dropped
+    again = x * x
+    _within(lambda: again.block_until_ready())  # synchronize lets the gate go
+    assert rt._gate is None
+    np.testing.assert_allclose(np.asarray(kept), np.exp(base), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(again), base * base)
+    # a jit call queued behind held eager launches, then a loop reading its condition back
+    f = axle.jit(lambda v: lax.fori_loop(0, 3, lambda i, a: a * 2.0, v), device=ocl)
+    np.asarray(f(x))
+    held = x + x
+    out = _within(lambda: np.asarray(f(held)))
+    np.testing.assert_array_equal(out, base * 2 * 8)
+    # the profiler waits for the last kernel's event
+    held = x + x
+    with profiler.trace() as events:
+        traced = _within(lambda: np.asarray(held - x))
+    np.testing.assert_array_equal(traced, base)
+    assert events
+
+
+def test_threads_reading_while_others_launch(ocl) -> None:  # noqa: ANN001
+    """A read in one thread never waits on a launch another thread gates after it."""
+    a = axle.device_put(np.ones(64, np.float32), ocl)
+    np.asarray(a + a)
+    errors: list[str] = []
+
+    def launcher_thread() -> None:
+        y = a
+        for _ in range(200):
+            y = y + a
+        if float(np.asarray(y)[0]) != 201.0:
+            errors.append("launcher")
+
+    def reader_thread() -> None:
+        for k in range(50):
+            if float(np.asarray(a * float(k))[3]) != float(k):
+                errors.append("reader")
+
+    threads = [threading.Thread(target=t) for t in (launcher_thread, reader_thread, launcher_thread)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread hung on a held launch"
+    assert not errors
