@@ -34,6 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HYPER = {"lr": 0.1, "momentum": 0.9}
 FULL = "fwd:224:1,fwd:224:32,train:32:32"
 QUICK = "fwd:64:1,train:16:4"
+#: calls of each implementation right after its first (see _first_calls): axle-cpu decides
+#: its splits on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
+SETTLE_CALLS = 8
 
 
 def _example() -> Any:
@@ -295,12 +298,17 @@ def _axle_impls(R: Any, config: Any, kind: str, params: Any, state: Any, x: np.n
 
 
 def _first_calls(fns: dict[str, Callable[[], Any]]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """Seconds of each implementation's first call (tracing and compiling) and its result."""
+    """Seconds of each implementation's first call (tracing and compiling) and its result.
+    Each then runs ``SETTLE_CALLS`` more times at once (untimed): axle-cpu measures on its
+    first calls whether each kernel pays to split across threads, which it must do while
+    no other library's threads spin on the cores (measure() interleaves the libraries)."""
     secs, outs = {}, {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
         out = _sync(fn())
         secs[name] = round(time.perf_counter() - t0, 2)
+        for _ in range(SETTLE_CALLS):
+            _sync(fn())
         outs[name] = np.asarray(out.detach() if hasattr(out, "detach") else out, np.float64)
     return secs, outs
 

@@ -296,8 +296,8 @@ class _Launch:
             return None
         if self.rsize >= 2 * n and self.step.spec.reduce_split_first:
             return "reduction"
-        if self.outer >= n:
-            return "rows"
+        if self.outer >= n or (self.outer >= 2 and self.step.spec.fixed_columns):
+            return "rows"  # (fixed columns: by rows only, fewer shares than threads if need be)
         if self.rsize >= 2 * n and self.outer * self.inner <= 4 * n:
             return "reduction"
         if self.inner >= 2 * n and not self.step.spec.fixed_columns:

@@ -89,6 +89,12 @@ COLUMNS_OUTER_MIN = 256
 #: the same for a convolution whose columns are pixels (NCHW): split by rows, every thread
 #: chunk packs all the patches (a 14x14 map's, for 196 columns), split by columns only its own
 CONV_COLUMNS_OUTER_MIN = 128
+#: below that, a thread's share of such a convolution has at least this many rows (output
+#: features): each share packs all the patches (B), which costs as much as the products of
+#: about 50 rows (a 7x7 map's 49 pixels, 4608-long K: ~77 us per pack against 2.5 us per
+#: row, one core of the AVX-512 host), so shares of 64 rows ran a 512-feature layer split
+#: in 8 at 1.4x one thread's speed on two
+CONV_SHARE_ROWS = 256
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
 #: split K across threads from this long a K, this many times the output's longer side
@@ -303,6 +309,8 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     # power of two apart share an L1 set (12 ways on Zen): at most DIRECT_A_ROWS of them
     a_rows = (layout.a_m.table is None and layout.a_m.stride > 1 and layout.a_k.table is None
               and layout.a_k.stride == 1)
+    if layout.b_win is not None and layout.n >= CONV_COLUMNS_OUTER_MIN:
+        nv = _balanced_nv(layout.n, v, nv)
     mr = min(accs // nv, DIRECT_A_ROWS) if a_rows else accs // nv
     if layout.dense and 0 < layout.m < SMALL_M_TILES * mr:
         nv, mr = _small_m_tile(layout, v, accs, nv, mr, a_rows)
@@ -317,6 +325,34 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
     mc = min(mc, _round_up(max(layout.m, 1), mr))
     nc = min(nc, _round_up(max(layout.n, 1), nr))
     return Tiles(v, mr, nr, kc, mc, nc)
+
+
+#: thread counts whose share of an NCHW convolution's pixel panels _balanced_nv evens out
+BALANCE_THREADS = (2, 4)
+#: ... when the narrower tile shortens the longest shares by this factor at least
+BALANCE_GAIN = 0.95
+
+
+def _balanced_nv(n: int, v: int, nv: int) -> int:
+    """Vectors per tile (``nv``, or one fewer from 4) for an NCHW convolution whose threads split
+    its ``n`` pixel columns in whole panels (GemmSpec.columns_outer): the one whose panels
+    the threads share most evenly (the longest share, summed over ``BALANCE_THREADS``,
+    each panel to the thread with the least so far, as they are claimed), ``nv`` unless
+    one fewer shortens it by ``BALANCE_GAIN``. A 14x14 map's 196 columns are 3 panels
+    of 64 and one of 4, shared 128 / 68 by two threads; as 4 panels of 48 and one of 4,
+    100 / 96 (8 x 48 tiles, as fast as 6 x 64)."""
+    def longest(width: int) -> int:
+        panels = [width] * (n // width) + ([n % width] if n % width else [])
+        total = 0
+        for threads in BALANCE_THREADS:
+            load = [0] * threads
+            for p in panels:
+                load[load.index(min(load))] += p
+            total += max(load)
+        return total
+
+    # (3 vectors at least: a narrower tile broadcasts as many A elements for fewer FMAs)
+    return nv - 1 if nv > 3 and longest((nv - 1) * v) < BALANCE_GAIN * longest(nv * v) else nv
 
 
 def _small_m_tile(layout: Layout, v: int, accs: int, nv: int, mr: int, a_rows: bool) -> tuple[int, int]:
@@ -395,13 +431,29 @@ class GemmSpec(KernelSpec):
             return 1
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
 
+    @functools.cached_property
+    def row_unit(self) -> int:
+        """Output rows per unit of the kernel's row range: ``CONV_SHARE_ROWS`` for a
+        convolution whose patches are B (NCHW) split by rows (fewer pixel columns than
+        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; else 1."""
+        if self.columns_outer or self.batch_outer or self.layout.b_win is None:
+            return 1
+        return CONV_SHARE_ROWS
+
+    @property
+    def fixed_columns(self) -> bool:
+        """Split by rows only (executable._Launch), into as many shares as there are when
+        fewer than the threads: a convolution split in shares of rows (``row_unit``),
+        whose columns cut anywhere would run tiles of a few of their 64 columns."""
+        return self.row_unit > 1
+
     @property
     def loop_sizes(self) -> tuple[int, int]:
         lay = self.layout
         if self.batch_outer:
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
-        return (-(-cols // self.column_unit), rows) if self.columns_outer else (rows, cols)
+        return (-(-cols // self.column_unit), rows) if self.columns_outer else (-(-rows // self.row_unit), cols)
 
     @property
     def split_reduce_size(self) -> int:
@@ -690,6 +742,9 @@ class _Emitter:
             unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
             self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
+        elif spec.row_unit > 1:  # the range counts shares of row_unit rows
+            self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
+            self.r1 = self.g.min(self.g.b.mul(o1, _c(spec.row_unit)), _c(spec.layout.batch * spec.layout.m))
         self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
@@ -1776,7 +1831,28 @@ class _Emitter:
                 else:
                     self.finish(b, b.add(rlin, j), v, bufs)
 
-            g.loop(_c(0), nr, 1, elem, "ej", vectorize=by_rows or self.lay.dense)  # flat: udiv per element
+            if by_rows or self.lay.dense:
+                g.loop(_c(0), nr, 1, elem, "ej", vectorize=True)
+                return
+
+            # A tile row is a run of output elements [rlin, rlin + nr) that crosses the
+            # output's rows (an NCHW convolution's pixels: 7 of a 7x7 map per row): by
+            # segments of one output row each, so that no element divides its flat index
+            # and what depends on the row alone (a batch norm's per-feature terms) is
+            # computed once per segment (14x14x256 at batch 1: 115 -> 40 us of epilogue)
+            def orow(o: ir.Value) -> None:
+                start = b.mul(o, _c(L))
+                lo = b.sub(g.max(rlin, start), start)
+                hi = b.sub(g.min(b.add(rlin, nr), b.add(start, _c(L))), start)
+                at = b.sub(b.add(b.mul(r, _c(t.nr)), start), rlin)  # tile index of column 0
+
+                def col(c: ir.Value) -> None:
+                    v = b.load(g.gep(tile, self.ct, b.add(at, c)), typ=self.ct)
+                    self.finish_at(b, o, c, v, bufs)
+
+                g.loop(lo, hi, 1, col, "ec", vectorize=True)
+
+            g.loop(row, b.add(b.sdiv(b.sub(b.add(rlin, nr), _c(1)), _c(L)), _c(1)), 1, orow, "eo")
 
         g.loop(skip, end, 1, erow, "ei")
 

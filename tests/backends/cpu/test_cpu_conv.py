@@ -240,7 +240,8 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     """From 128 pixel columns (a 14x14 map) with the kernel read in place, threads split an
     NCHW convolution by columns, whole NR-wide panels each, so each packs only its own
     patches (split by rows, every thread would pack them all); fewer columns (a 7x7 map)
-    stay split by rows."""
+    stay split by rows, in shares of CONV_SHARE_ROWS output features (here all 12 rows, the
+    two images' 6 features, are one share: test_nchw_rows_split_in_shares)."""
     from axle_cpu.plan import build_plan
 
     wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 5 x 40 pixels
@@ -250,7 +251,54 @@ def test_nchw_patch_columns_split_by_threads() -> None:
     # the column range counts NR-wide panels: a thread's share is whole micro-tiles
     assert w_spec.columns_outer and w_spec.column_unit > 1
     assert w_spec.loop_sizes == (-(-200 // w_spec.column_unit), 2 * 4)
-    assert not n_spec.columns_outer and n_spec.loop_sizes == (2 * 6, 63)
+    assert not n_spec.columns_outer and n_spec.loop_sizes == (1, 63)
+
+
+def test_nchw_pixel_panels_shared_evenly() -> None:
+    """The panels of an NCHW convolution's pixel columns that threads share are 48 wide
+    (8 x 48 tiles) where 64-wide ones share unevenly: a 14x14 map's 196 columns as 64s go
+    128 / 68 to two threads, as 48s 100 / 96; a 56x56 map's or 128 columns keep 64."""
+    from axle_cpu.gemm import _balanced_nv
+    from axle_cpu.plan import build_plan
+
+    assert [_balanced_nv(n, 16, 4) for n in (196, 200, 128, 256, 3136)] == [3, 3, 4, 4, 4]
+    assert _balanced_nv(196, 8, 2) == 2  # AVX2's 2-vector tiles stay
+    wide = conv_module(next(c for c in CONFIGS if c[0] == "nchw-wide-rows"), DType.FLOAT32)  # 200 pixels
+    (spec,) = build_plan(wide, arena=False, vector_bits=512).kernels.values()
+    assert spec.columns_outer and spec.column_unit == 48 and spec.loop_sizes == (5, 8)
+
+
+def test_nchw_rows_split_in_shares() -> None:
+    """An NCHW convolution with few pixel columns (a 7x7 map's 49) is split by rows, which
+    are output features (the images join the GEMM's batch), in shares of CONV_SHARE_ROWS:
+    each share packs all the patches, which shares of 64 rows did eight times over for a
+    512-feature layer. Shares end inside an image (2 x 300 rows: 256, 256, 88, the second
+    crossing from image 0 to 1) and give exactly the single-call result."""
+    from axle_cpu.gemm import CONV_SHARE_ROWS
+    from axle_cpu.plan import build_plan
+
+    m = conv_module(("nchw-shares", (2, 8, 5, 5), (300, 8, 3, 3), ("NCHW", "OIHW", "NCHW"),
+                     _window(2, low=(1, 1), high=(1, 1))), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    assert CONV_SHARE_ROWS == 256 and spec.row_unit == 256 and not spec.columns_outer
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    assert (outer, inner) == (3, 25)
+    whole = np.zeros(m.entry.root.shape, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    pieces = np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, pieces, [(0, 1, 0, inner), (1, 2, 0, 11), (1, 2, 11, inner), (2, 3, 0, inner)])
+    np.testing.assert_array_equal(pieces, whole)
+    # threads split the shares only (as many as there are: 3 of 4 threads), never the 25
+    # pixel columns, which cut anywhere would run 64-wide tiles of a few columns
+    from types import SimpleNamespace
+
+    from axle_cpu.executable import _Launch
+
+    launch = object.__new__(_Launch)
+    launch.outer, launch.inner, launch.rsize, launch.step = outer, inner, 0, SimpleNamespace(spec=spec)
+    assert spec.fixed_columns and [launch._split_mode(n) for n in (1, 2, 3, 4)] == [None, "rows", "rows", "rows"]
 
 
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
@@ -377,13 +425,45 @@ def test_conv_residual_scale_convert_epilogue(cpu) -> None:  # noqa: ANN001
     half = b.broadcast_in_dim(b.constant(0.5, dt), shape=c.shape, broadcast_dimensions=())
     m = b.build(b.convert(b.add(b.mul(c, half), r), dtype=DType.FLOAT16))
     xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    got, want = _one_output_fusion(m, xs, cpu)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+def _one_output_fusion(m: Module, xs: list[np.ndarray], cpu) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """``m`` compiled on ``cpu`` is one kernel, an output fusion with its convolution native:
+    (its result, the interpreter's)."""
     exe, optimized = compile_case(m, cpu)
     assert [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
     assert native_convs(optimized) == 1 and exe.report()["kernels"] == 1
     be = _backend()
     got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
     (want,) = evaluate(m, *xs)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
+    return got, want
+
+
+def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
+    """An NCHW convolution's tile rows are runs of pixels crossing the output's rows (5
+    wide here; the second 64-pixel panel starts inside a row) and, grouped, its C rows are
+    offset by group: the epilogue finishes them by segments of one output row, with a
+    batch norm's per-feature terms (an rsqrt) and a residual read at each element."""
+    b = Builder("nchw_bn_residual")
+    dt = DType.FLOAT32
+    x, w = b.parameter(TensorType(dt, (2, 6, 17, 5))), b.parameter(TensorType(dt, (8, 3, 3, 3)))
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"), feature_group_count=2,
+                      **_window(2, low=(1, 1), high=(1, 1)))
+    r, var, beta = b.parameter(TensorType(dt, c.shape)), b.parameter(TensorType(dt, (8,))), b.parameter(
+        TensorType(dt, (8,)))
+
+    def per_feature(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+    scale = b.rsqrt(b.add(var, b.broadcast_in_dim(b.constant(1e-5, dt), shape=(8,), broadcast_dimensions=())))
+    y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(beta)), r)
+    m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0.0, dt), shape=c.shape, broadcast_dimensions=())))
+    xs = [RNG.standard_normal(p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    xs[3] = np.abs(xs[3]) + 0.5
+    got, want = _one_output_fusion(m, xs, cpu)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------ gradients

@@ -44,7 +44,11 @@ CASES = [("f32", (37, 53), (1, 0)), ("f64", (3, 17, 29), (0, 2, 1)), ("f16", (65
          # NHWC -> NCHW, NCHW -> CHWN, a middle dim moved, unit and empty dims
          ("f32", (3, 3, 5, 19), (3, 2, 0, 1)), ("f32", (2, 5, 4, 3), (0, 2, 3, 1)), ("f64", (2, 4, 3, 5), (0, 3, 1, 2)),
          ("f16", (3, 17, 2, 5), (1, 2, 3, 0)), ("s8", (4, 9, 6, 10), (0, 2, 1, 3)), ("s8", (3, 1, 5, 9), (1, 3, 0, 2)),
-         ("pred", (4, 0, 3), (2, 1, 0)), ("f32", (1, 1), (1, 0)), ("pred", (2, 3, 1, 20), (3, 0, 2, 1))]
+         ("pred", (4, 0, 3), (2, 1, 0)), ("f32", (1, 1), (1, 0)), ("pred", (2, 3, 1, 20), (3, 0, 2, 1)),
+         # OIHW -> HWIO: rows (I, 3x3) are one input run across I (input_run), so 16 of them
+         # are a vector tile though each I has 9 elements; and with an O that breaks the run
+         ("f32", (20, 7, 3, 3), (2, 3, 1, 0)), ("f64", (33, 5, 3, 3), (2, 3, 1, 0)),
+         ("s8", (17, 70, 1, 3), (2, 3, 1, 0)), ("f32", (18, 4, 2, 3), (1, 2, 3, 0))]
 
 
 @pytest.mark.parametrize("dt,shape,perm", CASES)
@@ -112,9 +116,24 @@ def test_every_big_permutation_class_that_moves_the_contiguous_dim_is_blocked() 
     assert collapsed((32, 1, 8, 8), (1, 0, 2, 3)) == ((2048,), (0,), (False,))  # a reshape: one row copied
     for shape, perm, want in (((3, 3, 256, 256), (3, 2, 0, 1), True), ((16, 64, 32, 32), (0, 2, 3, 1), True),
                               ((16, 64, 32, 32), (1, 2, 3, 0), True), ((16, 64, 32, 32), (0, 2, 1, 3), False),
-                              ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True)):
+                              ((3, 3, 64, 64), (3, 2, 0, 1), False), ((64, 1, 4096), (1, 2, 0), True),
+                              # OIHW -> HWIO: runs of 9 (short), from SHORT_RUN_MIN_BYTES
+                              ((64, 64, 3, 3), (2, 3, 1, 0), True), ((16, 16, 3, 3), (2, 3, 1, 0), False)):
         assert blocked(_module("f32", shape, perm).entry) is want, (shape, perm)
     assert blocked(_module("f32", (3, 3, 256, 256), (3, 2, 0, 1), flip=(0, 1)).entry)
+
+
+def test_rows_that_continue_each_other_in_the_input_are_one_run() -> None:
+    """OIHW -> HWIO walks rows (I, 3x3): the 9 elements of one I are followed in the input
+    by the next I's, so a tile's 16 rows are one vector load per column across I; an outer
+    row dim whose input stride is not the run so far ends it."""
+    from axle_cpu.transpose import TransposeSpec, input_run
+
+    assert input_run((64, 9), (9, 1)) == 576 and input_run((4, 9), (10, 1)) == 9
+    assert input_run((5, 4, 9), (36, 9, 1)) == 180 and input_run((4, 9), (9, 2)) == 1 and input_run((), ()) == 1
+    spec = TransposeSpec("t", _module("f32", (20, 7, 3, 3), (2, 3, 1, 0)).entry, "transpose")
+    row_dims, in_strides = spec._dims[:2]
+    assert row_dims == (7, 9) and input_run(row_dims, in_strides) == 63
 
 
 def _unit_dim_module(shape: tuple[int, int], how: str) -> Module:
