@@ -192,16 +192,47 @@ SHARED_FORMAT = "axle-cpu-shared-1"
 _ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
 
 
+#: memfd_create's flag asking for an executable memfd (Linux 6.3; Python 3.12 names it)
+_MFD_EXEC = getattr(os, "MFD_EXEC", 0x0010)
+
+
+def memfd_flags(noexec: str | None) -> int | None:
+    """memfd_create's flags for a library to be loaded from, given the ``vm.memfd_noexec``
+    setting's text (None: this kernel has no such setting, before Linux 6.3, and knows no
+    MFD_EXEC), or None when no memfd may be executable (setting 2: modules are then loaded
+    by MCJIT instead of linked, and the link is not wasted). With setting 1 a memfd is not
+    executable unless it asks, so it asks."""
+    if noexec is None:
+        return os.MFD_CLOEXEC
+    level = noexec.strip()
+    if level not in ("0", "1"):
+        return None
+    return os.MFD_CLOEXEC | _MFD_EXEC
+
+
+def _memfd_noexec() -> str | None:
+    try:
+        with open("/proc/sys/vm/memfd_noexec") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+@functools.cache
+def _memfd_flags() -> int | None:
+    return memfd_flags(_memfd_noexec())
+
+
 @functools.cache
 def linker() -> str | None:
     """The linker that makes each compiled module a shared library (None: modules are
     objects loaded by MCJIT). ``ld`` itself, which ``cc`` runs: called directly it costs
     about 2 ms of CPU per module, ``cc -shared`` 13 ms. Linux only (the library is loaded
-    from a memfd, by its /proc/self/fd path), and only for ELF machines whose header field
-    is known."""
+    from a memfd, by its /proc/self/fd path, so not where the kernel forbids executable
+    memfds: ``memfd_flags``), and only for ELF machines whose header field is known."""
     if not sys.platform.startswith("linux") or not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
         return None
-    if host().triple.split("-")[0] not in _ELF_MACHINE:
+    if host().triple.split("-")[0] not in _ELF_MACHINE or _memfd_flags() is None:
         return None
     return shutil.which("ld")
 
@@ -356,7 +387,7 @@ def _open(data: bytes, opened: list[int]) -> tuple[int, int]:
     the fds listed in ``opened``."""
     start = 0
     for _ in range(_OPEN_TRIES):
-        fd = os.memfd_create("axle-module", os.MFD_CLOEXEC)
+        fd = os.memfd_create("axle-module", _memfd_flags() or os.MFD_CLOEXEC)
         opened.append(fd)
         while True:  # ends: the numbers grow up to the open-files limit (then OSError)
             n = _unnamed(fd, start)

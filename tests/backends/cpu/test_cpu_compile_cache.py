@@ -417,3 +417,28 @@ def test_threads_loading_libraries_at_once_each_get_their_own_code(linked) -> No
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("setting,flags", [(None, os.MFD_CLOEXEC), ("0\n", os.MFD_CLOEXEC | target._MFD_EXEC),
+                                           ("1\n", os.MFD_CLOEXEC | target._MFD_EXEC), ("2\n", None), ("x", None)])
+def test_memfd_flags_follow_the_kernels_memfd_noexec(setting, flags) -> None:  # noqa: ANN001
+    """A kernel without vm.memfd_noexec (before 6.3) knows no MFD_EXEC; setting 1 makes a
+    memfd non-executable unless it asks; setting 2 (or one not understood) forbids it."""
+    assert target.memfd_flags(setting) == flags
+
+
+def test_where_memfds_may_not_execute_modules_are_not_linked(compile_cache, monkeypatch) -> None:
+    """vm.memfd_noexec = 2: no library could be loaded, so modules are objects loaded by
+    MCJIT from the start (each link would be wasted and each cache entry refused)."""
+    monkeypatch.setattr(target, "_memfd_noexec", lambda: "2\n")
+    monkeypatch.setattr(target, "_jit_tm", None)  # the JIT code generator (large code model)
+    for cached in (target._memfd_flags, target.linker):
+        cached.cache_clear()
+    try:
+        assert target.linker() is None and target.artifact_format() == target.OBJECT_FORMAT
+        jm = JitModule(IR)
+        assert jm._lib is None and _triple(jm) == 21.0
+    finally:
+        monkeypatch.undo()
+        for cached in (target._memfd_flags, target.linker):
+            cached.cache_clear()
