@@ -76,8 +76,13 @@ class DeviceInfo:
     def split_reductions(self) -> tuple[int, int]:
         """(workers, min_part) for the kernel plan's split reductions: a reduction into
         fewer outputs than the work-groups that keep every compute unit busy is launched
-        in two, each part at least 2048 elements per work-item."""
-        return self.compute_units * (8 if self.is_gpu else 4), self.group_lanes * 2048
+        in two, each part at least 2048 elements per work-item on a CPU device, 64 on a GPU
+        (whose work-groups are many and short-lived: with 2048 the seed's 2^24-element sum
+        ran 32 work-groups on an H100's 132 compute units, 0.80 ms against 0.27 with 128
+        and 0.27 with 32)."""
+        if self.is_gpu:
+            return self.compute_units * 8, self.group_lanes * 64
+        return self.compute_units * 4, self.group_lanes * 2048
 
 
 @dataclass

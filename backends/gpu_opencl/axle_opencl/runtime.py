@@ -31,9 +31,17 @@ from .render import helpers_of
 
 #: bumped when what a cached binary depends on changes beyond source, options and driver
 CACHE_VERSION = b"axle-opencl-1"
-#: the options every program is built with, exactly (see _build: nothing is added)
+#: the options every program is built with (see _build: nothing else is added)
 BUILD_OPTIONS = ["-cl-std=CL1.2"]
-BUILD_OPTIONS_BYTES = " ".join(BUILD_OPTIONS).encode()
+#: added where the device offers it: float32 division and sqrt correctly rounded, as the
+#: interpreter and the cpu backend compute them (NVIDIA's default division is 2.5 ulp)
+CORRECT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
+
+
+def build_options(dev: cl.Device) -> str:
+    """The options of every program built for ``dev``."""
+    exact = dev.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+    return " ".join(BUILD_OPTIONS + ([CORRECT_DIVISION] if exact else []))
 #: program binaries on disk, under --compile_cache (private directory, no pickle: axle.diskcache)
 DISK = DiskCache(None, "OpenCL program", sub="opencl")
 
@@ -46,7 +54,7 @@ def _binary_key(dev: cl.Device, source: str) -> bytes:
     """Everything a program binary depends on: format version, platform and driver,
     device, options and source."""
     parts: list[str | bytes] = [CACHE_VERSION, dev.platform.name, dev.platform.version, dev.name, dev.driver_version,
-             " ".join(BUILD_OPTIONS), source]
+             build_options(dev), source]
     return b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)
 
 
@@ -73,12 +81,12 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
 
 
 def _build(prg: cl._cl._Program, dev: cl.Device) -> cl.Program:
-    """Builds with exactly BUILD_OPTIONS. pyopencl's ``Program.build`` is bypassed: it
+    """Builds with exactly ``build_options(dev)``. pyopencl's ``Program.build`` is bypassed: it
     consults its pickle-based binary cache, and it adds ``-I <its own headers>``, a path
     inside the Python environment, which drivers hash into their own cache keys (PoCL's
     kernel cache): every virtual environment, every clean clone in CI, would build every
     kernel anew. The error of a failed build carries the driver's build log."""
-    prg.build(BUILD_OPTIONS_BYTES, [dev])
+    prg.build(build_options(dev).encode(), [dev])
     return cl.Program(prg)
 
 
@@ -164,6 +172,10 @@ class DeviceRuntime:
         # kernel, which on a busy host costs each eager op more than its enqueueing (hold()).
         self._gate: cl.UserEvent | None = None
         self._gated = 0
+        # Only on CPU devices, where each kernel's start wakes the host's worker threads: a
+        # GPU starts kernels on its own, and NVIDIA's driver crashed (SIGSEGV in its own
+        # thread) running held kernels whose argument buffers had been released meanwhile.
+        self.gates_eager = bool(cl_device.type & cl.device_type.CPU)
         _runtimes.add(self)
 
     def _refused(self, nbytes: int, e: cl.Error | None = None) -> MemoryError:
@@ -181,6 +193,8 @@ class DeviceRuntime:
         (``download``, ``wait``, exit): holding kernels back never changes a value read and
         never blocks a reader. Enqueueing errors still raise at the launch: only the
         kernels' start is deferred."""
+        if not self.gates_eager:
+            return
         if self._gate is None or self._gated >= GATE_DEPTH:
             self._open()
             gate = cl.UserEvent(self.context)

@@ -20,7 +20,7 @@ from axle.errors import BackendError
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
 from axle.ir.module import Node
-from axle.ir.numerics import TANH_F32
+from axle.ir.numerics import TANH_F32, TANH_SATURATION_F32
 from axle.ir.ops import Op
 from axle.ir.reductions import REDUCE_KINDS
 from axle.ir.types import squeeze
@@ -51,8 +51,8 @@ def acc_dtype(dt: DType) -> DType:
 def load(ptr: str, dt: DType, off: str, lanes: int = 1) -> str:
     if lanes > 1:
         return f"vload{lanes}(0, {ptr} + {off})"
-    if dt is DType.FLOAT16:
-        return f"vload_half({off}, {ptr})"
+    if dt is DType.FLOAT16:  # NaN payload kept (axle.lowering.c's axle_ldh: NVIDIA's vload_half drops it)
+        return f"axle_ldh({off}, {ptr})"
     if dt is DType.BFLOAT16:
         return f"axle_bf16_f32({ptr}[{off}])"
     if dt is DType.BOOL:
@@ -172,7 +172,9 @@ class Renderer:
     def _vector_tanh(self, x: str, dt: DType, lanes: int) -> str:
         """f32 tanh as a rational function (PoCL scalarizes the builtin tanh; this
         vectorizes): the shared fit axle.ir.numerics.TANH_F32 (max ~3e-7 relative error
-        evaluated in f32, Q >= 1 so no poles), NaN passed on."""
+        evaluated in f32, Q >= 1 so no poles), NaN passed on, +-1 exactly where tanh
+        rounds to +-1 (as the scalar rule: NVIDIA's division, not correctly rounded by
+        default, gave 0.99999994 at the clamp)."""
         assert dt is DType.FLOAT32, "vector tanh is f32 only (vector_ok keeps f64 scalar)"
         t = reg_type(dt, lanes)
         lim = literal(TANH_F32.clamp, dt)
@@ -187,7 +189,8 @@ class Renderer:
 
         p = self.em.tmp(t, horner(TANH_F32.p))
         q = self.em.tmp(t, horner(TANH_F32.q))
-        return f"(isnan({x}) ? {x} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
+        sat = f"fabs({x}) > {literal(TANH_SATURATION_F32, dt)} ? copysign(({t})(1.0f), {x})"
+        return f"(isnan({x}) ? {x} : {sat} : clamp({c} * {p} / {q}, -1.0f, 1.0f))"
 
     def _is_finite(self, n: Node, idx: Idx, lanes: int) -> str:
         return c.is_finite(self.value(n.operands[0], idx))

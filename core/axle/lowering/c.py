@@ -92,8 +92,9 @@ class C99:
     #: type-punning expressions the helpers use
     float_bits: ClassVar[str] = "(((union {{ float f; uint32_t u; }}){{ .f = {x} }}).u)"
     bits_float: ClassVar[str] = "(((union {{ uint32_t u; float f; }}){{ .u = {x} }}).f)"
-    #: float -> int with saturation and NaN -> 0 (C has no such cast: a helper)
-    sat_convert: ClassVar[dict[DType, str]] = {dt: f"axle_sat_{dt.np.name}" for dt in (
+    #: float -> int with saturation and NaN -> 0, of a register value ``{x}`` (C has no
+    #: such cast: a helper)
+    sat_convert: ClassVar[dict[DType, str]] = {dt: f"axle_sat_{dt.np.name}({{x}})" for dt in (
         DType.INT32, DType.INT64, DType.INT8, DType.INT16, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64)}
     float_cast: ClassVar[dict[DType, str]] = {DType.FLOAT32: "(float)", DType.FLOAT64: "(double)"}
     #: loops add float16/float32 terms in double (see :func:`accumulator`)
@@ -108,6 +109,11 @@ class C99:
     #: bodies of the float16 bits helpers (a float register holding a half <-> its 16 bits)
     half_to_bits: ClassVar[str] = "union { _Float16 h; uint16_t u; } v; v.h = (_Float16)x; return v.u;"
     bits_to_half: ClassVar[str] = "union { uint16_t u; _Float16 h; } v; v.u = b; return (float)v.h;"
+
+
+#: (OpenCL C) the float NaN of half NaN bits ``{b}``: sign, all-ones exponent, the half's
+#: 10 payload bits on top of the mantissa
+_HALF_NAN = "as_float(((uint)({b} & 0x8000) << 16) | 0x7F800000u | ((uint)({b} & 0x3FF) << 13))"
 
 
 class OpenCLC(C99):
@@ -137,11 +143,13 @@ class OpenCLC(C99):
     buffer_qualifier = "__global"
     helper_prefix = "inline"
     device_loop = "for ({t} {v} = get_global_id(0); {v} < {n}; {v} += get_global_size(0))"
-    load_half = "vload_half({off}, {ptr})"
+    load_half = "axle_ldh({off}, {ptr})"
     store_half = "vstore_half_rte({value}, {off}, {ptr});"
     round_half = "axle_rh({x})"
     round_half_double = "axle_rh_d({x})"
-    sat_convert = {dt: f"convert_{t}_sat_rtz" for dt, t in (
+    #: the built-in saturating converts, NaN -> 0 by hand: the spec asks it of them, but
+    #: NVIDIA's gives the type's minimum for a double NaN and for any NaN to a 64-bit type
+    sat_convert = {dt: f"(isnan({{x}}) ? ({t})0 : convert_{t}_sat_rtz({{x}}))" for dt, t in (
         (DType.INT32, "int"), (DType.INT64, "long"), (DType.INT8, "char"), (DType.INT16, "short"),
         (DType.UINT8, "uchar"), (DType.UINT16, "ushort"), (DType.UINT32, "uint"), (DType.UINT64, "ulong"))}
     float_bits = "as_uint({x})"
@@ -157,7 +165,9 @@ class OpenCLC(C99):
     half_to_bits = ("if (x != x) { uint u = as_uint(x); uint m = (u >> 13) & 0x3FF;\n"
                     "    return (ushort)(((u >> 16) & 0x8000) | 0x7C00 | (m ? m : 0x200)); }\n"
                     "  ushort b; vstore_half(x, 0, (half*)&b); return b;")
-    bits_to_half = "return vload_half(0, (const half*)&b);"
+    # NVIDIA's vload_half returns one NaN for every NaN: the payload by hand (the float's
+    # top mantissa bits hold the half's exactly, as vload_half gives them on PoCL)
+    bits_to_half = "float f = vload_half(0, (const half*)&b);\n  return f != f ? " + _HALF_NAN.format(b="b") + " : f;"
 
 
 Dialect = type[C99]
@@ -299,6 +309,11 @@ def _bit_helpers(d: Dialect) -> dict[str, str]:
         f"  {u32} u = {d.float_bits.format(x='x')};\n"
         f"  return {d.bits_float.format(x='(x < y) == (x > 0) ? u + 0x10000 : u - 0x10000')};\n}}")
     u16 = d.reg[DType.UINT16]
+    # (OpenCL C) a half of a kernel argument as its float, NaN payload kept: its bits
+    # read again where it is a NaN (NVIDIA's vload_half returns one NaN for every NaN)
+    out["axle_ldh"] = (f"{d.helper_prefix} float axle_ldh(long i, __global const half* p) {{\n"
+                       "  float f = vload_half(i, p);\n"
+                       f"  return f != f ? {_HALF_NAN.format(b='((__global const ushort*)p)[i]')} : f;\n}}")
     out["axle_half_bits"] = f"{d.helper_prefix} {u16} axle_half_bits(float x) {{ {d.half_to_bits} }}"
     out["axle_bits_half"] = f"{d.helper_prefix} float axle_bits_half({u16} b) {{ {d.bits_to_half} }}"
     return out
@@ -508,7 +523,7 @@ def convert(d: Dialect, x: Expr, src: DType, dst: DType) -> Expr:
     if dst is DType.BOOL:
         return f"({x} != 0)"
     if dst.is_int:
-        return f"{d.sat_convert[dst]}({x})" if src.is_float else f"(({d.reg[dst]}){x})"
+        return d.sat_convert[dst].format(x=x) if src.is_float else f"(({d.reg[dst]}){x})"
     if dst is DType.FLOAT16:
         if src is DType.FLOAT64:
             return d.round_half_double.format(x=x)

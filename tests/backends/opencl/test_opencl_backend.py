@@ -193,12 +193,14 @@ def test_long_reductions_use_work_groups(shape, axes, kind, strategy, ocl) -> No
         config.backend_flags.pop("opencl_strategy", None)
 
 
-@pytest.mark.parametrize("n", [1000003, 65536])
-def test_full_reduction_is_split_in_two_launches(n: int, ocl) -> None:  # noqa: ANN001
-    """The plan's split of a long reduction (padded for a prime length): partials, then
-    their combination, right numbers; without padding the partials read the [parts,
-    chunk] view of the fused producer in floatN vectors on a CPU device (a reshape keeps
-    row-major order), as the unsplit reduction does."""
+@pytest.mark.parametrize("parts, pad", [(3, 5), (8, 0)])
+def test_full_reduction_is_split_in_two_launches(parts: int, pad: int, ocl) -> None:  # noqa: ANN001
+    """The plan's split of a long reduction (padded for a length that is no multiple of the
+    parts): partials, then their combination, right numbers; without padding the partials
+    read the [parts, chunk] view of the fused producer in floatN vectors on a CPU device (a
+    reshape keeps row-major order), as the unsplit reduction does. The length is a multiple
+    of the device's least part (8192 elements on PoCL, 2048 per work-item of a group on a GPU)."""
+    n = parts * _backend(ocl).runtime(ocl).info.split_reductions[1] + pad
     b = Builder("seed")
     ps = [b.parameter(f"f32[{n}]") for _ in range(3)]
     m = fuse_whole(b.build(b.reduce(b.add(ps[0], b.mul(ps[1], ps[2])), kind="sum", axes=(0,))), wrap=False,
@@ -332,3 +334,26 @@ def test_eager_numpy_on_opencl(ocl) -> None:  # noqa: ANN001
     with ocl:
         y = anp.tanh(anp.asarray(x)) * 2.0 + 1.0
     np.testing.assert_allclose(np.asarray(y), np.tanh(x) * 2 + 1, rtol=1e-5, atol=1e-6)
+
+
+def test_nan_to_int_and_half_nan_payloads_guarded_by_hand(ocl) -> None:  # noqa: ANN001
+    """NVIDIA's OpenCL (H100, driver 580.159) converts a double NaN, or any NaN to a 64-bit
+    type, to the type's minimum with convert_<t>_sat_rtz (the spec says 0), and its
+    vload_half returns one NaN for every half NaN (bitcasts read the payload): the kernels
+    guard both themselves. PoCL follows the spec, so here the source shows the guards and
+    the values the semantics."""
+    b = Builder("nan")
+    x, f, h = b.parameter("f64[4]"), b.parameter("f32[4]"), b.parameter("f16[3]")
+    module = b.build(b.convert(x, dtype="s32"), b.convert(f, dtype="u64"), b.bitcast_convert(h, dtype="u16"),
+                     b.bitcast_convert(b.bitcast_convert(h, dtype="s16"), dtype="f16"))
+    src = _sources(module, ocl)
+    assert "(isnan(" in src and "convert_int_sat_rtz" in src and "convert_ulong_sat_rtz" in src
+    assert "axle_ldh(" in src and "vload_half(i, p)" in src
+    xs = [np.array([np.nan, -np.nan, 3.7, -1e300]), np.array([np.nan, np.inf, -2.5, 7.9], np.float32),
+          np.array([0x7E01, 0xFC02, 0x3C00], np.uint16).view(np.float16)]
+    got = compile_module(module, ocl, optimize=False).execute([_backend(ocl).to_device(a, ocl) for a in xs])
+    got = [np.asarray(_backend(ocl).to_host(g)) for g in got]
+    np.testing.assert_array_equal(got[0], [0, 0, 3, np.iinfo(np.int32).min])
+    np.testing.assert_array_equal(got[1], [0, np.iinfo(np.uint64).max, 0, 7])
+    np.testing.assert_array_equal(got[2], [0x7E01, 0xFC02, 0x3C00])
+    assert got[3].view(np.uint16)[2] == 0x3C00 and np.isnan(got[3][:2]).all()

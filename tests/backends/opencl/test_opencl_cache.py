@@ -117,7 +117,8 @@ def test_pyopencl_pickle_cache_is_not_used(ocl, cache_dir, monkeypatch) -> None:
 
 
 def test_programs_are_built_with_our_options_only(ocl, cache_dir) -> None:
-    """The driver sees exactly BUILD_OPTIONS: pyopencl's ``Program.build`` adds ``-I`` and
+    """The driver sees exactly ``build_options``: the language version, and correctly
+    rounded float32 division and sqrt where the device offers them; pyopencl's ``Program.build`` adds ``-I`` and
     a path inside this environment, which PoCL hashes into its kernel cache key, so that
     a clean clone (a new environment: CI) found none of the kernels an earlier run built.
     Both ways to a program: from source, then from the binary that stored."""
@@ -127,7 +128,9 @@ def test_programs_are_built_with_our_options_only(ocl, cache_dir) -> None:
     for _ in range(2):
         rt = _fresh_runtime(ocl)
         program = rt.kernel(k).program
-        assert program.get_build_info(rt.cl_device, cl.program_build_info.OPTIONS).strip() == "-cl-std=CL1.2"
+        exact = rt.cl_device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+        want = "-cl-std=CL1.2" + (" -cl-fp32-correctly-rounded-divide-sqrt" if exact else "")
+        assert program.get_build_info(rt.cl_device, cl.program_build_info.OPTIONS).strip() == want
     assert len(os.listdir(cache_dir)) == 1
 
 
