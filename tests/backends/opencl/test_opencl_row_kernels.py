@@ -56,7 +56,7 @@ def _sources(module, dev) -> str:  # noqa: ANN001
 
 def _reads_output(src: str) -> bool:
     """Whether a kernel loads back from one of its output buffers (a spilled value)."""
-    return bool(re.search(r"vload\d+\(0, out\d+ \+|= out\d+\[|vload_half\([^,]+, out\d+\)", src))
+    return bool(re.search(r"vload\d+\(0, out\d+ \+|= out\d+\[|(vload_half|axle_ldh)\([^,]+, out\d+\)", src))
 
 
 @pytest.mark.parametrize("cols", [1, 7, 15, 16, 17, 33, 1000, 1027])
