@@ -1,11 +1,14 @@
 """The ``opencl`` backend: every device of every OpenCL platform."""
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,14 +120,49 @@ def lowering_entries(op: Op) -> list[LoweringEntry]:
             LoweringEntry("the OpenCL C dialect, with PoCL's fixes", ".render:CL")]
 
 
+#: where GPU drivers install their OpenCL library, and the library's name, per vendor
+#: whose driver packages (containers' driver mounts above all) often leave out the ICD
+#: file that registers it with the OpenCL loader
+_DRIVER_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64",
+                "/usr/local/nvidia/lib")
+_GPU_DRIVERS = {"NVIDIA": "libnvidia-opencl.so.1"}
+
+
+def unregistered_drivers(platform_names: list[str], dirs: tuple[str, ...] = _DRIVER_DIRS,
+                         vendors: str | None = None) -> list[str]:
+    """What to do about a GPU driver's OpenCL library that is installed but that the OpenCL
+    loader does not list: no platform of its vendor, the library in one of ``dirs`` and no
+    ICD file under ``vendors`` (the loader's $OCL_ICD_VENDORS, else /etc/OpenCL/vendors)
+    naming it. One line per such driver, with the command that registers it."""
+    vendors = vendors or os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    try:
+        icds = [Path(vendors, f).read_text(errors="replace") for f in sorted(os.listdir(vendors))
+                if f.endswith(".icd")]
+    except OSError:
+        icds = []
+    out = []
+    for vendor, lib in _GPU_DRIVERS.items():
+        if any(vendor.lower() in name.lower() for name in platform_names):
+            continue
+        path = next((Path(d, lib) for d in dirs if Path(d, lib).exists()), None)
+        if path is None or any(lib.split(".so")[0] in icd for icd in icds):
+            continue
+        out.append(f"{vendor}'s OpenCL driver is installed ({path}) but no ICD file registers it, so "
+                   f"its GPUs are not listed: echo {path} > {vendors}/{vendor.lower()}.icd (as root)")
+    return out
+
+
 def _enumerate() -> list[tuple[int, int, Any, Any]]:
     import pyopencl as cl
 
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:  # no ICD / no platform
+        hint = "".join(f"; {h}" for h in unregistered_drivers([]))
         raise BackendUnavailable(f"no OpenCL platform found ({e}); install an OpenCL driver, "
-                                 "e.g. the PoCL CPU runtime (Debian: pocl-opencl-icd)") from None
+                                 f"e.g. the PoCL CPU runtime (Debian: pocl-opencl-icd){hint}") from None
+    for hint in unregistered_drivers([p.name for p in platforms]):
+        warnings.warn(f"axle-opencl: {hint}", RuntimeWarning, stacklevel=2)
     found = []
     for pi, p in enumerate(platforms):
         try:

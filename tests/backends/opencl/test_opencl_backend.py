@@ -357,3 +357,22 @@ def test_nan_to_int_and_half_nan_payloads_guarded_by_hand(ocl) -> None:  # noqa:
     np.testing.assert_array_equal(got[1], [0, np.iinfo(np.uint64).max, 0, 7])
     np.testing.assert_array_equal(got[2], [0x7E01, 0xFC02, 0x3C00])
     assert got[3].view(np.uint16)[2] == 0x3C00 and np.isnan(got[3][:2]).all()
+
+
+def test_an_unregistered_gpu_driver_is_named_with_its_fix(tmp_path) -> None:  # noqa: ANN001
+    """A driver mount with NVIDIA's OpenCL library but no ICD file (a GPU container's usual
+    state) lists no GPU: axle-opencl says why and how to register it; nothing when the
+    platform is listed or an ICD file names the library."""
+    from axle_opencl.backend import unregistered_drivers
+
+    lib_dir, vendors = tmp_path / "lib", tmp_path / "vendors"
+    lib_dir.mkdir()
+    vendors.mkdir()
+    (lib_dir / "libnvidia-opencl.so.1").write_bytes(b"")
+    (vendors / "pocl.icd").write_text("libpocl.so.2\n")
+    (hint,) = unregistered_drivers(["Portable Computing Language"], (str(lib_dir),), str(vendors))
+    assert "NVIDIA" in hint and f"echo {lib_dir}/libnvidia-opencl.so.1 > {vendors}/nvidia.icd" in hint
+    assert unregistered_drivers(["NVIDIA CUDA"], (str(lib_dir),), str(vendors)) == []
+    assert unregistered_drivers([], (str(tmp_path / "none"),), str(vendors)) == []
+    (vendors / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    assert unregistered_drivers([], (str(lib_dir),), str(vendors)) == []
