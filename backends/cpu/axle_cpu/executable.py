@@ -328,6 +328,11 @@ class _Launch:
         else:
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 
+    def splits_reduction(self, n: int) -> bool:
+        """Whether this kernel runs split over ``n`` threads along its first reduced axis
+        (its partial results combined on the host: not in the step runner)."""
+        return bool(self.parallel) and self._split_mode(n) == "reduction"
+
     def native_split(self, n: int) -> str | None:
         """The split mode the step runner may use for this kernel over ``n`` threads (it
         splits rows and columns natively; a reduction's partial results are combined in
@@ -371,11 +376,15 @@ class _ReductionSplit:
         for j, p in enumerate(self.partial):
             self.ptrs[:, launch.nin + j] = [p[k, ...].ctypes.data for k in range(len(self.parts))]
         self.base = self.ptrs.ctypes.data
-        self.combine = []
-        for kind in launch.step.spec.combine_kinds:  # (a split-K GEMM sums)
+        #: per output: its kind's combiner and, where that is one ufunc, the ufunc (whose
+        #: ``accumulate`` combines every row in order in one call: 8 calls of the combiner
+        #: cost 6 us of a 2^20 sum's split)
+        self.combine: list[tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], np.ufunc | None]] = []
+        for kind, p in zip(launch.step.spec.combine_kinds, self.partial):  # (a split-K GEMM sums)
             # the reference's combiners: float max/min follow IEEE 754-2019 (-0.0 < +0.0),
             # as the kernels' llvm.maximum/minimum do
-            self.combine.append(REDUCE_KINDS[kind].combine_host)
+            rk = REDUCE_KINDS[kind]
+            self.combine.append((rk.combine_host, rk.host_ufunc(_combined_dtype(p.dtype))))
 
     def run(self, pool: threads.NativePool, bufs: int, outputs: list[np.ndarray]) -> None:
         la = self.launch
@@ -383,9 +392,23 @@ class _ReductionSplit:
         self.ptrs[:, :la.nin] = np.frombuffer(table, np.uint64)  # type: ignore[call-overload]  # a ctypes array is a buffer
         # chunk k reduces parts[k] (the pool cuts [0, rsize) as threads.chunks does)
         pool.run(la.addr, self.base, la.outer, la.inner, "reduction", len(self.parts), 8 * la.nbuf, la.rsize)
-        for o, p, ufunc in zip(outputs, self.partial, self.combine):
-            # row by row (few rows: one per chunk), as ufunc.reduce(axis=0) would
-            o[...] = functools.reduce(ufunc, p.astype(np.float32) if p.dtype == np.float16 else p)
+        self.combine_into(outputs)
+
+    def combine_into(self, outputs: list[np.ndarray]) -> None:
+        """Each output from its partial results, combined in chunk order."""
+        for o, p, (combine, ufunc) in zip(outputs, self.partial, self.combine):
+            rows = p.astype(_combined_dtype(p.dtype), copy=False)
+            # row after row in chunk order (never pairwise, as ufunc.reduce would for 8
+            # rows or more), so the bits are the same whichever thread ran which chunk
+            if ufunc is not None:
+                o[...] = ufunc.accumulate(rows, axis=0, dtype=rows.dtype)[-1]
+            else:
+                o[...] = functools.reduce(combine, rows)
+
+
+def _combined_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype partial results are combined in (float16 ones in float32)."""
+    return np.dtype(np.float32) if dt == np.float16 else dt
 
 
 def _control(step: ControlStep, addrs: np.ndarray) -> int:

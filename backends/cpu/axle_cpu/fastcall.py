@@ -17,15 +17,20 @@ through a :class:`FastCall` instead:
   ``sys.getrefcount``: a view of a result keeps the block referenced, so a value a caller
   kept is never overwritten); otherwise the call gets a fresh block, as before.
 
-Executables whose plan has host steps, threaded kernels, results that are arguments,
-constants or temporaries, or outputs big enough for the mapping pool (memory.py) keep the
-general path in executable.py.
+A plan holding reductions split along their reduced axis (partial results combined on the
+host, executable._ReductionSplit) takes it too: the native call then only fills the
+pointer table, and the runs of the step table and the split reductions follow in order,
+each reduction combining into views of the frame's output block.
+
+Executables whose plan has host steps, results that are arguments, constants or
+temporaries, or outputs big enough for the mapping pool (memory.py) keep the general path
+in executable.py.
 """
 from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,8 +40,9 @@ from axle.backend import Buffer
 from axle.errors import BackendError
 from axle.ir.types import TensorType
 
+from . import threads
 from .memory import MMAP_MIN, address
-from .runner import FRAME_FIELDS, call
+from .runner import FRAME_FIELDS, STEP, call, run_steps
 
 if TYPE_CHECKING:
     from .executable import CpuExecutable
@@ -68,19 +74,26 @@ class _Frame:
     """The per-call state of one concurrent call: slots, pointer table, Frame record,
     and the outputs of its last call with the reference counts they had when made."""
 
-    __slots__ = ("slots", "ptrs", "head", "addr", "block", "bufs", "held", "counts")
+    __slots__ = ("slots", "ptrs", "ptrs_addr", "head", "addr", "block", "bufs", "outs", "held", "counts")
 
     def __init__(self, fast: FastCall) -> None:
         self.slots = fast.slot_template.copy()
         self.ptrs = np.zeros(max(len(fast.src), 1), np.uint64)
+        self.ptrs_addr = address(self.ptrs)
         self.head = np.zeros(len(FRAME_FIELDS), np.uint64)
-        for name, value in (("table", fast.table_addr), ("nsteps", fast.nsteps), ("ptrs", address(self.ptrs)),
+        # with split reductions the native call only fills the pointer table (no step):
+        # the segments run after it (FastCall.run)
+        nsteps = fast.nsteps if fast.segments is None else 0
+        for name, value in (("table", fast.table_addr), ("nsteps", nsteps), ("ptrs", self.ptrs_addr),
                             ("nptrs", len(fast.src)), ("src", fast.src_addr), ("base", fast.base_addr),
                             ("slots", address(self.slots))):
             self.head[_F[name]] = value
         self.addr = address(self.head)
         self.block: np.ndarray | None = None
         self.bufs: list[Buffer] = []
+        #: per split reduction (FastCall.segments), a function giving its output arrays
+        #: (views of the block, where the host combines its partial results)
+        self.outs: list[Callable[[], list[np.ndarray]]] = []
         self.held: list[object] = []  # the block, the result arrays and buffers
         self.counts: list[int] = []
 
@@ -97,16 +110,23 @@ class _Frame:
         self.block = block
         arrays = [np.ndarray(shape, dt, block, pad + off) for shape, dt, off in fast.result_views]
         self.bufs = [CpuBuffer(fast.device, t, arrays[j], raw + pad + off) for t, j, off in fast.result_bufs]
+        # (made before the counts: these views hold the block for as long as the frame does)
+        self.outs = [_giving([np.ndarray(shape, dt, block, pad + off) for shape, dt, off in views])
+                     for views in fast.split_views]
         self.held = [block, *arrays, *self.bufs]
         del block, arrays  # counted as reusable() sees them: held by the frame and each other only
         self.counts = _refcounts(self.held)
+
+
+def _giving(arrays: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
+    return lambda: arrays
 
 
 class FastCall:
     """The fast path of one executable (see the module docstring); ``build`` says None
     where the plan needs the general path."""
 
-    def __init__(self, exe: CpuExecutable, nsteps: int) -> None:
+    def __init__(self, exe: CpuExecutable, nsteps: int, segments: list[tuple] | None = None) -> None:
         plan = exe.plan
         self.device = exe.device
         self.n_params = plan.n_params
@@ -135,6 +155,16 @@ class FastCall:
         order = list(dict.fromkeys(plan.results))  # one array per result slot, shared by repeats
         self.result_views = [small[s] for s in order]
         self.result_bufs = [(t, order.index(s), small[s][2]) for s, t in zip(plan.results, plan.result_types)]
+        #: None when one native call runs every step; else the runs of the step table and
+        #: the split reductions between them, in order (a reduction's partial results are
+        #: combined on the host, executable._ReductionSplit)
+        self.segments = segments
+        self.split_views: list[list[tuple[tuple[int, ...], np.dtype, int]]] = []
+        for seg in segments or ():
+            if seg[0] == "step":
+                outs = zip(seg[2].outs, seg[2].out_types)
+                self.split_views.append([(t.shape, t.dtype.np, int(slots[s])) for s, t in outs])
+        self.run_steps = run_steps()
         #: a ring (the frame used longest ago first) of at most MAX_FRAMES frames
         self.frames: deque[_Frame] = deque()
         self.nframes = 0  # frames made (the ring holds those not in a call)
@@ -149,11 +179,17 @@ class FastCall:
         plan = exe.plan
         records = len(exe._table)  # kernels and the control records of loops and conditionals
         one_run = len(segments) == 1 and segments[0][0] == "run" and segments[0][2] == len(exe._steps) == records
+        # else runs and kernels split as reductions (each with its record, in order)
         small = {s for s, _, _, _ in exe._small_outs}
-        if (not one_run or exe._big_outs or plan.temp_bytes >= MMAP_MIN or not plan.results
+        relative = small | set(exe._temp_slots.tolist())  # (in the output block)
+        n = exe._segments[0] if exe._segments is not None else 1
+        mixed = not one_run and records == len(exe._steps) and all(
+            seg[0] == "run" or (seg[1] is not None and seg[1].splits_reduction(n)
+                                and all(s in relative for s in seg[2].outs)) for seg in segments)
+        if (not (one_run or mixed) or exe._big_outs or plan.temp_bytes >= MMAP_MIN or not plan.results
                 or any(s not in small for s in plan.results)):
             return None
-        return FastCall(exe, records)
+        return FastCall(exe, records, None if one_run else segments)
 
     def run(self, args: Sequence[Buffer]) -> list[Buffer]:
         if len(args) != self.n_params:
@@ -188,7 +224,22 @@ class FastCall:
         if not reusable:
             frame.new_outputs(self)
         self.call(frame.addr)
+        if self.segments is not None:
+            self._run_segments(frame)
         out = list(frame.bufs)
         frames.append(frame)
         return out
 
+
+    def _run_segments(self, frame: _Frame) -> None:
+        """The runs of the step table and the split reductions between them, over the
+        pointer table the native call filled."""
+        ptrs = frame.ptrs_addr
+        pool = threads.pool(self.device.index)
+        k = 0
+        for seg in self.segments:  # type: ignore[union-attr]  # (run only when set)
+            if seg[0] == "run":
+                self.run_steps(self.table_addr + STEP.itemsize * seg[1], seg[2], ptrs)
+            else:
+                seg[1].run(ptrs, pool, frame.outs[k])
+                k += 1

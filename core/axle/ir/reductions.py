@@ -63,10 +63,17 @@ class ReduceKind:
 
     def combine_host(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``combine`` for partial results of any dtype (bool included)."""
-        if np.asarray(x).dtype == np.bool_:
-            logical_or = self.combiner in (Op.ADD, Op.MAX, Op.OR)
-            return np.logical_or(x, y) if logical_or else np.logical_and(x, y)
-        return self.combine(x, y)
+        ufunc = self.host_ufunc(np.asarray(x).dtype)
+        return ufunc(x, y) if ufunc is not None else self.combine(x, y)
+
+    def host_ufunc(self, dt: np.dtype) -> np.ufunc | None:
+        """The ufunc :meth:`combine_host` applies to partial results of dtype ``dt``, or
+        None where it is more than one (float max/min fix up ties): with one, k partial
+        results combine in order in one ``ufunc.accumulate`` call (which applies it left to
+        right, never pairwise as ``ufunc.reduce`` does) instead of k - 1 calls."""
+        if dt == np.bool_:
+            return np.logical_or if self.combiner in (Op.ADD, Op.MAX, Op.OR) else np.logical_and
+        return self.combine if isinstance(self.combine, np.ufunc) else None
 
 
 def _lowest(d: np.dtype) -> object:
