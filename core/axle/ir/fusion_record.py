@@ -54,6 +54,9 @@ REASON_CODES: dict[str, str] = {
     "vetoed": "the device's fusion predicate refused the fusion",
     "in-place-update": "the neighbour writes windows into its operand (scatter, dynamic-update-slice): a kernel "
                        "of its own, run in place over that operand's buffer",
+    "epilogue-store": "the value finishes a contraction's epilogue and several kernels read it: the "
+                      "contraction's kernel computes it once and stores it, rather than each reader recomputing "
+                      "it from the contraction's output",
     "strided-transpose": "a big transpose that moves its operand's contiguous axis is a kernel of its own (a "
                          "tiled transpose), not a strided access inside a fusion that computes other values",
 }

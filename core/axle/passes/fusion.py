@@ -14,7 +14,10 @@ Two phases, then materialization:
    elementwise over the dot's output (bias add, activation, residual add, scaling,
    convert), reading other operands at the same index or through broadcasts. A
    convolution (an extended contraction, not otherwise fusible) does the same when the
-   policy has ``conv_epilogue`` on (:func:`takes_epilogue`).
+   policy has ``conv_epilogue`` on (:func:`takes_epilogue`). A cheap value that finishes
+   such an epilogue and that several kernels read is not recomputed in each of them (each
+   would re-read the contraction's output, which then takes no epilogue): the contraction
+   computes it once and stores it (``_Fuser._kept_epilogue``, code ``epilogue-store``).
 2. **Siblings** (multi-output): groups that read the same operand and are not connected
    by any path are merged when the result is still a valid kind (e.g. two reductions
    of ``x`` over the same axes: ``x`` is read once). A tuple root carries the outputs.
@@ -429,6 +432,12 @@ class _Fuser:
                         taken.append(g)
                     else:
                         self._refuse(n, self._users_in(n, g), r)
+                own = external or len(taken) < len(user_groups)  # a kernel of its own too
+                if (kept := self._kept_epilogue(n, len(taken) + int(own))) is not None:
+                    for g in taken:  # the contraction's kernel finishes it and stores it once
+                        self._refuse(n, self._users_in(n, g), kept)
+                    self._new_group(n)
+                    continue
                 for g in taken:
                     self._add(g, n)
                 if not external and len(taken) == len(user_groups):
@@ -444,6 +453,74 @@ class _Fuser:
             if n.op is Op.CONSTANT:
                 continue
             self._new_group(n)
+
+    def _epilogue_chain(self, n: Node) -> tuple[Node, list[Node]] | None:
+        """The contraction whose epilogue ``n`` could finish, and the group (in topological
+        order) that would compute ``n`` in that contraction's kernel, or None. Upstream of
+        ``n``, through elementwise ops of ``n``'s shape that no one outside the group reads
+        (a batch norm's scale and shift, a residual add), the latest contraction of that
+        shape that takes an epilogue under the policy and that only the group reads (as the
+        walk would take it: the first it meets users-first). The other values the group
+        reads (the broadcast parameters, the residual, another contraction's value) are
+        inputs; ``decide`` must call the group an ``output`` fusion."""
+        if not (n.traits.elementwise and loop_fusible(n)) or not isinstance(n.type, TensorType):
+            return None
+        shape = n.shape
+        upstream: dict[int, Node] = {}
+        stack = list(n.operands)
+        while stack and len(upstream) <= self.policy.max_fusion_nodes:
+            m = stack.pop()
+            if m.uid in upstream or not isinstance(m.type, TensorType) or m.shape != shape:
+                continue
+            if takes_epilogue(m, self.policy):
+                upstream[m.uid] = m  # the chain ends at a contraction: its operands come from memory
+            elif m.traits.elementwise and loop_fusible(m):
+                upstream[m.uid] = m
+                stack.extend(m.operands)
+        chain: dict[int, Node] = {n.uid: n}
+        head: Node | None = None
+        for m in sorted(upstream.values(), key=lambda m: -self.index[m.uid]):  # users first
+            if m.uid in self.outputs or any(u.uid not in chain for u in self.users[m.uid]):
+                continue  # read by another kernel (or returned): an input of the group, not a member
+            if takes_epilogue(m, self.policy):
+                if head is None:
+                    head = m
+                    chain[m.uid] = m
+                continue  # a second contraction's value is read from memory
+            chain[m.uid] = m
+        if head is None:
+            return None
+        members = sorted(chain.values(), key=lambda m: self.index[m.uid])
+        return (head, members) if decide(members, [n], self.policy) == "output" else None
+
+    def _kept_epilogue(self, n: Node, kernels: int) -> Refusal | None:
+        """Why cheap ``n``, which ``kernels`` kernels would otherwise each recompute (its
+        readers' groups, and a kernel of its own where it is returned or read by a kernel
+        that refuses it), is instead computed once, in the epilogue of the contraction it
+        finishes, and stored (None: duplicate it as usual).
+
+        The choice is inline_cost's: with ``c`` the weighted evaluations per element of
+        the chain from the contraction's value to ``n`` (every value read from memory
+        counting 1, the contraction's included), recomputing it in each of the ``k``
+        kernels costs ``k*c`` and the contraction's store (1), since a contraction read by
+        several kernels takes no epilogue; kept, the contraction's kernel computes it from
+        registers (``c - 1``) and stores it (1) and each kernel loads it (``k``). Kept when
+        ``k*c + 1 > c + k``: whenever two or more kernels would read the contraction's
+        value (c >= 2: an op and its read of the contraction)."""
+        if kernels < 2:
+            return None
+        found = self._epilogue_chain(n)
+        if found is None:
+            return None
+        head, members = found
+        c = inline_cost([n], {m.uid for m in members if m.uid != head.uid})
+        dup, kept = kernels * c + 1, c + kernels
+        if dup <= kept:
+            return None
+        return Refusal("epilogue-store", f"{n.op.value} finishes the {head.op.value}'s epilogue and {kernels} kernels "
+                                         f"would recompute it, each re-reading the {head.op.value}'s output "
+                                         f"(inline cost {dup} per element): it is computed once in the "
+                                         f"{head.op.value}'s kernel and stored ({kept})")
 
     def _epilogue(self, n: Node) -> None:
         """A dot joins the one group that reads it as that group's producer (an ``output``
