@@ -77,3 +77,18 @@ def test_relu_second_order(backend: str) -> None:
     np.testing.assert_array_equal(np.asarray(gg), 3.0 * _mask(x))
     h = axle.jit(axle.hessian(_loss), device=dev)(x)
     np.testing.assert_array_equal(np.asarray(h), np.zeros((4, 4)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_relu_derivative_inside_a_scan(backend: str) -> None:
+    require_backend(backend)
+    from axle import lax
+    x = np.array([-1.0, 0.0, 2.0, 0.0])
+
+    def loss(v: Any) -> Any:  # carry: relu(c + x_t) (exact zeros reach it); ys: relu(x_t)
+        c, ys = lax.scan(lambda c, xt: (nn.relu(c + xt), nn.relu(xt)), 0.0, v)
+        return anp.sum(ys) + c
+
+    # c: 0, relu(-1)=0, relu(0)=0 (a tie: no gradient), relu(2)=2, relu(2)=2
+    got = axle.jit(axle.grad(loss), device=f"{backend}:0")(x)
+    np.testing.assert_array_equal(np.asarray(got), [0.0, 0.0, 2.0, 1.0])

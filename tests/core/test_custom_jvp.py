@@ -75,6 +75,30 @@ def test_vmap_and_its_nestings_use_the_rule() -> None:
     np.testing.assert_allclose(np.asarray(pairs), 2.0 * want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("construct", ["fori_loop", "scan", "cond", "switch", "nested"])
+def test_the_rule_holds_inside_loops_and_branches(construct: str) -> None:
+    from axle import lax
+
+    def fn(v: Any) -> Any:
+        if construct == "fori_loop":
+            return anp.sum(lax.fori_loop(0, 1, lambda i, c: scaled_sin(c), v))
+        if construct == "scan":
+            _, ys = lax.scan(lambda c, xi: (c, scaled_sin(xi)), 0.0, v)
+            return anp.sum(ys)
+        if construct == "cond":
+            return anp.sum(lax.cond(v[0] < 0, scaled_sin, lambda a: a * 0.0, v))
+        if construct == "switch":
+            return anp.sum(lax.switch(1, [lambda a: a * 0.0, scaled_sin], v))
+        return anp.sum(lax.fori_loop(0, 1, lambda i, c: lax.cond(i < 5, scaled_sin, lambda a: a, c), v))
+
+    want = 6.0 * np.cos(X) / 2.0  # fn sums scaled_sin once: its rule's 3 cos(x)
+    for g in (axle.grad(fn), axle.jit(axle.grad(fn)), axle.jacfwd(fn)):
+        np.testing.assert_allclose(np.asarray(g(X)), want, rtol=1e-12)
+    per_example = axle.vmap(axle.grad(fn))(np.stack([X, X]))
+    np.testing.assert_allclose(np.asarray(per_example), np.stack([want, want]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jit(fn)(X)), np.sum(np.sin(X)), rtol=1e-12)
+
+
 def test_second_order_differentiates_the_rule() -> None:
     # d/dx of the rule's 3 cos(x): -3 sin(x)
     gg = axle.grad(lambda v: anp.sum(axle.grad(_loss)(v)))(X)

@@ -34,6 +34,7 @@ import numpy as np
 from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError, ShapeError, TracingError
 from ..frontend.array import Array
+from ..frontend.control_flow import CUSTOM_OUTPUTS, SubTrace
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
@@ -132,9 +133,11 @@ class custom_jvp:
             raise ArgumentError(f"custom_jvp {self.name}: no JVP rule defined; give one with "
                                 f"@{self.name}.defjvp", where=user_location())
         trace = current_trace()
-        if not isinstance(trace, CaptureTrace) or _inlining():
-            return self.fun(*args)
-        return _record(self, trace, args)
+        if isinstance(trace, CaptureTrace) and not _inlining():
+            return _record(self, trace, args)
+        if isinstance(trace, SubTrace) and not _inlining():
+            return _record_in_sub(self, trace, args)
+        return self.fun(*args)
 
     def __repr__(self) -> str:
         return f"custom_jvp({self.name})"
@@ -256,12 +259,11 @@ def _record(fn: custom_jvp, trace: CaptureTrace, args: tuple[Any, ...]) -> Any:
     return unflatten(out_tree, outs)
 
 
-def _check_closure(fn: custom_jvp, trace: CaptureTrace, outs: Sequence[Node], args: set[Node], first: int,
-                   where: str | None) -> None:
-    """Refuses a function that closes over a value traced inside the transformed function:
-    the replays call the function again, where that tracer no longer exists."""
-    outer = {node for node, _ in trace.captured}
+def _free_values(outs: Sequence[Node], args: set[Node], first: int) -> list[Node]:
+    """The values made before the call (not constants, not its arguments) that the nodes
+    the function made read: the values it closes over."""
     seen: set[Node] = set()
+    free: list[Node] = []
     stack = list(outs)
     while stack:
         v = stack.pop()
@@ -270,10 +272,67 @@ def _check_closure(fn: custom_jvp, trace: CaptureTrace, outs: Sequence[Node], ar
         seen.add(v)
         if v.uid > first:  # made by the function
             stack.extend(v.operands)
-        elif v.op is not Op.CONSTANT and v not in outer:
+        elif v.op is not Op.CONSTANT:
+            free.append(v)
+    return free
+
+
+def _check_closure(fn: custom_jvp, trace: CaptureTrace, outs: Sequence[Node], args: set[Node], first: int,
+                   where: str | None) -> None:
+    """Refuses a function that closes over a value traced inside the transformed function:
+    the replays call the function again, where that tracer no longer exists."""
+    outer = {node for node, _ in trace.captured}
+    for v in _free_values(outs, args, first):
+        if v not in outer:
             raise TracingError(f"custom_jvp {fn.name}: the function closes over a value computed inside the "
                                f"transformed function ({v.type}, made by {v.op.value}); pass it as an argument",
                                where=where)
+
+
+class _InSub:
+    """One output of a call traced into a loop body or branch (as the function's
+    primitives): when a transformation replays the sub-computation (the control-flow
+    rules do, with ``call_computation``), the function is called again there, so that the
+    transformation records it and applies its rule."""
+
+    def __init__(self, call: _Call, inputs: Sequence[Node], index: int) -> None:
+        self.call, self.inputs, self.index = call, list(inputs), index
+
+    def moved(self, copies: dict[int, Node]) -> _InSub:
+        """The same for a copy of the sub-computation (``copies``: node uid -> its copy)."""
+        return _InSub(self.call, [copies.get(i.uid, i) for i in self.inputs], self.index)
+
+    def replay(self, n: Node, env: dict[int, Any]) -> Any:
+        if not isinstance(current_trace(), CaptureTrace) or _inlining():
+            return None  # not inside a transformation: the primitives, as traced
+        if any(i.uid not in env for i in self.inputs):
+            return None
+        return self.call.outputs([env[i.uid] for i in self.inputs])[self.index]
+
+
+def _record_in_sub(fn: custom_jvp, trace: SubTrace, args: tuple[Any, ...]) -> Any:
+    """The call traced into a loop body or branch as the function's primitives, its outputs
+    remembered (control_flow.CUSTOM_OUTPUTS) for the transformations that replay it."""
+    where = user_location()
+    leaves, in_tree = flatten(args)
+    dynamic = [i for i, x in enumerate(leaves) if _is_dynamic(x)]
+    nodes = [trace.to_node(leaves[i], fn.name) for i in dynamic]
+    first = next(ir_module._ids)
+    traced = list(leaves)
+    for i, node in zip(dynamic, nodes):
+        traced[i] = Tracer(trace, node, weak=is_weak(leaves[i]))
+    out = fn.fun(*unflatten(in_tree, traced))
+    out_leaves, out_tree = flatten(out)
+    out_nodes = [trace.to_node(o, fn.name) for o in out_leaves]
+    # a value of the body it closes over (or of an enclosing trace) would be gone when the
+    # rules replay the body: such a call stays its primitives
+    if _free_values(out_nodes, set(nodes), first):
+        return out
+    call = _Call(fn, in_tree, leaves, dynamic, out_tree, [o.tensor_type for o in out_nodes], where)
+    for k, o in enumerate(out_nodes):
+        if o.uid > first and o not in nodes:  # a node of its own (not an argument passed through)
+            CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
+    return out
 
 
 # ------------------------------------------------------------------ the rule tables' entries
