@@ -156,9 +156,10 @@ class _Call(CustomOutput):
                  out_tree: TreeDef, out_types: Sequence[TensorType], where: str | None) -> None:
         self.fn = fn
         self.in_tree = in_tree
-        self.leaves = list(leaves)  # static leaves kept; dynamic ones replaced per call
         self.dynamic = list(dynamic)
         self.weak = [is_weak(leaves[i]) for i in dynamic]
+        # static leaves kept; the dynamic ones (tracers of the recording trace) are given per call
+        self.leaves = [None if i in set(dynamic) else x for i, x in enumerate(leaves)]
         self.out_tree = out_tree
         self.out_types = list(out_types)
         self.where = where
