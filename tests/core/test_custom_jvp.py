@@ -255,3 +255,79 @@ def test_rule_with_integer_operands() -> None:
     k = np.arange(5, dtype=np.int32)
     np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(f(v, k)))(X)), 4.0 * k)
     np.testing.assert_allclose(np.asarray(axle.jvp(lambda v: f(v, k), (X,), (np.ones(5),))[1]), 4.0 * k)
+
+
+# ------------------------------------------------------------------ custom_vjp
+
+
+@axle.custom_vjp
+def sin_twice_grad(x: Any, w: Any) -> Any:
+    return anp.sin(x) * w
+
+
+def _fwd(x: Any, w: Any) -> tuple[Any, Any]:
+    return sin_twice_grad(x, w), (anp.cos(x), anp.sin(x), w)
+
+
+def _bwd(res: Any, ct: Any) -> tuple[Any, Any]:
+    cos, sin, w = res
+    return 2.0 * cos * w * ct, sin * ct  # x: twice the true cotangent; w: the true one
+
+
+sin_twice_grad.defvjp(_fwd, _bwd)
+
+
+def test_custom_vjp_under_grad_vjp_jit_vmap_and_loops() -> None:
+    from axle import lax
+    w = np.linspace(1.0, 2.0, 5)
+
+    def loss(x: Any, w: Any) -> Any:
+        return anp.sum(sin_twice_grad(x, w))
+
+    want_x, want_w = 2.0 * np.cos(X) * w, np.sin(X)
+    for g in (axle.grad(loss, argnums=(0, 1)), axle.jit(axle.grad(loss, argnums=(0, 1))),
+              axle.grad(axle.jit(loss), argnums=(0, 1))):
+        gx, gw = g(X, w)
+        np.testing.assert_allclose(np.asarray(gx), want_x, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(gw), want_w, rtol=1e-12)
+    out, pull = axle.vjp(sin_twice_grad, X, w)
+    np.testing.assert_allclose(np.asarray(out), np.sin(X) * w)
+    np.testing.assert_allclose(np.asarray(pull(np.ones(5))[0]), want_x, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jacrev(sin_twice_grad)(X, w)), np.diag(want_x), rtol=1e-12)
+    # per example x, one shared w: w's cotangent is summed over the batch
+    xs = np.stack([X, X + 1.0])
+    gx, gw = axle.grad(lambda a, b: anp.sum(axle.vmap(sin_twice_grad, in_axes=(0, None))(a, b)),
+                       argnums=(0, 1))(xs, w)
+    np.testing.assert_allclose(np.asarray(gx), 2.0 * np.cos(xs) * w, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gw), np.sin(xs).sum(0), rtol=1e-12)
+    per_example = axle.vmap(axle.grad(loss), in_axes=(0, None))(xs, w)
+    np.testing.assert_allclose(np.asarray(per_example), 2.0 * np.cos(xs) * w, rtol=1e-12)
+    in_scan = axle.grad(lambda a: anp.sum(lax.scan(lambda c, xi: (c, sin_twice_grad(xi, 1.0)), 0.0, a)[1]))(X)
+    np.testing.assert_allclose(np.asarray(in_scan), 2.0 * np.cos(X), rtol=1e-12)
+
+
+def test_custom_vjp_errors() -> None:
+    with pytest.raises(TracingError, match=r"custom_vjp sin_twice_grad: forward-mode differentiation"):
+        axle.jvp(lambda v: sin_twice_grad(v, 1.0), (X,), (np.ones(5),))
+
+    def make(bwd: Any) -> Any:
+        @axle.custom_vjp
+        def f(x: Any) -> Any:
+            return x * 2.0
+        f.defvjp(lambda x: (f(x), None), bwd)
+        return f
+
+    cases = [
+        (lambda r, ct: (anp.sum(ct),), ShapeError, r"custom_vjp f: bwd's cotangent for leaf 0 of the arguments is f64\[\]"),
+        (lambda r, ct: (ct, ct), ShapeError, r"custom_vjp f: bwd must return a tuple with one cotangent per argument"),
+        (lambda r, ct: (anp.astype(ct, np.float32),), DTypeError, r"bwd's cotangent for leaf 0 .* is f32"),
+    ]
+    for bwd, err, msg in cases:
+        with pytest.raises(err, match=msg) as e:
+            axle.grad(lambda v, f=make(bwd): anp.sum(f(v)))(X)
+        assert "test_custom_jvp.py" in str(e.value)
+    no_rule = axle.custom_vjp(lambda x: x)
+    with pytest.raises(ArgumentError, match=r"custom_vjp <lambda>: no VJP rule defined"):
+        no_rule(X)
+    # bwd giving None: a zero cotangent
+    np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(make(lambda r, ct: (None,))(v)))(X)), 0.0)

@@ -46,7 +46,7 @@ from .capture import CUSTOM_CALLS, CaptureTrace, CustomOutput
 from .control import VJP_FN
 from .control_batching import VMAP_FN
 
-__all__ = ["custom_jvp", "TARGET"]
+__all__ = ["custom_jvp", "custom_vjp", "TARGET"]
 
 #: the custom-call target of the marker nodes (never registered: nothing may run it)
 TARGET = "axle.custom_jvp"
@@ -69,6 +69,26 @@ class _inline:
 
     def __exit__(self, *exc: object) -> None:
         _local.inline -= 1
+
+
+def _call_custom(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A call of a custom_jvp or custom_vjp function: recorded inside a transformation's
+    trace or a loop body's, else the function itself."""
+    if kwargs:  # by name: resolved to positions, as the rules get a tuple of arguments
+        bound = inspect.signature(self.fun).bind(*args, **kwargs)
+        if bound.kwargs:
+            raise ArgumentError(f"{self.kind} {self.name}: keyword-only arguments "
+                                f"({', '.join(bound.kwargs)}) are not supported", where=user_location())
+        args = bound.args
+    missing = self.missing()
+    if missing is not None:
+        raise ArgumentError(f"{self.kind} {self.name}: {missing}", where=user_location())
+    trace = current_trace()
+    if isinstance(trace, CaptureTrace) and not _inlining():
+        return _record(self, trace, args)
+    if isinstance(trace, SubTrace) and not _inlining():
+        return _record_in_sub(self, trace, args)
+    return self.fun(*args)
 
 
 class custom_jvp:
@@ -98,6 +118,11 @@ class custom_jvp:
         self.jvp: Callable[..., Any] | None = None
         self.name: str = getattr(fun, "__name__", "custom_jvp")
 
+    kind = "custom_jvp"
+
+    def missing(self) -> str | None:
+        return None if self.jvp is not None else f"no JVP rule defined; give one with @{self.name}.defjvp"
+
     def defjvp(self, jvp: Callable[..., Any]) -> Callable[..., Any]:
         """Sets the rule ``jvp(primals, tangents) -> (out, t_out)``; returns it (a decorator)."""
         self.jvp = jvp
@@ -122,25 +147,53 @@ class custom_jvp:
             return out, total
         self.jvp = jvp
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs:  # by name: resolved to positions, as the rule gets a tuple of arguments
-            bound = inspect.signature(self.fun).bind(*args, **kwargs)
-            if bound.kwargs:
-                raise ArgumentError(f"custom_jvp {self.name}: keyword-only arguments "
-                                    f"({', '.join(bound.kwargs)}) are not supported", where=user_location())
-            args = bound.args
-        if self.jvp is None:
-            raise ArgumentError(f"custom_jvp {self.name}: no JVP rule defined; give one with "
-                                f"@{self.name}.defjvp", where=user_location())
-        trace = current_trace()
-        if isinstance(trace, CaptureTrace) and not _inlining():
-            return _record(self, trace, args)
-        if isinstance(trace, SubTrace) and not _inlining():
-            return _record_in_sub(self, trace, args)
-        return self.fun(*args)
+    __call__ = _call_custom
 
     def __repr__(self) -> str:
         return f"custom_jvp({self.name})"
+
+
+class custom_vjp:
+    """A function with a user-given VJP, honoured by ``grad``, ``vjp``, ``jacrev`` and
+    ``vmap`` (forward mode has no rule: a clear error)::
+
+        @axle.custom_vjp
+        def clip_gradient(x):
+            return x
+
+        def fwd(x):
+            return x, None                       # (output, residuals for bwd)
+
+        def bwd(res, ct):
+            return (anp.clip(ct, -1.0, 1.0),)    # one cotangent per argument (None: zero)
+
+        clip_gradient.defvjp(fwd, bwd)
+
+    ``fwd`` takes the function's arguments and returns ``(out, residuals)``, a pytree of
+    arrays the backward pass reads; ``bwd(residuals, ct)`` gets the output's cotangent and
+    returns a tuple with one entry per argument, shaped like it (None for no cotangent).
+    """
+
+    kind = "custom_vjp"
+
+    def __init__(self, fun: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.fwd: Callable[..., Any] | None = None
+        self.bwd: Callable[..., Any] | None = None
+        self.name: str = getattr(fun, "__name__", "custom_vjp")
+
+    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
+        """Sets ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, ct) -> tuple``."""
+        self.fwd, self.bwd = fwd, bwd
+
+    def missing(self) -> str | None:
+        return None if self.bwd is not None else f"no VJP rule defined; give one with {self.name}.defvjp(fwd, bwd)"
+
+    __call__ = _call_custom
+
+    def __repr__(self) -> str:
+        return f"custom_vjp({self.name})"
 
 
 def _zeros_like_tree(tree: Any) -> Any:
@@ -152,7 +205,7 @@ class _Call(CustomOutput):
     """One recorded call: the function, where its array arguments sit among the leaves of
     its arguments, the static leaves, and the output structure and types."""
 
-    def __init__(self, fn: custom_jvp, in_tree: TreeDef, leaves: Sequence[Any], dynamic: Sequence[int],
+    def __init__(self, fn: Any, in_tree: TreeDef, leaves: Sequence[Any], dynamic: Sequence[int],
                  out_tree: TreeDef, out_types: Sequence[TensorType], where: str | None) -> None:
         self.fn = fn
         self.in_tree = in_tree
@@ -215,18 +268,60 @@ class _Call(CustomOutput):
         self._check(t_td, touts, "the JVP rule", "tangent output")
         return outs, touts
 
+    def forward(self, primals: Sequence[Any]) -> tuple[list[Any], Any]:
+        """custom_vjp: ``fwd`` on the dynamic leaves' values, checked: the output leaves and
+        the residuals."""
+        res = self.fn.fwd(*self.args(primals))
+        if not (isinstance(res, (tuple, list)) and len(res) == 2):
+            raise TracingError(f"custom_vjp {self.fn.name}: fwd must return a pair (out, residuals), got "
+                               f"{type(res).__name__}", where=self.where)
+        outs, td = flatten(res[0])
+        self._check(td, outs, "fwd", "output")
+        return outs, res[1]
+
+    def backward(self, residuals: Any, cts: Sequence[Any], types: Sequence[TensorType]) -> list[Any]:
+        """custom_vjp: ``bwd`` for the output leaves' cotangents ``cts``, checked: one
+        cotangent (or None) per dynamic leaf, whose types are ``types``."""
+        where, name = self.where, f"custom_vjp {self.fn.name}"
+        got = self.fn.bwd(residuals, unflatten(self.out_tree, list(cts)))
+        n_args = len(self.in_tree.children)
+        if not (isinstance(got, (tuple, list)) and len(got) == n_args):
+            raise ShapeError(f"{name}: bwd must return a tuple with one cotangent per argument ({n_args}), got "
+                             f"{type(got).__name__}{f' of {len(got)}' if isinstance(got, (tuple, list)) else ''}",
+                             where=where)
+        leaves: list[Any] = []
+        for i, (g, td) in enumerate(zip(got, self.in_tree.children)):
+            if g is None:
+                leaves += [None] * td.num_leaves
+                continue
+            gl, gtd = flatten(g)
+            if gtd != td:
+                raise ShapeError(f"{name}: bwd's cotangent {i} has structure {gtd}, argument {i} {td}", where=where)
+            leaves += gl
+        out = []
+        for i, t in zip(self.dynamic, types):
+            g = leaves[i]
+            if g is not None:
+                gt = aval_of(g)
+                if gt.shape != t.shape or (t.dtype.is_float and gt.dtype != t.dtype):
+                    raise (ShapeError if gt.shape != t.shape else DTypeError)(
+                        f"{name}: bwd's cotangent for leaf {i} of the arguments is {gt}, the argument is {t}; "
+                        f"they must have the same shape and dtype", where=where)
+            out.append(g)
+        return out
+
     def _check(self, td: TreeDef, leaves: Sequence[Any], who: str, what: str) -> None:
-        name = self.fn.name
+        name = f"{self.fn.kind} {self.fn.name}"
         if td != self.out_tree:
-            raise ShapeError(f"custom_jvp {name}: {who}'s {what} has structure {td}, the function's output "
+            raise ShapeError(f"{name}: {who}'s {what} has structure {td}, the function's output "
                              f"{self.out_tree}", where=self.where)
         for k, (x, t) in enumerate(zip(leaves, self.out_types)):
             got = aval_of(x)
             if got.shape != t.shape:
-                raise ShapeError(f"custom_jvp {name}: {who}'s {what} {k} is {got}, the function's output is {t}; "
+                raise ShapeError(f"{name}: {who}'s {what} {k} is {got}, the function's output is {t}; "
                                  f"they must have the same shape", where=self.where)
             if got.dtype != t.dtype:
-                raise DTypeError(f"custom_jvp {name}: {who}'s {what} {k} is {got}, the function's output is {t}; "
+                raise DTypeError(f"{name}: {who}'s {what} {k} is {got}, the function's output is {t}; "
                                  f"they must have the same dtype", where=self.where)
 
 
@@ -234,7 +329,7 @@ def _index(n: Node) -> int:
     return int(n.attr["config"].rsplit(":", 1)[1])
 
 
-def _record(fn: custom_jvp, trace: CaptureTrace, args: tuple[Any, ...]) -> Any:
+def _record(fn: Any, trace: CaptureTrace, args: tuple[Any, ...]) -> Any:
     """The call recorded into a transformation's trace: one marker node per output leaf."""
     where = user_location()
     leaves, in_tree = flatten(args)
@@ -278,14 +373,14 @@ def _free_values(outs: Sequence[Node], args: set[Node], first: int) -> list[Node
     return free
 
 
-def _check_closure(fn: custom_jvp, trace: CaptureTrace, outs: Sequence[Node], args: set[Node], first: int,
+def _check_closure(fn: Any, trace: CaptureTrace, outs: Sequence[Node], args: set[Node], first: int,
                    where: str | None) -> None:
     """Refuses a function that closes over a value traced inside the transformed function:
     the replays call the function again, where that tracer no longer exists."""
     outer = {node for node, _ in trace.captured}
     for v in _free_values(outs, args, first):
         if v not in outer:
-            raise TracingError(f"custom_jvp {fn.name}: the function closes over a value computed inside the "
+            raise TracingError(f"{fn.kind} {fn.name}: the function closes over a value computed inside the "
                                f"transformed function ({v.type}, made by {v.op.value}); pass it as an argument",
                                where=where)
 
@@ -311,7 +406,7 @@ class _InSub:
         return self.call.outputs([env[i.uid] for i in self.inputs])[self.index]
 
 
-def _record_in_sub(fn: custom_jvp, trace: SubTrace, args: tuple[Any, ...]) -> Any:
+def _record_in_sub(fn: Any, trace: SubTrace, args: tuple[Any, ...]) -> Any:
     """The call traced into a loop body or branch as the function's primitives, its outputs
     remembered (control_flow.CUSTOM_OUTPUTS) for the transformations that replay it."""
     where = user_location()
@@ -361,6 +456,10 @@ def _zeros(x: Any, n: Node, weak: bool) -> Any:
 def jvp_rule(n: Node, xs: Sequence[Any], ts: Sequence[Any], out: Any) -> Any:
     """Forward mode: the user's rule, zeros for the operands without a tangent."""
     call = _call(n)
+    if call.fn.kind == "custom_vjp":
+        raise TracingError(f"custom_vjp {call.fn.name}: forward-mode differentiation (jvp, linearize, jacfwd, "
+                           f"hessian) has no rule for a custom_vjp function (as in jax); use custom_jvp",
+                           where=call.where)
     full = [t if t is not None else _zeros(x, o, w) for x, t, o, w in zip(xs, ts, n.operands, call.weak)]
     return call.rule(xs, full)[1][_index(n)]
 
@@ -371,6 +470,11 @@ def vjp_rule(n: Node, xs: Sequence[Any], out: Any, ct: Any) -> list[Any]:
     vjp = VJP_FN[0]  # the package's reverse mode (set by it: it imports this module)
     call, k = _call(n), _index(n)
     floats = [j for j, o in enumerate(n.operands) if o.tensor_type.dtype.is_float]
+    if call.fn.kind == "custom_vjp":
+        _, residuals = call.forward(xs)
+        cts = [ct if j == k else anp.zeros(t.shape, t.dtype.np) for j, t in enumerate(call.out_types)]
+        grads = call.backward(residuals, cts, [o.tensor_type for o in n.operands])
+        return [g if j in floats else None for j, g in enumerate(grads)]
 
     def tangent_out(*ts: Any) -> Any:
         full = [_zeros(x, o, w) for x, o, w in zip(xs, n.operands, call.weak)]
@@ -397,6 +501,8 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
         with _inline():  # the forward only: its derivatives are the batched rule's
             return vmap(lambda *v: tuple(call.outputs(v)), in_axes=axes, axis_size=size)(*values)
 
+    if call.fn.kind == "custom_vjp":
+        return _batch_vjp(call, fun, axes, xs, size)[_index(n)]
     batched = custom_jvp(fun)
     batched.name = call.fn.name
 
@@ -408,3 +514,31 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
         return vmap(one, in_axes=(axes, axes), axis_size=size)(tuple(primals), tuple(tangents))
 
     return batched(*xs)[_index(n)]
+
+
+def _batch_vjp(call: _Call, fun: Callable[..., Any], axes: tuple[int | None, ...], xs: Sequence[Any],
+               size: int) -> Any:
+    """vmap of a custom_vjp call: a custom_vjp of the batched function, whose fwd and bwd
+    are the batched ones (an unbatched argument's cotangent summed over the batch)."""
+    vmap = VMAP_FN[0]
+    batched = custom_vjp(fun)
+    batched.name = call.fn.name
+    types = [aval_of(x) for x in xs]  # per example: the batch dimension dropped below
+
+    def fwd(*values: Any) -> tuple[Any, Any]:
+        def one(*v: Any) -> tuple[Any, Any]:
+            outs, res = call.forward(v)
+            return tuple(outs), res
+        return vmap(one, in_axes=axes, axis_size=size)(*values)
+
+    def bwd(res: Any, cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        per_example = [TensorType(t.dtype, t.shape[1:]) if a == 0 else t for t, a in zip(types, axes)]
+
+        def one(r: Any, c: tuple[Any, ...]) -> tuple[Any, ...]:
+            gs = call.backward(r, c, per_example)
+            return tuple(g if g is not None else anp.zeros(t.shape, t.dtype.np) for g, t in zip(gs, per_example))
+        gs = vmap(one, in_axes=(0, 0), axis_size=size)(res, tuple(cts))
+        return tuple(g if a == 0 else anp.sum(g, axis=0) for g, a in zip(gs, axes))
+
+    batched.defvjp(fwd, bwd)
+    return batched(*xs)
