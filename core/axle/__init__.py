@@ -18,6 +18,7 @@ import types
 from . import counters as _stats
 from . import errors, ir
 from .autodiff import grad, hessian, jacfwd, jacrev, value_and_grad, vjp
+from .autodiff.custom import custom_jvp, custom_vjp
 from .autodiff.forward import jvp, linearize
 from .autodiff.vectorize import vmap
 from .backend import API_VERSION, Backend, Buffer, Capabilities, Device, Executable
@@ -60,7 +61,7 @@ __all__ = [
     "Capabilities", "DType", "Device", "Executable",
     "REGISTRY", "bool_", "config", "default_device", "device", "device_put", "devices", "errors",
     "float16", "float32", "float64", "int32", "int64", "ir", "jit", "reset_stats", "stats", "tree_map",
-    "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap",
+    "hessian", "jacfwd", "jacrev", "jvp", "linearize", "vmap", "custom_jvp", "custom_vjp",
     "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bfloat16",
     "pmap", "shard_map", "sharding", "distributed",
 ]

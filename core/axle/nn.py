@@ -12,6 +12,7 @@ import numpy as np
 
 from . import lax, random
 from . import numpy as anp
+from .autodiff.custom import custom_jvp
 from .errors import ArgumentError, DTypeError, ShapeError
 from .frontend import checks
 from .frontend.source import user_location
@@ -27,10 +28,20 @@ def _arr(x: ArrayLike) -> Any:
     return anp.asarray(x) if not _is_array(x) else x
 
 
-def relu(x: ArrayLike) -> Any:
-    """max(x, 0)."""
-    x = _arr(x)
+@custom_jvp
+def _relu(x: Any) -> Any:
     return anp.maximum(x, np.asarray(0, x.dtype))
+
+
+# The derivative is 0 at x == 0 (as jax.nn.relu, torch.relu and ONNX Runtime's training
+# gradient), not maximum's even split of ties; it reads the forward's output (out > 0 iff
+# x > 0, NaN included), so the backward needs no value from before the ReLU.
+_relu.defjvps(lambda t, out, x: anp.where(out > 0, t, np.asarray(0, t.dtype)))
+
+
+def relu(x: ArrayLike) -> Any:
+    """max(x, 0); its derivative is 1 where x > 0 and 0 elsewhere (0 at x == 0, as jax)."""
+    return _relu(_arr(x))
 
 
 def sigmoid(x: ArrayLike) -> Any:

@@ -59,6 +59,18 @@ def test_grad_through_a_model() -> None:
     np.testing.assert_allclose(np.asarray(g), mask @ w.T, rtol=1e-5, atol=1e-6)
 
 
+def test_relu_gradient_is_zero_at_zero_as_onnxruntime_training() -> None:
+    # Relu straight on the input: exact zeros (and a padded row of them) reach it
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    f = ao.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device="cpu:0")
+    x = np.array([[0.0, -0.0, 2.0], [-1.0, 0.0, np.inf]], np.float32)
+    for grad in (axle.grad(lambda v: axle.numpy.sum(f(v)[0])),
+                 axle.jit(axle.grad(lambda v: axle.numpy.sum(f(v)[0])))):
+        np.testing.assert_array_equal(np.asarray(grad(x)), [[0, 0, 1], [0, 0, 1]])
+
+
 def test_wrong_input_dtype_and_shape_are_axle_errors() -> None:
     f = ao.load(_mlp(), device="cpu:0")
     with pytest.raises(axle.errors.DTypeError, match="input 'x' must be float32"):

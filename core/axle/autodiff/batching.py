@@ -31,6 +31,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Node
 from ..ir.ops import OPS, Op
 from ..ir.types import TensorType
+from . import custom
 from .axes import move_axis
 from .collective_rules import COLLECTIVE_BATCH
 from .control_batching import CONTROL_BATCH
@@ -123,6 +124,14 @@ def _per_example(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) ->
         args = [_example(x, i, o.tensor_type) if b else x for x, b, o in zip(xs, bs, n.operands)]
         outs.append(lax.reshape(bind(n.op, *args, **n.attr), (1,) + t.shape))
     return lax.concatenate(outs, 0)
+
+
+def _custom_call(n: Node, xs: Sequence[Value], bs: Sequence[bool], size: int) -> Value:
+    """An axle.custom_jvp call batched with its rule (custom.py); any other target once
+    per example."""
+    if custom.is_custom(n):
+        return custom.batch_rule(n, xs, bs, size)
+    return _per_example(n, xs, bs, size)
 
 
 def _merge_batch(x: Value, d: int, rank: int, major: bool) -> Value:
@@ -295,7 +304,7 @@ BATCH: dict[Op, BatchRule] = {
     Op.DYNAMIC_SLICE: _dynamic_slice,
     Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.RNG_BIT_GENERATOR: _per_example,
-    Op.CUSTOM_CALL: _per_example,
+    Op.CUSTOM_CALL: _custom_call,
     # indexing: once per example (a batched gather/scatter would add the batch to the
     # dimension numbers: not yet)
     # control flow: rules over their sub-computations (control_batching.py); each returns

@@ -11,6 +11,7 @@ makes the transformations nest (``vmap(grad(f))``, ``jacfwd(jacrev(f))``, ``jit(
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,19 @@ from ..frontend.tracing import Trace, Tracer, trace_context
 from ..ir.module import Node, post_order
 from ..ir.ops import Op
 from ..ir.types import TensorType
+
+
+class CustomOutput:
+    """What a ``custom_jvp`` call recorded into a graph stands for (custom.py): the replays
+    call the function again in their caller's mode, the rule tables apply its rule."""
+
+    def value(self, n: Node, values: Sequence[Any]) -> Any:  # pragma: no cover - an interface
+        raise NotImplementedError
+
+
+#: the marker nodes of ``custom_jvp`` calls in captured graphs (a custom-call of target
+#: custom.TARGET, never compiled: every replay turns it back into a call of the function)
+CUSTOM_CALLS: weakref.WeakKeyDictionary[Node, CustomOutput] = weakref.WeakKeyDictionary()
 
 
 class CaptureTrace(Trace):
@@ -116,6 +130,8 @@ def apply(n: Node, values: Sequence[Any]) -> Any:
     values (read by its get-tuple-elements) for a tuple result."""
     if n.traits.control:
         return bind_control(n.op, values, n.attr)
+    if n.op is Op.CUSTOM_CALL and n in CUSTOM_CALLS:
+        return CUSTOM_CALLS[n].value(n, values)
     if n.op is Op.GET_TUPLE_ELEMENT and isinstance(values[0], tuple):
         return values[0][n.attr["index"]]
     return bind(n.op, *values, **n.attr)

@@ -26,6 +26,7 @@ from ..frontend.source import user_location
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
+from . import custom
 from .collective_rules import COLLECTIVE_JVP
 from .control_jvp import CONTROL_JVP
 from .linalg_rules import custom_call_jvp
@@ -181,6 +182,8 @@ def _sort(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Va
 
 
 def _custom_call(n: Node, xs: Sequence[Value], ts: Sequence[Tangent], out: Value) -> Value:
+    if custom.is_custom(n):  # an axle.custom_jvp function's call: the user's rule
+        return custom.jvp_rule(n, xs, ts, out)
     t = custom_call_jvp(n, xs, ts, out)  # axle.numpy.linalg's targets have rules
     if t is not None:
         return t

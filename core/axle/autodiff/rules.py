@@ -23,6 +23,7 @@ from ..ir.dotdims import DotDims
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.reductions import REDUCE_KINDS
+from . import custom
 from .collective_rules import COLLECTIVE_VJP
 from .linalg_rules import custom_call_vjp
 
@@ -563,6 +564,13 @@ def _dynamic_update_slice(n: Node, xs: Sequence[Value], out: Value, ct: Value) -
     return [g_operand, g_update, *([None] * (len(xs) - 2))]
 
 
+def _custom_call(n: Node, xs: Sequence[Value], out: Value, ct: Value) -> list[Value | None]:
+    """A ``custom_jvp`` call (custom.py) or a linalg target (linalg_rules.py)."""
+    if custom.is_custom(n):
+        return custom.vjp_rule(n, xs, out, ct)
+    return custom_call_vjp(n, xs, out, ct)
+
+
 VJP: dict[Op, Rule] = {
     Op.NEG: lambda n, xs, out, ct: [lax.neg(ct)],
     Op.ABS: _abs,
@@ -614,7 +622,7 @@ VJP: dict[Op, Rule] = {
     Op.NEXT_AFTER: lambda n, xs, out, ct: [ct, None],  # x moved by one ulp: derivative 1 in x
     # sorting
     Op.SORT: _sort,
-    Op.CUSTOM_CALL: custom_call_vjp,
+    Op.CUSTOM_CALL: _custom_call,
     # collectives (collective_rules.py)
     **COLLECTIVE_VJP,
 }

@@ -8,6 +8,7 @@ unchanged, every branch takes them all. Outside any trace (eager), the construct
 into a jit function, compiled and run once, as jax does."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +28,23 @@ from .bind import bind
 from .pytree import TreeDef, flatten, unflatten
 from .source import user_location
 from .tracing import Trace, Tracer, current_trace, trace_context
+
+#: the outputs of ``axle.custom_jvp`` calls traced into a sub-computation (as the
+#: function's primitives), by node: replayed by :func:`call_computation` inside a
+#: transformation, ``replay(n, env)`` calls the function again there so that its rule
+#: applies (autodiff/custom.py); None where it does not apply
+CUSTOM_OUTPUTS: weakref.WeakKeyDictionary[Node, Any] = weakref.WeakKeyDictionary()
+
+
+def _custom_copied(comp: Computation, copies: dict[int, Node]) -> None:
+    """``comp`` spliced in (``copies``: its nodes' copies): the custom_jvp outputs' copies
+    are custom_jvp outputs too."""
+    if not CUSTOM_OUTPUTS:
+        return
+    for n in comp.nodes:
+        hook = CUSTOM_OUTPUTS.get(n)
+        if hook is not None and copies[n.uid] is not n:
+            CUSTOM_OUTPUTS[copies[n.uid]] = hook.moved(copies)
 
 
 class SubTrace(Trace):
@@ -185,6 +203,8 @@ def call_computation(comp: Computation, args: Sequence[Any]) -> list[Any]:
             env[n.uid] = operands[0][n.attr["index"]]
         elif n.traits.control:
             env[n.uid] = bind_control(n.op, operands, n.attr)
+        elif CUSTOM_OUTPUTS and n in CUSTOM_OUTPUTS and (v := CUSTOM_OUTPUTS[n].replay(n, env)) is not None:
+            env[n.uid] = v
         else:
             env[n.uid] = bind(n.op, *operands, **n.attr)
     out = env[comp.root.uid]
@@ -361,7 +381,9 @@ def _scan_impl(f: Callable[[Any, Any], Any], init: Any, xs: Any, length: int | N
         assert trace is not None
         j = (n - 1) - i if reverse else i
         args = [trace.to_node(v, "scan") for v in carry + [_read_row(v, j) for v in xs_vals] + captured]
-        res = [Tracer(trace, r) for r in results_of(inline(step_comp, args))]
+        copies: dict[int, Node] = {}
+        res = [Tracer(trace, r) for r in results_of(inline(step_comp, args, copies))]
+        _custom_copied(step_comp, copies)
         _add_checks(trace, res[len(outs):], fn.index_checks)
         return res[:ncarry], [_write_row(b, j, v) for b, v in zip(ys, res[ncarry:len(outs)])]
 

@@ -126,10 +126,13 @@ class Computation:
         return Computation(self.name, self.parameters, root)
 
 
-def inline(comp: Computation, args: Sequence[Node]) -> Node:
+def inline(comp: Computation, args: Sequence[Node], env: dict[int, Node] | None = None) -> Node:
     """``comp``'s root with its parameters replaced by ``args`` (new nodes where an operand
-    changed; locations kept): how a pass or the frontend splices a computation in."""
-    env: dict[int, Node] = {p.uid: a for p, a in zip(comp.parameters, args, strict=True)}
+    changed; locations kept): how a pass or the frontend splices a computation in. ``env``,
+    when given, is filled with each of ``comp``'s nodes' uid -> the node standing for it."""
+    if env is None:
+        env = {}
+    env.update({p.uid: a for p, a in zip(comp.parameters, args, strict=True)})
     for n in comp.nodes:
         if n.uid not in env:
             ops = tuple(env[o.uid] for o in n.operands)

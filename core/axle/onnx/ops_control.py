@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .. import lax
+from .. import lax, nn
 from .. import numpy as anp
 from .graph import is_host
 from .ops_elementwise import const
@@ -122,7 +122,7 @@ def _scan(ctx: NodeCtx, *inputs: Any) -> tuple[Any, ...]:
 # -- recurrent layers
 
 _ACT: dict[str, Callable[[Any], Any]] = {
-    "Sigmoid": lambda x: lax.logistic(x), "Tanh": anp.tanh, "Relu": lambda x: anp.maximum(x, const(x, 0)),
+    "Sigmoid": lambda x: lax.logistic(x), "Tanh": anp.tanh, "Relu": nn.relu,
 }
 _RNN_CHECK = all_checks(choice("direction", ("forward", "reverse", "bidirectional"), "forward"),
                         choice("layout", (0, 1), 0))

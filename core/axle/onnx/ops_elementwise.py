@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import lax
+from .. import lax, nn
 from .. import numpy as anp
 from .table import NodeCtx, choice, dtype_of, register
 
@@ -84,7 +84,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "IsNaN": anp.isnan, "Identity": lambda x: x,
     "Reciprocal": lambda x: anp.divide(const(x, 1), x),
     "Sigmoid": lambda x: lax.logistic(x),
-    "Relu": lambda x: anp.maximum(x, const(x, 0)),
+    "Relu": nn.relu,
     "Softsign": lambda x: x / (const(x, 1) + anp.abs(x)),
     "Softplus": lambda x: anp.astype(anp.logaddexp(x, const(x, 0)), np.dtype(x.dtype)),
     "Mish": lambda x: x * anp.tanh(anp.logaddexp(x, const(x, 0))),
@@ -94,8 +94,9 @@ for _name, _fn in _BINARY.items():
     register(_name, doc=f"axle.numpy.{getattr(_fn, '__name__', _name)}")(_binary(_fn))
 for _name, _fn in _VARIADIC.items():
     register(_name, doc=f"axle.numpy.{_fn.__name__} over the inputs")(_variadic(_fn))
+_UNARY_DOCS = {"Relu": "axle.nn.relu (derivative 0 at x = 0, as ONNX Runtime's training gradient)"}
 for _name, _fn in _UNARY.items():
-    register(_name, doc=f"axle elementwise {_name.lower()}")(_unary(_fn))
+    register(_name, doc=_UNARY_DOCS.get(_name, f"axle elementwise {_name.lower()}"))(_unary(_fn))
 register("Mod", check=choice("fmod", (0, 1), 0), doc="axle.numpy.fmod / remainder")(_mod)
 register("Pow", doc="axle.numpy.power in the base's dtype")(_pow)
 

@@ -1,0 +1,333 @@
+"""``axle.custom_jvp``: a user-given JVP rule, honoured by grad, vjp, jvp, linearize, vmap,
+the Jacobians and their nestings, inside and outside jit; clear errors for bad rules.
+
+Each rule here differs from the function's true derivative (a factor, or a different
+expression), so a transformation that differentiated the primitives instead of using the
+rule gives a visibly different number.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import axle
+import axle.numpy as anp
+from axle.errors import ArgumentError, DTypeError, ShapeError, TracingError
+
+X = np.array([-1.5, -0.25, 0.0, 0.5, 2.0])
+
+
+@axle.custom_jvp
+def scaled_sin(x: Any) -> Any:
+    return anp.sin(x)
+
+
+@scaled_sin.defjvp
+def _scaled_sin_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+    (x,), (t,) = primals, tangents
+    return scaled_sin(x), 3.0 * anp.cos(x) * t  # 3x the true derivative
+
+
+def _loss(x: Any) -> Any:
+    return anp.sum(scaled_sin(x) * 2.0)
+
+
+def test_called_outside_transformations_it_is_the_function() -> None:
+    np.testing.assert_allclose(np.asarray(scaled_sin(X)), np.sin(X))
+    np.testing.assert_allclose(np.asarray(axle.jit(scaled_sin)(X)), np.sin(X))
+
+
+@pytest.mark.parametrize("wrap", ["eager", "jit outside", "jit inside", "jit both"])
+def test_grad_vjp_jvp_linearize_use_the_rule(wrap: str) -> None:
+    inner = axle.jit(_loss) if wrap in ("jit inside", "jit both") else _loss
+    g = axle.grad(inner)
+    if wrap in ("jit outside", "jit both"):
+        g = axle.jit(g)
+    np.testing.assert_allclose(np.asarray(g(X)), 6.0 * np.cos(X), rtol=1e-12)
+    out, pull = axle.vjp(scaled_sin, X)
+    np.testing.assert_allclose(np.asarray(out), np.sin(X))
+    (ct,) = pull(np.arange(5.0))
+    np.testing.assert_allclose(np.asarray(ct), 3.0 * np.cos(X) * np.arange(5.0), rtol=1e-12)
+    out, tan = axle.jvp(scaled_sin, (X,), (np.ones(5),))
+    np.testing.assert_allclose(np.asarray(tan), 3.0 * np.cos(X), rtol=1e-12)
+    _, f_jvp = axle.linearize(scaled_sin, X)
+    np.testing.assert_allclose(np.asarray(f_jvp(2.0 * np.ones(5))), 6.0 * np.cos(X), rtol=1e-12)
+
+
+def test_vmap_and_its_nestings_use_the_rule() -> None:
+    want = 3.0 * np.cos(X)
+    per_example = axle.vmap(axle.grad(lambda v: scaled_sin(v)))(X)
+    np.testing.assert_allclose(np.asarray(per_example), want, rtol=1e-12)
+    through_vmap = axle.grad(lambda v: anp.sum(axle.vmap(scaled_sin)(v)))(X)
+    np.testing.assert_allclose(np.asarray(through_vmap), want, rtol=1e-12)
+    jvp_of_vmap = axle.jvp(axle.vmap(scaled_sin), (X,), (np.ones(5),))[1]
+    np.testing.assert_allclose(np.asarray(jvp_of_vmap), want, rtol=1e-12)
+    vmap_of_jvp = axle.vmap(lambda v: axle.jvp(scaled_sin, (v,), (1.0,))[1])(X)
+    np.testing.assert_allclose(np.asarray(vmap_of_jvp), want, rtol=1e-12)
+    jitted = axle.jit(axle.vmap(axle.grad(lambda v: scaled_sin(v))))(X)
+    np.testing.assert_allclose(np.asarray(jitted), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jacrev(scaled_sin)(X)), np.diag(want), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jacfwd(scaled_sin)(X)), np.diag(want), rtol=1e-12)
+    # a batched operand beside an unbatched one
+    pairs = axle.vmap(axle.grad(lambda a, b: scaled_sin(a) * b), in_axes=(0, None))(X, 2.0)
+    np.testing.assert_allclose(np.asarray(pairs), 2.0 * want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("construct", ["fori_loop", "scan", "cond", "switch", "nested"])
+def test_the_rule_holds_inside_loops_and_branches(construct: str) -> None:
+    from axle import lax
+
+    def fn(v: Any) -> Any:
+        if construct == "fori_loop":
+            return anp.sum(lax.fori_loop(0, 1, lambda i, c: scaled_sin(c), v))
+        if construct == "scan":
+            _, ys = lax.scan(lambda c, xi: (c, scaled_sin(xi)), 0.0, v)
+            return anp.sum(ys)
+        if construct == "cond":
+            return anp.sum(lax.cond(v[0] < 0, scaled_sin, lambda a: a * 0.0, v))
+        if construct == "switch":
+            return anp.sum(lax.switch(1, [lambda a: a * 0.0, scaled_sin], v))
+        return anp.sum(lax.fori_loop(0, 1, lambda i, c: lax.cond(i < 5, scaled_sin, lambda a: a, c), v))
+
+    want = 6.0 * np.cos(X) / 2.0  # fn sums scaled_sin once: its rule's 3 cos(x)
+    for g in (axle.grad(fn), axle.jit(axle.grad(fn)), axle.jacfwd(fn)):
+        np.testing.assert_allclose(np.asarray(g(X)), want, rtol=1e-12)
+    per_example = axle.vmap(axle.grad(fn))(np.stack([X, X]))
+    np.testing.assert_allclose(np.asarray(per_example), np.stack([want, want]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jit(fn)(X)), np.sum(np.sin(X)), rtol=1e-12)
+
+
+def test_second_order_differentiates_the_rule() -> None:
+    # d/dx of the rule's 3 cos(x): -3 sin(x)
+    gg = axle.grad(lambda v: anp.sum(axle.grad(_loss)(v)))(X)
+    np.testing.assert_allclose(np.asarray(gg), -6.0 * np.sin(X), rtol=1e-12)
+    h = axle.hessian(_loss)(X)
+    np.testing.assert_allclose(np.asarray(h), np.diag(-6.0 * np.sin(X)), rtol=1e-12, atol=1e-15)
+
+
+def test_pytrees_several_outputs_python_numbers_and_static_leaves() -> None:
+    @axle.custom_jvp
+    def f(p: dict[str, Any], scale: float, mode: str) -> tuple[Any, Any]:
+        assert mode == "sum"  # a non-array leaf reaches the function unchanged
+        return p["a"] * p["b"] * scale, anp.sum(p["a"])
+
+    @f.defjvp
+    def f_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+        (p, scale, mode), (tp, tscale, tmode) = primals, tangents
+        assert tmode is None and mode == "sum"
+        out = f(p, scale, mode)
+        # deliberately not the product rule: 10 * ta * b for the first output, 7 * sum(ta) for the second
+        return out, (10.0 * tp["a"] * p["b"] + 0.0 * tscale, 7.0 * anp.sum(tp["a"]) + 0.0 * anp.sum(tp["b"]))
+
+    a, b = np.array([1.0, 2.0]), np.array([3.0, -4.0])
+
+    def loss(p: dict[str, Any]) -> Any:
+        y, s = f(p, 2.0, "sum")
+        return anp.sum(y) + s
+
+    g = axle.grad(loss)({"a": a, "b": b})
+    np.testing.assert_allclose(np.asarray(g["a"]), 10.0 * b + 7.0)
+    np.testing.assert_allclose(np.asarray(g["b"]), 0.0)
+    gj = axle.jit(axle.grad(loss))({"a": a, "b": b})
+    np.testing.assert_allclose(np.asarray(gj["a"]), 10.0 * b + 7.0)
+    (y, s), (ty, ts) = axle.jvp(lambda p: f(p, 2.0, "sum"), ({"a": a, "b": b},),
+                                ({"a": np.ones(2), "b": np.ones(2)},))
+    np.testing.assert_allclose(np.asarray(y), a * b * 2.0)
+    np.testing.assert_allclose(np.asarray(ty), 10.0 * b)
+    np.testing.assert_allclose(np.asarray(ts), 14.0)
+    # a Python number stays weakly typed: float32 in, float32 out
+    a32 = a.astype(np.float32)
+    out32 = axle.grad(lambda v: anp.sum(f({"a": v, "b": a32}, 2.0, "sum")[0]))(a32)
+    assert np.asarray(out32).dtype == np.float32
+
+
+def test_closure_over_values_and_outer_tracers() -> None:
+    w_np = np.array([2.0, 3.0, 4.0, 5.0, 6.0])
+    w_ax = anp.asarray(w_np)
+
+    def make(w: Any) -> Any:
+        @axle.custom_jvp
+        def f(x: Any) -> Any:
+            return x * w
+
+        @f.defjvp
+        def f_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+            return f(primals[0]), tangents[0] * w * 0.5
+        return f
+
+    for w in (w_np, w_ax):
+        f = make(w)
+        np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(f(v)))(X)), 0.5 * w_np)
+        np.testing.assert_allclose(np.asarray(axle.jit(axle.grad(lambda v: anp.sum(f(v))))(X)), 0.5 * w_np)
+
+    # closing over a tracer of an enclosing jit: the rule sees the traced value
+    @axle.jit
+    def outer(w: Any, x: Any) -> Any:
+        f = make(w)
+        return axle.grad(lambda v: anp.sum(f(v)))(x)
+    np.testing.assert_allclose(np.asarray(outer(w_np, X)), 0.5 * w_np)
+
+
+def test_closure_over_a_value_of_the_transformed_function_is_refused() -> None:
+    def loss(x: Any) -> Any:
+        y = x * 2.0
+
+        @axle.custom_jvp
+        def f(z: Any) -> Any:
+            return z * y  # y is traced by grad itself: the replays cannot call f again
+
+        f.defjvp(lambda p, t: (f(p[0]), t[0] * y))
+        return anp.sum(f(x))
+
+    with pytest.raises(TracingError, match=r"custom_jvp f: the function closes over a value computed inside") as e:
+        axle.grad(loss)(X)
+    assert "test_custom_jvp.py" in str(e.value)
+
+
+def _bad(rule_out: Any) -> Any:
+    @axle.custom_jvp
+    def f(x: Any) -> Any:
+        return x * 2.0
+
+    f.defjvp(lambda p, t: rule_out(p[0], t[0]))
+    return f
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp", "vmap grad"])
+def test_rules_with_the_wrong_shape_dtype_or_form_are_clear_errors(transform: str) -> None:
+    def run(f: Any) -> Any:
+        if transform == "grad":
+            return axle.grad(lambda v: anp.sum(f(v)))(X)
+        if transform == "jvp":
+            return axle.jvp(f, (X,), (np.ones(5),))
+        return axle.vmap(axle.grad(lambda v: anp.sum(f(v))))(np.stack([X, X + 1.0]))
+
+    cases = [
+        (lambda x, t: (x * 2.0, anp.sum(t)), ShapeError, r"custom_jvp f: the JVP rule's tangent output 0 is f64\[\]"),
+        (lambda x, t: (x * 2.0, anp.astype(t, np.float32)), DTypeError,
+         r"custom_jvp f: the JVP rule's tangent output 0 is f32"),
+        (lambda x, t: (x[:2], t), ShapeError, r"the JVP rule's primal output 0"),
+        (lambda x, t: x * 2.0, TracingError, r"must return a pair \(out, tangent_out\)"),
+        (lambda x, t: (x * 2.0, (t, t)), ShapeError, r"tangent output has structure"),
+    ]
+    for rule, err, msg in cases:
+        with pytest.raises(err, match=msg) as e:
+            run(_bad(rule))
+        assert "test_custom_jvp.py" in str(e.value)  # the user's line of the call
+
+
+def test_a_function_without_a_rule_is_refused_when_called() -> None:
+    @axle.custom_jvp
+    def f(x: Any) -> Any:
+        return x
+
+    with pytest.raises(ArgumentError, match=r"custom_jvp f: no JVP rule defined"):
+        f(X)
+
+
+def test_defjvps_and_keyword_arguments() -> None:
+    @axle.custom_jvp
+    def f(x: Any, y: Any) -> Any:
+        return x * y
+
+    f.defjvps(lambda tx, out, x, y: 2.0 * tx * y, None)  # y: no derivative through the rule
+    gx, gy = axle.grad(lambda a, b: anp.sum(f(a, y=b)), argnums=(0, 1))(X, X + 1.0)
+    np.testing.assert_allclose(np.asarray(gx), 2.0 * (X + 1.0))
+    np.testing.assert_allclose(np.asarray(gy), 0.0)
+    # Python numbers as the arguments: the function runs on them, the result is an array
+    g = axle.grad(f, argnums=(0, 1))(2.0, 3.0)
+    assert [float(np.asarray(v)) for v in g] == [6.0, 0.0]
+
+
+def test_rule_with_integer_operands() -> None:
+    @axle.custom_jvp
+    def f(x: Any, k: Any) -> Any:
+        return x * anp.astype(k, x.dtype)
+
+    @f.defjvp
+    def f_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+        (x, k), (tx, tk) = primals, tangents
+        assert np.dtype(tk.dtype) == np.int32  # a zero tangent of the integer operand's dtype
+        return f(x, k), tx * anp.astype(k, x.dtype) * 4.0
+
+    k = np.arange(5, dtype=np.int32)
+    np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(f(v, k)))(X)), 4.0 * k)
+    np.testing.assert_allclose(np.asarray(axle.jvp(lambda v: f(v, k), (X,), (np.ones(5),))[1]), 4.0 * k)
+
+
+# ------------------------------------------------------------------ custom_vjp
+
+
+@axle.custom_vjp
+def sin_twice_grad(x: Any, w: Any) -> Any:
+    return anp.sin(x) * w
+
+
+def _fwd(x: Any, w: Any) -> tuple[Any, Any]:
+    return sin_twice_grad(x, w), (anp.cos(x), anp.sin(x), w)
+
+
+def _bwd(res: Any, ct: Any) -> tuple[Any, Any]:
+    cos, sin, w = res
+    return 2.0 * cos * w * ct, sin * ct  # x: twice the true cotangent; w: the true one
+
+
+sin_twice_grad.defvjp(_fwd, _bwd)
+
+
+def test_custom_vjp_under_grad_vjp_jit_vmap_and_loops() -> None:
+    from axle import lax
+    w = np.linspace(1.0, 2.0, 5)
+
+    def loss(x: Any, w: Any) -> Any:
+        return anp.sum(sin_twice_grad(x, w))
+
+    want_x, want_w = 2.0 * np.cos(X) * w, np.sin(X)
+    for g in (axle.grad(loss, argnums=(0, 1)), axle.jit(axle.grad(loss, argnums=(0, 1))),
+              axle.grad(axle.jit(loss), argnums=(0, 1))):
+        gx, gw = g(X, w)
+        np.testing.assert_allclose(np.asarray(gx), want_x, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(gw), want_w, rtol=1e-12)
+    out, pull = axle.vjp(sin_twice_grad, X, w)
+    np.testing.assert_allclose(np.asarray(out), np.sin(X) * w)
+    np.testing.assert_allclose(np.asarray(pull(np.ones(5))[0]), want_x, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(axle.jacrev(sin_twice_grad)(X, w)), np.diag(want_x), rtol=1e-12)
+    # per example x, one shared w: w's cotangent is summed over the batch
+    xs = np.stack([X, X + 1.0])
+    gx, gw = axle.grad(lambda a, b: anp.sum(axle.vmap(sin_twice_grad, in_axes=(0, None))(a, b)),
+                       argnums=(0, 1))(xs, w)
+    np.testing.assert_allclose(np.asarray(gx), 2.0 * np.cos(xs) * w, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gw), np.sin(xs).sum(0), rtol=1e-12)
+    per_example = axle.vmap(axle.grad(loss), in_axes=(0, None))(xs, w)
+    np.testing.assert_allclose(np.asarray(per_example), 2.0 * np.cos(xs) * w, rtol=1e-12)
+    in_scan = axle.grad(lambda a: anp.sum(lax.scan(lambda c, xi: (c, sin_twice_grad(xi, 1.0)), 0.0, a)[1]))(X)
+    np.testing.assert_allclose(np.asarray(in_scan), 2.0 * np.cos(X), rtol=1e-12)
+
+
+def test_custom_vjp_errors() -> None:
+    with pytest.raises(TracingError, match=r"custom_vjp sin_twice_grad: forward-mode differentiation"):
+        axle.jvp(lambda v: sin_twice_grad(v, 1.0), (X,), (np.ones(5),))
+
+    def make(bwd: Any) -> Any:
+        @axle.custom_vjp
+        def f(x: Any) -> Any:
+            return x * 2.0
+        f.defvjp(lambda x: (f(x), None), bwd)
+        return f
+
+    cases = [
+        (lambda r, ct: (anp.sum(ct),), ShapeError, r"custom_vjp f: bwd's cotangent for leaf 0 of the arguments is f64\[\]"),
+        (lambda r, ct: (ct, ct), ShapeError, r"custom_vjp f: bwd must return a tuple with one cotangent per argument"),
+        (lambda r, ct: (anp.astype(ct, np.float32),), DTypeError, r"bwd's cotangent for leaf 0 .* is f32"),
+    ]
+    for bwd, err, msg in cases:
+        with pytest.raises(err, match=msg) as e:
+            axle.grad(lambda v, f=make(bwd): anp.sum(f(v)))(X)
+        assert "test_custom_jvp.py" in str(e.value)
+    no_rule = axle.custom_vjp(lambda x: x)
+    with pytest.raises(ArgumentError, match=r"custom_vjp <lambda>: no VJP rule defined"):
+        no_rule(X)
+    # bwd giving None: a zero cotangent
+    np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(make(lambda r, ct: (None,))(v)))(X)), 0.0)
