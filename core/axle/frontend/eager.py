@@ -2,6 +2,7 @@
 executable on the operands' device, compiled once per signature and cached."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ class _Hot(NamedTuple):
     execute: Callable[[Sequence[Buffer]], list[Buffer]]  # while the profiler records
     committed: bool  # whether the result is committed
     tick: Callable[[], int]  # its launch counter
+    out_id: int  # the result's hot id (_hot_id), stamped on each result's buffer
 
 
 #: The hot path of eager ops: by :func:`_signature` (op, attributes, each operand's type,
@@ -45,34 +47,64 @@ class _Hot(NamedTuple):
 _launchers: LRU[_Hot] = LRU()
 
 
+#: A small int for each (device, type) of a buffer the hot path saw, stamped on the buffer
+#: (``Buffer.hot_id``): a key of ints hashes in C, where hashing the device and type (frozen
+#: dataclasses) calls Python twice per operand, most of an eager op's lookup. Ids are never
+#: reused (a counter), so a full table is simply dropped: buffers stamped before keep ids
+#: that still mean their device and type.
+_hot_ids: dict[tuple[Device, TensorType], int] = {}
+_next_hot_id = itertools.count(1).__next__
+_HOT_IDS_MAX = 4096
+
+
+def _hot_id(buf: Buffer) -> int:
+    """``buf``'s hot-path id of its device and type, stamped on it (first use)."""
+    dt = (buf.device, buf.type)
+    hid = _hot_ids.get(dt)
+    if hid is None:
+        if len(_hot_ids) >= _HOT_IDS_MAX:
+            _hot_ids.clear()
+        hid = _hot_ids.setdefault(dt, _next_hot_id())  # racing threads agree on one id
+    buf.__dict__["hot_id"] = hid  # the frozen buffer's dict, written once (as Buffer.__init__ does)
+    return hid
+
+
 def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> tuple | None:
     """The hot-path key of ``op`` with attributes ``attrs`` (plain, as given) on
     ``operands``, or None when they are not all concrete non-weak arrays on one device
     (placement, promotion or a pending value to force)."""
+    device = None
+    for x in operands:
+        if type(x) is not Array or x.weak or x._buffer is None:
+            return None
+        d = x._buffer.device
+        if device is None:
+            device = d
+        elif d is not device and d != device:
+            return None
+    if device is None:
+        return None
     found = _key_and_buffers(op, operands, attrs)
     return found[0] if found is not None else None
 
 
 def _key_and_buffers(op: Op, operands: Sequence[Any],
                      attrs: tuple[tuple[str, Any], ...]) -> tuple[tuple, list[Buffer]] | None:
-    """:func:`_signature` and the operands' buffers, found in one pass (the hot path's)."""
+    """The hot-path key of ``op`` on ``operands`` and their buffers, found in one pass, or
+    None when one is not a concrete non-weak array. The key holds each buffer's
+    :func:`_hot_id` (its device and type) and the array's committed flag: operands on
+    several devices give a key, but one :func:`_signature` never stored."""
     key: list[Any] = [op, attrs, flags_key()]
     buffers: list[Buffer] = []
-    device = None
     for x in operands:
         if type(x) is not Array or x.weak:
             return None
         buf = x._buffer
         if buf is None:
             return None
-        if device is None:
-            device = buf.device
-            key.append(device)
-        elif buf.device is not device and buf.device != device:
-            return None
-        key += (buf.type, x.committed)
+        key += (buf.hot_id or _hot_id(buf), x.committed)
         buffers.append(buf)
-    return (tuple(key), buffers) if device is not None else None
+    return tuple(key), buffers
 
 
 def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
@@ -94,7 +126,8 @@ def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any],
     except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
         return None
     hit.tick()
-    return Array(out, committed=hit.committed)
+    out.__dict__["hot_id"] = hit.out_id  # the next op on this result finds its key at once
+    return Array(out, False, None, hit.committed)
 
 
 def _placement(operands: Sequence[Any]) -> tuple[Device, bool]:
@@ -172,5 +205,5 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     tick()
     key = _signature(op, operands, items) if hot else None
     if key is not None:
-        _launchers.put(key, _Hot(exe.launcher(), exe.execute, committed, tick))
+        _launchers.put(key, _Hot(exe.launcher(), exe.execute, committed, tick, _hot_id(out)))
     return Array(out, weak=weak, committed=committed)
