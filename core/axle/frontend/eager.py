@@ -72,28 +72,37 @@ def _hot_id(buf: Buffer) -> int:
 def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> tuple | None:
     """The hot-path key of ``op`` with attributes ``attrs`` (plain, as given) on
     ``operands``, or None when they are not all concrete non-weak arrays on one device
-    (placement, promotion or a pending value to force)."""
+    (placement, promotion or a pending value to force). The key (as :func:`launch_cached`
+    builds it) holds the op, its attributes, the flags, and per operand its buffer's
+    :func:`_hot_id` (device and type) and its committed flag."""
     device = None
+    key: list[Any] = [op, attrs, flags_key()]
     for x in operands:
         if type(x) is not Array or x.weak or x._buffer is None:
             return None
-        d = x._buffer.device
+        buf = x._buffer
         if device is None:
-            device = d
-        elif d is not device and d != device:
+            device = buf.device
+        elif buf.device is not device and buf.device != device:
             return None
-    if device is None:
+        key += (buf.hot_id or _hot_id(buf), x.committed)
+    return tuple(key) if device is not None else None
+
+
+#: _launchers.peek without the call around it
+_peek = _launchers.peeker()
+
+
+def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
+    """``op`` with attributes ``attrs`` (plain, as given) on ``operands`` through the hot
+    path (see :data:`_launchers`) when this signature ran eagerly before; None otherwise
+    (the caller takes the full path, which fills it). Never while tracing or recording a
+    lazy cluster; through ``execute`` while the profiler records (an event per kernel).
+    Written out (the key as :func:`_signature` builds it, without its device check: ids
+    name the device, and no key of operands on two devices is ever stored): each call
+    here is a sizable part of an eager op's cost."""
+    if config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None or lazy_active()):
         return None
-    found = _key_and_buffers(op, operands, attrs)
-    return found[0] if found is not None else None
-
-
-def _key_and_buffers(op: Op, operands: Sequence[Any],
-                     attrs: tuple[tuple[str, Any], ...]) -> tuple[tuple, list[Buffer]] | None:
-    """The hot-path key of ``op`` on ``operands`` and their buffers, found in one pass, or
-    None when one is not a concrete non-weak array. The key holds each buffer's
-    :func:`_hot_id` (its device and type) and the array's committed flag: operands on
-    several devices give a key, but one :func:`_signature` never stored."""
     key: list[Any] = [op, attrs, flags_key()]
     buffers: list[Buffer] = []
     for x in operands:
@@ -104,25 +113,12 @@ def _key_and_buffers(op: Op, operands: Sequence[Any],
             return None
         key += (buf.hot_id or _hot_id(buf), x.committed)
         buffers.append(buf)
-    return tuple(key), buffers
-
-
-def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
-    """``op`` with attributes ``attrs`` (plain, as given) on ``operands`` through the hot
-    path (see :data:`_launchers`) when this signature ran eagerly before; None otherwise
-    (the caller takes the full path, which fills it). Never while tracing or recording a
-    lazy cluster; through ``execute`` while the profiler records (an event per kernel)."""
-    if config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None or lazy_active()):
-        return None
-    found = _key_and_buffers(op, operands, attrs)
-    if found is None:
-        return None
-    hit = _launchers.peek(found[0])
+    hit = _peek(tuple(key))
     if hit is None:
         return None
     run = hit.launch if hit.launch is not None and not profiler.enabled() else hit.execute
     try:
-        (out,) = run(found[1])
+        (out,) = run(buffers)
     except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
         return None
     hit.tick()
