@@ -241,6 +241,10 @@ class Buffer:
     device: Device
     type: TensorType
     handle: Any
+    #: eager dispatch's small int for (device, type), stamped on the buffer's dict by the
+    #: frontend at its first eager use (frontend/eager.py ``_hot_id``); 0: not yet. Not a
+    #: field: backends never set it.
+    hot_id: ClassVar[int] = 0
 
     def __init__(self, device: Device, type: TensorType, handle: Any) -> None:  # noqa: A002 - the field's name (replace())
         # Written out: the generated frozen __init__ (an object.__setattr__ per field) took

@@ -51,6 +51,11 @@ class LRU(Generic[V]):
         evicted as if unused, which only costs its next caller the slow path."""
         return self._data.get(key)
 
+    def peeker(self) -> Callable[[Hashable], V | None]:
+        """:meth:`peek` as the map's own bound ``get``: the same lookup without a Python
+        call around it, for the hottest paths (eager dispatch)."""
+        return self._data.get
+
     def put(self, key: Hashable, value: V) -> V:
         """Stores ``value`` unless another thread stored one for ``key`` first; returns the
         one kept, so racing first calls all use the same executable."""

@@ -189,3 +189,27 @@ def test_matmul_and_sum_hot_paths_keep_numpy_semantics(device: str) -> None:
     x = axle.device_put(np.ones((2, 3), np.float32), device)
     assert float(anp.sum(x)) == 6.0 and float(anp.sum(x)) == 6.0  # the second through the hot path
     assert eager.launch_cached(Op.REDUCE, (x,), (("kind", "sum"), ("axes", (0, 1)))) is not None
+
+
+def test_hot_ids_name_one_device_and_type_and_are_never_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path's key holds a small int per (device, type) stamped on each buffer
+    (eager._hot_id). Equal types on two devices, or two types on one, never share an id;
+    when the table is dropped (here after two entries) new ids are taken, never an old one
+    for another type, so buffers stamped before still find only their own entries, and
+    every result stays right."""
+    _fresh()
+    monkeypatch.setattr(eager, "_HOT_IDS_MAX", 2)
+    arrays = {}
+    for dev in ("cpu:0", "interpreter:0"):
+        for dt in (np.float32, np.float64, np.int32):
+            arrays[dev, dt] = axle.device_put(np.arange(4, dtype=dt) + 1, dev)
+    seen: dict[int, tuple] = {}
+    for _ in range(3):  # the table is dropped several times on the way
+        for (dev, dt), x in arrays.items():
+            out = x * x
+            np.testing.assert_array_equal(np.asarray(out), (np.arange(4, dtype=dt) + 1) ** 2)
+            assert out.dtype == dt and out.device.name == dev and out.committed
+            for buf in (x._buffer, out._buffer):
+                assert buf.hot_id != 0
+                assert seen.setdefault(buf.hot_id, (buf.device, buf.type)) == (buf.device, buf.type)
+    assert len(eager._hot_ids) <= 2

@@ -19,6 +19,7 @@ from axle.backend import Buffer, Device, Executable
 from axle.errors import BackendError
 from axle.ir.ops import OPS, branch_index
 
+from . import forking as _forking
 from .forking import check_not_forked
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
 from .runtime import DeviceRuntime
@@ -73,7 +74,8 @@ class OpenCLExecutable(Executable):
         slots = [slot for slot, _ in plan.results]
         if step.in_place or step.outputs != slots \
                 or any(t.nbytes == 0 for t in [*plan.param_types, *(t for _, t in plan.results)]) \
-                or not all(isinstance(src, int) and src in plan.params for src in step.inputs):
+                or not all(isinstance(src, int) and src in plan.params for src in step.inputs) \
+                or any(t.nbytes > self.rt.max_alloc for _, t in plan.results):  # refused by rt.alloc, by name
             return None
         n_out = len(plan.results)
         # (kernel argument, parameter) of each input buffer, after the outputs'
@@ -81,31 +83,47 @@ class OpenCLExecutable(Executable):
         nbytes = tuple(t.nbytes for _, t in plan.results)
         types = tuple(t for _, t in plan.results)
         kern, k, rt, device = self._launch[id(step)], step.kernel, self.rt, self.device
-        queue, gsize, lsize, lock, pool_lock = rt.queue, k.global_size, k.local_size, rt.launch_lock, rt._pool_lock
-        allocate, set_arg, enqueue, hold = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel, rt.hold
+        queue, gsize, lsize, lock = rt.queue, k.global_size, k.local_size, rt.launch_lock
+        allocate, set_arg, enqueue = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel
+        hold, refused, new, forking = rt.hold, rt.allocation_error, object.__new__, _forking
 
-        if n_out == 1:  # nearly every eager op: no per-call lists but the result's
+        if n_out == 1 and len(binds) <= 2:  # nearly every eager op: written out, no loops, no lists but the result's
             (size,), (rtype,) = nbytes, types
+            n_in = len(binds)
+            (j0, w0), (j1, w1) = [*binds, (0, 0), (0, 0)][:2]  # the first n_in are inputs
 
             def launch(args: Sequence[Buffer]) -> list[Buffer]:
-                check_not_forked()  # a forked child's driver would hang: an error instead
-                with pool_lock:
-                    out = allocate(size)
-                with lock:  # another thread's set_arg must not land between these and the enqueue
+                if forking._forked_from is not None:
+                    check_not_forked()  # a forked child's driver would hang: an error instead
+                # one lock for the pool and the launch: another thread's set_arg must not land
+                # between these and the enqueue
+                with lock:
+                    try:
+                        out = allocate(size)
+                    except cl.Error as e:  # out of device memory: the MemoryError the frontend reports
+                        raise refused(size, e) from None
                     set_arg(0, out)
-                    for j, w in binds:
-                        set_arg(j, args[w].handle)
+                    if n_in:
+                        set_arg(j0, args[w0].handle)
+                        if n_in == 2:
+                            set_arg(j1, args[w1].handle)
                     hold()  # behind a batch's gate (DeviceRuntime.hold)
                     enqueue(queue, kern, gsize, lsize)
-                return [Buffer(device, rtype, out)]
+                # Buffer(device, rtype, out) without its __init__'s call (a fifth of this launch)
+                res = new(Buffer)
+                d = res.__dict__
+                d["device"], d["type"], d["handle"] = device, rtype, out
+                return [res]
 
             return launch
 
         def launch_many(args: Sequence[Buffer]) -> list[Buffer]:
             check_not_forked()
-            with pool_lock:
-                outs = [allocate(n) for n in nbytes]
             with lock:
+                try:
+                    outs = [allocate(n) for n in nbytes]
+                except cl.Error as e:
+                    raise refused(sum(nbytes), e) from None
                 for j, buf in enumerate(outs):
                     set_arg(j, buf)
                 for j, w in binds:

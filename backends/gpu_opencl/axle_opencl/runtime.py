@@ -5,7 +5,8 @@ cached in memory by source hash (bounded, --jit_cache_size) and on disk as binar
 Thread safety: OpenCL calls are thread-safe except setting a kernel's arguments, which
 must not interleave with another thread's launch of the same kernel object, so a launch
 (set_args + enqueue) holds ``launch_lock``; pyopencl's memory pool is not documented as
-thread-safe, so allocation holds ``_pool_lock``."""
+thread-safe, so allocation holds it too (an eager launch allocates its results and enqueues
+under one acquisition)."""
 from __future__ import annotations
 
 import atexit
@@ -157,8 +158,7 @@ class DeviceRuntime:
         # executable holds it (executables keep their own kernels).
         self._programs: LRU[cl.Program] = LRU(lambda: _KERNELS_PER_PROGRAM_CACHE * config.jit_cache_size)
         self._lock = threading.Lock()  # builds: one at a time per device
-        self.launch_lock = threading.Lock()
-        self._pool_lock = threading.Lock()
+        self.launch_lock = threading.Lock()  # kernel arguments, the queue's gate, the pool
         # Kernels never see a zero-size buffer: empty operands bind this instead.
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 16)
         # Kernel outputs come from a caching pool: a dropped result's memory is reused
@@ -242,18 +242,21 @@ class DeviceRuntime:
                 raise
             raise self._refused(host.nbytes, e) from None
 
+    def allocation_error(self, nbytes: int, e: cl.Error) -> Exception:
+        """What a failed allocation of ``nbytes`` raises: a MemoryError naming the sizes
+        where the device refused it (the frontend reports it with the op), else ``e``."""
+        return self._refused(nbytes, e) if e.code in _ALLOCATION_FAILURES else e
+
     def alloc(self, nbytes: int) -> cl.MemoryObjectHolder | None:  # a pooled buffer
         if nbytes <= 0:
             return None
         if nbytes > self.max_alloc:
             raise self._refused(nbytes)
         try:
-            with self._pool_lock:
+            with self.launch_lock:
                 return self.pool.allocate(nbytes)
         except cl.Error as e:
-            if e.code not in _ALLOCATION_FAILURES:
-                raise
-            raise self._refused(nbytes, e) from None
+            raise self.allocation_error(nbytes, e) from None
 
     def copy(self, buf: cl.MemoryObjectHolder, nbytes: int) -> cl.MemoryObjectHolder | None:
         """A new (pooled) buffer holding ``buf``'s first ``nbytes``, copied on the device."""

@@ -2,6 +2,7 @@
 executable on the operands' device, compiled once per signature and cached."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ class _Hot(NamedTuple):
     execute: Callable[[Sequence[Buffer]], list[Buffer]]  # while the profiler records
     committed: bool  # whether the result is committed
     tick: Callable[[], int]  # its launch counter
+    out_id: int  # the result's hot id (_hot_id), stamped on each result's buffer
 
 
 #: The hot path of eager ops: by :func:`_signature` (op, attributes, each operand's type,
@@ -45,56 +47,83 @@ class _Hot(NamedTuple):
 _launchers: LRU[_Hot] = LRU()
 
 
+#: A small int for each (device, type) of a buffer the hot path saw, stamped on the buffer
+#: (``Buffer.hot_id``): a key of ints hashes in C, where hashing the device and type (frozen
+#: dataclasses) calls Python twice per operand, most of an eager op's lookup. Ids are never
+#: reused (a counter), so a full table is simply dropped: buffers stamped before keep ids
+#: that still mean their device and type.
+_hot_ids: dict[tuple[Device, TensorType], int] = {}
+_next_hot_id = itertools.count(1).__next__
+_HOT_IDS_MAX = 4096
+
+
+def _hot_id(buf: Buffer) -> int:
+    """``buf``'s hot-path id of its device and type, stamped on it (first use)."""
+    dt = (buf.device, buf.type)
+    hid = _hot_ids.get(dt)
+    if hid is None:
+        if len(_hot_ids) >= _HOT_IDS_MAX:
+            _hot_ids.clear()
+        hid = _hot_ids.setdefault(dt, _next_hot_id())  # racing threads agree on one id
+    buf.__dict__["hot_id"] = hid  # the frozen buffer's dict, written once (as Buffer.__init__ does)
+    return hid
+
+
 def _signature(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> tuple | None:
     """The hot-path key of ``op`` with attributes ``attrs`` (plain, as given) on
     ``operands``, or None when they are not all concrete non-weak arrays on one device
-    (placement, promotion or a pending value to force)."""
-    found = _key_and_buffers(op, operands, attrs)
-    return found[0] if found is not None else None
-
-
-def _key_and_buffers(op: Op, operands: Sequence[Any],
-                     attrs: tuple[tuple[str, Any], ...]) -> tuple[tuple, list[Buffer]] | None:
-    """:func:`_signature` and the operands' buffers, found in one pass (the hot path's)."""
-    key: list[Any] = [op, attrs, flags_key()]
-    buffers: list[Buffer] = []
+    (placement, promotion or a pending value to force). The key (as :func:`launch_cached`
+    builds it) holds the op, its attributes, the flags, and per operand its buffer's
+    :func:`_hot_id` (device and type) and its committed flag."""
     device = None
+    key: list[Any] = [op, attrs, flags_key()]
     for x in operands:
-        if type(x) is not Array or x.weak:
+        if type(x) is not Array or x.weak or x._buffer is None:
             return None
         buf = x._buffer
-        if buf is None:
-            return None
         if device is None:
             device = buf.device
-            key.append(device)
         elif buf.device is not device and buf.device != device:
             return None
-        key += (buf.type, x.committed)
-        buffers.append(buf)
-    return (tuple(key), buffers) if device is not None else None
+        key += (buf.hot_id or _hot_id(buf), x.committed)
+    return tuple(key) if device is not None else None
+
+
+#: _launchers.peek without the call around it
+_peek = _launchers.peeker()
 
 
 def launch_cached(op: Op, operands: Sequence[Any], attrs: tuple[tuple[str, Any], ...] = ()) -> Array | None:
     """``op`` with attributes ``attrs`` (plain, as given) on ``operands`` through the hot
     path (see :data:`_launchers`) when this signature ran eagerly before; None otherwise
     (the caller takes the full path, which fills it). Never while tracing or recording a
-    lazy cluster; through ``execute`` while the profiler records (an event per kernel)."""
+    lazy cluster; through ``execute`` while the profiler records (an event per kernel).
+    Written out (the key as :func:`_signature` builds it, without its device check: ids
+    name the device, and no key of operands on two devices is ever stored): each call
+    here is a sizable part of an eager op's cost."""
     if config.jit_level == "auto" or OPEN_SCOPES[0] and (current_trace() is not None or lazy_active()):
         return None
-    found = _key_and_buffers(op, operands, attrs)
-    if found is None:
-        return None
-    hit = _launchers.peek(found[0])
+    key: list[Any] = [op, attrs, flags_key()]
+    buffers: list[Buffer] = []
+    for x in operands:
+        if type(x) is not Array or x.weak:
+            return None
+        buf = x._buffer
+        if buf is None:
+            return None
+        key += (buf.hot_id or _hot_id(buf), x.committed)
+        buffers.append(buf)
+    hit = _peek(tuple(key))
     if hit is None:
         return None
     run = hit.launch if hit.launch is not None and not profiler.enabled() else hit.execute
     try:
-        (out,) = run(found[1])
+        (out,) = run(buffers)
     except (MemoryError, OSError):  # out of memory: the full path reports it (bind) with the op and types
         return None
     hit.tick()
-    return Array(out, committed=hit.committed)
+    out.__dict__["hot_id"] = hit.out_id  # the next op on this result finds its key at once
+    return Array(out, False, None, hit.committed)
 
 
 def _placement(operands: Sequence[Any]) -> tuple[Device, bool]:
@@ -172,5 +201,5 @@ def apply_eager(op: Op, operands: Sequence[Any], attrs: dict[str, Any]) -> Array
     tick()
     key = _signature(op, operands, items) if hot else None
     if key is not None:
-        _launchers.put(key, _Hot(exe.launcher(), exe.execute, committed, tick))
+        _launchers.put(key, _Hot(exe.launcher(), exe.execute, committed, tick, _hot_id(out)))
     return Array(out, weak=weak, committed=committed)

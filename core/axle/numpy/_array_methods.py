@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 import numpy as _np
@@ -66,6 +67,8 @@ UNARY: dict[str, Callable[[Any], Any]] = {"neg": negative, "abs": abs, "invert":
 
 
 def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    if isinstance(fn, FunctionType):  # binds as a method itself: no frame in between (x + y)
+        return fn
     return lambda self, o: fn(self, o)
 
 

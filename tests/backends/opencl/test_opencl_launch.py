@@ -150,6 +150,24 @@ def test_eager_ops_on_the_launcher_match_the_interpreter(ocl) -> None:  # noqa: 
             np.testing.assert_allclose(np.asarray(fn(*dev_args)), want, rtol=2e-6, atol=1e-6)
 
 
+def test_launcher_binds_each_input_in_its_place(ocl) -> None:  # noqa: ANN001
+    """The one-result launch is written out for up to two inputs and loops beyond: one, two
+    and three distinct inputs (select), an input given twice, and inputs in the order the
+    kernel does not take them, each bound to its own argument, on the hot path."""
+    import axle.numpy as anp
+
+    rng = np.random.default_rng(11)
+    c = rng.standard_normal(23) > 0
+    u, v, w = (rng.standard_normal(23).astype(np.float32) for _ in range(3))
+    ops = [(anp.negative, (u,)), (anp.subtract, (u, v)), (anp.subtract, (v, u)), (anp.subtract, (w, w)),
+           (anp.where, (c, u, v)), (anp.where, (~c, v, u)), (anp.clip, (w, u, v))]
+    for fn, args in ops:
+        want = _on_interpreter(fn, *args)
+        dev_args = axle.device_put(args, ocl)
+        for _ in range(3):  # the first call fills the hot path, the later ones take it
+            np.testing.assert_array_equal(np.asarray(fn(*dev_args)), want)
+
+
 def test_a_dropped_result_is_not_overwritten_while_a_queued_kernel_reads_it(ocl) -> None:  # noqa: ANN001
     """Results come from a pool: a dropped result's buffer is handed to the next op of its
     size at once, while kernels reading it may still be queued. The in-order queue runs
