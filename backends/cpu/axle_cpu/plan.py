@@ -161,6 +161,11 @@ def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarr
     return run
 
 
+#: the most bytes of packed copies kept of a constant that a step also reads unpacked
+#: (_Lowering.drop_replaced): past it the weight is packed per call rather than held twice
+PREPACK_KEPT_BYTES = 16 << 20
+
+
 def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector_bits: int = 0,
                prepack: bool = True) -> Plan:
     """The steps of ``module``'s shared kernel plan (:mod:`axle.lowering.plan`). ``blas``:
@@ -192,6 +197,8 @@ class _Lowering:
         #: constants some kernel reads packed instead (dropped when nothing else reads them)
         self.packed: dict[tuple, int] = {}
         self.replaced: set[int] = set()
+        #: each step reading a prepacked B, with the step that packs it per call instead
+        self.packed_steps: list[tuple[KernelStep, KernelStep]] = []
         self.steps: list[Step] = []
         self.kernels: dict[tuple, KernelSpec] = {}
         self.constants: dict[int, np.ndarray] = dict(kp.constants)
@@ -256,8 +263,10 @@ class _Lowering:
         packed = self.prepacked(spec, ins) if self.prepack else None
         if packed is None:
             return KernelStep(spec, ins, outs, types, label)
-        spec = _spec(self.kernels, comp, "gemm", label, self.vector_bits, cls, prepacked_b=True)
-        return KernelStep(spec, packed, outs, types, f"{label}(prepacked)")
+        packed_spec = _spec(self.kernels, comp, "gemm", label, self.vector_bits, cls, prepacked_b=True)
+        step = KernelStep(packed_spec, packed, outs, types, f"{label}(prepacked)")
+        self.packed_steps.append((step, KernelStep(spec, ins, outs, types, label)))
+        return step
 
     def prepacked(self, spec: GemmSpec, ins: list[int]) -> list[int] | None:
         """``ins`` with the kernel's B, when it is a constant that the kernel packs into
@@ -286,8 +295,29 @@ class _Lowering:
 
     def drop_replaced(self, results: Sequence[int]) -> None:
         """Forgets the constants that kernels read prepacked and no step or result reads
-        as they are: an ONNX model's weights are then held once, packed."""
+        as they are: a model's weights are then held once, packed. A constant that another
+        step reads as it is (a tied embedding's gather) keeps its packed copies only while
+        they hold at most ``PREPACK_KEPT_BYTES``; past that its kernels pack it per call
+        again rather than hold it twice."""
         read = {s for st in self.steps for s in st.ins + st.outs} | set(results)
+        kept = self.replaced & read
+        extra: dict[int, int] = {}
+        for (src, *_), slot in self.packed.items():
+            if src in kept:
+                extra[src] = extra.get(src, 0) + self.constants[slot].nbytes
+        undo = {src for src, n in extra.items() if n > PREPACK_KEPT_BYTES}
+        if undo:
+            for step, unpacked in self.packed_steps:
+                orig = unpacked.ins[[k for k, (a, b) in enumerate(zip(step.ins, unpacked.ins)) if a != b][0]]
+                if orig in undo:
+                    step.spec, step.ins, step.label = unpacked.spec, unpacked.ins, unpacked.label
+            for key, slot in list(self.packed.items()):
+                if key[0] in undo:
+                    del self.constants[slot]
+                    del self.packed[key]
+            used = {id(st.spec) for st in self.steps if isinstance(st, KernelStep)}
+            self.kernels = {k: v for k, v in self.kernels.items() if not (
+                isinstance(v, GemmSpec) and v.prepacked_b and id(v) not in used)}
         for s in self.replaced - read:
             del self.constants[s]
 

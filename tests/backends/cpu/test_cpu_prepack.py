@@ -119,9 +119,10 @@ def test_constant_dot_weight_gives_the_parameter_weights_bits(name, ls, rs, dims
         assert arr.ctypes.data % 64 == 0 and arr.ndim == 4
 
 
-def test_a_weight_read_elsewhere_too_is_kept(cpu) -> None:  # noqa: ANN001
+def test_a_weight_read_elsewhere_too_is_kept(cpu, monkeypatch) -> None:  # noqa: ANN001
     """A constant that another step reads as it is (a tied embedding's gather, here a
-    product) stays beside its packed copy; one read only by the kernel is dropped."""
+    product) stays beside its packed copy, up to PREPACK_KEPT_BYTES of copies; past that
+    its kernel packs it per call (memory does not double for a large shared weight)."""
     w = RNG.standard_normal((64, 96)).astype(np.float32)
     x = RNG.standard_normal((40, 64)).astype(np.float32)
     b = Builder("tied")
@@ -137,6 +138,13 @@ def test_a_weight_read_elsewhere_too_is_kept(cpu) -> None:  # noqa: ANN001
     ref = _execute(_compile(m, cpu, cpu_prepack="false"), [x], cpu)
     assert be.to_host(got[0]).tobytes() == ref.tobytes()
     assert be.to_host(got[1]).tobytes() == (w * w).tobytes()
+    monkeypatch.setattr(plan, "PREPACK_KEPT_BYTES", w.nbytes // 2)
+    be._cache.clear()  # (the executable above is cached by module and flags)
+    exe = _compile(m, cpu)
+    assert not _prepacked(exe) and [a.shape for a in exe.plan.constants.values()] == [(64, 96)]
+    assert not any(getattr(k, "prepacked_b", False) for k in exe.plan.kernels.values())
+    got = exe.execute([be.to_device(x, cpu)])
+    assert be.to_host(got[0]).tobytes() == ref.tobytes() and be.to_host(got[1]).tobytes() == (w * w).tobytes()
 
 
 def _ranges(n: int, unit_count: int) -> list[tuple[int, int]]:
