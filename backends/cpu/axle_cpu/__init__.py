@@ -211,7 +211,9 @@ class CpuBackend(Backend):
         with profiler.span(f"compile {module.name}", "compile", backend="cpu"):
             # NumPy's BLAS for float dots only when asked (--cpu_blas=true): the GEMM
             # kernel was measured faster here at every shape (docs/backend-cpu.md).
-            plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true")
+            # constant GEMM operands (weights) packed once, here, unless --cpu_prepack=false
+            plan = build_plan(module, blas=options.flags.get("cpu_blas", "false").lower() == "true",
+                              prepack=options.flags.get("cpu_prepack", "true").lower() != "false")
             kernels, whole = self._kernels(plan, module.name, options.module_digest)
         ms = (time.perf_counter() - t0) * 1e3
         if whole is not None:
@@ -259,7 +261,8 @@ class CpuBackend(Backend):
         for spec in plan.kernels.values():
             # in_place: the same computation reading an operand through the output's
             # pointer is another kernel (run where the two buffers differ, it reads garbage)
-            k = (spec.comp.structural_key, spec.kind, spec.in_place)
+            # (and a GEMM reading its B prepacked is another kernel than the one packing it)
+            k = (spec.comp.structural_key, spec.kind, spec.in_place, getattr(spec, "prepacked_b", False))
             got = self._kernel_cache.get(k)
             if got is None:
                 missing.append((k, spec))

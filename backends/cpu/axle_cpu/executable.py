@@ -426,6 +426,14 @@ def _control(step: ControlStep, addrs: np.ndarray) -> int:
     return 1 + (k if 0 <= k < step.arg else step.arg - 1)
 
 
+def _aligned_copy(a: np.ndarray) -> np.ndarray:
+    from .gemm import aligned_zeros
+
+    out = aligned_zeros(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def _address(buf: Buffer) -> int:
     return buf.addr if type(buf) is CpuBuffer else address(buf.handle)
 
@@ -487,6 +495,9 @@ class CpuExecutable(Executable):
         self._src = np.array(src, np.intp)
         self._table = np.array(records, STEP)
         self._table_addr = self._table.ctypes.data if len(records) else 0
+        for s, a in plan.constants.items():  # a prepacked B is read by aligned vector loads
+            if address(a) % 64:  # (a plan read back from the compile cache: fresh arrays)
+                plan.constants[s] = _aligned_copy(a)
         self._const_slots = np.array(list(plan.constants), np.intp)
         self._const_addrs = np.array([address(a) for a in plan.constants.values()], np.uint64)
         self._temp_slots = np.array(list(plan.temp_offsets), np.intp)

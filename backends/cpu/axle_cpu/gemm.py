@@ -372,6 +372,74 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+# ================================================================ prepacked B
+
+
+@dataclass(frozen=True)
+class PackedB:
+    """B packed once into NR-wide column panels over all of K: ``[batches, panels, K, NR]``
+    of the compute type, zero past N; panel ``p`` of a batch holds columns
+    ``[p*NR, p*NR + NR)``, row ``k`` of it at ``k*NR``. A K block ``[pc, pc+kc)`` of a panel
+    is then exactly what ``_pack_b`` writes for it (``Bp[k*NR + j]``), at ``pc*NR`` in the
+    panel, so the kernel reads it in place with the same blocks and the same sums."""
+
+    nr: int
+    panels: int
+    k: int
+    batches: int  # 1: every batch reads the same B (its batch stride is 0)
+    dtype: np.dtype
+
+    @property
+    def batch_stride(self) -> int:
+        """Elements between two batches' panels (0: one B shared by all)."""
+        return 0 if self.batches == 1 else self.panels * self.k * self.nr
+
+
+def _offsets(o: Offsets) -> np.ndarray:
+    return np.asarray(o.table, np.int64) if o.table is not None else np.arange(o.size, dtype=np.int64) * o.stride
+
+
+def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+    """Zeros whose first element is ``align``-byte aligned (the kernel's aligned loads)."""
+    n = math.prod(shape) * dtype.itemsize
+    raw = np.zeros(n + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + n].view(dtype).reshape(shape)
+
+
+def pack_b(spec: GemmSpec, value: np.ndarray) -> np.ndarray:
+    """The constant B operand ``value`` of ``spec``'s kernel in its ``b_packing`` layout
+    (float16 widened to float32 exactly, as the kernel's packing does)."""
+    p, lay = spec.b_packing, spec.layout
+    assert p is not None, f"{spec.name}: B is not packed"
+    flat = np.ascontiguousarray(value).reshape(-1)
+    out = aligned_zeros((p.batches, p.panels, p.k, p.nr), p.dtype)
+    full, rest = divmod(lay.n, p.nr)
+    ks, ns, bs = _offsets(lay.b_k), _offsets(lay.b_n), _offsets(lay.b_b)
+    for bi in range(p.batches):
+        if lay.b_k.table is None and lay.b_n.table is None:  # a strided view, no index array
+            sub = flat[bs[bi]:]
+            mat = np.lib.stride_tricks.as_strided(sub, (lay.k, lay.n), (lay.b_k.stride * flat.itemsize,
+                                                                      lay.b_n.stride * flat.itemsize))
+        else:
+            mat = flat[bs[bi] + ks[:, None] + ns[None, :]]
+        out[bi, :full] = mat[:, :full * p.nr].reshape(lay.k, full, p.nr).transpose(1, 0, 2)
+        if rest:
+            out[bi, full, :, :rest] = mat[:, full * p.nr:]
+    return out
+
+
+def _direct_b(lay: Layout, t: Tiles, vector_bits: int, plain: bool) -> int | None:
+    """B's row stride when the micro-kernel reads it in place: its rows are contiguous and
+    no B micro-panel is reused (a single row tile), where packing would only add a pass
+    over B. On 512-bit vectors a plain dot's B serves two row tiles in place too (the
+    second reads it from L2), with its rows prefetched: [16,1024] @ [1024,1024] in 8-row
+    tiles, one thread, 228 -> 182 us warm and 330 -> 272 us cold."""
+    tiles_b = DIRECT_B_TILES_512 if vector_bits >= 512 and lay.dense else 1
+    return (lay.b_k.stride if plain and lay.m <= tiles_b * t.mr and lay.b_k.table is None
+            and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
+
+
 # ================================================================ the spec
 
 
@@ -382,6 +450,9 @@ class GemmSpec(KernelSpec):
     viewed as ``[Bt*M, N]``. ``vector_bits`` 0 means the host's."""
 
     vector_bits: int = 0
+    #: B (the operand packed into NR-wide panels) is a constant packed once, at compile
+    #: time, into those panels (``b_packing``, ``pack_b``); the kernel reads it in place
+    prepacked_b: bool = False
 
     @functools.cached_property
     def schedule(self) -> Schedule:
@@ -426,10 +497,31 @@ class GemmSpec(KernelSpec):
         """Output columns per unit of the kernel's column range: NR (a micro-tile's width)
         when threads split the columns (``columns_outer``), so that a thread's share is
         whole NR-wide panels; cut anywhere, a 196-column C in 8 shares of 24 columns ran
-        its 64-wide tiles with 24 of them used."""
-        if not self.columns_outer:
+        its 64-wide tiles with 24 of them used. A prepacked B's panels start at multiples
+        of NR, so its columns are counted in panels too, whichever range they are."""
+        if not self.columns_outer and not self.prepacked_b:
             return 1
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
+
+    @functools.cached_property
+    def b_packing(self) -> PackedB | None:
+        """How the kernel packs B into NR-wide panels, when it does (None: B is a window's
+        patches, read in place, or not packed by this product: a row dot, a vector-matrix
+        product, a swapped one). What a constant B is packed into once (``pack_b``)."""
+        lay = self.layout
+        if lay.swap or lay.rowdot or lay.b_win is not None or 0 in (lay.m, lay.n, lay.k):
+            return None
+        plain = not _accumulates(self.dot, self.comp.root)
+        if plain and lay.vecmat:
+            return None
+        bits = self.vector_bits or _host_bits()
+        t = tiles(self.dot.dtype, bits, lay)
+        if _direct_b(lay, t, bits, plain) is not None:
+            return None
+        shared = lay.b_b.table is None and lay.b_b.stride == 0  # one B for every batch
+        panels = -(-lay.n // t.nr)
+        return PackedB(t.nr, panels, lay.k, 1 if shared else lay.batch,
+                       np.dtype(np.float32) if self.dot.dtype is DType.FLOAT16 else np.dtype(self.dot.dtype.np))
 
     @functools.cached_property
     def row_unit(self) -> int:
@@ -453,7 +545,9 @@ class GemmSpec(KernelSpec):
         if self.batch_outer:
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
-        return (-(-cols // self.column_unit), rows) if self.columns_outer else (-(-rows // self.row_unit), cols)
+        if self.columns_outer:
+            return -(-cols // self.column_unit), rows
+        return -(-rows // self.row_unit), -(-cols // self.column_unit)
 
     @property
     def split_reduce_size(self) -> int:
@@ -742,25 +836,27 @@ class _Emitter:
             unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
             self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
-        elif spec.row_unit > 1:  # the range counts shares of row_unit rows
-            self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
-            self.r1 = self.g.min(self.g.b.mul(o1, _c(spec.row_unit)), _c(spec.layout.batch * spec.layout.m))
+        else:
+            if spec.row_unit > 1:  # the range counts shares of row_unit rows
+                self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
+                self.r1 = self.g.min(self.g.b.mul(o1, _c(spec.row_unit)), _c(spec.layout.batch * spec.layout.m))
+            if spec.column_unit > 1:  # NR-wide panels of a prepacked B
+                self.c0 = self.g.b.mul(i0, _c(spec.column_unit))
+                self.c1 = self.g.min(self.g.b.mul(i1, _c(spec.column_unit)), _c(spec.layout.n))
         self.batch_outer = spec.batch_outer
         plain = not self.accumulate
         # A read in place by the micro-kernel (only broadcasts): (row stride, k stride)
         self.direct_a = ((lay.a_m.stride, lay.a_k.stride)
                          if plain and lay.a_m.table is None and lay.a_k.table is None and lay.a_win is None
                          else None)
-        # B read in place (row stride) when its rows are contiguous and no B micro-panel
-        # is reused (a single row tile): packing would only add a pass over B. On 512-bit
-        # vectors a plain dot's B serves two row tiles in place too (the second reads it
-        # from L2), with its rows prefetched (``b_prefetch``): [16,1024] @ [1024,1024]
-        # in 8-row tiles, one thread, 228 -> 182 us warm and 330 -> 272 us cold.
-        wide = vector_bits >= 512 and lay.dense
-        self.b_prefetch = wide
-        tiles_b = DIRECT_B_TILES_512 if wide else 1
-        self.direct_b = (lay.b_k.stride if plain and lay.m <= tiles_b * self.t.mr and lay.b_k.table is None
-                         and lay.b_n.table is None and lay.b_n.stride == 1 and lay.b_win is None else None)
+        # B read in place (row stride) when no B micro-panel is reused (_direct_b), its
+        # rows prefetched on 512-bit vectors (``b_prefetch``)
+        self.b_prefetch = vector_bits >= 512 and lay.dense
+        self.direct_b = _direct_b(lay, self.t, vector_bits, plain)
+        # B packed at compile time (GemmSpec.prepacked_b): its panels read where they are
+        self.packed = spec.b_packing if spec.prepacked_b else None
+        assert not spec.prepacked_b or (self.packed is not None and self.packed.nr == self.t.nr
+                                        and not self.swap), f"{spec.name}: B cannot be prepacked"
         # Patches read in place through row pointers (an indirection table, XNNPACK's
         # indirect convolution): K segments of ``ind_seg`` contiguous input features.
         # A segment may also be a Window.line (``ind_lines``): a few features (a stem's 3)
@@ -866,7 +962,7 @@ class _Emitter:
             elif not self.direct_a:
                 self.ap = b.alloca(self.ct, size=_c(t.mc * t.kc))
                 self.ap.align = 64
-            if self.direct_b is None:
+            if self.direct_b is None and self.packed is None:
                 self.bp = b.alloca(self.ct, size=_c(t.kc * t.nc))
                 self.bp.align = 64
             if self.accumulate:
@@ -887,7 +983,7 @@ class _Emitter:
             lo = g.max(b.sub(self.r0, row0), _c(0))
             hi = g.min(b.sub(self.r1, row0), _c(rows))
             a_base = g.gep(a_ptr, self.st, g.offset(lay.a_b, bi, "ab"))
-            b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
+            b_base = self._b_base(b_ptr, bi)
             # flat index of the batch's C
             self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
             c_base = g.gep(c_ptr, self.st, self.c_off)
@@ -918,7 +1014,7 @@ class _Emitter:
             last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
             def per_batch(bi: ir.Value) -> None:
-                b_base = g.gep(b_ptr, self.st, g.offset(lay.b_b, bi, "bb"))
+                b_base = self._b_base(b_ptr, bi)
                 self.c_off = b.mul(bi, _c(lay.m * lay.n)) if lay.c_b is None else g.offset(lay.c_b, bi, "cb")
                 c_base = g.gep(c_ptr, self.st, self.c_off)
 
@@ -933,6 +1029,13 @@ class _Emitter:
             g.loop(self.r0, self.r1, 1, per_batch, "batch")
 
         g.loop(self.k_lo, self.k_hi, t.kc, pc_body, "pc")
+
+    def _b_base(self, b_ptr: ir.Value, bi: ir.Value) -> ir.Value:
+        """Batch ``bi``'s B: through its offset map, or its prepacked panels."""
+        g = self.g
+        if self.packed is not None:
+            return g.gep(b_ptr, self.ct, g.b.mul(bi, _c(self.packed.batch_stride)))
+        return g.gep(b_ptr, self.st, g.offset(self.lay.b_b, bi, "bb"))
 
     def _zero_fill(self, c_ptr: ir.Value) -> None:
         """K = 0: the output is zeros (M or N = 0: nothing to write)."""
@@ -1168,6 +1271,8 @@ class _Emitter:
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         if self.direct_b is not None:
             return g.gep(b_base, self.st, b.add(b.mul(pc, _c(self.direct_b)), jc))
+        if self.packed is not None:  # panel jc / NR (jc is a multiple of NR), row pc
+            return g.gep(b_base, self.ct, b.add(b.mul(jc, _c(self.packed.k)), b.mul(pc, _c(t.nr))))
         if lay.b_win is not None:
             return self._pack_win(lay.b_win, b_base, self.bp, jc, nc, self.t.nr, pc, kc)
         nr = t.nr
@@ -1588,7 +1693,9 @@ class _Emitter:
 
         def jr_body(jr: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
-            bp = g.gep(b_blk, self.st, jr) if self.direct_b is not None else g.gep(b_blk, self.ct, b.mul(jr, kc))
+            # a micro-panel of the packed block: kc rows apart, or all of K (prepacked)
+            pstride = kc if self.packed is None else _c(self.packed.k)
+            bp = g.gep(b_blk, self.st, jr) if self.direct_b is not None else g.gep(b_blk, self.ct, b.mul(jr, pstride))
 
             def ir_body(i: ir.Value) -> None:
                 mr = g.min(_c(t.mr), b.sub(mc, i))

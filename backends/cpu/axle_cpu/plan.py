@@ -29,7 +29,7 @@ from axle.lowering.schedule import schedule
 from . import transpose
 from .conv import ConvSpec
 from .emitter import KernelSpec
-from .gemm import GEMM_DTYPES, GemmSpec
+from .gemm import GEMM_DTYPES, GemmSpec, pack_b
 from .sort import host_sort
 
 
@@ -161,15 +161,24 @@ def _interp_host(comp: Computation) -> Callable[[list[np.ndarray], list[np.ndarr
     return run
 
 
-def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector_bits: int = 0) -> Plan:
+#: the most bytes of packed copies kept of a constant that a step also reads unpacked
+#: (_Lowering.drop_replaced): past it the weight is packed per call rather than held twice
+PREPACK_KEPT_BYTES = 16 << 20
+
+
+def build_plan(module: Module, *, blas: bool = False, arena: bool = True, vector_bits: int = 0,
+               prepack: bool = True) -> Plan:
     """The steps of ``module``'s shared kernel plan (:mod:`axle.lowering.plan`). ``blas``:
     float dots run as NumPy (BLAS) host steps (JIT only); ``arena``: temporaries live in
     one per-call arena at buffer assignment's offsets; ``vector_bits``: the SIMD width the
-    GEMM kernels are tiled for (0: the host's; AOT passes its target's). Loops and
-    conditionals are flattened into the steps with control steps (:class:`ControlStep`)."""
+    GEMM kernels are tiled for (0: the host's; AOT passes its target's); ``prepack``: a
+    GEMM's B that is a constant (a weight) is packed into the kernel's panels here, once,
+    instead of on every call (``_Lowering.prepacked``). Loops and conditionals are
+    flattened into the steps with control steps (:class:`ControlStep`)."""
     kp = kernel_plan(module, assign_buffers=arena)
-    low = _Lowering(kp, blas, arena, vector_bits)
+    low = _Lowering(kp, blas, arena, vector_bits, prepack)
     low.lower(kp, lambda s: s, nested=False)
+    low.drop_replaced(kp.results)
     return Plan(kp.n_params, kp.param_types, low.constants, low.steps, kp.results, kp.result_types, low.n_slots,
                 {s.name: s for s in low.kernels.values()}, low.temp_bytes, low.temp_offsets, low.regions)
 
@@ -182,8 +191,14 @@ class _Lowering:
     """Plan steps from kernel plans: the entry's, and (flattened into the same steps and
     slot space) the sub-plans of its loops and conditionals."""
 
-    def __init__(self, kp: KernelPlan, blas: bool, arena: bool, vector_bits: int) -> None:
-        self.blas, self.arena, self.vector_bits = blas, arena, vector_bits
+    def __init__(self, kp: KernelPlan, blas: bool, arena: bool, vector_bits: int, prepack: bool = True) -> None:
+        self.blas, self.arena, self.vector_bits, self.prepack = blas, arena, vector_bits, prepack
+        #: packed copies of constants (original slot, packing) -> their slot, and the
+        #: constants some kernel reads packed instead (dropped when nothing else reads them)
+        self.packed: dict[tuple, int] = {}
+        self.replaced: set[int] = set()
+        #: each step reading a prepacked B, with the step that packs it per call instead
+        self.packed_steps: list[tuple[KernelStep, KernelStep]] = []
         self.steps: list[Step] = []
         self.kernels: dict[tuple, KernelSpec] = {}
         self.constants: dict[int, np.ndarray] = dict(kp.constants)
@@ -215,8 +230,7 @@ class _Lowering:
         if contraction is not None and contraction.op is Op.CONVOLUTION:
             # a convolution (and its epilogue): the implicit GEMM (conv.py); the backend
             # claims only the convolutions it computes (conv_refusal)
-            spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits, ConvSpec)
-            return KernelStep(spec, ins, outs, types, label)
+            return self._gemm_step(launch.computation, label, ConvSpec, ins, outs, types)
         if contraction is not None:  # a dot, or a dot and its epilogue: the GEMM
             # the dot's own dtypes: an output fusion's node is the fusion, whose operands and
             # result (a convert epilogue's) are not the dot's
@@ -228,8 +242,7 @@ class _Lowering:
                 # operands (preferred_element_type): the loop nest's dot (one accumulation
                 # per output element), not the tiled GEMM
                 return KernelStep(_spec(self.kernels, launch.computation, "loop", label), ins, outs, types, label)
-            spec = _spec(self.kernels, launch.computation, "gemm", label, self.vector_bits)
-            return KernelStep(spec, ins, outs, types, label)
+            return self._gemm_step(launch.computation, label, GemmSpec, ins, outs, types)
         comp = launch.computation
         if launch.kind == "loop" and transpose.blocked(comp):  # a big x.T: cache-blocked tiles
             return KernelStep(_spec(self.kernels, comp, "transpose", label), ins, outs, types, label)
@@ -240,6 +253,73 @@ class _Lowering:
             # never store them; compute this rare shape on the host instead.
             return HostStep(_interp_host(comp), ins, outs, types, f"{label}(host)")
         return KernelStep(spec, ins, outs, types, label)
+
+    def _gemm_step(self, comp: Computation, label: str, cls: type[GemmSpec], ins: list[int], outs: list[int],
+                   types: list[TensorType]) -> KernelStep:
+        """The GEMM kernel of a dot or convolution (and its epilogue); with a constant B
+        that the kernel packs, the kernel reading it prepacked (``prepacked``)."""
+        spec = _spec(self.kernels, comp, "gemm", label, self.vector_bits, cls)
+        assert isinstance(spec, GemmSpec)
+        packed = self.prepacked(spec, ins) if self.prepack else None
+        if packed is None:
+            return KernelStep(spec, ins, outs, types, label)
+        packed_spec = _spec(self.kernels, comp, "gemm", label, self.vector_bits, cls, prepacked_b=True)
+        step = KernelStep(packed_spec, packed, outs, types, f"{label}(prepacked)")
+        self.packed_steps.append((step, KernelStep(spec, ins, outs, types, label)))
+        return step
+
+    def prepacked(self, spec: GemmSpec, ins: list[int]) -> list[int] | None:
+        """``ins`` with the kernel's B, when it is a constant that the kernel packs into
+        NR-wide panels (``GemmSpec.b_packing``: not a convolution's patches, nor a B read
+        in place), replaced by a constant holding those panels, packed here once (gemm.
+        pack_b): an ONNX model's initializers, a jitted function's closed-over weights.
+        The kernel then reads the same panels it would have packed, with the same K
+        blocks, so its results are the same bits. One packed copy per constant and
+        packing; the original is dropped when no other step reads it (``drop_replaced``)."""
+        p = spec.b_packing
+        if p is None:
+            return None
+        lay = spec.layout
+        pos = spec.dot.operands[1 - lay.a_operand].attr["index"]
+        src = ins[pos]
+        if src not in self.constants:
+            return None
+        key = (src, p, lay.b_b, lay.b_k, lay.b_n)
+        slot = self.packed.get(key)
+        if slot is None:
+            slot = self.packed[key] = self.n_slots
+            self.n_slots += 1
+            self.constants[slot] = pack_b(spec, self.constants[src])
+        self.replaced.add(src)
+        return [slot if k == pos else s for k, s in enumerate(ins)]
+
+    def drop_replaced(self, results: Sequence[int]) -> None:
+        """Forgets the constants that kernels read prepacked and no step or result reads
+        as they are: a model's weights are then held once, packed. A constant that another
+        step reads as it is (a tied embedding's gather) keeps its packed copies only while
+        they hold at most ``PREPACK_KEPT_BYTES``; past that its kernels pack it per call
+        again rather than hold it twice."""
+        read = {s for st in self.steps for s in st.ins + st.outs} | set(results)
+        kept = self.replaced & read
+        extra: dict[int, int] = {}
+        for (src, *_), slot in self.packed.items():
+            if src in kept:
+                extra[src] = extra.get(src, 0) + self.constants[slot].nbytes
+        undo = {src for src, n in extra.items() if n > PREPACK_KEPT_BYTES}
+        if undo:
+            for step, unpacked in self.packed_steps:
+                orig = unpacked.ins[[k for k, (a, b) in enumerate(zip(step.ins, unpacked.ins)) if a != b][0]]
+                if orig in undo:
+                    step.spec, step.ins, step.label = unpacked.spec, unpacked.ins, unpacked.label
+            for key, slot in list(self.packed.items()):
+                if key[0] in undo:
+                    del self.constants[slot]
+                    del self.packed[key]
+            used = {id(st.spec) for st in self.steps if isinstance(st, KernelStep)}
+            self.kernels = {k: v for k, v in self.kernels.items() if not (
+                isinstance(v, GemmSpec) and v.prepacked_b and id(v) not in used)}
+        for s in self.replaced - read:
+            del self.constants[s]
 
     def _in_place(self, ins: list[int], outs: list[int], kind: str) -> tuple[tuple[int, int], ...]:
         """(input position, output position) pairs of a loop kernel that share one buffer:
@@ -382,12 +462,12 @@ _CONTROL: dict[str, Callable[[_Lowering, KernelLaunch, list[int], list[int], lis
 
 def _spec(kernels: dict[tuple, KernelSpec], comp: Computation, kind: str, label: str,
           vector_bits: int = 0, gemm: type[GemmSpec] = GemmSpec,
-          in_place: tuple[tuple[int, int], ...] = ()) -> KernelSpec:
-    key = (comp.structural_key, kind, in_place)
+          in_place: tuple[tuple[int, int], ...] = (), prepacked_b: bool = False) -> KernelSpec:
+    key = (comp.structural_key, kind, in_place, prepacked_b)
     spec = kernels.get(key)
     if spec is None:
         name = f"k{len(kernels)}_{_ident(label)}"
-        spec = gemm(name, comp, kind, vector_bits=vector_bits) if kind == "gemm" else \
+        spec = gemm(name, comp, kind, vector_bits=vector_bits, prepacked_b=prepacked_b) if kind == "gemm" else \
             transpose.TransposeSpec(name, comp, kind) if kind == "transpose" else \
             KernelSpec(name, comp, kind, in_place)
         kernels[key] = spec

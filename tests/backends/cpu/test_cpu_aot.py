@@ -266,3 +266,34 @@ def test_aot_long_rows_on_avx2_and_the_host(cpu: str | None, tmp_path: pathlib.P
         want = evaluate(trace(rows, res.arg_types, "rows"), x)
         for g, w, what in zip(got, want, ("layer norm", "softmax")):
             assert_close(g, w, 2e-5, 1e-6, f"aot {what} {cols} ({cpu or 'host'})")
+
+
+@pytest.mark.parametrize("cpu", ["haswell", None], ids=["avx2", "host"])
+def test_aot_prepacked_constant_weights(cpu: str | None, tmp_path: pathlib.Path) -> None:
+    """Weights closed over by the function are constants: the object holds them packed in
+    the target's panels (AVX2's 16 wide, AVX-512's 64: gemm.pack_b) and its dot and
+    convolution read them so, giving the interpreter's results."""
+    import axle
+    import axle.numpy as anp
+    from axle_cpu.aot import compile_aot, trace
+    from axle_cpu.gemm import vector_bits_for
+    from axle_cpu.plan import build_plan
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((64, 150)).astype(np.float32)
+    k = rng.standard_normal((3, 3, 24, 40)).astype(np.float32)
+
+    def fn(x, img):  # noqa: ANN001, ANN202
+        y = axle.lax.conv_general_dilated(img, k, (1, 1), [(1, 1), (1, 1)], dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return anp.tanh(x @ w), y
+
+    types = ["f32[40,64]", "f32[1,9,10,24]"]
+    features = "" if cpu else None
+    res = compile_aot(fn, types, str(tmp_path), name="packed", cpu=cpu, features=features)
+    module = trace(fn, res.arg_types, "packed")
+    labels = [s.label for s in build_plan(module, arena=False, vector_bits=vector_bits_for(features)).steps]
+    assert sum(label.endswith("(prepacked)") for label in labels) >= 1, labels
+    inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in res.arg_types]
+    got = build_and_run(res, inputs, tmp_path)
+    for g, want, what in zip(got, evaluate(module, *inputs), ("dot", "conv")):
+        assert_close(g, want, 1e-4, 1e-4, f"aot prepacked {what} ({cpu or 'host'})")
