@@ -7,6 +7,8 @@ arrays only and constant literals are read iteratively, their nesting bounded by
 declared rank."""
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import json
 import math
@@ -264,6 +266,8 @@ def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
     counts, one per open brace, so nesting depth is bounded by the rank, not by Python's
     recursion limit."""
     shape, dt = tt.shape, tt.dtype
+    if t.peek().kind == "word" and t.peek().text == "bytes":
+        return _bytes_literal(t, tt)
     if not shape:
         return Literal(np.array(_scalar(t, dt), dtype=dt.np))
     if tt.size == 0:
@@ -294,6 +298,26 @@ def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
             t.expect("{", f" (constant of type {tt}: dimension {level + 1} opens with '{{')")
             counts.append(0)
     return Literal(np.array(values, dtype=dt.np).reshape(shape))
+
+
+def _bytes_literal(t: _Tokens, tt: TensorType) -> Literal:
+    """``bytes "<base64>"``: a constant's elements as little-endian bytes (how the printer
+    writes large constants), checked for length and, for pred, 0/1 elements."""
+    t.next()
+    tok = t.next()
+    if tok.kind != "str":
+        raise t.error(tok, f"expected the quoted base64 bytes of a {tt} constant, found {tok.describe()}")
+    try:
+        data = base64.b64decode(json.loads(tok.text), validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise t.error(tok, f"bad base64 bytes of a {tt} constant: {e}") from None
+    item = tt.dtype.itemsize
+    if len(data) != tt.size * item:
+        raise t.error(tok, f"a {tt} constant holds {tt.size * item} bytes, found {len(data)}")
+    unsigned = np.frombuffer(data, np.dtype(f"<u{item}")).astype(f"=u{item}")
+    if tt.dtype.is_bool and unsigned.size and unsigned.max() > 1:
+        raise t.error(tok, f"a {tt} constant's elements are 0 or 1, found {int(unsigned.max())}")
+    return Literal(unsigned.view(tt.dtype.np).reshape(tt.shape))
 
 
 # ------------------------------------------------------------------------ attributes

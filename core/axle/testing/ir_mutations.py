@@ -301,8 +301,22 @@ def corpus(models_path: str, seeds: Sequence[int] = (225, 202, 218, 47, 17, 206,
             texts.append(optimize_for(module, dev).as_text())
     texts.append(_multi_output_fusion_text())
     texts.append(_custom_call_text())
+    texts.append(_bytes_constant_text())
     texts.extend(example_texts(models_path))
     return texts
+
+
+def _bytes_constant_text() -> str:
+    """Constants large enough to print as base64 bytes (``constant(bytes "...")``), beside a
+    small one: mutants of the payload, its length and its type reach the bytes reader."""
+    from ..ir.printer import BYTES_MIN
+
+    b = Builder("weights")
+    x = b.parameter(f"f32[{BYTES_MIN + 1}]")
+    w = b.constant(np.linspace(-1, 1, BYTES_MIN + 1, dtype=np.float32))
+    mask = b.constant(np.arange(BYTES_MIN + 1) % 3 == 0)
+    half = b.constant(np.full(BYTES_MIN + 1, 0.5, np.float32))
+    return b.build(b.select(mask, b.mul(x, w), half)).as_text()
 
 
 def _custom_call_text() -> str:
