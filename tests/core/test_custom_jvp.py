@@ -331,3 +331,53 @@ def test_custom_vjp_errors() -> None:
         no_rule(X)
     # bwd giving None: a zero cotangent
     np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(make(lambda r, ct: (None,))(v)))(X)), 0.0)
+
+
+@axle.custom_vjp
+def _clip_gradient(x: Any) -> Any:
+    return x  # identity forward: its output is its argument, passed through
+
+
+_clip_gradient.defvjp(lambda x: (x, None), lambda res, ct: (anp.clip(ct, -1.0, 1.0),))
+
+
+@axle.custom_jvp
+def _straight_through(x: Any) -> Any:
+    return x
+
+
+_straight_through.defjvp(lambda p, t: (_straight_through(p[0]), 10.0 * t[0]))
+
+
+@pytest.mark.parametrize("construct", ["fori_loop", "scan", "cond"])
+def test_identity_forward_rule_honoured_in_loops_and_branches(construct: str) -> None:
+    """A custom function whose forward returns its argument unchanged (jax's clip_gradient)
+    keeps its rule inside a loop body or branch: the rule, not the identity's derivative.
+    (Its output had no node of its own to remember the call by: the rule was ignored.)"""
+    from axle import lax
+
+    def body(f: Any, c: Any) -> Any:
+        return f(c) * 3.0
+
+    def run(f: Any, x: Any) -> Any:
+        if construct == "fori_loop":
+            return lax.fori_loop(0, 2, lambda i, c: body(f, c), x)
+        if construct == "scan":
+            return lax.scan(lambda c, _: (body(f, c), None), x, None, length=2)[0]
+        return lax.cond(x > 0, lambda c: body(f, body(f, c)), lambda c: c, x)
+
+    # twice (3 * clip): the cotangent 3 is clipped to 1 at each call, as jax gives
+    assert float(axle.grad(lambda x: run(_clip_gradient, x))(1.0)) == 1.0
+    assert float(axle.jit(axle.grad(lambda x: run(_clip_gradient, x)))(1.0)) == 1.0
+    # twice (3 * rule's 10)
+    assert float(axle.grad(lambda x: run(_straight_through, x))(1.0)) == 900.0
+    np.testing.assert_allclose(np.asarray(run(_clip_gradient, anp.asarray(2.0))), 18.0)
+
+
+def test_python_number_argument_replayed_as_array() -> None:
+    """grad at a Python number: the function is replayed with a (weakly typed) array, as
+    it was traced, not a bare float (nn.relu reads x.dtype: a raw AttributeError before)."""
+    assert float(axle.grad(axle.nn.relu)(0.0)) == 0.0
+    assert float(axle.grad(axle.nn.relu)(2.0)) == 1.0
+    got = axle.grad(lambda x: _straight_through(1.0) * x)(anp.float32(2.0))
+    assert got.dtype == np.float32  # the number stays weakly typed

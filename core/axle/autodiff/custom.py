@@ -35,6 +35,7 @@ from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError, ShapeError, TracingError
 from ..frontend.array import Array
 from ..frontend.control_flow import CUSTOM_OUTPUTS, SubTrace
+from ..frontend.device_put import to_buffer
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
@@ -42,6 +43,7 @@ from ..ir import module as ir_module
 from ..ir.module import Node, make_node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from ..placement import resolve
 from .capture import CUSTOM_CALLS, CaptureTrace, CustomOutput
 from .control import VJP_FN
 from .control_batching import VMAP_FN
@@ -222,8 +224,10 @@ class _Call(CustomOutput):
         """The call's arguments with ``values`` as its dynamic leaves."""
         leaves = list(self.leaves)
         for i, v, weak in zip(self.dynamic, values, self.weak):
-            if weak and isinstance(v, np.ndarray) and v.ndim == 0:
-                v = v.item()  # a Python number stays weakly typed
+            if weak and (isinstance(v, (bool, int, float)) or isinstance(v, np.ndarray) and v.ndim == 0):
+                # a Python number's value, replayed eagerly: a weakly typed array (the
+                # function was traced with an array for it, and may read .dtype or .shape)
+                v = Array(to_buffer(v, resolve(None)), weak=True)
             leaves[i] = v
         return unflatten(self.in_tree, leaves)
 
@@ -425,10 +429,17 @@ def _record_in_sub(fn: Any, trace: SubTrace, args: tuple[Any, ...]) -> Any:
     if _free_values(out_nodes, set(nodes), first):
         return out
     call = _Call(fn, in_tree, leaves, dynamic, out_tree, [o.tensor_type for o in out_nodes], where)
-    for k, o in enumerate(out_nodes):
-        if o.uid > first and o not in nodes:  # a node of its own (not an argument passed through)
-            CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
-    return out
+    outs = []
+    for k, (o, leaf) in enumerate(zip(out_nodes, out_leaves)):
+        if o.uid <= first or o in nodes or o in CUSTOM_OUTPUTS:
+            # not a node of its own (an argument passed through, as clip_gradient's identity
+            # forward, a value made before the call, another call's output): the hook goes
+            # on a same-dtype convert of it (simplify removes it when compiling)
+            o = make_node(Op.CONVERT, (o,), {"dtype": o.tensor_type.dtype}, loc=where)
+            leaf = Tracer(trace, o, weak=is_weak(leaf))
+        CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
+        outs.append(leaf)
+    return unflatten(out_tree, outs)
 
 
 # ------------------------------------------------------------------ the rule tables' entries
