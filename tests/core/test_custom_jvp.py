@@ -381,3 +381,21 @@ def test_python_number_argument_replayed_as_array() -> None:
     assert float(axle.grad(axle.nn.relu)(2.0)) == 1.0
     got = axle.grad(lambda x: _straight_through(1.0) * x)(anp.float32(2.0))
     assert got.dtype == np.float32  # the number stays weakly typed
+
+
+def test_loop_body_call_closing_over_an_enclosing_value_stays_primitives() -> None:
+    """A call in a loop body that closes over a value of an enclosing trace (read for the
+    first time by the call, so the body captures it then) stays its primitives, as
+    docs/autodiff.md says; it raised a TracingError claiming a value escaped its jit."""
+    from axle import lax
+
+    def h(x: Any, y: Any) -> Any:
+        @axle.custom_jvp
+        def f(c: Any) -> Any:
+            return c * y
+
+        f.defjvp(lambda p, t: (f(p[0]), t[0] * 10.0))
+        return lax.fori_loop(0, 1, lambda i, c: f(c), x)
+
+    assert float(axle.grad(h)(1.0, 2.0)) == 2.0
+    assert float(axle.jit(axle.grad(h, argnums=1))(1.0, 2.0)) == 1.0

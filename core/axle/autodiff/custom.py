@@ -370,8 +370,10 @@ def _free_values(outs: Sequence[Node], args: set[Node], first: int) -> list[Node
         if v in seen or v in args:
             continue
         seen.add(v)
-        if v.uid > first:  # made by the function
+        if v.uid > first and v.op is not Op.PARAMETER:  # made by the function
             stack.extend(v.operands)
+        # (a parameter made during the call stands for a value of an enclosing trace that
+        # the function read: a sub-trace captures it on first use)
         elif v.op is not Op.CONSTANT:
             free.append(v)
     return free
