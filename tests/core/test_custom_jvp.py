@@ -399,3 +399,37 @@ def test_loop_body_call_closing_over_an_enclosing_value_stays_primitives() -> No
 
     assert float(axle.grad(h)(1.0, 2.0)) == 2.0
     assert float(axle.jit(axle.grad(h, argnums=1))(1.0, 2.0)) == 1.0
+
+
+def test_custom_vjp_bwd_gets_every_output_cotangent_at_once() -> None:
+    """A custom_vjp with two outputs: bwd runs once with both cotangents, as jax calls it,
+    also under jit, vmap and in a loop. bwd here is not linear in them (it clips their
+    sum): one call per output summed clip(0.8) + clip(0.8) = 1.6 where jax gives 1.0."""
+    from axle import lax
+
+    calls = []
+
+    @axle.custom_vjp
+    def two(x: Any) -> Any:
+        return x, x * 1.0
+
+    def bwd(res: Any, ct: Any) -> Any:
+        calls.append(1)
+        return (anp.clip(ct[0] + ct[1], -1.0, 1.0),)
+
+    two.defvjp(lambda x: ((x, x * 1.0), None), bwd)
+
+    def g(x: Any) -> Any:
+        a, b = two(x)
+        return a * 0.8 + b * 0.8
+
+    assert float(axle.grad(g)(1.0)) == 1.0
+    assert len(calls) == 1
+    assert float(axle.jit(axle.grad(g))(1.0)) == 1.0
+    np.testing.assert_array_equal(np.asarray(axle.vmap(axle.grad(g))(anp.ones(2))), [1.0, 1.0])
+    np.testing.assert_array_equal(np.asarray(axle.grad(lambda x: anp.sum(axle.vmap(g)(x)))(anp.ones(2))), [1.0, 1.0])
+    assert float(axle.grad(lambda x: lax.fori_loop(0, 1, lambda i, c: g(c), x))(1.0)) == 1.0
+    # two calls are two bwds (each sees its own output's cotangent only), as in jax
+    assert float(axle.grad(lambda x: two(x)[0] * 0.8 + two(x)[1] * 0.8)(1.0)) == pytest.approx(1.6)
+    # only the second output read: the first's cotangent is zero
+    assert float(axle.grad(lambda x: two(x)[1] * 3.0)(1.0)) == 1.0

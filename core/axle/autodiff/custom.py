@@ -219,6 +219,7 @@ class _Call(CustomOutput):
         self.out_types = list(out_types)
         self.where = where
         self._memo: tuple[Any, list[Any], list[Any]] | None = None
+        self._batched: tuple[Any, tuple[Any, int], list[Any], Any] | None = None  # batch_rule's
 
     def args(self, values: Sequence[Any]) -> tuple[Any, ...]:
         """The call's arguments with ``values`` as its dynamic leaves."""
@@ -477,6 +478,27 @@ def jvp_rule(n: Node, xs: Sequence[Any], ts: Sequence[Any], out: Any) -> Any:
     return call.rule(xs, full)[1][_index(n)]
 
 
+def vjp_call_outputs(n: Node) -> _Call | None:
+    """The recorded custom_vjp call whose output marker ``n`` is, else None (reverse mode
+    gives such a call all its outputs' cotangents at once: :func:`vjp_call_rule`)."""
+    if n.op is not Op.CUSTOM_CALL:
+        return None
+    call = CUSTOM_CALLS.get(n)
+    return call if isinstance(call, _Call) and call.fn.kind == "custom_vjp" else None
+
+
+def vjp_call_rule(markers: Sequence[Node], xs: Sequence[Any], cts: dict[int, Any]) -> list[Any]:
+    """A custom_vjp call's cotangents of its operands ``xs``: ``bwd`` called once, with
+    the cotangent of every output leaf (``cts``: by marker uid; zeros where absent)."""
+    n = markers[0]
+    call = _call(n)
+    by_index = {_index(m): cts[m.uid] for m in markers if m.uid in cts}
+    _, residuals = call.forward(xs)
+    full = [by_index[j] if j in by_index else anp.zeros(t.shape, t.dtype.np) for j, t in enumerate(call.out_types)]
+    grads = call.backward(residuals, full, [o.tensor_type for o in n.operands])
+    return [g if o.tensor_type.dtype.is_float else None for g, o in zip(grads, n.operands)]
+
+
 def vjp_rule(n: Node, xs: Sequence[Any], out: Any, ct: Any) -> list[Any]:
     """Reverse mode: the cotangent pulled back through the rule's tangent output, a linear
     function of the tangents of the float operands."""
@@ -514,8 +536,16 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
         with _inline():  # the forward only: its derivatives are the batched rule's
             return vmap(lambda *v: tuple(call.outputs(v)), in_axes=axes, axis_size=size)(*values)
 
+    # one batched call for all the call's outputs (a custom_vjp's bwd then gets all their
+    # cotangents at once, as it would unbatched), as outputs() is one call for all
+    memo, trace = call._batched, current_trace()
+    if (memo is not None and memo[0] is trace and memo[1] == (axes, size) and len(memo[2]) == len(xs)
+            and all(a is b for a, b in zip(memo[2], xs))):
+        return memo[3][_index(n)]
     if call.fn.kind == "custom_vjp":
-        return _batch_vjp(call, fun, axes, xs, size)[_index(n)]
+        outs = _batch_vjp(call, fun, axes, xs, size)
+        call._batched = (trace, (axes, size), list(xs), outs)
+        return outs[_index(n)]
     batched = custom_jvp(fun)
     batched.name = call.fn.name
 
@@ -526,7 +556,9 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
             return tuple(outs), tuple(touts)
         return vmap(one, in_axes=(axes, axes), axis_size=size)(tuple(primals), tuple(tangents))
 
-    return batched(*xs)[_index(n)]
+    outs = batched(*xs)
+    call._batched = (trace, (axes, size), list(xs), outs)
+    return outs[_index(n)]
 
 
 def _batch_vjp(call: _Call, fun: Callable[..., Any], axes: tuple[int | None, ...], xs: Sequence[Any],
