@@ -433,3 +433,19 @@ def test_custom_vjp_bwd_gets_every_output_cotangent_at_once() -> None:
     assert float(axle.grad(lambda x: two(x)[0] * 0.8 + two(x)[1] * 0.8)(1.0)) == pytest.approx(1.6)
     # only the second output read: the first's cotangent is zero
     assert float(axle.grad(lambda x: two(x)[1] * 3.0)(1.0)) == 1.0
+
+
+def test_constant_output_rule_honoured_in_loops() -> None:
+    """A function whose output is a constant keeps its (nonzero) rule in a loop body: the
+    body's replay reads a constant node as it is, so the call is remembered on a node of
+    its own (the rule was skipped: 0 where the rule says 5)."""
+    from axle import lax
+
+    @axle.custom_jvp
+    def one(x: Any) -> Any:
+        return anp.asarray(1.0)
+
+    one.defjvp(lambda p, t: (one(p[0]), 5.0 * t[0]))
+    assert float(axle.grad(one)(2.0)) == 5.0
+    assert float(axle.grad(lambda x: lax.fori_loop(0, 1, lambda i, v: one(v), x))(2.0)) == 5.0
+    assert float(lax.fori_loop(0, 1, lambda i, v: one(v), 2.0)) == 1.0

@@ -434,10 +434,11 @@ def _record_in_sub(fn: Any, trace: SubTrace, args: tuple[Any, ...]) -> Any:
     call = _Call(fn, in_tree, leaves, dynamic, out_tree, [o.tensor_type for o in out_nodes], where)
     outs = []
     for k, (o, leaf) in enumerate(zip(out_nodes, out_leaves)):
-        if o.uid <= first or o in nodes or o in CUSTOM_OUTPUTS:
+        if o.uid <= first or o in nodes or o in CUSTOM_OUTPUTS or o.op is Op.CONSTANT:
             # not a node of its own (an argument passed through, as clip_gradient's identity
-            # forward, a value made before the call, another call's output): the hook goes
-            # on a same-dtype convert of it (simplify removes it when compiling)
+            # forward, a value made before the call, a constant, which the replay reads as it
+            # is, another call's output): the hook goes on a same-dtype convert of it
+            # (simplify removes it when compiling)
             o = make_node(Op.CONVERT, (o,), {"dtype": o.tensor_type.dtype}, loc=where)
             leaf = Tracer(trace, o, weak=is_weak(leaf))
         CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
