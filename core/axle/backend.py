@@ -253,6 +253,13 @@ class Buffer:
         d = self.__dict__
         d["device"], d["type"], d["handle"] = device, type, handle
 
+    def __getstate__(self) -> dict[str, Any]:
+        # (pickle, copy, deepcopy) without the hot id: ids are this process's, and a
+        # copy carried to another process would name another device and type there
+        state = dict(self.__dict__)
+        state.pop("hot_id", None)
+        return state
+
     @property
     def nbytes(self) -> int:
         return self.type.nbytes

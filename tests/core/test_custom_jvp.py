@@ -331,3 +331,121 @@ def test_custom_vjp_errors() -> None:
         no_rule(X)
     # bwd giving None: a zero cotangent
     np.testing.assert_allclose(np.asarray(axle.grad(lambda v: anp.sum(make(lambda r, ct: (None,))(v)))(X)), 0.0)
+
+
+@axle.custom_vjp
+def _clip_gradient(x: Any) -> Any:
+    return x  # identity forward: its output is its argument, passed through
+
+
+_clip_gradient.defvjp(lambda x: (x, None), lambda res, ct: (anp.clip(ct, -1.0, 1.0),))
+
+
+@axle.custom_jvp
+def _straight_through(x: Any) -> Any:
+    return x
+
+
+_straight_through.defjvp(lambda p, t: (_straight_through(p[0]), 10.0 * t[0]))
+
+
+@pytest.mark.parametrize("construct", ["fori_loop", "scan", "cond"])
+def test_identity_forward_rule_honoured_in_loops_and_branches(construct: str) -> None:
+    """A custom function whose forward returns its argument unchanged (jax's clip_gradient)
+    keeps its rule inside a loop body or branch: the rule, not the identity's derivative.
+    (Its output had no node of its own to remember the call by: the rule was ignored.)"""
+    from axle import lax
+
+    def body(f: Any, c: Any) -> Any:
+        return f(c) * 3.0
+
+    def run(f: Any, x: Any) -> Any:
+        if construct == "fori_loop":
+            return lax.fori_loop(0, 2, lambda i, c: body(f, c), x)
+        if construct == "scan":
+            return lax.scan(lambda c, _: (body(f, c), None), x, None, length=2)[0]
+        return lax.cond(x > 0, lambda c: body(f, body(f, c)), lambda c: c, x)
+
+    # twice (3 * clip): the cotangent 3 is clipped to 1 at each call, as jax gives
+    assert float(axle.grad(lambda x: run(_clip_gradient, x))(1.0)) == 1.0
+    assert float(axle.jit(axle.grad(lambda x: run(_clip_gradient, x)))(1.0)) == 1.0
+    # twice (3 * rule's 10)
+    assert float(axle.grad(lambda x: run(_straight_through, x))(1.0)) == 900.0
+    np.testing.assert_allclose(np.asarray(run(_clip_gradient, anp.asarray(2.0))), 18.0)
+
+
+def test_python_number_argument_replayed_as_array() -> None:
+    """grad at a Python number: the function is replayed with a (weakly typed) array, as
+    it was traced, not a bare float (nn.relu reads x.dtype: a raw AttributeError before)."""
+    assert float(axle.grad(axle.nn.relu)(0.0)) == 0.0
+    assert float(axle.grad(axle.nn.relu)(2.0)) == 1.0
+    got = axle.grad(lambda x: _straight_through(1.0) * x)(anp.float32(2.0))
+    assert got.dtype == np.float32  # the number stays weakly typed
+
+
+def test_loop_body_call_closing_over_an_enclosing_value_stays_primitives() -> None:
+    """A call in a loop body that closes over a value of an enclosing trace (read for the
+    first time by the call, so the body captures it then) stays its primitives, as
+    docs/autodiff.md says; it raised a TracingError claiming a value escaped its jit."""
+    from axle import lax
+
+    def h(x: Any, y: Any) -> Any:
+        @axle.custom_jvp
+        def f(c: Any) -> Any:
+            return c * y
+
+        f.defjvp(lambda p, t: (f(p[0]), t[0] * 10.0))
+        return lax.fori_loop(0, 1, lambda i, c: f(c), x)
+
+    assert float(axle.grad(h)(1.0, 2.0)) == 2.0
+    assert float(axle.jit(axle.grad(h, argnums=1))(1.0, 2.0)) == 1.0
+
+
+def test_custom_vjp_bwd_gets_every_output_cotangent_at_once() -> None:
+    """A custom_vjp with two outputs: bwd runs once with both cotangents, as jax calls it,
+    also under jit, vmap and in a loop. bwd here is not linear in them (it clips their
+    sum): one call per output summed clip(0.8) + clip(0.8) = 1.6 where jax gives 1.0."""
+    from axle import lax
+
+    calls = []
+
+    @axle.custom_vjp
+    def two(x: Any) -> Any:
+        return x, x * 1.0
+
+    def bwd(res: Any, ct: Any) -> Any:
+        calls.append(1)
+        return (anp.clip(ct[0] + ct[1], -1.0, 1.0),)
+
+    two.defvjp(lambda x: ((x, x * 1.0), None), bwd)
+
+    def g(x: Any) -> Any:
+        a, b = two(x)
+        return a * 0.8 + b * 0.8
+
+    assert float(axle.grad(g)(1.0)) == 1.0
+    assert len(calls) == 1
+    assert float(axle.jit(axle.grad(g))(1.0)) == 1.0
+    np.testing.assert_array_equal(np.asarray(axle.vmap(axle.grad(g))(anp.ones(2))), [1.0, 1.0])
+    np.testing.assert_array_equal(np.asarray(axle.grad(lambda x: anp.sum(axle.vmap(g)(x)))(anp.ones(2))), [1.0, 1.0])
+    assert float(axle.grad(lambda x: lax.fori_loop(0, 1, lambda i, c: g(c), x))(1.0)) == 1.0
+    # two calls are two bwds (each sees its own output's cotangent only), as in jax
+    assert float(axle.grad(lambda x: two(x)[0] * 0.8 + two(x)[1] * 0.8)(1.0)) == pytest.approx(1.6)
+    # only the second output read: the first's cotangent is zero
+    assert float(axle.grad(lambda x: two(x)[1] * 3.0)(1.0)) == 1.0
+
+
+def test_constant_output_rule_honoured_in_loops() -> None:
+    """A function whose output is a constant keeps its (nonzero) rule in a loop body: the
+    body's replay reads a constant node as it is, so the call is remembered on a node of
+    its own (the rule was skipped: 0 where the rule says 5)."""
+    from axle import lax
+
+    @axle.custom_jvp
+    def one(x: Any) -> Any:
+        return anp.asarray(1.0)
+
+    one.defjvp(lambda p, t: (one(p[0]), 5.0 * t[0]))
+    assert float(axle.grad(one)(2.0)) == 5.0
+    assert float(axle.grad(lambda x: lax.fori_loop(0, 1, lambda i, v: one(v), x))(2.0)) == 5.0
+    assert float(lax.fori_loop(0, 1, lambda i, v: one(v), 2.0)) == 1.0

@@ -213,3 +213,30 @@ def test_hot_ids_name_one_device_and_type_and_are_never_reused(monkeypatch: pyte
                 assert buf.hot_id != 0
                 assert seen.setdefault(buf.hot_id, (buf.device, buf.type)) == (buf.device, buf.type)
     assert len(eager._hot_ids) <= 2
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_copied_arrays_carry_no_hot_id_and_their_own_address(how: str) -> None:
+    """A copy of an array (deepcopy, or pickle, as to another process) has its own memory
+    and no hot id: ids are this process's (in another, the same id names another device
+    and type, and the hot path would launch that type's executable on it), and a cpu
+    buffer's remembered address is the copy's (a deepcopy read the original's memory,
+    freed with it: 2 + 2 gave 14 once that memory was reused)."""
+    import copy
+    import gc
+    import pickle
+
+    _fresh()
+    a = anp.ones(1 << 16, dtype=anp.float32)
+    b = a + a
+    b = b * 1.0  # through the hot path: stamped
+    assert b._buffer.hot_id != 0
+    c = copy.deepcopy(b) if how == "deepcopy" else pickle.loads(pickle.dumps(b))
+    assert "hot_id" not in c._buffer.__dict__
+    if hasattr(c._buffer, "addr"):
+        assert c._buffer.addr == c._buffer.handle.ctypes.data
+    del a, b
+    gc.collect()
+    junk = [anp.full(1 << 16, 7.0, dtype=anp.float32) + 1 for _ in range(8)]
+    np.testing.assert_array_equal(np.asarray(c + c), np.full(1 << 16, 4.0, np.float32))
+    del junk

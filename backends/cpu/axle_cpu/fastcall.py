@@ -62,6 +62,14 @@ class CpuBuffer(Buffer):
 
     addr: int = 0
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # a copy (pickle, copy, deepcopy) has its own memory: its address, not the original's
+        # (a deepcopy read the original's, freed with it)
+        state = dict(state)
+        handle = state.get("handle")
+        state["addr"] = address(handle) if isinstance(handle, np.ndarray) else 0
+        self.__dict__.update(state)
+
 
 def _refcounts(objs: list[object]) -> list[int]:
     """Each object's reference count, counted the one way both the recording and the check

@@ -32,6 +32,7 @@ from ..ir.dtypes import is_float_numpy
 from ..ir.module import Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
+from . import custom
 from .capture import replay, trace_graph
 from .control import CONTROL_VJP, VJP_FN
 from .forward import Forward
@@ -76,6 +77,14 @@ class _Linearized:
             if any(o.uid in active for o in n.operands):
                 active.add(n.uid)
         self.active = active
+        # A custom_vjp call's outputs (one marker each): its bwd runs once, with every
+        # output's cotangent, where the backward walk reaches the last of them (every
+        # reader of any of them is behind it by then): marker uid -> the call's markers
+        self.vjp_calls: dict[int, list[Node]] = {}
+        for n in self.order:
+            if (group := custom.vjp_call_outputs(n)) is not None:
+                self.vjp_calls.setdefault(id(group), []).append(n)
+        self.vjp_calls = {n.uid: ms for ms in self.vjp_calls.values() for n in ms}
 
     def _value(self, n: Node) -> Any:
         v = self.env[n.uid]
@@ -93,6 +102,9 @@ class _Linearized:
         for n in reversed(self.order):
             if n.traits.control and n.uid in self.active:
                 self._control_backward(n, acc, parts)
+                continue
+            if self.vjp_calls and n.uid in self.vjp_calls:
+                self._custom_vjp_backward(n, acc)
                 continue
             ct = acc.get(n.uid)
             if ct is None or n.op in (Op.PARAMETER, Op.CONSTANT):
@@ -119,6 +131,21 @@ class _Linearized:
             grads.append(unflatten(self.arg_trees[i], leaves))
         return grads
 
+
+    def _custom_vjp_backward(self, n: Node, acc: dict[int, Any]) -> None:
+        """A custom_vjp call's bwd, once, with all its outputs' cotangents: at the marker the
+        walk reaches last (the first in order), none before (bwd need not be linear in
+        them, as clip_gradient's is not: one call per output would clip each part)."""
+        markers = self.vjp_calls[n.uid]
+        if n is not markers[0]:
+            return
+        cts = {m.uid: acc[m.uid] for m in markers if acc.get(m.uid) is not None}
+        if not cts:
+            return
+        outs = custom.vjp_call_rule(markers, [self.env[o.uid] for o in n.operands], cts)
+        for o, g in zip(n.operands, outs):
+            if g is not None and o.uid in self.active:
+                _accumulate(acc, o, g)
 
     def _control_backward(self, n: Node, acc: dict[int, Any], parts: dict[int, list[Any]]) -> None:
         """A loop's or conditional's rule, given its results' cotangents (from the

@@ -35,6 +35,7 @@ from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError, ShapeError, TracingError
 from ..frontend.array import Array
 from ..frontend.control_flow import CUSTOM_OUTPUTS, SubTrace
+from ..frontend.device_put import to_buffer
 from ..frontend.pytree import TreeDef, flatten, unflatten
 from ..frontend.source import user_location
 from ..frontend.tracing import Tracer, aval_of, current_trace, is_weak
@@ -42,6 +43,7 @@ from ..ir import module as ir_module
 from ..ir.module import Node, make_node
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from ..placement import resolve
 from .capture import CUSTOM_CALLS, CaptureTrace, CustomOutput
 from .control import VJP_FN
 from .control_batching import VMAP_FN
@@ -217,13 +219,16 @@ class _Call(CustomOutput):
         self.out_types = list(out_types)
         self.where = where
         self._memo: tuple[Any, list[Any], list[Any]] | None = None
+        self._batched: tuple[Any, tuple[Any, int], list[Any], Any] | None = None  # batch_rule's
 
     def args(self, values: Sequence[Any]) -> tuple[Any, ...]:
         """The call's arguments with ``values`` as its dynamic leaves."""
         leaves = list(self.leaves)
         for i, v, weak in zip(self.dynamic, values, self.weak):
-            if weak and isinstance(v, np.ndarray) and v.ndim == 0:
-                v = v.item()  # a Python number stays weakly typed
+            if weak and (isinstance(v, (bool, int, float)) or isinstance(v, np.ndarray) and v.ndim == 0):
+                # a Python number's value, replayed eagerly: a weakly typed array (the
+                # function was traced with an array for it, and may read .dtype or .shape)
+                v = Array(to_buffer(v, resolve(None)), weak=True)
             leaves[i] = v
         return unflatten(self.in_tree, leaves)
 
@@ -366,8 +371,10 @@ def _free_values(outs: Sequence[Node], args: set[Node], first: int) -> list[Node
         if v in seen or v in args:
             continue
         seen.add(v)
-        if v.uid > first:  # made by the function
+        if v.uid > first and v.op is not Op.PARAMETER:  # made by the function
             stack.extend(v.operands)
+        # (a parameter made during the call stands for a value of an enclosing trace that
+        # the function read: a sub-trace captures it on first use)
         elif v.op is not Op.CONSTANT:
             free.append(v)
     return free
@@ -425,10 +432,18 @@ def _record_in_sub(fn: Any, trace: SubTrace, args: tuple[Any, ...]) -> Any:
     if _free_values(out_nodes, set(nodes), first):
         return out
     call = _Call(fn, in_tree, leaves, dynamic, out_tree, [o.tensor_type for o in out_nodes], where)
-    for k, o in enumerate(out_nodes):
-        if o.uid > first and o not in nodes:  # a node of its own (not an argument passed through)
-            CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
-    return out
+    outs = []
+    for k, (o, leaf) in enumerate(zip(out_nodes, out_leaves)):
+        if o.uid <= first or o in nodes or o in CUSTOM_OUTPUTS or o.op is Op.CONSTANT:
+            # not a node of its own (an argument passed through, as clip_gradient's identity
+            # forward, a value made before the call, a constant, which the replay reads as it
+            # is, another call's output): the hook goes on a same-dtype convert of it
+            # (simplify removes it when compiling)
+            o = make_node(Op.CONVERT, (o,), {"dtype": o.tensor_type.dtype}, loc=where)
+            leaf = Tracer(trace, o, weak=is_weak(leaf))
+        CUSTOM_OUTPUTS[o] = _InSub(call, nodes, k)
+        outs.append(leaf)
+    return unflatten(out_tree, outs)
 
 
 # ------------------------------------------------------------------ the rule tables' entries
@@ -462,6 +477,27 @@ def jvp_rule(n: Node, xs: Sequence[Any], ts: Sequence[Any], out: Any) -> Any:
                            where=call.where)
     full = [t if t is not None else _zeros(x, o, w) for x, t, o, w in zip(xs, ts, n.operands, call.weak)]
     return call.rule(xs, full)[1][_index(n)]
+
+
+def vjp_call_outputs(n: Node) -> _Call | None:
+    """The recorded custom_vjp call whose output marker ``n`` is, else None (reverse mode
+    gives such a call all its outputs' cotangents at once: :func:`vjp_call_rule`)."""
+    if n.op is not Op.CUSTOM_CALL:
+        return None
+    call = CUSTOM_CALLS.get(n)
+    return call if isinstance(call, _Call) and call.fn.kind == "custom_vjp" else None
+
+
+def vjp_call_rule(markers: Sequence[Node], xs: Sequence[Any], cts: dict[int, Any]) -> list[Any]:
+    """A custom_vjp call's cotangents of its operands ``xs``: ``bwd`` called once, with
+    the cotangent of every output leaf (``cts``: by marker uid; zeros where absent)."""
+    n = markers[0]
+    call = _call(n)
+    by_index = {_index(m): cts[m.uid] for m in markers if m.uid in cts}
+    _, residuals = call.forward(xs)
+    full = [by_index[j] if j in by_index else anp.zeros(t.shape, t.dtype.np) for j, t in enumerate(call.out_types)]
+    grads = call.backward(residuals, full, [o.tensor_type for o in n.operands])
+    return [g if o.tensor_type.dtype.is_float else None for g, o in zip(grads, n.operands)]
 
 
 def vjp_rule(n: Node, xs: Sequence[Any], out: Any, ct: Any) -> list[Any]:
@@ -501,8 +537,16 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
         with _inline():  # the forward only: its derivatives are the batched rule's
             return vmap(lambda *v: tuple(call.outputs(v)), in_axes=axes, axis_size=size)(*values)
 
+    # one batched call for all the call's outputs (a custom_vjp's bwd then gets all their
+    # cotangents at once, as it would unbatched), as outputs() is one call for all
+    memo, trace = call._batched, current_trace()
+    if (memo is not None and memo[0] is trace and memo[1] == (axes, size) and len(memo[2]) == len(xs)
+            and all(a is b for a, b in zip(memo[2], xs))):
+        return memo[3][_index(n)]
     if call.fn.kind == "custom_vjp":
-        return _batch_vjp(call, fun, axes, xs, size)[_index(n)]
+        outs = _batch_vjp(call, fun, axes, xs, size)
+        call._batched = (trace, (axes, size), list(xs), outs)
+        return outs[_index(n)]
     batched = custom_jvp(fun)
     batched.name = call.fn.name
 
@@ -513,7 +557,9 @@ def batch_rule(n: Node, xs: Sequence[Any], flags: Sequence[bool], size: int) -> 
             return tuple(outs), tuple(touts)
         return vmap(one, in_axes=(axes, axes), axis_size=size)(tuple(primals), tuple(tangents))
 
-    return batched(*xs)[_index(n)]
+    outs = batched(*xs)
+    call._batched = (trace, (axes, size), list(xs), outs)
+    return outs[_index(n)]
 
 
 def _batch_vjp(call: _Call, fun: Callable[..., Any], axes: tuple[int | None, ...], xs: Sequence[Any],
