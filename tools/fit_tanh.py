@@ -86,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: no '# BEGIN fit_tanh.py' ... '# END fit_tanh.py' block", file=sys.stderr)
         return 2
     if args.check:
-        # to rounding (the least-squares solve may differ in its last bits between BLAS builds)
+        # to about a float32 ulp, the precision the kernels read the coefficients in: the
+        # reweighted least squares amplifies the BLAS build's rounding (OpenBLAS's kernels for
+        # Zen and for Sapphire Rapids give fits 5e-8 apart)
         stored = {k: np.array(v, dtype=float) for k, v in re.findall(r"(\w+)=\(([^)]*)\)", m.group(2))
                   for v in [[float(c) for c in v.split(",")]]}
-        if set(stored) != {"p", "q"} or not all(np.allclose(stored[k], c, rtol=1e-9, atol=0)
+        if set(stored) != {"p", "q"} or not all(np.allclose(stored[k], c, rtol=2.5e-7, atol=0)
                                                 for k, c in (("p", p), ("q", q))):
             print(f"{path}: TANH_F32 is not what tools/fit_tanh.py fits; run it with --write", file=sys.stderr)
             return 1

@@ -31,7 +31,12 @@ def test_check_fails_on_a_changed_coefficient_and_write_restores_it(tmp_path: Pa
     assert bad.returncode == 1 and "run it with --write" in bad.stderr
     assert _tool("--write", "--numerics", str(copy)).returncode == 0
     assert _tool("--check", "--numerics", str(copy)).returncode == 0
-    assert copy.read_text() == Path(numerics.__file__).read_text()
+    # this host's fit, equal to the stored one to the check's tolerance (the last digits
+    # follow the BLAS build), the rest of the file untouched
+    written, stored = copy.read_text(), Path(numerics.__file__).read_text()
+    assert "0.1339," not in written
+    assert written.split("# BEGIN fit_tanh.py")[0] == stored.split("# BEGIN fit_tanh.py")[0]
+    assert written.split("# END fit_tanh.py")[1] == stored.split("# END fit_tanh.py")[1]
 
 
 def test_tanh_fit_is_accurate_in_float32() -> None:

@@ -371,28 +371,34 @@ def _body(fn: ir.Function, f: _Format, lanes: int, is_cos: bool) -> None:
 
 def _function(mod: ir.Module, f: _Format, is_cos: bool) -> ir.Function:
     """The module's scalar sin/cos function for the format, defined on first use with its
-    vector variant for the host's SIMD width. The scalar one is never inlined and carries
-    the vector-function ABI attribute naming the variant, so the loop vectorizer turns a
-    loop calling it into calls of the variant (and the scalar one serves the remainder):
-    the rare Payne-Hanek path then costs only the vectors that need it."""
+    vector variants for the host's SIMD width (and, on AVX-512, for 256 bits too: LLVM's
+    tuning for Intel's cores prefers 256-bit loops, which found no variant and stayed
+    scalar). The scalar one is never inlined and carries the vector-function ABI attribute
+    naming the variants, so the loop vectorizer turns a loop calling it into calls of the
+    variant of its width (and the scalar one serves the remainder): the rare Payne-Hanek
+    path then costs only the vectors that need it."""
     from .target import host
 
     name = f"axle_{'cos' if is_cos else 'sin'}_{suffix(f.t)}"
     if name in mod.globals:
         return mod.globals[name]
-    lanes = max(host().vector_bits // (32 if f.t == F32 else 64), 2)
-    vname = f"{name}_v{lanes}"
-    vt = ir.VectorType(f.t, lanes)
-    vec = ir.Function(mod, ir.FunctionType(vt, [vt]), name=vname)
+    bits = 32 if f.t == F32 else 64
+    widths = (512, 256) if host().vector_bits == 512 else (host().vector_bits,)
+    variants = []
+    for lanes in dict.fromkeys(max(w // bits, 2) for w in widths):
+        vt = ir.VectorType(f.t, lanes)
+        variants.append((lanes, ir.Function(mod, ir.FunctionType(vt, [vt]), name=f"{name}_v{lanes}")))
     scalar = ir.Function(mod, ir.FunctionType(f.t, [f.t]), name=name)
-    for fn, n in ((vec, lanes), (scalar, 0)):
+    for fn, n in (*((vec, lanes) for lanes, vec in variants), (scalar, 0)):
         fn.linkage = "internal"
         for attr in ("noinline", "nounwind", "readnone"):
             fn.attributes.add(attr)
         _body(fn, f, n, is_cos)
     # (llvmlite only knows LLVM's keyword attributes; this is a string attribute)
-    set.add(scalar.attributes, f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}v_{name}({vname})"')
-    _keep(mod, vec)
+    abi = ",".join(f"_ZGV_LLVM_N{lanes}v_{name}({vec.name})" for lanes, vec in variants)
+    set.add(scalar.attributes, f'"vector-function-abi-variant"="{abi}"')
+    for _, vec in variants:
+        _keep(mod, vec)
     return scalar
 
 
