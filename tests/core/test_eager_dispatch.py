@@ -198,6 +198,7 @@ def test_hot_ids_name_one_device_and_type_and_are_never_reused(monkeypatch: pyte
     for another type, so buffers stamped before still find only their own entries, and
     every result stays right."""
     _fresh()
+    eager._hot_ids.clear()  # (other tests in this process filled it: no new id would drop it)
     monkeypatch.setattr(eager, "_HOT_IDS_MAX", 2)
     arrays = {}
     for dev in ("cpu:0", "interpreter:0"):
