@@ -32,6 +32,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Module
 from ..ir.ops import BY_NAME, OPS, Op
 from ..ir.parser import parse_module
+from ..ir.printer import BYTES_MIN
 from ..ir.types import TensorType
 from ..placement import device
 from ..registry import REGISTRY
@@ -309,8 +310,6 @@ def corpus(models_path: str, seeds: Sequence[int] = (225, 202, 218, 47, 17, 206,
 def _bytes_constant_text() -> str:
     """Constants large enough to print as base64 bytes (``constant(bytes "...")``), beside a
     small one: mutants of the payload, its length and its type reach the bytes reader."""
-    from ..ir.printer import BYTES_MIN
-
     b = Builder("weights")
     x = b.parameter(f"f32[{BYTES_MIN + 1}]")
     w = b.constant(np.linspace(-1, 1, BYTES_MIN + 1, dtype=np.float32))
