@@ -449,3 +449,30 @@ def test_constant_output_rule_honoured_in_loops() -> None:
     assert float(axle.grad(one)(2.0)) == 5.0
     assert float(axle.grad(lambda x: lax.fori_loop(0, 1, lambda i, v: one(v), x))(2.0)) == 5.0
     assert float(lax.fori_loop(0, 1, lambda i, v: one(v), 2.0)) == 1.0
+
+
+def test_rules_of_the_wrong_arity_are_axle_errors() -> None:
+    """A rule that cannot take its arguments is an ArgumentError naming the function and
+    the rule's form (it was Python's TypeError from inside grad): at defjvp/defvjp for jvp
+    and bwd, at the first differentiated call for fwd and defjvps' rules (their arity
+    follows the call's arguments)."""
+    f = axle.custom_jvp(lambda x: x * 2.0)
+    with pytest.raises(ArgumentError, match=r"custom_jvp <lambda>: the JVP rule jvp\(primals, tangents\) must take 2"):
+        f.defjvp(lambda primals: primals)
+
+    g = axle.custom_vjp(lambda x, y: x * y)
+    with pytest.raises(ArgumentError, match=r"bwd\(residuals, ct\) must take 2 positional arguments"):
+        g.defvjp(lambda x, y: (x * y, (x, y)), lambda res: res)
+    g.defvjp(lambda x: (x, x), lambda res, ct: (ct, ct))  # fwd takes one argument, the function two
+    with pytest.raises(ArgumentError, match=r"custom_vjp <lambda>: fwd, called with the function's arguments, "
+                                            r"must take 2 positional arguments"):
+        axle.grad(lambda x: g(x, 3.0))(2.0)
+
+    h = axle.custom_jvp(lambda x: x * 2.0)
+    h.defjvps(lambda t, out: t * 2.0)  # rule(t, out, *args): three for one argument
+    with pytest.raises(ArgumentError, match=r"defjvps rule 0, rule\(t, out, \*args\), must take 3"):
+        axle.grad(h)(1.0)
+    # *args and defaults bind: no error
+    k = axle.custom_jvp(lambda x: x * 2.0)
+    k.defjvps(lambda t, *rest: t * 2.0)
+    assert float(axle.grad(k)(1.0)) == 2.0

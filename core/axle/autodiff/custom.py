@@ -73,6 +73,19 @@ class _inline:
         _local.inline -= 1
 
 
+def _takes(fn: Callable[..., Any], n: int, what: str, owner: str) -> None:
+    """A clear error where ``fn`` (a user's rule) cannot be called with ``n`` positional
+    arguments, rather than Python's TypeError from inside the transformation; a callable
+    without a signature (a builtin) is called as it is."""
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError as e:
+        raise ArgumentError(f"{owner}: {what} must take {n} positional argument{'s' * (n != 1)} ({e})",
+                            where=user_location()) from None
+    except ValueError:
+        pass
+
+
 def _call_custom(self: Any, *args: Any, **kwargs: Any) -> Any:
     """A call of a custom_jvp or custom_vjp function: recorded inside a transformation's
     trace or a loop body's, else the function itself."""
@@ -127,6 +140,7 @@ class custom_jvp:
 
     def defjvp(self, jvp: Callable[..., Any]) -> Callable[..., Any]:
         """Sets the rule ``jvp(primals, tangents) -> (out, t_out)``; returns it (a decorator)."""
+        _takes(jvp, 2, "the JVP rule jvp(primals, tangents)", f"custom_jvp {self.name}")
         self.jvp = jvp
         return jvp
 
@@ -139,9 +153,10 @@ class custom_jvp:
                                     f"{len(primals)} arguments", where=user_location())
             out = self.fun(*primals)
             total = None
-            for rule, t in zip(rules, tangents):
+            for i, (rule, t) in enumerate(zip(rules, tangents)):
                 if rule is None or t is None:
                     continue
+                _takes(rule, 2 + len(primals), f"defjvps rule {i}, rule(t, out, *args),", f"custom_jvp {self.name}")
                 part = rule(t, out, *primals)
                 total = part if total is None else total + part
             if total is None:
@@ -187,6 +202,7 @@ class custom_vjp:
 
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
         """Sets ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, ct) -> tuple``."""
+        _takes(bwd, 2, "bwd(residuals, ct)", f"custom_vjp {self.name}")
         self.fwd, self.bwd = fwd, bwd
 
     def missing(self) -> str | None:
@@ -276,7 +292,9 @@ class _Call(CustomOutput):
     def forward(self, primals: Sequence[Any]) -> tuple[list[Any], Any]:
         """custom_vjp: ``fwd`` on the dynamic leaves' values, checked: the output leaves and
         the residuals."""
-        res = self.fn.fwd(*self.args(primals))
+        args = self.args(primals)
+        _takes(self.fn.fwd, len(args), "fwd, called with the function's arguments,", f"custom_vjp {self.fn.name}")
+        res = self.fn.fwd(*args)
         if not (isinstance(res, (tuple, list)) and len(res) == 2):
             raise TracingError(f"custom_vjp {self.fn.name}: fwd must return a pair (out, residuals), got "
                                f"{type(res).__name__}", where=self.where)
