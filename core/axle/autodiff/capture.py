@@ -10,6 +10,7 @@ makes the transformations nest (``vmap(grad(f))``, ``jacfwd(jacrev(f))``, ``jit(
 """
 from __future__ import annotations
 
+import abc
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,12 +32,14 @@ from ..ir.ops import Op
 from ..ir.types import TensorType
 
 
-class CustomOutput:
+class CustomOutput(abc.ABC):
     """What a ``custom_jvp`` call recorded into a graph stands for (custom.py): the replays
     call the function again in their caller's mode, the rule tables apply its rule."""
 
-    def value(self, n: Node, values: Sequence[Any]) -> Any:  # pragma: no cover - an interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def value(self, n: Node, values: Sequence[Any]) -> Any:
+        """The value of marker ``n`` (one of the call's outputs) given the values of its
+        operands, computed in the caller's mode."""
 
 
 #: the marker nodes of ``custom_jvp`` calls in captured graphs (a custom-call of target
