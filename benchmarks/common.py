@@ -12,13 +12,6 @@ import platform
 import statistics
 import sys
 import time
-
-# Libraries that keep their threads spinning for milliseconds after a call (OpenBLAS under
-# NumPy, libgomp under the C loops) steal the cores from whatever runs next in an
-# interleaved round; make them wait passively. Read when those libraries load, so this
-# module is imported before NumPy. (jax's pool does not spin; axle's threads block.)
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -46,12 +39,20 @@ class Row:
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2,
             sync: Callable[[Any], Any] | None = None,
-            before: dict[str, Callable[[], Any]] | None = None) -> dict[str, float]:
+            before: dict[str, Callable[[], Any]] | None = None, settle: int = 1) -> dict[str, float]:
     """Median milliseconds per call of each function, timed interleaved (round-robin, the
     order rotated every round) so that machine noise hits every implementation alike.
+
+    Each timed call follows ``settle`` untimed calls of the same function, so that it runs
+    in that library's own steady state: libraries keep their threads spinning for a while
+    after a call (onnxruntime's pool, libgomp under torch and the C loops, OpenBLAS), and a
+    call timed right after another library's would share the cores with those spinners
+    (a ResNet-18 forward of 16 ms took 20-25 ms right after an onnxruntime call). Every
+    library keeps its default wait policy.
+
     ``sync`` waits for a result (e.g. np.asarray on a device array) and is included in
     the time; ``before[name]``, when given, runs untimed before each of that function's
-    samples (e.g. draining a device queue, to time only the enqueueing)."""
+    timed samples (e.g. draining a device queue, to time only the enqueueing)."""
     done = sync or (lambda r: r)
     for fn in fns.values():
         for _ in range(warmup):
@@ -60,9 +61,11 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
     names = list(fns)
     for r in range(repeats):
         # Rotated each round, so every implementation follows every other one equally
-        # often (caches, and any thread a library leaves busy, hit them all alike).
+        # often (caches and the machine's noise hit them all alike).
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
+            for _ in range(settle):
+                done(fn())
             if before and name in before:
                 before[name]()
             t0 = time.perf_counter()

@@ -116,14 +116,18 @@ def test_only_filter_and_no_write(run_mod, tmp_path):
     assert not out.exists()
 
 
-def test_measure_rotates_the_order_and_quiets_spinning_libraries(run_mod):
-    """Every implementation follows every other one equally often (a library that leaves
-    work behind hits all alike), and OpenBLAS/libgomp are told to wait passively."""
+def test_measure_rotates_the_order_and_settles_each_sample(run_mod):
+    """Every implementation follows every other one equally often, and each timed call
+    follows an untimed call of its own (no other library's spinning threads beside it)."""
     import common
 
     calls: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
-    times = common.measure(fns, repeats=3, warmup=0)
+    times = common.measure(fns, repeats=3, warmup=0, settle=0)
     assert set(times) == {"a", "b", "c"}
     assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert os.environ["OPENBLAS_THREAD_TIMEOUT"] and os.environ["OMP_WAIT_POLICY"]
+    calls.clear()
+    before = {"b": lambda: calls.append("before b")}
+    common.measure(fns, repeats=2, warmup=0, before=before)
+    assert calls == ["a", "a", "b", "before b", "b", "c", "c",
+                     "b", "before b", "b", "c", "c", "a", "a"]
