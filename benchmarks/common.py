@@ -12,6 +12,14 @@ import platform
 import statistics
 import sys
 import time
+
+# OpenBLAS (under NumPy) keeps its threads spinning for ~0.1 s after a call and libgomp
+# (under the C loops and torch) for milliseconds: longer than many calls last, so an
+# interleaved round would time the next library beside them. They are told to wait
+# passively (read when those libraries load, so this module is imported before NumPy).
+# Pools that spin for less (onnxruntime's) keep their defaults: ``measure`` settles them.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -44,11 +52,9 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
     order rotated every round) so that machine noise hits every implementation alike.
 
     Each timed call follows ``settle`` untimed calls of the same function, so that it runs
-    in that library's own steady state: libraries keep their threads spinning for a while
-    after a call (onnxruntime's pool, libgomp under torch and the C loops, OpenBLAS), and a
-    call timed right after another library's would share the cores with those spinners
-    (a ResNet-18 forward of 16 ms took 20-25 ms right after an onnxruntime call). Every
-    library keeps its default wait policy.
+    in that library's own steady state and not beside the threads another library keeps
+    spinning after its call (a ResNet-18 forward of 16 ms on axle-cpu took 20-25 ms right
+    after an onnxruntime call, whose pool spins for a few milliseconds).
 
     ``sync`` waits for a result (e.g. np.asarray on a device array) and is included in
     the time; ``before[name]``, when given, runs untimed before each of that function's

@@ -117,8 +117,9 @@ def test_only_filter_and_no_write(run_mod, tmp_path):
 
 
 def test_measure_rotates_the_order_and_settles_each_sample(run_mod):
-    """Every implementation follows every other one equally often, and each timed call
-    follows an untimed call of its own (no other library's spinning threads beside it)."""
+    """Every implementation follows every other one equally often, each timed call follows
+    an untimed call of its own (no other library's spinning threads beside it), and
+    OpenBLAS/libgomp, which spin for longer than a call, are told to wait passively."""
     import common
 
     calls: list[str] = []
@@ -131,3 +132,4 @@ def test_measure_rotates_the_order_and_settles_each_sample(run_mod):
     common.measure(fns, repeats=2, warmup=0, before=before)
     assert calls == ["a", "a", "b", "before b", "b", "c", "c",
                      "b", "before b", "b", "c", "c", "a", "a"]
+    assert os.environ["OPENBLAS_THREAD_TIMEOUT"] and os.environ["OMP_WAIT_POLICY"]
