@@ -17,6 +17,7 @@ import types
 
 from . import counters as _stats
 from . import errors, ir
+from . import gcfreeze as _gcfreeze
 from .autodiff import grad, hessian, jacfwd, jacrev, value_and_grad, vjp
 from .autodiff.custom import custom_jvp, custom_vjp
 from .autodiff.forward import jvp, linearize
@@ -82,3 +83,6 @@ def __getattr__(name: str) -> types.ModuleType:  # lazy submodules keep `import 
                 "tree_util", "sharding", "distributed"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'axle' has no attribute {name!r}")
+
+
+_gcfreeze.freeze_long_lived()  # the objects of the import live as long as the process

@@ -47,6 +47,9 @@ class Config:
     #: seconds a backend plugin may take to load and list its devices before it is
     #: recorded as unavailable ("timed out after N s in devices()")
     backend_timeout: float = 30.0
+    #: freeze the objects alive when axle's import and the loading of backends end
+    #: (``gc.freeze``: no full collection scans them again; axle/gcfreeze.py)
+    gc_freeze: bool = True
     #: flags addressed to one backend: {"cpu_threads": "2"}
     backend_flags: dict[str, str] = field(default_factory=dict)
 

@@ -5,7 +5,7 @@ that no import hides inside a function unless :data:`LAZY_IMPORTS` names it with
 
 Where the small utility modules sit: they go as low as their own imports allow, so that
 every layer may use them. ``errors`` imports nothing; ``config`` only errors; ``forksafe``,
-``lru``, ``counters`` and ``diskcache`` only config and each other; ``profiler`` reads op
+``lru``, ``counters``, ``gcfreeze`` and ``diskcache`` only config and each other; ``profiler`` reads op
 names and node names from the IR; ``interpreter`` (the NumPy reference evaluator) reads
 only the IR: all of them are in the ``ir`` layer. ``recompile`` (the retrace warnings
 ``jit`` gives on every trace) is frontend, so that ``jit`` can call it.
@@ -23,7 +23,7 @@ from __future__ import annotations
 #: ``__init__`` that imports the public API, is the top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ir", ("axle.ir", "axle.errors", "axle.config", "axle.forksafe", "axle.lru", "axle.counters",
-            "axle.diskcache", "axle.profiler", "axle.interpreter", "axle.cache_json")),
+            "axle.diskcache", "axle.profiler", "axle.interpreter", "axle.cache_json", "axle.gcfreeze")),
     ("passes", ("axle.passes",)),
     ("contract", ("axle.backend", "axle.registry", "axle.transfer")),
     ("lowering", ("axle.lowering",)),

@@ -22,6 +22,7 @@ from .backend import API_VERSION, Backend, BackendUnavailable, Device
 from .config import config
 from .errors import DeviceError
 from .forksafe import renew_in_child
+from .gcfreeze import freeze_long_lived
 
 NAMESPACE = "axle.backends"
 log = logging.getLogger("axle.registry")
@@ -106,6 +107,7 @@ class Registry:
         todo = [self._eps[n] for n in (self._eps if names is None else names) if n in self._eps and n not in found]
         if todo:
             found.update(self._load_bounded(todo))
+            freeze_long_lived()  # the plugins' modules and devices live as long as the process
         return found
 
     def _load_bounded(self, eps: list[Any]) -> dict[str, BackendStatus]:

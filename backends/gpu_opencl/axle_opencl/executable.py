@@ -21,6 +21,7 @@ from axle.ir.ops import OPS, branch_index
 
 from . import forking as _forking
 from .forking import check_not_forked
+from .kernel_object import new_kernel
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
 from .runtime import DeviceRuntime
 
@@ -42,7 +43,7 @@ class OpenCLExecutable(Executable):
         self._launch: dict[int, Any] = {}
         for s in self.kernel_steps:
             self._kernels[s.kernel.name] = prg = rt.program(s.kernel)
-            self._launch[id(s)] = own = cl.Kernel(prg, s.kernel.name)
+            self._launch[id(s)] = own = new_kernel(prg, s.kernel.name)
             base = len(s.kernel.outputs) + len(s.inputs)
             for j, v in enumerate(s.kernel.scalars):
                 own.set_arg(base + j, np.int32(v))

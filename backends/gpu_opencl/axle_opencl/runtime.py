@@ -27,6 +27,7 @@ from axle.errors import BackendError
 from axle.lru import LRU
 
 from .forking import in_forked_child
+from .kernel_object import new_kernel
 from .kernels import DeviceInfo, Kernel, program_source
 from .render import helpers_of
 
@@ -290,7 +291,7 @@ class DeviceRuntime:
 
     def kernel(self, k: Kernel) -> cl.Kernel:
         """A new kernel object of ``k`` (its arguments are its own to set)."""
-        return cl.Kernel(self.program(k), k.name)
+        return new_kernel(self.program(k), k.name)
 
     def _build(self, k: Kernel) -> cl.Program:
         if k.uses_fp64 and not self.info.fp64:
