@@ -1867,9 +1867,10 @@ class _Emitter:
             b.position_at_end(done)
             return accs
 
-        # K unrolled by K_UNROLL (a B row from L2 per step: more loads in flight), then the
-        # remaining ks one at a time
-        unroll = K_UNROLL if not seg else 1
+        # K unrolled by K_UNROLL (packed B rows, streamed from L2: more loads in flight),
+        # then the remaining ks one at a time; a B read in place (masked loads, its rows
+        # prefetched) and row pointers' segments keep one k per iteration
+        unroll = K_UNROLL if not seg and not b_direct else 1
         if unroll > 1:
             mid = b.add(k_lo, b.mul(b.sdiv(b.sub(k_hi, k_lo), _c(unroll)), _c(unroll)))
             accs = kloop(k_lo, mid, init, unroll, "ku")
