@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -118,8 +119,15 @@ SMALL_M_TILES = 4
 #: ahead are prefetched there
 DIRECT_B_TILES_512 = 2
 DIRECT_B_PREFETCH = 8
-#: the micro-kernel's K loop is unrolled this many times (then a loop over the rest)
+#: the micro-kernel's K loop over a packed B is unrolled this many times (then a loop
+#: over the rest)
 K_UNROLL = 2
+#: a plain dot's macro-kernel takes A's row tiles outer (``_Emitter.rows_outer``) when its
+#: packed B block fills at most this share of the host's per-core L2 (``l2_bytes``)
+ROWS_OUTER_L2_SHARE = 0.5
+#: the per-core L2 assumed where the host's cannot be read (the smallest of the hosts
+#: seen: Zen 3's)
+DEFAULT_L2 = 512 * 1024
 
 
 # ============================================================== layout of one dot
@@ -368,6 +376,25 @@ def _small_m_tile(layout: Layout, v: int, accs: int, nv: int, mr: int, a_rows: b
         mr_c = min(accs // nv_c, DIRECT_A_ROWS) if a_rows else accs // nv_c
         best = min(best, (-(-layout.m // mr_c) * mr_c, -nv_c, nv_c, mr_c))
     return best[2], best[3]
+
+
+@functools.cache
+def l2_bytes() -> int:
+    """The host's per-core L2 cache in bytes, from sysfs (``DEFAULT_L2`` where there is none)."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(root)):
+            def field(name: str, entry: str = entry) -> str:
+                with open(os.path.join(root, entry, name)) as f:
+                    return f.read().strip()
+
+            if entry.startswith("index") and field("level") == "2" and field("type") in ("Unified", "Data"):
+                size = field("size")
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2
 
 
 def _round_up(x: int, m: int) -> int:
@@ -857,10 +884,13 @@ class _Emitter:
         self.direct_b = _direct_b(lay, self.t, vector_bits, plain)
         # The macro-kernel's tile order (``_macro``): each row tile of A against every B
         # micro-panel of the block, the tile's A (MR x KC, L1) reused while B's block
-        # streams from L2, for a plain dot; a convolution's tiles (patches read through
-        # row pointers or packed) and a B read in place (few row tiles: the second finds
-        # B's rows in L1 or L2 right after the first) go panel by panel, as before
-        self.rows_outer = self.direct_b is None and lay.a_win is None and lay.b_win is None
+        # streams from L2, for a plain dot whose B block fits its share of the L2; else
+        # (a convolution's tiles: patches read through row pointers or packed; a B read
+        # in place: few row tiles, the second finds B's rows in L1 or L2 right after the
+        # first; a B block that would stream from L3) each B micro-panel against every
+        # row tile of A's block
+        self.rows_outer = (self.direct_b is None and lay.a_win is None and lay.b_win is None
+                           and self.t.kc * self.t.nc * _bytes(self.ct) <= ROWS_OUTER_L2_SHARE * l2_bytes())
         # B packed at compile time (GemmSpec.prepacked_b): its panels read where they are
         self.packed = spec.b_packing if spec.prepacked_b else None
         assert not spec.prepacked_b or (self.packed is not None and self.packed.nr == self.t.nr
