@@ -17,10 +17,15 @@ so the thread pool splits it like any other kernel::
         pack B[pc:pc+kc, jc:jc+nc] -> Bp      (NR-wide column panels, zero padded)
         for ic in M step MC:                  A block  MC x KC   (L2)
           [pack A[ic:ic+mc, pc:pc+kc] -> Ap]  (MR-high row panels, zero padded)
-          for jr in nc step NR:               B micro-panel KC x NR (L1)
-            for ir in mc step MR:
+          for ir in mc step MR:               A row tile MR x KC (L1)
+            for jr in nc step NR:             B micro-panel KC x NR (from L2)
               micro-kernel: an MR x NR tile of C in MR*NR/V vector registers;
               per k: NR/V vector loads of Bp, MR broadcasts of A, MR*NR/V fmuladd
+              (the K loop unrolled by K_UNROLL over a packed B)
+
+(``ir`` outside ``jr`` when the packed B block fits half the L2, for a plain dot:
+``_Emitter.rows_outer``; else ``jr`` outside ``ir``, each B micro-panel against every
+row tile of the A block.)
 
 A is only read through broadcasts, so when its M and K dims are plain strides (row-major
 or transposed) the micro-kernel reads it in place (an edge tile is moved to end at the
