@@ -17,10 +17,15 @@ so the thread pool splits it like any other kernel::
         pack B[pc:pc+kc, jc:jc+nc] -> Bp      (NR-wide column panels, zero padded)
         for ic in M step MC:                  A block  MC x KC   (L2)
           [pack A[ic:ic+mc, pc:pc+kc] -> Ap]  (MR-high row panels, zero padded)
-          for jr in nc step NR:               B micro-panel KC x NR (L1)
-            for ir in mc step MR:
+          for ir in mc step MR:               A row tile MR x KC (L1)
+            for jr in nc step NR:             B micro-panel KC x NR (from L2)
               micro-kernel: an MR x NR tile of C in MR*NR/V vector registers;
               per k: NR/V vector loads of Bp, MR broadcasts of A, MR*NR/V fmuladd
+              (the K loop unrolled by K_UNROLL over a packed B)
+
+(``ir`` outside ``jr`` when the packed B block fits half the L2, for a plain dot:
+``_Emitter.rows_outer``; else ``jr`` outside ``ir``, each B micro-panel against every
+row tile of the A block.)
 
 A is only read through broadcasts, so when its M and K dims are plain strides (row-major
 or transposed) the micro-kernel reads it in place (an edge tile is moved to end at the
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -118,6 +124,15 @@ SMALL_M_TILES = 4
 #: ahead are prefetched there
 DIRECT_B_TILES_512 = 2
 DIRECT_B_PREFETCH = 8
+#: the micro-kernel's K loop over a packed B is unrolled this many times (then a loop
+#: over the rest)
+K_UNROLL = 2
+#: a plain dot's macro-kernel takes A's row tiles outer (``_Emitter.rows_outer``) when its
+#: packed B block fills at most this share of the host's per-core L2 (``l2_bytes``)
+ROWS_OUTER_L2_SHARE = 0.5
+#: the per-core L2 assumed where the host's cannot be read (the smallest of the hosts
+#: seen: Zen 3's)
+DEFAULT_L2 = 512 * 1024
 
 
 # ============================================================== layout of one dot
@@ -366,6 +381,25 @@ def _small_m_tile(layout: Layout, v: int, accs: int, nv: int, mr: int, a_rows: b
         mr_c = min(accs // nv_c, DIRECT_A_ROWS) if a_rows else accs // nv_c
         best = min(best, (-(-layout.m // mr_c) * mr_c, -nv_c, nv_c, mr_c))
     return best[2], best[3]
+
+
+@functools.cache
+def l2_bytes() -> int:
+    """The host's per-core L2 cache in bytes, from sysfs (``DEFAULT_L2`` where there is none)."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(root)):
+            def field(name: str, entry: str = entry) -> str:
+                with open(os.path.join(root, entry, name)) as f:
+                    return f.read().strip()
+
+            if entry.startswith("index") and field("level") == "2" and field("type") in ("Unified", "Data"):
+                size = field("size")
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2
 
 
 def _round_up(x: int, m: int) -> int:
@@ -853,6 +887,15 @@ class _Emitter:
         # rows prefetched on 512-bit vectors (``b_prefetch``)
         self.b_prefetch = vector_bits >= 512 and lay.dense
         self.direct_b = _direct_b(lay, self.t, vector_bits, plain)
+        # The macro-kernel's tile order (``_macro``): each row tile of A against every B
+        # micro-panel of the block, the tile's A (MR x KC, L1) reused while B's block
+        # streams from L2, for a plain dot whose B block fits its share of the L2; else
+        # (a convolution's tiles: patches read through row pointers or packed; a B read
+        # in place: few row tiles, the second finds B's rows in L1 or L2 right after the
+        # first; a B block that would stream from L3) each B micro-panel against every
+        # row tile of A's block
+        self.rows_outer = (self.direct_b is None and lay.a_win is None and lay.b_win is None
+                           and self.t.kc * self.t.nc * _bytes(self.ct) <= ROWS_OUTER_L2_SHARE * l2_bytes())
         # B packed at compile time (GemmSpec.prepacked_b): its panels read where they are
         self.packed = spec.b_packing if spec.prepacked_b else None
         assert not spec.prepacked_b or (self.packed is not None and self.packed.nr == self.t.nr
@@ -1691,38 +1734,37 @@ class _Emitter:
         edge = self._edge_vectors()
         uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
-        def jr_body(jr: ir.Value) -> None:
+        def tile(jr: ir.Value, i: ir.Value) -> None:
             nr = g.min(_c(t.nr), b.sub(nc, jr))
             # a micro-panel of the packed block: kc rows apart, or all of K (prepacked)
             pstride = kc if self.packed is None else _c(self.packed.k)
             bp = g.gep(b_blk, self.st, jr) if self.direct_b is not None else g.gep(b_blk, self.ct, b.mul(jr, pstride))
+            mr = g.min(_c(t.mr), b.sub(mc, i))
+            if self.direct_a:
+                row = b.add(ic, i)
+                start = g.min(g.max(b.sub(b.add(row, mr), _c(t.mr)), _c(0)), _c(lay.m - t.mr))
+                shift = b.sub(start, ic)  # tile start relative to the block
+                skip = b.sub(row, start)
+                ap = g.gep(a_blk, self.st, b.mul(shift, _c(self.direct_a[0])))
+            elif self.ind_seg:
+                shift, skip = i, _c(0)
+                ap = g.gep(a_blk, PTR, b.mul(b.udiv(i, _c(t.mr)), _c(t.mr * (t.kc // self.ind_seg))))
+            else:
+                shift, skip = i, _c(0)
+                ap = g.gep(a_blk, self.ct, b.mul(i, kc))
+            cp = g.gep(cblk, c_t, b.add(b.mul(shift, ldc), jr))
+            args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
+            if last is not None and self.epi is not None:
+                args += [last, self.bufs]
+            if uk_edge is None:
+                b.call(uk, args)
+                return
+            g.if_(b.icmp_signed("<=", nr, _c(edge * t.v)), lambda: b.call(uk_edge, args), lambda: b.call(uk, args))
 
-            def ir_body(i: ir.Value) -> None:
-                mr = g.min(_c(t.mr), b.sub(mc, i))
-                if self.direct_a:
-                    row = b.add(ic, i)
-                    start = g.min(g.max(b.sub(b.add(row, mr), _c(t.mr)), _c(0)), _c(lay.m - t.mr))
-                    shift = b.sub(start, ic)  # tile start relative to the block
-                    skip = b.sub(row, start)
-                    ap = g.gep(a_blk, self.st, b.mul(shift, _c(self.direct_a[0])))
-                elif self.ind_seg:
-                    shift, skip = i, _c(0)
-                    ap = g.gep(a_blk, PTR, b.mul(b.udiv(i, _c(t.mr)), _c(t.mr * (t.kc // self.ind_seg))))
-                else:
-                    shift, skip = i, _c(0)
-                    ap = g.gep(a_blk, self.ct, b.mul(i, kc))
-                cp = g.gep(cblk, c_t, b.add(b.mul(shift, ldc), jr))
-                args = [ap, bp, kc, cp, ldc, skip, mr, nr, first]
-                if last is not None and self.epi is not None:
-                    args += [last, self.bufs]
-                if uk_edge is None:
-                    b.call(uk, args)
-                    return
-                g.if_(b.icmp_signed("<=", nr, _c(edge * t.v)), lambda: b.call(uk_edge, args), lambda: b.call(uk, args))
-
-            g.loop(_c(0), mc, t.mr, ir_body, "ir")
-
-        g.loop(_c(0), nc, t.nr, jr_body, "jr")
+        if self.rows_outer:  # an A row tile (L1) against every B micro-panel of the block (L2)
+            g.loop(_c(0), mc, t.mr, lambda i: g.loop(_c(0), nc, t.nr, lambda jr: tile(jr, i), "jr"), "ir")
+        else:  # a B micro-panel against every A row tile of the block
+            g.loop(_c(0), nc, t.nr, lambda jr: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"), "jr")
 
     def _edge_vectors(self) -> int:
         """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
@@ -1800,52 +1842,77 @@ class _Emitter:
             k_hi = b.add(k_lo, _c(seg))
             init = [list(row) for row in outer]
             pre = b.block
-        cond = fn.append_basic_block("k.cond")
-        body = fn.append_basic_block("k.body")
-        done = fn.append_basic_block("k.done")
-        b.branch(cond)
-        b.position_at_end(cond)
-        k = b.phi(I64, name="k")
-        k.add_incoming(k_lo, pre)
-        accs = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
-        for row, row0 in zip(accs, init):
-            for acc, v0 in zip(row, row0):
-                acc.add_incoming(v0, pre)
-        b.cbranch(b.icmp_signed("<", k, k_hi), body, done)
-        b.position_at_end(body)
-        brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
-        if self.direct_b is not None and self.b_prefetch:  # B's lines DIRECT_B_PREFETCH rows
-            # ahead: each row is a page of its own, which the hardware prefetchers do not
-            # fetch ahead (past the block's end they are still addresses, never loads)
-            ahead = b.gep(brow, [_c(DIRECT_B_PREFETCH * self.direct_b)], source_etype=self.ct)
-            for j in range(0, t.nr, 64 // _bytes(self.ct)):
-                _prefetch(b, b.gep(ahead, [_c(j)], source_etype=self.ct))
-        bvec = []
-        for q in range(nv):
-            p = g.gep(brow, self.ct, _c(q * t.v))
-            if b_direct:
-                bvec.append(self.masked_load(b, p, self.ct, masks[q]))
-            else:
-                ld = b.load(p, typ=self.vt)
-                ld.align = min(64, t.v * _bytes(self.ct))
-                bvec.append(ld)
-        acol = g.gep(a, a_t, b.mul(k, _c(ks)) if ks != 1 else k)
         zeros = ir.Constant(ir.VectorType(I32, t.v), None)
         undef = ir.Constant(self.vt, None)
-        new = []
-        for r in range(t.mr):
-            if seg:
-                x = b.load(g.gep(rowptr[r], a_t, b.sub(k, k_lo)), typ=a_t)
-            else:
-                x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
-            splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
-            new.append([self.fma(b, splat, bvec[q], accs[r][q]) for q in range(nv)])
-        k.add_incoming(b.add(k, _c(1)), b.block)
-        for r in range(t.mr):
+
+        def step(k: ir.Value, cur: list[list[ir.Value]]) -> list[list[ir.Value]]:
+            """One k of the tile: NV vector loads of B's row, MR broadcasts of A, MR*NV FMAs."""
+            brow = g.gep(bpan, self.ct, b.mul(k, _c(self.direct_b if self.direct_b is not None else t.nr)))
+            if self.direct_b is not None and self.b_prefetch:  # B's lines DIRECT_B_PREFETCH rows
+                # ahead: each row is a page of its own, which the hardware prefetchers do not
+                # fetch ahead (past the block's end they are still addresses, never loads)
+                ahead = b.gep(brow, [_c(DIRECT_B_PREFETCH * self.direct_b)], source_etype=self.ct)
+                for j in range(0, t.nr, 64 // _bytes(self.ct)):
+                    _prefetch(b, b.gep(ahead, [_c(j)], source_etype=self.ct))
+            bvec = []
             for q in range(nv):
-                accs[r][q].add_incoming(new[r][q], b.block)
-        no_unroll(b.branch(cond))
-        b.position_at_end(done)
+                p = g.gep(brow, self.ct, _c(q * t.v))
+                if b_direct:
+                    bvec.append(self.masked_load(b, p, self.ct, masks[q]))
+                else:
+                    ld = b.load(p, typ=self.vt)
+                    ld.align = min(64, t.v * _bytes(self.ct))
+                    bvec.append(ld)
+            acol = g.gep(a, a_t, b.mul(k, _c(ks)) if ks != 1 else k)
+            out = []
+            for r in range(t.mr):
+                if seg:
+                    x = b.load(g.gep(rowptr[r], a_t, b.sub(k, k_lo)), typ=a_t)
+                else:
+                    x = b.load(g.gep(acol, a_t, _c(r * rs)), typ=a_t)
+                splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
+                out.append([self.fma(b, splat, bvec[q], cur[r][q]) for q in range(nv)])
+            return out
+
+        def kloop(lo: ir.Value, hi: ir.Value, start: list[list[ir.Value]], unroll: int,
+                  name: str) -> list[list[ir.Value]]:
+            """The tile's sums after ks [lo, hi) (hi - lo a multiple of ``unroll``), from ``start``."""
+            pre = b.block
+            cond = fn.append_basic_block(f"{name}.cond")
+            body = fn.append_basic_block(f"{name}.body")
+            done = fn.append_basic_block(f"{name}.done")
+            b.branch(cond)
+            b.position_at_end(cond)
+            k = b.phi(I64, name=name)
+            k.add_incoming(lo, pre)
+            accs = [[b.phi(self.vt) for _ in range(nv)] for _ in range(t.mr)]
+            for row, row0 in zip(accs, start):
+                for acc, v0 in zip(row, row0):
+                    acc.add_incoming(v0, pre)
+            b.cbranch(b.icmp_signed("<", k, hi), body, done)
+            b.position_at_end(body)
+            new = accs
+            for u in range(unroll):
+                new = step(b.add(k, _c(u)) if u else k, new)
+            k.add_incoming(b.add(k, _c(unroll)), b.block)
+            for r in range(t.mr):
+                for q in range(nv):
+                    accs[r][q].add_incoming(new[r][q], b.block)
+            no_unroll(b.branch(cond))
+            b.position_at_end(done)
+            return accs
+
+        # K unrolled by K_UNROLL (packed B rows, streamed from L2: more loads in flight),
+        # then the remaining ks one at a time; a B read in place (masked loads, its rows
+        # prefetched) and row pointers' segments keep one k per iteration
+        unroll = K_UNROLL if not seg and not b_direct else 1
+        if unroll > 1:
+            mid = b.add(k_lo, b.mul(b.sdiv(b.sub(k_hi, k_lo), _c(unroll)), _c(unroll)))
+            accs = kloop(k_lo, mid, init, unroll, "ku")
+            accs = kloop(mid, k_hi, accs, 1, "k")
+        else:
+            accs = kloop(k_lo, k_hi, init, 1, "k")
+        done = b.block
         if seg:  # the segment's sums carry into the next segment
             for row, row_out in zip(accs, outer):
                 for acc, acc_out in zip(row, row_out):

@@ -425,6 +425,50 @@ def test_gemm_split_k_across_threads(cpu, monkeypatch) -> None:  # noqa: ANN001
     assert launch.loop_split() == "rows"  # in a loop the native runner splits its rows instead
 
 
+@pytest.mark.parametrize("l2", [64 << 10, 64 << 20], ids=["small-l2", "large-l2"])
+@pytest.mark.parametrize("vector_bits", [0, 256])
+@pytest.mark.parametrize("dt", ["f32", "f64", "f16", "s32"])
+def test_gemm_row_tiles_outer_and_k_unrolled(l2, vector_bits, dt, monkeypatch) -> None:  # noqa: ANN001
+    """A plain dot's macro-kernel takes each A row tile against every B micro-panel of
+    the block (rows outer) when the packed B block fits its share of the L2 (the host's
+    L2 replaced by a small and a large one here), else, and for a B read in place, goes
+    panel by panel (columns outer); the micro-kernel's K loop over a packed B is unrolled
+    by K_UNROLL with a loop over the rest (one k per iteration over a B read in place).
+    Odd K over several K blocks (an odd last block), ragged row and column tiles, several
+    M and N blocks, A in place (plain and transposed) and packed (split free dims, f16);
+    on the host's width and AVX2's."""
+    from axle_cpu import gemm
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.plan import build_plan
+    from axle_cpu.target import host
+
+    monkeypatch.setattr(gemm, "l2_bytes", lambda: l2)
+    assert gemm.K_UNROLL > 1
+    for ls, rs, attrs in (((101, 1031), (1031, 600), MM),
+                          ((1031, 53), (1031, 130), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+                          ((5, 61, 4), (61, 6, 70), MM),
+                          ((13, 333), (333, 700), MM)):
+        m = dot_module(dt, ls, rs, **attrs)
+        xs = inputs(m)
+        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+        out = np.zeros(m.entry.root.shape, xs[0].dtype)
+        _call(fn, xs, out, [(0, outer, 0, inner)])
+        check_dot(m, xs, out)
+        (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+        assert isinstance(spec, gemm.GemmSpec)
+        text = str(llvm_module([spec], "t"))
+        kernel = text[text.index(f'define void @"{spec.name}"'):]
+        direct_b = ls == (13, 333) and (vector_bits or host().vector_bits) >= 512 and dt != "f16"
+        # the unrolled K loop, and the rest one k at a time (B read in place: one k a step)
+        assert ('"ku.body"' in text) != direct_b
+        assert '"k.body"' in text
+        t = gemm.tiles(m.entry.root.dtype, vector_bits or host().vector_bits, gemm.Layout.of(m.entry.root))
+        fits = t.kc * t.nc * gemm.compute_bits(m.entry.root.dtype) // 8 <= gemm.ROWS_OUTER_L2_SHARE * l2
+        assert fits == (l2 > 1 << 20)  # a small L2 holds none of these B blocks, a large one all
+        rows_first = kernel.index('"ir.cond') < kernel.index('"jr.cond')
+        assert rows_first == (fits and not direct_b), (ls, dt, vector_bits, t)
+
+
 def test_gemm_direct_a_tile_rows_fit_the_l1_ways() -> None:
     """A narrow N (the logits' N=10) leaves registers for a tall tile, but an A read in
     place by rows keeps one L1 line per tile row, all in one set when the row stride is a
