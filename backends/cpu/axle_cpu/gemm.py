@@ -44,7 +44,9 @@ A matrix-vector product with K contiguous in both operands is one vectorized dot
 per row (``_rowdot``); any other one is computed as the vector-matrix product C^T = B^T A^T
 (and a vector-matrix product whose B has K contiguous as such row dots). A vector-matrix
 product (one row of C) with B's rows contiguous streams B row by row, a few rows at a
-time, through a block of C in L1 (``_vecmat``): memory-bound, it is never packed.
+time, through a block of C in L1 (``_vecmat``): memory-bound, it is never packed. Both
+prefetch the matrix's lines ahead of their loads, and threads split a streamed product in
+whole C blocks (``GemmSpec.vecmat_share``).
 
 An ``output`` fusion (a dot and its epilogue: bias add, activation, residual add, scaling,
 convert; docs/ir.md "Fusions") runs the same kernel: the epilogue is a scalar function
@@ -111,6 +113,13 @@ SPLIT_K_RATIO = 16
 VECMAT_BLOCK = 8 * 1024
 #: B rows added into that block per pass over it (one load and store of C per this many FMAs)
 VECMAT_ROWS = 4
+#: B rows ahead of the pass whose lines a vector-matrix product prefetches (two passes)
+VECMAT_PREFETCH = 8
+#: threads split a vector-matrix product in whole C blocks, at least this many shares
+#: (GemmSpec.vecmat_share)
+VECMAT_SHARES_MIN = 2
+#: bytes ahead in each A row that a row dot (matrix-vector product) prefetches
+ROWDOT_PREFETCH = 1024
 #: K rows per chunk when packing a K-contiguous B column by column (its NR-wide slice of
 #: the packed panel, PACK_KB * NR elements, stays in L1 while the columns are read)
 PACK_KB = 64
@@ -532,10 +541,30 @@ class GemmSpec(KernelSpec):
         when threads split the columns (``columns_outer``), so that a thread's share is
         whole NR-wide panels; cut anywhere, a 196-column C in 8 shares of 24 columns ran
         its 64-wide tiles with 24 of them used. A prepacked B's panels start at multiples
-        of NR, so its columns are counted in panels too, whichever range they are."""
+        of NR, so its columns are counted in panels too, whichever range they are. A
+        streamed vector-matrix product's columns are counted in ``vecmat_share``s."""
+        if self.columns_outer and not self.layout.swap and self.vecmat_share > 1:
+            return self.vecmat_share
         if not self.columns_outer and not self.prepacked_b:
             return 1
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
+
+    @functools.cached_property
+    def vecmat_share(self) -> int:
+        """Output columns per unit of the range threads split a streamed vector-matrix
+        product (``_vecmat``, swapped or not) by: a whole C block (``VECMAT_BLOCK``
+        bytes), or less where that leaves fewer than ``VECMAT_SHARES_MIN`` shares; 1 for
+        any other kernel. Each thread then reads B's rows in runs as long as one thread
+        does: cut in 8 chunks, a [4096] @ [4096,4096] float32 product read 2 KB runs of
+        every row (512 columns), which the hardware prefetchers barely start on."""
+        lay = self.layout
+        streamed = lay.swapped().vecmat if lay.swap else lay.vecmat
+        if not streamed or _accumulates(self.dot, self.comp.root):
+            return 1
+        v = max((self.vector_bits or _host_bits()) // compute_bits(self.dot.dtype), 1)
+        block = max(VECMAT_BLOCK // (compute_bits(self.dot.dtype) // 8) // v, 1) * v  # _vecmat_block's
+        width = lay.m if lay.swap else lay.n
+        return max(1, min(block, _round_up(-(-width // VECMAT_SHARES_MIN), v)))
 
     @functools.cached_property
     def b_packing(self) -> PackedB | None:
@@ -561,9 +590,13 @@ class GemmSpec(KernelSpec):
     def row_unit(self) -> int:
         """Output rows per unit of the kernel's row range: ``CONV_SHARE_ROWS`` for a
         convolution whose patches are B (NCHW) split by rows (fewer pixel columns than
-        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; else 1."""
-        if self.columns_outer or self.batch_outer or self.layout.b_win is None:
+        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; a
+        swapped matrix-vector product streamed as a vector-matrix one (its rows are that
+        product's columns) by ``vecmat_share``; else 1."""
+        if self.columns_outer or self.batch_outer:
             return 1
+        if self.layout.b_win is None:
+            return self.vecmat_share if self.layout.swap else 1
         return CONV_SHARE_ROWS
 
     @property
@@ -1136,6 +1169,12 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, _c(kfull)), body, done)
         b.position_at_end(body)
         xs = [vec(b_base, b.add(k, _c(q * v)), None) for q in range(u)]
+        # each A row's lines ROWDOT_PREFETCH bytes ahead (past a row's end: the next row,
+        # or past A, where a prefetch is only a hint: the address is not inbounds)
+        size = _bytes(self.st)
+        for r in range(rows if ROWDOT_PREFETCH else 0):
+            for q in range(0, step * size, 64):
+                _prefetch(b, b.gep(a_rows[r], [b.add(k, _c((ROWDOT_PREFETCH + q) // size))], source_etype=self.st))
         for r in range(rows):
             for q in range(u):
                 accs[r][q].add_incoming(self.fma(b, vec(a_rows[r], b.add(k, _c(q * v)), None), xs[q], accs[r][q]),
@@ -1203,7 +1242,12 @@ class _Emitter:
                    lambda j: _store(b, zero, g.gep(self.vm, self.ct, j), 64), "vmz")
 
             def rows(k: ir.Value, count: int) -> None:
-                xs, ptrs = [], []
+                xs, ptrs, pfs = [], [], []
+                if VECMAT_PREFETCH and count == VECMAT_ROWS:  # the rows VECMAT_PREFETCH ahead (at most K's last)
+                    last = b.sub(self.k_hi, _c(1))
+                    for u in range(count):
+                        kp = g.min(b.add(k, _c(u + VECMAT_PREFETCH)), last)
+                        pfs.append(g.gep(b_base, self.st, b.add(g.offset(lay.b_k, kp, "bk"), j0)))
                 for u in range(count):
                     ku = b.add(k, _c(u))
                     x = b.load(g.gep(a_base, self.st, g.offset(lay.a_k, ku, "ak")), typ=self.st)
@@ -1218,6 +1262,8 @@ class _Emitter:
                     acc.align = 64
                     for x, row in zip(xs, ptrs):
                         acc = self.fma(b, x, load(g.gep(row, self.st, j), mask), acc)
+                    for pf in pfs:
+                        _prefetch(b, g.gep(pf, self.st, j))
                     _store(b, acc, p, 64)
 
                 vectors(w, vec, "vmj")

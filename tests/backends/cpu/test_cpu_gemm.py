@@ -572,3 +572,94 @@ def _check_small_m(dt: str, vector_bits: int) -> None:
             pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
             _call(fn, xs, pieces, [r for r in ranges if r[0] < r[1] and r[2] < r[3]])
             np.testing.assert_array_equal(pieces, out, err_msg=name)
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256])
+def test_gemm_vector_matrix_threads_share_whole_c_blocks(vector_bits) -> None:  # noqa: ANN001
+    """Threads split a streamed vector-matrix product (``_vecmat``: x @ B, or a matrix-vector
+    product with a strided K, swapped into one) in whole C blocks (GemmSpec.vecmat_share),
+    so each reads B's rows in runs of VECMAT_BLOCK bytes, as one thread does (cut in 8
+    chunks, [4096] @ [4096,4096] float32 read 2 KB runs), at least two shares where the
+    width allows; other dots keep their units. The shares, at odd cuts, give the bits of
+    one call."""
+    from axle_cpu.gemm import VECMAT_BLOCK
+    from axle_cpu.plan import build_plan
+
+    def spec_of(m: Module):  # noqa: ANN202
+        (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+        return spec
+
+    vecmat = dict(lhs_contracting=(0,), rhs_contracting=(0,))
+    f32_block, f64_block = VECMAT_BLOCK // 4, VECMAT_BLOCK // 8
+    assert f32_block == 2048
+    # [4096] @ [4096,4096]: threads split the columns, two shares of 2048 (float64: four of 1024)
+    s = spec_of(dot_module("f32", (4096,), (4096, 4096), **vecmat))
+    assert s.columns_outer and s.column_unit == f32_block and s.loop_sizes == (2, 1)
+    s = spec_of(dot_module("f64", (4096,), (4096, 4096), **vecmat))
+    assert s.column_unit == f64_block and s.loop_sizes == (4, 1)
+    # [4096,4096]^T @ [4096] (swapped): the rows of its [4096, 1] output, in the same shares
+    s = spec_of(dot_module("f32", (4096, 4096), (4096,), **vecmat))
+    assert not s.columns_outer and s.row_unit == f32_block and s.loop_sizes == (2, 1) and s.fixed_columns
+    # a narrow one: two shares of whole vectors (45 columns: 32 + 13 on AVX-512, 24 + 21 on AVX2)
+    v = 16 if vector_bits == 0 else 8
+    s = spec_of(dot_module("f32", (7, 45), (7,), **vecmat))
+    assert s.row_unit == -(-23 // v) * v and s.loop_sizes == (2, 1)
+    # not streamed: a row dot and a GEMM keep one row / NR-wide panels per unit
+    assert spec_of(dot_module("f32", (4096, 4096), (4096,), **MM)).loop_sizes == (4096, 1)
+    assert spec_of(dot_module("f32", (64, 512), (512, 4096), **MM)).column_unit not in (1, f32_block)
+
+    for dt in ("f32", "f64", "s32"):
+        for name, ls, rs in (("vecmat", (37,), (37, 4500)), ("matvec-t", (37, 4500), (37,))):
+            m = dot_module(dt, ls, rs, **vecmat)
+            xs = inputs(m)
+            _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+            assert outer == (3 if dt != "f64" else 5) and inner == 1, (dt, name)
+            whole = np.full(m.entry.root.shape, 99, xs[0].dtype)
+            _call(fn, xs, whole, [(0, outer, 0, inner)])
+            check_dot(m, xs, whole)
+            for cuts in ([0, 1, outer], [0, outer - 1, outer], list(range(outer + 1))):
+                pieces = np.full(m.entry.root.shape, 99, xs[0].dtype)
+                _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:])])
+                np.testing.assert_array_equal(pieces, whole, err_msg=f"{dt} {name} {cuts}")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64", "f16"])
+@pytest.mark.parametrize("name,ls,rs,attrs", [
+    ("rowdot", (13, 257), (257,), MM),  # A's rows prefetched ROWDOT_PREFETCH bytes ahead, past its end
+    ("vecmat", (41,), (41, 70), dict(lhs_contracting=(0,), rhs_contracting=(0,))),  # B's rows, clamped
+    ("matvec-t", (41, 70), (41,), dict(lhs_contracting=(0,), rhs_contracting=(0,))),
+])
+def test_gemm_vector_prefetch_stays_within_reach(name, ls, rs, attrs, dt) -> None:  # noqa: ANN001
+    """The matrix-vector paths prefetch the matrix's lines ahead of their loads: a row dot
+    ROWDOT_PREFETCH bytes along each row (past the last row's end for the last rows: only a
+    hint, never a load), a streamed vector-matrix product VECMAT_PREFETCH rows ahead (the
+    row clamped to K's last). With the matrix's last byte the last before an unmapped page,
+    the kernel still reads no byte past it and gives the product."""
+    import mmap
+
+    from axle_cpu.executable import llvm_module
+    from axle_cpu.plan import build_plan
+
+    m = dot_module(dt, ls, rs, **attrs)
+    xs = inputs(m)
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    assert "llvm.prefetch" in str(llvm_module([spec], "t")), name
+    mat = 0 if len(ls) == 2 else 1
+    page = mmap.PAGESIZE
+    nbytes = xs[mat].nbytes
+    span = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, span + page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(ctypes.c_void_p(base + span), page, 0) == 0  # PROT_NONE after the matrix
+    placed = np.frombuffer(buf, xs[mat].dtype, xs[mat].size, span - nbytes).reshape(xs[mat].shape)
+    placed[...] = xs[mat]
+    args = list(xs)
+    args[mat] = placed
+    _jit, fn, (outer, inner) = _kernel(m)
+    out = np.full(m.entry.root.shape, 99, xs[0].dtype)
+    _call(fn, args, out, [(0, outer, 0, inner)])
+    check_dot(m, xs, out)
+    del placed, args
+    assert libc.mprotect(ctypes.c_void_p(base + span), page, 3) == 0  # back to read-write before unmapping
+    buf.close()
