@@ -133,3 +133,25 @@ def test_measure_rotates_the_order_and_settles_each_sample(run_mod):
     assert calls == ["a", "a", "b", "before b", "b", "c", "c",
                      "b", "before b", "b", "c", "c", "a", "a"]
     assert os.environ["OPENBLAS_THREAD_TIMEOUT"] and os.environ["OMP_WAIT_POLICY"]
+
+
+def test_first_call_filler_runs_on_and_the_next_process_hits(tmp_path):
+    """benchmarks/first_call.py: the process that fills the cache takes ``--then`` (the
+    program run on, untimed), and the next process's first call finds every compiled piece
+    on disk and writes nothing."""
+    import subprocess
+
+    script = os.path.join(ROOT, "benchmarks", "first_call.py")
+    env = {**os.environ, "AXLE_FLAGS": f"--compile_cache={tmp_path}"}
+
+    def run(*extra: str) -> dict:
+        out = subprocess.run([sys.executable, script, "softmax", "cpu:0", *extra], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    filled = run("--then", "8")
+    assert filled["disk_cache_hits"] == 0 and filled["disk_cache_writes"] > 0
+    hit = run()
+    assert hit["disk_cache_misses"] == 0 and hit["disk_cache_hits"] > 0
+    assert hit["disk_cache_writes"] == 0
