@@ -53,6 +53,9 @@ class OpenCLExecutable(Executable):
         self.constants = self._constants[id(plan)]
         # a loop or branch never writes into these (a body may hand one on as a carry)
         self._constant_buffers = [b for c in self._constants.values() for b in c.values() if b is not None]
+        #: a plan too large to wait behind the runtime's gate (runtime.HOLD_BYTES): its
+        #: kernels start at once, with the eager launches held before them
+        self._starts = _nbytes(plan) > HOLD_BYTES
         self._single = self._single_launch()
 
     def _single_launch(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
@@ -80,7 +83,7 @@ class OpenCLExecutable(Executable):
         n_out = len(plan.results)
         # held back behind the runtime's gate only when small (runtime.HOLD_BYTES): a larger
         # kernel lets the gate go and starts at once
-        small = sum(t.nbytes for t in plan.param_types) + sum(t.nbytes for _, t in plan.results) <= HOLD_BYTES
+        small = not self._starts
         # (kernel argument, parameter) of each input buffer, after the outputs'
         binds = tuple(enumerate((plan.params.index(src) for src in step.inputs), n_out))
         nbytes = tuple(t.nbytes for _, t in plan.results)
@@ -146,9 +149,8 @@ class OpenCLExecutable(Executable):
         check_not_forked()
         if self._single is not None and not profiler.enabled():
             return self._single(args)
-        # only single small launches are held (_single_launch): this plan's kernels start at
-        # once, with the eager launches held before them
-        self.rt.release()
+        if self._starts:  # else its kernels wait behind the gate, if one is closed, with the eager launches
+            self.rt.release()
         events: list[tuple[str, str, Any]] = []
         outs = self._run(self.plan, [a.handle for a in args], events)
         if events:
@@ -271,6 +273,11 @@ class PlannedOnly(Executable):
 
     def kernel_sources(self) -> dict[str, str]:
         return {k.name: k.source for k in self.kernels}
+
+
+def _nbytes(plan: Plan) -> int:
+    """The bytes of ``plan``'s parameters and results."""
+    return sum(t.nbytes for t in plan.param_types) + sum(t.nbytes for _, t in plan.results)
 
 
 def _kernel_steps(plan: Plan) -> list[KernelStep]:

@@ -120,8 +120,9 @@ def _finish_queues_at_exit() -> None:
 GATE_DEPTH = 1024
 #: a single launch is held back only when its arguments and results together are at most
 #: this many bytes (a kernel of a few microseconds, about what PoCL spends starting one);
-#: a larger one lets the gate go and starts at once (DeviceRuntime.unhold), since its own
-#: run time hides the workers' wake-up and it should overlap the host's next work
+#: a larger one lets the gate go and starts at once (DeviceRuntime.unhold), as does a
+#: larger plan of several kernels (OpenCLExecutable._starts): its own run time hides the
+#: workers' wake-up, and it should overlap the host's next work
 HOLD_BYTES = 1 << 16
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)

@@ -150,18 +150,29 @@ def test_only_small_launches_are_held(ocl) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(np.asarray(z), np.arange(16, dtype=np.float32) ** 2)
 
 
-def test_plans_of_several_kernels_let_the_gate_go(ocl) -> None:  # noqa: ANN001
-    """Only single small launches are held: a function of several kernels starts at once,
-    and the eager launches held before it with it."""
+def test_large_plans_of_several_kernels_let_the_gate_go(ocl) -> None:  # noqa: ANN001
+    """A plan of several kernels whose parameters and results come to more than HOLD_BYTES
+    starts at once, and the eager launches held before it with it; a small one waits
+    behind the gate with them."""
     rt = _rt(ocl)
-    base = np.arange(16, dtype=np.float32)
-    x = axle.device_put(base, ocl)
     f = axle.jit(lambda v: anp.sort(v) * 2.0, device=ocl)
-    assert f.lower(x).compile().report()["kernels"] == 2
-    np.testing.assert_array_equal(np.asarray(f(-x)), np.sort(-base) * 2)
-    held = x + x
+    n = rtmod.HOLD_BYTES // 8  # f32[n] in and out: HOLD_BYTES, at the bound
+    at = np.linspace(1, -1, n, dtype=np.float32)
+    over = np.linspace(1, -1, n + 1, dtype=np.float32)
+    small = np.arange(16, dtype=np.float32)[::-1].copy()
+    xs = [axle.device_put(v, ocl) for v in (at, over, small)]
+    for v, x in zip((at, over, small), xs, strict=True):
+        assert f.lower(x).compile().report()["kernels"] == 2
+        np.testing.assert_array_equal(np.asarray(f(x)), np.sort(v) * 2)
+    x_at, x_over, x_small = xs
+    held = x_small + x_small
     if rt.gates_eager:
         assert rt._gate is not None
-    out = f(held)  # sort(2x) * 2
+    gate = rt._gate
+    behind = [f(held), f(x_at)]  # small enough: behind the same gate
+    assert rt._gate is gate
+    out = f(x_over)
     assert rt._gate is None
-    np.testing.assert_array_equal(_within(lambda: np.asarray(out)), base * 4)
+    np.testing.assert_array_equal(_within(lambda: np.asarray(behind[0])), np.sort(small) * 4)
+    np.testing.assert_array_equal(np.asarray(behind[1]), np.sort(at) * 2)
+    np.testing.assert_array_equal(np.asarray(out), np.sort(over) * 2)
