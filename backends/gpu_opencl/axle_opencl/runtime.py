@@ -113,7 +113,7 @@ def _finish_queues_at_exit() -> None:
 #: open at the program's next wait, not among its eager ops. PoCL's workers, once let go,
 #: run the batch beside the host's next launches and contend with them for the queue's
 #: and the events' locks: with a gate of 32, on a 2-core host whose other core was free,
-#: an eager add cost the host 4.2-4.9 us of CPU against 3.3-3.7 with the workers asleep
+#: an eager add cost the host 4.2-5.2 us of CPU against 3.4-3.7 with the workers asleep
 #: (docs/backend-opencl.md, "Eager"). Bounded, so that a program that never waits still
 #: runs its kernels; only small launches are held (HOLD_BYTES), so the held work stays a
 #: few milliseconds at most
