@@ -92,18 +92,19 @@ def dispatch_rows(quick: bool) -> list[Row]:
                 continue
             fns = {"numpy": _per_call(lambda op=op: op(np, a, m)),
                    "axle eager": _per_call(lambda op=op, xa=xa, xm=xm: op(anp, xa, xm), _sync)}
-            before = {}
+            # each sample starts with the device idle: on an asynchronous device (opencl:0)
+            # the kernels another sample left queued would otherwise run in this one's wait
+            idle = {"axle eager": lambda xa=xa: xa.block_until_ready()}
             if name == "add f32[8]":  # the calls alone, the device idle when they start: on an
                 # asynchronous device (opencl:0) what they cost the program apart from its time
-                # to run the kernels (PoCL's, tens of microseconds each on a busy 2-core host)
-                last: list = [xa]
-                fns["axle eager (enqueue)"] = _per_call(lambda xa=xa, last=last: last.__setitem__(0, anp.add(xa, xa)))
-                before["axle eager (enqueue)"] = lambda last=last: last[0].block_until_ready()
+                # to run the kernels (which it pays at its next wait)
+                fns["axle eager (enqueue)"] = _per_call(lambda xa=xa: anp.add(xa, xa))
+                idle["axle eager (enqueue)"] = idle["axle eager"]
             if jax is not None:
                 ja, jm = jax.device_put(a), jax.device_put(m)
                 fns["jax eager"] = _per_call(lambda op=op, ja=ja, jm=jm: op(jnp, ja, jm),
                                              lambda r: r.block_until_ready())
-            times = measure(fns, repeats=5 if quick else 40, warmup=3, before=before)
+            times = measure(fns, repeats=5 if quick else 40, warmup=3, before=idle)
             us = {k: round(v / CALLS * 1e3, 2) for k, v in times.items()}
             rows.append(Row("core", f"eager dispatch {name} on {dev.name} (per call)",
                             {k: v / CALLS for k, v in times.items()}, extra={"us": us},

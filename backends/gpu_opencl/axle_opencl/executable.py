@@ -23,7 +23,7 @@ from . import forking as _forking
 from .forking import check_not_forked
 from .kernel_object import new_kernel
 from .plan import AliasStep, BranchStep, HostStep, KernelStep, LoopStep, Plan
-from .runtime import DeviceRuntime
+from .runtime import HOLD_BYTES, DeviceRuntime
 
 
 class OpenCLExecutable(Executable):
@@ -54,6 +54,9 @@ class OpenCLExecutable(Executable):
         self.constants = self._constants[id(plan)]
         # a loop or branch never writes into these (a body may hand one on as a carry)
         self._constant_buffers = [b for c in self._constants.values() for b in c.values() if b is not None]
+        #: a plan too large to wait behind the runtime's gate (runtime.HOLD_BYTES): its
+        #: kernels start at once, with the eager launches held before them
+        self._starts = _nbytes(plan) > HOLD_BYTES
         self._single = self._single_launch()
 
     def _single_launch(self) -> Callable[[Sequence[Buffer]], list[Buffer]] | None:
@@ -79,6 +82,9 @@ class OpenCLExecutable(Executable):
                 or any(t.nbytes > self.rt.max_alloc for _, t in plan.results):  # refused by rt.alloc, by name
             return None
         n_out = len(plan.results)
+        # held back behind the runtime's gate only when small (runtime.HOLD_BYTES): a larger
+        # kernel lets the gate go and starts at once
+        small = not self._starts
         # (kernel argument, parameter) of each input buffer, after the outputs'
         binds = tuple(enumerate((plan.params.index(src) for src in step.inputs), n_out))
         nbytes = tuple(t.nbytes for _, t in plan.results)
@@ -86,7 +92,8 @@ class OpenCLExecutable(Executable):
         kern, k, rt, device = self._launch[id(step)], step.kernel, self.rt, self.device
         queue, gsize, lsize, lock = rt.queue, k.global_size, k.local_size, rt.launch_lock
         allocate, set_arg, enqueue = rt.pool.allocate, kern.set_arg, cl.enqueue_nd_range_kernel
-        hold, refused, new, forking = rt.hold, rt.allocation_error, object.__new__, _forking
+        hold = rt.hold if small else rt.unhold
+        refused, new, forking = rt.allocation_error, object.__new__, _forking
 
         if n_out == 1 and len(binds) <= 2:  # nearly every eager op: written out, no loops, no lists but the result's
             (size,), (rtype,) = nbytes, types
@@ -108,7 +115,7 @@ class OpenCLExecutable(Executable):
                         set_arg(j0, args[w0].handle)
                         if n_in == 2:
                             set_arg(j1, args[w1].handle)
-                    hold()  # behind a batch's gate (DeviceRuntime.hold)
+                    hold()  # behind a batch's gate (DeviceRuntime.hold), or the gate let go
                     enqueue(queue, kern, gsize, lsize)
                 # Buffer(device, rtype, out) without its __init__'s call (a fifth of this launch)
                 res = new(Buffer)
@@ -143,6 +150,8 @@ class OpenCLExecutable(Executable):
         check_not_forked()
         if self._single is not None and not profiler.enabled():
             return self._single(args)
+        if self._starts:  # else its kernels wait behind the gate, if one is closed, with the eager launches
+            self.rt.release()
         events: list[tuple[str, str, Any]] = []
         outs = self._run(self.plan, [a.handle for a in args], events)
         if events:
@@ -265,6 +274,11 @@ class PlannedOnly(Executable):
 
     def kernel_sources(self) -> dict[str, str]:
         return {k.name: k.source for k in self.kernels}
+
+
+def _nbytes(plan: Plan) -> int:
+    """The bytes of ``plan``'s parameters and results."""
+    return sum(t.nbytes for t in plan.param_types) + sum(t.nbytes for _, t in plan.results)
 
 
 def _kernel_steps(plan: Plan) -> list[KernelStep]:

@@ -110,10 +110,21 @@ def _finish_queues_at_exit() -> None:
         rt.queue.finish()
 
 
-#: eager launches held back at most by one gate (DeviceRuntime.gate): enough that PoCL's
-#: workers wake once per batch of eager ops, few enough that kernels start soon and the
-#: held commands stay a short list
-GATE_DEPTH = 32
+#: eager launches held back at most by one gate (DeviceRuntime.hold): the gate is meant to
+#: open at the program's next wait, not among its eager ops. PoCL's workers, once let go,
+#: run the batch beside the host's next launches and contend with them for the queue's
+#: and the events' locks: with a gate of 32, on a 2-core host whose other core was free,
+#: an eager add cost the host 4.2-5.2 us of CPU against 3.4-3.7 with the workers asleep
+#: (docs/backend-opencl.md, "Eager"). Bounded, so that a program that never waits still
+#: runs its kernels; only small launches are held (HOLD_BYTES), so the held work stays a
+#: few milliseconds at most
+GATE_DEPTH = 1024
+#: a single launch is held back only when its arguments and results together are at most
+#: this many bytes (a kernel of a few microseconds, about what PoCL spends starting one);
+#: a larger one lets the gate go and starts at once (DeviceRuntime.unhold), as does a
+#: larger plan of several kernels (OpenCLExecutable._starts): its own run time hides the
+#: workers' wake-up, and it should overlap the host's next work
+HOLD_BYTES = 1 << 16
 
 #: kernels kept per executable-cache entry (an executable usually has a few kernels)
 _KERNELS_PER_PROGRAM_CACHE = 2
@@ -202,6 +213,13 @@ class DeviceRuntime:
             cl.enqueue_barrier(self.queue, wait_for=[gate])
             self._gate, self._gated = gate, 0
         self._gated += 1
+
+    def unhold(self) -> None:
+        """The launch enqueued next starts at once (the caller holds ``launch_lock``): the
+        gated launches before it are let go with it (a launch too large to hold,
+        HOLD_BYTES)."""
+        if self._gate is not None:
+            self._open()
 
     def _open(self) -> None:
         """Lets the gated launches run (the caller holds ``launch_lock``)."""

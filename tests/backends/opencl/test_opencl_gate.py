@@ -119,3 +119,60 @@ def test_threads_reading_while_others_launch(ocl) -> None:  # noqa: ANN001
         t.join(120)
     assert not any(t.is_alive() for t in threads), "a thread hung on a held launch"
     assert not errors
+
+
+def test_only_small_launches_are_held(ocl) -> None:  # noqa: ANN001
+    """A single launch is held back only when its arguments and results come to at most
+    HOLD_BYTES: a larger one lets the gate go (the small ones held before it start with it)
+    and starts at once, and the next small launch opens a new gate."""
+    rt = _rt(ocl)
+    n = rtmod.HOLD_BYTES // 8  # a unary op on f32[n]: n*4 bytes in, n*4 out, HOLD_BYTES in all
+    at = axle.device_put(np.linspace(-1, 1, n, dtype=np.float32), ocl)
+    over = axle.device_put(np.linspace(-1, 1, n + 1, dtype=np.float32), ocl)
+    small = axle.device_put(np.arange(16, dtype=np.float32), ocl)
+    np.asarray(-at), np.asarray(-over), np.asarray(small + small)  # compiled, the gate let go by the reads
+    assert rt._gate is None
+    y = small + small
+    y = y + small
+    held_at = -at  # exactly HOLD_BYTES: held with the small ones
+    if rt.gates_eager:
+        assert rt._gate is not None and rt._gated == 3
+    started = -over  # 8 bytes more: the gate let go, this one not held
+    assert rt._gate is None
+    z = small * small  # a new gate
+    if rt.gates_eager:
+        assert rt._gate is not None and rt._gated == 1
+    else:
+        assert rt._gate is None
+    np.testing.assert_array_equal(_within(lambda: np.asarray(y)), np.arange(16, dtype=np.float32) * 3)
+    np.testing.assert_array_equal(np.asarray(held_at), -np.linspace(-1, 1, n, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(started), -np.linspace(-1, 1, n + 1, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(z), np.arange(16, dtype=np.float32) ** 2)
+
+
+def test_large_plans_of_several_kernels_let_the_gate_go(ocl) -> None:  # noqa: ANN001
+    """A plan of several kernels whose parameters and results come to more than HOLD_BYTES
+    starts at once, and the eager launches held before it with it; a small one waits
+    behind the gate with them."""
+    rt = _rt(ocl)
+    f = axle.jit(lambda v: anp.sort(v) * 2.0, device=ocl)
+    n = rtmod.HOLD_BYTES // 8  # f32[n] in and out: HOLD_BYTES, at the bound
+    at = np.linspace(1, -1, n, dtype=np.float32)
+    over = np.linspace(1, -1, n + 1, dtype=np.float32)
+    small = np.arange(16, dtype=np.float32)[::-1].copy()
+    xs = [axle.device_put(v, ocl) for v in (at, over, small)]
+    for v, x in zip((at, over, small), xs, strict=True):
+        assert f.lower(x).compile().report()["kernels"] == 2
+        np.testing.assert_array_equal(np.asarray(f(x)), np.sort(v) * 2)
+    x_at, x_over, x_small = xs
+    held = x_small + x_small
+    if rt.gates_eager:
+        assert rt._gate is not None
+    gate = rt._gate
+    behind = [f(held), f(x_at)]  # small enough: behind the same gate
+    assert rt._gate is gate
+    out = f(x_over)
+    assert rt._gate is None
+    np.testing.assert_array_equal(_within(lambda: np.asarray(behind[0])), np.sort(small) * 4)
+    np.testing.assert_array_equal(np.asarray(behind[1]), np.sort(at) * 2)
+    np.testing.assert_array_equal(np.asarray(out), np.sort(over) * 2)
