@@ -95,6 +95,16 @@ CONV_COLUMNS_OUTER_MIN = 128
 #: row, one core of the AVX-512 host), so shares of 64 rows ran a 512-feature layer split
 #: in 8 at 1.4x one thread's speed on two
 CONV_SHARE_ROWS = 256
+#: an NHWC convolution (rows: pixels, A: its patches read in place) whose kernel (B) the
+#: GEMM packs on every call is split in shares of whole pixel rows too: each share packs
+#: all of B, about as much work as the products of 15 pixel rows whatever K and N (a
+#: 3x3 128 -> 128-feature layer at 28x28: ~24 us per pack of 1152 x 128 against 1.66 us
+#: per row, one core). So 2 to CONV_PIXEL_SHARES shares (a power of two: 2 and 4 threads
+#: share them evenly), of at least CONV_SHARE_PIXELS rows where there are that many: the
+#: 784 rows of that layer in 4 shares, not the pool's 8 chunks of 98 (15% more work than
+#: one call on one thread, 4 shares about 6%)
+CONV_SHARE_PIXELS = 192
+CONV_PIXEL_SHARES = 8
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
 #: split K across threads from this long a K, this many times the output's longer side
@@ -527,10 +537,18 @@ class GemmSpec(KernelSpec):
     def row_unit(self) -> int:
         """Output rows per unit of the kernel's row range: ``CONV_SHARE_ROWS`` for a
         convolution whose patches are B (NCHW) split by rows (fewer pixel columns than
-        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; else 1."""
-        if self.columns_outer or self.batch_outer or self.layout.b_win is None:
+        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; a share
+        of the pixel rows (``_pixel_share``) for a convolution whose patches are A (NHWC)
+        and whose kernel B is packed on every call, since each share packs all of it;
+        else 1."""
+        lay = self.layout
+        if self.columns_outer or self.batch_outer:
             return 1
-        return CONV_SHARE_ROWS
+        if lay.b_win is not None:
+            return CONV_SHARE_ROWS
+        if lay.a_win is not None and not self.prepacked_b and self.b_packing is not None:
+            return _pixel_share(lay.batch * lay.m, tiles(self.dot.dtype, self.vector_bits or _host_bits(), lay).mr)
+        return 1
 
     @property
     def fixed_columns(self) -> bool:
@@ -581,6 +599,17 @@ class GemmSpec(KernelSpec):
     @property
     def reduce_split_first(self) -> bool:
         return self.split_reduce_size > 0
+
+
+def _pixel_share(rows: int, mr: int) -> int:
+    """Rows per share of an NHWC convolution whose every share packs all of its kernel
+    (``CONV_SHARE_PIXELS``): ``rows`` in 2 to ``CONV_PIXEL_SHARES`` shares, a power of
+    two, at least ``CONV_SHARE_PIXELS`` rows each where there are that many, rounded up to
+    whole ``mr``-row micro-tiles (784 rows, 6-row tiles: 198, 198, 198, 190)."""
+    shares = 2
+    while shares < CONV_PIXEL_SHARES and rows >= 2 * shares * CONV_SHARE_PIXELS:
+        shares *= 2
+    return max(1, _round_up(-(-rows // shares), mr))
 
 
 def _host_bits() -> int:

@@ -301,6 +301,66 @@ def test_nchw_rows_split_in_shares() -> None:
     assert spec.fixed_columns and [launch._split_mode(n) for n in (1, 2, 3, 4)] == [None, "rows", "rows", "rows"]
 
 
+def test_nhwc_pixel_rows_split_in_shares(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """An NHWC convolution whose kernel the GEMM packs on every call is split by rows,
+    which are pixels, in 2 to CONV_PIXEL_SHARES shares of whole micro-tiles (each share
+    packs all the kernel, which the pool's 8 chunks of a 784-pixel layer did 8 times
+    over): here 2 x 20 x 20 = 800 pixels in 4 shares of 204 (12-row tiles), the second
+    crossing from image 0 to 1, the last 188 rows. Each share alone, in any order, and
+    the pool's split on 2 threads give exactly the single call's bits, which match the
+    interpreter; a constant kernel (packed once, at compile time) keeps units of one row."""
+    from types import SimpleNamespace
+
+    from axle_cpu.executable import _Launch
+    from axle_cpu.gemm import CONV_PIXEL_SHARES, CONV_SHARE_PIXELS, _pixel_share
+    from axle_cpu.plan import build_plan
+
+    assert (CONV_SHARE_PIXELS, CONV_PIXEL_SHARES) == (192, 8)
+    # a 28x28 map in 4 shares, 56x56 in 8, 14x14 and 7x7 in 2; fewer rows than a tile: one
+    assert [_pixel_share(r, 6) for r in (784, 3136, 196, 49, 5)] == [198, 396, 102, 30, 6]
+    m = conv_module(("nhwc-shares", (2, 20, 20, 16), (3, 3, 16, 24), ("NHWC", "HWIO", "NHWC"),
+                     _window(2, low=(1, 1), high=(1, 1))), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
+    assert spec.b_packing is not None and not spec.prepacked_b and not spec.columns_outer
+    assert spec.row_unit == 204 and spec.loop_sizes == (4, 24) and spec.fixed_columns
+    launch = object.__new__(_Launch)
+    launch.outer, launch.inner, launch.rsize, launch.step = 4, 24, 0, SimpleNamespace(spec=spec)
+    assert [launch._split_mode(n) for n in (1, 2, 4, 8)] == [None, "rows", "rows", "rows"]
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits=512)
+    assert (outer, inner) == (4, 24)
+    whole = np.zeros(m.entry.root.shape, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    pieces = np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, pieces, [(3, 4, 0, inner), (1, 2, 0, inner), (0, 1, 0, 10), (2, 3, 0, inner), (0, 1, 10, inner)])
+    np.testing.assert_array_equal(pieces, whole)
+    # the executable's split over the pool's threads (forced: a measurement may decline it)
+    be = _backend()
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    be._cache.clear()
+    try:
+        exe = be.compile(m, cpu, CompileOptions(optimized=False))
+        (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+        assert launch.step.spec.row_unit > 1 and launch._split_mode(2) == "rows"
+        launch.parallel = True
+        for _ in range(3):
+            got = be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0])
+            check_conv(m, xs, got)
+            if launch.step.spec.row_unit == spec.row_unit:  # (the host's tiles: the same sums)
+                np.testing.assert_array_equal(got, whole)
+    finally:
+        be._cache.clear()
+    # a constant kernel is prepacked once: no share packs it, rows stay units of one
+    b = Builder("nhwc_const_kernel")
+    x = b.parameter(TensorType(DType.FLOAT32, (2, 20, 20, 16)))
+    w = b.constant(xs[1])
+    c = b.build(b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"),
+                              **_window(2, low=(1, 1), high=(1, 1))))
+    specs = [k for k in build_plan(c, arena=False, vector_bits=512).kernels.values() if k.kind == "gemm"]
+    assert sorted((k.prepacked_b, k.row_unit) for k in specs) == [(False, 204), (True, 1)]  # (and its fallback)
+
+
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
 # Window.line, kw x features): read in place through row pointers, a partly padded line
 # copied with its zeros
