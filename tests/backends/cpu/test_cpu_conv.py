@@ -526,6 +526,73 @@ def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16, DType.INT32], ids=lambda d: d.value)
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "stride"), [
+    ((2, 16, 7, 7), (24, 16, 3, 3), 1),  # 49 pixels: one panel, a narrower last vector
+    ((1, 8, 28, 28), (20, 8, 1, 1), 2),  # a 1x1 stride-2 shortcut: 196 pixels, 48-wide panels split by threads
+    ((1, 4, 9, 15), (6, 4, 3, 3), 1),  # 135 pixels: a second panel starting inside an image row
+], ids=["7x7", "14x14-shortcut", "9x15"])
+def test_nchw_epilogue_by_feature_rows(xs_shape, ws_shape, stride: int, dt: DType, cpu,  # noqa: ANN001
+                                       monkeypatch) -> None:  # noqa: ANN001
+    """An NCHW convolution's C rows are output features, each a run of all its H x W pixels:
+    the epilogue's column spans both (``_epilogue_tail``), and each tile row is finished
+    by one call of ``epi_row``, the per-feature scale and shift read once before its column
+    loop, the residual at each element. Small integers, so every dtype's sums are exact: the
+    bits of the interpreter's, on one thread and split on two (a float16 convolution
+    accumulates all of K first and finishes elements one by one, with the same columns)."""
+    from axle_cpu.gemm import _epilogue_tail
+
+    b = Builder("nchw_feature_rows")
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    pad = ws_shape[2] // 2
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"),
+                      **_window(2, strides=(stride, stride), low=(pad, pad), high=(pad, pad)))
+    o = ws_shape[0]
+    r, scale, shift = (b.parameter(TensorType(dt, t)) for t in (c.shape, (o,), (o,)))
+
+    def per_feature(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+    y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(shift)), r)
+    m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=c.shape, broadcast_dimensions=())))
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in m.entry.parameters]
+    (want,) = evaluate(m, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, optimized = compile_case(m, cpu)
+        launches = [launch for launch, _ in exe._steps if launch is not None]
+        assert len(launches) == 1 and [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
+        spec = launches[0].step.spec
+        lay = spec.layout
+        assert _epilogue_tail(c.shape, lay, lay.swap) == 2 and lay.n == c.shape[2] * c.shape[3]
+        assert ".epi_row" in exe.kernel_sources()["llvm"]
+        launches[0].parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
+
+
+def test_epilogue_tail_only_where_c_rows_are_output_rows() -> None:
+    """The epilogue's column spans several trailing dims only where each row of C is one
+    whole run of them: NCHW's H x W and NCDHW's D x H x W (C rows: the features), CHWN's
+    H x W x N; NHWC keeps the last dim (the features: C's columns), and so does a grouped
+    NHWC convolution, whose C rows are a group's 3 of the 9 features (by segments)."""
+    from axle_cpu.gemm import _epilogue_tail
+    from axle_cpu.plan import build_plan
+
+    def tail(name: str) -> int:
+        m = conv_module(next(cfg for cfg in CONFIGS if cfg[0] == name), DType.FLOAT32)
+        (spec,) = build_plan(m, arena=False).kernels.values()
+        lay = spec.layout
+        return _epilogue_tail(m.entry.root.shape, lay.swapped() if lay.swap else lay, lay.swap)
+
+    names = ("2d-nchw-same", "3d-ncdhw", "batch-last", "2d-nhwc-same", "grouped-nhwc")
+    assert [tail(n) for n in names] == [2, 3, 3, 1, 1]
+
+
 # ------------------------------------------------------------------------ gradients
 
 
