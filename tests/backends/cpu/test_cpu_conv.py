@@ -359,6 +359,14 @@ def test_nhwc_pixel_rows_split_in_shares(cpu, monkeypatch) -> None:  # noqa: ANN
                               **_window(2, low=(1, 1), high=(1, 1))))
     specs = [k for k in build_plan(c, arena=False, vector_bits=512).kernels.values() if k.kind == "gemm"]
     assert sorted((k.prepacked_b, k.row_unit) for k in specs) == [(False, 204), (True, 1)]  # (and its fallback)
+    # one pixel, many features (a dense layer as a 1x1 convolution): its kernel is read in
+    # place (no share packs it), rows of one, so the pool splits its columns
+    one = conv_module(("one-pixel", (1, 1, 1, 64), (1, 1, 64, 1024), ("NHWC", "HWIO", "NHWC"), _window(2)),
+                      DType.FLOAT32)
+    (spec,) = build_plan(one, arena=False, vector_bits=512).kernels.values()
+    assert spec.b_packing is None and spec.row_unit == 1 and not spec.fixed_columns and spec.loop_sizes[0] == 1
+    launch.outer, launch.inner, launch.step = *spec.loop_sizes, SimpleNamespace(spec=spec)
+    assert launch._split_mode(2) == "columns"
 
 
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
