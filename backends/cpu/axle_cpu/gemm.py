@@ -54,7 +54,10 @@ convert; docs/ir.md "Fusions") runs the same kernel: the epilogue is a scalar fu
 the shared loop emitter and inlined) that finishes one output element at flat index
 ``lin`` and stores it. The micro-kernel calls it on the last K block for its tile, from
 the registers through a tile-sized stack block in L1 (never the output buffer, which
-meanwhile holds the partial sums of earlier K blocks); the float16 path (and an epilogue
+meanwhile holds the partial sums of earlier K blocks), or, where a tile row is one run of
+an epilogue row (an NCHW convolution's feature: its H x W pixels, ``_epilogue_tail``),
+through ``epi_row``, which computes the row's own terms once before its column loop; the
+float16 path (and an epilogue
 whose output dtype differs from the dot's, which cannot keep partial sums in the output)
 calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
 empty contraction on zeros.
@@ -103,6 +106,16 @@ CONV_COLUMNS_OUTER_MIN = 128
 #: row, one core of the AVX-512 host), so shares of 64 rows ran a 512-feature layer split
 #: in 8 at 1.4x one thread's speed on two
 CONV_SHARE_ROWS = 256
+#: an NHWC convolution (rows: pixels, A: its patches read in place) whose kernel (B) the
+#: GEMM packs on every call is split in shares of whole pixel rows too: each share packs
+#: all of B, about as much work as the products of 15 pixel rows whatever K and N (a
+#: 3x3 128 -> 128-feature layer at 28x28: ~24 us per pack of 1152 x 128 against 1.66 us
+#: per row, one core). So 2 to CONV_PIXEL_SHARES shares (a power of two: 2 and 4 threads
+#: share them evenly), of at least CONV_SHARE_PIXELS rows where there are that many: the
+#: 784 rows of that layer in 4 shares, not the pool's 8 chunks of 98 (15% more work than
+#: one call on one thread, 4 shares about 6%)
+CONV_SHARE_PIXELS = 192
+CONV_PIXEL_SHARES = 8
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
 #: split K across threads from this long a K, this many times the output's longer side
@@ -590,14 +603,19 @@ class GemmSpec(KernelSpec):
     def row_unit(self) -> int:
         """Output rows per unit of the kernel's row range: ``CONV_SHARE_ROWS`` for a
         convolution whose patches are B (NCHW) split by rows (fewer pixel columns than
-        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; a
+        ``CONV_COLUMNS_OUTER_MIN``), since each thread's share packs all of them; a share
+        of the pixel rows (``_pixel_share``) for a convolution whose patches are A (NHWC)
+        and whose kernel B is packed on every call, since each share packs all of it; a
         swapped matrix-vector product streamed as a vector-matrix one (its rows are that
         product's columns) by ``vecmat_share``; else 1."""
+        lay = self.layout
         if self.columns_outer or self.batch_outer:
             return 1
-        if self.layout.b_win is None:
-            return self.vecmat_share if self.layout.swap else 1
-        return CONV_SHARE_ROWS
+        if lay.b_win is not None:
+            return CONV_SHARE_ROWS
+        if lay.a_win is not None and not self.prepacked_b and self.b_packing is not None:
+            return _pixel_share(lay.batch * lay.m, tiles(self.dot.dtype, self.vector_bits or _host_bits(), lay).mr)
+        return self.vecmat_share if lay.swap else 1
 
     @property
     def fixed_columns(self) -> bool:
@@ -650,6 +668,17 @@ class GemmSpec(KernelSpec):
         return self.split_reduce_size > 0
 
 
+def _pixel_share(rows: int, mr: int) -> int:
+    """Rows per share of an NHWC convolution whose every share packs all of its kernel
+    (``CONV_SHARE_PIXELS``): ``rows`` in 2 to ``CONV_PIXEL_SHARES`` shares, a power of
+    two, at least ``CONV_SHARE_PIXELS`` rows each where there are that many, rounded up to
+    whole ``mr``-row micro-tiles (784 rows, 6-row tiles: 198, 198, 198, 190)."""
+    shares = 2
+    while shares < CONV_PIXEL_SHARES and rows >= 2 * shares * CONV_SHARE_PIXELS:
+        shares *= 2
+    return max(1, _round_up(-(-rows // shares), mr))
+
+
 def _host_bits() -> int:
     from .target import host
 
@@ -677,6 +706,20 @@ def _shares_a(dot: Node, out: Node, lay: Layout, vector_bits: int) -> bool:
     return (_round_up(lay.m, t.mr) + t.nc) * t.kc * size <= STACK_BUDGET
 
 
+def _epilogue_tail(shape: Sequence[int], lay: Layout, swap: bool) -> int:
+    """How many trailing output dims an epilogue's column spans: the most whose elements,
+    merged, are exactly a row of C, each C row one such run (an NCHW convolution's H x W
+    pixels, whose rows are output features), so that a tile row is one run of columns of
+    one epilogue row (vectorized, what depends on the row alone, a batch norm's
+    per-feature terms, computed once); else 1, the output's last dim."""
+    if not swap:
+        for t in range(len(shape), 1, -1):
+            width = math.prod(shape[-t:])
+            if width == lay.n and lay.rows_of(width):
+                return t
+    return 1
+
+
 def _accumulates(dot: Node, out: Node) -> bool:
     """Whether the GEMM accumulates all of K in a compute-type block before finishing the
     output (float16, or an output dtype that cannot hold the dot's partial sums)."""
@@ -692,8 +735,10 @@ class _EpilogueEmitter(KernelEmitter):
     Inlined in a loop over columns, what depends on the row alone is hoisted and the rest
     vectorizes (a bias load, an add, a max)."""
 
-    def __init__(self, module: ir.Module, spec: KernelSpec, dot: Node) -> None:
+    def __init__(self, module: ir.Module, spec: KernelSpec, dot: Node, tail: int = 1) -> None:
         self.dot_node = dot
+        #: the output's trailing dims that ``col`` spans (_epilogue_tail), 1: the last dim
+        self.tail = tail
         super().__init__(module, spec)
 
     def signature(self) -> ir.FunctionType:
@@ -718,13 +763,85 @@ class _EpilogueEmitter(KernelEmitter):
         (out,) = self.spec.outputs
         shape = out.shape
         row, col = self.o0, self.i0
-        idx = self.unravel(row, shape[:-1]) + [col] if shape else []
+        t = self.tail
+        if t > 1:  # col spans the last t dims (an NCHW convolution's H x W pixels)
+            idx = self.unravel(row, shape[:-t]) + self.unravel(col, shape[-t:])
+        else:
+            idx = self.unravel(row, shape[:-1]) + [col] if shape else []
         val = self.value(out, idx)
-        lin = self.b.add(self.b.mul(row, ir.Constant(I64, shape[-1])), col) if shape else ir.Constant(I64, 0)
+        lin = (self.b.add(self.b.mul(row, ir.Constant(I64, math.prod(shape[-t:]))), col) if shape
+               else ir.Constant(I64, 0))
         self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
         self.b.ret_void()
         return fn
 
+
+
+class _EpilogueRowEmitter(_EpilogueEmitter):
+    """``void epi_row(bufs, row, _, c0, c1, _, _, ptr vals)``: the epilogue over columns
+    [c0, c1) of one of its rows (``tail`` > 1: an NCHW convolution's output feature, its H x
+    W pixels the columns), given the dot's values at ``vals[c - c0]``. What depends on the
+    row alone (a batch norm's per-feature scale and shift, a bias) is computed once, before
+    the column loop, which vectorizes: per element, the scalar ``epi`` inlined in a column
+    loop left those loads in the loop (the output's stores may alias them), which LLVM
+    then kept scalar."""
+
+    def signature(self) -> ir.FunctionType:
+        return ir.FunctionType(VOID, [*SIG.args, PTR])
+
+    def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        if n.uid == self.dot_node.uid:
+            ct = COMPUTE[n.dtype]
+            at = self.b.gep(self.fn.args[7], [self.b.sub(self._col, self.i0)], source_etype=ct, inbounds=True)
+            v = self.b.load(at, typ=ct)
+            return self.round16(v) if n.dtype is DType.FLOAT16 else v
+        return KernelEmitter._emit(self, n, idx)
+
+    def build(self) -> ir.Function:
+        fn = self.fn
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("alwaysinline")
+        self.entry = fn.append_basic_block("entry")
+        pre = fn.append_basic_block("row")
+        cond = fn.append_basic_block("col.cond")
+        body = fn.append_basic_block("col.body")
+        done = fn.append_basic_block("done")
+        b = self.b = ir.IRBuilder(self.entry)
+        self._bufptr = {}
+        (out,) = self.spec.outputs
+        shape, t = out.shape, self.tail
+        width = math.prod(shape[-t:])
+        row = self.o0
+        # levels as the loop kernels': 0 the call, 1 the row (its preamble: ``pre``), 2 a column
+        self.level[id(row)] = 1
+        self.tails = {0: self.entry, 1: pre}
+        b.position_at_end(cond)
+        col = b.phi(I64)
+        b.cbranch(b.icmp_signed("<", col, self.i1), body, done)
+        self.level[id(col)] = 2
+        self._col = col
+        b.position_at_end(body)
+        self.cur_level = 2
+        idx = self.unravel(row, shape[:-t]) + self.unravel(col, shape[-t:])
+        val = self.value(out, idx)
+        lin = self.add(self.mul(row, width), col)
+        self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
+        col.add_incoming(b.add(col, _c(1)), b.block)
+        latch = b.branch(cond)
+        mod = fn.module
+        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                 ir.Constant(I1, 1)])])
+        md.operands = (md, *md.operands)  # a loop ID refers to itself
+        latch.set_metadata("llvm.loop", md)
+        b.position_at_end(self.tails[0])
+        b.branch(pre)
+        b.position_at_end(self.tails[1])
+        b.branch(cond)
+        col.add_incoming(self.i0, self.tails[1])
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
 
 
 # ================================================================ emission helpers
@@ -862,10 +979,6 @@ class _Emitter:
         self.mod = mod
         self.spec = spec
         self.dt = root.dtype
-        self.epi: ir.Function | None = None
-        if spec.epilogue:
-            espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
-            self.epi = _EpilogueEmitter(mod, espec, root).build()
         lay = spec.layout
         a_op = root.operands[lay.a_operand]
         self.in_idx = [a_op.attr["index"], root.operands[1 - lay.a_operand].attr["index"]]
@@ -877,6 +990,16 @@ class _Emitter:
             lay = lay.swapped()
             self.in_idx.reverse()
         self.lay = lay
+        #: trailing output dims the epilogue's column spans (_epilogue_tail)
+        self.epi_tail = _epilogue_tail(spec.comp.root.shape, lay, self.swap)
+        self.epi: ir.Function | None = None
+        self.epi_row: ir.Function | None = None
+        if spec.epilogue:
+            espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
+            self.epi = _EpilogueEmitter(mod, espec, root, self.epi_tail).build()
+            if self.epi_tail > 1:  # a tile row is one run of an epilogue row: finished whole
+                rspec = KernelSpec(f"{spec.name}.epi_row", spec.comp, "loop")
+                self.epi_row = _EpilogueRowEmitter(mod, rspec, root, self.epi_tail).build()
         self.t = tiles(self.dt, vector_bits, lay)
         self.st = STORAGE[self.dt]  # storage type of A, B and C
         self.f16 = self.dt is DType.FLOAT16
@@ -967,9 +1090,10 @@ class _Emitter:
     # -- arithmetic of the compute type
     @property
     def last_dim(self) -> int:
-        """The output's last dim: the epilogue's column (1 for a scalar)."""
+        """The epilogue's row length: the output's last dim, or its last ``epi_tail``
+        dims merged (1 for a scalar)."""
         shape = self.spec.comp.root.shape
-        return shape[-1] if shape else 1
+        return math.prod(shape[-self.epi_tail:]) if shape else 1
 
     def finish(self, b: ir.IRBuilder, lin: ir.Value, v: ir.Value, bufs: ir.Value | None = None) -> None:
         """The epilogue of output element ``lin`` (flat) from its dot value ``v`` (compute type)."""
@@ -2043,6 +2167,11 @@ class _Emitter:
         def erow(r: ir.Value) -> None:
             rlin = b.add(lin0, b.mul(r, ldc))
             row, col0 = b.udiv(rlin, _c(L)), b.urem(rlin, _c(L))
+            if by_rows and self.epi_row is not None:
+                z = _c(0)
+                b.call(self.epi_row, [bufs, row, z, col0, b.add(col0, nr), z, z,
+                                      g.gep(tile, self.ct, b.mul(r, _c(t.nr)))])
+                return
 
             def elem(j: ir.Value) -> None:
                 v = b.load(g.gep(tile, self.ct, b.add(b.mul(r, _c(t.nr)), j)), typ=self.ct)

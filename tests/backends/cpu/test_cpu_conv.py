@@ -301,6 +301,74 @@ def test_nchw_rows_split_in_shares() -> None:
     assert spec.fixed_columns and [launch._split_mode(n) for n in (1, 2, 3, 4)] == [None, "rows", "rows", "rows"]
 
 
+def test_nhwc_pixel_rows_split_in_shares(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """An NHWC convolution whose kernel the GEMM packs on every call is split by rows,
+    which are pixels, in 2 to CONV_PIXEL_SHARES shares of whole micro-tiles (each share
+    packs all the kernel, which the pool's 8 chunks of a 784-pixel layer did 8 times
+    over): here 2 x 20 x 20 = 800 pixels in 4 shares of 204 (12-row tiles), the second
+    crossing from image 0 to 1, the last 188 rows. Each share alone, in any order, and
+    the pool's split on 2 threads give exactly the single call's bits, which match the
+    interpreter; a constant kernel (packed once, at compile time) keeps units of one row."""
+    from types import SimpleNamespace
+
+    from axle_cpu.executable import _Launch
+    from axle_cpu.gemm import CONV_PIXEL_SHARES, CONV_SHARE_PIXELS, _pixel_share
+    from axle_cpu.plan import build_plan
+
+    assert (CONV_SHARE_PIXELS, CONV_PIXEL_SHARES) == (192, 8)
+    # a 28x28 map in 4 shares, 56x56 in 8, 14x14 and 7x7 in 2; fewer rows than a tile: one
+    assert [_pixel_share(r, 6) for r in (784, 3136, 196, 49, 5)] == [198, 396, 102, 30, 6]
+    m = conv_module(("nhwc-shares", (2, 20, 20, 16), (3, 3, 16, 24), ("NHWC", "HWIO", "NHWC"),
+                     _window(2, low=(1, 1), high=(1, 1))), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
+    assert spec.b_packing is not None and not spec.prepacked_b and not spec.columns_outer
+    assert spec.row_unit == 204 and spec.loop_sizes == (4, 24) and spec.fixed_columns
+    launch = object.__new__(_Launch)
+    launch.outer, launch.inner, launch.rsize, launch.step = 4, 24, 0, SimpleNamespace(spec=spec)
+    assert [launch._split_mode(n) for n in (1, 2, 4, 8)] == [None, "rows", "rows", "rows"]
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits=512)
+    assert (outer, inner) == (4, 24)
+    whole = np.zeros(m.entry.root.shape, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    pieces = np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, pieces, [(3, 4, 0, inner), (1, 2, 0, inner), (0, 1, 0, 10), (2, 3, 0, inner), (0, 1, 10, inner)])
+    np.testing.assert_array_equal(pieces, whole)
+    # the executable's split over the pool's threads (forced: a measurement may decline it)
+    be = _backend()
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    be._cache.clear()
+    try:
+        exe = be.compile(m, cpu, CompileOptions(optimized=False))
+        (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+        assert launch.step.spec.row_unit > 1 and launch._split_mode(2) == "rows"
+        launch.parallel = True
+        for _ in range(3):
+            got = be.to_host(exe.execute([be.to_device(x, cpu) for x in xs])[0])
+            check_conv(m, xs, got)
+            if launch.step.spec.row_unit == spec.row_unit:  # (the host's tiles: the same sums)
+                np.testing.assert_array_equal(got, whole)
+    finally:
+        be._cache.clear()
+    # a constant kernel is prepacked once: no share packs it, rows stay units of one
+    b = Builder("nhwc_const_kernel")
+    x = b.parameter(TensorType(DType.FLOAT32, (2, 20, 20, 16)))
+    w = b.constant(xs[1])
+    c = b.build(b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"),
+                              **_window(2, low=(1, 1), high=(1, 1))))
+    specs = [k for k in build_plan(c, arena=False, vector_bits=512).kernels.values() if k.kind == "gemm"]
+    assert sorted((k.prepacked_b, k.row_unit) for k in specs) == [(False, 204), (True, 1)]  # (and its fallback)
+    # one pixel, many features (a dense layer as a 1x1 convolution): its kernel is read in
+    # place (no share packs it), rows of one, so the pool splits its columns
+    one = conv_module(("one-pixel", (1, 1, 1, 64), (1, 1, 64, 1024), ("NHWC", "HWIO", "NHWC"), _window(2)),
+                      DType.FLOAT32)
+    (spec,) = build_plan(one, arena=False, vector_bits=512).kernels.values()
+    assert spec.b_packing is None and spec.row_unit == 1 and not spec.fixed_columns and spec.loop_sizes[0] == 1
+    launch.outer, launch.inner, launch.step = *spec.loop_sizes, SimpleNamespace(spec=spec)
+    assert launch._split_mode(2) == "columns"
+
+
 # fewer than 16 input features, whose kernel rows lie consecutive in the input (NHWC/HWIO:
 # Window.line, kw x features): read in place through row pointers, a partly padded line
 # copied with its zeros
@@ -464,6 +532,73 @@ def test_nchw_epilogue_by_output_rows(cpu) -> None:  # noqa: ANN001
     xs[3] = np.abs(xs[3]) + 0.5
     got, want = _one_output_fusion(m, xs, cpu)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16, DType.INT32], ids=lambda d: d.value)
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "stride"), [
+    ((2, 16, 7, 7), (24, 16, 3, 3), 1),  # 49 pixels: one panel, a narrower last vector
+    ((1, 8, 28, 28), (20, 8, 1, 1), 2),  # a 1x1 stride-2 shortcut: 196 pixels, 48-wide panels split by threads
+    ((1, 4, 9, 15), (6, 4, 3, 3), 1),  # 135 pixels: a second panel starting inside an image row
+], ids=["7x7", "14x14-shortcut", "9x15"])
+def test_nchw_epilogue_by_feature_rows(xs_shape, ws_shape, stride: int, dt: DType, cpu,  # noqa: ANN001
+                                       monkeypatch) -> None:  # noqa: ANN001
+    """An NCHW convolution's C rows are output features, each a run of all its H x W pixels:
+    the epilogue's column spans both (``_epilogue_tail``), and each tile row is finished
+    by one call of ``epi_row``, the per-feature scale and shift read once before its column
+    loop, the residual at each element. Small integers, so every dtype's sums are exact: the
+    bits of the interpreter's, on one thread and split on two (a float16 convolution
+    accumulates all of K first and finishes elements one by one, with the same columns)."""
+    from axle_cpu.gemm import _epilogue_tail
+
+    b = Builder("nchw_feature_rows")
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    pad = ws_shape[2] // 2
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"),
+                      **_window(2, strides=(stride, stride), low=(pad, pad), high=(pad, pad)))
+    o = ws_shape[0]
+    r, scale, shift = (b.parameter(TensorType(dt, t)) for t in (c.shape, (o,), (o,)))
+
+    def per_feature(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+    y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(shift)), r)
+    m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=c.shape, broadcast_dimensions=())))
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in m.entry.parameters]
+    (want,) = evaluate(m, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, optimized = compile_case(m, cpu)
+        launches = [launch for launch, _ in exe._steps if launch is not None]
+        assert len(launches) == 1 and [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
+        spec = launches[0].step.spec
+        lay = spec.layout
+        assert _epilogue_tail(c.shape, lay, lay.swap) == 2 and lay.n == c.shape[2] * c.shape[3]
+        assert ".epi_row" in exe.kernel_sources()["llvm"]
+        launches[0].parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
+
+
+def test_epilogue_tail_only_where_c_rows_are_output_rows() -> None:
+    """The epilogue's column spans several trailing dims only where each row of C is one
+    whole run of them: NCHW's H x W and NCDHW's D x H x W (C rows: the features), CHWN's
+    H x W x N; NHWC keeps the last dim (the features: C's columns), and so does a grouped
+    NHWC convolution, whose C rows are a group's 3 of the 9 features (by segments)."""
+    from axle_cpu.gemm import _epilogue_tail
+    from axle_cpu.plan import build_plan
+
+    def tail(name: str) -> int:
+        m = conv_module(next(cfg for cfg in CONFIGS if cfg[0] == name), DType.FLOAT32)
+        (spec,) = build_plan(m, arena=False).kernels.values()
+        lay = spec.layout
+        return _epilogue_tail(m.entry.root.shape, lay.swapped() if lay.swap else lay, lay.swap)
+
+    names = ("2d-nchw-same", "3d-ncdhw", "batch-last", "2d-nhwc-same", "grouped-nhwc")
+    assert [tail(n) for n in names] == [2, 3, 3, 1, 1]
 
 
 # ------------------------------------------------------------------------ gradients
