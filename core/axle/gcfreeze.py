@@ -16,7 +16,12 @@ permanent generation and no collection visits them again.
 it made before importing axle). Reference counting still frees each of them once it is
 unreachable; only a reference cycle among them that becomes unreachable later is never
 freed (what the collector found unreachable at import: about 200 objects, a few tens of
-KB). ``AXLE_FLAGS=--no_gc_freeze`` leaves the collector as it is.
+KB). Backends load at the program's first device use, which may come after it has built
+state of its own: the loading freezes only when the program has made at most
+``LOAD_FREEZE_MAX_NEW`` tracked objects since the last freeze (a first device use right
+after the imports: about 270), else it freezes nothing and the collector keeps scanning
+the backends' objects (about 7k for cpu, 13k with opencl: 3-4 ms the first full
+collection). ``AXLE_FLAGS=--no_gc_freeze`` leaves the collector as it is.
 """
 from __future__ import annotations
 
@@ -24,9 +29,23 @@ import gc
 
 from .config import config
 
+#: the loading of backends freezes what the collector tracks only when the program has
+#: made at most this many tracked objects since the last freeze (``loading_may_freeze``)
+LOAD_FREEZE_MAX_NEW = 2000
+
 
 def freeze_long_lived() -> None:
     """Moves every object the collector tracks now into its permanent generation (unless
-    ``--no_gc_freeze``): called when axle's import and each loading of backends end."""
+    ``--no_gc_freeze``): called when axle's import ends, and when a loading of backends
+    ends if ``loading_may_freeze`` said so before it."""
     if config.gc_freeze:
         gc.freeze()
+
+
+def loading_may_freeze() -> bool:
+    """Whether a loading of backends about to start may freeze what is tracked when it
+    ends: the program has made few objects since the last freeze (``LOAD_FREEZE_MAX_NEW``;
+    ``gc.get_objects`` lists only those outside the permanent generation). Otherwise the
+    program's own state, which it may drop later in reference cycles, would be frozen
+    with the backends' modules and never freed."""
+    return config.gc_freeze and len(gc.get_objects()) <= LOAD_FREEZE_MAX_NEW

@@ -22,7 +22,7 @@ from .backend import API_VERSION, Backend, BackendUnavailable, Device
 from .config import config
 from .errors import DeviceError
 from .forksafe import renew_in_child
-from .gcfreeze import freeze_long_lived
+from .gcfreeze import freeze_long_lived, loading_may_freeze
 
 NAMESPACE = "axle.backends"
 log = logging.getLogger("axle.registry")
@@ -106,8 +106,10 @@ class Registry:
         found = self._statuses
         todo = [self._eps[n] for n in (self._eps if names is None else names) if n in self._eps and n not in found]
         if todo:
+            freeze = loading_may_freeze()  # not when the program has state of its own by now
             found.update(self._load_bounded(todo))
-            freeze_long_lived()  # the plugins' modules and devices live as long as the process
+            if freeze:
+                freeze_long_lived()  # the plugins' modules and devices live as long as the process
         return found
 
     def _load_bounded(self, eps: list[Any]) -> dict[str, BackendStatus]:

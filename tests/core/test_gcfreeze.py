@@ -53,3 +53,35 @@ def test_no_gc_freeze_leaves_the_collector_alone() -> None:
     r = _probe("--no_gc_freeze")
     assert r["before"] == r["after_import"] == r["after_load"] == 0
     assert r["cycle_freed"] and r["enabled"]
+
+
+_LATE_LOAD = """
+import gc, json, weakref
+import axle
+
+class Node:
+    pass
+
+made = [Node() for _ in range(5000)]  # the program's own state, made after the import
+held = Node()
+held.self = held  # alive in a cycle when the backends load
+held.data = bytearray(1 << 20)
+alive = weakref.ref(held)
+axle.REGISTRY.backends()  # the first device use loads the backends
+del held, made
+gc.collect()
+print(json.dumps({"freed": alive() is None, "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_late_backend_loading_freezes_none_of_the_programs_state() -> None:
+    """Backends load at the program's first device use, anywhere in it: freezing all that
+    is tracked then would keep whatever the program had alive in a cycle (here 1 MB) from
+    ever being freed once dropped. When the program has made more than a few objects since
+    axle's import (``LOAD_FREEZE_MAX_NEW``), the loading freezes nothing."""
+    env = {**os.environ, "AXLE_BACKENDS": "interpreter"}
+    out = subprocess.run([sys.executable, "-c", _LATE_LOAD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["frozen"] > 10000  # the import's objects still are
+    assert r["freed"]

@@ -61,10 +61,12 @@ def deferred_invoker(generate: Callable[..., Any]) -> Callable[..., tuple[Callab
 def new_kernel(program: cl.Program, name: str) -> cl.Kernel:
     """``cl.Kernel(program, name)`` whose call invoker is generated only if it is ever called."""
     global _deferring
-    generate = getattr(_invoker, "generate_enqueue_and_set_args", None)
-    if not _deferring or generate is None:
+    if not _deferring or not hasattr(_invoker, "generate_enqueue_and_set_args"):
         return cl.Kernel(program, name)
     with _lock:
+        # read under the lock: outside it, another thread's stand-in may be in place, and
+        # putting that back would leave it there for good
+        generate = _invoker.generate_enqueue_and_set_args
         _invoker.generate_enqueue_and_set_args = deferred_invoker(generate)
         try:
             return cl.Kernel(program, name)

@@ -91,3 +91,50 @@ def test_a_constructor_refusing_the_stand_in_gets_the_plain_one(ocl, generated: 
     assert kernel_object.new_kernel(prg, "axpy").function_name == "axpy"
     assert not kernel_object._deferring
     assert generated == ["axpy"]
+
+
+def test_kernel_objects_made_at_once_leave_pyopencls_generator_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads making kernel objects at once: the second reads pyopencl's generator
+    while the first has its stand-in in place, then waits for the lock. What each puts back
+    afterwards is pyopencl's own generator (read under the lock), never the other's stand-in,
+    which would leave every later kernel object of the process, the program's own included,
+    with a deferred invoker."""
+    import threading
+
+    real = invoker.generate_enqueue_and_set_args
+    monkeypatch.setattr(kernel_object, "_deferring", True)
+    waiting = threading.Event()
+    first = threading.current_thread()
+
+    class Lock:
+        """kernel_object's lock, saying when a thread other than the first waits for it."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            if threading.current_thread() is not first:
+                waiting.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    monkeypatch.setattr(kernel_object, "_lock", Lock())
+    seen: dict[str, object] = {}
+    other: list[threading.Thread] = []
+
+    def kernel(program: object, name: str) -> str:
+        seen[name] = invoker.generate_enqueue_and_set_args
+        if name == "a":  # the second thread starts while this constructor runs
+            t = threading.Thread(target=kernel_object.new_kernel, args=(program, "b"))
+            t.start()
+            assert waiting.wait(30)
+            other.append(t)
+        return name
+
+    monkeypatch.setattr(kernel_object.cl, "Kernel", kernel)
+    assert kernel_object.new_kernel(None, "a") == "a"  # type: ignore[arg-type]
+    other[0].join(30)
+    assert seen["a"] is not real and seen["b"] is not real  # each constructor saw a stand-in
+    assert invoker.generate_enqueue_and_set_args is real
