@@ -24,6 +24,23 @@ def test_seed_text_is_hlo_like():
     assert "ROOT %reduce = f32[] reduce(%add), axes={0}, kind=sum" in text
 
 
+def test_printed_node_types_are_the_types_text():
+    """The printer writes a node's type without ``str`` (a first call prints its traced
+    module for the compile cache's key): the same text for every dtype, rank and tuple."""
+    from axle.ir.printer import print_node
+    for dt in DType:
+        for shape in [(), (0,), (3, 1, 2)]:
+            t = TensorType(dt, shape)
+            p = Builder("types").parameter(t)
+            assert print_node(p, {p.uid: "v"}, {}) == f"%v = {t} parameter(0)"
+    b = Builder("tuple")
+    pa, pb = b.parameter("f32[2]"), b.parameter("s32[]")
+    root = b.build(pa, pb).entry.root
+    assert root.op is Op.TUPLE
+    line = print_node(root, {root.uid: "t", pa.uid: "a", pb.uid: "b"}, {}, root=True)
+    assert line == f"ROOT %t = {root.type} tuple(%a, %b)" == "ROOT %t = (f32[2], s32[]) tuple(%a, %b)"
+
+
 @pytest.mark.parametrize("case", list(core_cases()) + fused_cases(), ids=lambda c: c.id)
 def test_round_trip_every_case(case):
     text = case.module.as_text()

@@ -23,6 +23,7 @@ import numpy as np
 from .dtypes import DType, is_float_numpy
 from .literal import Literal
 from .ops import OPS, AttrKind, Op
+from .types import TensorType
 
 if TYPE_CHECKING:  # module.py imports this module for Module.as_text/as_dot
     from .computation import Computation
@@ -149,21 +150,39 @@ def _attr_print(op: Op, name: str) -> tuple[AttrKind, bool]:
     return hit
 
 
+#: each op's name in the text form (``Op.value``: an enum property, read per node)
+_OP_NAMES: dict[Op, str] = {op: op.value for op in Op}
+
+
+#: each dtype's name in the text form
+_DTYPE_NAMES: dict[DType, str] = {d: d.value for d in DType}
+
+
+def _type_text(t: Any) -> str:
+    """``str(t)`` (an array type's without its enum property and f-string)."""
+    if type(t) is TensorType:
+        return _DTYPE_NAMES[t.dtype] + "[" + ",".join(map(str, t.shape)) + "]"
+    return str(t)
+
+
 def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False) -> str:
-    lhs = ("ROOT " if root else "") + f"%{names[n.uid]} = {n.type}"
-    if n.op is Op.PARAMETER:
+    lhs = ("ROOT %" if root else "%") + names[n.uid] + " = " + _type_text(n.type)
+    op = n.op
+    if op is Op.PARAMETER:
         return f"{lhs} parameter({n.attr['index']})"
-    if n.op is Op.CONSTANT:
+    if op is Op.CONSTANT:
         return f"{lhs} constant({format_literal(n.attr['value'])})"
     args = ", ".join(["%" + names[o.uid] for o in n.operands])
+    text = f"{lhs} {_OP_NAMES[op]}({args})"
+    if not n.attrs:
+        return text
     # an optional attribute whose default is None is written only when it is set
     parts = []
     for k, v in n.attrs:
-        kind, written_when_none = _attr_print(n.op, k)
+        kind, written_when_none = _attr_print(op, k)
         if v is not None or written_when_none:
             parts.append(f"{k}={format_attr(kind, v, comp_names)}")
-    attrs = ", ".join(parts)
-    return f"{lhs} {n.op.value}({args})" + (f", {attrs}" if attrs else "")
+    return text + ", " + ", ".join(parts) if parts else text
 
 
 def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool = False) -> str:
@@ -171,8 +190,9 @@ def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool
     sig = ", ".join(f"{names[p.uid]}: {p.type}" for p in comp.parameters)
     head = ("entry " if entry else "") + f"%{comp_names[id(comp)]} ({sig}) -> {comp.root.type} {{"
     lines = [head]
+    root = comp.root
     for n in comp.nodes:
-        lines.append("  " + print_node(n, names, comp_names, root=n is comp.root))
+        lines.append("  " + print_node(n, names, comp_names, n is root))
     lines.append("}")
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ processes filling one cache at once leave whole entries; and a new process keys 
 code by the optimized module's digest (no kernel described)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import textwrap
@@ -78,15 +79,27 @@ def test_a_second_compile_loads_the_optimized_module(compile_cache, monkeypatch)
     np.testing.assert_array_equal(_run(exe2), want)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip a bit", "not a module"])
+def _whole_entry(text: str, digest: str | None = None) -> bytes:
+    """An entry as module_cache.entry writes it: the digest (of ``text`` unless given), then
+    the JSON."""
+    digest = hashlib.sha256(text.encode()).hexdigest() if digest is None else digest
+    return (digest + "\n").encode() + json.dumps({"module": text, "records": []}).encode()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a bit", "not a module", "another digest", "no digest"])
 def test_a_damaged_entry_is_optimized_again(compile_cache, damage: str) -> None:
     exe, optimized = _compile()
     want = _run(exe)
     path = _entry(compile_cache)
-    if damage == "not a module":  # a whole entry (right checksums) whose text does not parse
+    if damage in ("not a module", "another digest", "no digest"):  # whole entries (right checksums)
         key = module_cache.module_key(expand_for(_traced(), axle.device(DEV))[0], axle.device(DEV),
                                       axle.REGISTRY.backend_for(axle.device(DEV)))
-        module_cache.store(key, json.dumps({"module": "module @m\n%bad", "records": []}).encode())
+        text = optimized.as_text()
+        module_cache.store(key, {
+            "not a module": _whole_entry("module @m\n%bad"),  # a text that does not parse
+            "another digest": _whole_entry(text, hashlib.sha256(b"another module").hexdigest()),
+            "no digest": json.dumps({"module": text, "records": []}).encode(),  # the format before
+        }[damage])
     else:
         data = bytearray(open(path, "rb").read())
         if damage == "truncate":
@@ -103,6 +116,39 @@ def test_a_damaged_entry_is_optimized_again(compile_cache, damage: str) -> None:
     _compile()
     # (one miss: the thread splits, stored only once measured on later calls)
     assert _counts()["corrupt"] == 0 and _counts()["misses"] == 1
+
+
+def test_a_hit_the_backend_has_the_executable_of_parses_no_json(compile_cache, monkeypatch) -> None:
+    """A first call's compile (``keep_module=False``) whose executable the backend keeps
+    under the optimized module's digest reads that digest from the entry's head: the
+    entry's JSON (the module text and the fusion records) is not parsed."""
+    # shapes of its own: a program no earlier test compiled in this process (whose kernels
+    # the backend holds then, so it would write no plan for this module's digest)
+    dev = axle.device(DEV)
+    backend = axle.REGISTRY.backend_for(dev)
+    x, w = np.ones((7, 13), np.float32), np.full((13, 5), 0.5, np.float32)
+
+    def traced():  # noqa: ANN202
+        return axle.jit(_step, device=DEV).lower(x, w).module
+
+    def run(exe) -> np.ndarray:  # noqa: ANN001
+        return backend.to_host(exe.execute([backend.to_device(x, dev), backend.to_device(w, dev)])[0])
+
+    exe, _ = compile_on_device(traced(), dev, keep_module=False)
+    want = run(exe)
+
+    class NoParse:
+        dumps = staticmethod(json.dumps)
+
+        @staticmethod
+        def loads(*a, **k):  # noqa: ANN002, ANN003, ANN205
+            raise AssertionError("the cached module's JSON was parsed")
+
+    monkeypatch.setattr(module_cache, "json", NoParse)
+    axle.reset_stats()
+    exe2, _ = compile_on_device(traced(), dev, keep_module=False)
+    assert _counts()["hits"] >= 1 and _counts()["corrupt"] == 0 and _counts()["writes"] == 0
+    np.testing.assert_array_equal(run(exe2), want)
 
 
 def test_the_key_changes_with_settings_pipeline_and_code(monkeypatch) -> None:
