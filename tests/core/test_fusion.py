@@ -443,3 +443,24 @@ def test_big_strided_transpose_is_a_kernel_of_its_own_and_recomputes_nothing():
     assert any({Op.TRANSPOSE, Op.MAX} <= set(inner_ops(f)) for f in fusions(small))
     keep = optimized(lambda a: anp.transpose(anp.exp(a), (1, 0, 2, 3)), x, policy=policy)
     assert [inner_ops(f) for f in fusions(keep)] == [[Op.EXP, Op.TRANSPOSE]]
+
+
+def weight_and_flipped(w):
+    """A convolution weight read as HWIO (the forward) and flipped (its input gradient)."""
+    t = anp.transpose(w, (2, 3, 1, 0))
+    return t, anp.flip(t, (0, 1))
+
+
+def test_big_strided_transpose_is_not_one_of_several_outputs():
+    """Movement ops alone, but two outputs: a multi-output kernel is a plain loop (no
+    backend's tiled transpose takes it), so a big strided transpose is exported by no
+    multi-output fusion; each copy is a single-output chain of movement ops."""
+    w = np.random.default_rng(0).standard_normal((32, 32, 3, 3)).astype(f32)  # 36 KiB
+    together = optimized(weight_and_flipped, w, policy=FusionPolicy())
+    assert [isinstance(f.type, TupleType) for f in fusions(together)] == [True]  # the old way: one, two outputs
+    policy = FusionPolicy(max_fused_strided_transpose_bytes=16 << 10)
+    opt = optimized(weight_and_flipped, w, policy=policy)
+    assert sorted(sorted(o.value for o in inner_ops(f)) for f in fusions(opt)) == [["reverse", "transpose"],
+                                                                                  ["transpose"]]
+    assert not any(isinstance(f.type, TupleType) for f in fusions(opt))
+    check_values(weight_and_flipped, (w,), opt)

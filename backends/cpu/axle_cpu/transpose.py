@@ -154,30 +154,38 @@ class TransposeSpec(KernelSpec):
     """The blocked transpose: loop space (output rows, output columns)."""
 
     @functools.cached_property
-    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int]:
+    def _dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int, int]:
         """Over the collapsed transpose: the row dims walked (the output's leading dims,
         the one that is the input's contiguous dim moved innermost, so that a block of
         consecutive rows reads one input cache line per column), the input and output
-        stride of each, the input stride of a column, the columns, and the input offset of
-        element 0 (a reversed dim starts at its end and has a negative stride)."""
+        stride of each, the input stride of a column, the input offset of row 0, the
+        columns, and the output offset of row 0. A reversed dim read in output order
+        starts at its input's end with a negative input stride; a reversed row dim is
+        walked in input order instead (each row has its own output offset, so rows may go
+        in any order): its output stride is the negative one, and its rows stay one input
+        run (a flipped 3x3 kernel's copy, OIHW -> flipped HWIO, takes the vector tiles)."""
         chain = movement(self.comp)
         assert chain is not None, "a transpose kernel over a computation that is not one"
         src, perm, flip = collapsed(*chain)
         if not perm:  # every dim 1: one element
-            return (), (), (), 0, 0, math.prod(self.comp.root.shape)
+            return (), (), (), 0, 0, math.prod(self.comp.root.shape), 0
         dense = [math.prod(src[d + 1:]) for d in range(len(src))]
-        in_strides = [-s if f else s for s, f in zip(dense, flip)]
-        base = sum((n - 1) * s for n, s, f in zip(src, dense, flip) if f)
         out_shape = [src[p] for p in perm]
-        out_strides = [math.prod(out_shape[d + 1:]) for d in range(len(out_shape))]
+        out_dense = [math.prod(out_shape[d + 1:]) for d in range(len(out_shape))]
         rows = list(range(len(perm) - 1))
-        rows.sort(key=lambda d: in_strides[perm[d]] == 1)  # stable: the contiguous dim last
-        return (tuple(out_shape[d] for d in rows), tuple(in_strides[perm[d]] for d in rows),
-                tuple(out_strides[d] for d in rows), in_strides[perm[-1]], base, out_shape[-1])
+        rows.sort(key=lambda d: dense[perm[d]] == 1)  # stable: the contiguous dim last
+        # a reversed column dim reads from its input's end; a reversed row dim writes from
+        # its output's end instead, so that rows still walk the input forward
+        cflip = flip[perm[-1]]
+        base = (src[perm[-1]] - 1) * dense[perm[-1]] if cflip else 0
+        out_base = sum((out_shape[d] - 1) * out_dense[d] for d in rows if flip[perm[d]])
+        return (tuple(out_shape[d] for d in rows), tuple(dense[perm[d]] for d in rows),
+                tuple(-out_dense[d] if flip[perm[d]] else out_dense[d] for d in rows),
+                -dense[perm[-1]] if cflip else dense[perm[-1]], base, out_shape[-1], out_base)
 
     @property
     def loop_sizes(self) -> tuple[int, int]:
-        row_dims, _, _, _, _, cols = self._dims
+        row_dims, _, _, _, _, cols, _ = self._dims
         return math.prod(row_dims), cols
 
     @property
@@ -219,7 +227,7 @@ def emit(mod: ir.Module, spec: TransposeSpec) -> ir.Function:
     et = ir.IntType(spec.comp.root.dtype.np.itemsize * 8)
     src = b.load(b.gep(bufs, [_c(0)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
     dst = b.load(b.gep(bufs, [_c(1)], source_etype=ir.PointerType(), inbounds=True), typ=ir.PointerType())
-    row_dims, in_strides, out_strides, col_stride, base, _ = spec._dims
+    row_dims, in_strides, out_strides, col_stride, base, _, out_base = spec._dims
     # consecutive rows (input-contiguous): one input cache line, at most VECTOR_TILE
     tr = max(min(64 // (et.width // 8), VECTOR_TILE), 1)
     i64 = ir.IntType(64)
@@ -227,7 +235,7 @@ def emit(mod: ir.Module, spec: TransposeSpec) -> ir.Function:
     def row_offsets(row: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The input and output offsets of row ``row`` (its index over the row dims)."""
         off_in: ir.Value = _c(base)
-        off_out: ir.Value = _c(0)
+        off_out: ir.Value = _c(out_base)
         rest = row
         for i, (size, si, so) in enumerate(reversed(list(zip(row_dims, in_strides, out_strides)))):
             last = i == len(row_dims) - 1  # the outermost dim: rest < size already

@@ -167,11 +167,17 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                            f"policy has multi_output off")
     if any(not isinstance(r.type, TensorType) for r in roots):
         return Refusal("tuple-value", "a tuple value cannot be a fusion output")
-    if (big := _big_strided_transpose(members, policy)) is not None and any(not m.traits.movement for m in members):
+    # a big strided transpose fuses only into a single-output chain of movement ops (which
+    # the backend still runs as one tiled transpose): not with compute, and not as one of
+    # several outputs (a multi-output kernel is a plain loop: a weight's HWIO copy exported
+    # beside its flipped copy read the 512x512x3x3 kernel with a stride, 10 ms a call)
+    if (big := _big_strided_transpose(members, policy)) is not None and (
+            len(roots) > 1 or any(not m.traits.movement for m in members)):
         return Refusal("strided-transpose", f"transpose {big.type} moves its operand's contiguous axis and "
                                             f"exceeds max_fused_strided_transpose_bytes "
                                             f"{policy.max_fused_strided_transpose_bytes} (the backend's policy): "
-                                            f"a tiled transpose kernel of its own, not a strided access in this loop")
+                                            f"a tiled transpose kernel of its own, not a strided access in "
+                                            f"this {'multi-output ' if len(roots) > 1 else ''}loop")
     dots = [m for m in members if takes_epilogue(m, policy)]
     if dots:
         return _output_kind(members, roots, dots)

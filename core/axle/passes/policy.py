@@ -41,8 +41,10 @@ class FusionPolicy:
     #: many bytes, is a kernel of its own and no fusion that computes anything else takes it:
     #: fused, its loop reads (or recomputes its producers at) one strided element per output
     #: element, a cache miss each once the tensor outgrows the caches, and a producer read
-    #: by it and by another kernel is recomputed in both. Alone, the backend runs it as a
-    #: cache-blocked tiled transpose. None: transposes fuse like other movement ops.
+    #: by it and by another kernel is recomputed in both. Nor is it one of several outputs
+    #: (a multi-output kernel is a plain loop). Alone, or in a single-output chain of
+    #: movement ops, the backend runs it as a cache-blocked tiled transpose. None:
+    #: transposes fuse like other movement ops.
     max_fused_strided_transpose_bytes: int | None = None
     #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
     #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
