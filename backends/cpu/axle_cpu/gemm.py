@@ -711,8 +711,11 @@ def _epilogue_tail(shape: Sequence[int], lay: Layout, swap: bool) -> int:
     merged, are exactly a row of C, each C row one such run (an NCHW convolution's H x W
     pixels, whose rows are output features), so that a tile row is one run of columns of
     one epilogue row (vectorized, what depends on the row alone, a batch norm's
-    per-feature terms, computed once); else 1, the output's last dim."""
-    if not swap:
+    per-feature terms, computed once); else 1, the output's last dim. Never for rows of one
+    column (an NHWC convolution's single output feature over a W of 1): every index of
+    such a row is a constant, so ``epi_row`` would hoist the dot's value, which is read at
+    its column, out of the column loop (LLVM rejected the kernel)."""
+    if not swap and lay.n > 1:
         for t in range(len(shape), 1, -1):
             width = math.prod(shape[-t:])
             if width == lay.n and lay.rows_of(width):

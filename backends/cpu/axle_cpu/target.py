@@ -177,8 +177,16 @@ def close_pass_manager(mpm: llvm.ModulePassManager) -> None:
 
 
 def parse(ir_text: str, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
+    """The verified module of ``ir_text`` in ``context``. A module that fails verification is
+    disposed of here, while its context lives: the callers' private contexts are closed
+    when the error leaves them, and the module, freed later by the collector, then
+    disposed of itself in a freed context (a SIGSEGV at the next compile)."""
     mod = llvm.parse_assembly(ir_text, context)
-    mod.verify()
+    try:
+        mod.verify()
+    except BaseException:
+        mod.close()
+        raise
     return mod
 
 

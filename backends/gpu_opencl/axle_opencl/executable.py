@@ -234,6 +234,7 @@ class OpenCLExecutable(Executable):
         with rt.launch_lock:  # another thread's set_arg must not land between these and the enqueue
             for j, buf in enumerate(args):
                 kern.set_arg(j, buf)
+            rt.count()  # behind the gate, if one is closed: counted toward its bound
             return cl.enqueue_nd_range_kernel(rt.queue, kern, k.global_size, k.local_size)
 
     def _run_host(self, step: HostStep, env: dict[Any, Any]) -> Any:

@@ -214,6 +214,17 @@ class DeviceRuntime:
             self._gate, self._gated = gate, 0
         self._gated += 1
 
+    def count(self) -> None:
+        """Counts toward GATE_DEPTH a launch enqueued behind the current gate that ``hold``
+        did not hold (a kernel of a plan of several steps; the caller holds
+        ``launch_lock``), and lets the gate go at the bound: uncounted, a loop of small
+        jitted calls after one eager op waited behind that op's gate, every kernel of it
+        held until the program's next wait."""
+        if self._gate is not None:
+            self._gated += 1
+            if self._gated >= GATE_DEPTH:
+                self._open()
+
     def unhold(self) -> None:
         """The launch enqueued next starts at once (the caller holds ``launch_lock``): the
         gated launches before it are let go with it (a launch too large to hold,

@@ -583,6 +583,37 @@ def test_nchw_epilogue_by_feature_rows(xs_shape, ws_shape, stride: int, dt: DTyp
     _backend()._cache.clear()
 
 
+@pytest.mark.parametrize(("xs_shape", "ws_shape"), [((1, 5, 3, 4), (3, 3, 4, 1)), ((2, 6, 1, 4), (1, 1, 4, 1))],
+                         ids=["3x1", "batch-2-6x1"])
+def test_nhwc_one_feature_one_column_epilogue(xs_shape, ws_shape, cpu) -> None:  # noqa: ANN001
+    """An NHWC convolution with one output feature and an output W of 1: each C row is one
+    column, its trailing W x C dims (1 x 1) merge to exactly a row of C, but every index of
+    such a row is a constant. The epilogue keeps the last dim (``_epilogue_tail``): finished
+    by a row function it had the dot's value, read at its column, hoisted before the column
+    loop, and LLVM rejected the kernel (the cluster then ran on the interpreter, and the next
+    kernel compiled in the process crashed)."""
+    import warnings
+
+    from axle.partition import PlacementWarning
+    from axle_cpu.gemm import _epilogue_tail
+    from axle_cpu.plan import build_plan
+
+    b = Builder("nhwc_one_feature")
+    dt = DType.FLOAT32
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    c = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"), **_window(2))
+    assert c.shape[2:] == (1, 1)
+    scale = b.parameter(TensorType(dt, (1,)))
+    m = b.build(b.mul(c, b.broadcast_in_dim(scale, shape=c.shape, broadcast_dimensions=(3,))))
+    (spec,) = [k for k in build_plan(m, arena=False).kernels.values() if k.kind == "gemm"]
+    assert spec.layout.n == 1 and _epilogue_tail(c.shape, spec.layout, spec.layout.swap) == 1
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(np.float32) for p in m.entry.parameters]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlacementWarning)
+        got, want = _one_output_fusion(m, xs, cpu)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_epilogue_tail_only_where_c_rows_are_output_rows() -> None:
     """The epilogue's column spans several trailing dims only where each row of C is one
     whole run of them: NCHW's H x W and NCDHW's D x H x W (C rows: the features), CHWN's

@@ -79,3 +79,48 @@ def test_compiling_leaks_no_pass_pipeline_and_live_modules_are_small() -> None:
     m = _measure()
     assert m["per_compile"] < BOUND_BYTES, f"RSS grows {m['per_compile'] / 1024:.1f} KB per compiled module"
     assert m["per_live_module"] < LIVE_BOUND_BYTES, f"{m['per_live_module'] / 1024:.0f} KB per live module"
+
+
+REJECTED = textwrap.dedent("""
+    import gc
+    from axle_cpu.target import JitModule
+
+    BAD = '''
+    define void @f(i64 %a) {
+    entry:
+      br label %b
+    b:
+      %x = add i64 %y, 1
+      %y = add i64 %a, 1
+      ret void
+    }
+    '''
+    GOOD = '''
+    define i64 @g(i64 %a) {
+    entry:
+      %y = add i64 %a, 1
+      ret i64 %y
+    }
+    '''
+    for i in range(3):
+        try:
+            JitModule(BAD + f"; {i}")
+        except RuntimeError as e:
+            assert "does not dominate" in str(e), e
+        else:
+            raise AssertionError("the module was not rejected")
+        gc.collect()
+        assert JitModule(GOOD + f"; {i}").address("g")
+    print("ok")
+""")
+
+
+def test_a_rejected_module_leaves_the_process_able_to_compile() -> None:
+    """A module LLVM's verifier rejects (a code generator's bug: the cpu backend reports it
+    and runs the cluster elsewhere) is disposed of with its private context: it was left to
+    the collector, which disposed of it after its context was closed, and the process died
+    (SIGSEGV) at the next compile. In a child process, which a crash cannot take down with
+    the tests."""
+    env = {**os.environ, "AXLE_FLAGS": f"{os.environ.get('AXLE_FLAGS', '')} --compile_cache=off"}
+    out = subprocess.run([sys.executable, "-c", REJECTED], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], (out.returncode, out.stderr[-2000:])

@@ -176,3 +176,29 @@ def test_large_plans_of_several_kernels_let_the_gate_go(ocl) -> None:  # noqa: A
     np.testing.assert_array_equal(_within(lambda: np.asarray(behind[0])), np.sort(small) * 4)
     np.testing.assert_array_equal(np.asarray(behind[1]), np.sort(at) * 2)
     np.testing.assert_array_equal(np.asarray(out), np.sort(over) * 2)
+
+
+def test_small_plans_of_several_kernels_count_toward_the_bound(ocl) -> None:  # noqa: ANN001
+    """A small plan of several kernels waits behind a closed gate with the eager launches,
+    and its kernels count toward GATE_DEPTH (DeviceRuntime.count): a loop of jitted calls
+    after one eager op let the gate go after GATE_DEPTH kernels, not at the program's next
+    wait (uncounted, 3000 calls of a 2-kernel plan stayed held, 6000 kernels, until the
+    read)."""
+    rt = _rt(ocl)
+    f = axle.jit(lambda v: anp.sort(v) * 2.0, device=ocl)
+    v = np.arange(64, dtype=np.float32)[::-1].copy()
+    x = axle.device_put(v, ocl)
+    assert f.lower(x).compile().report()["kernels"] == 2
+    np.asarray(f(x)), np.asarray(x + x)  # compiled, the gate let go by the reads
+    held = x + x
+    if not rt.gates_eager:
+        assert rt._gate is None
+        return
+    gate = rt._gate
+    assert gate is not None and rt._gated == 1
+    outs = [f(x) for _ in range(rtmod.GATE_DEPTH // 2 - 1)]  # 1 + 2 * 511 = 1023 launches: held
+    assert rt._gate is gate and rt._gated == rtmod.GATE_DEPTH - 1
+    outs.append(f(held))  # its first kernel the 1024th: the gate let go
+    assert rt._gate is None
+    np.testing.assert_array_equal(_within(lambda: np.asarray(outs[-1])), np.sort(v) * 4)
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.sort(v) * 2)
