@@ -37,6 +37,8 @@ QUICK = "fwd:64:1,train:16:4"
 #: calls of each implementation right after its first (see _first_calls): axle-cpu decides
 #: its splits on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
 SETTLE_CALLS = 8
+#: each timed call follows calls of its own for at least this long (common.measure)
+SETTLE_MS = 100.0
 
 
 def _example() -> Any:
@@ -343,7 +345,8 @@ def _row(R: Any, kind: str, size: int, batch: int, repeats: int) -> Row:
     workload = f"ResNet-18 {what} {size}x{size} batch {batch}"
     first, outs = _first_calls(fns)
     worst = _check_agree(workload, outs, 1e-3)
-    times = measure(fns, repeats=repeats, warmup=0, sync=_sync)  # the first calls were the warm-up
+    # the first calls were the warm-up; onnxruntime's pool spins for tens of ms after a call
+    times = measure(fns, repeats=repeats, warmup=0, sync=_sync, settle_ms=SETTLE_MS)
     extra: dict[str, Any] = {"first call s": first, "max rel diff": worst}
     flops = _forward_flops(R, config, size) * batch * (1 if kind == "fwd" else 3)
     extra["GFLOP/s"] = {k: round(flops / (t * 1e-3) / 1e9, 1) for k, t in times.items()}

@@ -31,6 +31,9 @@ REL_TOL = 1e-4
 #: while no other library's threads spin on the cores (measure() interleaves them); it
 #: decides on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
 SETTLE_CALLS = 8
+#: each timed call follows calls of its own for at least this long (common.measure):
+#: onnxruntime's pool spins for tens of milliseconds after a call
+SETTLE_MS = 100.0
 
 
 def _ort_session(model: Any) -> Any:
@@ -89,7 +92,7 @@ def _onnx_impls(model: Any, dev: Any, with_jax: bool = False) -> tuple[dict[str,
 
 def _row(workload: str, fns: dict[str, Callable[[], Any]], want: np.ndarray, repeats: int) -> Row:
     err = _check(fns, want, workload)
-    times = measure(fns, repeats=repeats, warmup=1, sync=_sync)
+    times = measure(fns, repeats=repeats, warmup=1, sync=_sync, settle_ms=SETTLE_MS)
     return Row(SUITE, workload, times, extra={"max rel. diff vs onnxruntime": f"{err:.1e}"},
                baseline="onnxruntime")
 
@@ -248,7 +251,7 @@ def _lstm_row(dev: Any, quick: bool) -> Row:
         fns["jax.jit"] = lambda: jf(jp, jx)
     steps, batch, inputs = x.shape
     hidden = p["U"].shape[0]
-    return _row(f"LSTM {inputs} x {hidden}, {steps} steps, batch {batch}", fns, want, 20 if quick else 200)
+    return _row(f"LSTM {inputs} x {hidden}, {steps} steps, batch {batch}", fns, want, 20 if quick else 80)
 
 
 def run(quick: bool) -> list[Row]:

@@ -17,7 +17,7 @@ import time
 # (under the C loops and torch) for milliseconds: longer than many calls last, so an
 # interleaved round would time the next library beside them. They are told to wait
 # passively (read when those libraries load, so this module is imported before NumPy).
-# Pools that spin for less (onnxruntime's) keep their defaults: ``measure`` settles them.
+# Other pools (onnxruntime's) keep their defaults: ``measure`` settles them.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from collections.abc import Callable
@@ -47,14 +47,16 @@ class Row:
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2,
             sync: Callable[[Any], Any] | None = None,
-            before: dict[str, Callable[[], Any]] | None = None, settle: int = 1) -> dict[str, float]:
+            before: dict[str, Callable[[], Any]] | None = None, settle: int = 1,
+            settle_ms: float = 0.0) -> dict[str, float]:
     """Median milliseconds per call of each function, timed interleaved (round-robin, the
     order rotated every round) so that machine noise hits every implementation alike.
 
     Each timed call follows ``settle`` untimed calls of the same function, so that it runs
     in that library's own steady state and not beside the threads another library keeps
-    spinning after its call (a ResNet-18 forward of 16 ms on axle-cpu took 20-25 ms right
-    after an onnxruntime call, whose pool spins for a few milliseconds).
+    spinning after its call, and goes on until ``settle_ms`` have passed: onnxruntime's
+    pool spins for tens of milliseconds after a call (a ResNet-18 forward of 17 ms on
+    axle-cpu took 20-22 ms after one settle call of its own, 17.2-17.4 after three).
 
     ``sync`` waits for a result (e.g. np.asarray on a device array) and is included in
     the time; ``before[name]``, when given, runs untimed before each of that function's
@@ -70,7 +72,10 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 
         # often (caches and the machine's noise hit them all alike).
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]
+            t0 = time.perf_counter()
             for _ in range(settle):
+                done(fn())
+            while (time.perf_counter() - t0) * 1e3 < settle_ms:
                 done(fn())
             if before and name in before:
                 before[name]()

@@ -133,6 +133,9 @@ def test_measure_rotates_the_order_and_settles_each_sample(run_mod):
     assert calls == ["a", "a", "b", "before b", "b", "c", "c",
                      "b", "before b", "b", "c", "c", "a", "a"]
     assert os.environ["OPENBLAS_THREAD_TIMEOUT"] and os.environ["OMP_WAIT_POLICY"]
+    calls.clear()
+    common.measure({"a": fns["a"]}, repeats=1, warmup=0, settle=0, settle_ms=5.0)
+    assert len(calls) > 2 and set(calls) == {"a"}  # called on until 5 ms had passed
 
 
 def test_first_call_filler_runs_on_and_the_next_process_hits(tmp_path):
