@@ -753,14 +753,19 @@ class _EpilogueEmitter(KernelEmitter):
             return self.round16(v) if n.dtype is DType.FLOAT16 else v
         return super()._emit(n, idx)
 
-    def build(self) -> ir.Function:
+    def _begin(self) -> ir.Function:
+        """The function, internal and always inlined, with its entry block (``self.entry``)."""
         fn = self.fn
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         fn.attributes.add("alwaysinline")
         self.entry = fn.append_basic_block("entry")
-        self.b = ir.IRBuilder(self.entry)
         self._bufptr = {}
+        return fn
+
+    def build(self) -> ir.Function:
+        fn = self._begin()
+        self.b = ir.IRBuilder(self.entry)
         self.tails = {0: self.entry, 1: self.entry}
         self.cur_level = 0  # straight-line code: nothing to hoist
         (out,) = self.spec.outputs
@@ -777,7 +782,6 @@ class _EpilogueEmitter(KernelEmitter):
         self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
         self.b.ret_void()
         return fn
-
 
 
 class _EpilogueRowEmitter(_EpilogueEmitter):
@@ -801,17 +805,12 @@ class _EpilogueRowEmitter(_EpilogueEmitter):
         return KernelEmitter._emit(self, n, idx)
 
     def build(self) -> ir.Function:
-        fn = self.fn
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        fn.attributes.add("alwaysinline")
-        self.entry = fn.append_basic_block("entry")
+        fn = self._begin()
         pre = fn.append_basic_block("row")
         cond = fn.append_basic_block("col.cond")
         body = fn.append_basic_block("col.body")
         done = fn.append_basic_block("done")
         b = self.b = ir.IRBuilder(self.entry)
-        self._bufptr = {}
         (out,) = self.spec.outputs
         shape, t = out.shape, self.tail
         width = math.prod(shape[-t:])

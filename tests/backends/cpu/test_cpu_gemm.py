@@ -161,6 +161,15 @@ def _call(fn, xs: list[np.ndarray], out: np.ndarray, ranges: list[tuple[int, int
         fn(ptrs, o0, o1, i0, i1, 0, 2**63 - 1)
 
 
+def _check_whole(m: Module, vector_bits: int = 0) -> None:
+    """The dot module's gemm kernel, run once over its whole range, against the interpreter."""
+    xs = inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+    out = np.zeros(m.entry.root.shape, xs[0].dtype)
+    _call(fn, xs, out, [(0, outer, 0, inner)])
+    check_dot(m, xs, out)
+
+
 @pytest.mark.parametrize("dt", ["f32", "f16", "s64"])
 @pytest.mark.parametrize("name,ls,rs,attrs", [
     ("batch", (3, 37, 45), (3, 45, 70), dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))),
@@ -225,11 +234,7 @@ def test_gemm_narrow_vector_tiles(vector_bits, dt) -> None:  # noqa: ANN001
         m = dot_module(dt, ls, rs, **MM)
         t = tiles(m.entry.root.dtype, vector_bits, Layout.of(m.entry.root))
         assert t.nr % t.v == 0 and t.mr * (t.nr // t.v) <= 12, t
-        xs = inputs(m)
-        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
-        out = np.zeros(m.entry.root.shape, xs[0].dtype)
-        _call(fn, xs, out, [(0, outer, 0, inner)])
-        check_dot(m, xs, out)
+        _check_whole(m, vector_bits)
 
 
 @pytest.mark.parametrize("vector_bits", [0, 256, 128])
@@ -246,11 +251,7 @@ def test_gemm_transposed_b_packs_by_columns(vector_bits, dt) -> None:  # noqa: A
 
     for ls, rs in (((37, 700), (70, 700)), ((9, 2 * PACK_KB + 3), (129, 2 * PACK_KB + 3)), ((64, 1024), (33, 1024))):
         m = dot_module(dt, ls, rs, lhs_contracting=(1,), rhs_contracting=(1,))
-        xs = inputs(m)
-        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
-        out = np.zeros(m.entry.root.shape, xs[0].dtype)
-        _call(fn, xs, out, [(0, outer, 0, inner)])
-        check_dot(m, xs, out)
+        _check_whole(m, vector_bits)
     (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
     ir_text = str(llvm_module([spec], "t"))
     assert '"pbck.body"' in ir_text  # the column-wise packing loop
@@ -449,11 +450,7 @@ def test_gemm_row_tiles_outer_and_k_unrolled(l2, vector_bits, dt, monkeypatch) -
                           ((5, 61, 4), (61, 6, 70), MM),
                           ((13, 333), (333, 700), MM)):
         m = dot_module(dt, ls, rs, **attrs)
-        xs = inputs(m)
-        _jit, fn, (outer, inner) = _kernel(m, vector_bits)
-        out = np.zeros(m.entry.root.shape, xs[0].dtype)
-        _call(fn, xs, out, [(0, outer, 0, inner)])
-        check_dot(m, xs, out)
+        _check_whole(m, vector_bits)
         (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
         assert isinstance(spec, gemm.GemmSpec)
         text = str(llvm_module([spec], "t"))
