@@ -229,8 +229,7 @@ class DeviceRuntime:
         """The launch enqueued next starts at once (the caller holds ``launch_lock``): the
         gated launches before it are let go with it (a launch too large to hold,
         HOLD_BYTES)."""
-        if self._gate is not None:
-            self._open()
+        self._open()
 
     def _open(self) -> None:
         """Lets the gated launches run (the caller holds ``launch_lock``)."""
