@@ -25,14 +25,16 @@ def test_seed_text_is_hlo_like():
 
 
 def test_printed_node_types_are_the_types_text():
-    """The printer writes a node's type without ``str`` (a first call prints its traced
-    module for the compile cache's key): the same text for every dtype, rank and tuple."""
+    """An array type's text (a table of dtype names, not the enum property: a first call
+    prints its traced module for the compile cache's key) is the dtype's IR name and its
+    shape, for every dtype and rank, and a node and a tuple print it."""
     from axle.ir.printer import print_node
     for dt in DType:
-        for shape in [(), (0,), (3, 1, 2)]:
+        for shape, dims in [((), ""), ((0,), "0"), ((3, 1, 2), "3,1,2")]:
             t = TensorType(dt, shape)
+            assert str(t) == repr(t) == f"{dt.value}[{dims}]"
             p = Builder("types").parameter(t)
-            assert print_node(p, {p.uid: "v"}, {}) == f"%v = {t} parameter(0)"
+            assert print_node(p, {p.uid: "v"}, {}) == f"%v = {dt.value}[{dims}] parameter(0)"
     b = Builder("tuple")
     pa, pb = b.parameter("f32[2]"), b.parameter("s32[]")
     root = b.build(pa, pb).entry.root

@@ -23,7 +23,6 @@ import numpy as np
 from .dtypes import DType, is_float_numpy
 from .literal import Literal
 from .ops import OPS, AttrKind, Op
-from .types import TensorType
 
 if TYPE_CHECKING:  # module.py imports this module for Module.as_text/as_dot
     from .computation import Computation
@@ -154,19 +153,8 @@ def _attr_print(op: Op, name: str) -> tuple[AttrKind, bool]:
 _OP_NAMES: dict[Op, str] = {op: op.value for op in Op}
 
 
-#: each dtype's name in the text form
-_DTYPE_NAMES: dict[DType, str] = {d: d.value for d in DType}
-
-
-def _type_text(t: Any) -> str:
-    """``str(t)`` (an array type's without its enum property and f-string)."""
-    if type(t) is TensorType:
-        return _DTYPE_NAMES[t.dtype] + "[" + ",".join(map(str, t.shape)) + "]"
-    return str(t)
-
-
 def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False) -> str:
-    lhs = ("ROOT %" if root else "%") + names[n.uid] + " = " + _type_text(n.type)
+    lhs = ("ROOT %" if root else "%") + names[n.uid] + " = " + str(n.type)
     op = n.op
     if op is Op.PARAMETER:
         return f"{lhs} parameter({n.attr['index']})"

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from ..errors import DTypeError, ShapeError
 from .dtypes import DType
 
+#: each dtype's name in the IR text (``DType.value``, read once)
+_DTYPE_NAMES: dict[DType, str] = {d: d.value for d in DType}
+
 Shape = tuple[int, ...]
 
 #: The most dimensions an array type may have: beyond any real program, the frontend's
@@ -50,7 +53,9 @@ class TensorType:
         return self.size * self.dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{self.dtype.value}[{','.join(map(str, self.shape))}]"
+        # the dtype's name from a table: ``DType.value`` is an enum property, and the IR
+        # printer writes one type per node (the compile cache's key prints every traced module)
+        return _DTYPE_NAMES[self.dtype] + "[" + ",".join(map(str, self.shape)) + "]"
 
     __repr__ = __str__
 
