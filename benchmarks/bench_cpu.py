@@ -66,17 +66,18 @@ def _c_library() -> Any:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    d = tempfile.mkdtemp(prefix="axle_bench_c_")
-    src, lib = os.path.join(d, "loops.c"), os.path.join(d, "loops.so")
-    with open(src, "w") as f:
-        f.write(_C_SRC)
-    flags = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
-    r = subprocess.run([cc, *flags, src, "-o", lib, "-lm"], capture_output=True)
-    if r.returncode != 0:
-        r = subprocess.run([cc, *[f for f in flags if f != "-fopenmp"], src, "-o", lib, "-lm"], capture_output=True)
+    # the library is loaded, then its directory removed (the mapping outlives the file)
+    with tempfile.TemporaryDirectory(prefix="axle_bench_c_") as d:
+        src, lib = os.path.join(d, "loops.c"), os.path.join(d, "loops.so")
+        with open(src, "w") as f:
+            f.write(_C_SRC)
+        flags = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
+        r = subprocess.run([cc, *flags, src, "-o", lib, "-lm"], capture_output=True)
         if r.returncode != 0:
-            return None
-    so = ctypes.CDLL(lib)
+            r = subprocess.run([cc, *[f for f in flags if f != "-fopenmp"], src, "-o", lib, "-lm"], capture_output=True)
+            if r.returncode != 0:
+                return None
+        so = ctypes.CDLL(lib)
     P, I = ctypes.c_void_p, ctypes.c_int64
     so.seed.restype = ctypes.c_float
     so.seed.argtypes = [P, P, P, I]
@@ -636,11 +637,11 @@ def _aot_lstm(lstm: Any, params: list[dict[str, np.ndarray]], xs: np.ndarray) ->
         return lstm.lstm([{"W": w[k], "U": u[k], "b": b[k]} for k in range(len(params))], xs_)
 
     args = [np.ascontiguousarray(xs)] + [np.ascontiguousarray(np.stack([p[k] for p in params])) for k in "WUb"]
-    d = tempfile.mkdtemp(prefix="axle_bench_aot_")
-    res = compile_aot(flat, [f"f32{list(a.shape)}".replace(" ", "") for a in args], d, name="lstm")
-    lib = os.path.join(d, "liblstm.so")
-    subprocess.run([cc, "-shared", "-o", lib, res.object_path, "-lm"], check=True, capture_output=True)
-    run = ctypes.CDLL(lib).lstm_run
+    with tempfile.TemporaryDirectory(prefix="axle_bench_aot_") as d:
+        res = compile_aot(flat, [f"f32{list(a.shape)}".replace(" ", "") for a in args], d, name="lstm")
+        lib = os.path.join(d, "liblstm.so")
+        subprocess.run([cc, "-shared", "-o", lib, res.object_path, "-lm"], check=True, capture_output=True)
+        run = ctypes.CDLL(lib).lstm_run
     (out_type,) = res.result_types
     # call() reads its result from bufs, which keeps alive the arrays the bare addresses point into
     bufs = [*args, np.empty(out_type.shape, np.float32)]

@@ -3,8 +3,10 @@ and was checked against NumPy before it was timed (no timing assertions)."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +20,23 @@ def bench(load_bench: Callable[[str], ModuleType]) -> ModuleType:
 def _cc() -> None:
     # The AOT column needs a C compiler; the project's CI image has one.
     assert shutil.which("cc") or shutil.which("gcc"), "no C compiler (cc) on PATH"
+
+
+def test_the_native_baselines_leave_no_build_directory(
+    bench: ModuleType, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C loops and the AOT LSTM are loaded from libraries built in temporary directories,
+    removed once loaded: a bench run used to leave two directories in the temp dir."""
+    _cc()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    so = bench._c_library()
+    x = np.arange(5, dtype=np.float32)
+    assert so.seed(x.ctypes.data, x.ctypes.data, x.ctypes.data, 5) == pytest.approx(float(np.sum(x + x * x)))
+    lstm = bench.load_example("lstm")
+    rng = np.random.default_rng(3)
+    call = bench._aot_lstm(lstm, lstm.init_params(rng), lstm.sample_inputs(rng))
+    np.testing.assert_array_equal(call(), call())
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_aot_lstm_is_the_examples_lstm_run_natively(bench: ModuleType) -> None:
