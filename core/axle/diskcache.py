@@ -207,12 +207,16 @@ class DiskCache:
             return None
         path, digest = self._file(key)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            # unbuffered: the header, then the payload read straight into its own bytes
+            # (slicing it off one read of the whole file, or a buffered read after the
+            # header, copied it once more: fresh pages of its size, in a cached first call)
+            with open(path, "rb", buffering=0) as f:
+                header = f.read(_HEADER.size)
+                data = f.readall()
         except OSError:
             counters.record("disk_cache_misses")
             return None
-        payload = _payload(data, digest)
+        payload = _payload(header, data, digest)
         if payload is None:
             counters.record("disk_cache_misses")
             counters.record("disk_cache_corrupt")
@@ -268,13 +272,13 @@ class DiskCache:
                       CacheWarning, stacklevel=4)
 
 
-def _payload(data: bytes, digest: bytes) -> bytes | None:
-    """The payload of an entry's bytes, or None when they are not a whole entry for
-    ``digest`` (truncated, corrupt, another key's, another format)."""
-    if len(data) < _HEADER.size:
+def _payload(header: bytes, payload: bytes, digest: bytes) -> bytes | None:
+    """``payload``, the bytes of an entry after its ``header`` (the first ``_HEADER.size``
+    bytes of its file), or None when they are not a whole entry for ``digest``
+    (truncated, corrupt, another key's, another format)."""
+    if len(header) < _HEADER.size:
         return None
-    magic, version, kdigest, length, pdigest = _HEADER.unpack_from(data)
-    payload = data[_HEADER.size:]
+    magic, version, kdigest, length, pdigest = _HEADER.unpack(header)
     if (magic, version, kdigest, length) != (MAGIC, FORMAT, digest, len(payload)):
         return None
     if hashlib.sha256(payload).digest() != pdigest:

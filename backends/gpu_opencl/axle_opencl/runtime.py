@@ -69,7 +69,7 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
     binary = cache.get(key)
     if binary is not None:
         try:
-            return _build(cl._cl._Program(context, [dev], [binary]), dev)
+            return _sourced(_build(cl._cl._Program(context, [dev], [binary]), dev), source)
         except cl.Error:
             pass  # a binary the driver no longer accepts: rebuild from source below
     prg = _build(cl._cl._Program(context, source), dev)
@@ -79,6 +79,16 @@ def build_program(context: cl.Context, dev: cl.Device, source: str) -> cl.Progra
             cache.put(key, bytes(out))
     except cl.Error:
         pass  # a driver that gives no binary: in-memory only
+    return _sourced(prg, source)
+
+
+def _sourced(prg: cl.Program, source: str) -> cl.Program:
+    """``prg`` with its source as pyopencl's ``Program`` keeps it (``_source``). pyopencl's
+    ``Kernel`` constructor reads that attribute of its program: on a program wrapped from a
+    built one it is missing, and the program's ``__getattr__`` took the name for a kernel's
+    (a failed ``clCreateKernel`` and an exception, 5-6 us of each kernel object: 20 of a
+    cached first call of the MNIST step)."""
+    prg._source = source
     return prg
 
 
@@ -346,7 +356,7 @@ class DeviceRuntime:
                                  helpers_of(k.helpers for k in chunk))
             with self._lock:
                 try:
-                    prg = _build(cl._cl._Program(self.context, src), self.cl_device)
+                    prg = _sourced(_build(cl._cl._Program(self.context, src), self.cl_device), src)
                 except cl.Error:
                     continue
                 for k in chunk:

@@ -66,6 +66,28 @@ def test_binaries_written_private_with_header_and_reloaded(ocl, cache_dir) -> No
     assert loads == [True]  # built from the cached binary
 
 
+
+@pytest.mark.parametrize("how", ["from source", "from the cached binary", "in a batch"])
+def test_kernel_objects_of_a_built_program_look_up_no_other_kernel(ocl, cache_dir, monkeypatch, how: str) -> None:
+    """pyopencl's Kernel constructor reads its program's ``_source``: a program wrapped
+    from a built one must hold it, else the program's ``__getattr__`` takes it for a
+    kernel's name (a failed clCreateKernel and an exception per kernel object)."""
+    import pyopencl as cl
+
+    k = _kernel(ocl, "min")
+    if how != "from source":
+        _fresh_runtime(ocl).kernel(k)  # the binary on disk
+    rt = _fresh_runtime(ocl)
+    if how == "in a batch":
+        rt.build_batch([k])
+    looked_up: list[str] = []
+    real_getattr = cl.Program.__getattr__
+    monkeypatch.setattr(cl.Program, "__getattr__", lambda self, name: looked_up.append(name) or real_getattr(self, name))
+    knl = rt.kernel(k)
+    assert knl.function_name == k.name
+    assert looked_up == []
+    assert rt.program(k)._source.count(f" {k.name}(") == 1  # the program's own source
+
 def test_unsafe_directory_disables_the_cache_but_programs_still_run(ocl, cache_dir) -> None:
     cache_dir.mkdir(parents=True)
     os.chmod(cache_dir, 0o777)
