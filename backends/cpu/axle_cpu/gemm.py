@@ -56,8 +56,10 @@ the shared loop emitter and inlined) that finishes one output element at flat in
 the registers through a tile-sized stack block in L1 (never the output buffer, which
 meanwhile holds the partial sums of earlier K blocks), or, where a tile row is one run of
 an epilogue row (an NCHW convolution's feature: its H x W pixels, ``_epilogue_tail``),
-through ``epi_row``, which computes the row's own terms once before its column loop; the
-float16 path (and an epilogue
+through ``epi_row``, which computes the row's own terms once before its column loop, or,
+for a full tile whose columns are the output's last dim and an epilogue with per-column
+terms (an NHWC convolution's batch norm), through ``epi_tile``, which computes those once
+per column for all the tile's rows; the float16 path (and an epilogue
 whose output dtype differs from the dot's, which cannot keep partial sums in the output)
 calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
 empty contraction on zeros.
