@@ -120,6 +120,9 @@ CONV_SHARE_PIXELS = 192
 CONV_PIXEL_SHARES = 8
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
+#: an NCHW convolution's last panel of at most this many pixel columns is computed as dot
+#: products along K (``_Emitter.tail_dots``), not as a one-vector tile of them
+TAIL_DOT_COLUMNS = 4
 #: split K across threads from this long a K, this many times the output's longer side
 #: (GemmSpec.split_reduce_size)
 SPLIT_K_MIN = 4096
@@ -350,6 +353,10 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
               and layout.a_k.stride == 1)
     if layout.b_win is not None and layout.n >= CONV_COLUMNS_OUTER_MIN:
         nv = _balanced_nv(layout.n, v, nv)
+    if (layout.b_win is not None and a_rows and dt is not DType.FLOAT16 and nv == max_nv == 4
+            and layout.n % (4 * v) > TAIL_DOT_COLUMNS
+            and 0 < layout.n % (3 * v) <= TAIL_DOT_COLUMNS):
+        nv = 3  # a 7x7 map's 49 pixels: 48 in full vectors and one by dot products, not 64 lanes
     mr = min(accs // nv, DIRECT_A_ROWS) if a_rows else accs // nv
     if layout.dense and 0 < layout.m < SMALL_M_TILES * mr:
         nv, mr = _small_m_tile(layout, v, accs, nv, mr, a_rows)
@@ -381,7 +388,11 @@ def _balanced_nv(n: int, v: int, nv: int) -> int:
     of 64 and one of 4, shared 128 / 68 by two threads; as 4 panels of 48 and one of 4,
     100 / 96 (8 x 48 tiles, as fast as 6 x 64)."""
     def longest(width: int) -> int:
-        panels = [width] * (n // width) + ([n % width] if n % width else [])
+        panels = [width] * (n // width)
+        if n % width and n % width <= TAIL_DOT_COLUMNS:
+            panels[-1] += n % width  # computed with the panel before it (GemmSpec.column_units)
+        elif n % width:
+            panels.append(n % width)
         total = 0
         for threads in BALANCE_THREADS:
             load = [0] * threads
@@ -565,6 +576,21 @@ class GemmSpec(KernelSpec):
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
 
     @functools.cached_property
+    def column_units(self) -> int:
+        """Units (``column_unit``) of the column range when threads split the columns
+        (``columns_outer``). An NCHW convolution's last panel of at most
+        ``TAIL_DOT_COLUMNS`` pixel columns (computed by dot products: ``_Emitter.tail_dots``)
+        belongs to the unit before it, whose A blocks it then reads from the L2 right after
+        that panel: as a unit of its own it read all of A (the weights, in place) again, which
+        cost more than its products (a 14x14 map's last 4 columns, 256 features: 116 us as
+        a unit, against 300 us for a panel of 48)."""
+        n, unit, lay = self.layout.n, self.column_unit, self.layout
+        tail = n % unit
+        if self.columns_outer and lay.b_win is not None and n > unit and 0 < tail <= TAIL_DOT_COLUMNS:
+            return n // unit
+        return -(-n // unit)
+
+    @functools.cached_property
     def vecmat_share(self) -> int:
         """Output columns per unit of the range threads split a streamed vector-matrix
         product (``_vecmat``, swapped or not) by: a whole C block (``VECMAT_BLOCK``
@@ -633,7 +659,7 @@ class GemmSpec(KernelSpec):
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
         if self.columns_outer:
-            return -(-cols // self.column_unit), rows
+            return self.column_units, rows
         return -(-rows // self.row_unit), -(-cols // self.column_unit)
 
     @property
@@ -1125,6 +1151,9 @@ class _Emitter:
             unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
             self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
+            if spec.column_units < -(-spec.layout.n // unit):  # the last unit takes the short panel
+                self.c1 = self.g.b.select(self.g.b.icmp_signed(">=", o1, _c(spec.column_units)),
+                                          _c(spec.layout.n), self.c1)
         else:
             if spec.row_unit > 1:  # the range counts shares of row_unit rows
                 self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
@@ -1153,6 +1182,15 @@ class _Emitter:
                            and self.t.kc * self.t.nc * _bytes(self.ct) <= ROWS_OUTER_L2_SHARE * l2_bytes())
         # B packed at compile time (GemmSpec.prepacked_b): its panels read where they are
         self.packed = spec.b_packing if spec.prepacked_b else None
+        # An NCHW convolution's last panel of few pixel columns (C's columns: N % NR of
+        # them) as dot products along K of A's rows (in place, K contiguous) and those
+        # columns of the packed panel, copied out K-contiguous (``_tail_copy``): as a tile
+        # of one vector, each multiply-add needed a broadcast of its own (a 14x14 map's last
+        # 4 columns: 176 us for 256 features, against 300 us for a panel of 48)
+        rem = lay.n % self.t.nr
+        self.tail_dots = (rem if lay.b_win is not None and 0 < rem <= TAIL_DOT_COLUMNS and not self.accumulate
+                          and self.direct_a is not None and self.direct_a[1] == 1 and self.direct_b is None
+                          and not self.rows_outer and not spec.batch_outer and lay.n > self.t.nr else 0)
         assert not spec.prepacked_b or (self.packed is not None and self.packed.nr == self.t.nr
                                         and not self.swap), f"{spec.name}: B cannot be prepacked"
         # Patches read in place through row pointers (an indirection table, XNNPACK's
@@ -1264,6 +1302,10 @@ class _Emitter:
             if self.direct_b is None and self.packed is None:
                 self.bp = b.alloca(self.ct, size=_c(t.kc * t.nc))
                 self.bp.align = 64
+            if self.tail_dots:
+                self.tail_k = _round_up(t.kc, t.v)  # a column's run in ``tail``
+                self.tail = b.alloca(self.ct, size=_c(self.tail_dots * self.tail_k))
+                self.tail.align = 64
             if self.accumulate:
                 self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
@@ -1527,6 +1569,8 @@ class _Emitter:
                 def pc_body(pc: ir.Value) -> None:
                     kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    if self.tail_dots:
+                        self._tail_copy(b_blk, kc, nc)
                     first = b.icmp_signed("==", pc, self.k_lo)
                     last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
@@ -2000,7 +2044,7 @@ class _Emitter:
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         epi = last is not None and self.epi is not None
         uk = self._micro_fn(c_t, epi)
-        edge = self._edge_vectors()
+        edge = 0 if self.tail_dots else self._edge_vectors()
         uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
         def tile(jr: ir.Value, i: ir.Value) -> None:
@@ -2032,8 +2076,107 @@ class _Emitter:
 
         if self.rows_outer:  # an A row tile (L1) against every B micro-panel of the block (L2)
             g.loop(_c(0), mc, t.mr, lambda i: g.loop(_c(0), nc, t.nr, lambda jr: tile(jr, i), "jr"), "ir")
+        elif self.tail_dots:  # the last panel, of few columns, by dot products (_tail_rows)
+            def panel(jr: ir.Value) -> None:
+                g.if_(b.icmp_signed("<", b.sub(nc, jr), _c(t.nr)),
+                      lambda: self._tail_rows(a_blk, kc, mc, g.gep(cblk, c_t, jr), ldc, first, last),
+                      lambda: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"))
+
+            g.loop(_c(0), nc, t.nr, panel, "jr")
         else:  # a B micro-panel against every A row tile of the block
             g.loop(_c(0), nc, t.nr, lambda jr: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"), "jr")
+
+    def _tail_copy(self, b_blk: ir.Value, kc: ir.Value, nc: ir.Value) -> None:
+        """When the packed block ``b_blk`` (``nc`` columns) ends with the short last panel,
+        its ``tail_dots`` columns copied K-contiguous into ``tail`` (column p at
+        ``p * tail_k``), once per K block for all the row blocks."""
+        g, b, t = self.g, self.g.b, self.t
+        start = b.mul(b.udiv(nc, _c(t.nr)), _c(t.nr))  # the short panel's first column
+
+        def copy() -> None:
+            panel = g.gep(b_blk, self.ct, b.mul(start, kc))
+
+            def row(k: ir.Value) -> None:
+                for p in range(self.tail_dots):
+                    x = b.load(g.gep(panel, self.ct, b.add(b.mul(k, _c(t.nr)), _c(p))), typ=self.ct)
+                    b.store(x, g.gep(self.tail, self.ct, b.add(_c(p * self.tail_k), k)))
+
+            g.loop(_c(0), kc, 1, row, "tcp")
+
+        g.if_(b.icmp_signed("<", start, nc), copy)
+
+    def _tail_rows(self, a_blk: ir.Value, kc: ir.Value, mc: ir.Value, cp: ir.Value, ldc: ir.Value,
+                   first: ir.Value, last: ir.Value | None) -> None:
+        """C[i, p] (+)= A[i, :kc] . tail[p, :kc] for the block's rows i < ``mc`` and the last
+        panel's ``tail_dots`` columns p (C at ``cp``): V-lane multiply-adds along K, 4 rows
+        at a time sharing the tail's loads, a masked last vector, each sum reduced once;
+        stored (the first K block), added to C, or finished by the epilogue (the last)."""
+        g, b, t = self.g, self.g.b, self.t
+        rs = self.direct_a[0] if self.direct_a else 0
+        cols = self.tail_dots
+        kfull = b.mul(b.udiv(kc, _c(t.v)), _c(t.v))
+        vt = ir.VectorType(self.st, t.v)
+
+        def rows(i: ir.Value, n: int) -> None:
+            a_rows = [g.gep(a_blk, self.st, b.mul(b.add(i, _c(r)), _c(rs))) for r in range(n)]
+
+            def load(ptr: ir.Value, k: ir.Value, mask: ir.Value | None) -> ir.Value:
+                q = g.gep(ptr, self.st, k)
+                if mask is None:
+                    x = b.load(q, typ=vt)
+                    x.align = _bytes(self.st)
+                    return x
+                return self.masked_load(b, q, self.st, mask)
+
+            pre = b.block
+            cond, body, done = (self.fn.append_basic_block(f"td.{x}") for x in ("cond", "body", "done"))
+            b.branch(cond)
+            b.position_at_end(cond)
+            k = b.phi(I64)
+            k.add_incoming(_c(0), pre)
+            accs = [[b.phi(vt) for _ in range(cols)] for _ in range(n)]
+            for row in accs:
+                for a in row:
+                    a.add_incoming(ir.Constant(vt, None), pre)
+            b.cbranch(b.icmp_signed("<", k, kfull), body, done)
+            b.position_at_end(body)
+            xs = [load(g.gep(self.tail, self.ct, _c(p * self.tail_k)), k, None) for p in range(cols)]
+            for r in range(n):
+                a_v = load(a_rows[r], k, None)
+                for p in range(cols):
+                    accs[r][p].add_incoming(self.fma(b, a_v, xs[p], accs[r][p]), body)
+            k.add_incoming(b.add(k, _c(t.v)), body)
+            no_unroll(b.branch(cond))
+            b.position_at_end(done)
+            mask = self.lane_mask(b, b.sub(kc, kfull))  # the last, partial vector (none: all off)
+            xs = [load(g.gep(self.tail, self.ct, _c(p * self.tail_k)), k, mask) for p in range(cols)]
+            for r in range(n):
+                a_v = load(a_rows[r], k, mask)
+                for p in range(cols):
+                    tot = self.fma(b, a_v, xs[p], accs[r][p])
+                    if self.dt.is_int:
+                        val = intrinsic(b, f"llvm.vector.reduce.add.{_sfx(vt)}", self.ct, [tot])
+                    else:
+                        name = f"llvm.vector.reduce.fadd.{_sfx(vt)}"
+                        fnr = self.mod.globals.get(name) or ir.Function(
+                            self.mod, ir.FunctionType(self.ct, [self.ct, vt]), name=name)
+                        val = b.call(fnr, [ir.Constant(self.ct, 0.0), tot], fastmath=("reassoc",))
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, _c(r)), ldc), _c(p)))
+                    total = b.select(first, val, self.add(b, b.load(at, typ=self.st), val))
+                    if last is not None and self.epi is not None:
+                        lin = b.sdiv(b.sub(b.ptrtoint(at, I64), b.ptrtoint(self.c_ptr, I64)), _c(_bytes(self.st)))
+                        with b.if_else(last) as (then, otherwise):
+                            with then:
+                                self.finish(b, lin, total)
+                            with otherwise:
+                                b.store(total, at)
+                    else:
+                        b.store(total, at)
+
+        group = 4
+        split = b.mul(b.udiv(mc, _c(group)), _c(group))
+        g.loop(_c(0), split, group, lambda i: rows(i, group), "td4")
+        g.loop(split, mc, 1, lambda i: rows(i, 1), "td1")
 
     def _edge_vectors(self) -> int:
         """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:

@@ -418,10 +418,11 @@ def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa
 
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
 def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
-    """An NCHW 14x14 map's 196 pixel columns fill three 64-wide panels and 4 columns: that
-    last panel runs a one-vector micro-kernel (with AVX-512; 49 columns, 4 vectors, have
-    no narrower tile), and the results equal the interpreter's (float16: the float32
-    accumulator path)."""
+    """An NCHW 14x14 map's 196 pixel columns fill four 48-wide panels and 4 columns: that
+    last panel runs as dot products along K (``tail_dots``, float32), or, on the float32
+    accumulator path of float16, a one-vector micro-kernel (with AVX-512; there 49 columns,
+    4 vectors, have no narrower tile, where float32 runs 48 and one dot product); the
+    results equal the interpreter's."""
     from llvmlite import ir
 
     from axle_cpu.gemm import _Emitter
@@ -430,10 +431,14 @@ def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # 
     edge = ("nchw-14x14", (1, 20, 14, 14), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1),
                                                                                              high=(1, 1)))
     full = ("nchw-7x7", (1, 20, 7, 7), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)))
-    for cfg, vectors in ((edge, 1), (full, 0)):
+    for cfg, vectors, dots in ((edge, 1, 4), (full, 0, 1)):
         m = conv_module(cfg, dt)
         (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
-        assert _Emitter(ir.Module(), spec, 512)._edge_vectors() == vectors, cfg[0]
+        emitter = _Emitter(ir.Module(), spec, 512)
+        if dt is DType.FLOAT16:
+            assert emitter._edge_vectors() == vectors and not emitter.tail_dots, cfg[0]
+        else:
+            assert emitter.tail_dots == dots, cfg[0]
         xs = conv_inputs(m)
         check_conv(m, xs, run(m, xs, cpu))
 
@@ -686,6 +691,61 @@ def test_nhwc_batch_norm_epilogue_by_tiles(cpu) -> None:  # noqa: ANN001
     (want,) = evaluate(compiled.lowered.module, *args)
     assert want.shape == (1, 56, 56, 64) and (want > 0).mean() > 0.3
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.INT32], ids=lambda d: d.value)
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "stride", "epilogue"), [
+    ((1, 64, 14, 14), (40, 64, 3, 3), 1, True),  # 196 columns: 4 + 4 (f64) left over; K 576: two K blocks
+    ((1, 64, 14, 14), (40, 64, 3, 3), 1, False),
+    ((2, 20, 7, 7), (24, 20, 3, 3), 1, True),  # 49 columns: 48 and 1 (f64: 24 + 24 and 1); K 180, a masked vector
+    ((1, 16, 28, 28), (20, 16, 3, 3), 2, False),  # stride 2 into 14x14
+], ids=["14x14-epilogue", "14x14", "batch-2-7x7-epilogue", "stride-2"])
+def test_nchw_short_last_panel_by_dot_products(xs_shape, ws_shape, stride: int, epilogue: bool, dt: DType, cpu,  # noqa: ANN001
+                                               monkeypatch) -> None:  # noqa: ANN001
+    """An NCHW convolution whose last panel of pixel columns has at most TAIL_DOT_COLUMNS
+    of them computes those as dot products along K of the kernel's rows and the columns'
+    packed patches (``tail_dots``), partial sums in C across K blocks, the epilogue element
+    by element on the last; split by columns, that panel is in the unit before it
+    (``column_units``). Small integers, so every dtype's sums are exact: the bits of the
+    interpreter's, on one thread and split on two."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import TAIL_DOT_COLUMNS, _Emitter
+
+    b = Builder("nchw_tail")
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"),
+                      **_window(2, strides=(stride, stride), low=(1, 1), high=(1, 1)))
+    if epilogue:
+        o = ws_shape[0]
+        r, scale, shift = (b.parameter(TensorType(dt, t)) for t in (c.shape, (o,), (o,)))
+
+        def per_feature(v):  # noqa: ANN001, ANN202
+            return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+        y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(shift)), r)
+        m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=c.shape, broadcast_dimensions=())))
+    else:
+        m = b.build(c)
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in m.entry.parameters]
+    (want,) = evaluate(m, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, _ = compile_case(m, cpu)
+        (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+        spec = launch.step.spec
+        emitter = _Emitter(ir.Module(), spec, spec.vector_bits or 512)
+        n, nr = spec.layout.n, emitter.t.nr
+        assert 0 < emitter.tail_dots == n % nr <= TAIL_DOT_COLUMNS
+        if spec.columns_outer:
+            assert spec.loop_sizes[0] == spec.column_units == n // nr
+        launch.parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
 
 
 @pytest.mark.parametrize(("xs_shape", "ws_shape"), [((1, 5, 3, 4), (3, 3, 4, 1)), ((2, 6, 1, 4), (1, 1, 4, 1))],
