@@ -91,7 +91,7 @@ from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, Index, KernelEmitter, KernelSpec, no_unroll
+from .emitter import SIG, Index, KernelEmitter, KernelSpec, _loop_hints, no_unroll
 from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
@@ -1018,7 +1018,7 @@ class _Gen:
         self._tables: dict[tuple[int, ...], ir.GlobalVariable] = {}
 
     def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str,
-             vectorize: bool = False) -> None:
+             vectorize: bool = False, scalar: bool = False) -> None:
         b = self.b
         pre = b.block
         cond = self.fn.append_basic_block(f"{name}.cond")
@@ -1040,6 +1040,10 @@ class _Gen:
                                                      ir.Constant(I1, 1)])])
             md.operands = (md, *md.operands)  # a loop ID refers to itself
             latch.set_metadata("llvm.loop", md)
+        elif scalar:  # not unrolled nor vectorized: a short loop, not worth their compile time
+            mod = self.fn.module
+            _loop_hints(latch, "_axle_scalar_loop", [mod.add_metadata([
+                ir.MetaDataString(mod, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])])
         else:
             no_unroll(latch)
         b.position_at_end(exit_)
@@ -1306,6 +1310,7 @@ class _Emitter:
                 self.tail_k = _round_up(t.kc, t.v)  # a column's run in ``tail``
                 self.tail = b.alloca(self.ct, size=_c(self.tail_dots * self.tail_k))
                 self.tail.align = 64
+                self.tail_sums = b.alloca(self.ct, size=_c(4 * self.tail_dots))  # a row group's sums
             if self.accumulate:
                 self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
@@ -2101,7 +2106,7 @@ class _Emitter:
                     x = b.load(g.gep(panel, self.ct, b.add(b.mul(k, _c(t.nr)), _c(p))), typ=self.ct)
                     b.store(x, g.gep(self.tail, self.ct, b.add(_c(p * self.tail_k), k)))
 
-            g.loop(_c(0), kc, 1, row, "tcp")
+            g.loop(_c(0), kc, 1, row, "tcp", scalar=True)
 
         g.if_(b.icmp_signed("<", start, nc), copy)
 
@@ -2110,8 +2115,27 @@ class _Emitter:
         """C[i, p] (+)= A[i, :kc] . tail[p, :kc] for the block's rows i < ``mc`` and the last
         panel's ``tail_dots`` columns p (C at ``cp``): V-lane multiply-adds along K, 4 rows
         at a time sharing the tail's loads, a masked last vector, each sum reduced once;
-        stored (the first K block), added to C, or finished by the epilogue (the last)."""
-        g, b, t = self.g, self.g.b, self.t
+        stored (the first K block), added to C, or finished by the epilogue (the last), the
+        epilogue inlined once (a loop over the group's sums). A function of its own
+        (``noinline``), called once per K and row block."""
+        epi = last is not None and self.epi is not None
+        name = f"{self.spec.name}.tail{'_epi' if epi else ''}"
+        fn = self.mod.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, I64, I64, PTR, I64, I1, I1, PTR, PTR, PTR, PTR]),
+                             name=name)
+            fn.linkage = "internal"
+            fn.attributes.add("nounwind")
+            fn.attributes.add("noinline")
+            self._tail_body(fn, epi)
+        b = self.g.b
+        b.call(fn, [a_blk, kc, mc, cp, ldc, first, last if last is not None else ir.Constant(I1, 0), self.bufs,
+                    self.tail, self.tail_sums, self.c_ptr])
+
+    def _tail_body(self, fn: ir.Function, epi: bool) -> None:
+        a_blk, kc, mc, cp, ldc, first, last, bufs, tail, sums, c_ptr = fn.args
+        g = _Gen(fn)
+        b, t = g.b, self.t
         rs = self.direct_a[0] if self.direct_a else 0
         cols = self.tail_dots
         kfull = b.mul(b.udiv(kc, _c(t.v)), _c(t.v))
@@ -2129,7 +2153,7 @@ class _Emitter:
                 return self.masked_load(b, q, self.st, mask)
 
             pre = b.block
-            cond, body, done = (self.fn.append_basic_block(f"td.{x}") for x in ("cond", "body", "done"))
+            cond, body, done = (fn.append_basic_block(f"td.{x}") for x in ("cond", "body", "done"))
             b.branch(cond)
             b.position_at_end(cond)
             k = b.phi(I64)
@@ -2140,7 +2164,7 @@ class _Emitter:
                     a.add_incoming(ir.Constant(vt, None), pre)
             b.cbranch(b.icmp_signed("<", k, kfull), body, done)
             b.position_at_end(body)
-            xs = [load(g.gep(self.tail, self.ct, _c(p * self.tail_k)), k, None) for p in range(cols)]
+            xs = [load(g.gep(tail, self.ct, _c(p * self.tail_k)), k, None) for p in range(cols)]
             for r in range(n):
                 a_v = load(a_rows[r], k, None)
                 for p in range(cols):
@@ -2149,7 +2173,7 @@ class _Emitter:
             no_unroll(b.branch(cond))
             b.position_at_end(done)
             mask = self.lane_mask(b, b.sub(kc, kfull))  # the last, partial vector (none: all off)
-            xs = [load(g.gep(self.tail, self.ct, _c(p * self.tail_k)), k, mask) for p in range(cols)]
+            xs = [load(g.gep(tail, self.ct, _c(p * self.tail_k)), k, mask) for p in range(cols)]
             for r in range(n):
                 a_v = load(a_rows[r], k, mask)
                 for p in range(cols):
@@ -2163,20 +2187,29 @@ class _Emitter:
                         val = b.call(fnr, [ir.Constant(self.ct, 0.0), tot], fastmath=("reassoc",))
                     at = g.gep(cp, self.st, b.add(b.mul(b.add(i, _c(r)), ldc), _c(p)))
                     total = b.select(first, val, self.add(b, b.load(at, typ=self.st), val))
-                    if last is not None and self.epi is not None:
-                        lin = b.sdiv(b.sub(b.ptrtoint(at, I64), b.ptrtoint(self.c_ptr, I64)), _c(_bytes(self.st)))
-                        with b.if_else(last) as (then, otherwise):
-                            with then:
-                                self.finish(b, lin, total)
-                            with otherwise:
-                                b.store(total, at)
+                    if epi:  # finished below, in one loop
+                        b.store(total, g.gep(sums, self.st, _c(r * cols + p)))
                     else:
                         b.store(total, at)
+            if epi:
+                def store(j: ir.Value) -> None:
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, b.udiv(j, _c(cols))), ldc), b.urem(j, _c(cols))))
+                    b.store(b.load(g.gep(sums, self.st, j), typ=self.st), at)
+
+                def finish(j: ir.Value) -> None:
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, b.udiv(j, _c(cols))), ldc), b.urem(j, _c(cols))))
+                    lin = b.sdiv(b.sub(b.ptrtoint(at, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.st)))
+                    self.finish(b, lin, b.load(g.gep(sums, self.st, j), typ=self.st), bufs)
+
+                # one copy of the epilogue, however many sums
+                g.if_(last, lambda: g.loop(_c(0), _c(n * cols), 1, finish, "tdf", scalar=True),
+                      lambda: g.loop(_c(0), _c(n * cols), 1, store, "tds", scalar=True))
 
         group = 4
         split = b.mul(b.udiv(mc, _c(group)), _c(group))
         g.loop(_c(0), split, group, lambda i: rows(i, group), "td4")
         g.loop(split, mc, 1, lambda i: rows(i, 1), "td1")
+        b.ret_void()
 
     def _edge_vectors(self) -> int:
         """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
