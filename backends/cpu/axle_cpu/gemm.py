@@ -67,7 +67,8 @@ empty contraction on zeros.
 A convolution (conv.py) is the same kernel: its Layout maps C onto the output in place
 (row stride ``ldc``, batch offsets ``c_b``) and its patch operand is a ``Window``, read
 through an indirection table of row pointers by the micro-kernel (``ind_seg``) or packed
-with masks (``_pack_win``).
+with masks (``_pack_win``). An NCHW convolution's last panel of at most
+``TAIL_DOT_COLUMNS`` pixel columns runs as dot products along K (``_tail_rows``).
 
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
 kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
