@@ -56,8 +56,10 @@ the shared loop emitter and inlined) that finishes one output element at flat in
 the registers through a tile-sized stack block in L1 (never the output buffer, which
 meanwhile holds the partial sums of earlier K blocks), or, where a tile row is one run of
 an epilogue row (an NCHW convolution's feature: its H x W pixels, ``_epilogue_tail``),
-through ``epi_row``, which computes the row's own terms once before its column loop; the
-float16 path (and an epilogue
+through ``epi_row``, which computes the row's own terms once before its column loop, or,
+for a full tile whose columns are the output's last dim and an epilogue with per-column
+terms (an NHWC convolution's batch norm), through ``epi_tile``, which computes those once
+per column for all the tile's rows; the float16 path (and an epilogue
 whose output dtype differs from the dot's, which cannot keep partial sums in the output)
 calls it when it rounds its float32 block, the matrix-vector path per row sum, and an
 empty contraction on zeros.
@@ -65,7 +67,8 @@ empty contraction on zeros.
 A convolution (conv.py) is the same kernel: its Layout maps C onto the output in place
 (row stride ``ldc``, batch offsets ``c_b``) and its patch operand is a ``Window``, read
 through an indirection table of row pointers by the micro-kernel (``ind_seg``) or packed
-with masks (``_pack_win``).
+with masks (``_pack_win``). An NCHW convolution's last panel of at most
+``TAIL_DOT_COLUMNS`` pixel columns runs as dot products along K (``_tail_rows``).
 
 Scratch: the packed buffers (and the f16 accumulator) are allocas of a fixed size in the
 kernel's frame, at most ``STACK_BUDGET`` bytes, clamped to the problem size: two threads
@@ -85,11 +88,11 @@ from llvmlite.ir import instructions
 
 from axle.ir.dotdims import DotDims
 from axle.ir.dtypes import DType
-from axle.ir.module import Node
+from axle.ir.module import Computation, Node
 from axle.ir.ops import Op
 from axle.lowering.schedule import Schedule, schedule
 
-from .emitter import SIG, Index, KernelEmitter, KernelSpec, no_unroll
+from .emitter import SIG, Index, KernelEmitter, KernelSpec, _loop_hints, no_unroll
 from .lltypes import COMPUTE, F16, F32, I1, I32, I64, PTR, STORAGE, VOID
 from .mathfns import intrinsic
 
@@ -118,6 +121,9 @@ CONV_SHARE_PIXELS = 192
 CONV_PIXEL_SHARES = 8
 #: the most rows of an A read in place by rows in one micro-tile (tiles)
 DIRECT_A_ROWS = 8
+#: an NCHW convolution's last panel of at most this many pixel columns is computed as dot
+#: products along K (``_Emitter.tail_dots``), not as a one-vector tile of them
+TAIL_DOT_COLUMNS = 4
 #: split K across threads from this long a K, this many times the output's longer side
 #: (GemmSpec.split_reduce_size)
 SPLIT_K_MIN = 4096
@@ -348,6 +354,10 @@ def tiles(dt: DType, vector_bits: int, layout: Layout) -> Tiles:
               and layout.a_k.stride == 1)
     if layout.b_win is not None and layout.n >= CONV_COLUMNS_OUTER_MIN:
         nv = _balanced_nv(layout.n, v, nv)
+    if (layout.b_win is not None and a_rows and dt is not DType.FLOAT16 and nv == max_nv == 4
+            and layout.n % (4 * v) > TAIL_DOT_COLUMNS
+            and 0 < layout.n % (3 * v) <= TAIL_DOT_COLUMNS):
+        nv = 3  # a 7x7 map's 49 pixels: 48 in full vectors and one by dot products, not 64 lanes
     mr = min(accs // nv, DIRECT_A_ROWS) if a_rows else accs // nv
     if layout.dense and 0 < layout.m < SMALL_M_TILES * mr:
         nv, mr = _small_m_tile(layout, v, accs, nv, mr, a_rows)
@@ -379,7 +389,11 @@ def _balanced_nv(n: int, v: int, nv: int) -> int:
     of 64 and one of 4, shared 128 / 68 by two threads; as 4 panels of 48 and one of 4,
     100 / 96 (8 x 48 tiles, as fast as 6 x 64)."""
     def longest(width: int) -> int:
-        panels = [width] * (n // width) + ([n % width] if n % width else [])
+        panels = [width] * (n // width)
+        if n % width and n % width <= TAIL_DOT_COLUMNS:
+            panels[-1] += n % width  # computed with the panel before it (GemmSpec.column_units)
+        elif n % width:
+            panels.append(n % width)
         total = 0
         for threads in BALANCE_THREADS:
             load = [0] * threads
@@ -563,6 +577,21 @@ class GemmSpec(KernelSpec):
         return tiles(self.dot.dtype, self.vector_bits or _host_bits(), self.layout).nr
 
     @functools.cached_property
+    def column_units(self) -> int:
+        """Units (``column_unit``) of the column range when threads split the columns
+        (``columns_outer``). An NCHW convolution's last panel of at most
+        ``TAIL_DOT_COLUMNS`` pixel columns (computed by dot products: ``_Emitter.tail_dots``)
+        belongs to the unit before it, whose A blocks it then reads from the L2 right after
+        that panel: as a unit of its own it read all of A (the weights, in place) again, which
+        cost more than its products (a 14x14 map's last 4 columns, 256 features: 116 us as
+        a unit, against 300 us for a panel of 48)."""
+        n, unit, lay = self.layout.n, self.column_unit, self.layout
+        tail = n % unit
+        if self.columns_outer and lay.b_win is not None and n > unit and 0 < tail <= TAIL_DOT_COLUMNS:
+            return n // unit
+        return -(-n // unit)
+
+    @functools.cached_property
     def vecmat_share(self) -> int:
         """Output columns per unit of the range threads split a streamed vector-matrix
         product (``_vecmat``, swapped or not) by: a whole C block (``VECMAT_BLOCK``
@@ -631,7 +660,7 @@ class GemmSpec(KernelSpec):
             return lay.batch, lay.n
         rows, cols = lay.batch * lay.m, lay.n
         if self.columns_outer:
-            return -(-cols // self.column_unit), rows
+            return self.column_units, rows
         return -(-rows // self.row_unit), -(-cols // self.column_unit)
 
     @property
@@ -846,6 +875,95 @@ class _EpilogueRowEmitter(_EpilogueEmitter):
         return fn
 
 
+class _EpilogueTileEmitter(_EpilogueEmitter):
+    """``void epi_tile(bufs, row0, _, c0, c1, _, _, ptr vals)``: the epilogue over columns
+    [c0, c1) of ``mr`` consecutive rows of its output viewed as ``[rows, last dim]`` (rows
+    ``row0 + r * step``), the dot's values of row r at ``vals[r * nr + c - c0]``: a whole
+    tile whose columns are the output's last dim (an NHWC convolution's output features,
+    a dense dot's columns). One loop over the columns, vectorized, the rows unrolled in it,
+    so that a value depending on the column alone (a batch norm's per-feature scale and
+    shift, its ``rsqrt`` of the variance) is computed once per column for the ``mr`` rows:
+    finished row by row (``epi`` inlined in a column loop per row), each row computed them
+    again (the batch-1 ResNet-18 stem's batch norm and relu: 360 us of epilogue on a
+    1.64 ms convolution, one core)."""
+
+    def __init__(self, module: ir.Module, spec: KernelSpec, dot: Node, mr: int, nr: int, step: int) -> None:
+        self.mr, self.nr, self.step = mr, nr, step
+        self._r = 0
+        super().__init__(module, spec, dot)
+
+    def signature(self) -> ir.FunctionType:
+        return ir.FunctionType(VOID, [*SIG.args, PTR])
+
+    def _emit(self, n: Node, idx: Sequence[Index]) -> ir.Value:
+        if n.uid == self.dot_node.uid:
+            ct = COMPUTE[n.dtype]
+            at = self.b.gep(self.fn.args[7], [self.b.add(self.b.sub(self._col, self.i0), _c(self._r * self.nr))],
+                            source_etype=ct, inbounds=True)
+            v = self.b.load(at, typ=ct)
+            return self.round16(v) if n.dtype is DType.FLOAT16 else v
+        return KernelEmitter._emit(self, n, idx)
+
+    def build(self) -> ir.Function:
+        fn = self._begin()
+        pre = fn.append_basic_block("rows")
+        cond = fn.append_basic_block("col.cond")
+        body = fn.append_basic_block("col.body")
+        done = fn.append_basic_block("done")
+        b = self.b = ir.IRBuilder(self.entry)
+        (out,) = self.spec.outputs
+        shape = out.shape
+        width = shape[-1]
+        # levels as the row emitter's: 0 the call, 1 the tile's rows (``pre``), 2 a column
+        self.tails = {0: self.entry, 1: pre}
+        b.position_at_end(pre)
+        rows = []
+        for r in range(self.mr):
+            row = b.add(self.o0, _c(r * self.step)) if r else self.o0
+            self.level[id(row)] = 1
+            rows.append(row)
+        self.tails[1] = b.block
+        b.position_at_end(cond)
+        col = b.phi(I64)
+        b.cbranch(b.icmp_signed("<", col, self.i1), body, done)
+        self.level[id(col)] = 2
+        self._col = col
+        b.position_at_end(body)
+        self.cur_level = 2
+        out_buf = self.buffer(len(self.spec.comp.parameters))
+        for r, row in enumerate(rows):  # one memo for the column: its column terms shared
+            self._r = r
+            idx = self.unravel(row, shape[:-1]) + [col]
+            val = self.value(out, idx)
+            self.store(out_buf, out.dtype, self.add(self.mul(row, width), col), val)
+        col.add_incoming(b.add(col, _c(1)), b.block)
+        latch = b.branch(cond)
+        mod = fn.module
+        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                 ir.Constant(I1, 1)])])
+        md.operands = (md, *md.operands)  # a loop ID refers to itself
+        latch.set_metadata("llvm.loop", md)
+        b.position_at_end(self.tails[0])
+        b.branch(pre)
+        b.position_at_end(self.tails[1])
+        b.branch(cond)
+        col.add_incoming(self.i0, self.tails[1])
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+
+def _column_terms(comp: Computation, dot: Node) -> bool:
+    """Whether an epilogue computes something its dot's value does not flow into (a batch
+    norm's scale from its variance): arithmetic that a row-by-row finish repeats per row."""
+    after = {dot.uid}
+    for n in comp.nodes:  # in topological order
+        if any(o.uid in after for o in n.operands):
+            after.add(n.uid)
+    return any(n.uid not in after and not (n.traits.structural or n.traits.movement)
+               and n.op not in (Op.CONSTANT, Op.IOTA) for n in comp.nodes)
+
+
 # ================================================================ emission helpers
 
 
@@ -901,7 +1019,7 @@ class _Gen:
         self._tables: dict[tuple[int, ...], ir.GlobalVariable] = {}
 
     def loop(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None], name: str,
-             vectorize: bool = False) -> None:
+             vectorize: bool = False, scalar: bool = False) -> None:
         b = self.b
         pre = b.block
         cond = self.fn.append_basic_block(f"{name}.cond")
@@ -923,6 +1041,10 @@ class _Gen:
                                                      ir.Constant(I1, 1)])])
             md.operands = (md, *md.operands)  # a loop ID refers to itself
             latch.set_metadata("llvm.loop", md)
+        elif scalar:  # not unrolled nor vectorized: a short loop, not worth their compile time
+            mod = self.fn.module
+            _loop_hints(latch, "_axle_scalar_loop", [mod.add_metadata([
+                ir.MetaDataString(mod, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])])
         else:
             no_unroll(latch)
         b.position_at_end(exit_)
@@ -996,6 +1118,7 @@ class _Emitter:
         self.epi_tail = _epilogue_tail(spec.comp.root.shape, lay, self.swap)
         self.epi: ir.Function | None = None
         self.epi_row: ir.Function | None = None
+        self.epi_tile: ir.Function | None = None
         if spec.epilogue:
             espec = KernelSpec(f"{spec.name}.epi", spec.comp, "loop")
             self.epi = _EpilogueEmitter(mod, espec, root, self.epi_tail).build()
@@ -1003,6 +1126,11 @@ class _Emitter:
                 rspec = KernelSpec(f"{spec.name}.epi_row", spec.comp, "loop")
                 self.epi_row = _EpilogueRowEmitter(mod, rspec, root, self.epi_tail).build()
         self.t = tiles(self.dt, vector_bits, lay)
+        if (spec.epilogue and self.epi_tail == 1 and not self.swap and lay.n == self.last_dim
+                and lay.rows_of(lay.n) and self.t.mr > 1 and _column_terms(spec.comp, root)):
+            # a full tile finished whole, what depends on its columns alone once (epi_tile)
+            tspec = KernelSpec(f"{spec.name}.epi_tile", spec.comp, "loop")
+            self.epi_tile = _EpilogueTileEmitter(mod, tspec, root, self.t.mr, self.t.nr, lay.c_ld // lay.n).build()
         self.st = STORAGE[self.dt]  # storage type of A, B and C
         self.f16 = self.dt is DType.FLOAT16
         # all of K summed in a compute-type block, then finished once (float16 rounds it)
@@ -1028,6 +1156,9 @@ class _Emitter:
             unit = spec.column_unit  # (its N: swapped, this product's M)
             self.c0 = self.g.b.mul(o0, _c(unit))
             self.c1 = self.g.min(self.g.b.mul(o1, _c(unit)), _c(spec.layout.n))
+            if spec.column_units < -(-spec.layout.n // unit):  # the last unit takes the short panel
+                self.c1 = self.g.b.select(self.g.b.icmp_signed(">=", o1, _c(spec.column_units)),
+                                          _c(spec.layout.n), self.c1)
         else:
             if spec.row_unit > 1:  # the range counts shares of row_unit rows
                 self.r0 = self.g.b.mul(o0, _c(spec.row_unit))
@@ -1056,6 +1187,15 @@ class _Emitter:
                            and self.t.kc * self.t.nc * _bytes(self.ct) <= ROWS_OUTER_L2_SHARE * l2_bytes())
         # B packed at compile time (GemmSpec.prepacked_b): its panels read where they are
         self.packed = spec.b_packing if spec.prepacked_b else None
+        # An NCHW convolution's last panel of few pixel columns (C's columns: N % NR of
+        # them) as dot products along K of A's rows (in place, K contiguous) and those
+        # columns of the packed panel, copied out K-contiguous (``_tail_copy``): as a tile
+        # of one vector, each multiply-add needed a broadcast of its own (a 14x14 map's last
+        # 4 columns: 176 us for 256 features, against 300 us for a panel of 48)
+        rem = lay.n % self.t.nr
+        self.tail_dots = (rem if lay.b_win is not None and 0 < rem <= TAIL_DOT_COLUMNS and not self.accumulate
+                          and self.direct_a is not None and self.direct_a[1] == 1 and self.direct_b is None
+                          and not self.rows_outer and not spec.batch_outer and lay.n > self.t.nr else 0)
         assert not spec.prepacked_b or (self.packed is not None and self.packed.nr == self.t.nr
                                         and not self.swap), f"{spec.name}: B cannot be prepacked"
         # Patches read in place through row pointers (an indirection table, XNNPACK's
@@ -1167,6 +1307,11 @@ class _Emitter:
             if self.direct_b is None and self.packed is None:
                 self.bp = b.alloca(self.ct, size=_c(t.kc * t.nc))
                 self.bp.align = 64
+            if self.tail_dots:
+                self.tail_k = _round_up(t.kc, t.v)  # a column's run in ``tail``
+                self.tail = b.alloca(self.ct, size=_c(self.tail_dots * self.tail_k))
+                self.tail.align = 64
+                self.tail_sums = b.alloca(self.ct, size=_c(4 * self.tail_dots))  # a row group's sums
             if self.accumulate:
                 self.acc = b.alloca(self.ct, size=_c(t.mc * t.nc))
                 self.acc.align = 64
@@ -1430,6 +1575,8 @@ class _Emitter:
                 def pc_body(pc: ir.Value) -> None:
                     kc = g.min(_c(t.kc), b.sub(self.k_hi, pc))
                     b_blk = self._pack_b(b_base, pc, kc, jc, nc)
+                    if self.tail_dots:
+                        self._tail_copy(b_blk, kc, nc)
                     first = b.icmp_signed("==", pc, self.k_lo)
                     last = b.icmp_signed("==", b.add(pc, kc), self.k_hi)
 
@@ -1903,7 +2050,7 @@ class _Emitter:
         g, b, t, lay = self.g, self.g.b, self.t, self.lay
         epi = last is not None and self.epi is not None
         uk = self._micro_fn(c_t, epi)
-        edge = self._edge_vectors()
+        edge = 0 if self.tail_dots else self._edge_vectors()
         uk_edge = self._micro_fn(c_t, epi, edge) if edge else None
 
         def tile(jr: ir.Value, i: ir.Value) -> None:
@@ -1935,8 +2082,135 @@ class _Emitter:
 
         if self.rows_outer:  # an A row tile (L1) against every B micro-panel of the block (L2)
             g.loop(_c(0), mc, t.mr, lambda i: g.loop(_c(0), nc, t.nr, lambda jr: tile(jr, i), "jr"), "ir")
+        elif self.tail_dots:  # the last panel, of few columns, by dot products (_tail_rows)
+            def panel(jr: ir.Value) -> None:
+                g.if_(b.icmp_signed("<", b.sub(nc, jr), _c(t.nr)),
+                      lambda: self._tail_rows(a_blk, kc, mc, g.gep(cblk, c_t, jr), ldc, first, last),
+                      lambda: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"))
+
+            g.loop(_c(0), nc, t.nr, panel, "jr")
         else:  # a B micro-panel against every A row tile of the block
             g.loop(_c(0), nc, t.nr, lambda jr: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"), "jr")
+
+    def _tail_copy(self, b_blk: ir.Value, kc: ir.Value, nc: ir.Value) -> None:
+        """When the packed block ``b_blk`` (``nc`` columns) ends with the short last panel,
+        its ``tail_dots`` columns copied K-contiguous into ``tail`` (column p at
+        ``p * tail_k``), once per K block for all the row blocks."""
+        g, b, t = self.g, self.g.b, self.t
+        start = b.mul(b.udiv(nc, _c(t.nr)), _c(t.nr))  # the short panel's first column
+
+        def copy() -> None:
+            panel = g.gep(b_blk, self.ct, b.mul(start, kc))
+
+            def row(k: ir.Value) -> None:
+                for p in range(self.tail_dots):
+                    x = b.load(g.gep(panel, self.ct, b.add(b.mul(k, _c(t.nr)), _c(p))), typ=self.ct)
+                    b.store(x, g.gep(self.tail, self.ct, b.add(_c(p * self.tail_k), k)))
+
+            g.loop(_c(0), kc, 1, row, "tcp", scalar=True)
+
+        g.if_(b.icmp_signed("<", start, nc), copy)
+
+    def _tail_rows(self, a_blk: ir.Value, kc: ir.Value, mc: ir.Value, cp: ir.Value, ldc: ir.Value,
+                   first: ir.Value, last: ir.Value | None) -> None:
+        """C[i, p] (+)= A[i, :kc] . tail[p, :kc] for the block's rows i < ``mc`` and the last
+        panel's ``tail_dots`` columns p (C at ``cp``): V-lane multiply-adds along K, 4 rows
+        at a time sharing the tail's loads, a masked last vector, each sum reduced once;
+        stored (the first K block), added to C, or finished by the epilogue (the last), the
+        epilogue inlined once (a loop over the group's sums). A function of its own
+        (``noinline``), called once per K and row block."""
+        epi = last is not None and self.epi is not None
+        name = f"{self.spec.name}.tail{'_epi' if epi else ''}"
+        fn = self.mod.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, I64, I64, PTR, I64, I1, I1, PTR, PTR, PTR, PTR]),
+                             name=name)
+            fn.linkage = "internal"
+            fn.attributes.add("nounwind")
+            fn.attributes.add("noinline")
+            self._tail_body(fn, epi)
+        b = self.g.b
+        b.call(fn, [a_blk, kc, mc, cp, ldc, first, last if last is not None else ir.Constant(I1, 0), self.bufs,
+                    self.tail, self.tail_sums, self.c_ptr])
+
+    def _tail_body(self, fn: ir.Function, epi: bool) -> None:
+        a_blk, kc, mc, cp, ldc, first, last, bufs, tail, sums, c_ptr = fn.args
+        g = _Gen(fn)
+        b, t = g.b, self.t
+        rs = self.direct_a[0] if self.direct_a else 0
+        cols = self.tail_dots
+        kfull = b.mul(b.udiv(kc, _c(t.v)), _c(t.v))
+        vt = ir.VectorType(self.st, t.v)
+
+        def rows(i: ir.Value, n: int) -> None:
+            a_rows = [g.gep(a_blk, self.st, b.mul(b.add(i, _c(r)), _c(rs))) for r in range(n)]
+
+            def load(ptr: ir.Value, k: ir.Value, mask: ir.Value | None) -> ir.Value:
+                q = g.gep(ptr, self.st, k)
+                if mask is None:
+                    x = b.load(q, typ=vt)
+                    x.align = _bytes(self.st)
+                    return x
+                return self.masked_load(b, q, self.st, mask)
+
+            pre = b.block
+            cond, body, done = (fn.append_basic_block(f"td.{x}") for x in ("cond", "body", "done"))
+            b.branch(cond)
+            b.position_at_end(cond)
+            k = b.phi(I64)
+            k.add_incoming(_c(0), pre)
+            accs = [[b.phi(vt) for _ in range(cols)] for _ in range(n)]
+            for row in accs:
+                for a in row:
+                    a.add_incoming(ir.Constant(vt, None), pre)
+            b.cbranch(b.icmp_signed("<", k, kfull), body, done)
+            b.position_at_end(body)
+            xs = [load(g.gep(tail, self.ct, _c(p * self.tail_k)), k, None) for p in range(cols)]
+            for r in range(n):
+                a_v = load(a_rows[r], k, None)
+                for p in range(cols):
+                    accs[r][p].add_incoming(self.fma(b, a_v, xs[p], accs[r][p]), body)
+            k.add_incoming(b.add(k, _c(t.v)), body)
+            no_unroll(b.branch(cond))
+            b.position_at_end(done)
+            mask = self.lane_mask(b, b.sub(kc, kfull))  # the last, partial vector (none: all off)
+            xs = [load(g.gep(tail, self.ct, _c(p * self.tail_k)), k, mask) for p in range(cols)]
+            for r in range(n):
+                a_v = load(a_rows[r], k, mask)
+                for p in range(cols):
+                    tot = self.fma(b, a_v, xs[p], accs[r][p])
+                    if self.dt.is_int:
+                        val = intrinsic(b, f"llvm.vector.reduce.add.{_sfx(vt)}", self.ct, [tot])
+                    else:
+                        name = f"llvm.vector.reduce.fadd.{_sfx(vt)}"
+                        fnr = self.mod.globals.get(name) or ir.Function(
+                            self.mod, ir.FunctionType(self.ct, [self.ct, vt]), name=name)
+                        val = b.call(fnr, [ir.Constant(self.ct, 0.0), tot], fastmath=("reassoc",))
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, _c(r)), ldc), _c(p)))
+                    total = b.select(first, val, self.add(b, b.load(at, typ=self.st), val))
+                    if epi:  # finished below, in one loop
+                        b.store(total, g.gep(sums, self.st, _c(r * cols + p)))
+                    else:
+                        b.store(total, at)
+            if epi:
+                def store(j: ir.Value) -> None:
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, b.udiv(j, _c(cols))), ldc), b.urem(j, _c(cols))))
+                    b.store(b.load(g.gep(sums, self.st, j), typ=self.st), at)
+
+                def finish(j: ir.Value) -> None:
+                    at = g.gep(cp, self.st, b.add(b.mul(b.add(i, b.udiv(j, _c(cols))), ldc), b.urem(j, _c(cols))))
+                    lin = b.sdiv(b.sub(b.ptrtoint(at, I64), b.ptrtoint(c_ptr, I64)), _c(_bytes(self.st)))
+                    self.finish(b, lin, b.load(g.gep(sums, self.st, j), typ=self.st), bufs)
+
+                # one copy of the epilogue, however many sums
+                g.if_(last, lambda: g.loop(_c(0), _c(n * cols), 1, finish, "tdf", scalar=True),
+                      lambda: g.loop(_c(0), _c(n * cols), 1, store, "tds", scalar=True))
+
+        group = 4
+        split = b.mul(b.udiv(mc, _c(group)), _c(group))
+        g.loop(_c(0), split, group, lambda i: rows(i, group), "td4")
+        g.loop(split, mc, 1, lambda i: rows(i, 1), "td1")
+        b.ret_void()
 
     def _edge_vectors(self) -> int:
         """Vectors of the narrower micro-kernel for a convolution's right edge panel (0:
@@ -2205,7 +2479,18 @@ class _Emitter:
 
             g.loop(row, b.add(b.sdiv(b.sub(b.add(rlin, nr), _c(1)), _c(L)), _c(1)), 1, orow, "eo")
 
-        g.loop(skip, end, 1, erow, "ei")
+        epi_tile = self.epi_tile
+        if epi_tile is None:
+            g.loop(skip, end, 1, erow, "ei")
+            return
+
+        def whole() -> None:  # every row of the tile: the column terms once (_EpilogueTileEmitter)
+            z = _c(0)
+            b.call(epi_tile, [bufs, b.udiv(lin0, _c(L)), z, b.urem(lin0, _c(L)), b.add(b.urem(lin0, _c(L)), nr),
+                              z, z, tile])
+
+        g.if_(b.and_(b.icmp_signed("==", skip, _c(0)), b.icmp_signed("==", end, _c(t.mr))), whole,
+              lambda: g.loop(skip, end, 1, erow, "ei"))
 
 
 def emit(mod: ir.Module, spec: GemmSpec) -> ir.Function:

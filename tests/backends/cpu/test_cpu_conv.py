@@ -418,10 +418,11 @@ def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa
 
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
 def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
-    """An NCHW 14x14 map's 196 pixel columns fill three 64-wide panels and 4 columns: that
-    last panel runs a one-vector micro-kernel (with AVX-512; 49 columns, 4 vectors, have
-    no narrower tile), and the results equal the interpreter's (float16: the float32
-    accumulator path)."""
+    """An NCHW 14x14 map's 196 pixel columns fill four 48-wide panels and 4 columns: that
+    last panel runs as dot products along K (``tail_dots``, float32), or, on the float32
+    accumulator path of float16, a one-vector micro-kernel (with AVX-512; there 49 columns,
+    4 vectors, have no narrower tile, where float32 runs 48 and one dot product); the
+    results equal the interpreter's."""
     from llvmlite import ir
 
     from axle_cpu.gemm import _Emitter
@@ -430,10 +431,14 @@ def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # 
     edge = ("nchw-14x14", (1, 20, 14, 14), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1),
                                                                                              high=(1, 1)))
     full = ("nchw-7x7", (1, 20, 7, 7), (24, 20, 3, 3), ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)))
-    for cfg, vectors in ((edge, 1), (full, 0)):
+    for cfg, vectors, dots in ((edge, 1, 4), (full, 0, 1)):
         m = conv_module(cfg, dt)
         (spec,) = build_plan(m, arena=False, vector_bits=512).kernels.values()
-        assert _Emitter(ir.Module(), spec, 512)._edge_vectors() == vectors, cfg[0]
+        emitter = _Emitter(ir.Module(), spec, 512)
+        if dt is DType.FLOAT16:
+            assert emitter._edge_vectors() == vectors and not emitter.tail_dots, cfg[0]
+        else:
+            assert emitter.tail_dots == dots, cfg[0]
         xs = conv_inputs(m)
         check_conv(m, xs, run(m, xs, cpu))
 
@@ -576,6 +581,166 @@ def test_nchw_epilogue_by_feature_rows(xs_shape, ws_shape, stride: int, dt: DTyp
         assert _epilogue_tail(c.shape, lay, lay.swap) == 2 and lay.n == c.shape[2] * c.shape[3]
         assert ".epi_row" in exe.kernel_sources()["llvm"]
         launches[0].parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.INT32], ids=lambda d: d.value)
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "stride"), [
+    ((1, 9, 9, 8), (3, 3, 8, 20), 1),  # 81 pixel rows: an edge row tile, 20 of a tile's columns
+    ((2, 7, 7, 16), (3, 3, 16, 72), 1),  # 98 rows, 72 features: a second, narrower panel
+    ((1, 14, 14, 8), (1, 1, 8, 40), 2),  # a 1x1 stride-2 shortcut at 7x7
+], ids=["9x9-20", "batch-2-7x7-72", "1x1-stride-2"])
+def test_nhwc_epilogue_by_tiles(xs_shape, ws_shape, stride: int, dt: DType, cpu,  # noqa: ANN001
+                                monkeypatch) -> None:  # noqa: ANN001
+    """An NHWC convolution whose epilogue computes per-feature terms (a batch norm's scale
+    from two parameters) finishes each full tile with one call of ``epi_tile``: the tile's
+    rows unrolled in one vectorized loop over its columns, the per-feature terms once per
+    column; edge tiles (fewer rows) row by row. Small integers, so every dtype's sums are
+    exact: the bits of the interpreter's, on one thread and split on two."""
+    b = Builder("nhwc_tiles")
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    pad = ws_shape[0] // 2
+    c = b.convolution(x, w, **conv_dimension_numbers("NHWC", "HWIO", "NHWC"),
+                      **_window(2, strides=(stride, stride), low=(pad, pad), high=(pad, pad)))
+    o = ws_shape[3]
+    r, gain, scale, shift = (b.parameter(TensorType(dt, t)) for t in (c.shape, (o,), (o,), (o,)))
+
+    def per_feature(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(3,))
+
+    y = b.add(b.add(b.mul(c, per_feature(b.mul(gain, scale))), per_feature(b.sub(shift, gain))), r)
+    m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=c.shape, broadcast_dimensions=())))
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in m.entry.parameters]
+    (want,) = evaluate(m, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, optimized = compile_case(m, cpu)
+        launches = [launch for launch, _ in exe._steps if launch is not None]
+        assert len(launches) == 1 and [n.attr["kind"] for n in optimized.entry.nodes if n.op is Op.FUSION] == ["output"]
+        assert ".epi_tile" in exe.kernel_sources()["llvm"]
+        launches[0].parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(50, 40, 70), (6, 8, 16)], ids=["50x70", "one-tile"])
+def test_dense_dot_epilogue_by_tiles(m: int, k: int, n: int, cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A plain dot's epilogue with per-column terms (a scale from two parameters) takes the
+    tile epilogue too (``epi_tile``; edge rows and masked columns row by row): exact on
+    small integers, on one thread and split on two. A bias and relu alone (nothing to
+    compute per column) keep the row-by-row finish."""
+    dt = DType.FLOAT32
+    b = Builder("dot_tiles")
+    x, w = b.parameter(TensorType(dt, (m, k))), b.parameter(TensorType(dt, (k, n)))
+    d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
+    gain, scale, bias = (b.parameter(TensorType(dt, (n,))) for _ in range(3))
+
+    def per_column(v):  # noqa: ANN001, ANN202
+        return b.broadcast_in_dim(v, shape=d.shape, broadcast_dimensions=(1,))
+
+    y = b.add(b.mul(d, per_column(b.mul(gain, scale))), per_column(bias))
+    mod = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=d.shape, broadcast_dimensions=())))
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in mod.entry.parameters]
+    (want,) = evaluate(mod, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, _ = compile_case(mod, cpu)
+        (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+        assert ".epi_tile" in exe.kernel_sources()["llvm"]
+        launch.parallel = threads == "2"
+        be = _backend()
+        for _ in range(2):
+            got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])
+            np.testing.assert_array_equal(got, want)
+    _backend()._cache.clear()
+    b = Builder("dot_bias")
+    x, w, bias = (b.parameter(TensorType(dt, s)) for s in ((m, k), (k, n), (n,)))
+    d = b.dot_general(x, w, lhs_contracting=(1,), rhs_contracting=(0,))
+    y = b.add(d, b.broadcast_in_dim(bias, shape=d.shape, broadcast_dimensions=(1,)))
+    mod = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=d.shape, broadcast_dimensions=())))
+    exe, _ = compile_case(mod, cpu)
+    assert ".epi_tile" not in exe.kernel_sources()["llvm"]
+
+
+def test_nhwc_batch_norm_epilogue_by_tiles(cpu) -> None:  # noqa: ANN001
+    """The batch-1 ResNet stem's inference batch norm and relu (``rsqrt`` of the running
+    variance per feature) as a tile epilogue: within float32 rounding of the interpreter's,
+    on every pixel row (an edge tile included: 3136 rows in 6-row tiles)."""
+    x = RNG.standard_normal((1, 56, 56, 16)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 16, 64)).astype(np.float32)
+    g, beta, mean = (RNG.standard_normal(64).astype(np.float32) for _ in range(3))
+    var = (np.abs(RNG.standard_normal(64)) + 0.5).astype(np.float32)
+
+    def f(x, w, g, beta, mean, var):  # noqa: ANN001, ANN202
+        y = nn.conv(x, w, padding=1, layout="NHWC")
+        return nn.relu(nn.batch_norm(y, g, beta, mean, var, training=False, axis=3)[0])
+
+    args = (x, w, g, beta, mean, var)
+    compiled = axle.jit(f, device=cpu).lower(*args).compile()
+    assert ".epi_tile" in compiled.executable.kernel_sources()["llvm"]
+    got = np.asarray(compiled(*args))
+    (want,) = evaluate(compiled.lowered.module, *args)
+    assert want.shape == (1, 56, 56, 64) and (want > 0).mean() > 0.3
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT64, DType.INT32], ids=lambda d: d.value)
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "stride", "epilogue"), [
+    ((1, 64, 14, 14), (40, 64, 3, 3), 1, True),  # 196 columns: 4 + 4 (f64) left over; K 576: two K blocks
+    ((1, 64, 14, 14), (40, 64, 3, 3), 1, False),
+    ((2, 20, 7, 7), (24, 20, 3, 3), 1, True),  # 49 columns: 48 and 1 (f64: 24 + 24 and 1); K 180, a masked vector
+    ((1, 16, 28, 28), (20, 16, 3, 3), 2, False),  # stride 2 into 14x14
+], ids=["14x14-epilogue", "14x14", "batch-2-7x7-epilogue", "stride-2"])
+def test_nchw_short_last_panel_by_dot_products(xs_shape, ws_shape, stride: int, epilogue: bool, dt: DType, cpu,  # noqa: ANN001
+                                               monkeypatch) -> None:  # noqa: ANN001
+    """An NCHW convolution whose last panel of pixel columns has at most TAIL_DOT_COLUMNS
+    of them computes those as dot products along K of the kernel's rows and the columns'
+    packed patches (``tail_dots``), partial sums in C across K blocks, the epilogue element
+    by element on the last; split by columns, that panel is in the unit before it
+    (``column_units``). Small integers, so every dtype's sums are exact: the bits of the
+    interpreter's, on one thread and split on two."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import TAIL_DOT_COLUMNS, _Emitter
+
+    b = Builder("nchw_tail")
+    x, w = b.parameter(TensorType(dt, xs_shape)), b.parameter(TensorType(dt, ws_shape))
+    c = b.convolution(x, w, **conv_dimension_numbers("NCHW", "OIHW", "NCHW"),
+                      **_window(2, strides=(stride, stride), low=(1, 1), high=(1, 1)))
+    if epilogue:
+        o = ws_shape[0]
+        r, scale, shift = (b.parameter(TensorType(dt, t)) for t in (c.shape, (o,), (o,)))
+
+        def per_feature(v):  # noqa: ANN001, ANN202
+            return b.broadcast_in_dim(v, shape=c.shape, broadcast_dimensions=(1,))
+
+        y = b.add(b.add(b.mul(c, per_feature(scale)), per_feature(shift)), r)
+        m = b.build(b.max(y, b.broadcast_in_dim(b.constant(0, dt), shape=c.shape, broadcast_dimensions=())))
+    else:
+        m = b.build(c)
+    xs = [RNG.integers(-2, 3, size=p.type.shape).astype(dt.np) for p in m.entry.parameters]
+    (want,) = evaluate(m, *xs)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("AXLE_CPU_THREADS", threads)
+        _backend()._cache.clear()
+        exe, _ = compile_case(m, cpu)
+        (launch,) = [launch for launch, _ in exe._steps if launch is not None]
+        spec = launch.step.spec
+        emitter = _Emitter(ir.Module(), spec, spec.vector_bits or 512)
+        n, nr = spec.layout.n, emitter.t.nr
+        assert 0 < emitter.tail_dots == n % nr <= TAIL_DOT_COLUMNS
+        if spec.columns_outer:
+            assert spec.loop_sizes[0] == spec.column_units == n // nr
+        launch.parallel = threads == "2"
         be = _backend()
         for _ in range(2):
             got = be.to_host(exe.execute([be.to_device(a, cpu) for a in xs])[0])

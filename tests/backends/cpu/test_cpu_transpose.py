@@ -72,6 +72,24 @@ def test_reversed_transpose_matches_numpy(dt, shape, perm, flip, flip_after) -> 
     _check(_module(dt, shape, perm, flip, flip_after), want)
 
 
+@pytest.mark.parametrize("dt,shape,perm", [
+    ("f32", (70, 20, 3, 3), (2, 3, 1, 0)), ("f64", (100, 3, 3, 3), (2, 3, 1, 0)), ("s8", (65, 40), (1, 0)),
+    ("f32", (64, 48, 3, 3), (2, 3, 1, 0)), ("f16", (3, 33, 70), (0, 2, 1))])
+def test_a_transpose_whose_output_stays_in_l2_walks_panels_of_columns(dt, shape, perm) -> None:  # noqa: ANN001
+    """OIHW -> HWIO of a small weight (its output within half the L2) walks its row blocks
+    panel by panel of PANEL_COLUMNS columns (``paneled``): a last panel of fewer columns,
+    a panel split between threads (the ranges of ``_check``), every element size; bit-equal
+    to NumPy. A big output keeps one sweep of all columns per row block."""
+    from axle_cpu.transpose import PANEL_COLUMNS, TransposeSpec, paneled
+
+    m = _module(dt, shape, perm)
+    spec = TransposeSpec("tblock", m.entry, "transpose")
+    assert paneled(spec) and spec.loop_sizes[1] > PANEL_COLUMNS
+    _check(m, lambda x: np.transpose(x, perm))
+    big = TransposeSpec("tbig", _module("f32", (1024, 1024), (1, 0)).entry, "transpose")
+    assert not paneled(big)
+
+
 def _check(m: Module, reference) -> None:  # noqa: ANN001
     """The kernel of ``m`` over its whole loop space in one call, then in pieces by rows and
     by columns (as threads take them), bit-equal to ``reference``."""
