@@ -44,10 +44,14 @@ def test_code_lines_ignores_comments_and_docstrings():
 
 
 def test_template_source_is_small():
-    total = sum(code_lines(p.read_text()) for p in (TEMPLATE / "axle_template").glob("*.py"))
+    lines = {p.name: code_lines(p.read_text()) for p in (TEMPLATE / "axle_template").glob("*.py")}
+    optional = lines.pop("batch.py")  # batched builds: optional, a file of its own
+    total = sum(lines.values())
     # (265: 250 before the eager hot path's launcher, Executable.launcher, and its addresses;
-    # 275: its one-output launch without _launch's lists, a third of an eager op's cost)
-    assert 50 < total < 275, f"the template has {total} lines of code; keep the contract visibly small"
+    # 275: its one-output launch without _launch's lists, a third of an eager op's cost;
+    # 285: a library's name prefix and the two lines of compile that batch.py needs)
+    assert 50 < total < 285, f"the template has {total} lines of code; keep the contract visibly small"
+    assert optional < 60, f"batch.py has {optional} lines of code; keep the optional part small"
 
 
 def test_every_hardware_place_is_marked():
@@ -468,3 +472,105 @@ def test_template_runs_a_loop_with_an_unclaimed_op_inside_whole_on_the_host():
     for _ in range(3):
         want = want @ w + 1
     np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+
+
+# -------------------------------------------------------------------------- batched builds
+
+
+def _unary_programs(ops, sizes):  # noqa: ANN001, ANN202
+    """One small module per (op, size): an op on a float32 vector of that size."""
+    from axle.ir import Builder, DType, Module
+    from axle.ir.types import TensorType
+
+    out = []
+    for op in ops:
+        for n in sizes:
+            b = Builder(f"{op.value}{n}")
+            x = b.parameter(TensorType(DType.FLOAT32, (n,)))
+            out.append(Module(f"{op.value}{n}", b.computation(b.op(op, x))))
+    return out
+
+
+@pytest.fixture
+def counted_builds(tmp_path, monkeypatch):  # noqa: ANN001, ANN201
+    """Empty template caches (memory and a disk cache of the test's own); the sources the
+    toolchain was called on, in order."""
+    from axle_template import codegen
+
+    from axle.diskcache import DiskCache
+    from axle.lru import LRU
+
+    built: list[str] = []
+    real_build = codegen.build
+    monkeypatch.setattr(codegen, "build", lambda source, tmp: built.append(source) or real_build(source, tmp))
+    monkeypatch.setattr(codegen, "DISK", DiskCache(str(tmp_path / "cache"), "kernel binary"))
+    monkeypatch.setattr(codegen, "_BINARIES", LRU())
+    return built
+
+
+def test_batched_builds_build_many_modules_with_one_toolchain_call(counted_builds, monkeypatch):
+    """Modules compiled inside batched_builds are built by one cc call on leaving it; each
+    module's own compile afterwards finds its program built (memory, then disk: another
+    process) and computes what it computes unbatched."""
+    from axle_template import codegen
+
+    from axle.compiler import compile_module
+    from axle.ir.ops import Op
+    from axle.lru import LRU
+    from axle.testing.prebuild import prebuild
+
+    dev = require_backend("template")
+    modules = _unary_programs((Op.EXP, Op.LOG, Op.NEG, Op.SQRT), (3, 5, 8))
+    prebuild(((m, optimize) for m in modules for optimize in (True, False)), dev)
+    assert len(counted_builds) == 1, "one toolchain call for the whole batch"
+    x = np.linspace(0.5, 2.0, 8, dtype=np.float32)
+    expected = {Op.EXP: np.exp, Op.LOG: np.log, Op.NEG: np.negative, Op.SQRT: np.sqrt}
+    for cache in ("memory", "disk"):
+        if cache == "disk":  # another process: an empty in-memory cache
+            monkeypatch.setattr(codegen, "_BINARIES", LRU())
+        for m in modules:
+            op = m.entry.nodes[-1].op
+            arg = x[:m.entry.parameter_types[0].shape[0]]
+            for optimize in (True, False):
+                exe = compile_module(m, dev, optimize=optimize)
+                (out,) = exe.execute([axle.REGISTRY.backend_for(dev).to_device(arg, dev)])
+                np.testing.assert_allclose(out.handle, expected[op](arg), rtol=1e-6)
+        assert len(counted_builds) == 1, f"built again after the batch ({cache})"
+    # a second batch of the same modules builds nothing
+    prebuild(((m, True) for m in modules), dev)
+    assert len(counted_builds) == 1
+
+
+def test_an_executable_compiled_in_a_batch_does_not_run(counted_builds):
+    from axle.ir.ops import Op
+
+    dev = require_backend("template")
+    backend = axle.REGISTRY.backend_for(dev)
+    (module,) = _unary_programs((Op.EXP,), (4,))
+    with backend.batched_builds(dev):
+        exe = axle.compiler.compile_module(module, dev)
+    with pytest.raises(axle.errors.BackendError, match="batched_builds"):
+        exe.execute([backend.to_device(np.ones(4, np.float32), dev)])
+
+
+def test_a_module_failing_to_build_does_not_poison_its_batch(counted_builds, monkeypatch):
+    """A batch whose program fails to build caches nothing: every module builds alone, the
+    good ones run, and the bad one's own compile reports the toolchain's error."""
+    from axle.compiler import compile_module
+    from axle.ir.ops import Op
+    from axle.lowering import c as crender
+    from axle.testing.cases import strict_placement
+    from axle.testing.prebuild import prebuild
+
+    dev = require_backend("template")
+    monkeypatch.setitem(crender.FLOAT_UNARY, Op.LOG, lambda d, dt, x: f"broken_log_for_the_test({x}")
+    good, bad = _unary_programs((Op.EXP, Op.LOG), (4,))
+    prebuild([(good, True), (bad, True)], dev)
+    assert len(counted_builds) == 1 and "broken_log_for_the_test" in counted_builds[0]
+    x = np.linspace(0.5, 2.0, 4, dtype=np.float32)
+    exe = compile_module(good, dev)
+    (out,) = exe.execute([axle.REGISTRY.backend_for(dev).to_device(x, dev)])
+    np.testing.assert_allclose(out.handle, np.exp(x), rtol=1e-6)
+    with strict_placement(), pytest.raises(AxleError, match=r"(?s)cc.*failed.*broken_log_for_the_test"):
+        compile_module(bad, dev)  # (strict: no fallback to the host)
+    assert len(counted_builds) == 3  # the batch, then each module alone

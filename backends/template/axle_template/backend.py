@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from axle.ir.ops import BASE_PRIMITIVES, OPS, Op
 from axle.ir.types import TensorType
 from axle.passes.policy import FusionPolicy
 
+from .batch import PlannedOnly, batch, batching
 from .codegen import COMPILER
 from .executable import TemplateExecutable
 
@@ -107,7 +109,14 @@ class TemplateBackend(Backend):
         return Capabilities(ops=CLAIMED, dtypes=DTYPES, op_dtypes=OP_DTYPES)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
+        if batching():  # inside batched_builds: the kernels go to the batch's build
+            return PlannedOnly(module, device)
         return TemplateExecutable(module, device)
+
+    def batched_builds(self, device: Device) -> AbstractContextManager[None]:
+        # Optional: many modules' kernels built by one toolchain call (batch.py), for callers
+        # compiling many small modules (the conformance kit). Leave it out at first.
+        return batch()
 
     def fusion_policy(self) -> FusionPolicy:
         # HARDWARE: what your kernel generator can build from one fusion. dot_epilogue: a

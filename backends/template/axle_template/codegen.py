@@ -55,15 +55,17 @@ class Library:
     """A loaded program, unloaded when its last user (the cache below, an executable)
     lets go: ctypes itself never unloads, and each library keeps a few memory mappings,
     so a process building thousands of programs would reach the kernel's limit on them
-    (vm.max_map_count) and die in its next allocation."""
+    (vm.max_map_count) and die in its next allocation. ``prefix``: what the program's
+    function names start with in the file ("" unless it was built in a batch: batch.py)."""
 
-    def __init__(self, path: str) -> None:
-        self.cdll = ctypes.CDLL(path)
+    def __init__(self, path: str, prefix: str = "") -> None:
+        self.cdll = ctypes.CDLL(path)  # (a file loaded again shares the first load's mapping)
+        self.prefix = prefix
         weakref.finalize(self, _ctypes.dlclose, self.cdll._handle)
 
     def function(self, name: str) -> ctypes._NamedFuncPointer:
         """A kernel stage, which keeps this library loaded while it can be called."""
-        f = self.cdll[name]
+        f = self.cdll[self.prefix + name]
         f.library = self  # type: ignore[attr-defined]  # a new attribute: the stage keeps its library
         return f
 
@@ -80,21 +82,27 @@ DISK = DiskCache(None, "kernel binary", sub=Dialect.name)
 def compile_program(source: str) -> Library:
     """Compiles one translation unit and loads it (cached by the hash of the machine, the
     flags and the source)."""
-    # HARDWARE: everything your binaries depend on besides the source and flags (a target
-    # chip or ISA version...). The machine: a home directory shared by an x86-64 and an
-    # arm64 host must not hand one the other's library (it would not load).
-    key = hashlib.sha256("\0".join((sys.platform, platform.machine(), *COMPILER, source)).encode())
+    key = cache_key(source)
     lib = _BINARIES.get(key.hexdigest())
     if lib is None:
         with tempfile.TemporaryDirectory(prefix="axle-kernels-") as tmp:
-            binary = DISK.get(key.digest())
-            if binary is None:
-                binary = build(source, Path(tmp))
-                DISK.put(key.digest(), binary)
+            entry = DISK.get(key.digest())
+            if entry is None:
+                entry = b"\0" + build(source, Path(tmp))  # (no name prefix: see batch.py)
+                DISK.put(key.digest(), entry)
+            prefix, _, binary = entry.partition(b"\0")
             (Path(tmp) / "kernels.so").write_bytes(binary)
             # the library stays mapped after its file is removed with the folder
-            lib = _BINARIES.put(key.hexdigest(), Library(str(Path(tmp) / "kernels.so")))
+            lib = _BINARIES.put(key.hexdigest(), Library(str(Path(tmp) / "kernels.so"), prefix.decode()))
     return lib
+
+
+def cache_key(source: str) -> hashlib._Hash:
+    # HARDWARE: everything your binaries depend on besides the source and flags (a target
+    # chip or ISA version...). The machine: a home directory shared by an x86-64 and an
+    # arm64 host must not hand one the other's library (it would not load). The cache
+    # entry holds the functions' name prefix, a NUL, then the library ("prefixed": its format).
+    return hashlib.sha256("\0".join((sys.platform, platform.machine(), *COMPILER, "prefixed", source)).encode())
 
 
 def build(source: str, tmp: Path) -> bytes:
