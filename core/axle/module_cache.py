@@ -34,21 +34,23 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import counters
+from . import constant_store, counters
 from .backend import Backend, Device
 from .config import config
 from .diskcache import DiskCache, code_version
 from .errors import AxleError
 from .ir.fusion_record import REASON_CODES, FusionRecord, NotFused, fusion_nodes
+from .ir.literal import Literal
 from .ir.module import Module
 from .ir.parser import parse_module
 from .ir.printer import print_module
+from .ir.types import TensorType
 from .passes import policy_for
 
 #: optimized modules, under --compile_cache
 DISK = DiskCache(None, "optimized module", sub="module")
 #: bumped when the entry's layout changes
-FORMAT = "axle-optimized-module-2"
+FORMAT = "axle-optimized-module-3"
 
 
 def _settings() -> str:
@@ -67,9 +69,14 @@ def _code(backend: Backend) -> str:
     return code_version(*dirs)
 
 
+def _by_digest(lit: Literal) -> str | None:
+    """A large constant's name in a key's or an entry's text: its digest (constant_store)."""
+    return lit.digest() if constant_store.by_reference(lit.array) else None
+
+
 def module_key(module: Module, device: Device, backend: Backend) -> bytes:
     """The cache key of ``module`` (traced, extended ops expanded) optimized for ``device``."""
-    text = print_module(module)
+    text = print_module(module, _by_digest)
     props = repr(sorted((k, repr(v)) for k, v in device.properties.items()))
     # the pipeline as the backend sets it up now: its fusion policy (bounded by the device)
     # and its own passes by name (a plugin may choose them at run time)
@@ -116,7 +123,7 @@ def parse_entry(entry: Entry) -> Module | None:
         text, records = raw["module"], raw["records"]
         if not isinstance(text, str) or not isinstance(records, list) or _digest(text) != entry.digest:
             raise TypeError("not an optimized-module entry")
-        module = parse_module(text)
+        module = parse_module(text, _stored)
         fusions = _records(records, module)
     except (AxleError, ValueError, KeyError, TypeError, AttributeError):
         # written by this cache's own code, checksummed: only a format change or a
@@ -134,10 +141,25 @@ def load(key: bytes) -> tuple[Module, str] | None:
     return None if module is None or entry is None else (module, entry.digest)
 
 
+def _stored(digest: str, t: TensorType) -> Literal:
+    return Literal(constant_store.get(digest, t.dtype.np, t.shape))
+
+
 def entry(module: Module) -> tuple[bytes, str]:
     """The cache entry of ``module`` (optimized) and its text's SHA-256 (the backend is
-    given the digest before the entry is written: ``store``)."""
-    text = print_module(module)
+    given the digest before the entry is written: ``store``). Its large constants are
+    stored beside it (constant_store) before it is: an entry names only stored ones."""
+    big: list[Literal] = []
+
+    def by_digest(lit: Literal) -> str | None:
+        name = _by_digest(lit)
+        if name is not None:
+            big.append(lit)
+        return name
+
+    text = print_module(module, by_digest)
+    for lit in big:
+        constant_store.put(lit.array, lit.digest())
     records = [{"fusion": r.fusion, "kind": r.kind, "members": list(r.members),
                 "not_fused": [dataclasses.asdict(n) for n in r.not_fused]} for r in module.fusion_records]
     digest = _digest(text)

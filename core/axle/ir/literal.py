@@ -1,6 +1,8 @@
 """Constant payloads: an immutable, hashable NumPy array."""
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from .dtypes import DType
@@ -8,10 +10,18 @@ from .dtypes import dtype as to_dtype
 from .types import TensorType
 
 
+def array_digest(arr: np.ndarray) -> str:
+    """The SHA-256 (hex) of an array's dtype name, shape and little-endian bytes."""
+    h = hashlib.sha256(f"{arr.dtype.name}{arr.shape}".encode())
+    le = arr if arr.dtype.itemsize == 1 or np.little_endian else arr.astype(arr.dtype.newbyteorder("<"))
+    h.update(np.ascontiguousarray(le).reshape(-1).view(np.uint8).data)
+    return h.hexdigest()
+
+
 class Literal:
     """A read-only array with structural equality (dtype, shape, bytes)."""
 
-    __slots__ = ("array", "_hash")
+    __slots__ = ("array", "_hash", "_digest")
 
     def __init__(self, value: object, dt: DType | None = None) -> None:
         arr = np.asarray(value, dtype=None if dt is None else dt.np)
@@ -22,10 +32,18 @@ class Literal:
         arr.setflags(write=False)
         self.array = arr
         self._hash = hash((arr.dtype.str, arr.shape, arr.tobytes()))
+        self._digest: str | None = None
 
     @property
     def type(self) -> TensorType:
         return TensorType(to_dtype(self.array.dtype), tuple(self.array.shape))
+
+    def digest(self) -> str:
+        """The SHA-256 of the dtype, shape and little-endian bytes (hex), computed once: the
+        name of a large constant in compile-cache entries (``axle.constant_store``)."""
+        if self._digest is None:
+            self._digest = array_digest(self.array)
+        return self._digest
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Literal):

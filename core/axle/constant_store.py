@@ -1,0 +1,77 @@
+"""Large constants of the persistent compile cache's entries, kept as raw bytes beside them.
+
+An optimized module's text (``module_cache``) or a backend's cached plan (``cache_json``)
+that holds a constant of at least :data:`MIN_BYTES` names it by its SHA-256
+(``axle.ir.literal.array_digest``: dtype, shape and little-endian bytes) instead of
+writing its bytes as base64 into the entry: an ONNX model's 11.7M weights were 62 MB of
+base64 printed, hashed, written, read, hashed again and decoded in every first call. The
+bytes are stored once per digest, content-addressed, in the ``const`` subdirectory of
+``--compile_cache``, as entries of an :class:`axle.diskcache.DiskCache` (the contract of
+every entry: a private directory, atomic write then rename, a header with the payload's
+length and SHA-256, so that a truncated or corrupt file is detected when read; counted in
+the cache's size bound and evicted like any entry). An entry naming a constant whose file
+is missing, corrupt or of another size does not read back (:class:`MissingConstant`, a
+``ValueError``): its reader counts it as a corrupt entry and compiles again, which writes
+the constant again.
+
+The digest names the content, so entries of several programs (or a module and its plan)
+holding the same weights share one file, and the key of a traced module (``module_key``)
+hashes each constant once per process (the digest is kept on its ``Literal``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .diskcache import DiskCache
+from .ir.literal import array_digest
+from .ir.printer import literal_bytes
+
+#: constants of at least this many bytes are stored by reference (smaller ones stay in the
+#: entry's text: a file per bias vector would cost more than its base64)
+MIN_BYTES = 64 << 10
+#: bumped when a stored constant's layout changes
+FORMAT = "axle-constant-1"
+#: the constants, under --compile_cache
+DISK = DiskCache(None, "constant", sub="const")
+
+
+class MissingConstant(ValueError):
+    """A constant an entry names is not in the store (evicted, removed) or is corrupt."""
+
+
+def _key(digest: str) -> bytes:
+    return f"{FORMAT}\0{digest}".encode()
+
+
+def by_reference(arr: np.ndarray) -> bool:
+    """Whether an entry names ``arr`` by its digest rather than holding its bytes."""
+    return arr.nbytes >= MIN_BYTES and DISK.enabled()
+
+
+def put(arr: np.ndarray, digest: str | None = None) -> str:
+    """Stores ``arr``'s little-endian bytes under its digest (``digest`` when the caller
+    knows it), unless a whole file is there already (read back and checked: a corrupt one
+    that no entry read since would otherwise stay, named by the entries written now);
+    returns the digest."""
+    digest = digest or array_digest(arr)
+    key = _key(digest)
+    if not (DISK.has(key) and DISK.get(key) is not None):
+        DISK.put(key, memoryview(literal_bytes(arr)).cast("B"))
+    return digest
+
+
+def get(digest: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A writable array of the constant stored under ``digest``; raises MissingConstant
+    when it is missing, corrupt (then removed, so that the next ``put`` writes it again),
+    or not of ``shape``'s size."""
+    key = _key(digest)
+    data = DISK.get(key)
+    item = dtype.itemsize
+    size = int(np.prod(shape, dtype=np.int64))
+    if data is None or len(data) != size * item:
+        DISK.discard(key)
+        raise MissingConstant(f"constant {digest[:16]}... ({dtype} {list(shape)}) is not in the compile cache "
+                              f"or is corrupt")
+    arr = np.frombuffer(data, np.dtype(f"<u{item}")).astype(f"=u{item}")  # (a copy: writable, owned)
+    if dtype == np.bool_ and arr.size and arr.max() > 1:
+        raise MissingConstant(f"constant {digest[:16]}...: a bool constant's elements are 0 or 1")
+    return arr.view(dtype).reshape(shape)

@@ -1,0 +1,106 @@
+"""Large constants beside the compile cache's entries (axle.constant_store): the text form's
+``ref "<digest>"`` prints and parses back, the stored bytes round-trip every dtype, a
+truncated, bit-flipped or missing file is refused (and removed, so that it is written
+again), and the files count toward the cache's size bound."""
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from axle import constant_store, diskcache, module_cache
+from axle.errors import ParseError
+from axle.ir.builder import Builder, make_node
+from axle.ir.dtypes import dtype as to_dtype
+from axle.ir.literal import Literal
+from axle.ir.module import Computation, Module
+from axle.ir.ops import Op
+from axle.ir.parser import parse_module
+from axle.ir.printer import print_module
+from axle.ir.types import TensorType
+
+
+def _module(value: np.ndarray) -> Module:
+    """x + value, the constant of ``value``'s type."""
+    b = Builder("m")
+    p = b.parameter(TensorType(to_dtype(value.dtype), value.shape), name="x")
+    root = make_node(Op.ADD, (p, b.constant(value)), {})
+    return Module("m", Computation("m", (p,), root))
+
+
+def test_a_constant_by_reference_prints_and_parses_back() -> None:
+    w = np.random.default_rng(0).standard_normal((64, 300)).astype(np.float32)
+    m = _module(w)
+    store: dict[str, Literal] = {}
+
+    def refs(lit: Literal) -> str | None:
+        if lit.array.size < 1000:
+            return None
+        store[lit.digest()] = lit
+        return lit.digest()
+
+    text = print_module(m, refs)
+    assert f'ref "{Literal(w).digest()}"' in text and len(text) < 1000
+    back = parse_module(text, lambda name, t: store[name])
+    assert print_module(back) == print_module(m)
+    with pytest.raises(ParseError, match="no store of constants"):
+        parse_module(text)
+    with pytest.raises(ParseError, match="not here"):
+        parse_module(text, lambda name, t: (_ for _ in ()).throw(ValueError("not here")))
+    with pytest.raises(ParseError, match="not a f32"):  # a store answering another type
+        parse_module(text, lambda name, t: Literal(np.zeros((2, 2), np.float32)))
+
+
+def test_digests_name_the_content() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert Literal(a).digest() == Literal(a.copy()).digest()
+    assert Literal(a).digest() != Literal(a.reshape(4, 3)).digest()  # the shape is named
+    assert Literal(a).digest() != Literal(a.view(np.int32)).digest()  # and the dtype
+    assert Literal(a).digest() == Literal(a.astype(">f4")).digest()  # not the byte order
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int8, np.uint16, np.bool_, ml_dtypes.bfloat16])
+def test_stored_constants_round_trip(compile_cache, dt) -> None:  # noqa: ANN001
+    a = (np.random.default_rng(1).standard_normal((300, 70)) * 3).astype(dt)
+    digest = constant_store.put(a)
+    got = constant_store.get(digest, np.dtype(dt), a.shape)
+    np.testing.assert_array_equal(got.view(np.uint8), a.view(np.uint8))
+    assert got.flags.writeable
+
+
+def test_a_corrupt_or_missing_constant_is_refused_and_removed(compile_cache) -> None:  # noqa: ANN001
+    a = np.random.default_rng(2).standard_normal((200, 100)).astype(np.float32)
+    digest = constant_store.put(a)
+    (name,) = os.listdir(compile_cache / "const")
+    path = compile_cache / "const" / name
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # truncated
+    with pytest.raises(constant_store.MissingConstant):
+        constant_store.get(digest, a.dtype, a.shape)
+    assert not path.exists()
+    constant_store.put(a)  # written again
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 1  # a flipped bit
+    path.write_bytes(bytes(raw))
+    constant_store.put(a)  # a corrupt file is not taken as stored: rewritten
+    np.testing.assert_array_equal(constant_store.get(digest, a.dtype, a.shape), a)
+    with pytest.raises(constant_store.MissingConstant):  # another size than the entry says
+        constant_store.get(digest, a.dtype, (100, 100))
+    with pytest.raises(constant_store.MissingConstant):  # never stored
+        constant_store.get("0" * 64, a.dtype, a.shape)
+
+
+def test_module_entries_name_large_constants_and_the_files_count_toward_the_bound(compile_cache) -> None:  # noqa: ANN001
+    w = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
+    payload, digest = module_cache.entry(_module(w))
+    assert len(payload) < 4096  # 256 KiB of weights named by digest, not written as base64
+    sizes = {os.path.basename(p): size for _, size, p in diskcache._entries(str(compile_cache))}
+    (name,) = os.listdir(compile_cache / "const")
+    assert sizes[name] > w.nbytes
+    entry = module_cache.Entry(digest, payload[65:])
+    back = module_cache.parse_entry(entry)
+    assert back is not None and print_module(back) == print_module(_module(w))
+    os.unlink(compile_cache / "const" / name)  # evicted: the entry is a miss (optimized again)
+    assert module_cache.parse_entry(entry) is None
