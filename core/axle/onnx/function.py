@@ -13,7 +13,12 @@ from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError
 from ..frontend.device_put import device_put
 from ..frontend.jit import JitFunction, jit
+from ..frontend.tracing import Tracer, current_trace
+from ..ir.builder import make_node
+from ..ir.literal import Literal
+from ..ir.ops import Op
 from .check import default_opset, problems, subgraphs, walk
+from .fold import fold_batch_norms
 from .graph import run_graph
 from .table import DTYPES, OPS, OnnxImportError
 
@@ -61,13 +66,22 @@ def _load_model(model: Any) -> onnx.ModelProto:
     raise ArgumentError(f"axle.onnx.load: expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
+def _constant(lit: Literal) -> Any:
+    """An initializer inside the trace: a constant node holding the function's Literal
+    itself (not a copy of its array, as a captured NumPy array would be)."""
+    trace = current_trace()
+    if trace is None:  # (jit traces the model, so there is one; the array is read-only)
+        return lit.array
+    return Tracer(trace, make_node(Op.CONSTANT, (), {"value": lit}))
+
+
 class OnnxFunction:
     """An ONNX model as a function: ``f(x, y)``, ``f(x=..., y=...)`` -> tuple of outputs
     (``as_dict=True``: a dict by output name). Compiled by ``axle.jit`` on the first call
     per input shapes (and per value of the integer inputs that fix shapes); traceable inside
     jit, grad and vmap like any axle function. Initializers are placed on the device once."""
 
-    def __init__(self, model: Any, device: Any = None, name: str | None = None) -> None:
+    def __init__(self, model: Any, device: Any = None, name: str | None = None, constants: bool = True) -> None:
         self.model = _load_model(model)
         self.name = name or self.model.graph.name or "onnx_model"
         found = problems(self.model)
@@ -86,10 +100,33 @@ class OnnxFunction:
         self.static_inputs = [n for n in self.input_names if n in direct or
                               n in static and self._input_types[n].elem_type in _SHAPE_TYPES]
         arrays = {n: numpy_helper.to_array(t) for n, t in init.items()}
-        # initializers that fix shapes stay host constants; the rest are device arrays, made once
+        # initializers that fix shapes stay host constants
         self._host = {n: a for n, a in arrays.items() if n in static or a.size == 0}
-        self._param_names = [n for n in arrays if n not in self._host]
-        self._params = [device_put(arrays[n], device) for n in self._param_names]
+        self.constants = bool(constants)
+        #: the graph traced: the model's, or with its Conv -> BatchNormalization pairs folded
+        self._graph = graph
+        self._consts: dict[str, Literal] = {}
+        self._param_names: list[str] = []
+        self._params: list[Any] = []
+        rest = {n: a for n, a in arrays.items() if n not in self._host}
+        del arrays
+        if self.constants:
+            # compile-time constants, as ONNX Runtime takes them (docs/onnx.md, "Initializers"):
+            # each one Literal, shared by every trace (its digest, the compile cache's name
+            # for it, computed once); the folded weights replace the ones they were made from
+            folded = fold_batch_norms(graph, rest)
+            if folded is not None:
+                self._graph, extra = folded
+                rest.update(extra)
+                read = {i for _, n, _g in walk(self._graph) for i in n.input} | {o.name for o in graph.output}
+                rest = {n: a for n, a in rest.items() if n in read}
+            while rest:
+                n, a = rest.popitem()  # (the NumPy copy goes as its Literal is made)
+                self._consts[n] = Literal(a)
+        else:
+            # device arrays made once, passed to the compiled function as arguments
+            self._param_names = list(rest)
+            self._params = [device_put(rest[n], device) for n in self._param_names]
         self._jits: dict[tuple, JitFunction] = {}
 
     # -- calling
@@ -131,10 +168,11 @@ class OnnxFunction:
         fn = self._jits.get(key)
         if fn is None:
             dyn = [n for n in self.input_names if n not in static]
-            graph, opset, host, params = self.model.graph, self.opset, self._host, self._param_names
+            graph, opset, host, params, consts = self._graph, self.opset, self._host, self._param_names, self._consts
 
             def run(*args: Any) -> tuple[Any, ...]:
-                env = {**host, **static, **dict(zip(dyn + params, args))}
+                env = {**host, **static, **{n: _constant(v) for n, v in consts.items()},
+                       **dict(zip(dyn + params, args))}
                 return tuple(anp.asarray(o) for o in run_graph(graph, env, opset))
 
             run.__name__ = self.name.replace("-", "_").replace(".", "_")
@@ -161,10 +199,10 @@ class OnnxFunction:
                f"({', '.join(self.output_names)}), opset {self.opset}>"
 
 
-def load(model: Any, device: Any = None) -> OnnxFunction:
+def load(model: Any, device: Any = None, constants: bool = True) -> OnnxFunction:
     """An ONNX model (a path, bytes or onnx.ModelProto) as an axle function; raises
     OnnxImportError listing every unsupported node before anything runs."""
-    return OnnxFunction(model, device=device)
+    return OnnxFunction(model, device=device, constants=constants)
 
 
 def check(model: Any) -> list[str]:
