@@ -149,6 +149,19 @@ def test_an_initializer_that_is_an_output_and_read_twice() -> None:
     np.testing.assert_array_equal(np.asarray(f(**feeds)[1]), want[1])
 
 
+def test_a_model_read_here_drops_its_copy_of_the_weights_and_a_given_one_is_kept() -> None:
+    require_backend("cpu")
+    m = _conv_bn_relu()
+    x = {"x": _x((1, 3, 10, 10))}
+    (want,) = _ort(m, x)
+    f = ao.load(m.SerializeToString(), device=DEV)
+    np.testing.assert_allclose(np.asarray(f(**x)[0]), want, rtol=1e-5, atol=1e-5)
+    assert all(not t.raw_data and not t.float_data for t in f.model.graph.initializer)
+    g = ao.load(m, device=DEV)  # the caller's ModelProto: not changed
+    assert g.model is m and all(numpy_helper.to_array(t).size for t in m.graph.initializer)
+    np.testing.assert_allclose(np.asarray(g(**x)[0]), want, rtol=1e-5, atol=1e-5)
+
+
 def test_the_argument_path_passes_weights_and_the_constant_path_bakes_them() -> None:
     require_backend("cpu")
     m = _conv_bn_relu()

@@ -75,14 +75,32 @@ def _constant(lit: Literal) -> Any:
     return Tracer(trace, make_node(Op.CONSTANT, (), {"value": lit}))
 
 
+def _drop_data(t: onnx.TensorProto) -> None:
+    """Empties a tensor's payload, keeping its name, type and dims."""
+    for field in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
+        t.ClearField(field)
+
+
 class OnnxFunction:
     """An ONNX model as a function: ``f(x, y)``, ``f(x=..., y=...)`` -> tuple of outputs
     (``as_dict=True``: a dict by output name). Compiled by ``axle.jit`` on the first call
     per input shapes (and per value of the integer inputs that fix shapes); traceable inside
-    jit, grad and vmap like any axle function. Initializers are placed on the device once."""
+    jit, grad and vmap like any axle function.
+
+    ``constants=True`` (the default): the initializers are compile-time constants, as ONNX
+    Runtime takes them: the optimizer folds what they compute, a batch normalization after
+    a convolution is folded into its weights (onnx/fold.py), the cpu backend packs GEMM
+    weights once and convolution weights are put in the device's layout once, and the
+    compile cache stores them beside its entries (axle.constant_store). Each is held once,
+    as a Literal shared by every trace; a model read here from a file or bytes drops its
+    own copy of them (``self.model``'s initializers are then empty). ``constants=False``:
+    device arrays made once and passed to the compiled function as arguments (for models
+    too big to hold the weights and their packed copies, or to keep compiles and cache
+    entries small)."""
 
     def __init__(self, model: Any, device: Any = None, name: str | None = None, constants: bool = True) -> None:
         self.model = _load_model(model)
+        owned = self.model is not model  # read from a file or bytes here: no one else holds it
         self.name = name or self.model.graph.name or "onnx_model"
         found = problems(self.model)
         if found:
@@ -123,6 +141,10 @@ class OnnxFunction:
             while rest:
                 n, a = rest.popitem()  # (the NumPy copy goes as its Literal is made)
                 self._consts[n] = Literal(a)
+            if owned:  # the Literals hold the weights from now on: the model's copy goes
+                for t in graph.initializer:
+                    if t.name not in self._host:
+                        _drop_data(t)
         else:
             # device arrays made once, passed to the compiled function as arguments
             self._param_names = list(rest)
@@ -201,7 +223,8 @@ class OnnxFunction:
 
 def load(model: Any, device: Any = None, constants: bool = True) -> OnnxFunction:
     """An ONNX model (a path, bytes or onnx.ModelProto) as an axle function; raises
-    OnnxImportError listing every unsupported node before anything runs."""
+    OnnxImportError listing every unsupported node before anything runs. ``constants``:
+    initializers as compile-time constants (the default) or as arguments (OnnxFunction)."""
     return OnnxFunction(model, device=device, constants=constants)
 
 
