@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .diskcache import DiskCache
-from .ir.literal import array_digest
+from .ir.literal import array_digest, live
 from .ir.printer import literal_bytes
 
 #: constants of at least this many bytes are stored by reference (smaller ones stay in the
@@ -32,6 +32,9 @@ MIN_BYTES = 64 << 10
 FORMAT = "axle-constant-1"
 #: the constants, under --compile_cache
 DISK = DiskCache(None, "constant", sub="const")
+#: (directory, digest) of the constants this process wrote or read back whole: not checked
+#: again (a module and its plan naming one weight, or a model compiled for two shapes)
+_WHOLE: set[tuple[str, str]] = set()
 
 
 class MissingConstant(ValueError):
@@ -54,24 +57,37 @@ def put(arr: np.ndarray, digest: str | None = None) -> str:
     returns the digest."""
     digest = digest or array_digest(arr)
     key = _key(digest)
+    where = (str(DISK.path), digest)
+    if where in _WHOLE:
+        return digest
     if not (DISK.has(key) and DISK.get(key) is not None):
         DISK.put(key, memoryview(literal_bytes(arr)).cast("B"))
+    _WHOLE.add(where)
     return digest
 
 
 def get(digest: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """A writable array of the constant stored under ``digest``; raises MissingConstant
-    when it is missing, corrupt (then removed, so that the next ``put`` writes it again),
-    or not of ``shape``'s size."""
+    """The constant stored under ``digest`` (read-only): the array of a Literal of this
+    process with that digest when one is alive (an ONNX model's weights, which its traced
+    module's key named: not read again from the disk), else read from the store. Raises
+    MissingConstant when it is missing, corrupt (then removed, so that the next ``put``
+    writes it again), or not of ``shape``'s size."""
+    lit = live(digest)
+    if lit is not None and lit.array.dtype == dtype and lit.array.shape == tuple(shape):
+        return lit.array
     key = _key(digest)
     data = DISK.get(key)
     item = dtype.itemsize
     size = int(np.prod(shape, dtype=np.int64))
     if data is None or len(data) != size * item:
         DISK.discard(key)
+        _WHOLE.discard((str(DISK.path), digest))
         raise MissingConstant(f"constant {digest[:16]}... ({dtype} {list(shape)}) is not in the compile cache "
                               f"or is corrupt")
-    arr = np.frombuffer(data, np.dtype(f"<u{item}")).astype(f"=u{item}")  # (a copy: writable, owned)
+    arr = np.frombuffer(data, np.dtype(f"<u{item}"))
+    if not np.little_endian and item > 1:
+        arr = arr.astype(f"=u{item}")
     if dtype == np.bool_ and arr.size and arr.max() > 1:
         raise MissingConstant(f"constant {digest[:16]}...: a bool constant's elements are 0 or 1")
+    _WHOLE.add((str(DISK.path), digest))
     return arr.view(dtype).reshape(shape)

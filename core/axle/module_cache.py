@@ -40,7 +40,7 @@ from .config import config
 from .diskcache import DiskCache, code_version
 from .errors import AxleError
 from .ir.fusion_record import REASON_CODES, FusionRecord, NotFused, fusion_nodes
-from .ir.literal import Literal
+from .ir.literal import Literal, live
 from .ir.module import Module
 from .ir.parser import parse_module
 from .ir.printer import print_module
@@ -142,6 +142,9 @@ def load(key: bytes) -> tuple[Module, str] | None:
 
 
 def _stored(digest: str, t: TensorType) -> Literal:
+    lit = live(digest)  # (the traced module's own, whose digest its key named)
+    if lit is not None and lit.type == t:
+        return lit
     return Literal(constant_store.get(digest, t.dtype.np, t.shape))
 
 

@@ -4,6 +4,7 @@ truncated, bit-flipped or missing file is refused (and removed, so that it is wr
 again), and the files count toward the cache's size bound."""
 from __future__ import annotations
 
+import gc
 import os
 
 import ml_dtypes
@@ -53,6 +54,29 @@ def test_a_constant_by_reference_prints_and_parses_back() -> None:
         parse_module(text, lambda name, t: Literal(np.zeros((2, 2), np.float32)))
 
 
+def test_a_live_literal_is_taken_from_memory(compile_cache) -> None:  # noqa: ANN001
+    lit = Literal(np.random.default_rng(4).standard_normal((300, 100)).astype(np.float32))
+    digest = constant_store.put(lit.array, lit.digest())
+    assert constant_store.get(digest, lit.array.dtype, lit.array.shape) is lit.array
+    del lit
+    gc.collect()
+    got = constant_store.get(digest, np.dtype(np.float32), (300, 100))  # from the disk now
+    assert got.shape == (300, 100) and Literal(got).digest() == digest
+
+
+def test_big_literals_hash_and_compare_by_digest() -> None:
+    a = np.random.default_rng(5).standard_normal((200, 200)).astype(np.float32)
+    b = a.copy()
+    b[-1, -1] = np.nextafter(b[-1, -1], np.float32(np.inf))
+    assert Literal(a) == Literal(a.copy()) and hash(Literal(a)) == hash(Literal(a.copy()))
+    assert Literal(a) != Literal(b)
+    owned = a.copy()
+    lit = Literal(owned, adopt=True)  # kept as it is when it starts on a 64-byte boundary
+    assert (lit.array is owned) == (owned.ctypes.data % 64 == 0) and lit.array.ctypes.data % 64 == 0
+    assert not lit.array.flags.writeable
+    assert Literal(a[::2], adopt=True).array.flags.c_contiguous  # a view is copied
+
+
 def test_digests_name_the_content() -> None:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert Literal(a).digest() == Literal(a.copy()).digest()
@@ -67,7 +91,6 @@ def test_stored_constants_round_trip(compile_cache, dt) -> None:  # noqa: ANN001
     digest = constant_store.put(a)
     got = constant_store.get(digest, np.dtype(dt), a.shape)
     np.testing.assert_array_equal(got.view(np.uint8), a.view(np.uint8))
-    assert got.flags.writeable
 
 
 def test_a_corrupt_or_missing_constant_is_refused_and_removed(compile_cache) -> None:  # noqa: ANN001
@@ -84,6 +107,7 @@ def test_a_corrupt_or_missing_constant_is_refused_and_removed(compile_cache) -> 
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 1  # a flipped bit
     path.write_bytes(bytes(raw))
+    constant_store._WHOLE.clear()  # (as in a new process: this one wrote it whole)
     constant_store.put(a)  # a corrupt file is not taken as stored: rewritten
     np.testing.assert_array_equal(constant_store.get(digest, a.dtype, a.shape), a)
     with pytest.raises(constant_store.MissingConstant):  # another size than the entry says
@@ -102,5 +126,8 @@ def test_module_entries_name_large_constants_and_the_files_count_toward_the_boun
     entry = module_cache.Entry(digest, payload[65:])
     back = module_cache.parse_entry(entry)
     assert back is not None and print_module(back) == print_module(_module(w))
-    os.unlink(compile_cache / "const" / name)  # evicted: the entry is a miss (optimized again)
+    os.unlink(compile_cache / "const" / name)  # evicted: the entry is a miss (optimized again)...
+    assert module_cache.parse_entry(entry) is not None  # (... unless this process holds the constant)
+    del back
+    gc.collect()
     assert module_cache.parse_entry(entry) is None

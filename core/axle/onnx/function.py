@@ -140,7 +140,7 @@ class OnnxFunction:
                 rest = {n: a for n, a in rest.items() if n in read}
             while rest:
                 n, a = rest.popitem()  # (the NumPy copy goes as its Literal is made)
-                self._consts[n] = Literal(a)
+                self._consts[n] = Literal(a, adopt=True)
             if owned:  # the Literals hold the weights from now on: the model's copy goes
                 for t in graph.initializer:
                     if t.name not in self._host:
