@@ -15,7 +15,12 @@ functions).
 An entry is data only, parsed strictly: the SHA-256 of the optimized module's text (64
 hex digits and a newline), then a JSON object holding that text (read back by
 ``axle.ir.parser``, which verifies what it builds) and the fusion pass's records
-(``Module.fusion_records``, which the text form does not carry). The digest comes first so
+(``Module.fusion_records``, which the text form does not carry). Constants of 64 KiB or
+more are not in the text: it names them by digest (``constant(ref "<sha256>")``), their
+bytes stored beside the entry, before it (``axle.constant_store``); the key's text names
+them the same way, so a model's weights are hashed once per process, not printed. A
+constant the entry names that is missing or corrupt makes the entry a miss like any
+corruption. The digest comes first so
 that a first call whose executable the backend keeps under it (``Backend.cached_executable``)
 reads it without parsing the JSON (a fifth of a millisecond for the MNIST step, most of
 what the entry cost such a call). Nothing is unpickled or evaluated. An entry that does not
