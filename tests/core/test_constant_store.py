@@ -131,3 +131,23 @@ def test_module_entries_name_large_constants_and_the_files_count_toward_the_boun
     del back
     gc.collect()
     assert module_cache.parse_entry(entry) is None
+
+
+def test_a_structural_key_names_a_big_constant_by_digest() -> None:
+    # the backends' caches keep these keys: a key holding the array kept a compiled model's
+    # weights alive a second time
+    w = np.random.default_rng(6).standard_normal((256, 256)).astype(np.float32)
+    key = _module(w).entry.structural_key
+
+    def arrays(v: object) -> int:
+        if isinstance(v, tuple):
+            return sum(arrays(x) for x in v)
+        return int(isinstance(v, (Literal, np.ndarray)))
+
+    assert arrays(key) == 0
+    assert key == _module(w.copy()).entry.structural_key
+    w2 = w.copy()
+    w2[0, 0] += 1
+    assert key != _module(w2).entry.structural_key
+    small = np.ones(4, np.float32)  # small constants stay in the key as they are
+    assert arrays(_module(small).entry.structural_key) == 1
