@@ -151,3 +151,17 @@ def test_a_structural_key_names_a_big_constant_by_digest() -> None:
     assert key != _module(w2).entry.structural_key
     small = np.ones(4, np.float32)  # small constants stay in the key as they are
     assert arrays(_module(small).entry.structural_key) == 1
+
+
+def test_a_kernel_plan_reads_a_big_constant_where_it_lies() -> None:
+    # (a copy per plan held a model's weights twice: GPT-2's 154 MB embedding)
+    from axle.lowering.plan import kernel_plan
+
+    w = np.random.default_rng(7).standard_normal((256, 256)).astype(np.float32)
+    m = _module(w)
+    lit = next(n.attr["value"] for n in m.entry.nodes if n.op is Op.CONSTANT)
+    (big,) = kernel_plan(m).constants.values()
+    assert big is lit.array and not big.flags.writeable and big.ctypes.data % 64 == 0
+    small = _module(np.ones(8, np.float32))
+    (copy,) = kernel_plan(small).constants.values()
+    assert copy.flags.writeable  # small ones are the plan's own copies, as before
