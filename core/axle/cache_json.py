@@ -1,8 +1,10 @@
 """Strict JSON for the persistent compile cache's data entries (kernel plans, executables):
 types as (dtype name, shape), arrays as (dtype name, shape, base64 bytes) read back with
-``np.frombuffer`` under an axle dtype. Nothing is unpickled or evaluated: every reader
-checks the type of what it reads and raises ``TypeError``, ``ValueError`` or ``KeyError``
-on anything else, which the caller counts as a corrupt entry (and compiles again)."""
+``np.frombuffer`` under an axle dtype, or, from 64 KiB on, as (dtype name, shape, "ref",
+SHA-256) with the bytes stored beside the entry (``axle.constant_store``). Nothing is
+unpickled or evaluated: every reader checks the type of what it reads and raises
+``TypeError``, ``ValueError`` or ``KeyError`` on anything else, which the caller counts
+as a corrupt entry (and compiles again)."""
 from __future__ import annotations
 
 import base64
@@ -12,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import counters
+from . import constant_store, counters
 from .diskcache import DiskCache
 from .errors import AxleError
 from .ir.dtypes import DType
@@ -42,7 +44,11 @@ def type_json(t: TensorType) -> list[Any]:
 
 
 def array_json(a: np.ndarray) -> list[Any]:
+    """``[dtype, shape, base64 bytes]``, or for a large array ``[dtype, shape, "ref",
+    digest]``, its bytes stored beside the entry (written now: axle.constant_store)."""
     a = np.asarray(a, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+    if constant_store.by_reference(a):
+        return [to_dtype(a.dtype).value, list(a.shape), "ref", constant_store.put(a)]
     return [to_dtype(a.dtype).value, list(a.shape), base64.b64encode(a.tobytes()).decode()]
 
 
@@ -76,6 +82,11 @@ def read_type(v: Any) -> TensorType:
 
 
 def read_array(v: Any) -> np.ndarray:
+    if len(v) == 4:  # a large array, by digest (a missing or corrupt one: MissingConstant, a ValueError)
+        dt, shape, tag, digest = v
+        if tag != "ref":
+            raise ValueError(f"unknown array form {tag!r}")
+        return constant_store.get(as_str(digest), _DTYPES[as_str(dt)].np, tuple(as_ints(shape)))
     dt, shape, data = v
     d = _DTYPES[as_str(dt)]
     a = np.frombuffer(base64.b64decode(as_str(data), validate=True), dtype=d.np)

@@ -228,7 +228,23 @@ class DiskCache:
             pass  # evicted meanwhile: the bytes read are whole all the same
         return payload
 
-    def put(self, key: bytes, payload: bytes) -> None:
+    def has(self, key: bytes) -> bool:
+        """Whether an entry file exists under ``key`` (not read: whole or not), touched
+        (marked as used now) when it does."""
+        if not self.enabled():
+            return False
+        try:
+            os.utime(self._file(key)[0])
+        except OSError:
+            return False
+        return True
+
+    def discard(self, key: bytes) -> None:
+        """Removes the entry under ``key`` (a corrupt one: rewritten by the next ``put``)."""
+        if self.enabled():
+            _unlink(self._file(key)[0])
+
+    def put(self, key: bytes, payload: bytes | memoryview) -> None:
         if not self.enabled():
             return
         path, digest = self._file(key)
@@ -243,7 +259,8 @@ class DiskCache:
             return
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(header + payload)
+                f.write(header)  # (apart: a constant's payload is tens of MB, not copied to join them)
+                f.write(payload)
             os.replace(tmp, path)
         except OSError as e:
             try:

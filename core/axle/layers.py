@@ -23,7 +23,8 @@ from __future__ import annotations
 #: ``__init__`` that imports the public API, is the top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ir", ("axle.ir", "axle.errors", "axle.config", "axle.forksafe", "axle.lru", "axle.counters",
-            "axle.diskcache", "axle.profiler", "axle.interpreter", "axle.cache_json", "axle.gcfreeze")),
+            "axle.diskcache", "axle.profiler", "axle.interpreter", "axle.cache_json", "axle.gcfreeze",
+            "axle.constant_store")),
     ("passes", ("axle.passes",)),
     ("contract", ("axle.backend", "axle.registry", "axle.transfer")),
     ("lowering", ("axle.lowering",)),

@@ -15,7 +15,12 @@ functions).
 An entry is data only, parsed strictly: the SHA-256 of the optimized module's text (64
 hex digits and a newline), then a JSON object holding that text (read back by
 ``axle.ir.parser``, which verifies what it builds) and the fusion pass's records
-(``Module.fusion_records``, which the text form does not carry). The digest comes first so
+(``Module.fusion_records``, which the text form does not carry). Constants of 64 KiB or
+more are not in the text: it names them by digest (``constant(ref "<sha256>")``), their
+bytes stored beside the entry, before it (``axle.constant_store``); the key's text names
+them the same way, so a model's weights are hashed once per process, not printed. A
+constant the entry names that is missing or corrupt makes the entry a miss like any
+corruption. The digest comes first so
 that a first call whose executable the backend keeps under it (``Backend.cached_executable``)
 reads it without parsing the JSON (a fifth of a millisecond for the MNIST step, most of
 what the entry cost such a call). Nothing is unpickled or evaluated. An entry that does not
@@ -34,21 +39,23 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import counters
+from . import constant_store, counters
 from .backend import Backend, Device
 from .config import config
 from .diskcache import DiskCache, code_version
 from .errors import AxleError
 from .ir.fusion_record import REASON_CODES, FusionRecord, NotFused, fusion_nodes
+from .ir.literal import Literal, live
 from .ir.module import Module
 from .ir.parser import parse_module
 from .ir.printer import print_module
+from .ir.types import TensorType
 from .passes import policy_for
 
 #: optimized modules, under --compile_cache
 DISK = DiskCache(None, "optimized module", sub="module")
 #: bumped when the entry's layout changes
-FORMAT = "axle-optimized-module-2"
+FORMAT = "axle-optimized-module-3"
 
 
 def _settings() -> str:
@@ -67,9 +74,14 @@ def _code(backend: Backend) -> str:
     return code_version(*dirs)
 
 
+def _by_digest(lit: Literal) -> str | None:
+    """A large constant's name in a key's or an entry's text: its digest (constant_store)."""
+    return lit.digest() if constant_store.by_reference(lit.array) else None
+
+
 def module_key(module: Module, device: Device, backend: Backend) -> bytes:
     """The cache key of ``module`` (traced, extended ops expanded) optimized for ``device``."""
-    text = print_module(module)
+    text = print_module(module, _by_digest)
     props = repr(sorted((k, repr(v)) for k, v in device.properties.items()))
     # the pipeline as the backend sets it up now: its fusion policy (bounded by the device)
     # and its own passes by name (a plugin may choose them at run time)
@@ -116,7 +128,7 @@ def parse_entry(entry: Entry) -> Module | None:
         text, records = raw["module"], raw["records"]
         if not isinstance(text, str) or not isinstance(records, list) or _digest(text) != entry.digest:
             raise TypeError("not an optimized-module entry")
-        module = parse_module(text)
+        module = parse_module(text, _stored)
         fusions = _records(records, module)
     except (AxleError, ValueError, KeyError, TypeError, AttributeError):
         # written by this cache's own code, checksummed: only a format change or a
@@ -134,10 +146,28 @@ def load(key: bytes) -> tuple[Module, str] | None:
     return None if module is None or entry is None else (module, entry.digest)
 
 
+def _stored(digest: str, t: TensorType) -> Literal:
+    lit = live(digest)  # (the traced module's own, whose digest its key named)
+    if lit is not None and lit.type == t:
+        return lit
+    return Literal(constant_store.get(digest, t.dtype.np, t.shape))
+
+
 def entry(module: Module) -> tuple[bytes, str]:
     """The cache entry of ``module`` (optimized) and its text's SHA-256 (the backend is
-    given the digest before the entry is written: ``store``)."""
-    text = print_module(module)
+    given the digest before the entry is written: ``store``). Its large constants are
+    stored beside it (constant_store) before it is: an entry names only stored ones."""
+    big: list[Literal] = []
+
+    def by_digest(lit: Literal) -> str | None:
+        name = _by_digest(lit)
+        if name is not None:
+            big.append(lit)
+        return name
+
+    text = print_module(module, by_digest)
+    for lit in big:
+        constant_store.put(lit.array, lit.digest())
     records = [{"fusion": r.fusion, "kind": r.kind, "members": list(r.members),
                 "not_fused": [dataclasses.asdict(n) for n in r.not_fused]} for r in module.fusion_records]
     digest = _digest(text)

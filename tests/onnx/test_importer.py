@@ -40,7 +40,7 @@ def test_call_by_position_name_and_dict() -> None:
 
 
 def test_initializers_are_device_arrays_made_once() -> None:
-    f = ao.load(_mlp(), device="cpu:0")
+    f = ao.load(_mlp(), device="cpu:0", constants=False)
     params = list(f._params)
     x = np.ones((2, 4), np.float32)
     f(x)
@@ -108,6 +108,23 @@ def test_axle_run_compares_with_onnxruntime(tmp_path: object, capsys: pytest.Cap
     assert main(["run", path, "--device", "cpu:0", "--bench", "2", "--compare", "onnxruntime"]) == 0
     out = capsys.readouterr().out
     assert "output y: float32[2, 3]" in out and "kernels:" in out and "compare y:" in out and ": ok" in out
+
+
+def test_axle_run_initializers_as_arguments(tmp_path: object, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = f"{tmp_path}/mlp.onnx"
+    onnx.save(_mlp(), path)
+    made = []
+    real = ao.OnnxFunction.__init__
+
+    def spy(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        real(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(ao.OnnxFunction, "__init__", spy)
+    assert main(["run", path, "--device", "cpu:0", "--initializers-as-arguments", "--compare", "onnxruntime"]) == 0
+    assert ": ok" in capsys.readouterr().out
+    assert [(f.constants, len(f._params)) for f in made] == [(False, 2)]
 
 
 def test_axle_explain_accepts_a_model(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:

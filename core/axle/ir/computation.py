@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VerifierError
+from .literal import BIG_BYTES, Literal
 from .opcodes import Op
 from .types import TupleType, Type
 
@@ -42,7 +43,11 @@ def post_order(roots: Sequence[Node], through: Callable[[Node], bool] | None = N
 
 
 def _attr_key(v: Any) -> Any:
-    """An attribute value as structure: computations by what they compute, not by name."""
+    """An attribute value as structure: computations by what they compute, not by name; a
+    big constant by its digest (a key that held the array kept every weight of a compiled
+    model alive a second time in the backends' caches, which keep such keys)."""
+    if isinstance(v, Literal) and v.array.nbytes >= BIG_BYTES:
+        return ("literal", v.array.dtype.str, v.array.shape, v.digest())
     if isinstance(v, Computation):
         return v.structural_key
     if isinstance(v, tuple) and v and all(isinstance(c, Computation) for c in v):

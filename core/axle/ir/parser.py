@@ -82,6 +82,8 @@ class _Tok:
 
 class _Tokens:
     def __init__(self, text: str) -> None:
+        #: the constants written by reference (parse_module's ``refs``)
+        self.refs: Callable[[str, TensorType], Literal] | None = None
         self.lines = text.split("\n")
         starts = [0]
         for line in self.lines[:-1]:
@@ -268,6 +270,8 @@ def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
     shape, dt = tt.shape, tt.dtype
     if t.peek().kind == "word" and t.peek().text == "bytes":
         return _bytes_literal(t, tt)
+    if t.peek().kind == "word" and t.peek().text == "ref":
+        return _ref_literal(t, tt)
     if not shape:
         return Literal(np.array(_scalar(t, dt), dtype=dt.np))
     if tt.size == 0:
@@ -298,6 +302,25 @@ def _parse_literal(t: _Tokens, tt: TensorType) -> Literal:
             t.expect("{", f" (constant of type {tt}: dimension {level + 1} opens with '{{')")
             counts.append(0)
     return Literal(np.array(values, dtype=dt.np).reshape(shape))
+
+
+def _ref_literal(t: _Tokens, tt: TensorType) -> Literal:
+    """``ref "<name>"``: a constant held outside the text (a compile-cache entry's large
+    constant, by digest), looked up by the ``refs`` given to ``parse_module``."""
+    t.next()
+    tok = t.next()
+    if tok.kind != "str":
+        raise t.error(tok, f"expected the quoted name of a {tt} constant, found {tok.describe()}")
+    if t.refs is None:
+        raise t.error(tok, f"a {tt} constant by reference ({tok.text}): no store of constants was given to read it")
+    name = json.loads(tok.text)
+    try:
+        lit = t.refs(name, tt)
+    except ValueError as e:
+        raise t.error(tok, f"the {tt} constant {tok.text}: {e}") from None
+    if lit.type != tt:
+        raise t.error(tok, f"the constant {tok.text} is a {lit.type}, not a {tt}")
+    return lit
 
 
 def _bytes_literal(t: _Tokens, tt: TensorType) -> Literal:
@@ -520,10 +543,13 @@ def _parse_computation(t: _Tokens, comps: dict[str, Computation]) -> tuple[Compu
     return comp, entry
 
 
-def parse_module(text: str) -> Module:
+def parse_module(text: str, refs: Callable[[str, TensorType], Literal] | None = None) -> Module:
     """Parses IR text into a verified module; any malformed input raises ParseError
-    (or VerifierError for a module-wide rule) naming the line and column."""
+    (or VerifierError for a module-wide rule) naming the line and column. ``refs(name,
+    type)`` gives the constants the text names by reference (``ref "<name>"``); it raises
+    ValueError for one it does not have."""
     t = _Tokens(text)
+    t.refs = refs
     t.expect("module", " (IR text starts with 'module @name')")
     mname = t.name("@", "the module name")
     comps: dict[str, Computation] = {}

@@ -16,6 +16,7 @@ import base64
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,9 +71,25 @@ def literal_bytes(arr: np.ndarray) -> bytes:
     return np.ascontiguousarray(arr).view(unsigned).astype(unsigned.newbyteorder("<"), copy=False).tobytes()
 
 
-def format_literal(lit: Literal) -> str:
+#: a printer's choice of constants written by reference: ``ref(literal)`` is the name the
+#: text gives it (``ref "<name>"``), or None to write its elements (compile-cache entries
+#: name large constants by digest: axle.constant_store)
+Refs = Callable[[Literal], "str | None"]
+
+
+#: with ``refs`` (a compile-cache entry's text, read by the parser only) constants of more
+#: elements than this are written as bytes: a ResNet's batch-norm vectors, 20k scalars,
+#: were 0.15 s of every first call's key printed an element at a time
+MACHINE_BYTES_MIN = 16
+
+
+def format_literal(lit: Literal, refs: Refs | None = None) -> str:
     arr = lit.array
-    if arr.size > BYTES_MIN:
+    if refs is not None:
+        name = refs(lit)
+        if name is not None:
+            return f'ref "{name}"'
+    if arr.size > (BYTES_MIN if refs is None else MACHINE_BYTES_MIN):
         return f'bytes "{base64.b64encode(literal_bytes(arr)).decode("ascii")}"'
 
     def rec(a: np.ndarray) -> str:
@@ -153,13 +170,14 @@ def _attr_print(op: Op, name: str) -> tuple[AttrKind, bool]:
 _OP_NAMES: dict[Op, str] = {op: op.value for op in Op}
 
 
-def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False) -> str:
+def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root: bool = False,
+               refs: Refs | None = None) -> str:
     lhs = ("ROOT %" if root else "%") + names[n.uid] + " = " + str(n.type)
     op = n.op
     if op is Op.PARAMETER:
         return f"{lhs} parameter({n.attr['index']})"
     if op is Op.CONSTANT:
-        return f"{lhs} constant({format_literal(n.attr['value'])})"
+        return f"{lhs} constant({format_literal(n.attr['value'], refs)})"
     args = ", ".join(["%" + names[o.uid] for o in n.operands])
     text = f"{lhs} {_OP_NAMES[op]}({args})"
     if not n.attrs:
@@ -173,14 +191,15 @@ def print_node(n: Node, names: dict[int, str], comp_names: dict[int, str], root:
     return text + ", " + ", ".join(parts) if parts else text
 
 
-def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool = False) -> str:
+def print_computation(comp: Computation, comp_names: dict[int, str], entry: bool = False,
+                      refs: Refs | None = None) -> str:
     names = _node_names(comp)
     sig = ", ".join(f"{names[p.uid]}: {p.type}" for p in comp.parameters)
     head = ("entry " if entry else "") + f"%{comp_names[id(comp)]} ({sig}) -> {comp.root.type} {{"
     lines = [head]
     root = comp.root
     for n in comp.nodes:
-        lines.append("  " + print_node(n, names, comp_names, n is root))
+        lines.append("  " + print_node(n, names, comp_names, n is root, refs))
     lines.append("}")
     return "\n".join(lines)
 
@@ -191,12 +210,14 @@ def computation_names(module: Module, comps: list[Computation] | None = None) ->
     return {id(c): namer.fresh(c.name) for c in (module.computations() if comps is None else comps)}
 
 
-def print_module(module: Module) -> str:
+def print_module(module: Module, refs: Refs | None = None) -> str:
+    """The module's text; ``refs`` names the constants written by reference (``ref "..."``,
+    read back by ``parse_module(text, refs=...)``)."""
     comps = module.computations()  # (a walk over every node: once)
     comp_names = computation_names(module, comps)
     parts = [f"module @{safe_name(module.name)}"]
     for c in comps:
-        parts.append(print_computation(c, comp_names, entry=c is module.entry))
+        parts.append(print_computation(c, comp_names, entry=c is module.entry, refs=refs))
     return "\n\n".join(parts) + "\n"
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import profiler
+from ..ir.literal import BIG_BYTES
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, TupleType
@@ -139,7 +140,10 @@ def kernel_plan(module: Module, *, assign_buffers: bool = True,
             slots[n.uid] = [n.attr["index"]]
         elif n.op is Op.CONSTANT:
             slots[n.uid] = new_slots(1)
-            constants[slots[n.uid][0]] = np.array(n.attr["value"].array, copy=True, order="C")
+            arr = n.attr["value"].array
+            # a big one is the module's own (read-only, C-ordered, 64-byte aligned: no step
+            # writes a constant's slot), not a copy: a model's weights were held twice
+            constants[slots[n.uid][0]] = arr if arr.nbytes >= BIG_BYTES else np.array(arr, copy=True, order="C")
         elif n.op is Op.TUPLE:
             slots[n.uid] = [slots[o.uid][0] for o in n.operands]
         elif n.op is Op.GET_TUPLE_ELEMENT:

@@ -13,7 +13,12 @@ from .. import numpy as anp
 from ..errors import ArgumentError, DTypeError
 from ..frontend.device_put import device_put
 from ..frontend.jit import JitFunction, jit
+from ..frontend.tracing import Tracer, current_trace
+from ..ir.builder import make_node
+from ..ir.literal import Literal
+from ..ir.ops import Op
 from .check import default_opset, problems, subgraphs, walk
+from .fold import fold_batch_norms
 from .graph import run_graph
 from .table import DTYPES, OPS, OnnxImportError
 
@@ -61,14 +66,41 @@ def _load_model(model: Any) -> onnx.ModelProto:
     raise ArgumentError(f"axle.onnx.load: expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
+def _constant(lit: Literal) -> Any:
+    """An initializer inside the trace: a constant node holding the function's Literal
+    itself (not a copy of its array, as a captured NumPy array would be)."""
+    trace = current_trace()
+    if trace is None:  # (jit traces the model, so there is one; the array is read-only)
+        return lit.array
+    return Tracer(trace, make_node(Op.CONSTANT, (), {"value": lit}))
+
+
+def _drop_data(t: onnx.TensorProto) -> None:
+    """Empties a tensor's payload, keeping its name, type and dims."""
+    for field in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
+        t.ClearField(field)
+
+
 class OnnxFunction:
     """An ONNX model as a function: ``f(x, y)``, ``f(x=..., y=...)`` -> tuple of outputs
     (``as_dict=True``: a dict by output name). Compiled by ``axle.jit`` on the first call
     per input shapes (and per value of the integer inputs that fix shapes); traceable inside
-    jit, grad and vmap like any axle function. Initializers are placed on the device once."""
+    jit, grad and vmap like any axle function.
 
-    def __init__(self, model: Any, device: Any = None, name: str | None = None) -> None:
+    ``constants=True`` (the default): the initializers are compile-time constants, as ONNX
+    Runtime takes them: the optimizer folds what they compute, a batch normalization after
+    a convolution is folded into its weights (onnx/fold.py), the cpu backend packs GEMM
+    weights once and convolution weights are put in the device's layout once, and the
+    compile cache stores them beside its entries (axle.constant_store). Each is held once,
+    as a Literal shared by every trace; a model read here from a file or bytes drops its
+    own copy of them (``self.model``'s initializers are then empty). ``constants=False``:
+    device arrays made once and passed to the compiled function as arguments (for models
+    too big to hold the weights and their packed copies, or to keep compiles and cache
+    entries small)."""
+
+    def __init__(self, model: Any, device: Any = None, name: str | None = None, constants: bool = True) -> None:
         self.model = _load_model(model)
+        owned = self.model is not model  # read from a file or bytes here: no one else holds it
         self.name = name or self.model.graph.name or "onnx_model"
         found = problems(self.model)
         if found:
@@ -86,10 +118,37 @@ class OnnxFunction:
         self.static_inputs = [n for n in self.input_names if n in direct or
                               n in static and self._input_types[n].elem_type in _SHAPE_TYPES]
         arrays = {n: numpy_helper.to_array(t) for n, t in init.items()}
-        # initializers that fix shapes stay host constants; the rest are device arrays, made once
+        # initializers that fix shapes stay host constants
         self._host = {n: a for n, a in arrays.items() if n in static or a.size == 0}
-        self._param_names = [n for n in arrays if n not in self._host]
-        self._params = [device_put(arrays[n], device) for n in self._param_names]
+        self.constants = bool(constants)
+        #: the graph traced: the model's, or with its Conv -> BatchNormalization pairs folded
+        self._graph = graph
+        self._consts: dict[str, Literal] = {}
+        self._param_names: list[str] = []
+        self._params: list[Any] = []
+        rest = {n: a for n, a in arrays.items() if n not in self._host}
+        del arrays
+        if self.constants:
+            # compile-time constants, as ONNX Runtime takes them (docs/onnx.md, "Initializers"):
+            # each one Literal, shared by every trace (its digest, the compile cache's name
+            # for it, computed once); the folded weights replace the ones they were made from
+            folded = fold_batch_norms(graph, rest)
+            if folded is not None:
+                self._graph, extra = folded
+                rest.update(extra)
+                read = {i for _, n, _g in walk(self._graph) for i in n.input} | {o.name for o in graph.output}
+                rest = {n: a for n, a in rest.items() if n in read}
+            while rest:
+                n, a = rest.popitem()  # (the NumPy copy goes as its Literal is made)
+                self._consts[n] = Literal(a, adopt=True)
+            if owned:  # the Literals hold the weights from now on: the model's copy goes
+                for t in graph.initializer:
+                    if t.name not in self._host:
+                        _drop_data(t)
+        else:
+            # device arrays made once, passed to the compiled function as arguments
+            self._param_names = list(rest)
+            self._params = [device_put(rest[n], device) for n in self._param_names]
         self._jits: dict[tuple, JitFunction] = {}
 
     # -- calling
@@ -131,10 +190,11 @@ class OnnxFunction:
         fn = self._jits.get(key)
         if fn is None:
             dyn = [n for n in self.input_names if n not in static]
-            graph, opset, host, params = self.model.graph, self.opset, self._host, self._param_names
+            graph, opset, host, params, consts = self._graph, self.opset, self._host, self._param_names, self._consts
 
             def run(*args: Any) -> tuple[Any, ...]:
-                env = {**host, **static, **dict(zip(dyn + params, args))}
+                env = {**host, **static, **{n: _constant(v) for n, v in consts.items()},
+                       **dict(zip(dyn + params, args))}
                 return tuple(anp.asarray(o) for o in run_graph(graph, env, opset))
 
             run.__name__ = self.name.replace("-", "_").replace(".", "_")
@@ -161,10 +221,11 @@ class OnnxFunction:
                f"({', '.join(self.output_names)}), opset {self.opset}>"
 
 
-def load(model: Any, device: Any = None) -> OnnxFunction:
+def load(model: Any, device: Any = None, constants: bool = True) -> OnnxFunction:
     """An ONNX model (a path, bytes or onnx.ModelProto) as an axle function; raises
-    OnnxImportError listing every unsupported node before anything runs."""
-    return OnnxFunction(model, device=device)
+    OnnxImportError listing every unsupported node before anything runs. ``constants``:
+    initializers as compile-time constants (the default) or as arguments (OnnxFunction)."""
+    return OnnxFunction(model, device=device, constants=constants)
 
 
 def check(model: Any) -> list[str]:
