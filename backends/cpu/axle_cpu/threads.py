@@ -37,6 +37,8 @@ SPLIT_FACTOR = 4.0
 LOOP_SPLIT_ELEMENTS = 1 << 16
 #: how long a new pool waits for its workers to run (NativePool._wait_started)
 _START_WAIT_S = 1.0
+#: the wake-up cost is measured again (NativePool.refresh_wake) at most once in this many seconds
+WAKE_REFRESH_S = 1.0
 #: the pool's chunk modes (pool_ir.py)
 MODES = {"rows": 0, "columns": 1, "reduction": 2}
 
@@ -95,6 +97,7 @@ class NativePool:
         self.n = started + 1
         self._wait_started(started)
         self._wake_us: float | None = None
+        self._woken_at = -float("inf")  # when the wake-up cost was last measured (time.monotonic)
 
     def _wait_started(self, workers: int) -> None:
         """Returns once the workers run (tens of microseconds; the wake-up probe used to
@@ -119,10 +122,15 @@ class NativePool:
         return self._wake_us
 
     def refresh_wake(self) -> None:
-        """Measures the wake-up cost again (wake_us), keeping the least known."""
+        """Measures the wake-up cost again (wake_us), keeping the least known; not again
+        within WAKE_REFRESH_S (every executable measuring a decision again asks)."""
         if self.n == 1:
             self._wake_us = float("inf")
             return
+        now = time.monotonic()
+        if self._wake_us is not None and now - self._woken_at < WAKE_REFRESH_S:
+            return
+        self._woken_at = now
         key = decisions.wake_key(self.n)
         stored = decisions.load_wake(key)
         us = min(self._measure_wake(), self._wake_us or float("inf"))

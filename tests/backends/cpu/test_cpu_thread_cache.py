@@ -118,14 +118,17 @@ def test_the_wake_up_cost_is_the_least_known(compile_cache, two_threads, monkeyp
     assert pool.n == 2
     key = decisions.wake_key(pool.n)
     decisions.store_wake(key, 123.0)
-    probes = iter([400.0, 40.0, 90.0])
+    probes = iter([400.0, 40.0, 90.0, 30.0])
     monkeypatch.setattr(threads.NativePool, "_measure_wake", lambda self: next(probes))
     monkeypatch.setattr(pool, "_wake_us", None)
     assert pool.wake_us == 123.0 and decisions.load_wake(key) == 123.0  # a busy probe: the stored cost
     monkeypatch.setattr(pool, "_wake_us", None)  # (a new process)
     assert pool.wake_us == 40.0 and decisions.load_wake(key) == 40.0  # a lower one: stored
-    pool.refresh_wake()  # measured again in this process (CpuExecutable's recheck): never higher
-    assert pool.wake_us == 40.0
+    pool.refresh_wake()  # asked again at once (another executable's recheck): not measured
+    assert pool.wake_us == 40.0 and next(probes) == 90.0
+    monkeypatch.setattr(pool, "_woken_at", -float("inf"))  # (WAKE_REFRESH_S later)
+    pool.refresh_wake()  # measured again in this process (CpuExecutable's recheck): a lower one kept
+    assert pool.wake_us == 30.0 and decisions.load_wake(key) == 30.0
     for bad in (b'{"wake_us": -1.0}', b'{"wake_us": "fast"}', b"\xff"):
         axle.reset_stats()
         target.DISK.put(key, bad)
