@@ -57,8 +57,9 @@ CHUNKS = 4
 #: an executable whose decisions are not all conclusive (measured while the cores were
 #: busy) measures those kernels again after this many more calls, the k-th time after
 #: RECHECK[k - 1] (then no more: at most len(RECHECK) times per process): a process whose
-#: first calls met a busy machine is not held to their decision for good
-RECHECK = (32, 256, 2048)
+#: first calls met a busy machine is not held to their decision for good (the first after
+#: 64: a make bench row makes 44 calls of each implementation, none of them re-measuring)
+RECHECK = (64, 1024, 16384)
 
 
 def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
@@ -587,6 +588,7 @@ class CpuExecutable(Executable):
             decisions.store_splits(self._splits_key, [bool(launch.parallel) if launch.conclusive else None
                                                       for launch in self._timed_launches()])
             self._splits_key = None
+            threads.pool(self.device.index).save_wake()  # (the cost they were measured with)
         if (self._rechecks < len(RECHECK) and nthreads > 1
                 and any(not launch.conclusive for launch in self._timed_launches())):
             self._recheck = RECHECK[self._rechecks]

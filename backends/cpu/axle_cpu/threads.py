@@ -98,6 +98,7 @@ class NativePool:
         self._wait_started(started)
         self._wake_us: float | None = None
         self._woken_at = -float("inf")  # when the wake-up cost was last measured (time.monotonic)
+        self._wake_unsaved = False  # measured lower than the compile cache holds (save_wake)
 
     def _wait_started(self, workers: int) -> None:
         """Returns once the workers run (tens of microseconds; the wake-up probe used to
@@ -113,9 +114,9 @@ class NativePool:
         being measured (a cached first call whose decisions were stored never asks). It is
         measured then, once per process (20 probes: tens of microseconds on free cores),
         and the least of that and the cost the compile cache holds for this machine is
-        taken and stored (decisions.py): load only ever slows a probe down, and a cost
-        read back alone kept what one busy moment measured for good (56.8 us at load 4,
-        where free cores give 2-7 us)."""
+        taken (and stored with the next decisions stored, save_wake): load only ever slows
+        a probe down, and a cost read back alone kept what one busy moment measured for
+        good (56.8 us at load 4, where free cores give 2-7 us)."""
         if self._wake_us is None:
             self.refresh_wake()
         assert self._wake_us is not None
@@ -131,14 +132,18 @@ class NativePool:
         if self._wake_us is not None and now - self._woken_at < WAKE_REFRESH_S:
             return
         self._woken_at = now
-        key = decisions.wake_key(self.n)
-        stored = decisions.load_wake(key)
+        stored = decisions.load_wake(decisions.wake_key(self.n))
         us = min(self._measure_wake(), self._wake_us or float("inf"))
-        if stored is not None and stored <= us:
-            us = stored
-        else:
-            decisions.store_wake(key, us)
-        self._wake_us = us
+        self._wake_unsaved = stored is None or us < stored
+        self._wake_us = us if self._wake_unsaved or stored is None else stored
+
+    def save_wake(self) -> None:
+        """Stores the wake-up cost if it is lower than the stored one (called when an
+        executable stores its decisions: a process that stores nothing else, such as a
+        cached first call measuring a decision again, writes nothing)."""
+        if self._wake_unsaved and self._wake_us is not None:
+            decisions.store_wake(decisions.wake_key(self.n), self._wake_us)
+            self._wake_unsaved = False
 
     def run(self, fn: int, bufs: int, outer: int, inner: int, mode: str, nchunks: int,
             stride: int = 0, extent: int = 0) -> None:

@@ -29,11 +29,13 @@ def _exe(f):  # noqa: ANN001, ANN202
 
 
 def _forced_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every kernel is tried split, and the split is kept whatever the timing says."""
+    """Every kernel is tried split, and the split is kept whatever the timing says, for
+    good (conclusive even on busy cores: never measured again, executable.RECHECK)."""
     from axle_cpu import executable, threads
 
     monkeypatch.setattr(threads, "SPLIT_FACTOR", 0.0)
     monkeypatch.setattr(executable, "SPLIT_GAIN", 1e9)
+    monkeypatch.setattr(executable, "OVERLAP", 0.0)
 
 
 @functools.cache

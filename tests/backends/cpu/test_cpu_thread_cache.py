@@ -111,9 +111,10 @@ def test_the_key_changes_with_threads_cpu_and_module(monkeypatch) -> None:
 
 def test_the_wake_up_cost_is_the_least_known(compile_cache, two_threads, monkeypatch) -> None:
     """A process measures the wake-up cost once and keeps the least of that and the cost
-    the compile cache holds (stored when lower): a cost measured on busy cores (56.8 us at
-    load 4, against 2-7 us) no longer holds for good, and one measured on free cores is
-    not lost to a busy process."""
+    the compile cache holds, stored (when lower) with the next decisions stored: a cost
+    measured on busy cores (56.8 us at load 4, against 2-7 us) no longer holds for good,
+    one measured on free cores is not lost to a busy process, and a process that stores
+    no decision writes nothing."""
     pool = threads.pool()
     assert pool.n == 2
     key = decisions.wake_key(pool.n)
@@ -121,14 +122,22 @@ def test_the_wake_up_cost_is_the_least_known(compile_cache, two_threads, monkeyp
     probes = iter([400.0, 40.0, 90.0, 30.0])
     monkeypatch.setattr(threads.NativePool, "_measure_wake", lambda self: next(probes))
     monkeypatch.setattr(pool, "_wake_us", None)
-    assert pool.wake_us == 123.0 and decisions.load_wake(key) == 123.0  # a busy probe: the stored cost
+    assert pool.wake_us == 123.0  # a busy probe: the stored cost
+    pool.save_wake()
+    assert decisions.load_wake(key) == 123.0
     monkeypatch.setattr(pool, "_wake_us", None)  # (a new process)
-    assert pool.wake_us == 40.0 and decisions.load_wake(key) == 40.0  # a lower one: stored
+    assert pool.wake_us == 40.0 and decisions.load_wake(key) == 123.0  # lower: kept, not yet stored
+    pool.save_wake()  # (an executable stores its decisions)
+    assert decisions.load_wake(key) == 40.0
     pool.refresh_wake()  # asked again at once (another executable's recheck): not measured
     assert pool.wake_us == 40.0 and next(probes) == 90.0
     monkeypatch.setattr(pool, "_woken_at", -float("inf"))  # (WAKE_REFRESH_S later)
     pool.refresh_wake()  # measured again in this process (CpuExecutable's recheck): a lower one kept
-    assert pool.wake_us == 30.0 and decisions.load_wake(key) == 30.0
+    assert pool.wake_us == 30.0
+    exe = _compile()  # its decisions stored: the lower cost with them
+    for _ in range(MEASURED):
+        _run(exe)
+    assert decisions.load_splits(exe._key, 1) is not None and decisions.load_wake(key) == 30.0
     for bad in (b'{"wake_us": -1.0}', b'{"wake_us": "fast"}', b"\xff"):
         axle.reset_stats()
         target.DISK.put(key, bad)
