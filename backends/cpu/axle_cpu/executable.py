@@ -303,6 +303,7 @@ class _Launch:
         self._overlap = max(self._overlap, min(worked, busy))
         self._best_split_us = min(self._best_split_us, wall * 1e6)
         self._splits += 1
+        pool.probe_wake()  # (untimed: after the trial)
         if self._splits >= self.TIMED:
             self._decided(*split_verdict(self._best_us, self._best_split_us, self._overlap, pool.wake_us))
 

@@ -134,10 +134,10 @@ def test_the_wake_up_cost_is_the_least_known(compile_cache, two_threads, monkeyp
     monkeypatch.setattr(pool, "_woken_at", -float("inf"))  # (WAKE_REFRESH_S later)
     pool.refresh_wake()  # measured again in this process (CpuExecutable's recheck): a lower one kept
     assert pool.wake_us == 30.0
-    exe = _compile()  # its decisions stored: the lower cost with them
+    exe = _compile()  # its decisions stored: the lower cost with them (or one its split trials probed)
     for _ in range(MEASURED):
         _run(exe)
-    assert decisions.load_splits(exe._key, 1) is not None and decisions.load_wake(key) == 30.0
+    assert decisions.load_splits(exe._key, 1) is not None and decisions.load_wake(key) == pool.wake_us <= 30.0
     for bad in (b'{"wake_us": -1.0}', b'{"wake_us": "fast"}', b"\xff"):
         axle.reset_stats()
         target.DISK.put(key, bad)
