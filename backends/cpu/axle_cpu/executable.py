@@ -628,8 +628,9 @@ class CpuExecutable(Executable):
         """Counts a call towards measuring the inconclusive decisions again (RECHECK); at
         the last one, those kernels forget their decision and the schedule and fast path
         are made again once they are measured (and the decisions stored again)."""
-        self._recheck -= 1
-        if self._recheck > 0:
+        left = self._recheck - 1
+        self._recheck = max(left, 0)
+        if left != 0:  # (below 0: another thread's call got there first)
             return
         self._rechecks += 1
         for launch in self._timed_launches():

@@ -252,6 +252,13 @@ def test_a_decision_is_measured_again_at_most_len_recheck_times(compile_cache, t
     assert (launch.parallel, launch.conclusive, launch.measured) == (False, False, 3)
     assert exe._recheck == 0 and exe._segments is not None
     assert decisions.load_splits(exe._key, 1) == [None]  # the next process measures it again
+    # two threads' calls counting the last call down at once: one measures again, the
+    # other finds the count spent (it was never left below zero, re-measuring on every call)
+    exe._recheck = 1
+    exe._count_recheck()
+    assert launch.parallel is None and exe._rechecks == 3
+    exe._count_recheck()  # (the second thread, past its check of the count)
+    assert exe._recheck == 0 and exe._rechecks == 3
 
 
 def test_a_conclusive_decision_is_not_measured_again(compile_cache, two_threads, monkeypatch) -> None:
