@@ -224,7 +224,8 @@ class _Launch:
       library's call: cold caches, that library's threads still on the cores); the best
       of each kind is compared;
     - a kernel whose best one-thread launch took at most SPLIT_FACTOR times the pool's
-      wake-up cost (threads.py) is not split (decided at once, not tried);
+      wake-up cost (threads.py) is not split (decided at once, not tried; conclusive only
+      if that cost is at most WAKE_TRUSTED_US, not one a busy moment inflated);
     - the split is kept if it was at least 1/SPLIT_GAIN times faster, or, for a long
       kernel (LONG_FACTOR), unless it was slower than LONG_SLOWER times one thread (a
       memory-bound kernel may gain little from a second thread, but loses nothing);
@@ -290,8 +291,12 @@ class _Launch:
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
             self._ones += 1
-            if self._split_mode(pool.n) is None or self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
-                self._decided(False, True)  # no split, or too short to repay waking a thread: not tried
+            if self._split_mode(pool.n) is None:
+                self._decided(False, True)  # no split
+            elif self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
+                # too short to repay waking a thread: not tried, and kept for good only if
+                # the wake-up cost was not measured on busy cores (threads.WAKE_TRUSTED_US)
+                self._decided(False, pool.wake_us <= threads.WAKE_TRUSTED_US)
             return
         helped, cpu = pool.helped(), time.thread_time()
         t0 = time.perf_counter()

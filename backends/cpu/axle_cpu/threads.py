@@ -39,6 +39,9 @@ LOOP_SPLIT_ELEMENTS = 1 << 16
 _START_WAIT_S = 1.0
 #: the least wake-up cost taken (a single timed launch is noisy by microseconds)
 WAKE_FLOOR_US = 5.0
+#: a kernel found too short to split against a wake-up cost above this is decided for the
+#: process only (executable._Launch): free cores give 2-7 us (the floor), a busy moment 20-60
+WAKE_TRUSTED_US = 2 * WAKE_FLOOR_US
 #: the wake-up cost is measured again (NativePool.refresh_wake) at most once in this many seconds
 WAKE_REFRESH_S = 1.0
 #: the pool's chunk modes (pool_ir.py)

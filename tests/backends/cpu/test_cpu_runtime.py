@@ -203,10 +203,33 @@ def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # n
     pairs = ["OOSOOSSOOS"[k:k + 2] for k in range(2, 10, 2)]
     assert [p[0] for p in pairs].count("S") == [p[1] for p in pairs].count("S") == 2
     monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))
+    pool = threads.pool()
+    monkeypatch.setattr(pool, "_wake_us", threads.WAKE_FLOOR_US)
+    monkeypatch.setattr(pool, "_woken_at", float("inf"))  # (not measured again here)
     g = axle.jit(lambda a: a * 3.0, device=cpu)
     g(x)
     (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
     assert short.parallel is False and short.conclusive
+
+
+def test_too_short_against_an_inflated_wake_up_cost_is_not_conclusive(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A kernel found too short to split against a wake-up cost that a busy moment
+    inflated (above WAKE_TRUSTED_US) is not split in this process, and measured again
+    (stored as null): 56.8 us, measured once at load 4, made every kernel under 227 us
+    too short for good."""
+    from axle_cpu import threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))  # every kernel too short
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    pool = threads.pool()
+    monkeypatch.setattr(pool, "_woken_at", float("inf"))
+    for wake, conclusive in ((56.8, False), (threads.WAKE_TRUSTED_US, True), (threads.WAKE_FLOOR_US, True)):
+        monkeypatch.setattr(pool, "_wake_us", wake)
+        g = axle.jit(lambda a: a * 3.0 + wake, device=cpu)
+        np.testing.assert_array_equal(np.asarray(g(x)), x * np.float32(3.0) + np.float32(wake))
+        (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
+        assert (short.parallel, short.conclusive) == (False, conclusive), wake
 
 
 def test_to_device_types_copies_and_alignment(cpu, monkeypatch) -> None:  # noqa: ANN001
