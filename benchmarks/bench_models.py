@@ -35,8 +35,8 @@ HYPER = {"lr": 0.1, "momentum": 0.9}
 FULL = "fwd:224:1,fwd:224:32,train:32:32"
 QUICK = "fwd:64:1,train:16:4"
 #: calls of each implementation right after its first (see _first_calls): axle-cpu decides
-#: its splits on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
-SETTLE_CALLS = 8
+#: its splits on a kernel's first 10 launches (axle_cpu.executable._Launch.LAUNCHES)
+SETTLE_CALLS = 11
 #: each timed call follows calls of its own for at least this long (common.measure)
 SETTLE_MS = 100.0
 

@@ -29,8 +29,8 @@ REL_TOL = 1e-4
 #: calls of each implementation right after its first, back to back: axle-cpu measures on
 #: its first calls whether each kernel pays to split across threads, which it must do
 #: while no other library's threads spin on the cores (measure() interleaves them); it
-#: decides on a kernel's first 7 launches (axle_cpu.executable._Launch.LAUNCHES)
-SETTLE_CALLS = 8
+#: decides on a kernel's first 10 launches (axle_cpu.executable._Launch.LAUNCHES)
+SETTLE_CALLS = 11
 #: each timed call follows calls of its own for at least this long (common.measure):
 #: onnxruntime's pool spins for tens of milliseconds after a call
 SETTLE_MS = 100.0

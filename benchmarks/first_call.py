@@ -10,7 +10,7 @@ call: it is compared with warm calls, both after the imports.
 The process that fills the cache passes ``--then N``: after the measurements it runs the
 program N more times, untimed, as a program run for a while does, so that the cache also
 holds what a backend measures over a program's first launches (the cpu's thread-split
-decisions take 7) and the processes after it find that too.
+decisions take 10) and the processes after it find that too.
 
 ``python benchmarks/first_call.py WORKLOAD DEVICE [--then N]`` (WORKLOAD: mnist_mlp or
 softmax)."""

@@ -316,7 +316,7 @@ def _splits_key(name: str, module_digest: str | None) -> bytes | None:
     if module_digest is None or not target.DISK.enabled():
         return None
     # the rule that made the decisions is part of them (its constants: a test changes them)
-    rule = (f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} timed={_Launch.TIMED} long={LONG_FACTOR}/{LONG_SLOWER}"
+    rule = (f"factor={threads.SPLIT_FACTOR} gain={SPLIT_GAIN} order={_Launch.ORDER} long={LONG_FACTOR}/{LONG_SLOWER}"
             f" overlap={OVERLAP}")
     return decisions.split_key(module_digest, name, f"{_settings()}\0{rule}", threads.device_threads())
 

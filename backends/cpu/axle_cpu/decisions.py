@@ -30,7 +30,7 @@ from axle import counters
 from .target import DISK, object_key
 
 #: bumped when an entry's layout changes
-FORMAT = "axle-cpu-threads-2"
+FORMAT = "axle-cpu-threads-3"
 
 
 def split_key(module_digest: str, name: str, settings: str, nthreads: int) -> bytes:

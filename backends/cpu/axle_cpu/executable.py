@@ -54,6 +54,12 @@ LONG_SLOWER = 1.05
 OVERLAP = 0.5
 #: chunks per thread of a split kernel (claimed dynamically, so a late thread costs little)
 CHUNKS = 4
+#: an executable whose decisions are not all conclusive (measured while the cores were
+#: busy) measures those kernels again after this many more calls, the k-th time after
+#: RECHECK[k - 1] (then no more: at most len(RECHECK) times per process): a process whose
+#: first calls met a busy machine is not held to their decision for good (the first after
+#: 64: a make bench row makes 44 calls of each implementation, none of them re-measuring)
+RECHECK = (64, 1024, 16384)
 
 
 def llvm_module(specs: Sequence[KernelSpec], name: str = "axle") -> ir.Module:
@@ -210,22 +216,32 @@ class _Launch:
     and whether it is split across threads. That is decided by measurement, made robust
     to other processes on the machine (they only ever slow a launch down):
 
-    - its first ``LAUNCHES`` launches are one thread twice (the first is cold: new code,
-      new pages), then split and one thread in turn (so both see the same cache and load)
-      until ``TIMED`` were split, and the best of each is compared;
+    - its first ``LAUNCHES`` launches follow ``ORDER``: one thread twice (the first is
+      cold: new code, new pages), then split (S) and one thread (O) as S O O S S O O S, so
+      that each kind runs as often first after the caller's other work as second after
+      its own (a caller that times every other call after a call of its own, as
+      benchmarks/common.py ``measure`` does, ran every split trial right after another
+      library's call: cold caches, that library's threads still on the cores); the best
+      of each kind is compared;
     - a kernel whose best one-thread launch took at most SPLIT_FACTOR times the pool's
-      wake-up cost (threads.py) is not split (decided at once, not tried);
+      wake-up cost (threads.py) is not split (decided at once, not tried; conclusive only
+      if that cost is at most WAKE_TRUSTED_US, not one a busy moment inflated);
     - the split is kept if it was at least 1/SPLIT_GAIN times faster, or, for a long
       kernel (LONG_FACTOR), unless it was slower than LONG_SLOWER times one thread (a
       memory-bound kernel may gain little from a second thread, but loses nothing);
     - the decision is ``conclusive`` (kept for the next process, decisions.py) only when
       the threads of a split trial ran at once (OVERLAP: the workers' chunks and the
-      caller's CPU time). Otherwise the other cores were busy: the decision holds for
-      this process and the next one measures again."""
+      caller's CPU time), and never when a long kernel's split lost (a split over chunks
+      claimed dynamically cannot lose by that much but to other work on the cores).
+      Otherwise the decision holds for this process until the executable measures it
+      again (CpuExecutable, RECHECK), and the next process measures it again too."""
 
-    TIMED = 3
-    #: the launches that measure a kernel (TIMED split, one more on one thread)
-    LAUNCHES = 2 * TIMED + 1
+    #: the measurement's launches in order: one thread (O) or split (S)
+    ORDER = "OOSOOSSOOS"
+    #: its split trials
+    TIMED = ORDER.count("S")
+    #: the launches that measure a kernel
+    LAUNCHES = len(ORDER)
 
     def __init__(self, step: KernelStep, addr: int, region: int) -> None:
         self.step = step
@@ -237,10 +253,13 @@ class _Launch:
         self.parallel: bool | None = None  # None until measured
         #: whether the decision was measured with the cores free (kept for the next process)
         self.conclusive = True
+        #: times this process measured the kernel (CpuExecutable measures an inconclusive
+        #: decision again, RECHECK)
+        self.measured = 0
         self.nin = len(step.ins)
         self.nbuf = self.nin + len(step.outs)
-        self._best_us = float("inf")  # one thread, launches 0, 1, 3, 5...
-        self._best_split_us = float("inf")  # split, launches 2, 4, 6...
+        self._best_us = float("inf")  # one thread (ORDER's O launches)
+        self._best_split_us = float("inf")  # split (its S launches)
         self._ones = 0
         self._splits = 0
         self._overlap = 0.0  # how much the threads of the best split trial so far ran at once
@@ -257,16 +276,27 @@ class _Launch:
         else:
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
 
+    def remeasure(self) -> None:
+        """Forgets the decision: the next launches measure the kernel again."""
+        self.parallel, self.conclusive = None, True
+        self._best_us = self._best_split_us = float("inf")
+        self._ones = self._splits = 0
+        self._overlap = 0.0
+
     def _trial(self, pool: threads.NativePool, bufs: int, outs: Callable[[], list[np.ndarray]]) -> None:
-        """One launch of the measurement: one thread twice, then split and one thread in
-        turn (class docstring)."""
-        if self._ones < self._splits + 2:
+        """One launch of the measurement (ORDER; class docstring)."""
+        i = self._ones + self._splits
+        if i >= self.LAUNCHES or self.ORDER[i] == "O":
             t0 = time.perf_counter()
             self.fn(bufs, 0, self.outer, 0, self.inner, 0, INT64_MAX)
             self._best_us = min(self._best_us, (time.perf_counter() - t0) * 1e6)
             self._ones += 1
-            if self._split_mode(pool.n) is None or self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
-                self.parallel = False  # no split, or too short to repay waking a thread: not tried
+            if self._split_mode(pool.n) is None:
+                self._decided(False, True)  # no split
+            elif self._best_us <= threads.SPLIT_FACTOR * pool.wake_us:
+                # too short to repay waking a thread: not tried, and kept for good only if
+                # the wake-up cost was not measured on busy cores (threads.WAKE_TRUSTED_US)
+                self._decided(False, pool.wake_us <= threads.WAKE_TRUSTED_US)
             return
         helped, cpu = pool.helped(), time.thread_time()
         t0 = time.perf_counter()
@@ -278,9 +308,14 @@ class _Launch:
         self._overlap = max(self._overlap, min(worked, busy))
         self._best_split_us = min(self._best_split_us, wall * 1e6)
         self._splits += 1
+        pool.probe_wake()  # (untimed: after the trial)
         if self._splits >= self.TIMED:
-            self.parallel, self.conclusive = split_verdict(self._best_us, self._best_split_us, self._overlap,
-                                                           pool.wake_us)
+            self._decided(*split_verdict(self._best_us, self._best_split_us, self._overlap, pool.wake_us))
+
+    def _decided(self, parallel: bool, conclusive: bool) -> None:
+        self.conclusive = conclusive
+        self.measured += 1
+        self.parallel = parallel  # (last: another thread reads it without a lock)
 
     def _nchunks(self, n: int) -> int:
         """The chunks a split over ``n`` threads cuts the kernel into (_run_parallel)."""
@@ -359,8 +394,13 @@ def split_verdict(one_us: float, split_us: float, overlap: float, wake_us: float
     split = split_us < SPLIT_GAIN * one_us or (long and split_us <= LONG_SLOWER * one_us)
     # kept only if measured with the threads running at once: else the other cores were
     # busy, and the times say what a split gives now, not what it gains (a win may be
-    # one-thread launches preempted, a loss a preempted worker holding a chunk)
-    return split, overlap >= OVERLAP
+    # one-thread launches preempted, a loss a preempted worker holding a chunk). A long
+    # kernel's split that lost is never kept: its chunks are claimed dynamically, so a
+    # second thread that runs at all cannot make it slower by LONG_SLOWER, but other work
+    # on the cores in the middle of a trial can (make bench's seed at 2^24 was stored as
+    # unsplit for good from a trial whose threads ran at once: overlap 0.54, split 14.1 ms
+    # against 11.6 on one thread)
+    return split, overlap >= OVERLAP and (split or not long)
 
 
 class _ReductionSplit:
@@ -483,6 +523,11 @@ class CpuExecutable(Executable):
         # cached first call runs with them at once, measuring nothing
         timed = self._timed_launches()
         self._splits_key = splits_key = splits_key if timed else None  # (nothing measured: nothing kept)
+        self._key = splits_key  # (stored again when inconclusive decisions were measured again)
+        #: calls left before the kernels whose decision is inconclusive are measured again
+        #: (0: none pending; RECHECK)
+        self._recheck = 0
+        self._rechecks = 0  # times done
         splits = decisions.load_splits(splits_key, len(timed)) if splits_key is not None else None
         if splits is not None:
             for launch, parallel in zip(timed, splits):
@@ -549,6 +594,10 @@ class CpuExecutable(Executable):
             decisions.store_splits(self._splits_key, [bool(launch.parallel) if launch.conclusive else None
                                                       for launch in self._timed_launches()])
             self._splits_key = None
+            threads.pool(self.device.index).save_wake()  # (the cost they were measured with)
+        if (self._rechecks < len(RECHECK) and nthreads > 1
+                and any(not launch.conclusive for launch in self._timed_launches())):
+            self._recheck = RECHECK[self._rechecks]
         segs: list[tuple] = []
         for i, (launch, step) in enumerate(self._steps):
             split = None
@@ -569,6 +618,8 @@ class CpuExecutable(Executable):
         return segs
 
     def execute(self, args: Sequence[Buffer]) -> list[Buffer]:
+        if self._recheck:  # a decision measured on busy cores, to measure again
+            self._count_recheck()
         fast = self._fast
         if fast is not None and not profiler.enabled():  # a timeline records each kernel: the general path
             return fast.run(args)
@@ -577,6 +628,23 @@ class CpuExecutable(Executable):
             self._fast_checked = True
             self._fast = FastCall.build(self, self._segments[1])
         return out
+
+    def _count_recheck(self) -> None:
+        """Counts a call towards measuring the inconclusive decisions again (RECHECK); at
+        the last one, those kernels forget their decision and the schedule and fast path
+        are made again once they are measured (and the decisions stored again)."""
+        left = self._recheck - 1
+        self._recheck = max(left, 0)
+        if left != 0:  # (below 0: another thread's call got there first)
+            return
+        self._rechecks += 1
+        for launch in self._timed_launches():
+            if not launch.conclusive:
+                launch.remeasure()
+        threads.pool(self.device.index).refresh_wake()  # (the cost may have been measured on busy cores too)
+        self._splits_key = self._key
+        self._fast, self._fast_checked = None, False
+        self._segments = None
 
     def _execute(self, args: Sequence[Buffer]) -> list[Buffer]:
         plan = self.plan

@@ -10,7 +10,8 @@ kernels in its runs, loops included. Whether a kernel is split is measured
 (executable._Launch): one-thread launches and split trials in turn, a kernel no slower
 than ``SPLIT_FACTOR`` times the pool's measured wake-up cost never tried, and the split
 stays if it was faster (or, for a long kernel, not slower), judged only from trials whose
-threads ran at once. Kernels inside loops cannot be timed from Python: they split when their work
+threads ran at once (an executable measures an inconclusive decision again, a few times per
+process). Kernels inside loops cannot be timed from Python: they split when their work
 reaches ``LOOP_SPLIT_ELEMENTS``. ``AXLE_CPU_THREADS`` (or ``AXLE_FLAGS=--cpu_threads=N``)
 sets the number of threads (1 disables splitting).
 """
@@ -36,6 +37,13 @@ SPLIT_FACTOR = 4.0
 LOOP_SPLIT_ELEMENTS = 1 << 16
 #: how long a new pool waits for its workers to run (NativePool._wait_started)
 _START_WAIT_S = 1.0
+#: the least wake-up cost taken (a single timed launch is noisy by microseconds)
+WAKE_FLOOR_US = 5.0
+#: a kernel found too short to split against a wake-up cost above this is decided for the
+#: process only (executable._Launch): free cores give 2-7 us (the floor), a busy moment 20-60
+WAKE_TRUSTED_US = 2 * WAKE_FLOOR_US
+#: the wake-up cost is measured again (NativePool.refresh_wake) at most once in this many seconds
+WAKE_REFRESH_S = 1.0
 #: the pool's chunk modes (pool_ir.py)
 MODES = {"rows": 0, "columns": 1, "reduction": 2}
 
@@ -94,6 +102,8 @@ class NativePool:
         self.n = started + 1
         self._wait_started(started)
         self._wake_us: float | None = None
+        self._woken_at = -float("inf")  # when the wake-up cost was last measured (time.monotonic)
+        self._wake_unsaved = False  # measured lower than the compile cache holds (save_wake)
 
     def _wait_started(self, workers: int) -> None:
         """Returns once the workers run (tens of microseconds; the wake-up probe used to
@@ -106,20 +116,50 @@ class NativePool:
     @property
     def wake_us(self) -> float:
         """The pool's wake-up cost in microseconds: asked only while a kernel's split is
-        being measured (a cached first call whose decisions were stored never asks), read
-        from the compile cache when this machine measured it before, else measured now
-        and stored (decisions.py)."""
+        being measured (a cached first call whose decisions were stored never asks). It is
+        measured then, once per process (20 probes: tens of microseconds on free cores),
+        and the least of that and the cost the compile cache holds for this machine is
+        taken (and stored with the next decisions stored, save_wake): load only ever slows
+        a probe down, and a cost read back alone kept what one busy moment measured for
+        good (56.8 us at load 4, where free cores give 2-7 us)."""
         if self._wake_us is None:
-            if self.n == 1:
-                self._wake_us = float("inf")
-            else:
-                key = decisions.wake_key(self.n)
-                us = decisions.load_wake(key)
-                if us is None:
-                    us = self._measure_wake()
-                    decisions.store_wake(key, us)
-                self._wake_us = us
+            self.refresh_wake()
+        assert self._wake_us is not None
         return self._wake_us
+
+    def refresh_wake(self) -> None:
+        """Measures the wake-up cost again (wake_us), keeping the least known; not again
+        within WAKE_REFRESH_S (every executable measuring a decision again asks)."""
+        if self.n == 1:
+            self._wake_us = float("inf")
+            return
+        now = time.monotonic()
+        if self._wake_us is not None and now - self._woken_at < WAKE_REFRESH_S:
+            return
+        self._woken_at = now
+        stored = decisions.load_wake(decisions.wake_key(self.n))
+        us = min(self._measure_wake(), self._wake_us or float("inf"))
+        self._wake_unsaved = stored is None or us < stored
+        self._wake_us = us if self._wake_unsaved or stored is None else stored
+
+    def probe_wake(self) -> None:
+        """One more probe, at another moment than the first 20 (after a split trial, the
+        worker still awake as after any split): the least kept. Probes made back to back
+        all meet the same moment of the machine, and a busy one inflates them all."""
+        if self.n > 1 and self._wake_us is not None:
+            t0 = time.perf_counter()
+            ran = runner.pool_function("axle_pool_probe")()  # (0: another caller holds the pool)
+            us = max((time.perf_counter() - t0) * 1e6, WAKE_FLOOR_US)
+            if ran and us < self._wake_us:
+                self._wake_us, self._wake_unsaved = us, True  # (lower than the stored cost too)
+
+    def save_wake(self) -> None:
+        """Stores the wake-up cost if it is lower than the stored one (called when an
+        executable stores its decisions: a process that stores nothing else, such as a
+        cached first call measuring a decision again, writes nothing)."""
+        if self._wake_unsaved and self._wake_us is not None:
+            decisions.store_wake(decisions.wake_key(self.n), self._wake_us)
+            self._wake_unsaved = False
 
     def run(self, fn: int, bufs: int, outer: int, inner: int, mode: str, nchunks: int,
             stride: int = 0, extent: int = 0) -> None:
@@ -144,13 +184,15 @@ class NativePool:
         a busy machine kept every kernel below a few milliseconds from being tried)."""
         probe = runner.pool_function("axle_pool_probe")
         samples = []
-        for _ in range(20):
+        for _ in range(100):  # (a probe that found the pool taken by another caller ran nothing)
             t0 = time.perf_counter()
-            probe()
-            samples.append((time.perf_counter() - t0) * 1e6)
+            if probe():
+                samples.append((time.perf_counter() - t0) * 1e6)
+                if len(samples) == 20:
+                    break
         # at least 5 us: a single timed launch is noisy by microseconds on a busy machine, and
         # kernels of a few microseconds gain nothing from a split
-        return max(min(samples), 5.0)
+        return max(min(samples, default=WAKE_FLOOR_US), WAKE_FLOOR_US)
 
 
 _POOL: NativePool | None = None

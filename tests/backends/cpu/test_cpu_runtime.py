@@ -158,7 +158,11 @@ VERDICTS = [
     ((1000.0, 990.0, 0.1, 10.0), (True, False)),  # long, cores busy: split for now, measured again
     ((1000.0, 1200.0, 0.1, 10.0), (False, False)),  # long, cores busy and the split slower: not for now
     ((1000.0, 1040.0, 0.9, 10.0), (True, True)),  # long, memory-bound: a split costs nothing
-    ((1000.0, 1100.0, 0.9, 10.0), (False, True)),  # long and measured slower with both threads
+    # long and measured slower with both threads: something else ran on the cores (a
+    # second thread claiming chunks cannot slow a long kernel down): measured again
+    ((1000.0, 1100.0, 0.9, 10.0), (False, False)),
+    ((1000.0, 1100.0, 0.1, 10.0), (False, False)),
+    ((100.0, 110.0, 1.0, 10.0), (False, True)),  # short and slower split: conclusive
 ]
 
 
@@ -172,9 +176,11 @@ def test_the_split_verdict(times: tuple[float, float, float, float], want: tuple
 
 
 def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # noqa: ANN001
-    """The measurement runs one thread twice (the first launch is cold), then alternates
-    split and one thread (both see the same cache and load) and ends after TIMED splits;
-    a kernel too short to repay a wake-up is decided at its first launch, untried."""
+    """The measurement runs one thread twice (the first launch is cold), then split and
+    one thread as S O O S S O O S: each kind as often first after a foreign call as
+    second after its own (benchmarks' measure runs every other call right after another
+    library's); a kernel too short to repay a wake-up is decided at its first launch,
+    untried."""
     from axle_cpu import executable, threads
 
     monkeypatch.setenv("AXLE_CPU_THREADS", "2")
@@ -185,18 +191,45 @@ def test_one_thread_and_split_launches_alternate(cpu, monkeypatch) -> None:  # n
     (launch,) = [launch for launch, _ in _entry(f)._steps if launch is not None]
     order = []
     run_parallel = launch._run_parallel
-    monkeypatch.setattr(launch, "_run_parallel", lambda *a: (order.append("split"), run_parallel(*a)))
+    monkeypatch.setattr(launch, "_run_parallel", lambda *a: (order.append("S"), run_parallel(*a)))
     fn = launch.fn
-    monkeypatch.setattr(launch, "fn", lambda *a: (order.append("one"), fn(*a)))
+    monkeypatch.setattr(launch, "fn", lambda *a: (order.append("O"), fn(*a)))
     while launch.parallel is None:
         np.testing.assert_array_equal(np.asarray(f(x)), x * 2.0 + 1.0)
-    assert ["one"] + order == ["one"] + ["one", "split"] * executable._Launch.TIMED
-    assert len(order) + 1 == executable._Launch.LAUNCHES
+    assert "O" + "".join(order) == "OOSOOSSOOS" == executable._Launch.ORDER
+    assert len(order) + 1 == executable._Launch.LAUNCHES and executable._Launch.TIMED == 4
+    # measure's pattern (a call after another library's, then one after its own): pairs
+    # from the third launch on; each kind as often first in its pair as second
+    pairs = ["OOSOOSSOOS"[k:k + 2] for k in range(2, 10, 2)]
+    assert [p[0] for p in pairs].count("S") == [p[1] for p in pairs].count("S") == 2
     monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))
+    pool = threads.pool()
+    monkeypatch.setattr(pool, "_wake_us", threads.WAKE_FLOOR_US)
+    monkeypatch.setattr(pool, "_woken_at", float("inf"))  # (not measured again here)
     g = axle.jit(lambda a: a * 3.0, device=cpu)
     g(x)
     (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
     assert short.parallel is False and short.conclusive
+
+
+def test_too_short_against_an_inflated_wake_up_cost_is_not_conclusive(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A kernel found too short to split against a wake-up cost that a busy moment
+    inflated (above WAKE_TRUSTED_US) is not split in this process, and measured again
+    (stored as null): 56.8 us, measured once at load 4, made every kernel under 227 us
+    too short for good."""
+    from axle_cpu import threads
+
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    monkeypatch.setattr(threads, "SPLIT_FACTOR", float("inf"))  # every kernel too short
+    x = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    pool = threads.pool()
+    monkeypatch.setattr(pool, "_woken_at", float("inf"))
+    for wake, conclusive in ((56.8, False), (threads.WAKE_TRUSTED_US, True), (threads.WAKE_FLOOR_US, True)):
+        monkeypatch.setattr(pool, "_wake_us", wake)
+        g = axle.jit(lambda a: a * 3.0 + wake, device=cpu)
+        np.testing.assert_array_equal(np.asarray(g(x)), x * np.float32(3.0) + np.float32(wake))
+        (short,) = [launch for launch, _ in _entry(g)._steps if launch is not None]
+        assert (short.parallel, short.conclusive) == (False, conclusive), wake
 
 
 def test_to_device_types_copies_and_alignment(cpu, monkeypatch) -> None:  # noqa: ANN001
