@@ -585,8 +585,9 @@ class CpuExecutable(Executable):
     def _schedule(self, nthreads: int) -> list[tuple] | None:
         """Consecutive single-threaded kernels merged into runner calls; None while some
         kernel's threading is still being measured."""
-        if self._segments is not None and self._segments[0] == nthreads:
-            return self._segments[1]
+        segments = self._segments  # (read once: another thread may reset it, RECHECK)
+        if segments is not None and segments[0] == nthreads:
+            return segments[1]
         if any(launch is not None and launch.parallel is None for launch, _ in self._steps):
             return None
         if self._splits_key is not None:  # every decision measured: kept for the next process,
@@ -624,9 +625,10 @@ class CpuExecutable(Executable):
         if fast is not None and not profiler.enabled():  # a timeline records each kernel: the general path
             return fast.run(args)
         out = self._execute(args)
-        if not self._fast_checked and self._segments is not None:
+        segments = self._segments  # (read once: another thread's recheck may reset it to None)
+        if not self._fast_checked and segments is not None:
             self._fast_checked = True
-            self._fast = FastCall.build(self, self._segments[1])
+            self._fast = FastCall.build(self, segments[1])
         return out
 
     def _count_recheck(self) -> None:
@@ -701,10 +703,14 @@ class CpuExecutable(Executable):
         tracing = profiler.enabled()
         # The schedule is fixed by the thread count when it was made (AXLE_CPU_THREADS is
         # read then, not on every call).
-        pool = None if self._segments is not None else threads.pool(self.device.index)
-        # pool is None exactly when the segments are set
-        segs = None if tracing else (self._segments[1] if pool is None  # type: ignore[index]  # see above
-                                     else self._schedule(pool.n))
+        # (read once: another thread's call may reset them to None to measure again, RECHECK)
+        segments = self._segments
+        pool: threads.NativePool | None = None
+        if segments is not None:
+            segs = None if tracing else segments[1]
+        else:
+            pool = threads.pool(self.device.index)
+            segs = None if tracing else self._schedule(pool.n)
         if segs is None:  # step by step: measuring, or recording a timeline
             segs = [("step", launch, step) for launch, step in self._steps]
         k = 0

@@ -478,3 +478,33 @@ def test_split_reductions_of_every_kind_and_odd_size(cpu, monkeypatch, k: int) -
         else:  # float rounding: relative to the sum of the magnitudes
             scale = float(np.max(np.sum(np.abs(np.asarray(args[0], np.float64)), axis=0 if g.ndim else None)))
             np.testing.assert_allclose(g.astype(np.float64), want, rtol=2e-5, atol=2e-6 * scale, err_msg=name)
+
+
+
+def test_a_call_reads_the_schedule_once(cpu, monkeypatch) -> None:  # noqa: ANN001
+    """A call that measures inconclusive decisions again (executable.RECHECK) resets the
+    executable's schedule to None while other Python threads may be in calls of their own:
+    a call reads the schedule once. Here every read after the first returns None, as if
+    another thread's recheck came in between (the second read, None, raised TypeError)."""
+    monkeypatch.setenv("AXLE_CPU_THREADS", "2")
+    x = RNG.standard_normal((1 << 14,)).astype(np.float32)
+    f = axle.jit(lambda a: anp.tanh(a) * 3.0, device=cpu)
+    for _ in range(WARM):
+        want = np.asarray(f(x))
+    exe = _exe(f)
+    assert exe._segments is not None, "the schedule is fixed after the measuring calls"
+
+    class RecheckedMeanwhile(type(exe)):  # type: ignore[misc]  # the executable's own class
+        @property
+        def _segments(self):  # noqa: ANN202
+            segments, self.__dict__["_segments"] = self.__dict__["_segments"], None
+            return segments
+
+        @_segments.setter
+        def _segments(self, value) -> None:  # noqa: ANN001
+            self.__dict__["_segments"] = value
+
+    monkeypatch.setattr(exe, "__class__", RecheckedMeanwhile)
+    exe._fast, exe._fast_checked = None, False  # the general path, which reads the schedule
+    np.testing.assert_array_equal(np.asarray(f(x)), want)
+    np.testing.assert_array_equal(np.asarray(f(x)), want)
