@@ -482,6 +482,38 @@ def test_conv_bias_relu_is_one_kernel(layout: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def _conv_batch_norm(x, w, mean, var, g, b, layout: str):  # noqa: ANN001, ANN202
+    """An inference batch norm and relu after a convolution, written as examples/resnet.py
+    writes it: ``(conv - mean) * rsqrt(var + eps) * gamma + beta``."""
+    c = (slice(None),) if layout == "NHWC" else (slice(None), None, None)
+    y = nn.conv(x, w, padding="SAME", layout=layout)
+    return anp.maximum((y - mean[c]) * lax.rsqrt(var[c] + 1e-5) * g[c] + b[c], 0.0)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_batch_norm_rsqrt_is_computed_once_per_feature(layout: str) -> None:
+    """NHWC: the batch norm's per-feature rsqrt, which the epilogue's inner loop (over the
+    features) cannot hoist, is a kernel of its own (the fusion policy's
+    max_broadcast_recompute_elements), read by the convolution's output fusion; NCHW: it
+    stays in the epilogue, computed once per output row. Values: the interpreter's."""
+    nhwc = layout == "NHWC"
+    x = RNG.standard_normal((4, 32, 32, 8) if nhwc else (4, 8, 32, 32)).astype(np.float32)
+    w = (RNG.standard_normal((3, 3, 8, 24) if nhwc else (24, 8, 3, 3)) * 0.2).astype(np.float32)
+    mean, g, b = (RNG.standard_normal(24).astype(np.float32) for _ in range(3))
+    var = RNG.random(24).astype(np.float32) + 0.5
+    args = (x, w, mean, var, g, b)
+    compiled = axle.jit(lambda *a: _conv_batch_norm(*a, layout), device="cpu:0").lower(*args).compile()
+    fusions = [n for n in compiled.module.entry.nodes if n.op is Op.FUSION]
+    rsqrt_in = [f.attr["kind"] for f in fusions if any(n.op is Op.RSQRT for n in f.attr["computation"].nodes)]
+    assert rsqrt_in == (["loop"] if nhwc else ["output"])
+    assert [f.attr["kind"] for f in fusions if f.attr["kind"] == "output"] == ["output"]
+    assert native_convs(compiled.module) == 1 and compiled.report()["kernels"] == (2 if nhwc else 1)
+    got = np.asarray(compiled(*args))
+    with axle.device("interpreter:0"):
+        want = np.asarray(_conv_batch_norm(*args, layout))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_residual_scale_convert_epilogue(cpu) -> None:  # noqa: ANN001
     """A scaled residual add and a convert to float16 finish the convolution's tiles too
     (the convert: an output that cannot hold partial sums)."""
