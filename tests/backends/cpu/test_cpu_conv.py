@@ -416,6 +416,41 @@ def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa
     np.testing.assert_array_equal(pieces, whole)
 
 
+@pytest.mark.parametrize(("name", "segments"), [
+    ("stem-7x7-stride2", 7), ("cifar-stem-3x3", 3), ("line-negative-padding", 3), ("indirect-batch-groups", 4),
+    ("indirect-grouped-strided", 9), ("several-k-blocks-nhwc", 0), ("indirect-split-run", 0)])
+@pytest.mark.parametrize("vector_bits", [0, 256], ids=["host", "avx2"])
+def test_whole_k_indirection_rows_unrolled(name: str, segments: int, vector_bits: int) -> None:
+    """Where one K block is all of K in a few segments (a stem's 7 lines, a 3x3 layer of 16
+    features' 9 runs), each indirection table row's segments are unrolled with constant
+    window positions (``ind_unroll``); several K blocks (K = 576) or too many segments keep
+    the loop, and so does a call given a slice of K (a split of K across threads), which
+    is not all of K. Whole calls, pixel pieces and K slices: the interpreter's values, with
+    the host's tiles and AVX2's."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    m = conv_module(next(c for c in CONFIGS + LINE_CONFIGS if c[0] == name), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+    assert _Emitter(ir.Module(), spec, vector_bits or 512).ind_unroll == segments
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+    whole, pieces = np.zeros(m.entry.root.shape, np.float32), np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    cuts = sorted({0, 5, outer // 3 + 1, outer})
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+    units = spec.layout.k // spec.k_unit
+    ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
+    parts = [np.zeros(m.entry.root.shape, np.float32) for _ in range(2)]
+    for (a, b), part in zip([(0, units // 2), (units // 2, units)], parts):
+        fn(ptrs(part), 0, outer, 0, inner, a, b)
+    check_conv(m, xs, parts[0] + parts[1])
+
+
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
 def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
     """An NCHW 14x14 map's 196 pixel columns fill three 64-wide panels and 4 columns: that
