@@ -464,3 +464,38 @@ def test_big_strided_transpose_is_not_one_of_several_outputs():
                                                                                   ["transpose"]]
     assert not any(isinstance(f.type, TupleType) for f in fusions(opt))
     check_values(weight_and_flipped, (w,), opt)
+
+
+# --------------------------------------- slow ops repeated by a broadcast (issue 17)
+
+
+def nhwc_batch_norm(x, v, b):
+    """An inference batch norm over NHWC: the per-feature rsqrt(var + eps) is broadcast
+    along the innermost dim, which no loop can hoist it out of."""
+    return anp.maximum(x * axle.lax.rsqrt(v + 1e-5) + b, 0.0)
+
+
+def nchw_batch_norm(x, v, b):
+    """The same over NCHW: the per-feature terms are constant along the innermost dims."""
+    return anp.maximum(x * axle.lax.rsqrt(v + 1e-5)[:, None, None] + b[:, None, None], 0.0)
+
+
+def test_slow_op_repeated_along_the_innermost_dim_is_a_kernel_of_its_own():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 16, 16, 32)).astype(f32)  # 65536 elements
+    v, b = rng.random(32).astype(f32) + 0.5, rng.standard_normal(32).astype(f32)
+    fused = optimized(nhwc_batch_norm, x, v, b, policy=FusionPolicy())
+    assert len(fusions(fused)) == 1 and Op.RSQRT in inner_ops(fusions(fused)[0])  # the old way
+    policy = FusionPolicy(max_broadcast_recompute_elements=1 << 14)
+    opt = optimized(nhwc_batch_norm, x, v, b, policy=policy)
+    small, big = sorted(fusions(opt), key=lambda f: f.type.size)
+    assert small.type.shape == (32,) and Op.RSQRT in inner_ops(small)
+    assert Op.RSQRT not in inner_ops(big) and big.operands.count(small) == 1
+    codes = {nf.code for rec in opt.fusion_records for nf in rec.not_fused}
+    assert "broadcast-recompute" in codes
+    check_values(nhwc_batch_norm, (x, v, b), opt)
+    # at most the limit's elements, or constant along the innermost dim: fused as before
+    for fn, xs in ((nhwc_batch_norm, x[:2]), (nchw_batch_norm, np.ascontiguousarray(x.transpose(0, 3, 1, 2)))):
+        kept = optimized(fn, xs, v, b, policy=policy)
+        assert len(fusions(kept)) == 1 and Op.RSQRT in inner_ops(fusions(kept)[0]), fn.__name__
+        check_values(fn, (xs, v, b), kept)

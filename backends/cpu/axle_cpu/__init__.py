@@ -192,8 +192,13 @@ class CpuBackend(Backend):
         # access recomputing its producers inside a loop fusion. The threshold is
         # transpose.MIN_BYTES written out (transpose.py imports llvmlite, which loads only
         # when compiling); test_cpu_transpose checks that the two agree.
+        # A slow op (rsqrt, division, a transcendental) on a small value that a broadcast
+        # repeats along a kernel's innermost dim (an NHWC batch norm's per-feature rsqrt) is
+        # a kernel of its own above 16K elements, where re-evaluating it per element costs
+        # more than a launch (docs/backend-cpu.md, "Convolution", epilogue).
         return FusionPolicy(max_fusion_nodes=128, row_fusion=True, multi_output=True, dot_epilogue=True,
-                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20)
+                            conv_epilogue=True, max_fused_strided_transpose_bytes=1 << 20,
+                            max_broadcast_recompute_elements=1 << 14)
 
     def compile(self, module: Module, device: Device, options: CompileOptions) -> Executable:
         from axle import profiler

@@ -1206,9 +1206,21 @@ class _Emitter:
         self.ind_seg = self._indirect_segment(lay.a_win, plain)
         if self.ind_seg:
             self.t = replace(self.t, kc=max(self.t.kc // self.ind_seg, 1) * self.ind_seg)
+        # K segments per indirection table row, unrolled (_pack_ind), or 0: where one K
+        # block is all of K in at most IND_UNROLL segments (a 7x7 stem's 7 lines, a 3x3
+        # layer of 16 features' 9 runs), each row's segments are straight-line code whose
+        # window positions (table lookups by k) fold to constants. The loop over them
+        # decoded each segment's position and validity from the tables: a quarter of the
+        # batch-32 stem's time went to building its tables
+        k = lay.k
+        self.ind_unroll = (k // self.ind_seg if self.ind_seg and k <= self.t.kc and k % self.ind_seg == 0
+                           and k // self.ind_seg <= self.IND_UNROLL else 0)
 
     #: shortest run of input features read through row pointers (shorter runs are packed)
     IND_MIN_RUN = 16
+    #: most K segments of an indirection table row unrolled, their window positions
+    #: constants, where the block is all of K (``_pack_ind``)
+    IND_UNROLL = 16
     #: shortest Window.line read through row pointers when the feature run is shorter: a
     #: 3x3 layer at batch 32 on 32x32 maps with 1, 2 and 3 input features (lines of 3, 6
     #: and 9) ran in 0.40, 0.59 and 0.76 ms of CPU by lines, 0.55, 1.47 and 1.70 packed
@@ -1892,6 +1904,11 @@ class _Emitter:
         g, b, t, seg = self.g, self.g.b, self.t, self.ind_seg
         assert seg is not None
         per_tile = t.mr * (t.kc // seg)
+        # the whole of K in this block (pc 0, kc K: one K block, K not split by threads):
+        # its few segments unrolled, their window positions constants
+        unroll = self.ind_unroll
+        whole_k = (b.and_(b.icmp_signed("==", pc, _c(0)), b.icmp_signed("==", kc, _c(self.lay.k))) if unroll
+                   else None)
 
         def tile(ip: ir.Value) -> None:
             h = g.min(_c(t.mr), b.sub(mc, ip))
@@ -1901,8 +1918,8 @@ class _Emitter:
                 inside = b.icmp_signed("<", r, h)
                 pix = self._win_pixel(w, b.select(inside, b.add(b.add(ic, ip), r), ic))
 
-                def segment(sx: ir.Value) -> None:
-                    k0 = b.add(pc, b.mul(sx, _c(seg)))
+                def segment(sx: ir.Value, k0: ir.Value | None = None) -> None:
+                    k0 = b.add(pc, b.mul(sx, _c(seg))) if k0 is None else k0
                     valid, off = self._win_addr(w, pix, k0)
                     valid = b.and_(valid, inside)
                     slot = b.add(b.mul(sx, _c(t.mr)), r)
@@ -1922,7 +1939,17 @@ class _Emitter:
                     g.if_(whole, lambda: b.store(g.gep(base, self.st, off), at),
                           lambda: g.if_(inside, patch, lambda: b.store(self.zeros, at)))
 
-                g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
+                def looped() -> None:
+                    g.loop(_c(0), b.udiv(kc, _c(seg)), 1, segment, "ixs")
+
+                def unrolled() -> None:
+                    for sx in range(unroll):
+                        segment(_c(sx), _c(sx * seg))
+
+                if whole_k is None:
+                    looped()
+                else:
+                    g.if_(whole_k, unrolled, looped)
 
             g.loop(_c(0), _c(t.mr), 1, row, "ixr")
 

@@ -43,6 +43,9 @@ REASON_CODES: dict[str, str] = {
     "max-fusion-nodes": "the fusion would have more ops than the policy's max_fusion_nodes",
     "inline-cost": "the fused kernel would evaluate more than the policy's max_inline_cost per element",
     "padded-transcendental": "a pad would re-evaluate a transcendental for every padded element",
+    "broadcast-recompute": "a broadcast would re-evaluate slow ops (a transcendental, a division, a square "
+                           "root) for every element it repeats their value along the output's innermost dim: a "
+                           "kernel of its own computes the value once",
     "multi-output-off": "the fusion would export several values and the policy has multi_output off",
     "tuple-value": "a tuple value cannot be a fusion output",
     "iteration-space": "different iteration spaces (output shapes) in one loop fusion",

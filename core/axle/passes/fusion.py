@@ -44,7 +44,7 @@ from ..ir.fusion_record import FusionRecord, NotFused, fusion_nodes, members_of
 from ..ir.module import Computation, Module, Node
 from ..ir.ops import Op
 from ..ir.types import TensorType, squeeze
-from .inline_cost import inline_cost, padded_transcendental
+from .inline_cost import broadcast_recompute, inline_cost, padded_transcendental
 from .pipeline import Pass
 from .policy import DEFAULT_POLICY, FusionPolicy
 from .rewrite import map_called, rebuild
@@ -162,6 +162,13 @@ def _kind(members: Sequence[Node], roots: Sequence[Node], policy: FusionPolicy) 
                                       f"(the backend's policy)")
     if any(m.op is Op.PAD for m in members) and padded_transcendental(roots, inside) is not None:
         return Refusal("padded-transcendental", "a pad would re-evaluate a transcendental for each padded element")
+    limit = policy.max_broadcast_recompute_elements
+    if limit is not None and (x := broadcast_recompute(roots, inside, limit + 1)) is not None:
+        return Refusal("broadcast-recompute", f"{x.op.value} {x.type} computes slow ops (a transcendental, a "
+                                              f"division or a square root) and a broadcast of more than "
+                                              f"max_broadcast_recompute_elements {limit} (the backend's policy) "
+                                              f"repeats it along its innermost dim, re-evaluating them per "
+                                              f"element: a kernel of its own computes it once")
     if len(roots) > 1 and not policy.multi_output:
         return Refusal("multi-output-off", f"the fusion would export {len(roots)} values and the backend's "
                                            f"policy has multi_output off")

@@ -14,6 +14,7 @@ values from outside are read from memory like parameters (one evaluation each, w
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
@@ -98,5 +99,41 @@ def padded_transcendental(roots: Sequence[Node], inside: Collection[int] | None 
         if x.op in CHEAP_LEAVES or not _is_member(x, inside):
             continue
         if any(m.traits.transcendental and _is_member(m, inside) for m in group_order([x], inside)):
+            return x
+    return None
+
+
+#: elementwise ops that are not transcendental but take a vector unit many times an add's
+#: time (a divider or square-root unit: ~10-20 cycles per vector against 0.5)
+SLOW_ARITHMETIC = frozenset({Op.DIV, Op.REM, Op.SQRT, Op.RSQRT})
+
+
+def slow(n: Node) -> bool:
+    """Whether ``n`` is a transcendental or one of the ``SLOW_ARITHMETIC`` ops."""
+    return n.traits.transcendental or n.op in SLOW_ARITHMETIC
+
+
+def broadcast_recompute(roots: Sequence[Node], inside: Collection[int] | None, min_elements: int) -> Node | None:
+    """A member read by a member ``broadcast_in_dim`` of at least ``min_elements`` elements
+    that repeats it along the broadcast's innermost non-unit dim (the operand varies along
+    that dim), with slow ops (:func:`slow`: a transcendental, a division, a square root)
+    among its members upstream, or None. A loop kernel or a GEMM epilogue hoists what
+    depends on its outer indices only, never what varies along the innermost one: there
+    the broadcast re-evaluates those ops for every element (an NHWC batch norm's
+    per-feature ``rsqrt(var + eps)``, once per pixel). Such an operand is computed by a
+    kernel of its own, which the readers load."""
+    for n in group_order(_outputs(roots), inside):
+        if n.op is not Op.BROADCAST_IN_DIM or not _is_member(n, inside):
+            continue
+        x = n.operands[0]
+        if x.op in CHEAP_LEAVES or not _is_member(x, inside):
+            continue
+        shape, xshape = n.type.shape, x.type.shape  # type: ignore[union-attr]  # broadcasts are of arrays
+        if math.prod(shape) < min_elements:
+            continue
+        inner = max((d for d in range(len(shape)) if shape[d] > 1), default=-1)
+        if not any(d == inner and xshape[i] > 1 for i, d in enumerate(n.attr["broadcast_dimensions"])):
+            continue  # constant along the innermost dim: hoisted out of the inner loop
+        if any(slow(m) and _is_member(m, inside) for m in group_order([x], inside)):
             return x
     return None

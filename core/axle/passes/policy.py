@@ -46,6 +46,13 @@ class FusionPolicy:
     #: movement ops, the backend runs it as a cache-blocked tiled transpose. None:
     #: transposes fuse like other movement ops.
     max_fused_strided_transpose_bytes: int | None = None
+    #: a value computed with slow ops (a transcendental, a division, a square root: a
+    #: batch norm's rsqrt of its variance), read through a broadcast of more than this many
+    #: elements that repeats it along the broadcast's innermost dim (NHWC's per-feature
+    #: terms), is computed by a kernel of its own: fused, the kernel re-evaluates it for
+    #: every element (its inner loop cannot hoist a value that varies along that loop).
+    #: None: such values fuse.
+    max_broadcast_recompute_elements: int | None = None
     #: the device's veto on a candidate fusion node (its ``kind`` and ``computation``): a
     #: reason refuses it. The core sets it from ``Capabilities.predicates[Op.FUSION]``.
     veto: Callable[[Node], str | None] | None = field(default=None, compare=False)

@@ -416,6 +416,41 @@ def test_short_feature_runs_read_by_kernel_rows(dt: DType, cpu) -> None:  # noqa
     np.testing.assert_array_equal(pieces, whole)
 
 
+@pytest.mark.parametrize(("name", "segments"), [
+    ("stem-7x7-stride2", 7), ("cifar-stem-3x3", 3), ("line-negative-padding", 3), ("indirect-batch-groups", 4),
+    ("indirect-grouped-strided", 9), ("several-k-blocks-nhwc", 0), ("indirect-split-run", 0)])
+@pytest.mark.parametrize("vector_bits", [0, 256], ids=["host", "avx2"])
+def test_whole_k_indirection_rows_unrolled(name: str, segments: int, vector_bits: int) -> None:
+    """Where one K block is all of K in a few segments (a stem's 7 lines, a 3x3 layer of 16
+    features' 9 runs), each indirection table row's segments are unrolled with constant
+    window positions (``ind_unroll``); several K blocks (K = 576) or too many segments keep
+    the loop, and so does a call given a slice of K (a split of K across threads), which
+    is not all of K. Whole calls, pixel pieces and K slices: the interpreter's values, with
+    the host's tiles and AVX2's."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    m = conv_module(next(c for c in CONFIGS + LINE_CONFIGS if c[0] == name), DType.FLOAT32)
+    (spec,) = build_plan(m, arena=False, vector_bits=vector_bits).kernels.values()
+    assert _Emitter(ir.Module(), spec, vector_bits or 512).ind_unroll == segments
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m, vector_bits)
+    whole, pieces = np.zeros(m.entry.root.shape, np.float32), np.full(m.entry.root.shape, 99, np.float32)
+    _call(fn, xs, whole, [(0, outer, 0, inner)])
+    check_conv(m, xs, whole)
+    cuts = sorted({0, 5, outer // 3 + 1, outer})
+    _call(fn, xs, pieces, [(a, b, 0, inner) for a, b in zip(cuts, cuts[1:]) if a < b])
+    np.testing.assert_array_equal(pieces, whole)
+    units = spec.layout.k // spec.k_unit
+    ptrs = lambda out: (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (*xs, out)))  # noqa: E731
+    parts = [np.zeros(m.entry.root.shape, np.float32) for _ in range(2)]
+    for (a, b), part in zip([(0, units // 2), (units // 2, units)], parts):
+        fn(ptrs(part), 0, outer, 0, inner, a, b)
+    check_conv(m, xs, parts[0] + parts[1])
+
+
 @pytest.mark.parametrize("dt", [DType.FLOAT32, DType.FLOAT16], ids=lambda d: d.value)
 def test_nchw_right_edge_panel_runs_a_narrower_tile(dt: DType, cpu) -> None:  # noqa: ANN001
     """An NCHW 14x14 map's 196 pixel columns fill four 48-wide panels and 4 columns: that
@@ -484,6 +519,38 @@ def test_conv_bias_relu_is_one_kernel(layout: str) -> None:
     got = np.asarray(compiled(x, w, b))
     with axle.device("interpreter:0"):
         want = np.asarray(_conv_bias_relu(x, w, b, layout))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _conv_batch_norm(x, w, mean, var, g, b, layout: str):  # noqa: ANN001, ANN202
+    """An inference batch norm and relu after a convolution, written as examples/resnet.py
+    writes it: ``(conv - mean) * rsqrt(var + eps) * gamma + beta``."""
+    c = (slice(None),) if layout == "NHWC" else (slice(None), None, None)
+    y = nn.conv(x, w, padding="SAME", layout=layout)
+    return anp.maximum((y - mean[c]) * lax.rsqrt(var[c] + 1e-5) * g[c] + b[c], 0.0)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_batch_norm_rsqrt_is_computed_once_per_feature(layout: str) -> None:
+    """NHWC: the batch norm's per-feature rsqrt, which the epilogue's inner loop (over the
+    features) cannot hoist, is a kernel of its own (the fusion policy's
+    max_broadcast_recompute_elements), read by the convolution's output fusion; NCHW: it
+    stays in the epilogue, computed once per output row. Values: the interpreter's."""
+    nhwc = layout == "NHWC"
+    x = RNG.standard_normal((4, 32, 32, 8) if nhwc else (4, 8, 32, 32)).astype(np.float32)
+    w = (RNG.standard_normal((3, 3, 8, 24) if nhwc else (24, 8, 3, 3)) * 0.2).astype(np.float32)
+    mean, g, b = (RNG.standard_normal(24).astype(np.float32) for _ in range(3))
+    var = RNG.random(24).astype(np.float32) + 0.5
+    args = (x, w, mean, var, g, b)
+    compiled = axle.jit(lambda *a: _conv_batch_norm(*a, layout), device="cpu:0").lower(*args).compile()
+    fusions = [n for n in compiled.module.entry.nodes if n.op is Op.FUSION]
+    rsqrt_in = [f.attr["kind"] for f in fusions if any(n.op is Op.RSQRT for n in f.attr["computation"].nodes)]
+    assert rsqrt_in == (["loop"] if nhwc else ["output"])
+    assert [f.attr["kind"] for f in fusions if f.attr["kind"] == "output"] == ["output"]
+    assert native_convs(compiled.module) == 1 and compiled.report()["kernels"] == (2 if nhwc else 1)
+    got = np.asarray(compiled(*args))
+    with axle.device("interpreter:0"):
+        want = np.asarray(_conv_batch_norm(*args, layout))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

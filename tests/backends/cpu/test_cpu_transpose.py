@@ -4,6 +4,7 @@ big transpose that moves the input's contiguous dim (every permutation class).""
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 import pytest
@@ -48,7 +49,12 @@ CASES = [("f32", (37, 53), (1, 0)), ("f64", (3, 17, 29), (0, 2, 1)), ("f16", (65
          # OIHW -> HWIO: rows (I, 3x3) are one input run across I (input_run), so 16 of them
          # are a vector tile though each I has 9 elements; and with an O that breaks the run
          ("f32", (20, 7, 3, 3), (2, 3, 1, 0)), ("f64", (33, 5, 3, 3), (2, 3, 1, 0)),
-         ("s8", (17, 70, 1, 3), (2, 3, 1, 0)), ("f32", (18, 4, 2, 3), (1, 2, 3, 0))]
+         ("s8", (17, 70, 1, 3), (2, 3, 1, 0)), ("f32", (18, 4, 2, 3), (1, 2, 3, 0)),
+         # NCHW -> NHWC with 2 to 7 features: narrow tiles (narrow_columns), rows of
+         # whole blocks and the blocks at each image's end
+         ("f32", (2, 3, 7, 9), (0, 2, 3, 1)), ("f32", (3, 2, 5, 8), (0, 2, 3, 1)), ("f64", (2, 5, 6, 7), (0, 2, 3, 1)),
+         ("f16", (2, 3, 9, 9), (0, 2, 3, 1)), ("s8", (3, 4, 70), (0, 2, 1)), ("f32", (2, 7, 40), (0, 2, 1)),
+         ("f32", (3, 50), (1, 0)), ("pred", (2, 3, 33), (0, 2, 1))]
 
 
 @pytest.mark.parametrize("dt,shape,perm", CASES)
@@ -108,6 +114,24 @@ def _check(m: Module, reference) -> None:  # noqa: ANN001
         for o0, o1, i0, i1 in ranges:
             fn(ptrs, o0, o1, i0, i1, 0, 2**63 - 1)
         np.testing.assert_array_equal(out.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+@pytest.mark.parametrize("dt,shape,perm,cols", [
+    ("f32", (32, 3, 224, 224), (0, 2, 3, 1), 3), ("f16", (4, 3, 64, 64), (0, 2, 3, 1), 3),
+    ("f32", (4, 7, 64, 64), (0, 2, 3, 1), 7), ("f64", (5, 2, 40), (0, 2, 1), 2),
+    # not narrow: a vector tile's columns or more, one column, too many lanes, rows not
+    # consecutive in the output (NHWC -> NCHW's rows are its features' strided pixels)
+    ("f32", (4, 16, 64, 64), (0, 2, 3, 1), 0), ("f32", (4, 1, 64, 64), (0, 2, 3, 1), 0),
+    ("f64", (4, 9, 64, 64), (0, 2, 3, 1), 0), ("f32", (4, 64, 64, 3), (0, 3, 1, 2), 0)])
+def test_narrow_rows_take_the_narrow_tiles(dt, shape, perm, cols) -> None:  # noqa: ANN001
+    """NCHW -> NHWC of a few features (an image's 3 channels): a block of rows is a vector
+    load per feature, interleaved in registers (narrow_columns says how many columns)."""
+    from axle_cpu.transpose import TransposeSpec, narrow_columns
+
+    m = _module(dt, shape, perm)
+    assert narrow_columns(TransposeSpec("t", m.entry, "transpose")) == cols
+    if math.prod(shape) < 1 << 20:
+        _check(m, lambda x: np.transpose(x, perm))
 
 
 def test_big_transpose_takes_the_blocked_kernel(cpu) -> None:  # noqa: ANN001
