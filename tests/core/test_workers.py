@@ -5,6 +5,7 @@ Tasks are builtins (exec, eval) over source strings, so the workers need no test
 from __future__ import annotations
 
 import threading
+import time
 
 from axle.testing.workers import CRASH, HANG, Lost, Pool, Raised
 
@@ -65,3 +66,20 @@ def test_a_worker_is_replaced_after_max_tasks():
     assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]
     with Pool(1, timeout=60) as pool:  # no limit: one worker throughout
         assert len({pool.run(eval, pid) for _ in range(5)}) == 1
+
+
+def test_a_hang_reports_the_notes_sent_since_the_last_wait():
+    """A slot past its time is judged after reading its inbox, not from the ready set of
+    the last wait: another slot's collection (a crashed worker replaced: seconds under load)
+    can come between, and a check's kernel sources sent meanwhile were left out of its hang
+    report ("no executable was compiled before the failure")."""
+    with Pool(1, timeout=0.5) as pool:
+        slot = pool.slots[0]
+        pool._dispatch(slot, (exec, ("from axle.testing.workers import note; note('compiled'); "
+                                     "import time; time.sleep(600)",)))
+        while not slot.inbox.poll():  # the note is sent
+            time.sleep(0.01)
+        time.sleep(0.6)  # past the timeout, as if the pool had been busy with another slot
+        done, lost = pool._collect(slot, set())
+    assert done and isinstance(lost, Lost) and lost.kind == HANG
+    assert lost.notes == ("compiled",)

@@ -275,7 +275,11 @@ class Pool:
             pass
 
     def _collect(self, slot: _Slot, ready: set) -> tuple[bool, Any]:
-        if slot.inbox in ready:
+        timed_out = slot.task is not None and time.monotonic() - slot.started > self.timeout
+        # past its time, a slot's inbox is read before it is judged: ``ready`` dates from
+        # before the other slots were collected (replacing a crashed worker takes seconds
+        # under load), and the notes sent since (a check's kernel sources) belong in the report
+        if slot.inbox in ready or timed_out:
             try:
                 while slot.inbox.poll():
                     kind, value = slot.inbox.recv()
@@ -295,7 +299,7 @@ class Pool:
                             self._output_of(slot))
                 self._replace(slot)
                 return True, lost
-        if slot.task is not None and time.monotonic() - slot.started > self.timeout:
+        if timed_out:
             stacks = self._stacks_of_hung(slot)
             lost = Lost(HANG, f"no result within {self.timeout:g} s", tuple(slot.notes), stacks, self._output_of(slot))
             self._replace(slot)
