@@ -165,3 +165,24 @@ def test_a_kernel_plan_reads_a_big_constant_where_it_lies() -> None:
     small = _module(np.ones(8, np.float32))
     (copy,) = kernel_plan(small).constants.values()
     assert copy.flags.writeable  # small ones are the plan's own copies, as before
+
+
+def test_a_constant_evicted_after_this_process_stored_it_is_written_again(compile_cache) -> None:  # noqa: ANN001
+    # A model compiled for a second shape writes entries naming the weights this process
+    # stored for the first: when eviction removed their file meanwhile, those entries named
+    # a missing constant (a miss, compiled again, in every later process until one wrote it)
+    w = np.random.default_rng(8).standard_normal((256, 256)).astype(np.float32)
+    module_cache.entry(_module(w))
+    (name,) = os.listdir(compile_cache / "const")
+    path = compile_cache / "const" / name
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    module_cache.entry(_module(w.copy()))  # (another Literal, the same digest)
+    assert path.stat().st_mtime > old + 1800  # named again: as recent as the entries naming it
+    os.unlink(path)  # evicted
+    payload, digest = module_cache.entry(_module(w.copy()))
+    assert path.exists()
+    constant_store._WHOLE.clear()  # (as in a new process)
+    gc.collect()
+    back = module_cache.parse_entry(module_cache.Entry(digest, payload[65:]))
+    assert back is not None and print_module(back) == print_module(_module(w))
