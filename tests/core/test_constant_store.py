@@ -15,7 +15,7 @@ from axle import constant_store, diskcache, module_cache
 from axle.errors import ParseError
 from axle.ir.builder import Builder, make_node
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.literal import Literal
+from axle.ir.literal import Literal, array_digest
 from axle.ir.module import Computation, Module
 from axle.ir.ops import Op
 from axle.ir.parser import parse_module
@@ -83,6 +83,9 @@ def test_digests_name_the_content() -> None:
     assert Literal(a).digest() != Literal(a.reshape(4, 3)).digest()  # the shape is named
     assert Literal(a).digest() != Literal(a.view(np.int32)).digest()  # and the dtype
     assert Literal(a).digest() == Literal(a.astype(">f4")).digest()  # not the byte order
+    # an array given as it is (a backend's plan constant, constant_store.put): its values'
+    # little-endian bytes whatever its byte order (a big-endian one was hashed as it lay)
+    assert array_digest(a.astype(">f4")) == array_digest(a) == Literal(a).digest()
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int8, np.uint16, np.bool_, ml_dtypes.bfloat16])
