@@ -59,7 +59,12 @@ def put(arr: np.ndarray, digest: str | None = None) -> str:
     key = _key(digest)
     where = (str(DISK.path), digest)
     if where in _WHOLE:
-        return digest
+        # whole when this process wrote or read it, but evicted since (then written again
+        # below: the entry written now names it); touched, so that eviction, which goes by
+        # last use, keeps it as long as the entries naming it
+        if DISK.has(key):
+            return digest
+        _WHOLE.discard(where)
     if not (DISK.has(key) and DISK.get(key) is not None):
         DISK.put(key, memoryview(literal_bytes(arr)).cast("B"))
     _WHOLE.add(where)

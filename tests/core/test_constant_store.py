@@ -15,7 +15,7 @@ from axle import constant_store, diskcache, module_cache
 from axle.errors import ParseError
 from axle.ir.builder import Builder, make_node
 from axle.ir.dtypes import dtype as to_dtype
-from axle.ir.literal import Literal
+from axle.ir.literal import Literal, array_digest
 from axle.ir.module import Computation, Module
 from axle.ir.ops import Op
 from axle.ir.parser import parse_module
@@ -83,6 +83,9 @@ def test_digests_name_the_content() -> None:
     assert Literal(a).digest() != Literal(a.reshape(4, 3)).digest()  # the shape is named
     assert Literal(a).digest() != Literal(a.view(np.int32)).digest()  # and the dtype
     assert Literal(a).digest() == Literal(a.astype(">f4")).digest()  # not the byte order
+    # an array given as it is (a backend's plan constant, constant_store.put): its values'
+    # little-endian bytes whatever its byte order (a big-endian one was hashed as it lay)
+    assert array_digest(a.astype(">f4")) == array_digest(a) == Literal(a).digest()
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int8, np.uint16, np.bool_, ml_dtypes.bfloat16])
@@ -165,3 +168,24 @@ def test_a_kernel_plan_reads_a_big_constant_where_it_lies() -> None:
     small = _module(np.ones(8, np.float32))
     (copy,) = kernel_plan(small).constants.values()
     assert copy.flags.writeable  # small ones are the plan's own copies, as before
+
+
+def test_a_constant_evicted_after_this_process_stored_it_is_written_again(compile_cache) -> None:  # noqa: ANN001
+    # A model compiled for a second shape writes entries naming the weights this process
+    # stored for the first: when eviction removed their file meanwhile, those entries named
+    # a missing constant (a miss, compiled again, in every later process until one wrote it)
+    w = np.random.default_rng(8).standard_normal((256, 256)).astype(np.float32)
+    module_cache.entry(_module(w))
+    (name,) = os.listdir(compile_cache / "const")
+    path = compile_cache / "const" / name
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    module_cache.entry(_module(w.copy()))  # (another Literal, the same digest)
+    assert path.stat().st_mtime > old + 1800  # named again: as recent as the entries naming it
+    os.unlink(path)  # evicted
+    payload, digest = module_cache.entry(_module(w.copy()))
+    assert path.exists()
+    constant_store._WHOLE.clear()  # (as in a new process)
+    gc.collect()
+    back = module_cache.parse_entry(module_cache.Entry(digest, payload[65:]))
+    assert back is not None and print_module(back) == print_module(_module(w))

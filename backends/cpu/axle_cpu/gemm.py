@@ -2110,8 +2110,10 @@ class _Emitter:
         if self.rows_outer:  # an A row tile (L1) against every B micro-panel of the block (L2)
             g.loop(_c(0), mc, t.mr, lambda i: g.loop(_c(0), nc, t.nr, lambda jr: tile(jr, i), "jr"), "ir")
         elif self.tail_dots:  # the last panel, of few columns, by dot products (_tail_rows)
+            # (exactly ``tail_dots`` columns: a column range cut elsewhere than the thread
+            # splits cut it, [0, N) or whole units, ends with tiles of other widths)
             def panel(jr: ir.Value) -> None:
-                g.if_(b.icmp_signed("<", b.sub(nc, jr), _c(t.nr)),
+                g.if_(b.icmp_signed("==", b.sub(nc, jr), _c(self.tail_dots)),
                       lambda: self._tail_rows(a_blk, kc, mc, g.gep(cblk, c_t, jr), ldc, first, last),
                       lambda: g.loop(_c(0), mc, t.mr, lambda i: tile(jr, i), "ir"))
 
@@ -2125,6 +2127,7 @@ class _Emitter:
         ``p * tail_k``), once per K block for all the row blocks."""
         g, b, t = self.g, self.g.b, self.t
         start = b.mul(b.udiv(nc, _c(t.nr)), _c(t.nr))  # the short panel's first column
+        short = b.icmp_signed("==", b.sub(nc, start), _c(self.tail_dots))  # (see _macro)
 
         def copy() -> None:
             panel = g.gep(b_blk, self.ct, b.mul(start, kc))
@@ -2136,7 +2139,7 @@ class _Emitter:
 
             g.loop(_c(0), kc, 1, row, "tcp", scalar=True)
 
-        g.if_(b.icmp_signed("<", start, nc), copy)
+        g.if_(short, copy)
 
     def _tail_rows(self, a_blk: ir.Value, kc: ir.Value, mc: ir.Value, cp: ir.Value, ldc: ir.Value,
                    first: ir.Value, last: ir.Value | None) -> None:

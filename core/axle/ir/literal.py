@@ -14,7 +14,8 @@ from .types import TensorType
 def array_digest(arr: np.ndarray) -> str:
     """The SHA-256 (hex) of an array's dtype name, shape and little-endian bytes."""
     h = hashlib.sha256(f"{arr.dtype.name}{arr.shape}".encode())
-    le = arr if arr.dtype.itemsize == 1 or np.little_endian else arr.astype(arr.dtype.newbyteorder("<"))
+    # (a big-endian array on a little-endian host too: no copy when the bytes are little-endian)
+    le = arr if arr.dtype.itemsize == 1 else arr.astype(arr.dtype.newbyteorder("<"), copy=False)
     h.update(np.ascontiguousarray(le).reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 

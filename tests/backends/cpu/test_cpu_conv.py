@@ -817,6 +817,32 @@ def test_nchw_short_last_panel_by_dot_products(xs_shape, ws_shape, stride: int, 
     _backend()._cache.clear()
 
 
+@pytest.mark.parametrize(("xs_shape", "ws_shape", "cuts"), [
+    ((1, 20, 7, 7), (24, 20, 3, 3), (10, 30)),  # 49 columns, the last by dot products
+    ((1, 64, 10, 10), (40, 64, 3, 3), (20, 61)),  # 100: 96 and 4 by dot products; K 576: two K blocks
+], ids=["7x7", "10x10"])
+def test_nchw_short_last_panel_kernel_takes_any_column_range(xs_shape, ws_shape, cuts) -> None:  # noqa: ANN001
+    """The kernel with a last panel by dot products (``tail_dots``) computes any column range
+    it is given, as the kernel signature says (the executable splits its rows only, or whole
+    column units: a range ending elsewhere than N had its short panel taken for the dot
+    products' few columns, the rest left unwritten, and a shorter one written past C)."""
+    from llvmlite import ir
+
+    from axle_cpu.gemm import _Emitter
+    from axle_cpu.plan import build_plan
+
+    cfg = ("nchw-tail-ranges", xs_shape, ws_shape, ("NCHW", "OIHW", "NCHW"), _window(2, low=(1, 1), high=(1, 1)))
+    m = conv_module(cfg, DType.INT32)
+    (spec,) = build_plan(m, arena=False).kernels.values()
+    assert _Emitter(ir.Module(), spec, spec.vector_bits or 512).tail_dots and not spec.columns_outer
+    xs = conv_inputs(m)
+    _jit, fn, (outer, inner) = _kernel(m)
+    edges = [0, *cuts, inner]
+    out = np.full(m.entry.root.shape, 99, np.int32)
+    _call(fn, xs, out, [(0, outer, a, b) for a, b in zip(edges, edges[1:])])
+    check_conv(m, xs, out)
+
+
 @pytest.mark.parametrize(("xs_shape", "ws_shape"), [((1, 5, 3, 4), (3, 3, 4, 1)), ((2, 6, 1, 4), (1, 1, 4, 1))],
                          ids=["3x1", "batch-2-6x1"])
 def test_nhwc_one_feature_one_column_epilogue(xs_shape, ws_shape, cpu) -> None:  # noqa: ANN001
