@@ -782,6 +782,27 @@ class _EpilogueEmitter(KernelEmitter):
             return self.round16(v) if n.dtype is DType.FLOAT16 else v
         return super()._emit(n, idx)
 
+    def _end_columns(self, fn: ir.Function, col: ir.Value, pre: ir.Block, cond: ir.Block, done: ir.Block
+                     ) -> ir.Function:
+        """Closes a row or tile emitter's column loop (``col`` from ``i0``, its latch asking
+        LLVM to vectorize it) after its body, and the function after the loop."""
+        b = self.b
+        col.add_incoming(b.add(col, _c(1)), b.block)
+        latch = b.branch(cond)
+        mod = fn.module
+        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                 ir.Constant(I1, 1)])])
+        md.operands = (md, *md.operands)  # a loop ID refers to itself
+        latch.set_metadata("llvm.loop", md)
+        b.position_at_end(self.tails[0])
+        b.branch(pre)
+        b.position_at_end(self.tails[1])
+        b.branch(cond)
+        col.add_incoming(self.i0, self.tails[1])
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
     def _begin(self) -> ir.Function:
         """The function, internal and always inlined, with its entry block (``self.entry``)."""
         fn = self.fn
@@ -858,21 +879,7 @@ class _EpilogueRowEmitter(_EpilogueEmitter):
         val = self.value(out, idx)
         lin = self.add(self.mul(row, width), col)
         self.store(self.buffer(len(self.spec.comp.parameters)), out.dtype, lin, val)
-        col.add_incoming(b.add(col, _c(1)), b.block)
-        latch = b.branch(cond)
-        mod = fn.module
-        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
-                                                 ir.Constant(I1, 1)])])
-        md.operands = (md, *md.operands)  # a loop ID refers to itself
-        latch.set_metadata("llvm.loop", md)
-        b.position_at_end(self.tails[0])
-        b.branch(pre)
-        b.position_at_end(self.tails[1])
-        b.branch(cond)
-        col.add_incoming(self.i0, self.tails[1])
-        b.position_at_end(done)
-        b.ret_void()
-        return fn
+        return self._end_columns(fn, col, pre, cond, done)
 
 
 class _EpilogueTileEmitter(_EpilogueEmitter):
@@ -936,21 +943,7 @@ class _EpilogueTileEmitter(_EpilogueEmitter):
             idx = self.unravel(row, shape[:-1]) + [col]
             val = self.value(out, idx)
             self.store(out_buf, out.dtype, self.add(self.mul(row, width), col), val)
-        col.add_incoming(b.add(col, _c(1)), b.block)
-        latch = b.branch(cond)
-        mod = fn.module
-        md = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
-                                                 ir.Constant(I1, 1)])])
-        md.operands = (md, *md.operands)  # a loop ID refers to itself
-        latch.set_metadata("llvm.loop", md)
-        b.position_at_end(self.tails[0])
-        b.branch(pre)
-        b.position_at_end(self.tails[1])
-        b.branch(cond)
-        col.add_incoming(self.i0, self.tails[1])
-        b.position_at_end(done)
-        b.ret_void()
-        return fn
+        return self._end_columns(fn, col, pre, cond, done)
 
 
 def _column_terms(comp: Computation, dot: Node) -> bool:
