@@ -72,10 +72,10 @@ def _check(fns: dict[str, Callable[[], Any]], want: np.ndarray, what: str) -> fl
 
 
 def _onnx_impls(model: Any, dev: Any, with_jax: bool = False) -> tuple[dict[str, Callable[[], Any]], np.ndarray]:
-    """onnxruntime, axle.onnx on ``dev`` (initializers as constants, its default) and,
-    with ``with_jax``, axle.onnx with the initializers as arguments (``constants=False``)
-    and the graph written in jax (when importable) over the example's seeded inputs, and
-    the reference output (onnxruntime's)."""
+    """onnxruntime, axle.onnx on ``dev`` (initializers as arguments, its default) and,
+    with ``with_jax``, axle.onnx with the initializers as compile-time constants
+    (``constants=True``) and the graph written in jax (when importable) over the example's
+    seeded inputs, and the reference output (onnxruntime's)."""
     ex = load_example("onnx_models")
     feeds = ex.inputs_for(model)
     session = _ort_session(model)
@@ -84,8 +84,8 @@ def _onnx_impls(model: Any, dev: Any, with_jax: bool = False) -> tuple[dict[str,
     fns: dict[str, Callable[[], Any]] = {"onnxruntime": lambda: session.run(None, feeds),
                                          "axle-cpu (axle.onnx)": lambda: f(**placed)}
     if with_jax:
-        fa = axle.onnx.load(model, device=dev, constants=False)
-        fns["axle-cpu (axle.onnx, initializers as arguments)"] = lambda: fa(**placed)
+        fc = axle.onnx.load(model, device=dev, constants=True)
+        fns["axle-cpu (axle.onnx, initializers as constants)"] = lambda: fc(**placed)
     jax = _jax() if with_jax else None
     if jax is not None:
         jf, weights = _jax_model(jax, model)

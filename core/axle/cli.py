@@ -129,9 +129,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="run the model with onnxruntime too and compare the outputs")
     p.add_argument("--check", action="store_true", help="only list every node the importer cannot run")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--initializers-as-arguments", action="store_true",
-                   help="pass the initializers to the compiled model as arguments, not as compile-time constants "
-                        "(smaller compiles and cache entries; no batch-norm folding or prepacked weights)")
+    p.add_argument("--initializers-as-constants", action="store_true",
+                   help="compile the initializers into the model as constants, not arguments "
+                        "(batch norms folded, weights prepacked; larger compiles and cache entries)")
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {

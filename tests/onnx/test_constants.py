@@ -63,7 +63,7 @@ def _x(shape: tuple[int, ...]) -> np.ndarray:
 
 def _both(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(outputs with initializers as constants, as arguments)."""
-    consts = [np.asarray(o) for o in ao.load(model, device=DEV)(**feeds)]
+    consts = [np.asarray(o) for o in ao.load(model, device=DEV, constants=True)(**feeds)]
     args = [np.asarray(o) for o in ao.load(model, device=DEV, constants=False)(**feeds)]
     return consts, args
 
@@ -82,7 +82,7 @@ def test_conv_bn_relu_equals_onnxruntime_and_the_argument_path(bias: bool) -> No
 def test_batch_norm_is_folded_into_the_convolution() -> None:
     require_backend("cpu")
     m = _conv_bn_relu()
-    f = ao.load(m, device=DEV)
+    f = ao.load(m, device=DEV, constants=True)
     assert [n.op_type for n in f._graph.node] == ["Conv", "Relu"]
     # the BatchNormalization's parameters and the unscaled weight are not kept
     assert sorted(f._consts) == ["n.bias", "w.bn_folded"]
@@ -143,7 +143,7 @@ def test_an_initializer_that_is_an_output_and_read_twice() -> None:
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(got[1], want[1])  # the initializer itself, bit for bit
     # the output is a copy: writing to it leaves the model's constant as it was
-    f = ao.load(m, device=DEV)
+    f = ao.load(m, device=DEV, constants=True)
     out = np.array(f(**feeds)[1])
     out[:] = 0
     np.testing.assert_array_equal(np.asarray(f(**feeds)[1]), want[1])
@@ -154,10 +154,10 @@ def test_a_model_read_here_drops_its_copy_of_the_weights_and_a_given_one_is_kept
     m = _conv_bn_relu()
     x = {"x": _x((1, 3, 10, 10))}
     (want,) = _ort(m, x)
-    f = ao.load(m.SerializeToString(), device=DEV)
+    f = ao.load(m.SerializeToString(), device=DEV, constants=True)
     np.testing.assert_allclose(np.asarray(f(**x)[0]), want, rtol=1e-5, atol=1e-5)
     assert all(not t.raw_data and not t.float_data for t in f.model.graph.initializer)
-    g = ao.load(m, device=DEV)  # the caller's ModelProto: not changed
+    g = ao.load(m, device=DEV, constants=True)  # the caller's ModelProto: not changed
     assert g.model is m and all(numpy_helper.to_array(t).size for t in m.graph.initializer)
     np.testing.assert_allclose(np.asarray(g(**x)[0]), want, rtol=1e-5, atol=1e-5)
 
@@ -166,7 +166,7 @@ def test_the_argument_path_passes_weights_and_the_constant_path_bakes_them() -> 
     require_backend("cpu")
     m = _conv_bn_relu()
     x = _x((1, 3, 10, 10))
-    traced = ao.load(m, device=DEV).lower(x=x).module
+    traced = ao.load(m, device=DEV, constants=True).lower(x=x).module
     assert len(traced.entry.parameters) == 1  # x alone
     assert any(n.op is Op.CONSTANT and n.shape == (8, 3, 3, 3) for n in traced.entry.nodes)
     args = ao.load(m, device=DEV, constants=False).lower(x=x).module

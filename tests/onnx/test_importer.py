@@ -110,7 +110,7 @@ def test_axle_run_compares_with_onnxruntime(tmp_path: object, capsys: pytest.Cap
     assert "output y: float32[2, 3]" in out and "kernels:" in out and "compare y:" in out and ": ok" in out
 
 
-def test_axle_run_initializers_as_arguments(tmp_path: object, capsys: pytest.CaptureFixture[str],
+def test_axle_run_initializers_as_constants(tmp_path: object, capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     path = f"{tmp_path}/mlp.onnx"
     onnx.save(_mlp(), path)
@@ -122,9 +122,10 @@ def test_axle_run_initializers_as_arguments(tmp_path: object, capsys: pytest.Cap
         made.append(self)
 
     monkeypatch.setattr(ao.OnnxFunction, "__init__", spy)
-    assert main(["run", path, "--device", "cpu:0", "--initializers-as-arguments", "--compare", "onnxruntime"]) == 0
+    assert main(["run", path, "--device", "cpu:0", "--initializers-as-constants", "--compare", "onnxruntime"]) == 0
     assert ": ok" in capsys.readouterr().out
-    assert [(f.constants, len(f._params)) for f in made] == [(False, 2)]
+    assert main(["run", path, "--device", "cpu:0"]) == 0
+    assert [(f.constants, len(f._params)) for f in made] == [(True, 0), (False, 2)]
 
 
 def test_axle_explain_accepts_a_model(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:

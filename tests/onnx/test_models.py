@@ -35,7 +35,7 @@ def _copies_of_weights(model: object) -> list[str]:
 
     feeds = models.inputs_for(model)
     entry = axle.onnx.load(model, device="cpu:0").lower(**feeds).optimize().entry
-    # (initializers are constants by default: docs/onnx.md, "Initializers")
+    # (initializers as arguments, the default, or constants: docs/onnx.md, "Initializers")
     weights = {n.uid for n in entry.nodes if n.op in (Op.PARAMETER, Op.CONSTANT) and len(n.shape) >= 2}
     copies = []
     for n in entry.nodes:

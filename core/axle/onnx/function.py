@@ -87,18 +87,18 @@ class OnnxFunction:
     per input shapes (and per value of the integer inputs that fix shapes); traceable inside
     jit, grad and vmap like any axle function.
 
-    ``constants=True`` (the default): the initializers are compile-time constants, as ONNX
-    Runtime takes them: the optimizer folds what they compute, a batch normalization after
+    ``constants=True``: the initializers are compile-time constants, as ONNX Runtime takes
+    them: the optimizer folds what they compute, a batch normalization after
     a convolution is folded into its weights (onnx/fold.py), the cpu backend packs GEMM
     weights once and convolution weights are put in the device's layout once, and the
     compile cache stores them beside its entries (axle.constant_store). Each is held once,
     as a Literal shared by every trace; a model read here from a file or bytes drops its
-    own copy of them (``self.model``'s initializers are then empty). ``constants=False``:
-    device arrays made once and passed to the compiled function as arguments (for models
-    too big to hold the weights and their packed copies, or to keep compiles and cache
-    entries small)."""
+    own copy of them (``self.model``'s initializers are then empty). ``constants=False`` (the
+    default): device arrays made once and passed to the compiled function as arguments
+    (faster on two threads as measured so far, smaller compiles and cache entries:
+    docs/onnx.md, "Initializers")."""
 
-    def __init__(self, model: Any, device: Any = None, name: str | None = None, constants: bool = True) -> None:
+    def __init__(self, model: Any, device: Any = None, name: str | None = None, constants: bool = False) -> None:
         self.model = _load_model(model)
         owned = self.model is not model  # read from a file or bytes here: no one else holds it
         self.name = name or self.model.graph.name or "onnx_model"
@@ -221,10 +221,10 @@ class OnnxFunction:
                f"({', '.join(self.output_names)}), opset {self.opset}>"
 
 
-def load(model: Any, device: Any = None, constants: bool = True) -> OnnxFunction:
+def load(model: Any, device: Any = None, constants: bool = False) -> OnnxFunction:
     """An ONNX model (a path, bytes or onnx.ModelProto) as an axle function; raises
     OnnxImportError listing every unsupported node before anything runs. ``constants``:
-    initializers as compile-time constants (the default) or as arguments (OnnxFunction)."""
+    initializers as compile-time constants, or as arguments (the default; OnnxFunction)."""
     return OnnxFunction(model, device=device, constants=constants)
 
 

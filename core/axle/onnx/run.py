@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.model}: {len(found)} problem{'s' if len(found) != 1 else ''}"
                   + ("" if found else ": every node is supported"))
             return 1 if found else 0
-        f = OnnxFunction(model, device=args.device, constants=not args.initializers_as_arguments)
+        f = OnnxFunction(model, device=args.device, constants=args.initializers_as_constants)
         inputs = random_inputs(model, _parse_inputs(args.input), args.seed)
         t0 = time.perf_counter()
         outs = {k: np.asarray(v) for k, v in f(as_dict=True, **inputs).items()}
