@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -20,8 +21,6 @@ import axle.onnx as ao
 from axle.ir import Op
 from axle.onnx.fold import fold_batch_norms
 from axle.testing import require_backend
-
-onnxruntime = pytest.importorskip("onnxruntime")
 
 _PATH = Path(__file__).resolve().parents[2] / "examples" / "onnx_models.py"
 _SPEC = importlib.util.spec_from_file_location("onnx_models_example_consts", _PATH)
